@@ -1,0 +1,105 @@
+//! Wiring: the store, the engine, the guest database and the runner of one host process.
+
+use crate::engine::{Engine, EngineError, EngineSettings, LoadError, Loaded};
+use crate::job::JobSpec;
+use crate::runner::{Runner, RunnerSettings};
+use crate::store::guest::GuestDb;
+use crate::store::{JobRecord, JobUpsert, Store, StoreError};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+}
+
+pub struct AppConfig {
+    pub db_url: String,
+    pub operator_migrations: Option<PathBuf>,
+    pub engine: EngineSettings,
+    pub runner: RunnerSettings,
+}
+
+pub struct App {
+    pub store: Store,
+    pub engine: Arc<Engine>,
+    pub runner: Arc<Runner>,
+}
+
+impl App {
+    pub async fn open(config: AppConfig) -> Result<App, AppError> {
+        let store = Store::open(&config.db_url).await?;
+        if let Some(dir) = &config.operator_migrations {
+            let applied = store.migrate_operator(dir).await?;
+            for name in applied {
+                tracing::info!(migration = %name, "applied operator migration");
+            }
+        }
+        let engine = Arc::new(Engine::new(&config.engine)?);
+        let guest_db = GuestDb::open(&store).await?;
+        let runner = Arc::new(Runner::new(
+            store.clone(),
+            engine.clone(),
+            guest_db,
+            host_id(),
+            config.runner,
+        ));
+        Ok(App {
+            store,
+            engine,
+            runner,
+        })
+    }
+
+    /// Loads a job's component (compiling it off the async threads) and checks it against
+    /// the job's grants.
+    pub async fn load(&self, spec: &JobSpec) -> Result<Arc<Loaded>, LoadError> {
+        let engine = self.engine.clone();
+        let path = spec.component.clone();
+        let grants = spec.grants.clone();
+        tokio::task::spawn_blocking(move || engine.load(&path, &grants))
+            .await
+            .expect("component loading does not panic")
+    }
+
+    /// Records the job's registration (first-seen time, component digest, definition).
+    pub async fn register(
+        &self,
+        spec: &JobSpec,
+        loaded: &Loaded,
+        next_fire_at: Option<i64>,
+    ) -> Result<JobRecord, StoreError> {
+        let definition = serde_json::to_string(spec).expect("a job spec serialises");
+        self.store
+            .upsert_job(&JobUpsert {
+                name: &spec.name,
+                tenant: &spec.tenant,
+                component_path: &display_path(&spec.component),
+                component_digest: &loaded.digest,
+                spec: &definition,
+                schedule: spec.schedule.as_deref(),
+                next_fire_at,
+            })
+            .await
+    }
+}
+
+fn display_path(path: &Path) -> String {
+    path.canonicalize()
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// This process's identity on run and attempt records.
+fn host_id() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    format!("{name}-{}", std::process::id())
+}

@@ -1,0 +1,179 @@
+//! `jobhost:job/db`: the guest's SQL, through the [`GuestDb`] port.
+
+use crate::engine::bindings::jobhost::job::db::{Host, HostTransaction, Rows, Value};
+use crate::engine::bindings::jobhost::job::types::HostError;
+use crate::engine::state::GuestState;
+use crate::failure::FailureCode;
+use crate::store::guest::{Access, GuestDb, GuestDbError, GuestTx, SqlRows, SqlValue};
+use std::time::Duration;
+use tokio::time::Instant;
+use wasmtime::component::Resource;
+
+/// The database a job was granted for one attempt.
+pub struct DbSession {
+    pub db: GuestDb,
+    pub access: Access,
+    /// How long a write transaction may stay open.
+    pub txn_bound: Duration,
+}
+
+/// The `db` capability's per-attempt state: `None` when the job was not granted `db`.
+pub struct DbCapability {
+    session: Option<DbSession>,
+    open_tx: bool,
+}
+
+impl DbCapability {
+    pub fn new(session: Option<DbSession>) -> Self {
+        DbCapability {
+            session,
+            open_tx: false,
+        }
+    }
+}
+
+/// A transaction in the guest's resource table.
+pub struct TxHandle(GuestTx);
+
+impl GuestState {
+    fn db_session(&mut self) -> Result<(GuestDb, Access, Duration), HostError> {
+        match &self.db.session {
+            Some(s) => Ok((s.db.clone(), s.access.clone(), s.txn_bound)),
+            None => {
+                self.signals
+                    .refused
+                    .get_or_insert(FailureCode::CapabilityRefused);
+                Err(HostError::CapabilityRefused("not-granted".into()))
+            }
+        }
+    }
+
+    fn translate<T>(&mut self, result: Result<T, GuestDbError>) -> Result<T, HostError> {
+        result.map_err(|error| match error {
+            GuestDbError::LeaseLost => {
+                self.signals.lease_lost = true;
+                HostError::LeaseLost
+            }
+            GuestDbError::Refused(refusal) => {
+                self.signals.refused.get_or_insert(FailureCode::QueryRefused);
+                HostError::QueryRefused(refusal.reason().into())
+            }
+            GuestDbError::Invalid(reason) => HostError::Invalid(reason.into()),
+            GuestDbError::Unavailable => {
+                self.signals.unavailable = true;
+                HostError::Unavailable
+            }
+        })
+    }
+
+    fn tx(&mut self, tx: &Resource<TxHandle>) -> Result<&mut GuestTx, HostError> {
+        self.table
+            .get_mut(tx)
+            .map(|h| &mut h.0)
+            .map_err(|_| HostError::Invalid("unknown-transaction".into()))
+    }
+}
+
+impl Host for GuestState {
+    async fn query(&mut self, sql: String, params: Vec<Value>) -> Result<Rows, HostError> {
+        let (db, access, _) = self.db_session()?;
+        let result = db.query(&access, &sql, &to_sql(params)).await;
+        self.translate(result).map(to_rows)
+    }
+
+    async fn begin(&mut self) -> Result<Resource<TxHandle>, HostError> {
+        if self.db.open_tx {
+            return Err(HostError::Invalid("transaction-open".into()));
+        }
+        let (db, access, bound) = self.db_session()?;
+        let result = db.begin(&access, Instant::now() + bound).await;
+        let tx = self.translate(result)?;
+        let handle = self
+            .table
+            .push(TxHandle(tx))
+            .map_err(|_| HostError::Invalid("too-many-resources".into()))?;
+        self.db.open_tx = true;
+        Ok(handle)
+    }
+}
+
+impl HostTransaction for GuestState {
+    async fn query(
+        &mut self,
+        tx: Resource<TxHandle>,
+        sql: String,
+        params: Vec<Value>,
+    ) -> Result<Rows, HostError> {
+        let result = self.tx(&tx)?.query(&sql, &to_sql(params)).await;
+        self.translate(result).map(to_rows)
+    }
+
+    async fn execute(
+        &mut self,
+        tx: Resource<TxHandle>,
+        sql: String,
+        params: Vec<Value>,
+    ) -> Result<u64, HostError> {
+        let result = self.tx(&tx)?.execute(&sql, &to_sql(params)).await;
+        self.translate(result)
+    }
+
+    async fn commit(&mut self, tx: Resource<TxHandle>) -> Result<(), HostError> {
+        let handle = self
+            .table
+            .delete(tx)
+            .map_err(|_| HostError::Invalid("unknown-transaction".into()))?;
+        self.db.open_tx = false;
+        let result = handle.0.commit().await;
+        self.translate(result)
+    }
+
+    async fn rollback(&mut self, tx: Resource<TxHandle>) {
+        if let Ok(handle) = self.table.delete(tx) {
+            self.db.open_tx = false;
+            handle.0.rollback().await;
+        }
+    }
+
+    async fn drop(&mut self, tx: Resource<TxHandle>) -> wasmtime::Result<()> {
+        if let Ok(handle) = self.table.delete(tx) {
+            self.db.open_tx = false;
+            handle.0.rollback().await;
+        }
+        Ok(())
+    }
+}
+
+fn to_sql(params: Vec<Value>) -> Vec<SqlValue> {
+    params
+        .into_iter()
+        .map(|v| match v {
+            Value::Null => SqlValue::Null,
+            Value::Integer(i) => SqlValue::Integer(i),
+            Value::Real(f) => SqlValue::Real(f),
+            Value::Text(s) => SqlValue::Text(s),
+            Value::Blob(b) => SqlValue::Blob(b),
+        })
+        .collect()
+}
+
+fn to_rows(rows: SqlRows) -> Rows {
+    Rows {
+        columns: rows.columns,
+        rows: rows
+            .rows
+            .into_iter()
+            .map(|row| {
+                row.into_iter()
+                    .map(|v| match v {
+                        SqlValue::Null => Value::Null,
+                        SqlValue::Integer(i) => Value::Integer(i),
+                        SqlValue::Real(f) => Value::Real(f),
+                        SqlValue::Text(s) => Value::Text(s),
+                        SqlValue::Blob(b) => Value::Blob(b),
+                    })
+                    .collect()
+            })
+            .collect(),
+    }
+}

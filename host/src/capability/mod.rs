@@ -1,0 +1,11 @@
+//! Host implementations of the WIT capability interfaces. Each one only translates: WIT
+//! values to the port's, the port's results back, and failures to fixed `host-error`
+//! codes (noting them in the attempt's signals).
+
+pub mod db;
+pub mod log;
+
+use crate::engine::bindings::jobhost::job::types;
+use crate::engine::state::GuestState;
+
+impl types::Host for GuestState {}

@@ -1,0 +1,145 @@
+//! The `host` command line: argument definitions, and the edge where library errors
+//! become messages and exit codes.
+//!
+//! Exit codes: 0 success, 1 the run failed, 2 usage or load error, 3 the run was skipped.
+
+mod output;
+mod run;
+mod runs;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+pub const DEFAULT_HOME: &str = ".jobhost";
+
+#[derive(Parser, Debug)]
+#[command(name = "host", version, about = "Runs sandboxed WebAssembly jobs", propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Database URL: sqlite://PATH (the default, created on first use) or postgres://...
+    #[arg(long, global = true, env = "JOBHOST_DB")]
+    pub db: Option<String>,
+    /// Directory for the default database and the compile cache.
+    #[arg(long, global = true, env = "JOBHOST_HOME", default_value = DEFAULT_HOME)]
+    pub home: PathBuf,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a job now, in the foreground, until its run ends.
+    Run(Box<run::RunArgs>),
+    /// Read run history.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
+    /// Apply the operator's migrations (and the host's own).
+    Migrate {
+        /// Directory of NNNN_name.sql files.
+        #[arg(long)]
+        migrations: Option<PathBuf>,
+        #[arg(long)]
+        manifest: Option<PathBuf>,
+    },
+    /// List the failure codes and what each means.
+    Codes {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+impl Global {
+    pub fn db_url(&self, manifest_db: Option<&str>) -> String {
+        self.db
+            .clone()
+            .or_else(|| manifest_db.map(str::to_string))
+            .unwrap_or_else(|| format!("sqlite://{}", self.home.join("jobhost.db").display()))
+    }
+
+    pub fn cache_dir(&self) -> PathBuf {
+        self.home.join("cache")
+    }
+}
+
+/// An error at the binary's edge: the message to print and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub exit: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn usage(message: impl std::fmt::Display) -> Self {
+        Failure {
+            exit: 2,
+            message: message.to_string(),
+        }
+    }
+}
+
+impl<E: std::error::Error> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Failure::usage(e)
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result: Result<u8, Failure> = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(&cli.global, *args).await,
+            Command::Runs(cmd) => runs::runs(&cli.global, cmd).await,
+            Command::Migrate {
+                migrations,
+                manifest,
+            } => run::migrate(&cli.global, migrations, manifest).await,
+            Command::Codes { json } => Ok(output::codes(json)),
+        }
+    });
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("error: {}", failure.message);
+            ExitCode::from(failure.exit)
+        }
+    }
+}
+
+fn init_tracing(cli: &Cli) {
+    use tracing_subscriber::EnvFilter;
+    let default = match cli.command {
+        Command::Run(_) | Command::Runs(_) | Command::Codes { .. } => "warn",
+        Command::Migrate { .. } => "info",
+    };
+    let filter = EnvFilter::try_from_env("JOBHOST_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.global.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,245 @@
+//! `host run` and `host migrate`.
+
+use super::output;
+use super::{Failure, Global};
+use crate::app::{App, AppConfig};
+use crate::engine::EngineSettings;
+use crate::grants::Grants;
+use crate::job::{self, JobSpec, Limits, RetryPolicy};
+use crate::manifest::Manifest;
+use crate::runner::{RunnerSettings, Step, new_run_id};
+use crate::store::{NewRun, Origin, RunStatus, Store};
+use crate::units::{parse_duration, parse_size};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// A job of the manifest to run now (instead of --job).
+    #[arg(value_name = "JOB", requires = "manifest")]
+    pub manifest_job: Option<String>,
+    /// The job's component (.wasm) for an ad-hoc run.
+    #[arg(long, value_name = "PATH", required_unless_present = "manifest_job")]
+    pub job: Option<PathBuf>,
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    /// The job's name (default: the component's file name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Runs of one job and instance never overlap.
+    #[arg(long, default_value = "default")]
+    pub instance: String,
+    /// The payload: JSON text, or @FILE.
+    #[arg(long)]
+    pub payload: Option<String>,
+    /// Deadline of each attempt, e.g. 30s, 10m.
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Extra attempts after a failed one.
+    #[arg(long)]
+    pub retries: Option<u32>,
+    /// First retry delay (doubles per retry, with jitter).
+    #[arg(long, value_parser = parse_duration)]
+    pub backoff: Option<Duration>,
+    /// CPU budget per attempt, in fuel units.
+    #[arg(long)]
+    pub fuel: Option<u64>,
+    /// Memory cap, e.g. 64MiB.
+    #[arg(long, value_parser = parse_size)]
+    pub memory: Option<u64>,
+    /// A capability grant, CAP.MODE=NAME[,NAME], e.g. db.write=ledger. Repeatable.
+    #[arg(long = "grant", value_name = "CAP.MODE=NAME")]
+    pub grants: Vec<String>,
+    /// The operator's migrations to apply first.
+    #[arg(long)]
+    pub migrations: Option<PathBuf>,
+    /// Time after an attempt's deadline before its lease may be taken over.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub lease_grace: Duration,
+    /// Longest a guest write transaction may stay open.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub txn_timeout: Duration,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
+    let manifest = args.manifest.as_deref().map(Manifest::load).transpose()?;
+    let spec = resolve_spec(&args, manifest.as_ref())?;
+    let payload = match &args.payload {
+        Some(text) => read_payload(text)?,
+        None => spec.payload.to_string(),
+    };
+    let payload = job::validate_payload(&payload)?;
+    job::validate_instance(&args.instance)?;
+    let migrations = args
+        .migrations
+        .clone()
+        .or_else(|| manifest.as_ref().and_then(|m| m.host.migrations.clone()));
+    let app = App::open(AppConfig {
+        db_url: global.db_url(manifest.as_ref().and_then(|m| m.host.db.as_deref())),
+        operator_migrations: migrations,
+        engine: EngineSettings {
+            cache_dir: Some(global.cache_dir()),
+            ..EngineSettings::default()
+        },
+        runner: RunnerSettings {
+            lease: crate::lease::LeaseTerms {
+                grace: args.lease_grace,
+            },
+            txn_bound: args.txn_timeout,
+            ..RunnerSettings::default()
+        },
+    })
+    .await?;
+    let loaded = app.load(&spec).await?;
+    app.register(&spec, &loaded, None).await?;
+    let run = app
+        .store
+        .insert_run(&NewRun {
+            id: new_run_id(),
+            job: spec.name.clone(),
+            instance: args.instance.clone(),
+            tenant: spec.tenant.clone(),
+            origin: Origin::Manual,
+            payload,
+            cursor: None,
+            component_digest: Some(loaded.digest.clone()),
+            scheduled_for: None,
+            rerun_of: None,
+            delay_ms: 0,
+        })
+        .await?;
+    let host = app.runner.host_id().to_string();
+    let mut delay = Duration::ZERO;
+    loop {
+        tokio::time::sleep(delay).await;
+        let Some(claimed) = app.store.claim_run(&run.id, &host).await? else {
+            // Another host took it (or it ended): wait for it to end.
+            if finished(&app.store, &run.id).await? {
+                break;
+            }
+            delay = Duration::from_millis(200);
+            continue;
+        };
+        match app.runner.step(&claimed, &spec, &loaded).await? {
+            Step::Requeued { delay: next } => delay = next,
+            Step::Finished { .. } | Step::Skipped | Step::Abandoned => break,
+        }
+    }
+    let record = app
+        .store
+        .get_run(&run.id)
+        .await?
+        .expect("the run we inserted exists");
+    app.store.close().await;
+    output::run_result(&record, args.json);
+    Ok(match record.status() {
+        Some(RunStatus::Succeeded) => 0,
+        Some(RunStatus::Skipped) => 3,
+        _ => 1,
+    })
+}
+
+async fn finished(store: &Store, id: &str) -> Result<bool, Failure> {
+    Ok(store
+        .get_run(id)
+        .await?
+        .and_then(|r| r.status())
+        .is_some_and(RunStatus::is_terminal))
+}
+
+fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, Failure> {
+    let mut spec = match (&args.manifest_job, manifest) {
+        (Some(name), Some(manifest)) => manifest
+            .job(name)
+            .cloned()
+            .ok_or_else(|| Failure::usage(format!("unknown job {name:?} in {}", manifest.path.display())))?,
+        _ => {
+            let path = args.job.clone().expect("clap requires --job without JOB");
+            JobSpec {
+                name: match &args.name {
+                    Some(name) => name.clone(),
+                    None => name_from_path(&path)?,
+                },
+                tenant: "default".into(),
+                component: path,
+                limits: Limits::default(),
+                retry: RetryPolicy::default(),
+                grants: Grants::default(),
+                schedule: None,
+                payload: serde_json::json!({}),
+            }
+        }
+    };
+    if let Some(path) = &args.job {
+        spec.component = path.clone();
+    }
+    if let Some(t) = args.timeout {
+        spec.limits.timeout = t;
+    }
+    if let Some(r) = args.retries {
+        spec.retry.retries = r;
+    }
+    if let Some(b) = args.backoff {
+        spec.retry.backoff_base = b;
+    }
+    if let Some(f) = args.fuel {
+        spec.limits.fuel = Some(f);
+    }
+    if let Some(m) = args.memory {
+        spec.limits.memory = m;
+    }
+    for flag in &args.grants {
+        spec.grants.add_flag(flag)?;
+    }
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn name_from_path(path: &Path) -> Result<String, Failure> {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_ascii_lowercase().replace(' ', "-"))
+        .unwrap_or_default();
+    job::validate_name(&stem).map_err(|_| {
+        Failure::usage(format!(
+            "cannot name the job after {}: pass --name",
+            path.display()
+        ))
+    })?;
+    Ok(stem)
+}
+
+fn read_payload(text: &str) -> Result<String, Failure> {
+    match text.strip_prefix('@') {
+        Some(file) => std::fs::read_to_string(file)
+            .map_err(|e| Failure::usage(format!("cannot read payload file {file}: {e}"))),
+        None => Ok(text.to_string()),
+    }
+}
+
+pub async fn migrate(
+    global: &Global,
+    migrations: Option<PathBuf>,
+    manifest: Option<PathBuf>,
+) -> Result<u8, Failure> {
+    let manifest = manifest.as_deref().map(Manifest::load).transpose()?;
+    let store = Store::open(&global.db_url(manifest.as_ref().and_then(|m| m.host.db.as_deref()))).await?;
+    let dir = migrations.or_else(|| manifest.and_then(|m| m.host.migrations));
+    let applied = match dir {
+        Some(dir) => store.migrate_operator(&dir).await?,
+        None => Vec::new(),
+    };
+    store.close().await;
+    if applied.is_empty() {
+        println!("migrations are up to date");
+    } else {
+        for name in applied {
+            println!("applied {name}");
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,235 @@
+//! One attempt of one pass, in the sandbox: instantiate, call the handler under the
+//! deadline, fuel budget and memory cap, and classify what happened.
+
+use super::bindings::exports::jobhost::job::handler::{self, Counter};
+use super::output::AttemptLog;
+use super::state::GuestState;
+use super::{Engine, Loaded, MAX_LOG_BYTES};
+use crate::capability::db::{DbCapability, DbSession};
+use crate::failure::FailureCode;
+use crate::job::MAX_CURSOR_BYTES;
+use std::time::Duration;
+use tokio::time::Instant;
+use wasmtime::{Trap, UpdateDeadline};
+
+/// Longest a pass may defer its next pass.
+pub const MAX_DEFER: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Most bytes of a guest's own error message kept on the run record.
+pub const MAX_MESSAGE_BYTES: usize = 2048;
+
+/// What the handler is told about its run.
+#[derive(Debug, Clone)]
+pub struct PassContext {
+    pub job: String,
+    pub run_id: String,
+    pub instance: String,
+    pub tenant: String,
+    pub attempt: u32,
+    pub pass: u32,
+    pub payload: String,
+    pub cursor: Option<String>,
+    pub counters: Vec<(String, i64)>,
+}
+
+pub struct AttemptSpec<'a> {
+    pub loaded: &'a Loaded,
+    pub context: PassContext,
+    pub memory: u64,
+    pub fuel: Option<u64>,
+    pub deadline: Instant,
+    pub db: Option<DbSession>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    Continue { cursor: String },
+    Defer { delay: Duration },
+}
+
+impl Outcome {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Continue { .. } => "continue",
+            Outcome::Defer { .. } => "defer",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptFailure {
+    pub code: FailureCode,
+    /// The guest's own message (truncated), for the run record only.
+    pub message: Option<String>,
+}
+
+#[derive(Debug)]
+pub struct AttemptReport {
+    pub result: Result<Outcome, AttemptFailure>,
+    pub fuel_used: u64,
+    pub peak_memory: u64,
+    pub duration: Duration,
+    pub log: String,
+    pub log_truncated: bool,
+}
+
+/// The error the epoch callback raises at the deadline.
+#[derive(Debug)]
+struct DeadlineReached;
+
+impl std::fmt::Display for DeadlineReached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline reached")
+    }
+}
+
+impl std::error::Error for DeadlineReached {}
+
+impl Engine {
+    pub async fn run_attempt(&self, spec: AttemptSpec<'_>) -> AttemptReport {
+        let started = Instant::now();
+        let log = AttemptLog::new(MAX_LOG_BYTES);
+        let state = GuestState::new(spec.memory, log.clone(), DbCapability::new(spec.db));
+        let mut store = wasmtime::Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        let fuel = spec.fuel.unwrap_or(u64::MAX);
+        store.set_fuel(fuel).expect("fuel is enabled on the engine");
+        // Every tick: yield to the runtime, or trap once the deadline has passed.
+        let deadline = spec.deadline.into_std();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if std::time::Instant::now() >= deadline {
+                Err(wasmtime::Error::new(DeadlineReached))
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        let context = to_wit(spec.context);
+        // A host call in flight at the deadline is cancelled by dropping the call.
+        let called = tokio::time::timeout_at(spec.deadline, async {
+            let job = spec.loaded.pre.instantiate_async(&mut store).await?;
+            job.jobhost_job_handler()
+                .call_run(&mut store, &context)
+                .await
+        })
+        .await;
+        let fuel_used = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        let state = store.data();
+        let result = classify(called, state);
+        let (log_text, log_truncated) = log.contents();
+        AttemptReport {
+            result,
+            fuel_used,
+            peak_memory: state.limiter.peak() as u64,
+            duration: started.elapsed(),
+            log: log_text,
+            log_truncated,
+        }
+    }
+}
+
+type Called = Result<
+    wasmtime::Result<Result<handler::Outcome, handler::JobError>>,
+    tokio::time::error::Elapsed,
+>;
+
+fn classify(called: Called, state: &GuestState) -> Result<Outcome, AttemptFailure> {
+    let fail = |code, message: Option<String>| AttemptFailure {
+        code,
+        message: message.map(|m| truncate(m, MAX_MESSAGE_BYTES)),
+    };
+    // Whatever the guest returned, a lost lease means its writes did not commit.
+    if state.signals.lease_lost {
+        return Err(fail(FailureCode::LeaseLost, None));
+    }
+    let returned = match called {
+        Err(_elapsed) => return Err(fail(FailureCode::Timeout, None)),
+        Ok(Err(error)) => {
+            let code = if error.downcast_ref::<DeadlineReached>().is_some() {
+                FailureCode::Timeout
+            } else if error.downcast_ref::<Trap>() == Some(&Trap::OutOfFuel) {
+                FailureCode::OutOfFuel
+            } else if state.limiter.hit() {
+                FailureCode::MemoryLimit
+            } else {
+                FailureCode::Trap
+            };
+            return Err(fail(code, None));
+        }
+        Ok(Ok(returned)) => returned,
+    };
+    match returned {
+        Ok(handler::Outcome::Done) => Ok(Outcome::Done),
+        Ok(handler::Outcome::Continue(cursor)) => {
+            let valid = cursor.len() <= MAX_CURSOR_BYTES
+                && serde_json::from_str::<serde_json::Value>(&cursor).is_ok();
+            if valid {
+                Ok(Outcome::Continue { cursor })
+            } else {
+                Err(fail(FailureCode::InvalidOutcome, None))
+            }
+        }
+        Ok(handler::Outcome::Defer(ms)) => {
+            let delay = Duration::from_millis(ms);
+            if delay <= MAX_DEFER {
+                Ok(Outcome::Defer { delay })
+            } else {
+                Err(fail(FailureCode::InvalidOutcome, None))
+            }
+        }
+        Err(handler::JobError::Unrecoverable(message)) => {
+            Err(fail(FailureCode::Unrecoverable, Some(message)))
+        }
+        Err(handler::JobError::Failed(message)) => {
+            let code = if state.signals.unavailable {
+                FailureCode::DriverFailed
+            } else {
+                state.signals.refused.unwrap_or(FailureCode::HandlerFailed)
+            };
+            Err(fail(code, Some(message)))
+        }
+    }
+}
+
+fn to_wit(c: PassContext) -> handler::Context {
+    handler::Context {
+        job: c.job,
+        run_id: c.run_id,
+        instance: c.instance,
+        tenant: c.tenant,
+        attempt: c.attempt,
+        pass: c.pass,
+        payload: c.payload,
+        cursor: c.cursor,
+        counters: c
+            .counters
+            .into_iter()
+            .map(|(name, value)| Counter { name, value })
+            .collect(),
+    }
+}
+
+/// Cuts text to at most `max` bytes on a character boundary.
+pub fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncates_on_char_boundaries() {
+        assert_eq!(truncate("héllo".into(), 2), "h");
+        assert_eq!(truncate("héllo".into(), 3), "hé");
+        assert_eq!(truncate("abc".into(), 10), "abc");
+    }
+}

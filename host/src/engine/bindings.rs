@@ -1,0 +1,15 @@
+//! Host bindings generated from `wit/jobhost.wit`.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "job",
+    imports: { default: async },
+    exports: { default: async },
+    with: {
+        "jobhost:job/db.transaction": crate::capability::db::TxHandle,
+    },
+});
+
+/// The WIT package this host implements, as it appears in import and export names.
+pub const PACKAGE: &str = "jobhost:job";
+pub const PACKAGE_VERSION: (u64, u64, u64) = (0, 1, 0);

@@ -1,0 +1,323 @@
+//! The sandbox's engine: wasmtime's configuration, the linker with exactly the imports a
+//! job may use, the epoch ticker, and loading (validating, compiling, caching) components.
+
+pub mod attempt;
+pub mod bindings;
+mod cache;
+pub mod contract;
+pub mod limits;
+pub mod output;
+pub mod state;
+
+use crate::grants::Grants;
+use bindings::{Job, JobPre};
+use cache::CompileCache;
+use contract::{ContractError, Imports};
+use sha2::{Digest, Sha256};
+use state::GuestState;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the epoch advances: the granularity of deadlines, and how often a running
+/// guest yields to the async runtime.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Largest component file the host loads.
+pub const MAX_COMPONENT_BYTES: u64 = 64 << 20;
+/// Most bytes of log kept per attempt.
+pub const MAX_LOG_BYTES: usize = 64 << 10;
+/// The guest's wasm stack; async fiber stacks are sized above it.
+const WASM_STACK: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("cannot configure the WebAssembly engine")]
+    Config(#[source] wasmtime::Error),
+    #[error("cannot create the compile cache at {path}: {source}")]
+    Cache {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Why a component was refused. Every message is one line naming the problem.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is larger than {MAX_COMPONENT_BYTES} bytes")]
+    TooLarge { path: PathBuf },
+    #[error("{path} is not a WebAssembly file")]
+    NotWasm { path: PathBuf },
+    #[error(
+        "{path} is a core WebAssembly module, not a component: build the job for wasm32-wasip2"
+    )]
+    CoreModule { path: PathBuf },
+    #[error("{path} is not a valid component: {reason}")]
+    Malformed { path: PathBuf, reason: String },
+    #[error("{path}: {source}")]
+    Contract {
+        path: PathBuf,
+        source: ContractError,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Pre-reserve instance slots (faster instantiation, more address space reserved).
+    pub pooling: bool,
+    /// Instances that may exist at once (pooling slots).
+    pub max_instances: u32,
+    /// Where compiled components are kept; `None` compiles in memory only.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            pooling: false,
+            max_instances: 64,
+            cache_dir: None,
+        }
+    }
+}
+
+/// A component ready to instantiate.
+pub struct Loaded {
+    pub digest: String,
+    pub imports: Imports,
+    pub(crate) pre: JobPre<GuestState>,
+}
+
+pub struct Engine {
+    engine: wasmtime::Engine,
+    linker: Linker<GuestState>,
+    cache: Option<CompileCache>,
+    loaded: Mutex<HashMap<String, Arc<Loaded>>>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Engine {
+    pub fn new(settings: &EngineSettings) -> Result<Engine, EngineError> {
+        let mut config = wasmtime::Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .consume_fuel(true)
+            .max_wasm_stack(WASM_STACK)
+            .async_stack_size(WASM_STACK * 2);
+        if settings.pooling {
+            let n = settings.max_instances;
+            let mut pool = PoolingAllocationConfig::default();
+            pool.total_component_instances(n)
+                .total_core_instances(n * 8)
+                .total_memories(n * 2)
+                .total_tables(n * 8)
+                .total_stacks(n)
+                .max_memory_size(4 << 30);
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = wasmtime::Engine::new(&config).map_err(EngineError::Config)?;
+        let mut linker = Linker::new(&engine);
+        add_wasi(&mut linker).map_err(EngineError::Config)?;
+        Job::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(EngineError::Config)?;
+        let cache = settings
+            .cache_dir
+            .as_ref()
+            .map(|dir| {
+                CompileCache::new(dir.clone(), &engine).map_err(|source| EngineError::Cache {
+                    path: dir.clone(),
+                    source,
+                })
+            })
+            .transpose()?;
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        spawn_ticker(engine.clone(), ticker_stop.clone());
+        Ok(Engine {
+            engine,
+            linker,
+            cache,
+            loaded: Mutex::default(),
+            ticker_stop,
+        })
+    }
+
+    pub fn wasmtime(&self) -> &wasmtime::Engine {
+        &self.engine
+    }
+
+    /// Reads, validates and compiles a component (or takes it from the caches), and
+    /// checks its imports against the job's grants. Compiling is CPU-bound: call this from
+    /// a blocking context (`spawn_blocking`) inside async code.
+    pub fn load(&self, path: &Path, grants: &Grants) -> Result<Arc<Loaded>, LoadError> {
+        let bytes = read_component(path)?;
+        let digest = hex::encode(Sha256::digest(&bytes));
+        let cached = self.loaded.lock().expect("loaded map").get(&digest).cloned();
+        let loaded = match cached {
+            Some(loaded) => loaded,
+            None => {
+                let loaded = Arc::new(self.compile(path, &bytes, digest.clone())?);
+                self.loaded
+                    .lock()
+                    .expect("loaded map")
+                    .insert(digest, loaded.clone());
+                loaded
+            }
+        };
+        // Grants differ per job: the same component is checked against each job's.
+        contract::check_grants(&loaded.imports, grants).map_err(|source| {
+            LoadError::Contract {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
+        Ok(loaded)
+    }
+
+    fn compile(&self, path: &Path, bytes: &[u8], digest: String) -> Result<Loaded, LoadError> {
+        let malformed = |e: wasmtime::Error| LoadError::Malformed {
+            path: path.to_path_buf(),
+            reason: one_line(&e),
+        };
+        let component = match self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest)) {
+            Some(component) => component,
+            None => {
+                let component = Component::new(&self.engine, bytes).map_err(malformed)?;
+                if let Some(cache) = &self.cache {
+                    cache.put(&digest, &component);
+                }
+                component
+            }
+        };
+        let ty = component.component_type();
+        let imports = contract::check(
+            ty.imports(&self.engine).map(|(name, _)| name),
+            ty.exports(&self.engine).map(|(name, _)| name),
+        )
+        .map_err(|source| LoadError::Contract {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .and_then(JobPre::new)
+            .map_err(malformed)?;
+        Ok(Loaded {
+            digest,
+            imports,
+            pre,
+        })
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Release);
+    }
+}
+
+/// One thread per engine advances the epoch; every store's deadline counts its ticks.
+fn spawn_ticker(engine: wasmtime::Engine, stop: Arc<AtomicBool>) {
+    std::thread::Builder::new()
+        .name("jobhost-epoch".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        })
+        .expect("spawn the epoch ticker");
+}
+
+fn read_component(path: &Path) -> Result<Vec<u8>, LoadError> {
+    let read_err = |source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let size = std::fs::metadata(path).map_err(read_err)?.len();
+    if size > MAX_COMPONENT_BYTES {
+        return Err(LoadError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    let bytes = std::fs::read(path).map_err(read_err)?;
+    // Magic, then a version/layer word: 1 for a core module, 0x0001000d for a component.
+    if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
+        return Err(LoadError::NotWasm {
+            path: path.to_path_buf(),
+        });
+    }
+    if bytes[4..8] == [1, 0, 0, 0] {
+        return Err(LoadError::CoreModule {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(bytes)
+}
+
+/// The first line of an error's outermost message: a validation error from wasmtime
+/// describes the component, not the host.
+fn one_line(error: &wasmtime::Error) -> String {
+    error
+        .to_string()
+        .lines()
+        .next()
+        .unwrap_or("invalid")
+        .to_string()
+}
+
+/// The WASI a sandboxed job gets: clocks, random, stdio and an empty filesystem (Rust's
+/// standard library imports it), and nothing else — no sockets, no HTTP.
+fn add_wasi(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    use wasmtime_wasi::cli::WasiCli;
+    use wasmtime_wasi::clocks::WasiClocks;
+    use wasmtime_wasi::filesystem::WasiFilesystem;
+    use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random};
+    use wasmtime_wasi::random::WasiRandom;
+    use wasmtime_wasi::WasiView;
+    use wasmtime_wasi::cli::WasiCliView;
+    use wasmtime_wasi::clocks::WasiClocksView;
+    use wasmtime_wasi::filesystem::WasiFilesystemView;
+    use wasmtime_wasi_io::bindings::wasi::io;
+
+    struct HasIo;
+    impl wasmtime::component::HasData for HasIo {
+        type Data<'a> = &'a mut wasmtime::component::ResourceTable;
+    }
+
+    let l = linker;
+    io::error::add_to_linker::<GuestState, HasIo>(l, |t| &mut t.table)?;
+    io::poll::add_to_linker::<GuestState, HasIo>(l, |t| &mut t.table)?;
+    io::streams::add_to_linker::<GuestState, HasIo>(l, |t| &mut t.table)?;
+    clocks::wall_clock::add_to_linker::<GuestState, WasiClocks>(l, GuestState::clocks)?;
+    clocks::monotonic_clock::add_to_linker::<GuestState, WasiClocks>(l, GuestState::clocks)?;
+    random::random::add_to_linker::<GuestState, WasiRandom>(l, |t| t.ctx().ctx.random())?;
+    random::insecure::add_to_linker::<GuestState, WasiRandom>(l, |t| t.ctx().ctx.random())?;
+    random::insecure_seed::add_to_linker::<GuestState, WasiRandom>(l, |t| {
+        t.ctx().ctx.random()
+    })?;
+    cli::exit::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
+    cli::environment::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
+    cli::stdin::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
+    cli::stdout::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
+    cli::stderr::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
+    cli::terminal_input::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
+    cli::terminal_output::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
+    cli::terminal_stdin::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
+    cli::terminal_stdout::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
+    cli::terminal_stderr::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
+    filesystem::types::add_to_linker::<GuestState, WasiFilesystem>(l, GuestState::filesystem)?;
+    filesystem::preopens::add_to_linker::<GuestState, WasiFilesystem>(
+        l,
+        GuestState::filesystem,
+    )?;
+    Ok(())
+}

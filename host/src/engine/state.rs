@@ -1,0 +1,57 @@
+//! What one attempt's wasmtime store holds.
+
+use super::limits::MemoryLimiter;
+use super::output::AttemptLog;
+use crate::capability::db::DbCapability;
+use crate::failure::FailureCode;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// What host calls noticed during the attempt, so its failure gets the right code even
+/// when the guest swallowed the error or turned it into its own message.
+#[derive(Debug, Default)]
+pub struct Signals {
+    /// A commit's fence failed: the attempt no longer held its lease.
+    pub lease_lost: bool,
+    /// The first refusal a host call returned.
+    pub refused: Option<FailureCode>,
+    /// A host call could not reach the database.
+    pub unavailable: bool,
+}
+
+pub struct GuestState {
+    wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) log: AttemptLog,
+    pub(crate) db: DbCapability,
+    pub(crate) signals: Signals,
+}
+
+impl GuestState {
+    pub fn new(memory_cap: u64, log: AttemptLog, db: DbCapability) -> Self {
+        // No preopens, no environment, no arguments, no network: stdout and stderr go to
+        // the attempt's log; stdin is empty.
+        let wasi = WasiCtx::builder()
+            .stdout(log.clone())
+            .stderr(log.clone())
+            .build();
+        GuestState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(memory_cap),
+            log,
+            db,
+            signals: Signals::default(),
+        }
+    }
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}

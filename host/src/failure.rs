@@ -1,0 +1,157 @@
+//! The fixed failure codes: the only failure text that logs, reports and metrics carry.
+//!
+//! Every code is listed once, in [`FailureCode::ALL`], with the sentence that documents it;
+//! `host codes` prints that table and `docs/failure-codes.md` mirrors it (a test keeps the
+//! two in step). A guest's own error text is never a code: it is kept, truncated, on the
+//! run's record only.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCode {
+    Timeout,
+    OutOfFuel,
+    MemoryLimit,
+    Trap,
+    HandlerFailed,
+    Unrecoverable,
+    InvalidOutcome,
+    LeaseLost,
+    CapabilityRefused,
+    QueryRefused,
+    DriverFailed,
+    Crashed,
+    Cancelled,
+}
+
+impl FailureCode {
+    /// Every code with its meaning: the single place they are documented.
+    pub const ALL: [(FailureCode, &'static str); 13] = [
+        (
+            FailureCode::Timeout,
+            "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
+        ),
+        (
+            FailureCode::OutOfFuel,
+            "the attempt used up its fuel (CPU) budget",
+        ),
+        (
+            FailureCode::MemoryLimit,
+            "the guest tried to grow its memory past the job's cap",
+        ),
+        (
+            FailureCode::Trap,
+            "the guest trapped (panic, unreachable, stack overflow, ...)",
+        ),
+        (
+            FailureCode::HandlerFailed,
+            "the handler returned `failed`; the run may retry",
+        ),
+        (
+            FailureCode::Unrecoverable,
+            "the handler returned `unrecoverable` (or its payload did not parse); never retried",
+        ),
+        (
+            FailureCode::InvalidOutcome,
+            "the handler returned an outcome the host cannot keep (a cursor that is not JSON, or too large)",
+        ),
+        (
+            FailureCode::LeaseLost,
+            "the attempt's lease generation was superseded or past its deadline: nothing it wrote afterwards committed",
+        ),
+        (
+            FailureCode::CapabilityRefused,
+            "the guest called a capability it was not granted, and failed",
+        ),
+        (
+            FailureCode::QueryRefused,
+            "the database refused a guest statement (not granted, forbidden or failed), and the guest failed",
+        ),
+        (
+            FailureCode::DriverFailed,
+            "the host could not reach its database during the attempt",
+        ),
+        (
+            FailureCode::Crashed,
+            "the host running the run stopped before finishing it; found when its lease expired",
+        ),
+        (
+            FailureCode::Cancelled,
+            "the host shut down and cancelled the attempt after the grace period",
+        ),
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureCode::Timeout => "timeout",
+            FailureCode::OutOfFuel => "out_of_fuel",
+            FailureCode::MemoryLimit => "memory_limit",
+            FailureCode::Trap => "trap",
+            FailureCode::HandlerFailed => "handler_failed",
+            FailureCode::Unrecoverable => "unrecoverable",
+            FailureCode::InvalidOutcome => "invalid_outcome",
+            FailureCode::LeaseLost => "lease_lost",
+            FailureCode::CapabilityRefused => "capability_refused",
+            FailureCode::QueryRefused => "query_refused",
+            FailureCode::DriverFailed => "driver_failed",
+            FailureCode::Crashed => "crashed",
+            FailureCode::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(code: &str) -> Option<FailureCode> {
+        Self::ALL
+            .iter()
+            .map(|(c, _)| *c)
+            .find(|c| c.as_str() == code)
+    }
+
+    /// Whether another attempt could succeed. `lease_lost` is retried only in the sense that
+    /// the retry must first renew the lease, which fails if the lease was superseded.
+    pub fn is_retryable(self) -> bool {
+        !matches!(
+            self,
+            FailureCode::Unrecoverable
+                | FailureCode::CapabilityRefused
+                | FailureCode::InvalidOutcome
+                | FailureCode::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for FailureCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for (code, doc) in FailureCode::ALL {
+            assert!(seen.insert(code.as_str()), "duplicate {code}");
+            assert_eq!(FailureCode::parse(code.as_str()), Some(code));
+            assert!(!doc.is_empty());
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+        assert_eq!(FailureCode::parse("nope"), None);
+    }
+
+    #[test]
+    fn docs_list_every_code() {
+        let doc = include_str!("../../docs/failure-codes.md");
+        for (code, _) in FailureCode::ALL {
+            assert!(
+                doc.contains(&format!("`{}`", code.as_str())),
+                "docs/failure-codes.md does not document `{code}`"
+            );
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! What a job may touch: deny-by-default capability grants.
+//!
+//! A job starts with nothing. Each capability it is given gets its own section (`db` now;
+//! `files` and `links` slot in beside it as further optional fields), written in a manifest
+//! (`[jobs.NAME.grants] db = { read = [...], write = [...] }`) or as `--grant CAP.MODE=NAME`
+//! flags for ad-hoc runs. The grants are enforced by the database itself (see
+//! `store::sqlite_guest`), never by matching SQL text.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GrantError {
+    #[error("invalid grant {0:?}: use CAP.MODE=NAME[,NAME...], e.g. db.write=ledger")]
+    Syntax(String),
+    #[error("unknown capability {0:?} in grant (known: db)")]
+    UnknownCapability(String),
+    #[error("unknown mode {mode:?} for capability {capability:?} (known: read, write)")]
+    UnknownMode { capability: String, mode: String },
+    #[error("invalid table name {0:?}: use letters, digits and underscores")]
+    TableName(String),
+    #[error("table {0:?} belongs to the host and cannot be granted")]
+    ReservedTable(String),
+}
+
+/// Table-name prefixes that belong to the host or the database engine.
+const RESERVED_PREFIXES: [&str; 3] = ["jobhost_", "sqlite_", "pg_"];
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grants {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub db: Option<DbGrant>,
+}
+
+/// Tables a job may read, and tables it may write (writing implies reading).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DbGrant {
+    #[serde(default)]
+    pub read: BTreeSet<String>,
+    #[serde(default)]
+    pub write: BTreeSet<String>,
+}
+
+impl DbGrant {
+    pub fn may_read(&self, table: &str) -> bool {
+        let table = table.to_ascii_lowercase();
+        self.read.contains(&table) || self.write.contains(&table)
+    }
+
+    pub fn may_write(&self, table: &str) -> bool {
+        self.write.contains(&table.to_ascii_lowercase())
+    }
+
+    /// Every table the grant names, lower-cased.
+    pub fn tables(&self) -> BTreeSet<&str> {
+        self.read
+            .iter()
+            .chain(self.write.iter())
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+impl Grants {
+    /// Adds one `CAP.MODE=NAME[,NAME...]` flag.
+    pub fn add_flag(&mut self, flag: &str) -> Result<(), GrantError> {
+        let syntax = || GrantError::Syntax(flag.to_string());
+        let (key, names) = flag.split_once('=').ok_or_else(syntax)?;
+        let (capability, mode) = key.split_once('.').ok_or_else(syntax)?;
+        let names: Vec<&str> = names.split(',').map(str::trim).collect();
+        if names.iter().any(|n| n.is_empty()) {
+            return Err(syntax());
+        }
+        match capability {
+            "db" => {
+                let db = self.db.get_or_insert_with(DbGrant::default);
+                let set = match mode {
+                    "read" => &mut db.read,
+                    "write" => &mut db.write,
+                    _ => {
+                        return Err(GrantError::UnknownMode {
+                            capability: capability.into(),
+                            mode: mode.into(),
+                        });
+                    }
+                };
+                set.extend(names.iter().map(|n| n.to_string()));
+            }
+            other => return Err(GrantError::UnknownCapability(other.into())),
+        }
+        self.normalize()
+    }
+
+    /// Lower-cases and validates every name; refuses host and engine tables.
+    pub fn normalize(&mut self) -> Result<(), GrantError> {
+        if let Some(db) = &mut self.db {
+            for set in [&mut db.read, &mut db.write] {
+                let names = std::mem::take(set);
+                for name in names {
+                    set.insert(validate_table(&name)?);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn validate_table(name: &str) -> Result<String, GrantError> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(GrantError::TableName(name.to_string()));
+    }
+    let lower = name.to_ascii_lowercase();
+    if RESERVED_PREFIXES.iter().any(|p| lower.starts_with(p)) {
+        return Err(GrantError::ReservedTable(name.to_string()));
+    }
+    Ok(lower)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_build_grants() {
+        let mut g = Grants::default();
+        g.add_flag("db.write=Ledger").unwrap();
+        g.add_flag("db.read=accounts,rates").unwrap();
+        let db = g.db.unwrap();
+        assert!(db.may_write("ledger") && db.may_read("LEDGER"));
+        assert!(db.may_read("accounts") && !db.may_write("accounts"));
+        assert!(!db.may_read("secrets"));
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        let mut g = Grants::default();
+        assert_eq!(
+            g.add_flag("db.write"),
+            Err(GrantError::Syntax("db.write".into()))
+        );
+        assert!(matches!(
+            g.add_flag("net.read=x"),
+            Err(GrantError::UnknownCapability(_))
+        ));
+        assert!(matches!(
+            g.add_flag("db.admin=x"),
+            Err(GrantError::UnknownMode { .. })
+        ));
+        assert!(matches!(
+            g.add_flag("db.read=jobhost_runs"),
+            Err(GrantError::ReservedTable(_))
+        ));
+        assert!(matches!(
+            g.add_flag("db.read=sqlite_master"),
+            Err(GrantError::ReservedTable(_))
+        ));
+        assert!(matches!(
+            g.add_flag("db.read=a;drop"),
+            Err(GrantError::TableName(_))
+        ));
+        assert!(matches!(g.add_flag("db.read=a,"), Err(GrantError::Syntax(_))));
+    }
+}

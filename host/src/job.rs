@@ -1,0 +1,155 @@
+//! A job's resolved definition: what runs, under which limits, with which grants.
+
+use crate::grants::Grants;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Largest payload a run accepts, as JSON text.
+pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
+/// Largest cursor a pass may return, as JSON text.
+pub const MAX_CURSOR_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum JobError {
+    #[error(
+        "invalid job name {0:?}: use 1-64 lower-case letters, digits, '-', '_' or '.', starting with a letter or digit"
+    )]
+    Name(String),
+    #[error("payload is not valid JSON")]
+    PayloadNotJson,
+    #[error("payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")]
+    PayloadTooLarge { size: usize },
+    #[error("timeout must be at least 10ms")]
+    TimeoutTooShort,
+    #[error("memory cap must be at least 1MiB and at most 4GiB")]
+    MemoryOutOfRange,
+    #[error("invalid instance key {0:?}: use 1-128 printable characters")]
+    Instance(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    #[serde(with = "crate::units::serde_duration")]
+    pub timeout: Duration,
+    /// CPU budget in Wasm fuel units; `None` means only the deadline bounds the attempt.
+    pub fuel: Option<u64>,
+    #[serde(with = "crate::units::serde_size")]
+    pub memory: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: Duration::from_secs(30),
+            fuel: None,
+            memory: 64 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Extra attempts after the first failed one.
+    pub retries: u32,
+    #[serde(with = "crate::units::serde_duration")]
+    pub backoff_base: Duration,
+    #[serde(with = "crate::units::serde_duration")]
+    pub backoff_max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            retries: 0,
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub name: String,
+    pub tenant: String,
+    pub component: PathBuf,
+    pub limits: Limits,
+    pub retry: RetryPolicy,
+    pub grants: Grants,
+    /// Cron expression, if the job runs on a schedule.
+    pub schedule: Option<String>,
+    /// Payload of scheduled and kicked runs.
+    pub payload: serde_json::Value,
+}
+
+impl JobSpec {
+    pub fn validate(&self) -> Result<(), JobError> {
+        validate_name(&self.name)?;
+        if self.limits.timeout < Duration::from_millis(10) {
+            return Err(JobError::TimeoutTooShort);
+        }
+        if !(1 << 20..=4 << 30).contains(&self.limits.memory) {
+            return Err(JobError::MemoryOutOfRange);
+        }
+        validate_payload(&self.payload.to_string())?;
+        Ok(())
+    }
+}
+
+pub fn validate_name(name: &str) -> Result<(), JobError> {
+    let ok = (1..=64).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(JobError::Name(name.to_string()))
+    }
+}
+
+pub fn validate_instance(instance: &str) -> Result<(), JobError> {
+    let ok = (1..=128).contains(&instance.len()) && instance.chars().all(|c| !c.is_control());
+    if ok {
+        Ok(())
+    } else {
+        Err(JobError::Instance(instance.to_string()))
+    }
+}
+
+/// Checks a payload's size and that it is JSON, returning it in canonical form.
+pub fn validate_payload(text: &str) -> Result<String, JobError> {
+    if text.len() > MAX_PAYLOAD_BYTES {
+        return Err(JobError::PayloadTooLarge { size: text.len() });
+    }
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|_| JobError::PayloadNotJson)?;
+    Ok(value.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for good in ["hello", "a", "nightly-report.v2", "0day_sync"] {
+            assert!(validate_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "Hello", "-x", "a b", "x/y", &"a".repeat(65)] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn payloads() {
+        assert_eq!(validate_payload(r#"{ "a" : 1 }"#).unwrap(), r#"{"a":1}"#);
+        assert_eq!(validate_payload("{"), Err(JobError::PayloadNotJson));
+        let big = format!("\"{}\"", "x".repeat(MAX_PAYLOAD_BYTES));
+        assert!(matches!(
+            validate_payload(&big),
+            Err(JobError::PayloadTooLarge { .. })
+        ));
+    }
+}

@@ -1,0 +1,79 @@
+//! The lease protocol: who may run a job's instance, and which attempt's writes commit.
+//!
+//! A lease is a row per (job, instance) with a generation, a holder (the run), a deadline
+//! and an expiry, all in database time:
+//!
+//! - **acquire** takes a free or expired lease at the next generation;
+//! - **renew** moves a held lease to the next generation with a fresh deadline: every
+//!   attempt has its own generation, so nothing an earlier attempt still has in flight can
+//!   commit once a retry started;
+//! - **fence**: every guest write commits in one transaction with a check that the lease
+//!   is still at the attempt's generation and before its deadline (see `store::guest`);
+//! - **park** keeps the lease while a run waits in the queue (backoff, next pass), with no
+//!   deadline (nothing may commit meanwhile) and an expiry after its due time;
+//! - **release** frees it, only at the holder's generation.
+//!
+//! The deadline is the attempt's timeout; the expiry adds `grace`, the time the host has
+//! after a deadline to record the outcome before another host may take the lease (and
+//! surveillance reports the run `crashed`).
+
+use crate::store::{Lease, LeaseRequest, Result, RunRecord, Store};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseTerms {
+    /// Time after an attempt's deadline before its lease expires.
+    pub grace: Duration,
+}
+
+impl Default for LeaseTerms {
+    fn default() -> Self {
+        LeaseTerms {
+            grace: Duration::from_secs(5),
+        }
+    }
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl LeaseTerms {
+    /// Takes the lease of a run's job instance for its first attempt.
+    pub async fn acquire(&self, store: &Store, run: &RunRecord, timeout: Duration) -> Result<Option<Lease>> {
+        store
+            .acquire_lease(&LeaseRequest {
+                job: &run.job,
+                instance: &run.instance,
+                holder: &run.id,
+                deadline_ms: ms(timeout),
+                expires_ms: ms(timeout + self.grace),
+            })
+            .await
+    }
+
+    /// The lease a run held for its previous attempt, as recorded on the run.
+    pub fn held_by(run: &RunRecord) -> Option<Lease> {
+        run.generation.map(|generation| Lease {
+            job: run.job.clone(),
+            instance: run.instance.clone(),
+            generation,
+            holder: run.id.clone(),
+            deadline_at: 0,
+            expires_at: 0,
+        })
+    }
+
+    /// Moves the run's lease to a new generation for its next attempt.
+    pub async fn renew(&self, store: &Store, lease: &Lease, timeout: Duration) -> Result<Option<Lease>> {
+        store
+            .renew_lease(lease, ms(timeout), ms(timeout + self.grace))
+            .await
+    }
+
+    /// How long a parked lease stays held for a run due after `delay`: long enough for a
+    /// host to claim the run and renew it.
+    pub fn park_for(&self, delay: Duration, claim_slack: Duration) -> i64 {
+        ms(delay + claim_slack + self.grace)
+    }
+}

@@ -1,0 +1,406 @@
+//! A run's life, one attempt at a time: take or renew the lease, run the pass in the
+//! sandbox, record the attempt, then decide — finish, retry after backoff, or queue the
+//! next pass. Every decision about a run is made here; the store only writes it down.
+//!
+//! A run waiting for a retry or its next pass goes back to the queue with its lease
+//! parked, so any host may pick it up when it is due, and a host that dies while a run
+//! waits loses nothing.
+
+pub mod backoff;
+
+use crate::capability::db::DbSession;
+use crate::engine::attempt::{AttemptReport, AttemptSpec, Outcome, PassContext};
+use crate::engine::{Engine, Loaded};
+use crate::failure::FailureCode;
+use crate::job::JobSpec;
+use crate::lease::LeaseTerms;
+use crate::store::guest::{Access, Fence, GuestDb};
+use crate::store::{
+    AttemptEnd, BeginAttempt, Finish, FinishResult, Lease, NewReport, NewRun, Origin,
+    ReportKind, Requeue, RunRecord, RunStatus, Store, StoreError,
+};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct RunnerSettings {
+    pub lease: LeaseTerms,
+    /// How long a guest write transaction may stay open.
+    pub txn_bound: Duration,
+    /// How long a queued run's parked lease outlasts its due time, for a host to claim it.
+    pub claim_slack: Duration,
+}
+
+impl Default for RunnerSettings {
+    fn default() -> Self {
+        RunnerSettings {
+            lease: LeaseTerms::default(),
+            txn_bound: Duration::from_secs(5),
+            claim_slack: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What one call of [`Runner::step`] did to a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// The run ended with this status (and failure code).
+    Finished {
+        status: RunStatus,
+        code: Option<FailureCode>,
+        follow_up: Option<String>,
+    },
+    /// The run is queued again, due after `delay`.
+    Requeued { delay: Duration },
+    /// Another run held the lease.
+    Skipped,
+    /// The run stopped being ours (marked crashed meanwhile); nothing was recorded.
+    Abandoned,
+}
+
+pub struct Runner {
+    store: Store,
+    engine: Arc<Engine>,
+    guest_db: GuestDb,
+    host_id: String,
+    settings: RunnerSettings,
+}
+
+impl Runner {
+    pub fn new(
+        store: Store,
+        engine: Arc<Engine>,
+        guest_db: GuestDb,
+        host_id: String,
+        settings: RunnerSettings,
+    ) -> Self {
+        Runner {
+            store,
+            engine,
+            guest_db,
+            host_id,
+            settings,
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn host_id(&self) -> &str {
+        &self.host_id
+    }
+
+    /// Runs one attempt of a run this host claimed (status `running`).
+    pub async fn step(
+        &self,
+        run: &RunRecord,
+        spec: &JobSpec,
+        loaded: &Loaded,
+    ) -> Result<Step, StoreError> {
+        let timeout = spec.limits.timeout;
+        let terms = &self.settings.lease;
+        let lease = match LeaseTerms::held_by(run) {
+            None => match terms.acquire(&self.store, run, timeout).await? {
+                Some(lease) => lease,
+                None => return self.skip(run).await,
+            },
+            Some(previous) => match terms.renew(&self.store, &previous, timeout).await? {
+                Some(lease) => lease,
+                None => {
+                    let failure = Failure::code(FailureCode::LeaseLost);
+                    return self.finish(run, spec, &previous, failure, run.failures).await;
+                }
+            },
+        };
+        let deadline = Instant::now() + timeout;
+        let attempt = run.failures + 1;
+        let seq = self
+            .store
+            .begin_attempt(&BeginAttempt {
+                run_id: &run.id,
+                generation: lease.generation,
+                host: &self.host_id,
+                pass: run.pass,
+                attempt,
+            })
+            .await?;
+        let Some(seq) = seq else {
+            return Ok(Step::Abandoned);
+        };
+        let report = self
+            .engine
+            .run_attempt(AttemptSpec {
+                loaded,
+                context: pass_context(run, attempt),
+                memory: spec.limits.memory,
+                fuel: spec.limits.fuel,
+                deadline,
+                db: self.db_session(spec, &lease, deadline),
+            })
+            .await;
+        self.record_attempt(run, seq, attempt, &report).await?;
+        match report.result {
+            Ok(Outcome::Done) => self.finish(run, spec, &lease, Failure::none(), 0).await,
+            Ok(Outcome::Continue { cursor }) => {
+                self.requeue(run, &lease, Duration::ZERO, run.pass + 1, Some(&cursor), 0, None)
+                    .await
+            }
+            Ok(Outcome::Defer { delay }) => {
+                let cursor = run.cursor.as_deref();
+                self.requeue(run, &lease, delay, run.pass + 1, cursor, 0, None).await
+            }
+            Err(failure) => {
+                let failures = run.failures + 1;
+                let allowed = i64::from(spec.retry.retries) + 1;
+                let failure = Failure {
+                    code: Some(failure.code),
+                    message: failure.message,
+                };
+                if failure.code.is_some_and(FailureCode::is_retryable) && failures < allowed {
+                    let delay =
+                        backoff::delay(&spec.retry, failures as u32, &mut rand::rng());
+                    let cursor = run.cursor.as_deref();
+                    self.requeue(run, &lease, delay, run.pass, cursor, failures, Some(&failure))
+                        .await
+                } else {
+                    self.finish(run, spec, &lease, failure, failures).await
+                }
+            }
+        }
+    }
+
+    fn db_session(&self, spec: &JobSpec, lease: &Lease, deadline: Instant) -> Option<DbSession> {
+        let grant = spec.grants.db.clone()?;
+        Some(DbSession {
+            db: self.guest_db.clone(),
+            access: Access {
+                grant: Arc::new(grant),
+                fence: Fence {
+                    job: lease.job.clone(),
+                    instance: lease.instance.clone(),
+                    generation: lease.generation,
+                    holder: lease.holder.clone(),
+                },
+                deadline,
+            },
+            txn_bound: self.settings.txn_bound,
+        })
+    }
+
+    async fn record_attempt(
+        &self,
+        run: &RunRecord,
+        seq: i64,
+        attempt: i64,
+        report: &AttemptReport,
+    ) -> Result<(), StoreError> {
+        let (status, outcome, code) = match &report.result {
+            Ok(outcome) => ("succeeded", Some(outcome.name()), None),
+            Err(failure) => ("failed", None, Some(failure.code.as_str())),
+        };
+        tracing::info!(
+            job = %run.job,
+            run_id = %run.id,
+            pass = run.pass,
+            attempt,
+            status,
+            code,
+            duration_ms = report.duration.as_millis() as u64,
+            fuel_used = report.fuel_used,
+            peak_memory = report.peak_memory,
+            "attempt finished"
+        );
+        self.store
+            .finish_attempt(&AttemptEnd {
+                run_id: &run.id,
+                seq,
+                status,
+                outcome,
+                code,
+                fuel_used: Some(i64::try_from(report.fuel_used).unwrap_or(i64::MAX)),
+                peak_memory: Some(report.peak_memory as i64),
+                duration_ms: report.duration.as_millis() as i64,
+                log: &report.log,
+                log_truncated: report.log_truncated,
+            })
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn requeue(
+        &self,
+        run: &RunRecord,
+        lease: &Lease,
+        delay: Duration,
+        pass: i64,
+        cursor: Option<&str>,
+        failures: i64,
+        failure: Option<&Failure>,
+    ) -> Result<Step, StoreError> {
+        let requeued = self
+            .store
+            .requeue_run(&Requeue {
+                run_id: &run.id,
+                lease,
+                delay_ms: delay.as_millis() as i64,
+                hold_ms: self.settings.lease.park_for(delay, self.settings.claim_slack),
+                pass,
+                cursor,
+                failures,
+                last_code: failure.and_then(|f| f.code).map(FailureCode::as_str),
+                last_error: failure.and_then(|f| f.message.as_deref()),
+            })
+            .await?;
+        Ok(if requeued {
+            Step::Requeued { delay }
+        } else {
+            Step::Abandoned
+        })
+    }
+
+    async fn finish(
+        &self,
+        run: &RunRecord,
+        spec: &JobSpec,
+        lease: &Lease,
+        failure: Failure,
+        failures: i64,
+    ) -> Result<Step, StoreError> {
+        let status = if failure.code.is_some() {
+            RunStatus::Failed
+        } else {
+            RunStatus::Succeeded
+        };
+        let result = self
+            .store
+            .finish_run(&self.finish_args(run, spec, lease, status, &failure, failures, true))
+            .await?;
+        let (status, code, result) = match result {
+            FinishResult::LeaseLost => {
+                // The lease moved on under this run: whatever it returned, record the loss.
+                let lost = Failure::code(FailureCode::LeaseLost);
+                let args = self.finish_args(run, spec, lease, RunStatus::Failed, &lost, failures, false);
+                (RunStatus::Failed, lost.code, self.store.finish_run(&args).await?)
+            }
+            other => (status, failure.code, other),
+        };
+        Ok(match result {
+            FinishResult::Finished { follow_up } => {
+                tracing::info!(job = %run.job, run_id = %run.id, status = status.as_str(), code = code.map(FailureCode::as_str), "run finished");
+                Step::Finished {
+                    status,
+                    code,
+                    follow_up,
+                }
+            }
+            FinishResult::LeaseLost | FinishResult::NotRunning => Step::Abandoned,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_args<'a>(
+        &self,
+        run: &'a RunRecord,
+        spec: &JobSpec,
+        lease: &'a Lease,
+        status: RunStatus,
+        failure: &'a Failure,
+        failures: i64,
+        require_lease: bool,
+    ) -> Finish<'a> {
+        let code = failure.code.map(FailureCode::as_str);
+        Finish {
+            run_id: &run.id,
+            lease,
+            require_lease,
+            status,
+            code,
+            error: failure.message.as_deref(),
+            cursor: run.cursor.as_deref(),
+            pass: run.pass,
+            failures,
+            follow_up: Some(NewRun {
+                id: new_run_id(),
+                job: run.job.clone(),
+                instance: run.instance.clone(),
+                tenant: run.tenant.clone(),
+                origin: Origin::Kick,
+                payload: spec.payload.to_string(),
+                cursor: None,
+                component_digest: None,
+                scheduled_for: None,
+                rerun_of: None,
+                delay_ms: 0,
+            }),
+            report: failure.code.map(|code| {
+                let kind = if code == FailureCode::LeaseLost {
+                    ReportKind::LeaseLost
+                } else {
+                    ReportKind::RunFailed
+                };
+                NewReport::about_run(kind, run, code)
+            }),
+        }
+    }
+
+    async fn skip(&self, run: &RunRecord) -> Result<Step, StoreError> {
+        // A kick that finds the job running is not lost: it sets the lease's pending flag,
+        // and the run holding the lease queues one follow-up when it finishes.
+        if run.origin == Origin::Kick.as_str() && self.store.set_pending(&run.job, &run.instance).await? {
+            self.store
+                .skip_run(&run.id, "the job was running: kick folded into its pending flag")
+                .await?;
+        } else {
+            self.store
+                .skip_run(&run.id, "the job's lease was held by another run")
+                .await?;
+        }
+        tracing::info!(job = %run.job, run_id = %run.id, "run skipped: lease held");
+        Ok(Step::Skipped)
+    }
+}
+
+/// A failure code with the guest's own message, if any.
+struct Failure {
+    code: Option<FailureCode>,
+    message: Option<String>,
+}
+
+impl Failure {
+    fn none() -> Self {
+        Failure {
+            code: None,
+            message: None,
+        }
+    }
+
+    fn code(code: FailureCode) -> Self {
+        Failure {
+            code: Some(code),
+            message: None,
+        }
+    }
+}
+
+fn pass_context(run: &RunRecord, attempt: i64) -> PassContext {
+    let counters: std::collections::BTreeMap<String, i64> =
+        serde_json::from_str(&run.counters).unwrap_or_default();
+    PassContext {
+        job: run.job.clone(),
+        run_id: run.id.clone(),
+        instance: run.instance.clone(),
+        tenant: run.tenant.clone(),
+        attempt: attempt as u32,
+        pass: run.pass as u32,
+        payload: run.payload.clone(),
+        cursor: run.cursor.clone(),
+        counters: counters.into_iter().collect(),
+    }
+}
+
+/// A new, time-ordered run id.
+pub fn new_run_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}

@@ -1,0 +1,212 @@
+//! The guest's side of the database: SQL a job runs on the tables it was granted.
+//!
+//! [`GuestDb`] is the port the `db` capability calls; each backend enforces the grants in
+//! the database itself (SQLite: an authorizer; Postgres: a role per job) and fences every
+//! commit with the attempt's lease in the same transaction. Every failure is a fixed code.
+
+use super::sqlite_guest::{SqliteGuest, SqliteTx};
+use crate::grants::DbGrant;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// A value crossing the boundary, in either direction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SqlValue {
+    Null,
+    Integer(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SqlRows {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<SqlValue>>,
+}
+
+/// Most rows one statement may return to a guest.
+pub const MAX_ROWS: usize = 10_000;
+/// Most bytes of values one statement may return to a guest.
+pub const MAX_RESULT_BYTES: usize = 8 << 20;
+/// Most bytes of SQL text per statement.
+pub const MAX_SQL_BYTES: usize = 64 << 10;
+/// Most parameters per statement.
+pub const MAX_PARAMS: usize = 999;
+
+/// Why a statement was refused: the fixed reasons guests see in `query-refused`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The statement touches a table the job was not granted (or not for writing).
+    NotGranted,
+    /// A write outside a transaction.
+    ReadOnly,
+    /// Schema changes, pragmas, attaching databases, transaction control, role changes.
+    Forbidden,
+    /// The statement does not parse or names something that does not exist.
+    InvalidStatement,
+    /// A constraint (unique, foreign key, not null, check) rejected the write.
+    Constraint,
+    /// The statement ran into the attempt's deadline or the transaction's time bound.
+    Interrupted,
+    /// The transaction stayed open longer than the host allows and was rolled back.
+    TransactionTimeout,
+    /// Any other failure of the statement.
+    Failed,
+}
+
+impl Refusal {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::NotGranted => "not-granted",
+            Refusal::ReadOnly => "read-only",
+            Refusal::Forbidden => "forbidden",
+            Refusal::InvalidStatement => "invalid-statement",
+            Refusal::Constraint => "constraint",
+            Refusal::Interrupted => "interrupted",
+            Refusal::TransactionTimeout => "transaction-timeout",
+            Refusal::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestDbError {
+    /// The fence failed: the lease moved on or its deadline passed; nothing committed.
+    LeaseLost,
+    Refused(Refusal),
+    /// The arguments were not acceptable (fixed reason).
+    Invalid(&'static str),
+    /// The database could not be reached.
+    Unavailable,
+}
+
+/// The lease generation a transaction is fenced by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub job: String,
+    pub instance: String,
+    pub generation: i64,
+    pub holder: String,
+}
+
+/// What one attempt may do, and until when.
+#[derive(Debug, Clone)]
+pub struct Access {
+    pub grant: Arc<DbGrant>,
+    pub fence: Fence,
+    /// Statements are interrupted at this instant.
+    pub deadline: Instant,
+}
+
+/// The guest-facing database of one backend.
+#[derive(Clone)]
+pub enum GuestDb {
+    Sqlite(SqliteGuest),
+}
+
+impl GuestDb {
+    /// Opens the guest-facing side of the store's database (its own connections).
+    pub async fn open(store: &super::Store) -> Result<GuestDb, super::StoreError> {
+        match store.backend() {
+            super::Backend::Sqlite => {
+                let pool = super::open_sqlite(store.url(), 4).await?;
+                Ok(GuestDb::Sqlite(SqliteGuest::new(pool, store.fence_sql())))
+            }
+            super::Backend::Postgres => Err(super::StoreError::UnsupportedUrl),
+        }
+    }
+
+    /// Runs one read-only statement outside any transaction.
+    pub async fn query(
+        &self,
+        access: &Access,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<SqlRows, GuestDbError> {
+        check_statement(sql, params)?;
+        match self {
+            GuestDb::Sqlite(db) => db.query(access, sql, params).await,
+        }
+    }
+
+    /// Opens a write transaction that stays open at most until `until`.
+    pub async fn begin(&self, access: &Access, until: Instant) -> Result<GuestTx, GuestDbError> {
+        match self {
+            GuestDb::Sqlite(db) => Ok(GuestTx::Sqlite(db.begin(access, until).await?)),
+        }
+    }
+}
+
+/// An open write transaction. Dropping it rolls it back.
+pub enum GuestTx {
+    Sqlite(SqliteTx),
+}
+
+impl GuestTx {
+    pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, GuestDbError> {
+        check_statement(sql, params)?;
+        match self {
+            GuestTx::Sqlite(tx) => tx.query(sql, params).await,
+        }
+    }
+
+    pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError> {
+        check_statement(sql, params)?;
+        match self {
+            GuestTx::Sqlite(tx) => tx.execute(sql, params).await,
+        }
+    }
+
+    /// Checks the fence and commits, both in the transaction: all or nothing.
+    pub async fn commit(self) -> Result<(), GuestDbError> {
+        match self {
+            GuestTx::Sqlite(tx) => tx.commit().await,
+        }
+    }
+
+    pub async fn rollback(self) {
+        match self {
+            GuestTx::Sqlite(tx) => tx.rollback().await,
+        }
+    }
+}
+
+fn check_statement(sql: &str, params: &[SqlValue]) -> Result<(), GuestDbError> {
+    if sql.len() > MAX_SQL_BYTES {
+        return Err(GuestDbError::Invalid("statement-too-long"));
+    }
+    if params.len() > MAX_PARAMS {
+        return Err(GuestDbError::Invalid("too-many-params"));
+    }
+    Ok(())
+}
+
+/// Adds up the size of a row while a result is collected, refusing oversized results.
+pub(crate) struct ResultBudget {
+    rows: usize,
+    bytes: usize,
+}
+
+impl ResultBudget {
+    pub(crate) fn new() -> Self {
+        ResultBudget { rows: 0, bytes: 0 }
+    }
+
+    pub(crate) fn take(&mut self, row: &[SqlValue]) -> Result<(), GuestDbError> {
+        self.rows += 1;
+        self.bytes += row
+            .iter()
+            .map(|v| match v {
+                SqlValue::Text(s) => s.len(),
+                SqlValue::Blob(b) => b.len(),
+                _ => 8,
+            })
+            .sum::<usize>();
+        if self.rows > MAX_ROWS || self.bytes > MAX_RESULT_BYTES {
+            Err(GuestDbError::Invalid("result-too-large"))
+        } else {
+            Ok(())
+        }
+    }
+}

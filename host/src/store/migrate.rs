@@ -1,0 +1,200 @@
+//! Schema migrations: the host's own (embedded in the binary, one set per backend) and the
+//! operator's (read from a directory at start), tracked per scope in `jobhost_migrations`.
+//!
+//! Migrations apply in one transaction under a lock, so two hosts starting together do
+//! not race: Postgres takes a transaction-scoped advisory lock, SQLite its write lock.
+
+use super::queries::Dialect;
+use super::{Backend, Pool, StoreError};
+use sha2::{Digest, Sha256};
+use sqlx::{AssertSqlSafe, Row};
+use std::path::Path;
+
+#[derive(Debug, Clone)]
+pub struct Migration {
+    pub version: i64,
+    pub name: String,
+    pub sql: String,
+}
+
+impl Migration {
+    fn checksum(&self) -> String {
+        hex::encode(Sha256::digest(self.sql.as_bytes()))
+    }
+}
+
+/// Which set a migration belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Host,
+    Operator,
+}
+
+impl Scope {
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::Host => "host",
+            Scope::Operator => "operator",
+        }
+    }
+}
+
+/// Embeds `migrations/<dir>/<file>.sql` files; a test checks the list against the folders.
+macro_rules! embedded {
+    ($dir:literal: $($version:literal => $file:literal),* $(,)?) => {
+        &[$(($version, $file, include_str!(concat!("../../../migrations/", $dir, "/", $file, ".sql")))),*]
+    };
+}
+
+const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite": 1 => "0001_init");
+const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres": 1 => "0001_init");
+
+pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {
+    let set = match backend {
+        Backend::Sqlite => SQLITE,
+        Backend::Postgres => POSTGRES,
+    };
+    set.iter()
+        .map(|(version, file, sql)| Migration {
+            version: *version,
+            name: file.split_once('_').map_or(*file, |(_, name)| name).to_string(),
+            sql: sql.to_string(),
+        })
+        .collect()
+}
+
+/// Reads `NNNN_name.sql` files from a directory, in version order.
+pub fn read_dir(dir: &Path) -> Result<Vec<Migration>, StoreError> {
+    let io_err = |source| StoreError::MigrationDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut migrations = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io_err)? {
+        let path = entry.map_err(io_err)?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("sql") {
+            continue;
+        }
+        let file = path.file_name().unwrap_or_default().to_string_lossy();
+        let parsed = file
+            .strip_suffix(".sql")
+            .and_then(|stem| stem.split_once('_'))
+            .and_then(|(v, name)| Some((v.parse::<i64>().ok()?, name.to_string())));
+        let Some((version, name)) = parsed else {
+            return Err(StoreError::MigrationName(file.to_string()));
+        };
+        let sql = std::fs::read_to_string(&path).map_err(io_err)?;
+        migrations.push(Migration { version, name, sql });
+    }
+    migrations.sort_by_key(|m| m.version);
+    if let Some(w) = migrations.windows(2).find(|w| w[0].version == w[1].version) {
+        return Err(StoreError::MigrationName(format!(
+            "two migrations have version {}",
+            w[0].version
+        )));
+    }
+    Ok(migrations)
+}
+
+const BOOTSTRAP: &str = "CREATE TABLE IF NOT EXISTS jobhost_migrations (\
+    scope TEXT NOT NULL, version BIGINT NOT NULL, name TEXT NOT NULL, \
+    checksum TEXT NOT NULL, applied_at BIGINT NOT NULL, PRIMARY KEY (scope, version))";
+
+/// Applies what is not applied yet; refuses if an applied migration's text changed.
+/// Returns the names applied now.
+pub(crate) async fn apply(
+    pool: &Pool,
+    dialect: &Dialect,
+    scope: Scope,
+    migrations: &[Migration],
+) -> Result<Vec<String>, StoreError> {
+    let record = format!(
+        "INSERT INTO jobhost_migrations (scope, version, name, checksum, applied_at) \
+         VALUES ($1, $2, $3, $4, {})",
+        dialect.now
+    );
+    with_pool!(pool, p => {
+        let mut tx = p.begin_with(dialect.begin_write).await?;
+        if let Some(lock) = dialect.migration_lock {
+            sqlx::query(lock).execute(&mut *tx).await?;
+        }
+        sqlx::raw_sql(BOOTSTRAP).execute(&mut *tx).await?;
+        let rows = sqlx::query(
+            "SELECT version, checksum FROM jobhost_migrations WHERE scope = $1",
+        )
+        .bind(scope.as_str())
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut applied_now = Vec::new();
+        for m in migrations {
+            let label = format!("{:04}_{}", m.version, m.name);
+            let found = rows.iter().find(|r| r.get::<i64, _>("version") == m.version);
+            match found {
+                Some(row) if row.get::<String, _>("checksum") == m.checksum() => continue,
+                Some(_) => {
+                    return Err(StoreError::MigrationChanged { scope: scope.as_str(), name: label });
+                }
+                None => {}
+            }
+            sqlx::raw_sql(AssertSqlSafe(m.sql.clone()))
+                .execute(&mut *tx)
+                .await
+                .map_err(|source| StoreError::MigrationFailed { name: label.clone(), source })?;
+            sqlx::query(AssertSqlSafe(record.clone()))
+                .bind(scope.as_str())
+                .bind(m.version)
+                .bind(&m.name)
+                .bind(m.checksum())
+                .execute(&mut *tx)
+                .await?;
+            applied_now.push(label);
+        }
+        tx.commit().await?;
+        Ok(applied_now)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(dir: &str) -> Vec<String> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations").join(dir);
+        let mut names: Vec<String> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn embedded_sets_match_the_directories_and_each_other() {
+        for (dir, backend) in [("sqlite", Backend::Sqlite), ("postgres", Backend::Postgres)] {
+            let embedded: Vec<String> = host_migrations(backend)
+                .iter()
+                .map(|m| format!("{:04}_{}.sql", m.version, m.name))
+                .collect();
+            assert_eq!(embedded, files(dir), "migrations/{dir} is not embedded in step");
+        }
+        assert_eq!(files("sqlite"), files("postgres"));
+    }
+
+    #[test]
+    fn operator_dir_is_read_in_order_and_bad_names_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("0002_b.sql"), "select 2").unwrap();
+        std::fs::write(dir.path().join("0001_a.sql"), "select 1").unwrap();
+        std::fs::write(dir.path().join("README.md"), "ignored").unwrap();
+        let m = read_dir(dir.path()).unwrap();
+        assert_eq!(
+            m.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        std::fs::write(dir.path().join("oops.sql"), "").unwrap();
+        assert!(matches!(
+            read_dir(dir.path()),
+            Err(StoreError::MigrationName(_))
+        ));
+    }
+}

@@ -1,0 +1,556 @@
+//! The persistence port: every row the host reads and writes, on SQLite or Postgres.
+//!
+//! One implementation serves both backends: the statements are written once (see
+//! [`queries`]) and run on whichever pool the URL selected. This module only reads and
+//! writes rows; what the rows mean — when to retry, who may take a lease — is decided by
+//! `lease` and `runner`. Compound writes that must be atomic (finishing a run and
+//! releasing its lease, say) are single methods here, each one transaction.
+
+#[macro_use]
+mod pool;
+pub mod migrate;
+mod queries;
+pub mod guest;
+pub mod sqlite_guest;
+pub mod records;
+
+pub use pool::{Backend, Pool};
+pub use records::*;
+
+use queries::{Dialect, Queries};
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+static SQLITE_QUERIES: LazyLock<Queries> = LazyLock::new(|| Queries::render(&queries::SQLITE));
+static POSTGRES_QUERIES: LazyLock<Queries> =
+    LazyLock::new(|| Queries::render(&queries::POSTGRES));
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The text is a fixed description of the failure's kind, never the driver's message
+    /// (which can quote a URL or a statement).
+    #[error("database error: {}", describe(.0))]
+    Database(#[from] sqlx::Error),
+    #[error("unsupported database URL: use sqlite://PATH or postgres://USER@HOST/DB")]
+    UnsupportedUrl,
+    #[error("cannot create the database directory {path}: {source}")]
+    CreateDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot read migrations in {path}: {source}")]
+    MigrationDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid migration {0}: name files NNNN_name.sql, one version each")]
+    MigrationName(String),
+    #[error("{scope} migration {name} was changed after it was applied")]
+    MigrationChanged { scope: &'static str, name: String },
+    #[error("migration {name} failed: {}", describe(.source))]
+    MigrationFailed { name: String, source: sqlx::Error },
+}
+
+impl StoreError {
+    /// Whether the database could not be reached or failed mid-statement (as opposed to a
+    /// refused statement): the runner turns this into `driver_failed`.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Database(
+                sqlx::Error::Io(_)
+                    | sqlx::Error::PoolTimedOut
+                    | sqlx::Error::PoolClosed
+                    | sqlx::Error::WorkerCrashed
+                    | sqlx::Error::Tls(_)
+                    | sqlx::Error::Protocol(_)
+            )
+        )
+    }
+}
+
+/// A fixed, secret-free description of a driver error: its kind and, for errors the
+/// database returned, its code.
+pub fn describe(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Configuration(_) => "invalid connection settings".into(),
+        sqlx::Error::Io(e) => format!("connection failed ({})", e.kind()),
+        sqlx::Error::Tls(_) => "TLS failed".into(),
+        sqlx::Error::Protocol(_) => "protocol error".into(),
+        sqlx::Error::PoolTimedOut => "timed out waiting for a connection".into(),
+        sqlx::Error::PoolClosed => "connection pool closed".into(),
+        sqlx::Error::WorkerCrashed => "database worker stopped".into(),
+        sqlx::Error::Database(e) => match e.code() {
+            Some(code) => format!("statement failed (code {code})"),
+            None => "statement failed".into(),
+        },
+        sqlx::Error::RowNotFound => "row not found".into(),
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => "unexpected value".into(),
+        _ => "driver error".into(),
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// How long SQLite waits for the write lock before giving up. Guest transactions are
+/// bounded well below this (see `capability::db`), so a busy job delays host writes, it
+/// does not fail them.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    backend: Backend,
+    dialect: &'static Dialect,
+    q: &'static Queries,
+    url: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the URL: it can carry a password.
+        f.debug_struct("Store")
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating, for SQLite) the database and applies the host's migrations.
+    pub async fn open(url: &str) -> Result<Store> {
+        let backend = Backend::from_url(url).ok_or(StoreError::UnsupportedUrl)?;
+        let pool = match backend {
+            Backend::Sqlite => Pool::Sqlite(open_sqlite(url, 8).await?),
+            Backend::Postgres => Pool::Postgres(
+                sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(16)
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect_with(sqlx::postgres::PgConnectOptions::from_str(url)?)
+                    .await?,
+            ),
+        };
+        let (dialect, q) = match backend {
+            Backend::Sqlite => (&queries::SQLITE, &*SQLITE_QUERIES),
+            Backend::Postgres => (&queries::POSTGRES, &*POSTGRES_QUERIES),
+        };
+        let store = Store {
+            pool,
+            backend,
+            dialect,
+            q,
+            url: url.to_string(),
+        };
+        let host = migrate::host_migrations(backend);
+        migrate::apply(&store.pool, dialect, migrate::Scope::Host, &host).await?;
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The URL the store was opened with: for opening further connections (guest access,
+    /// notifications), never for printing.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Applies the operator's migrations from `dir`; returns the names applied now.
+    pub async fn migrate_operator(&self, dir: &Path) -> Result<Vec<String>> {
+        let migrations = migrate::read_dir(dir)?;
+        migrate::apply(
+            &self.pool,
+            self.dialect,
+            migrate::Scope::Operator,
+            &migrations,
+        )
+        .await
+    }
+
+    /// The database's clock, in milliseconds since the epoch: the one clock every host
+    /// sharing the database agrees on.
+    pub async fn now(&self) -> Result<i64> {
+        let q = &self.q.now;
+        Ok(with_pool!(self.pool, p => sqlx::query_scalar(q.as_str()).fetch_one(p).await?))
+    }
+
+    pub async fn close(&self) {
+        with_pool!(self.pool, p => p.close().await)
+    }
+
+    // ---- jobs -------------------------------------------------------------------------
+
+    pub async fn upsert_job(&self, job: &JobUpsert<'_>) -> Result<JobRecord> {
+        let q = &self.q.upsert_job;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+            .bind(job.name)
+            .bind(job.tenant)
+            .bind(job.component_path)
+            .bind(job.component_digest)
+            .bind(job.spec)
+            .bind(job.schedule)
+            .bind(job.next_fire_at)
+            .fetch_one(p)
+            .await?))
+    }
+
+    pub async fn get_job(&self, name: &str) -> Result<Option<JobRecord>> {
+        let q = &self.q.get_job;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(name).fetch_optional(p).await?))
+    }
+
+    pub async fn list_jobs(&self) -> Result<Vec<JobRecord>> {
+        let q = &self.q.list_jobs;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+    }
+
+    // ---- runs -------------------------------------------------------------------------
+
+    pub async fn insert_run(&self, run: &NewRun) -> Result<RunRecord> {
+        let q = &self.q.insert_run;
+        Ok(with_pool!(self.pool, p => bind_new_run(sqlx::query_as(q.as_str()), run).fetch_one(p).await?))
+    }
+
+    /// Moves one queued run to `running` for `host`, if it is still queued.
+    pub async fn claim_run(&self, id: &str, host: &str) -> Result<Option<RunRecord>> {
+        let q = &self.q.claim_run;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(id).bind(host).fetch_optional(p).await?))
+    }
+
+    /// Claims the most overdue queued run, skipping rows other hosts are claiming.
+    pub async fn claim_due_run(&self, host: &str) -> Result<Option<RunRecord>> {
+        let q = &self.q.claim_due_run;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(host).fetch_optional(p).await?))
+    }
+
+    /// When the earliest queued run becomes due (database clock), if any is queued.
+    pub async fn next_due_at(&self) -> Result<Option<i64>> {
+        let q = &self.q.next_due_at;
+        Ok(with_pool!(self.pool, p => sqlx::query_scalar(q.as_str()).fetch_one(p).await?))
+    }
+
+    pub async fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
+        let q = &self.q.get_run;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(id).fetch_optional(p).await?))
+    }
+
+    pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>> {
+        let q = &self.q.list_runs;
+        let (after_created, after_id) = match &filter.before {
+            Some((created, id)) => (Some(*created), Some(id.as_str())),
+            None => (None, None),
+        };
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+            .bind(filter.job.as_deref())
+            .bind(filter.status.map(RunStatus::as_str))
+            .bind(filter.since)
+            .bind(filter.until)
+            .bind(after_created)
+            .bind(after_id)
+            .bind(filter.limit)
+            .fetch_all(p)
+            .await?))
+    }
+
+    pub async fn count_runs_by_status(&self) -> Result<Vec<(String, i64)>> {
+        let q = &self.q.count_runs_by_status;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+    }
+
+    /// Ends a running run as `skipped` (its lease was held by another run).
+    pub async fn skip_run(&self, id: &str, reason: &str) -> Result<bool> {
+        let q = &self.q.skip_run;
+        let done = with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(id).bind(reason).execute(p).await?.rows_affected());
+        Ok(done == 1)
+    }
+
+    /// Records that a run starts an attempt under `lease`: the run's generation moves to
+    /// the lease's, and an attempt row is opened. Returns the attempt's sequence number, or
+    /// `None` if the run is no longer running.
+    pub async fn begin_attempt(&self, a: &BeginAttempt<'_>) -> Result<Option<i64>> {
+        let (update, insert) = (&self.q.begin_attempt, &self.q.insert_attempt);
+        with_pool!(self.pool, p => {
+            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let seq: Option<i64> = sqlx::query_scalar(update.as_str())
+                .bind(a.run_id)
+                .bind(a.generation)
+                .bind(a.host)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(seq) = seq else { return Ok(None) };
+            sqlx::query(insert.as_str())
+                .bind(a.run_id)
+                .bind(seq)
+                .bind(a.pass)
+                .bind(a.attempt)
+                .bind(a.generation)
+                .bind(a.host)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(Some(seq))
+        })
+    }
+
+    pub async fn finish_attempt(&self, a: &AttemptEnd<'_>) -> Result<()> {
+        let q = &self.q.finish_attempt;
+        with_pool!(self.pool, p => sqlx::query(q.as_str())
+            .bind(a.run_id)
+            .bind(a.seq)
+            .bind(a.status)
+            .bind(a.outcome)
+            .bind(a.code)
+            .bind(a.fuel_used)
+            .bind(a.peak_memory)
+            .bind(a.duration_ms)
+            .bind(a.log)
+            .bind(a.log_truncated as i64)
+            .execute(p)
+            .await
+            .map(drop)?);
+        Ok(())
+    }
+
+    pub async fn list_attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>> {
+        let q = &self.q.list_attempts;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(run_id).fetch_all(p).await?))
+    }
+
+    /// Puts a running run back in the queue (a retry after backoff, or its next pass) and
+    /// parks its lease until then. Returns false if the run or lease moved on.
+    pub async fn requeue_run(&self, r: &Requeue<'_>) -> Result<bool> {
+        let (requeue, park) = (&self.q.requeue_run, &self.q.park_lease);
+        with_pool!(self.pool, p => {
+            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let moved = sqlx::query(requeue.as_str())
+                .bind(r.run_id)
+                .bind(r.lease.generation)
+                .bind(r.delay_ms)
+                .bind(r.pass)
+                .bind(r.cursor)
+                .bind(r.failures)
+                .bind(r.last_code)
+                .bind(r.last_error)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            let parked = sqlx::query(park.as_str())
+                .bind(&r.lease.job)
+                .bind(&r.lease.instance)
+                .bind(r.lease.generation)
+                .bind(&r.lease.holder)
+                .bind(r.hold_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if moved != 1 || parked != 1 {
+                return Ok(false);
+            }
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    /// Ends a run and releases its lease in one transaction. With `require_lease`, nothing
+    /// changes unless the lease is still held at the run's generation. If the lease had
+    /// its pending flag set (a kick arrived during the run), `follow_up` is queued.
+    pub async fn finish_run(&self, f: &Finish<'_>) -> Result<FinishResult> {
+        let q = self.q;
+        with_pool!(self.pool, p => {
+            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let pending: Option<i64> = sqlx::query_scalar(q.lease_pending.as_str())
+                .bind(&f.lease.job)
+                .bind(&f.lease.instance)
+                .bind(f.lease.generation)
+                .bind(&f.lease.holder)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if f.require_lease && pending.is_none() {
+                return Ok(FinishResult::LeaseLost);
+            }
+            let updated = sqlx::query(q.finish_run.as_str())
+                .bind(f.run_id)
+                .bind(f.lease.generation)
+                .bind(f.status.as_str())
+                .bind(f.code)
+                .bind(f.error)
+                .bind(f.cursor)
+                .bind(f.pass)
+                .bind(f.failures)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if updated != 1 {
+                return Ok(FinishResult::NotRunning);
+            }
+            sqlx::query(q.release_lease.as_str())
+                .bind(&f.lease.job)
+                .bind(&f.lease.instance)
+                .bind(f.lease.generation)
+                .execute(&mut *tx)
+                .await?;
+            let mut follow_up = None;
+            if pending == Some(1)
+                && let Some(run) = &f.follow_up
+            {
+                let row: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), run)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                follow_up = Some(row.id);
+            }
+            if f.status == RunStatus::Succeeded {
+                sqlx::query(q.record_success.as_str()).bind(&f.lease.job).execute(&mut *tx).await?;
+            }
+            if let Some(report) = &f.report {
+                bind_report(sqlx::query(q.insert_report.as_str()), report).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+            Ok(FinishResult::Finished { follow_up })
+        })
+    }
+
+    // ---- leases -----------------------------------------------------------------------
+
+    /// Takes the lease if it is free or expired, at the next generation.
+    pub async fn acquire_lease(&self, a: &LeaseRequest<'_>) -> Result<Option<Lease>> {
+        let q = &self.q.acquire_lease;
+        let row: Option<LeaseRecord> = with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+            .bind(a.job)
+            .bind(a.instance)
+            .bind(a.holder)
+            .bind(a.deadline_ms)
+            .bind(a.expires_ms)
+            .fetch_optional(p)
+            .await?);
+        Ok(row.map(LeaseRecord::into_lease))
+    }
+
+    /// Moves a held lease to its next generation with a new deadline.
+    pub async fn renew_lease(
+        &self,
+        lease: &Lease,
+        deadline_ms: i64,
+        expires_ms: i64,
+    ) -> Result<Option<Lease>> {
+        let q = &self.q.renew_lease;
+        let row: Option<LeaseRecord> = with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+            .bind(&lease.job)
+            .bind(&lease.instance)
+            .bind(lease.generation)
+            .bind(&lease.holder)
+            .bind(deadline_ms)
+            .bind(expires_ms)
+            .fetch_optional(p)
+            .await?);
+        Ok(row.map(LeaseRecord::into_lease))
+    }
+
+    /// Sets the pending flag of a lease that is held and unexpired.
+    pub async fn set_pending(&self, job: &str, instance: &str) -> Result<bool> {
+        let q = &self.q.set_pending;
+        let n = with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(job).bind(instance).execute(p).await?.rows_affected());
+        Ok(n == 1)
+    }
+
+    pub async fn get_lease(&self, job: &str, instance: &str) -> Result<Option<LeaseRecord>> {
+        let q = &self.q.get_lease;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(job).bind(instance).fetch_optional(p).await?))
+    }
+
+    pub async fn list_leases(&self) -> Result<Vec<LeaseRecord>> {
+        let q = &self.q.list_leases;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+    }
+
+    /// The fence statement for a guest write transaction: it returns a row only while the
+    /// lease is held at `generation` and before its deadline (database clock). On Postgres
+    /// it also locks the lease row until the transaction ends.
+    pub fn fence_sql(&self) -> &'static str {
+        self.q.fence.as_str()
+    }
+
+    // ---- reports ----------------------------------------------------------------------
+
+    pub async fn insert_report(&self, report: &NewReport<'_>) -> Result<()> {
+        let q = &self.q.insert_report;
+        with_pool!(self.pool, p => bind_report(sqlx::query(q.as_str()), report).execute(p).await.map(drop)?);
+        Ok(())
+    }
+
+    pub async fn list_reports(&self, job: Option<&str>, limit: i64) -> Result<Vec<ReportRecord>> {
+        let q = &self.q.list_reports;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(job).bind(limit).fetch_all(p).await?))
+    }
+}
+
+fn bind_new_run<'q, DB, O>(
+    query: sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments>,
+    run: &'q NewRun,
+) -> sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments>
+where
+    DB: sqlx::Database,
+    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    query
+        .bind(run.id.as_str())
+        .bind(run.job.as_str())
+        .bind(run.instance.as_str())
+        .bind(run.tenant.as_str())
+        .bind(run.origin.as_str())
+        .bind(run.payload.as_str())
+        .bind(run.cursor.as_deref())
+        .bind(run.component_digest.as_deref())
+        .bind(run.scheduled_for)
+        .bind(run.rerun_of.as_deref())
+        .bind(run.delay_ms)
+}
+
+fn bind_report<'q, DB>(
+    query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
+    report: &'q NewReport<'q>,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+where
+    DB: sqlx::Database,
+    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    query
+        .bind(report.kind.as_str())
+        .bind(report.job)
+        .bind(report.run_id)
+        .bind(report.code)
+        .bind(report.body.as_str())
+}
+
+/// Opens a SQLite pool: WAL so readers never wait for the writer, and a busy timeout so
+/// writers queue for the single write lock instead of failing.
+pub(crate) async fn open_sqlite(url: &str, max: u32) -> Result<sqlx::SqlitePool> {
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+    let options = SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+        .foreign_keys(true);
+    let path = options.get_filename();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok(sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(options)
+        .await?)
+}

@@ -1,0 +1,202 @@
+//! Every statement the host runs on its own tables, written once for both backends.
+//!
+//! Placeholders are `$N` (both sqlx drivers bind `$N` to the N-th argument). The few
+//! differences between the engines are tokens a [`Dialect`] renders: `{now}` is the
+//! database's clock in milliseconds (Postgres' `clock_timestamp()`, not the transaction's
+//! start time), `{skip_locked}` and `{for_update}` are row locks Postgres needs and SQLite's
+//! single writer makes unnecessary.
+
+pub(crate) struct Dialect {
+    pub now: &'static str,
+    pub skip_locked: &'static str,
+    pub for_update: &'static str,
+    /// Opens a transaction that writes: SQLite must take its write lock up front, or two
+    /// readers that both upgrade fail with SQLITE_BUSY instead of waiting.
+    pub begin_write: &'static str,
+    /// Serialises migrations across hosts that start together.
+    pub migration_lock: Option<&'static str>,
+}
+
+pub(crate) const SQLITE: Dialect = Dialect {
+    now: "CAST(unixepoch('subsec') * 1000 AS BIGINT)",
+    skip_locked: "",
+    for_update: "",
+    begin_write: "BEGIN IMMEDIATE",
+    migration_lock: None,
+};
+
+pub(crate) const POSTGRES: Dialect = Dialect {
+    now: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+    skip_locked: "FOR UPDATE SKIP LOCKED",
+    for_update: "FOR UPDATE",
+    begin_write: "BEGIN",
+    migration_lock: Some("SELECT pg_advisory_xact_lock(7243410671)"),
+};
+
+const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
+    counters, attempts, failures, generation, host, last_code, last_error, component_digest, \
+    scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at";
+
+const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
+    next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at";
+
+const LEASE_COLUMNS: &str =
+    "job, instance, generation, holder, deadline_at, expires_at, pending, updated_at";
+
+const ATTEMPT_COLUMNS: &str = "run_id, seq, pass, attempt, generation, host, status, outcome, \
+    code, fuel_used, peak_memory, duration_ms, log, log_truncated, started_at, finished_at";
+
+const REPORT_COLUMNS: &str = "id, kind, job, run_id, code, body, created_at, logged_at, \
+    webhook_attempts, next_try_at, delivered_at";
+
+impl Dialect {
+    fn render(&self, template: &str) -> String {
+        template
+            .replace("{now}", self.now)
+            .replace("{skip_locked}", self.skip_locked)
+            .replace("{for_update}", self.for_update)
+            .replace("{run_columns}", RUN_COLUMNS)
+            .replace("{job_columns}", JOB_COLUMNS)
+            .replace("{lease_columns}", LEASE_COLUMNS)
+            .replace("{attempt_columns}", ATTEMPT_COLUMNS)
+            .replace("{report_columns}", REPORT_COLUMNS)
+    }
+}
+
+macro_rules! queries {
+    ($($name:ident = $sql:expr;)*) => {
+        /// The rendered statements of one dialect.
+        pub(crate) struct Queries {
+            $(pub $name: String,)*
+        }
+
+        impl Queries {
+            pub(crate) fn render(dialect: &Dialect) -> Queries {
+                Queries { $($name: dialect.render($sql),)* }
+            }
+        }
+    };
+}
+
+queries! {
+    now = "SELECT {now}";
+
+    upsert_job = "INSERT INTO jobhost_jobs (name, tenant, component_path, component_digest, spec, \
+        schedule, next_fire_at, registered_at, updated_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, {now}, {now}) \
+        ON CONFLICT (name) DO UPDATE SET tenant = excluded.tenant, \
+        component_path = excluded.component_path, component_digest = excluded.component_digest, \
+        spec = excluded.spec, updated_at = excluded.updated_at, \
+        next_fire_at = CASE WHEN jobhost_jobs.schedule IS NOT DISTINCT FROM excluded.schedule \
+            THEN jobhost_jobs.next_fire_at ELSE excluded.next_fire_at END, \
+        schedule = excluded.schedule \
+        RETURNING {job_columns}";
+    get_job = "SELECT {job_columns} FROM jobhost_jobs WHERE name = $1";
+    list_jobs = "SELECT {job_columns} FROM jobhost_jobs ORDER BY name";
+    advance_schedule = "UPDATE jobhost_jobs SET next_fire_at = $3, updated_at = {now} \
+        WHERE name = $1 AND next_fire_at IS NOT DISTINCT FROM $2";
+    record_success = "UPDATE jobhost_jobs SET last_success_at = {now}, missed_reported_at = NULL \
+        WHERE name = $1";
+    mark_missed = "UPDATE jobhost_jobs SET missed_reported_at = {now} WHERE name = $1 \
+        AND missed_reported_at IS NOT DISTINCT FROM $2";
+
+    insert_run = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+        cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}) \
+        RETURNING {run_columns}";
+    claim_run = "UPDATE jobhost_runs SET status = 'running', host = $2, updated_at = {now}, \
+        started_at = COALESCE(started_at, {now}) \
+        WHERE id = $1 AND status = 'queued' RETURNING {run_columns}";
+    claim_due_run = "UPDATE jobhost_runs SET status = 'running', host = $1, updated_at = {now}, \
+        started_at = COALESCE(started_at, {now}) \
+        WHERE id = (SELECT id FROM jobhost_runs WHERE status = 'queued' \
+            AND next_attempt_at <= {now} ORDER BY next_attempt_at, id LIMIT 1 {skip_locked}) \
+        AND status = 'queued' RETURNING {run_columns}";
+    next_due_at = "SELECT MIN(next_attempt_at) FROM jobhost_runs WHERE status = 'queued'";
+    get_run = "SELECT {run_columns} FROM jobhost_runs WHERE id = $1";
+    list_runs = "SELECT {run_columns} FROM jobhost_runs \
+        WHERE ($1 IS NULL OR job = $1) AND ($2 IS NULL OR status = $2) \
+        AND ($3 IS NULL OR created_at >= $3) AND ($4 IS NULL OR created_at < $4) \
+        AND ($5 IS NULL OR created_at < $5 OR (created_at = $5 AND id < $6)) \
+        ORDER BY created_at DESC, id DESC LIMIT $7";
+    count_runs_by_status = "SELECT status, COUNT(*) FROM jobhost_runs GROUP BY status";
+    skip_run = "UPDATE jobhost_runs SET status = 'skipped', last_error = $2, \
+        finished_at = {now}, updated_at = {now} WHERE id = $1 AND status = 'running'";
+    begin_attempt = "UPDATE jobhost_runs SET generation = $2, host = $3, attempts = attempts + 1, \
+        updated_at = {now} WHERE id = $1 AND status = 'running' RETURNING attempts";
+    insert_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, generation, host, \
+        status, started_at) VALUES ($1, $2, $3, $4, $5, $6, 'running', {now})";
+    finish_attempt = "UPDATE jobhost_attempts SET status = $3, outcome = $4, code = $5, \
+        fuel_used = $6, peak_memory = $7, duration_ms = $8, log = $9, log_truncated = $10, \
+        finished_at = {now} WHERE run_id = $1 AND seq = $2";
+    list_attempts = "SELECT {attempt_columns} FROM jobhost_attempts WHERE run_id = $1 ORDER BY seq";
+    requeue_run = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now} + $3, \
+        pass = $4, cursor = $5, failures = $6, last_code = $7, last_error = $8, updated_at = {now} \
+        WHERE id = $1 AND status = 'running' AND generation = $2";
+    finish_run = "UPDATE jobhost_runs SET status = $3, last_code = $4, last_error = $5, \
+        cursor = $6, pass = $7, failures = $8, finished_at = {now}, updated_at = {now} \
+        WHERE id = $1 AND status = 'running' AND generation = $2";
+    running_with_lost_lease = "SELECT r.id, r.job, r.instance, r.generation \
+        FROM jobhost_runs r JOIN jobhost_leases l ON l.job = r.job AND l.instance = r.instance \
+        WHERE r.status = 'running' AND r.generation IS NOT NULL \
+        AND (l.generation <> r.generation OR l.expires_at <= {now})";
+    mark_crashed = "UPDATE jobhost_runs SET status = 'crashed', last_code = 'crashed', \
+        finished_at = {now}, updated_at = {now} \
+        WHERE id = $1 AND status = 'running' AND generation = $2";
+
+    acquire_lease = "INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
+        expires_at, pending, updated_at) VALUES ($1, $2, 1, $3, {now} + $4, {now} + $5, 0, {now}) \
+        ON CONFLICT (job, instance) DO UPDATE SET generation = jobhost_leases.generation + 1, \
+        holder = excluded.holder, deadline_at = excluded.deadline_at, \
+        expires_at = excluded.expires_at, pending = 0, updated_at = excluded.updated_at \
+        WHERE jobhost_leases.holder IS NULL OR jobhost_leases.expires_at <= {now} \
+        RETURNING {lease_columns}";
+    renew_lease = "UPDATE jobhost_leases SET generation = generation + 1, \
+        deadline_at = {now} + $5, expires_at = {now} + $6, updated_at = {now} \
+        WHERE job = $1 AND instance = $2 AND generation = $3 AND holder = $4 \
+        RETURNING {lease_columns}";
+    park_lease = "UPDATE jobhost_leases SET deadline_at = {now}, expires_at = {now} + $5, \
+        updated_at = {now} WHERE job = $1 AND instance = $2 AND generation = $3 AND holder = $4";
+    lease_pending = "SELECT pending FROM jobhost_leases \
+        WHERE job = $1 AND instance = $2 AND generation = $3 AND holder = $4 {for_update}";
+    release_lease = "UPDATE jobhost_leases SET holder = NULL, pending = 0, deadline_at = {now}, \
+        expires_at = {now}, updated_at = {now} \
+        WHERE job = $1 AND instance = $2 AND generation = $3";
+    release_expired_lease = "UPDATE jobhost_leases SET holder = NULL, deadline_at = {now}, \
+        expires_at = {now}, updated_at = {now} \
+        WHERE job = $1 AND instance = $2 AND holder = $3 AND expires_at <= {now} \
+        RETURNING pending";
+    set_pending = "UPDATE jobhost_leases SET pending = 1, updated_at = {now} \
+        WHERE job = $1 AND instance = $2 AND holder IS NOT NULL AND expires_at > {now}";
+    get_lease = "SELECT {lease_columns} FROM jobhost_leases WHERE job = $1 AND instance = $2";
+    list_leases = "SELECT {lease_columns} FROM jobhost_leases ORDER BY job, instance";
+    fence = "SELECT 1 FROM jobhost_leases WHERE job = $1 AND instance = $2 AND generation = $3 \
+        AND holder = $4 AND deadline_at > {now} {for_update}";
+
+    insert_report = "INSERT INTO jobhost_reports (kind, job, run_id, code, body, created_at, \
+        next_try_at) VALUES ($1, $2, $3, $4, $5, {now}, {now})";
+    due_reports = "SELECT {report_columns} FROM jobhost_reports \
+        WHERE delivered_at IS NULL AND next_try_at <= {now} ORDER BY id LIMIT $1 {skip_locked}";
+    report_logged = "UPDATE jobhost_reports SET logged_at = {now} WHERE id = $1 AND logged_at IS NULL";
+    report_delivered = "UPDATE jobhost_reports SET delivered_at = {now}, \
+        webhook_attempts = webhook_attempts + $2 WHERE id = $1";
+    report_retry = "UPDATE jobhost_reports SET webhook_attempts = webhook_attempts + 1, \
+        next_try_at = {now} + $2 WHERE id = $1";
+    list_reports = "SELECT {report_columns} FROM jobhost_reports \
+        WHERE ($1 IS NULL OR job = $1) ORDER BY id DESC LIMIT $2";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_token_is_rendered() {
+        for dialect in [&SQLITE, &POSTGRES] {
+            let q = Queries::render(dialect);
+            for sql in [&q.acquire_lease, &q.claim_due_run, &q.fence, &q.list_runs] {
+                assert!(!sql.contains('{'), "unrendered token in {sql}");
+            }
+        }
+    }
+}

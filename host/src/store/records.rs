@@ -1,0 +1,344 @@
+//! The rows the store reads and the arguments of its writes.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Skipped,
+    Crashed,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 6] = [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Skipped,
+        RunStatus::Crashed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Queued => "queued",
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Skipped => "skipped",
+            RunStatus::Crashed => "crashed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<RunStatus> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, RunStatus::Queued | RunStatus::Running)
+    }
+}
+
+/// Why a run exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// `host run`.
+    Manual,
+    /// A cron tick.
+    Cron,
+    /// A kick (HTTP or `host kick`), or the follow-up of kicks that arrived during a run.
+    Kick,
+    /// A rerun of a crashed run.
+    Rerun,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Manual => "manual",
+            Origin::Cron => "cron",
+            Origin::Kick => "kick",
+            Origin::Rerun => "rerun",
+        }
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub job: String,
+    pub instance: String,
+    pub tenant: String,
+    pub origin: String,
+    pub payload: String,
+    pub status: String,
+    pub pass: i64,
+    pub cursor: Option<String>,
+    pub counters: String,
+    pub attempts: i64,
+    pub failures: i64,
+    pub generation: Option<i64>,
+    pub host: Option<String>,
+    pub last_code: Option<String>,
+    pub last_error: Option<String>,
+    pub component_digest: Option<String>,
+    pub scheduled_for: Option<i64>,
+    pub rerun_of: Option<String>,
+    pub next_attempt_at: i64,
+    pub created_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub updated_at: i64,
+}
+
+impl RunRecord {
+    pub fn status(&self) -> Option<RunStatus> {
+        RunStatus::parse(&self.status)
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct AttemptRecord {
+    pub run_id: String,
+    pub seq: i64,
+    pub pass: i64,
+    pub attempt: i64,
+    pub generation: i64,
+    pub host: String,
+    pub status: String,
+    pub outcome: Option<String>,
+    pub code: Option<String>,
+    pub fuel_used: Option<i64>,
+    pub peak_memory: Option<i64>,
+    pub duration_ms: Option<i64>,
+    pub log: String,
+    pub log_truncated: i64,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct JobRecord {
+    pub name: String,
+    pub tenant: String,
+    pub component_path: String,
+    pub component_digest: String,
+    pub spec: String,
+    pub schedule: Option<String>,
+    pub next_fire_at: Option<i64>,
+    pub registered_at: i64,
+    pub updated_at: i64,
+    pub last_success_at: Option<i64>,
+    pub missed_reported_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct LeaseRecord {
+    pub job: String,
+    pub instance: String,
+    pub generation: i64,
+    pub holder: Option<String>,
+    pub deadline_at: i64,
+    pub expires_at: i64,
+    pub pending: i64,
+    pub updated_at: i64,
+}
+
+impl LeaseRecord {
+    pub(crate) fn into_lease(self) -> Lease {
+        Lease {
+            job: self.job,
+            instance: self.instance,
+            generation: self.generation,
+            holder: self.holder.unwrap_or_default(),
+            deadline_at: self.deadline_at,
+            expires_at: self.expires_at,
+        }
+    }
+}
+
+/// One generation of a lease, as held by its holder (a run).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lease {
+    pub job: String,
+    pub instance: String,
+    pub generation: i64,
+    pub holder: String,
+    /// Writes fenced by this generation must commit before this instant (database clock).
+    pub deadline_at: i64,
+    /// After this instant another holder may take the lease.
+    pub expires_at: i64,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct ReportRecord {
+    pub id: i64,
+    pub kind: String,
+    pub job: String,
+    pub run_id: Option<String>,
+    pub code: Option<String>,
+    pub body: String,
+    pub created_at: i64,
+    pub logged_at: Option<i64>,
+    pub webhook_attempts: i64,
+    pub next_try_at: i64,
+    pub delivered_at: Option<i64>,
+}
+
+pub struct JobUpsert<'a> {
+    pub name: &'a str,
+    pub tenant: &'a str,
+    pub component_path: &'a str,
+    pub component_digest: &'a str,
+    pub spec: &'a str,
+    pub schedule: Option<&'a str>,
+    /// Used only when the job is new or its schedule changed.
+    pub next_fire_at: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    pub id: String,
+    pub job: String,
+    pub instance: String,
+    pub tenant: String,
+    pub origin: Origin,
+    pub payload: String,
+    pub cursor: Option<String>,
+    pub component_digest: Option<String>,
+    pub scheduled_for: Option<i64>,
+    pub rerun_of: Option<String>,
+    /// Due this many milliseconds from now (database clock).
+    pub delay_ms: i64,
+}
+
+pub struct LeaseRequest<'a> {
+    pub job: &'a str,
+    pub instance: &'a str,
+    pub holder: &'a str,
+    pub deadline_ms: i64,
+    pub expires_ms: i64,
+}
+
+pub struct BeginAttempt<'a> {
+    pub run_id: &'a str,
+    pub generation: i64,
+    pub host: &'a str,
+    pub pass: i64,
+    pub attempt: i64,
+}
+
+pub struct AttemptEnd<'a> {
+    pub run_id: &'a str,
+    pub seq: i64,
+    pub status: &'a str,
+    pub outcome: Option<&'a str>,
+    pub code: Option<&'a str>,
+    pub fuel_used: Option<i64>,
+    pub peak_memory: Option<i64>,
+    pub duration_ms: i64,
+    pub log: &'a str,
+    pub log_truncated: bool,
+}
+
+pub struct Requeue<'a> {
+    pub run_id: &'a str,
+    pub lease: &'a Lease,
+    pub delay_ms: i64,
+    /// How long the parked lease stays held: past the delay, so no other run takes it
+    /// while this one waits.
+    pub hold_ms: i64,
+    pub pass: i64,
+    pub cursor: Option<&'a str>,
+    pub failures: i64,
+    pub last_code: Option<&'a str>,
+    pub last_error: Option<&'a str>,
+}
+
+pub struct Finish<'a> {
+    pub run_id: &'a str,
+    pub lease: &'a Lease,
+    pub require_lease: bool,
+    pub status: RunStatus,
+    pub code: Option<&'a str>,
+    pub error: Option<&'a str>,
+    pub cursor: Option<&'a str>,
+    pub pass: i64,
+    pub failures: i64,
+    pub follow_up: Option<NewRun>,
+    pub report: Option<NewReport<'a>>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum FinishResult {
+    Finished { follow_up: Option<String> },
+    /// The lease is no longer held at the run's generation; nothing changed.
+    LeaseLost,
+    /// The run is no longer running at that generation (marked crashed meanwhile).
+    NotRunning,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportKind {
+    RunFailed,
+    Crashed,
+    Missed,
+    LeaseLost,
+}
+
+impl ReportKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportKind::RunFailed => "run_failed",
+            ReportKind::Crashed => "crashed",
+            ReportKind::Missed => "missed",
+            ReportKind::LeaseLost => "lease_lost",
+        }
+    }
+}
+
+pub struct NewReport<'a> {
+    pub kind: ReportKind,
+    pub job: &'a str,
+    pub run_id: Option<&'a str>,
+    pub code: Option<&'a str>,
+    /// The JSON the sinks deliver (fixed schema, fixed codes only).
+    pub body: String,
+}
+
+impl<'a> NewReport<'a> {
+    /// A report about one run: its job, instance, id and a fixed code, never free text.
+    pub fn about_run(kind: ReportKind, run: &'a RunRecord, code: crate::failure::FailureCode) -> Self {
+        NewReport {
+            kind,
+            job: &run.job,
+            run_id: Some(&run.id),
+            code: Some(code.as_str()),
+            body: serde_json::json!({
+                "kind": kind.as_str(),
+                "job": run.job,
+                "instance": run.instance,
+                "run_id": run.id,
+                "code": code.as_str(),
+            })
+            .to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub job: Option<String>,
+    pub status: Option<RunStatus>,
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+    /// Keyset paging: only runs older than this (created_at, id).
+    pub before: Option<(i64, String)>,
+    pub limit: i64,
+}
