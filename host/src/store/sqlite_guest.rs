@@ -51,19 +51,33 @@ struct AuthState {
 }
 
 impl AuthState {
-    fn decide(&self, action: c_int, arg1: Option<&str>, arg2: Option<&str>) -> Result<(), u8> {
+    /// `database` is `main` for a real table and absent for a common table expression.
+    fn decide(
+        &self,
+        action: c_int,
+        arg1: Option<&str>,
+        arg2: Option<&str>,
+        database: Option<&str>,
+    ) -> Result<(), u8> {
         let mode = self.mode.load(Ordering::Acquire);
         if mode == MODE_HOST {
             return Ok(());
         }
+        let schema_table = arg1.is_some_and(|t| t.to_ascii_lowercase().starts_with("sqlite_"));
         match action {
             ffi::SQLITE_SELECT | ffi::SQLITE_RECURSIVE => Ok(()),
-            ffi::SQLITE_READ => match arg1 {
-                Some(table) if self.grant.may_read(table) => Ok(()),
+            ffi::SQLITE_READ => match (database, arg1) {
+                (None, _) => Ok(()),
+                (Some("main"), Some(table)) if self.grant.may_read(table) => Ok(()),
                 _ => Err(DENIED_NOT_GRANTED),
             },
-            ffi::SQLITE_INSERT | ffi::SQLITE_UPDATE | ffi::SQLITE_DELETE => match arg1 {
-                Some(table) if self.grant.may_write(table) => {
+            // Schema changes write the schema table first: they are forbidden, not a
+            // matter of grants.
+            ffi::SQLITE_INSERT | ffi::SQLITE_UPDATE | ffi::SQLITE_DELETE if schema_table => {
+                Err(DENIED_FORBIDDEN)
+            }
+            ffi::SQLITE_INSERT | ffi::SQLITE_UPDATE | ffi::SQLITE_DELETE => match (database, arg1) {
+                (Some("main"), Some(table)) if self.grant.may_write(table) => {
                     if mode == MODE_WRITE {
                         Ok(())
                     } else {
@@ -90,7 +104,7 @@ unsafe extern "C" fn authorize(
     action: c_int,
     arg1: *const c_char,
     arg2: *const c_char,
-    _database: *const c_char,
+    database: *const c_char,
     _trigger: *const c_char,
 ) -> c_int {
     // SAFETY: see above; the strings are NUL-terminated or null, as SQLite documents.
@@ -100,7 +114,7 @@ unsafe extern "C" fn authorize(
             .then(|| unsafe { CStr::from_ptr(p) }.to_str().ok())
             .flatten()
     };
-    match state.decide(action, text(arg1), text(arg2)) {
+    match state.decide(action, text(arg1), text(arg2), text(database)) {
         Ok(()) => ffi::SQLITE_OK,
         Err(kind) => {
             state.denied.store(kind, Ordering::Release);

@@ -1,0 +1,450 @@
+//! Benchmarks of the sandbox's fixed costs: what one call into a guest costs, what one
+//! whole attempt costs once the store is involved, and what fencing a guest's write with
+//! its lease adds over a plain SQL write.
+//!
+//! Run with `cargo bench -p jobhost --bench sandbox` (append `-- --quick` for a fast
+//! check). The `noop` and `ledger` guests are taken from the workspace's target
+//! directory (`target/wasm32-wasip2/guest/`), and built there first if they are missing.
+
+use criterion::Criterion;
+use jobhost::app::{App, AppConfig};
+use jobhost::engine::attempt::{AttemptReport, AttemptSpec, Outcome, PassContext};
+use jobhost::engine::{Engine, EngineSettings, Loaded};
+use jobhost::grants::{DbGrant, Grants};
+use jobhost::job::{JobSpec, Limits, RetryPolicy};
+use jobhost::runner::{RunnerSettings, Step, new_run_id};
+use jobhost::store::guest::{Access, Fence, GuestDb, SqlValue};
+use jobhost::store::{LeaseRequest, NewRun, Origin, RunStatus, Store};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+use tempfile::TempDir;
+use tokio::runtime::Runtime;
+use tokio::time::Instant;
+
+/// The guest build the benchmarks need, as the README gives it.
+const GUEST_BUILD: [&str; 8] = [
+    "build",
+    "--profile",
+    "guest",
+    "--target",
+    "wasm32-wasip2",
+    "-p",
+    "noop",
+    "-p",
+    "ledger",
+];
+/// The write both `db_write` variants make (and the ledger guest makes once per attempt).
+const INSERT_LEDGER: &str = "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)";
+/// Far beyond any benchmark's length: nothing is measured against a deadline.
+const GENEROUS: Duration = Duration::from_secs(30);
+/// How long a fenced write transaction may stay open (the runner's default bound).
+const TXN_BOUND: Duration = Duration::from_secs(5);
+
+fn main() {
+    let guests = match Guests::locate_or_build() {
+        Ok(guests) => guests,
+        Err(message) => {
+            eprintln!("sandbox benchmarks: {message}");
+            std::process::exit(1);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("start the tokio runtime");
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(2))
+        .measurement_time(Duration::from_secs(5))
+        .configure_from_args();
+
+    bench_instantiate(&mut c, &rt, &guests);
+    bench_attempt(&mut c, &rt, &guests);
+    bench_db_write(&mut c, &rt);
+
+    c.final_summary();
+}
+
+// ---- guests -------------------------------------------------------------------------
+
+/// The compiled guests the benchmarks run.
+struct Guests {
+    noop: PathBuf,
+    ledger: PathBuf,
+}
+
+impl Guests {
+    /// Finds the guests in the workspace's target directory, building them (before any
+    /// measurement starts, so no build competes for the CPU) if one is missing.
+    fn locate_or_build() -> Result<Guests, String> {
+        let dir = target_dir().join("wasm32-wasip2").join("guest");
+        let guests = Guests {
+            noop: dir.join("noop.wasm"),
+            ledger: dir.join("ledger.wasm"),
+        };
+        if guests.all_present() {
+            return Ok(guests);
+        }
+        let command = format!("cargo {}", GUEST_BUILD.join(" "));
+        eprintln!(
+            "sandbox benchmarks: guests missing in {}; running `{command}`",
+            dir.display()
+        );
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(GUEST_BUILD)
+            .current_dir(workspace_dir())
+            .status()
+            .map_err(|e| format!("cannot run `{command}`: {e}"))?;
+        if !status.success() {
+            return Err(format!(
+                "building the guests failed (`{command}` {status}); \
+                 is the target installed (`rustup target add wasm32-wasip2`)?"
+            ));
+        }
+        if !guests.all_present() {
+            return Err(format!(
+                "`{command}` succeeded but {} or {} is still missing",
+                guests.noop.display(),
+                guests.ledger.display()
+            ));
+        }
+        Ok(guests)
+    }
+
+    fn all_present(&self) -> bool {
+        self.noop.is_file() && self.ledger.is_file()
+    }
+}
+
+fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Where cargo puts the guests: `CARGO_TARGET_DIR` if set (it is passed on unchanged to
+/// the guest build, which runs in the workspace root), else the workspace's `target`.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => workspace_dir().join(dir),
+        None => workspace_dir().join("target"),
+    }
+}
+
+fn operator_migrations() -> PathBuf {
+    workspace_dir().join("examples").join("migrations")
+}
+
+// ---- instantiate --------------------------------------------------------------------
+
+/// The fixed cost of every attempt: a fresh wasmtime store, instantiating the component
+/// and calling its handler, for a guest that does nothing. Compares on-demand allocation
+/// with the pooling allocator, which reserves address space up front to make exactly this
+/// cheaper.
+fn bench_instantiate(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
+    let mut group = c.benchmark_group("instantiate");
+    for (id, pooling) in [("on-demand", false), ("pooling", true)] {
+        let engine = Engine::new(&EngineSettings {
+            pooling,
+            ..EngineSettings::default()
+        })
+        .expect("configure the engine");
+        let loaded = engine
+            .load(&guests.noop, &Grants::default())
+            .expect("load the noop guest");
+        let report = rt.block_on(noop_call(&engine, &loaded));
+        assert_eq!(
+            report.result,
+            Ok(Outcome::Done),
+            "noop ({id}) failed: {report:?}"
+        );
+        group.bench_function(id, |b| {
+            b.to_async(rt).iter(|| noop_call(&engine, &loaded));
+        });
+    }
+    group.finish();
+}
+
+/// One sandbox call of the noop guest, without a database.
+async fn noop_call(engine: &Engine, loaded: &Loaded) -> AttemptReport {
+    let limits = Limits::default();
+    engine
+        .run_attempt(AttemptSpec {
+            loaded,
+            context: PassContext {
+                job: "noop".into(),
+                run_id: "bench".into(),
+                instance: "default".into(),
+                tenant: "default".into(),
+                attempt: 1,
+                pass: 0,
+                payload: "{}".into(),
+                cursor: None,
+                counters: Vec::new(),
+            },
+            memory: limits.memory,
+            fuel: limits.fuel,
+            deadline: Instant::now() + GENEROUS,
+            db: None,
+        })
+        .await
+}
+
+// ---- attempt ------------------------------------------------------------------------
+
+/// A host (store, engine, runner) on its own SQLite database.
+struct Host {
+    app: App,
+    _dir: TempDir,
+}
+
+impl Host {
+    async fn open(pooling: bool) -> Host {
+        let dir = tempfile::tempdir().expect("create a temporary directory");
+        let app = App::open(AppConfig {
+            db_url: format!("sqlite://{}/bench.db", dir.path().display()),
+            operator_migrations: Some(operator_migrations()),
+            engine: EngineSettings {
+                pooling,
+                ..EngineSettings::default()
+            },
+            runner: RunnerSettings::default(),
+        })
+        .await
+        .expect("open the host");
+        Host { app, _dir: dir }
+    }
+
+    /// Loads and registers a job, as `host run` does before its first run.
+    async fn job(&self, spec: JobSpec) -> (JobSpec, Arc<Loaded>) {
+        let loaded = self.app.load(&spec).await.expect("load the guest");
+        self.app
+            .register(&spec, &loaded, None)
+            .await
+            .expect("register the job");
+        (spec, loaded)
+    }
+
+    /// One run from queue to finish: insert it, claim it, and let the runner take the
+    /// lease, run the attempt, record it and finish the run.
+    async fn run_once(&self, spec: &JobSpec, loaded: &Loaded) {
+        let store = &self.app.store;
+        let run = store
+            .insert_run(&NewRun {
+                id: new_run_id(),
+                job: spec.name.clone(),
+                instance: "default".into(),
+                tenant: spec.tenant.clone(),
+                origin: Origin::Manual,
+                payload: spec.payload.to_string(),
+                cursor: None,
+                component_digest: Some(loaded.digest.clone()),
+                scheduled_for: None,
+                rerun_of: None,
+                delay_ms: 0,
+            })
+            .await
+            .expect("insert a run");
+        let claimed = store
+            .claim_run(&run.id, self.app.runner.host_id())
+            .await
+            .expect("claim the run")
+            .expect("a run just inserted is queued");
+        let step = self
+            .app
+            .runner
+            .step(&claimed, spec, loaded)
+            .await
+            .expect("step the run");
+        assert!(
+            matches!(
+                step,
+                Step::Finished {
+                    status: RunStatus::Succeeded,
+                    ..
+                }
+            ),
+            "{} did not succeed: {step:?}",
+            spec.name
+        );
+    }
+}
+
+fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::Value) -> JobSpec {
+    JobSpec {
+        name: name.into(),
+        tenant: "default".into(),
+        component: component.to_path_buf(),
+        limits: Limits::default(),
+        retry: RetryPolicy::default(),
+        grants,
+        schedule: None,
+        payload,
+    }
+}
+
+/// What one run costs end to end on SQLite: the instantiate cost above plus the store's
+/// writes around it (insert, claim, lease, attempt start and end, finish). Shows how much
+/// of an attempt the sandbox is, and whether pooling still matters once the store is in
+/// the path. `ledger-1-row` (on-demand) adds one fenced write from inside the guest.
+fn bench_attempt(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
+    let (on_demand, pooled) =
+        rt.block_on(async { (Host::open(false).await, Host::open(true).await) });
+    let noop = job_spec(
+        "noop",
+        &guests.noop,
+        Grants::default(),
+        serde_json::json!({}),
+    );
+    let mut grants = Grants::default();
+    grants.add_flag("db.write=ledger").expect("a valid grant");
+    let ledger = job_spec(
+        "ledger",
+        &guests.ledger,
+        grants,
+        serde_json::json!({ "rows": 1 }),
+    );
+
+    let variants = rt.block_on(async {
+        [
+            ("on-demand", &on_demand, on_demand.job(noop.clone()).await),
+            ("pooling", &pooled, pooled.job(noop).await),
+            ("ledger-1-row", &on_demand, on_demand.job(ledger).await),
+        ]
+    });
+
+    let mut group = c.benchmark_group("attempt");
+    // Each iteration takes milliseconds: fewer, longer samples keep the group short.
+    group
+        .sample_size(40)
+        .measurement_time(Duration::from_secs(8));
+    for (id, host, (spec, loaded)) in &variants {
+        rt.block_on(host.run_once(spec, loaded));
+        group.bench_function(*id, |b| {
+            b.to_async(rt).iter(|| host.run_once(spec, loaded));
+        });
+    }
+    group.finish();
+    rt.block_on(async {
+        on_demand.app.store.close().await;
+        pooled.app.store.close().await;
+    });
+}
+
+// ---- db_write -----------------------------------------------------------------------
+
+/// What the guest database path adds to one write: a guest transaction (authorizer and
+/// progress handler installed, statement not cached, commit fenced by the lease in the
+/// same transaction) against the same `BEGIN IMMEDIATE; INSERT; COMMIT` through a plain
+/// sqlx pool with the store's connection settings, on the same database file.
+fn bench_db_write(c: &mut Criterion, rt: &Runtime) {
+    let dir = tempfile::tempdir().expect("create a temporary directory");
+    let url = format!("sqlite://{}/bench.db", dir.path().display());
+    let (store, guest_db, access, direct) = rt.block_on(async {
+        let store = Store::open(&url).await.expect("open the store");
+        store
+            .migrate_operator(&operator_migrations())
+            .await
+            .expect("apply the example migrations");
+        let guest_db = GuestDb::open(&store)
+            .await
+            .expect("open the guest database");
+        let lease = store
+            .acquire_lease(&LeaseRequest {
+                job: "ledger",
+                instance: "default",
+                holder: "bench",
+                deadline_ms: 3_600_000,
+                expires_ms: 3_600_000,
+            })
+            .await
+            .expect("acquire the lease")
+            .expect("a fresh database has the lease free");
+        let access = Access {
+            grant: Arc::new(DbGrant {
+                write: ["ledger".to_string()].into(),
+                ..DbGrant::default()
+            }),
+            fence: Fence {
+                job: lease.job,
+                instance: lease.instance,
+                generation: lease.generation,
+                holder: lease.holder,
+            },
+            deadline: Instant::now() + Duration::from_secs(24 * 3600),
+        };
+        (store, guest_db, access, direct_pool(&url).await)
+    });
+
+    let mut group = c.benchmark_group("db_write");
+    let mut n = 0_i64;
+    group.bench_function("fenced", |b| {
+        b.to_async(rt).iter(|| {
+            n += 1;
+            fenced_write(&guest_db, &access, n)
+        });
+    });
+    group.bench_function("sqlx-direct", |b| {
+        b.to_async(rt).iter(|| {
+            n += 1;
+            direct_write(&direct, n)
+        });
+    });
+    group.finish();
+    rt.block_on(async {
+        direct.close().await;
+        store.close().await;
+    });
+}
+
+/// A plain pool on the store's database, configured as the store configures its own.
+async fn direct_pool(url: &str) -> sqlx::SqlitePool {
+    use sqlx::sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+    };
+    let options = SqliteConnectOptions::from_str(url)
+        .expect("a valid SQLite URL")
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(jobhost::store::SQLITE_BUSY_TIMEOUT)
+        .foreign_keys(true);
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .expect("open the direct pool")
+}
+
+/// One guest write transaction, as the `db` capability runs it for a guest.
+async fn fenced_write(db: &GuestDb, access: &Access, n: i64) {
+    let mut tx = db
+        .begin(access, Instant::now() + TXN_BOUND)
+        .await
+        .expect("begin the guest transaction");
+    let params = [
+        SqlValue::Text("bench".into()),
+        SqlValue::Integer(1),
+        SqlValue::Integer(n),
+    ];
+    tx.execute(INSERT_LEDGER, &params)
+        .await
+        .expect("insert through the guest path");
+    tx.commit().await.expect("commit under the lease");
+}
+
+/// The same write with nothing in between: the baseline for `fenced`.
+async fn direct_write(pool: &sqlx::SqlitePool, n: i64) {
+    let mut tx = pool
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .expect("begin the direct transaction");
+    sqlx::query(INSERT_LEDGER)
+        .bind("bench")
+        .bind(1_i64)
+        .bind(n)
+        .execute(&mut *tx)
+        .await
+        .expect("insert directly");
+    tx.commit().await.expect("commit directly");
+}

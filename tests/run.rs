@@ -1,0 +1,276 @@
+//! `host run` end to end: the real binary runs real guests on a real database.
+
+mod common;
+
+use common::{Home, guest, migrations};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+fn path(name: &str) -> String {
+    guest(name).display().to_string()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+on_every_backend! {
+    async fn hello_succeeds_and_is_recorded(home) {
+        let (code, run) = home.run_json(&["--job", &path("hello"), "--payload", r#"{"name":"ops"}"#]);
+        assert_eq!(code, 0, "{run}");
+        assert_eq!(run["status"], "succeeded");
+        assert_eq!(run["job"], "hello");
+        assert_eq!(run["attempts"], 1);
+        assert_eq!(run["code"], Value::Null);
+        let id = run["run_id"].as_str().unwrap();
+        let out = home.run(&["runs", "show", id, "--json"]);
+        let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let attempt = &shown["attempt_records"][0];
+        assert_eq!(attempt["status"], "succeeded");
+        assert_eq!(attempt["outcome"], "done");
+        assert!(attempt["log"].as_str().unwrap().contains("[info] hello, ops"), "{attempt}");
+        assert!(attempt["fuel_used"].as_i64().unwrap() > 0);
+        assert!(attempt["peak_memory"].as_i64().unwrap() > 0);
+        let listed: Value = serde_json::from_slice(&home.run(&["runs", "list", "--json"]).stdout).unwrap();
+        assert_eq!(listed[0]["run_id"], id);
+    }
+
+    async fn flaky_succeeds_within_its_retries_and_fails_without_them(home) {
+        let flaky = path("flaky");
+        let (code, run) = home.run_json(&[
+            "--job", &flaky, "--payload", r#"{"fail_times":2}"#, "--retries", "2", "--backoff", "10ms",
+        ]);
+        assert_eq!((code, &run["status"], &run["attempts"]), (0, &"succeeded".into(), &3.into()), "{run}");
+        let (code, run) = home.run_json(&[
+            "--job", &flaky, "--payload", r#"{"fail_times":2}"#, "--retries", "1", "--backoff", "10ms",
+        ]);
+        assert_eq!(code, 1);
+        assert_eq!(run["status"], "failed");
+        assert_eq!(run["attempts"], 2);
+        assert_eq!(run["code"], "handler_failed");
+        assert_eq!(run["error"], "flaky: failing attempt 2 of 2");
+    }
+
+    async fn a_retry_renews_the_lease_to_a_new_generation(home) {
+        let (_, run) = home.run_json(&[
+            "--job", &path("flaky"), "--payload", r#"{"fail_times":2}"#, "--retries", "2", "--backoff", "10ms",
+        ]);
+        let id = run["run_id"].as_str().unwrap();
+        let shown: Value = serde_json::from_slice(&home.run(&["runs", "show", id, "--json"]).stdout).unwrap();
+        let generations: Vec<i64> = shown["attempt_records"].as_array().unwrap().iter()
+            .map(|a| a["generation"].as_i64().unwrap()).collect();
+        assert_eq!(generations.len(), 3);
+        assert!(generations.windows(2).all(|w| w[1] == w[0] + 1), "{generations:?}");
+    }
+
+    async fn spin_is_stopped_at_its_deadline(home) {
+        let started = Instant::now();
+        let (code, run) = home.run_json(&["--job", &path("spin"), "--timeout", "1s"]);
+        let took = started.elapsed();
+        assert_eq!(code, 1);
+        assert_eq!(run["code"], "timeout");
+        assert!(took < Duration::from_secs(5), "took {took:?}");
+        assert!(run["duration_ms"].as_i64().unwrap() >= 1000);
+        // Fuel stops it too, deterministically.
+        let (_, run) = home.run_json(&["--job", &path("spin"), "--fuel", "5000000"]);
+        assert_eq!(run["code"], "out_of_fuel");
+    }
+
+    async fn hog_hits_its_memory_cap(home) {
+        let (code, run) = home.run_json(&["--job", &path("hog"), "--memory", "32MiB"]);
+        assert_eq!(code, 1);
+        assert_eq!(run["code"], "memory_limit");
+        let id = run["run_id"].as_str().unwrap();
+        let shown: Value = serde_json::from_slice(&home.run(&["runs", "show", id, "--json"]).stdout).unwrap();
+        let peak = shown["attempt_records"][0]["peak_memory"].as_i64().unwrap();
+        assert!(peak <= 32 << 20 && peak > 16 << 20, "peak {peak}");
+    }
+
+    async fn ledger_commits_its_rows(home) {
+        let m = migrations();
+        let (code, run) = home.run_json(&[
+            "--job", &path("ledger"), "--payload", r#"{"rows":7}"#, "--grant", "db.write=ledger",
+            "--migrations", m.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{run}");
+        let id = run["run_id"].as_str().unwrap();
+        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await, 7);
+    }
+
+    async fn ledger_past_its_deadline_commits_nothing(home) {
+        let m = migrations();
+        let (code, run) = home.run_json(&[
+            "--job", &path("ledger"), "--payload", r#"{"rows":5,"wait_ms":3000}"#,
+            "--grant", "db.write=ledger", "--timeout", "1s", "--migrations", m.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 1);
+        assert_eq!(run["code"], "timeout");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger").await, 0);
+    }
+
+    async fn a_superseded_generation_commits_nothing(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        // The guest waits before it opens its transaction; meanwhile the lease moves on.
+        let child = home.spawn(&[
+            "run", "--json", "--job", &path("ledger"), "--payload",
+            r#"{"rows":5,"wait_ms":2000,"wait_at":"begin"}"#, "--grant", "db.write=ledger",
+            "--timeout", "20s",
+        ]);
+        home.wait_for(
+            "SELECT COUNT(*) FROM jobhost_leases WHERE job = 'ledger' AND holder IS NOT NULL",
+            Duration::from_secs(20),
+        ).await;
+        assert_eq!(home.exec("UPDATE jobhost_leases SET generation = generation + 1 WHERE job = 'ledger'").await, 1);
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
+        let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(run["code"], "lease_lost", "{run}");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger").await, 0);
+    }
+
+    async fn a_second_run_while_the_lease_is_held_is_skipped(home) {
+        let mut busy = home.spawn(&["run", "--job", &path("spin"), "--name", "busy", "--timeout", "4s"]);
+        home.wait_for(
+            "SELECT COUNT(*) FROM jobhost_leases WHERE job = 'busy' AND holder IS NOT NULL",
+            Duration::from_secs(20),
+        ).await;
+        let (code, run) = home.run_json(&["--job", &path("hello"), "--name", "busy"]);
+        assert_eq!(code, 3, "{run}");
+        assert_eq!(run["status"], "skipped");
+        assert_eq!(run["attempts"], 0);
+        busy.wait().unwrap();
+        // Another instance of the same job is not blocked by it.
+        let (code, _) = home.run_json(&["--job", &path("hello"), "--name", "busy", "--instance", "other"]);
+        assert_eq!(code, 0);
+    }
+
+    async fn tables_not_granted_are_refused_by_the_database(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let probe = path("probe");
+        let refused = |payload: &str, grant: &str| {
+            let (code, run) = home.run_json(&["--job", &probe, "--payload", payload, "--grant", grant]);
+            assert_eq!(code, 1, "{payload} should be refused: {run}");
+            assert_eq!(run["code"], "query_refused", "{payload}: {run}");
+            run["error"].as_str().unwrap().to_string()
+        };
+        let read = |sql: &str| serde_json::json!({ "read": [sql] }).to_string();
+        let write = |sql: &str| serde_json::json!({ "write": [sql] }).to_string();
+        assert_eq!(refused(&read("SELECT * FROM secrets"), "db.write=ledger"), "query refused: not-granted");
+        assert_eq!(refused(&read("SELECT * FROM jobhost_runs"), "db.write=ledger"), "query refused: not-granted");
+        assert_eq!(refused(&read("SELECT * FROM sqlite_master"), "db.write=ledger"), "query refused: not-granted");
+        assert_eq!(refused(&read("SELECT * FROM ledger"), "db.read=secrets"), "query refused: not-granted");
+        assert_eq!(refused(&write("INSERT INTO ledger VALUES ('x', 1, 1)"), "db.read=ledger"), "query refused: not-granted");
+        assert_eq!(refused(&read("DELETE FROM ledger"), "db.write=ledger"), "query refused: read-only");
+        assert_eq!(refused(&write("UPDATE secrets SET value = 'pwned'"), "db.write=ledger"), "query refused: not-granted");
+        assert_eq!(refused(&write("DROP TABLE ledger"), "db.write=ledger"), "query refused: forbidden");
+        assert_eq!(refused(&write("PRAGMA writable_schema = 1"), "db.write=ledger"), "query refused: forbidden");
+        assert_eq!(refused(&write("ATTACH DATABASE 'x.db' AS x"), "db.write=ledger"), "query refused: forbidden");
+        assert_eq!(refused(&write("COMMIT"), "db.write=ledger"), "query refused: forbidden");
+        assert_eq!(refused(&read("SELECT load_extension('x')"), "db.write=ledger"), "query refused: forbidden");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM secrets WHERE value = 'do-not-leak'").await, 1);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger").await, 0);
+        // What is granted works.
+        let ok = serde_json::json!({
+            "read": ["SELECT COUNT(*) FROM ledger"],
+            "write": ["INSERT INTO ledger VALUES ('probe', 1, 1)", "UPDATE ledger SET n = 2"],
+        }).to_string();
+        let (code, run) = home.run_json(&["--job", &probe, "--payload", &ok, "--grant", "db.write=ledger"]);
+        assert_eq!(code, 0, "{run}");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger WHERE n = 2").await, 1);
+    }
+
+    async fn a_statement_running_at_the_deadline_is_interrupted(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let endless = r#"{"read":["WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"]}"#;
+        let started = Instant::now();
+        let (code, run) = home.run_json(&["--job", &path("probe"), "--payload", endless, "--grant", "db.read=ledger", "--timeout", "1s"]);
+        assert_eq!(code, 1);
+        assert_eq!(run["code"], "timeout", "{run}");
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        // The database is free again straight away.
+        let (code, _) = home.run_json(&["--job", &path("ledger"), "--payload", r#"{"rows":1}"#, "--grant", "db.write=ledger"]);
+        assert_eq!(code, 0);
+    }
+
+    async fn a_transaction_open_too_long_is_rolled_back(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let mut holder = home.spawn(&[
+            "run", "--json", "--job", &path("ledger"), "--payload", r#"{"rows":3,"wait_ms":4000}"#,
+            "--grant", "db.write=ledger", "--timeout", "30s", "--txn-timeout", "1s",
+        ]);
+        home.wait_for(
+            "SELECT COUNT(*) FROM jobhost_leases WHERE job = 'ledger' AND holder IS NOT NULL",
+            Duration::from_secs(20),
+        ).await;
+        // Another job's writes are delayed at most by the transaction bound, not the wait.
+        let started = Instant::now();
+        let (code, _) = home.run_json(&["--job", &path("ledger"), "--name", "other", "--payload", r#"{"rows":1}"#, "--grant", "db.write=ledger"]);
+        assert_eq!(code, 0);
+        assert!(started.elapsed() < Duration::from_millis(3500), "blocked for {:?}", started.elapsed());
+        let out = tokio::task::spawn_blocking(move || { holder.wait().unwrap(); }).await;
+        out.unwrap();
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger WHERE attempt = 1 AND n > 0").await, 0);
+        let last: Value = serde_json::from_slice(&home.run(&["runs", "list", "--json", "--job", "ledger"]).stdout).unwrap();
+        assert_eq!(last[0]["code"], "query_refused");
+        assert_eq!(last[0]["error"], "query refused: transaction-timeout");
+    }
+
+    async fn bad_input_gets_a_clear_error_and_changes_nothing(home) {
+        let dir = home.path();
+        std::fs::write(dir.join("notes.wasm"), "not wasm at all").unwrap();
+        std::fs::write(dir.join("core.wasm"), b"\0asm\x01\0\0\0").unwrap();
+        let bytes = std::fs::read(guest("hello")).unwrap();
+        std::fs::write(dir.join("cut.wasm"), &bytes[..bytes.len() / 2]).unwrap();
+        let hello = path("hello");
+        let future = path("future");
+        let ledger = path("ledger");
+        let cases: Vec<(Vec<&str>, &str)> = vec![
+            (vec!["--job", "notes.wasm"], "is not a WebAssembly file"),
+            (vec!["--job", "core.wasm"], "is a core WebAssembly module, not a component"),
+            (vec!["--job", "cut.wasm"], "is not a valid component"),
+            (vec!["--job", &future], "targets jobhost:job@0.2.0, but this host implements jobhost:job@0.1.x"),
+            (vec!["--job", "missing.wasm"], "cannot read missing.wasm"),
+            (vec!["--job", &hello, "--timeout", "30x"], "invalid duration \"30x\""),
+            (vec!["--job", &hello, "--memory", "lots"], "invalid size \"lots\""),
+            (vec!["--job", &hello, "--payload", "{not json"], "payload is not valid JSON"),
+            (vec!["--job", &hello, "--grant", "net.read=x"], "unknown capability \"net\""),
+            (vec!["--job", &hello, "--grant", "db.read=jobhost_leases"], "belongs to the host"),
+            (vec!["--job", &ledger], "imports the `db` capability, which this job was not granted"),
+            (vec!["--job", &hello, "--name", "Bad Name"], "invalid job name"),
+        ];
+        for (args, expected) in cases {
+            let mut all = vec!["run"];
+            all.extend(args.iter().copied());
+            let out = home.run(&all);
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            let first = err.lines().next().unwrap_or_default();
+            assert!(first.starts_with("error: ") && first.contains(expected), "{args:?}: expected {expected:?} in {err:?}");
+            assert!(!err.contains("panicked"), "{err}");
+        }
+        let big = format!("{{\"x\":\"{}\"}}", "a".repeat(300 * 1024));
+        std::fs::write(dir.join("big.json"), big).unwrap();
+        let out = home.run(&["run", "--job", &hello, "--payload", "@big.json"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains("payload is"), "{}", stderr(&out));
+        // Nothing was recorded.
+        let listed: Value = serde_json::from_slice(&home.run(&["runs", "list", "--json"]).stdout).unwrap();
+        assert_eq!(listed, serde_json::json!([]));
+    }
+
+    async fn a_compiled_component_is_cached_on_disk(home) {
+        let hello = path("hello");
+        assert_eq!(home.run_json(&["--job", &hello]).0, 0);
+        let cache = home.path().join("cache");
+        let entries = || -> Vec<(std::path::PathBuf, std::time::SystemTime)> {
+            std::fs::read_dir(&cache).unwrap()
+                .map(|e| { let e = e.unwrap(); (e.path(), e.metadata().unwrap().modified().unwrap()) })
+                .collect()
+        };
+        let first = entries();
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert!(first[0].0.extension().is_some_and(|e| e == "cwasm"));
+        assert_eq!(home.run_json(&["--job", &hello, "--name", "again"]).0, 0);
+        assert_eq!(entries(), first, "the second run must reuse the compiled component");
+    }
+}
