@@ -8,7 +8,7 @@
 
 use criterion::Criterion;
 use jobhost::app::{App, AppConfig};
-use jobhost::engine::attempt::{AttemptReport, AttemptSpec, Outcome, PassContext};
+use jobhost::engine::attempt::{AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext};
 use jobhost::engine::{Engine, EngineSettings, Loaded};
 use jobhost::grants::{DbGrant, Grants};
 use jobhost::job::{JobSpec, Limits, RetryPolicy};
@@ -18,14 +18,14 @@ use jobhost::store::{LeaseRequest, NewRun, Origin, RunStatus, Store};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tempfile::TempDir;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
 /// The guest build the benchmarks need, as the README gives it.
-const GUEST_BUILD: [&str; 8] = [
+const GUEST_BUILD: &[&str] = &[
     "build",
     "--profile",
     "guest",
@@ -136,6 +136,14 @@ fn operator_migrations() -> PathBuf {
     workspace_dir().join("examples").join("migrations")
 }
 
+/// A cancel token nobody sets: the benchmarks never cancel an attempt. Its sender lives as
+/// long as the process, as a serving host's does.
+fn never_cancelled() -> CancelToken {
+    static NEVER: LazyLock<tokio::sync::watch::Sender<bool>> =
+        LazyLock::new(|| tokio::sync::watch::channel(false).0);
+    NEVER.subscribe()
+}
+
 // ---- instantiate --------------------------------------------------------------------
 
 /// The fixed cost of every attempt: a fresh wasmtime store, instantiating the component
@@ -172,6 +180,7 @@ async fn noop_call(engine: &Engine, loaded: &Loaded) -> AttemptReport {
     engine
         .run_attempt(AttemptSpec {
             loaded,
+            cancel: never_cancelled(),
             context: PassContext {
                 job: "noop".into(),
                 run_id: "bench".into(),
@@ -254,7 +263,7 @@ impl Host {
         let step = self
             .app
             .runner
-            .step(&claimed, spec, loaded)
+            .step(&claimed, spec, loaded, never_cancelled())
             .await
             .expect("step the run");
         assert!(

@@ -2,6 +2,7 @@
 
 use crate::engine::{Engine, EngineError, EngineSettings, LoadError, Loaded};
 use crate::job::JobSpec;
+use crate::metrics::Metrics;
 use crate::runner::{Runner, RunnerSettings};
 use crate::store::guest::GuestDb;
 use crate::store::{JobRecord, JobUpsert, Store, StoreError};
@@ -29,6 +30,7 @@ pub struct App {
     pub store: Store,
     pub engine: Arc<Engine>,
     pub runner: Arc<Runner>,
+    pub metrics: Arc<Metrics>,
 }
 
 impl App {
@@ -42,17 +44,20 @@ impl App {
         }
         let engine = Arc::new(Engine::new(&config.engine)?);
         let guest_db = GuestDb::open(&store).await?;
+        let metrics = Arc::new(Metrics::default());
         let runner = Arc::new(Runner::new(
             store.clone(),
             engine.clone(),
             guest_db,
             host_id(),
             config.runner,
+            metrics.clone(),
         ));
         Ok(App {
             store,
             engine,
             runner,
+            metrics,
         })
     }
 

@@ -2,6 +2,8 @@
 //! `examples/`, and a fresh database per test on either backend.
 #![allow(dead_code)]
 
+pub mod webhook;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -157,6 +159,159 @@ impl Home {
             assert!(start.elapsed() < within, "timed out waiting for: {sql}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// A `host serve` process, killed when dropped.
+pub struct Server {
+    pub child: std::process::Child,
+    pub url: String,
+    client: reqwest::Client,
+}
+
+impl Home {
+    /// Writes a manifest into the home directory; `jobs` is TOML for `[jobs.*]` tables,
+    /// where `{guest:NAME}` stands for the path of a built guest.
+    pub fn manifest(&self, host: &str, jobs: &str) -> PathBuf {
+        let mut text = format!("[host]\nmigrations = \"{}\"\n{host}\n", migrations().display());
+        let mut rest = jobs.to_string();
+        while let Some(start) = rest.find("{guest:") {
+            let end = start + rest[start..].find('}').expect("closing brace");
+            let name = &rest[start + 7..end];
+            let path = guest(name).display().to_string();
+            rest.replace_range(start..=end, &path);
+        }
+        text.push_str(&rest);
+        let path = self.path().join("jobhost.toml");
+        std::fs::write(&path, text).expect("write manifest");
+        path
+    }
+
+    /// Starts `host serve` on a free port and waits until it answers.
+    pub async fn serve(&self, args: &[&str]) -> Server {
+        use std::io::BufRead;
+        let mut child = self
+            .host()
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("JOBHOST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(self.next_log()).expect("log file"))
+            .spawn()
+            .expect("spawn host serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let line = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            std::io::BufReader::new(stdout).read_line(&mut line).map(|_| line)
+        })
+        .await
+        .expect("join")
+        .expect("read the listening line");
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("host serve did not start: {line:?}"))
+            .to_string();
+        Server {
+            child,
+            url: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+        }
+    }
+}
+
+impl Home {
+    /// A fresh log file name for the next server (kept in the home for debugging).
+    fn next_log(&self) -> PathBuf {
+        static SERVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.path().join(format!("serve-{n}.log"))
+    }
+
+    /// Everything the servers of this test logged.
+    pub fn server_logs(&self) -> String {
+        let mut all = String::new();
+        for entry in std::fs::read_dir(self.path()).expect("home") {
+            let path = entry.expect("entry").path();
+            if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("serve-")) {
+                all.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+        all
+    }
+}
+
+impl Server {
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        let r = self.client.get(format!("{}{path}", self.url)).send().await.expect("GET");
+        let status = r.status().as_u16();
+        let text = r.text().await.expect("body");
+        (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+    }
+
+    pub async fn post(&self, path: &str) -> (u16, serde_json::Value) {
+        let r = self.client.post(format!("{}{path}", self.url)).send().await.expect("POST");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    pub async fn text(&self, path: &str) -> String {
+        self.client.get(format!("{}{path}", self.url)).send().await.expect("GET").text().await.expect("body")
+    }
+
+    /// All runs (newest first), optionally of one job.
+    pub async fn runs(&self, job: Option<&str>) -> Vec<serde_json::Value> {
+        let path = match job {
+            Some(job) => format!("/runs?limit=500&job={job}"),
+            None => "/runs?limit=500".to_string(),
+        };
+        let (_, body) = self.get(&path).await;
+        body["runs"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Polls `check` on the runs of `job` until it holds.
+    pub async fn wait_runs(
+        &self,
+        job: &str,
+        within: Duration,
+        check: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let start = Instant::now();
+        loop {
+            let runs = self.runs(Some(job)).await;
+            if check(&runs) {
+                return runs;
+            }
+            assert!(start.elapsed() < within, "timed out; runs of {job}: {runs:#?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success());
+    }
+
+    /// Waits for the process to exit; returns its exit code and how long that took.
+    pub async fn wait_exit(mut self, within: Duration) -> (Option<i32>, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return (status.code(), start.elapsed());
+            }
+            assert!(start.elapsed() < within, "host serve did not exit within {within:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -6,6 +6,7 @@
 mod output;
 mod run;
 mod runs;
+mod serve;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -45,9 +46,29 @@ pub enum LogFormat {
 pub enum Command {
     /// Run a job now, in the foreground, until its run ends.
     Run(Box<run::RunArgs>),
+    /// Run the host: schedules, kicks, workers, surveillance and the HTTP API.
+    Serve(Box<serve::ServeArgs>),
     /// Read run history.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// List the registered jobs: schedule, next fire time, last success, lease.
+    Jobs {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a job now (or, if it is running, once more when it ends).
+    Kick {
+        job: String,
+        #[arg(long, default_value = "default")]
+        instance: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a manifest: schedules, time zone, components and grants.
+    Check {
+        #[arg(long)]
+        manifest: PathBuf,
+    },
     /// Apply the operator's migrations (and the host's own).
     Migrate {
         /// Directory of NNNN_name.sql files.
@@ -111,7 +132,15 @@ pub fn main() -> ExitCode {
     let result: Result<u8, Failure> = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(&cli.global, *args).await,
+            Command::Serve(args) => serve::run_serve(&cli.global, *args).await,
             Command::Runs(cmd) => runs::runs(&cli.global, cmd).await,
+            Command::Jobs { json } => serve::jobs(&cli.global, json).await,
+            Command::Kick {
+                job,
+                instance,
+                json,
+            } => serve::kick_cmd(&cli.global, &job, &instance, json).await,
+            Command::Check { manifest } => serve::check(&cli.global, manifest).await,
             Command::Migrate {
                 migrations,
                 manifest,
@@ -131,8 +160,8 @@ pub fn main() -> ExitCode {
 fn init_tracing(cli: &Cli) {
     use tracing_subscriber::EnvFilter;
     let default = match cli.command {
-        Command::Run(_) | Command::Runs(_) | Command::Codes { .. } => "warn",
-        Command::Migrate { .. } => "info",
+        Command::Serve(_) | Command::Migrate { .. } => "info",
+        _ => "warn",
     };
     let filter = EnvFilter::try_from_env("JOBHOST_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()

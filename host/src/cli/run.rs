@@ -113,6 +113,8 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         })
         .await?;
     let host = app.runner.host_id().to_string();
+    // `host run` stops at Ctrl-C like any foreground command; nothing cancels an attempt.
+    let (_never, cancel) = tokio::sync::watch::channel(false);
     let mut delay = Duration::ZERO;
     loop {
         tokio::time::sleep(delay).await;
@@ -124,7 +126,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
             delay = Duration::from_millis(200);
             continue;
         };
-        match app.runner.step(&claimed, &spec, &loaded).await? {
+        match app.runner.step(&claimed, &spec, &loaded, cancel.clone()).await? {
             Step::Requeued { delay: next } => delay = next,
             Step::Finished { .. } | Step::Skipped | Step::Abandoned => break,
         }

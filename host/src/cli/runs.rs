@@ -1,6 +1,7 @@
 //! `host runs list` and `host runs show`.
 
-use super::output::{self, time};
+use super::output;
+use crate::views::{self, time};
 use super::{Failure, Global};
 use crate::store::{RunFilter, RunStatus, Store};
 use crate::units::parse_duration;
@@ -66,7 +67,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                 })
                 .await?;
             if json {
-                let all: Vec<_> = runs.iter().map(output::run_json).collect();
+                let all: Vec<_> = runs.iter().map(views::run).collect();
                 println!("{}", serde_json::Value::Array(all));
             } else if runs.is_empty() {
                 println!("no runs");
@@ -95,10 +96,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             };
             let attempts = store.list_attempts(&id).await?;
             if json {
-                let mut value = output::run_json(&run);
-                value["attempt_records"] =
-                    serde_json::Value::Array(attempts.iter().map(output::attempt_json).collect());
-                println!("{value}");
+                println!("{}", views::run_detail(&run, &attempts));
             } else {
                 output::run_result(&run, false);
                 for a in &attempts {

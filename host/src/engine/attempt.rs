@@ -31,8 +31,12 @@ pub struct PassContext {
     pub counters: Vec<(String, i64)>,
 }
 
+/// Set to `true` to cancel attempts (host shutdown past its grace period).
+pub type CancelToken = tokio::sync::watch::Receiver<bool>;
+
 pub struct AttemptSpec<'a> {
     pub loaded: &'a Loaded,
+    pub cancel: CancelToken,
     pub context: PassContext,
     pub memory: u64,
     pub fuel: Option<u64>,
@@ -106,14 +110,18 @@ impl Engine {
             }
         });
         let context = to_wit(spec.context);
-        // A host call in flight at the deadline is cancelled by dropping the call.
-        let called = tokio::time::timeout_at(spec.deadline, async {
-            let job = spec.loaded.pre.instantiate_async(&mut store).await?;
-            job.jobhost_job_handler()
-                .call_run(&mut store, &context)
-                .await
-        })
-        .await;
+        // A host call in flight at the deadline (or at cancellation) is cancelled by
+        // dropping the call.
+        let mut cancel = spec.cancel;
+        let called = tokio::select! {
+            called = tokio::time::timeout_at(spec.deadline, async {
+                let job = spec.loaded.pre.instantiate_async(&mut store).await?;
+                job.jobhost_job_handler()
+                    .call_run(&mut store, &context)
+                    .await
+            }) => Some(called),
+            () = cancelled(&mut cancel) => None,
+        };
         let fuel_used = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
         let state = store.data();
         let result = classify(called, state);
@@ -129,10 +137,18 @@ impl Engine {
     }
 }
 
-type Called = Result<
+async fn cancelled(token: &mut CancelToken) {
+    if token.wait_for(|cancel| *cancel).await.is_err() {
+        // Nobody can cancel any more: wait forever.
+        std::future::pending::<()>().await;
+    }
+}
+
+/// `None` when the attempt was cancelled.
+type Called = Option<Result<
     wasmtime::Result<Result<handler::Outcome, handler::JobError>>,
     tokio::time::error::Elapsed,
->;
+>>;
 
 fn classify(called: Called, state: &GuestState) -> Result<Outcome, AttemptFailure> {
     let fail = |code, message: Option<String>| AttemptFailure {
@@ -143,6 +159,9 @@ fn classify(called: Called, state: &GuestState) -> Result<Outcome, AttemptFailur
     if state.signals.lease_lost {
         return Err(fail(FailureCode::LeaseLost, None));
     }
+    let Some(called) = called else {
+        return Err(fail(FailureCode::Cancelled, None));
+    };
     let returned = match called {
         Err(_elapsed) => return Err(fail(FailureCode::Timeout, None)),
         Ok(Err(error)) => {

@@ -9,14 +9,15 @@
 pub mod backoff;
 
 use crate::capability::db::DbSession;
-use crate::engine::attempt::{AttemptReport, AttemptSpec, Outcome, PassContext};
+use crate::engine::attempt::{AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext};
 use crate::engine::{Engine, Loaded};
 use crate::failure::FailureCode;
 use crate::job::JobSpec;
 use crate::lease::LeaseTerms;
+use crate::metrics::Metrics;
 use crate::store::guest::{Access, Fence, GuestDb};
 use crate::store::{
-    AttemptEnd, BeginAttempt, Finish, FinishResult, Lease, NewReport, NewRun, Origin,
+    AttemptEnd, BeginAttempt, Finish, FinishResult, Lease, NewReport, Origin,
     ReportKind, Requeue, RunRecord, RunStatus, Store, StoreError,
 };
 use std::sync::Arc;
@@ -65,6 +66,7 @@ pub struct Runner {
     guest_db: GuestDb,
     host_id: String,
     settings: RunnerSettings,
+    metrics: Arc<Metrics>,
 }
 
 impl Runner {
@@ -74,6 +76,7 @@ impl Runner {
         guest_db: GuestDb,
         host_id: String,
         settings: RunnerSettings,
+        metrics: Arc<Metrics>,
     ) -> Self {
         Runner {
             store,
@@ -81,6 +84,7 @@ impl Runner {
             guest_db,
             host_id,
             settings,
+            metrics,
         }
     }
 
@@ -92,12 +96,14 @@ impl Runner {
         &self.host_id
     }
 
-    /// Runs one attempt of a run this host claimed (status `running`).
+    /// Runs one attempt of a run this host claimed (status `running`). Setting `cancel`
+    /// stops the attempt and puts the run back in the queue for any host to resume.
     pub async fn step(
         &self,
         run: &RunRecord,
         spec: &JobSpec,
         loaded: &Loaded,
+        cancel: CancelToken,
     ) -> Result<Step, StoreError> {
         let timeout = spec.limits.timeout;
         let terms = &self.settings.lease;
@@ -122,6 +128,7 @@ impl Runner {
                 run_id: &run.id,
                 generation: lease.generation,
                 host: &self.host_id,
+                component_digest: &loaded.digest,
                 pass: run.pass,
                 attempt,
             })
@@ -133,6 +140,7 @@ impl Runner {
             .engine
             .run_attempt(AttemptSpec {
                 loaded,
+                cancel,
                 context: pass_context(run, attempt),
                 memory: spec.limits.memory,
                 fuel: spec.limits.fuel,
@@ -142,6 +150,13 @@ impl Runner {
             .await;
         self.record_attempt(run, seq, attempt, &report).await?;
         match report.result {
+            Err(failure) if failure.code == FailureCode::Cancelled => {
+                // Not the job's fault: back to the queue, no failure counted.
+                let failure = Failure::code(FailureCode::Cancelled);
+                let cursor = run.cursor.as_deref();
+                self.requeue(run, &lease, Duration::ZERO, run.pass, cursor, run.failures, Some(&failure))
+                    .await
+            }
             Ok(Outcome::Done) => self.finish(run, spec, &lease, Failure::none(), 0).await,
             Ok(Outcome::Continue { cursor }) => {
                 self.requeue(run, &lease, Duration::ZERO, run.pass + 1, Some(&cursor), 0, None)
@@ -200,6 +215,7 @@ impl Runner {
             Ok(outcome) => ("succeeded", Some(outcome.name()), None),
             Err(failure) => ("failed", None, Some(failure.code.as_str())),
         };
+        self.metrics.attempt_finished(&run.job, status, code, report.duration, report.fuel_used);
         tracing::info!(
             job = %run.job,
             run_id = %run.id,
@@ -288,6 +304,7 @@ impl Runner {
         };
         Ok(match result {
             FinishResult::Finished { follow_up } => {
+                self.metrics.run_finished(&run.job, status.as_str(), code.map(FailureCode::as_str));
                 tracing::info!(job = %run.job, run_id = %run.id, status = status.as_str(), code = code.map(FailureCode::as_str), "run finished");
                 Step::Finished {
                     status,
@@ -321,19 +338,7 @@ impl Runner {
             cursor: run.cursor.as_deref(),
             pass: run.pass,
             failures,
-            follow_up: Some(NewRun {
-                id: new_run_id(),
-                job: run.job.clone(),
-                instance: run.instance.clone(),
-                tenant: run.tenant.clone(),
-                origin: Origin::Kick,
-                payload: spec.payload.to_string(),
-                cursor: None,
-                component_digest: None,
-                scheduled_for: None,
-                rerun_of: None,
-                delay_ms: 0,
-            }),
+            follow_up: Some(crate::kick::follow_up(run, spec.payload.to_string())),
             report: failure.code.map(|code| {
                 let kind = if code == FailureCode::LeaseLost {
                     ReportKind::LeaseLost
@@ -357,6 +362,7 @@ impl Runner {
                 .skip_run(&run.id, "the job's lease was held by another run")
                 .await?;
         }
+        self.metrics.run_finished(&run.job, RunStatus::Skipped.as_str(), None);
         tracing::info!(job = %run.job, run_id = %run.id, "run skipped: lease held");
         Ok(Step::Skipped)
     }

@@ -281,6 +281,7 @@ impl Store {
                 .bind(a.run_id)
                 .bind(a.generation)
                 .bind(a.host)
+                .bind(a.component_digest)
                 .fetch_optional(&mut *tx)
                 .await?;
             let Some(seq) = seq else { return Ok(None) };
@@ -415,6 +416,116 @@ impl Store {
         })
     }
 
+    /// Waiting and overdue runs: how many are due now, and how late the oldest is (ms).
+    pub async fn queue_lag(&self) -> Result<(i64, i64)> {
+        let q = &self.q.queue_lag;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))
+    }
+
+    /// Advances a job's schedule from `expected` to `next` and, if given, queues the run it
+    /// fired — both or neither, and only if no other host advanced it first.
+    pub async fn fire_schedule(
+        &self,
+        job: &str,
+        expected: Option<i64>,
+        next: Option<i64>,
+        run: Option<&NewRun>,
+    ) -> Result<bool> {
+        let q = self.q;
+        with_pool!(self.pool, p => {
+            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let advanced = sqlx::query(q.advance_schedule.as_str())
+                .bind(job)
+                .bind(expected)
+                .bind(next)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if advanced != 1 {
+                return Ok(false);
+            }
+            if let Some(run) = run {
+                let _: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), run)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    /// Runs marked running whose lease is gone or expired (not renewed by their host),
+    /// untouched for at least `stale_ms`.
+    pub async fn lost_runs(&self, stale_ms: i64) -> Result<Vec<LostRun>> {
+        let q = &self.q.lost_runs;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(stale_ms).fetch_all(p).await?))
+    }
+
+    /// How many reruns a crashed run (by its first run's id) already had.
+    pub async fn count_reruns(&self, root: &str) -> Result<i64> {
+        let q = &self.q.count_reruns;
+        Ok(with_pool!(self.pool, p => sqlx::query_scalar(q.as_str()).bind(root).fetch_one(p).await?))
+    }
+
+    /// Marks a lost run `crashed` (if it still is lost), frees its lease, and queues what
+    /// the caller decided: a rerun, the follow-up of kicks it had pending, a report.
+    pub async fn mark_crashed(&self, c: &Crash<'_>) -> Result<bool> {
+        let q = self.q;
+        with_pool!(self.pool, p => {
+            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let marked = sqlx::query(q.mark_crashed.as_str())
+                .bind(&c.run.id)
+                .bind(c.stale_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if marked != 1 {
+                return Ok(false);
+            }
+            let pending: Option<i64> = sqlx::query_scalar(q.release_lost_lease.as_str())
+                .bind(&c.run.job)
+                .bind(&c.run.instance)
+                .bind(&c.run.id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let follow_up = c.follow_up.as_ref().filter(|_| pending == Some(1));
+            for run in c.rerun.iter().chain(follow_up) {
+                let _: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), run)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            }
+            bind_report(sqlx::query(q.insert_report.as_str()), &c.report).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
+    /// Records that a job's schedule was reported missed, once: only if the last report
+    /// is still `previous`.
+    pub async fn mark_missed(
+        &self,
+        job: &str,
+        previous: Option<i64>,
+        report: &NewReport<'_>,
+    ) -> Result<bool> {
+        let q = self.q;
+        with_pool!(self.pool, p => {
+            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let marked = sqlx::query(q.mark_missed.as_str())
+                .bind(job)
+                .bind(previous)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if marked != 1 {
+                return Ok(false);
+            }
+            bind_report(sqlx::query(q.insert_report.as_str()), report).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(true)
+        })
+    }
+
     // ---- leases -----------------------------------------------------------------------
 
     /// Takes the lease if it is free or expired, at the next generation.
@@ -480,6 +591,33 @@ impl Store {
     pub async fn insert_report(&self, report: &NewReport<'_>) -> Result<()> {
         let q = &self.q.insert_report;
         with_pool!(self.pool, p => bind_report(sqlx::query(q.as_str()), report).execute(p).await.map(drop)?);
+        Ok(())
+    }
+
+    /// Takes up to `limit` undelivered reports for delivery, hiding them from other hosts
+    /// for `claim_ms`.
+    pub async fn claim_reports(&self, limit: i64, claim_ms: i64) -> Result<Vec<ReportRecord>> {
+        let q = &self.q.claim_reports;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(limit).bind(claim_ms).fetch_all(p).await?))
+    }
+
+    pub async fn report_logged(&self, id: i64) -> Result<()> {
+        let q = &self.q.report_logged;
+        with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(id).execute(p).await.map(drop)?);
+        Ok(())
+    }
+
+    /// Marks a report delivered, counting `attempts` webhook attempts it took.
+    pub async fn report_delivered(&self, id: i64, attempts: i64) -> Result<()> {
+        let q = &self.q.report_delivered;
+        with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(id).bind(attempts).execute(p).await.map(drop)?);
+        Ok(())
+    }
+
+    /// Counts a failed webhook attempt and schedules the next after `delay_ms`.
+    pub async fn report_retry(&self, id: i64, delay_ms: i64) -> Result<()> {
+        let q = &self.q.report_retry;
+        with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(id).bind(delay_ms).execute(p).await.map(drop)?);
         Ok(())
     }
 

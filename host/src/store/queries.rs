@@ -109,10 +109,13 @@ queries! {
         WHERE id = $1 AND status = 'queued' RETURNING {run_columns}";
     claim_due_run = "UPDATE jobhost_runs SET status = 'running', host = $1, updated_at = {now}, \
         started_at = COALESCE(started_at, {now}) \
-        WHERE id = (SELECT id FROM jobhost_runs WHERE status = 'queued' \
+        WHERE id = (SELECT id FROM jobhost_runs WHERE status = 'queued' AND origin <> 'manual' \
             AND next_attempt_at <= {now} ORDER BY next_attempt_at, id LIMIT 1 {skip_locked}) \
         AND status = 'queued' RETURNING {run_columns}";
-    next_due_at = "SELECT MIN(next_attempt_at) FROM jobhost_runs WHERE status = 'queued'";
+    next_due_at = "SELECT MIN(next_attempt_at) FROM jobhost_runs \
+        WHERE status = 'queued' AND origin <> 'manual'";
+    queue_lag = "SELECT COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) FROM jobhost_runs \
+        WHERE status = 'queued' AND next_attempt_at <= {now}";
     get_run = "SELECT {run_columns} FROM jobhost_runs WHERE id = $1";
     list_runs = "SELECT {run_columns} FROM jobhost_runs \
         WHERE ($1 IS NULL OR job = $1) AND ($2 IS NULL OR status = $2) \
@@ -123,7 +126,8 @@ queries! {
     skip_run = "UPDATE jobhost_runs SET status = 'skipped', last_error = $2, \
         finished_at = {now}, updated_at = {now} WHERE id = $1 AND status = 'running'";
     begin_attempt = "UPDATE jobhost_runs SET generation = $2, host = $3, attempts = attempts + 1, \
-        updated_at = {now} WHERE id = $1 AND status = 'running' RETURNING attempts";
+        component_digest = $4, updated_at = {now} WHERE id = $1 AND status = 'running' \
+        RETURNING attempts";
     insert_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, generation, host, \
         status, started_at) VALUES ($1, $2, $3, $4, $5, $6, 'running', {now})";
     finish_attempt = "UPDATE jobhost_attempts SET status = $3, outcome = $4, code = $5, \
@@ -136,13 +140,19 @@ queries! {
     finish_run = "UPDATE jobhost_runs SET status = $3, last_code = $4, last_error = $5, \
         cursor = $6, pass = $7, failures = $8, finished_at = {now}, updated_at = {now} \
         WHERE id = $1 AND status = 'running' AND generation = $2";
-    running_with_lost_lease = "SELECT r.id, r.job, r.instance, r.generation \
-        FROM jobhost_runs r JOIN jobhost_leases l ON l.job = r.job AND l.instance = r.instance \
-        WHERE r.status = 'running' AND r.generation IS NOT NULL \
-        AND (l.generation <> r.generation OR l.expires_at <= {now})";
+    lost_runs = "SELECT r.id, r.job, r.instance, r.generation FROM jobhost_runs r \
+        WHERE r.status = 'running' AND r.updated_at <= {now} - $1 \
+        AND NOT EXISTS (SELECT 1 FROM jobhost_leases l WHERE l.job = r.job \
+            AND l.instance = r.instance AND l.holder = r.id AND l.expires_at > {now})";
     mark_crashed = "UPDATE jobhost_runs SET status = 'crashed', last_code = 'crashed', \
         finished_at = {now}, updated_at = {now} \
-        WHERE id = $1 AND status = 'running' AND generation = $2";
+        WHERE id = $1 AND status = 'running' AND updated_at <= {now} - $2 \
+        AND NOT EXISTS (SELECT 1 FROM jobhost_leases l WHERE l.job = jobhost_runs.job \
+            AND l.instance = jobhost_runs.instance AND l.holder = $1 AND l.expires_at > {now})";
+    release_lost_lease = "UPDATE jobhost_leases SET holder = NULL, pending = 0, \
+        deadline_at = {now}, expires_at = {now}, updated_at = {now} \
+        WHERE job = $1 AND instance = $2 AND holder = $3 RETURNING pending";
+    count_reruns = "SELECT COUNT(*) FROM jobhost_runs WHERE rerun_of = $1";
 
     acquire_lease = "INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
         expires_at, pending, updated_at) VALUES ($1, $2, 1, $3, {now} + $4, {now} + $5, 0, {now}) \
@@ -162,10 +172,6 @@ queries! {
     release_lease = "UPDATE jobhost_leases SET holder = NULL, pending = 0, deadline_at = {now}, \
         expires_at = {now}, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND generation = $3";
-    release_expired_lease = "UPDATE jobhost_leases SET holder = NULL, deadline_at = {now}, \
-        expires_at = {now}, updated_at = {now} \
-        WHERE job = $1 AND instance = $2 AND holder = $3 AND expires_at <= {now} \
-        RETURNING pending";
     set_pending = "UPDATE jobhost_leases SET pending = 1, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND holder IS NOT NULL AND expires_at > {now}";
     get_lease = "SELECT {lease_columns} FROM jobhost_leases WHERE job = $1 AND instance = $2";
@@ -175,8 +181,10 @@ queries! {
 
     insert_report = "INSERT INTO jobhost_reports (kind, job, run_id, code, body, created_at, \
         next_try_at) VALUES ($1, $2, $3, $4, $5, {now}, {now})";
-    due_reports = "SELECT {report_columns} FROM jobhost_reports \
-        WHERE delivered_at IS NULL AND next_try_at <= {now} ORDER BY id LIMIT $1 {skip_locked}";
+    claim_reports = "UPDATE jobhost_reports SET next_try_at = {now} + $2 \
+        WHERE id IN (SELECT id FROM jobhost_reports WHERE delivered_at IS NULL \
+            AND next_try_at <= {now} ORDER BY id LIMIT $1 {skip_locked}) \
+        RETURNING {report_columns}";
     report_logged = "UPDATE jobhost_reports SET logged_at = {now} WHERE id = $1 AND logged_at IS NULL";
     report_delivered = "UPDATE jobhost_reports SET delivered_at = {now}, \
         webhook_attempts = webhook_attempts + $2 WHERE id = $1";

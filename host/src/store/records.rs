@@ -175,6 +175,24 @@ pub struct Lease {
     pub expires_at: i64,
 }
 
+/// A run marked running whose lease its host no longer renews.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct LostRun {
+    pub id: String,
+    pub job: String,
+    pub instance: String,
+    pub generation: Option<i64>,
+}
+
+pub struct Crash<'a> {
+    pub run: &'a LostRun,
+    pub stale_ms: i64,
+    pub rerun: Option<NewRun>,
+    /// Queued only if the lost run's lease had kicks pending.
+    pub follow_up: Option<NewRun>,
+    pub report: NewReport<'a>,
+}
+
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct ReportRecord {
     pub id: i64,
@@ -229,6 +247,7 @@ pub struct BeginAttempt<'a> {
     pub run_id: &'a str,
     pub generation: i64,
     pub host: &'a str,
+    pub component_digest: &'a str,
     pub pass: i64,
     pub attempt: i64,
 }

@@ -1,0 +1,167 @@
+//! The jobs a serving host runs: each job's definition, its loaded component and its
+//! parsed schedule, reloaded when the component file changes.
+
+use crate::app::{App, AppError};
+use crate::engine::Loaded;
+use crate::job::JobSpec;
+use crate::schedule::cron::{Cron, CronError};
+use chrono_tz::Tz;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("job {job}: {source}")]
+    Schedule { job: String, source: CronError },
+    #[error("job {job}: {source}")]
+    Load { job: String, source: AppError },
+}
+
+/// What identifies a component file's version cheaply, before hashing it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    modified: Option<SystemTime>,
+    len: u64,
+}
+
+impl FileStamp {
+    fn of(spec: &JobSpec) -> Option<FileStamp> {
+        let meta = std::fs::metadata(&spec.component).ok()?;
+        Some(FileStamp {
+            modified: meta.modified().ok(),
+            len: meta.len(),
+        })
+    }
+}
+
+pub struct CatalogJob {
+    pub spec: JobSpec,
+    pub loaded: Arc<Loaded>,
+    pub cron: Option<Cron>,
+    stamp: Option<FileStamp>,
+}
+
+pub struct Catalog {
+    jobs: RwLock<BTreeMap<String, Arc<CatalogJob>>>,
+}
+
+impl Catalog {
+    /// Checks every schedule and loads every component; refuses the whole set if one is
+    /// bad, so a host never starts with half its jobs.
+    pub async fn load(app: &App, specs: Vec<JobSpec>, tz: Tz) -> Result<Catalog, CatalogError> {
+        let mut jobs = BTreeMap::new();
+        for spec in specs {
+            let job = load_job(app, spec, tz).await?;
+            jobs.insert(job.spec.name.clone(), Arc::new(job));
+        }
+        let catalog = Catalog {
+            jobs: RwLock::new(jobs),
+        };
+        for job in catalog.all() {
+            catalog
+                .register(app, &job)
+                .await
+                .map_err(|source| CatalogError::Load {
+                    job: job.spec.name.clone(),
+                    source,
+                })?;
+        }
+        Ok(catalog)
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<CatalogJob>> {
+        self.jobs.read().expect("catalog lock").get(name).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<CatalogJob>> {
+        self.jobs
+            .read()
+            .expect("catalog lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Records the job's registration; a new or changed schedule starts from now.
+    async fn register(&self, app: &App, job: &CatalogJob) -> Result<(), AppError> {
+        let next = match &job.cron {
+            Some(cron) => cron.next_after(app.store.now().await?),
+            None => None,
+        };
+        app.register(&job.spec, &job.loaded, next).await?;
+        Ok(())
+    }
+
+    /// Reloads components whose file changed. A component that no longer loads is
+    /// reported once per change and the previous one kept.
+    pub async fn reload_changed(&self, app: &App) {
+        for job in self.all() {
+            if FileStamp::of(&job.spec) == job.stamp {
+                continue;
+            }
+            let (loaded, stamp) = match load_component(app, &job.spec).await {
+                Ok(loaded) => loaded,
+                Err(AppError::Load(e)) => {
+                    tracing::warn!(job = %job.spec.name, error = %e, "changed component refused; keeping the previous one");
+                    (job.loaded.clone(), FileStamp::of(&job.spec))
+                }
+                Err(_) => {
+                    tracing::warn!(job = %job.spec.name, code = "driver_failed", "could not reload the component; will retry");
+                    continue;
+                }
+            };
+            let changed = loaded.digest != job.loaded.digest;
+            let fresh = Arc::new(CatalogJob {
+                spec: job.spec.clone(),
+                loaded,
+                cron: job.cron.clone(),
+                stamp,
+            });
+            if changed {
+                if self.register(app, &fresh).await.is_err() {
+                    tracing::warn!(job = %job.spec.name, code = "driver_failed", "could not record the reloaded component; will retry");
+                    continue;
+                }
+                tracing::info!(job = %fresh.spec.name, digest = %fresh.loaded.digest, "component reloaded");
+            }
+            self.jobs
+                .write()
+                .expect("catalog lock")
+                .insert(fresh.spec.name.clone(), fresh);
+        }
+    }
+}
+
+async fn load_component(
+    app: &App,
+    spec: &JobSpec,
+) -> Result<(Arc<Loaded>, Option<FileStamp>), AppError> {
+    // Stamp first: a file that changes while it loads is loaded again next time.
+    let stamp = FileStamp::of(spec);
+    Ok((app.load(spec).await?, stamp))
+}
+
+async fn load_job(app: &App, spec: JobSpec, tz: Tz) -> Result<CatalogJob, CatalogError> {
+    let cron = spec
+        .schedule
+        .as_deref()
+        .map(|expr| Cron::parse(expr, tz))
+        .transpose()
+        .map_err(|source| CatalogError::Schedule {
+            job: spec.name.clone(),
+            source,
+        })?;
+    let (loaded, stamp) = load_component(app, &spec)
+        .await
+        .map_err(|source| CatalogError::Load {
+            job: spec.name.clone(),
+            source,
+        })?;
+    Ok(CatalogJob {
+        spec,
+        loaded,
+        cron,
+        stamp,
+    })
+}

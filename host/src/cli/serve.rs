@@ -1,0 +1,236 @@
+//! `host serve`, `host jobs`, `host kick` and `host check`.
+
+use super::{Failure, Global};
+use crate::app::{App, AppConfig};
+use crate::catalog::Catalog;
+use crate::engine::{Engine, EngineSettings};
+use crate::kick::{self, KickError, Kicked};
+use crate::lease::LeaseTerms;
+use crate::manifest::{CatchUp, HostSection, Manifest};
+use crate::runner::RunnerSettings;
+use crate::schedule::cron::{Cron, parse_tz};
+use crate::serve::{ServeConfig, serve};
+use crate::store::Store;
+use crate::units::parse_duration;
+use crate::views;
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address of the HTTP API (port 0 picks a free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// The jobs to run; without one the host serves its API with no jobs.
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    /// Runs executed at once.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Longest wait between looks at the queue.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    pub poll: Duration,
+    /// How often to look for crashed runs and missed schedules.
+    #[arg(long, value_parser = parse_duration)]
+    pub surveillance_interval: Option<Duration>,
+    /// How long running attempts may finish after SIGTERM before they are cancelled.
+    #[arg(long, value_parser = parse_duration)]
+    pub shutdown_grace: Option<Duration>,
+    /// POST every report to this URL (JSON).
+    #[arg(long)]
+    pub webhook: Option<String>,
+    /// After downtime: `one` catch-up run per schedule, or `none`.
+    #[arg(long, value_enum)]
+    pub catch_up: Option<CatchUpArg>,
+    /// Time zone of cron schedules (IANA name).
+    #[arg(long)]
+    pub timezone: Option<String>,
+    /// Time after an attempt's deadline before its lease may be taken over.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub lease_grace: Duration,
+    /// Longest a guest write transaction may stay open.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub txn_timeout: Duration,
+    /// Reruns a crashed run gets.
+    #[arg(long, default_value_t = 3)]
+    pub max_reruns: i64,
+    /// Pre-reserve instance slots (faster instantiation, more address space).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub pooling: bool,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum CatchUpArg {
+    One,
+    None,
+}
+
+pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> {
+    let manifest = args.manifest.as_deref().map(Manifest::load).transpose()?;
+    let host = manifest.as_ref().map(|m| m.host.clone()).unwrap_or_default();
+    let tz = parse_tz(host.timezone.as_deref().or(args.timezone.as_deref()).unwrap_or("UTC"))?;
+    let workers = args.workers.or(host.workers).unwrap_or(4).max(1);
+    let app = App::open(AppConfig {
+        db_url: global.db_url(host.db.as_deref()),
+        operator_migrations: host.migrations.clone(),
+        engine: EngineSettings {
+            pooling: args.pooling,
+            max_instances: (workers as u32 * 2).max(16),
+            cache_dir: Some(global.cache_dir()),
+        },
+        runner: RunnerSettings {
+            lease: LeaseTerms {
+                grace: args.lease_grace,
+            },
+            txn_bound: args.txn_timeout,
+            claim_slack: args.poll * 5 + Duration::from_secs(10),
+        },
+    })
+    .await?;
+    let specs = manifest.map(|m| m.jobs).unwrap_or_default();
+    let catalog = Catalog::load(&app, specs, tz).await?;
+    let config = ServeConfig {
+        listen: args.listen,
+        workers,
+        poll: args.poll,
+        surveillance_interval: args
+            .surveillance_interval
+            .or(host.surveillance_interval)
+            .unwrap_or(Duration::from_secs(60)),
+        reload_interval: Duration::from_secs(2),
+        shutdown_grace: args
+            .shutdown_grace
+            .or(host.shutdown_grace)
+            .unwrap_or(Duration::from_secs(30)),
+        catch_up: match args.catch_up {
+            Some(CatchUpArg::One) => CatchUp::One,
+            Some(CatchUpArg::None) => CatchUp::None,
+            None => host.catch_up.unwrap_or_default(),
+        },
+        webhook: args.webhook.or(host.webhook),
+        max_reruns: args.max_reruns,
+        stale: args.lease_grace,
+    };
+    serve(app, catalog, config, shutdown_signal()).await?;
+    Ok(0)
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("install a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+pub async fn jobs(global: &Global, json: bool) -> Result<u8, Failure> {
+    let store = Store::open(&global.db_url(None)).await?;
+    let now = store.now().await?;
+    let leases = store.list_leases().await?;
+    let jobs = store.list_jobs().await?;
+    let views: Vec<_> = jobs
+        .iter()
+        .map(|job| {
+            let lease = leases
+                .iter()
+                .find(|l| l.job == job.name && l.instance == kick::DEFAULT_INSTANCE);
+            views::job(job, lease, now)
+        })
+        .collect();
+    store.close().await;
+    if json {
+        println!("{}", serde_json::Value::Array(views));
+        return Ok(0);
+    }
+    if views.is_empty() {
+        println!("no jobs");
+        return Ok(0);
+    }
+    println!(
+        "{:<24}  {:<16}  {:<24}  {:<24}  LEASE",
+        "JOB", "SCHEDULE", "NEXT FIRE", "LAST SUCCESS"
+    );
+    for v in views {
+        let text = |key: &str| v[key].as_str().unwrap_or("-").to_string();
+        let lease = if v["lease"]["held"].as_bool() == Some(true) {
+            "held"
+        } else {
+            "free"
+        };
+        println!(
+            "{:<24}  {:<16}  {:<24}  {:<24}  {lease}",
+            text("name"),
+            text("schedule"),
+            text("next_fire_at"),
+            text("last_success_at")
+        );
+    }
+    Ok(0)
+}
+
+pub async fn kick_cmd(global: &Global, job: &str, instance: &str, json: bool) -> Result<u8, Failure> {
+    crate::job::validate_instance(instance)?;
+    let store = Store::open(&global.db_url(None)).await?;
+    let result = kick::kick(&store, job, instance).await;
+    store.close().await;
+    let kicked = match result {
+        Ok(kicked) => kicked,
+        Err(KickError::UnknownJob(_)) => {
+            return Err(Failure::usage(format!("unknown job {job:?} (see `host jobs`)")));
+        }
+        Err(KickError::Store(e)) => return Err(e.into()),
+    };
+    if json {
+        println!("{}", serde_json::to_value(&kicked).expect("serialisable"));
+    } else {
+        match kicked {
+            Kicked::Pending => println!("{job} is running: it will run once more when it ends"),
+            Kicked::Queued { run_id } => println!("queued run {run_id} of {job}"),
+        }
+    }
+    Ok(0)
+}
+
+/// Checks a manifest without touching any database: schedules, time zone, components
+/// and their grants.
+pub async fn check(global: &Global, manifest: PathBuf) -> Result<u8, Failure> {
+    let manifest = Manifest::load(&manifest)?;
+    let HostSection { timezone, .. } = &manifest.host;
+    let tz = parse_tz(timezone.as_deref().unwrap_or("UTC"))?;
+    let engine = Engine::new(&EngineSettings {
+        cache_dir: Some(global.cache_dir()),
+        ..EngineSettings::default()
+    })?;
+    let mut problems = 0;
+    for spec in &manifest.jobs {
+        let mut verdict = Ok(());
+        if let Some(expr) = &spec.schedule
+            && let Err(e) = Cron::parse(expr, tz)
+        {
+            verdict = Err(e.to_string());
+        }
+        if verdict.is_ok()
+            && let Err(e) = engine.load(&spec.component, &spec.grants)
+        {
+            verdict = Err(e.to_string());
+        }
+        match verdict {
+            Ok(()) => println!("ok      {}", spec.name),
+            Err(e) => {
+                problems += 1;
+                println!("refused {}: {e}", spec.name);
+            }
+        }
+    }
+    if problems > 0 {
+        return Err(Failure::usage(format!(
+            "{problems} of {} jobs refused",
+            manifest.jobs.len()
+        )));
+    }
+    Ok(0)
+}

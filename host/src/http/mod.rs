@@ -1,0 +1,281 @@
+//! The HTTP API, the metrics endpoint and the operator's web page.
+//!
+//! Errors are JSON `{"error": {"code": ..., "message": ...}}` with a fixed code:
+//! `unknown_job`, `unknown_run`, `invalid_parameter`, `shutting_down`, `unavailable`.
+
+use crate::kick::{self, KickError};
+use crate::metrics::Gauge;
+use crate::serve::Shared;
+use crate::store::{RunFilter, RunStatus, StoreError};
+use crate::views;
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Most runs one page returns.
+pub const MAX_PAGE: i64 = 500;
+const DEFAULT_PAGE: i64 = 50;
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/jobs", get(list_jobs))
+        .route("/jobs/{name}", get(get_job))
+        .route("/jobs/{name}/kick", post(kick_job))
+        .route("/runs", get(list_runs))
+        .route("/runs/{id}", get(get_run))
+        .route("/reports", get(list_reports))
+        .with_state(shared)
+}
+
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_parameter", message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        tracing::warn!(code = "driver_failed", error = %e, "API request failed");
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type ApiResult = Result<Json<Value>, ApiError>;
+
+async fn page() -> Html<&'static str> {
+    Html(include_str!("page.html"))
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(s): State<Arc<Shared>>) -> Response {
+    if s.draining.load(Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
+    }
+    match s.app.store.now().await {
+        Ok(_) => "ready".into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response(),
+    }
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> Result<Response, ApiError> {
+    let store = &s.app.store;
+    let mut gauges = Vec::new();
+    let counts: HashMap<String, i64> = store.count_runs_by_status().await?.into_iter().collect();
+    for status in RunStatus::ALL {
+        gauges.push(Gauge {
+            name: "jobhost_runs",
+            help: "Runs in the database, by status.",
+            labels: vec![("status", status.as_str().to_string())],
+            value: *counts.get(status.as_str()).unwrap_or(&0) as f64,
+        });
+    }
+    let (due, lag_ms) = store.queue_lag().await?;
+    gauges.push(Gauge {
+        name: "jobhost_queue_due",
+        help: "Queued runs that are due now.",
+        labels: Vec::new(),
+        value: due as f64,
+    });
+    gauges.push(Gauge {
+        name: "jobhost_queue_lag_seconds",
+        help: "How long the oldest due run has waited.",
+        labels: Vec::new(),
+        value: lag_ms as f64 / 1000.0,
+    });
+    let text = s.app.metrics.render(&gauges);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+async fn job_view(s: &Shared, name: &str, now: i64) -> Result<Option<Value>, ApiError> {
+    let Some(job) = s.app.store.get_job(name).await? else {
+        return Ok(None);
+    };
+    let lease = s
+        .app
+        .store
+        .get_lease(name, kick::DEFAULT_INSTANCE)
+        .await?;
+    Ok(Some(views::job(&job, lease.as_ref(), now)))
+}
+
+async fn list_jobs(State(s): State<Arc<Shared>>) -> ApiResult {
+    let store = &s.app.store;
+    let now = store.now().await?;
+    let leases = store.list_leases().await?;
+    let jobs: Vec<Value> = store
+        .list_jobs()
+        .await?
+        .iter()
+        .map(|job| {
+            let lease = leases
+                .iter()
+                .find(|l| l.job == job.name && l.instance == kick::DEFAULT_INSTANCE);
+            views::job(job, lease, now)
+        })
+        .collect();
+    Ok(Json(json!({ "jobs": jobs })))
+}
+
+async fn get_job(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult {
+    let now = s.app.store.now().await?;
+    job_view(&s, &name, now)
+        .await?
+        .map(Json)
+        .ok_or_else(|| unknown_job(&name))
+}
+
+fn unknown_job(name: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "unknown_job", format!("no job named {name:?}"))
+}
+
+#[derive(Deserialize)]
+struct KickQuery {
+    instance: Option<String>,
+}
+
+async fn kick_job(
+    State(s): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    Query(q): Query<KickQuery>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if s.draining.load(Ordering::Acquire) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "this host is shutting down; kick another",
+        ));
+    }
+    let instance = q.instance.as_deref().unwrap_or(kick::DEFAULT_INSTANCE);
+    crate::job::validate_instance(instance).map_err(|e| ApiError::invalid(e.to_string()))?;
+    match kick::kick(&s.app.store, &name, instance).await {
+        Ok(kicked) => {
+            let result = match &kicked {
+                kick::Kicked::Pending => "pending",
+                kick::Kicked::Queued { .. } => "queued",
+            };
+            s.app.metrics.kick(&name, result);
+            s.wake.notify_one();
+            Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(kicked).expect("serialisable"))))
+        }
+        Err(KickError::UnknownJob(_)) => Err(unknown_job(&name)),
+        Err(KickError::Store(e)) => Err(e.into()),
+    }
+}
+
+#[derive(Deserialize)]
+struct RunsQuery {
+    job: Option<String>,
+    status: Option<String>,
+    /// RFC 3339 time, or a duration back from now (`1h`).
+    since: Option<String>,
+    until: Option<String>,
+    limit: Option<i64>,
+    /// The `next` token of the previous page.
+    before: Option<String>,
+}
+
+fn parse_time(text: &str, now: i64, field: &str) -> Result<i64, ApiError> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(t.timestamp_millis());
+    }
+    crate::units::parse_duration(text)
+        .map(|d| now - d.as_millis() as i64)
+        .map_err(|_| ApiError::invalid(format!("{field}: use an RFC 3339 time or a duration such as 1h")))
+}
+
+async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> ApiResult {
+    let now = s.app.store.now().await?;
+    let status = q
+        .status
+        .as_deref()
+        .map(|t| RunStatus::parse(t).ok_or_else(|| ApiError::invalid(format!("unknown status {t:?}"))))
+        .transpose()?;
+    let before = q
+        .before
+        .as_deref()
+        .map(|token| {
+            token
+                .split_once('_')
+                .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_string())))
+                .ok_or_else(|| ApiError::invalid("before: use the `next` token of the previous page"))
+        })
+        .transpose()?;
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    let runs = s
+        .app
+        .store
+        .list_runs(&RunFilter {
+            job: q.job,
+            status,
+            since: q.since.as_deref().map(|t| parse_time(t, now, "since")).transpose()?,
+            until: q.until.as_deref().map(|t| parse_time(t, now, "until")).transpose()?,
+            before,
+            limit,
+        })
+        .await?;
+    let next = (runs.len() as i64 == limit)
+        .then(|| runs.last().map(|r| format!("{}_{}", r.created_at, r.id)))
+        .flatten();
+    Ok(Json(json!({
+        "runs": runs.iter().map(views::run).collect::<Vec<_>>(),
+        "limit": limit,
+        "next": next,
+    })))
+}
+
+async fn get_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult {
+    let Some(run) = s.app.store.get_run(&id).await? else {
+        return Err(ApiError::new(StatusCode::NOT_FOUND, "unknown_run", format!("no run with id {id:?}")));
+    };
+    let attempts = s.app.store.list_attempts(&id).await?;
+    Ok(Json(views::run_detail(&run, &attempts)))
+}
+
+#[derive(Deserialize)]
+struct ReportsQuery {
+    job: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn list_reports(State(s): State<Arc<Shared>>, Query(q): Query<ReportsQuery>) -> ApiResult {
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    let reports = s.app.store.list_reports(q.job.as_deref(), limit).await?;
+    let reports: Vec<Value> = reports.iter().map(crate::report::payload).collect();
+    Ok(Json(json!({ "reports": reports })))
+}

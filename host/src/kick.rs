@@ -1,0 +1,78 @@
+//! Kicks: run a job now, without waiting for any lock, and never lose the request.
+//!
+//! If a run holds the job's lease, the kick sets the lease's pending flag and the holder
+//! queues exactly one follow-up run when it ends, however many kicks arrived meanwhile.
+//! Otherwise the kick queues a run. A queued kick that finds the lease taken by the time
+//! it runs folds itself into the pending flag instead (see `Runner::skip`).
+
+use crate::job::JobSpec;
+use crate::runner::new_run_id;
+use crate::store::{JobRecord, NewRun, Origin, RunRecord, Store, StoreError};
+
+pub const DEFAULT_INSTANCE: &str = "default";
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Kicked {
+    /// A run held the lease: it will run once more when it ends.
+    Pending,
+    /// A run was queued.
+    Queued { run_id: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KickError {
+    #[error("unknown job {0:?}")]
+    UnknownJob(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub async fn kick(store: &Store, job: &str, instance: &str) -> Result<Kicked, KickError> {
+    let record = store
+        .get_job(job)
+        .await?
+        .ok_or_else(|| KickError::UnknownJob(job.to_string()))?;
+    if store.set_pending(job, instance).await? {
+        return Ok(Kicked::Pending);
+    }
+    let run = store.insert_run(&new_kick_run(&record, instance)).await?;
+    Ok(Kicked::Queued { run_id: run.id })
+}
+
+fn new_kick_run(record: &JobRecord, instance: &str) -> NewRun {
+    let payload = serde_json::from_str::<JobSpec>(&record.spec)
+        .map(|spec| spec.payload.to_string())
+        .unwrap_or_else(|_| "{}".into());
+    NewRun {
+        id: new_run_id(),
+        job: record.name.clone(),
+        instance: instance.to_string(),
+        tenant: record.tenant.clone(),
+        origin: Origin::Kick,
+        payload,
+        cursor: None,
+        component_digest: None,
+        scheduled_for: None,
+        rerun_of: None,
+        delay_ms: 0,
+    }
+}
+
+/// The run queued after `run` ends, if kicks arrived while it held the lease: a kick
+/// of the same job and instance, with the job's payload.
+pub fn follow_up(run: &RunRecord, payload: String) -> NewRun {
+    NewRun {
+        id: new_run_id(),
+        job: run.job.clone(),
+        instance: run.instance.clone(),
+        tenant: run.tenant.clone(),
+        origin: Origin::Kick,
+        payload,
+        cursor: None,
+        component_digest: None,
+        scheduled_for: None,
+        rerun_of: None,
+        delay_ms: 0,
+    }
+}

@@ -1,0 +1,174 @@
+//! The periodic check of every job: runs whose host stopped renewing their lease are
+//! marked `crashed` (once) and rerun; schedules that have not succeeded within twice
+//! their period are reported missed (once per period).
+//!
+//! One host of the fleet runs each check: it first takes a lease of its own, for less
+//! than the interval, so the check happens once per period whoever's timer fires first.
+
+use super::cron::Cron;
+use crate::catalog::Catalog;
+use crate::failure::FailureCode;
+use crate::runner::new_run_id;
+use crate::store::{Crash, LeaseRequest, NewReport, NewRun, Origin, ReportKind, Store, StoreError};
+use std::sync::Arc;
+use std::time::Duration;
+
+const LEASE_JOB: &str = "jobhost:surveillance";
+const LEASE_INSTANCE: &str = "fleet";
+
+/// Whether a schedule counts as missed at `now`: no success for twice its period, and
+/// not already reported within the last period.
+pub fn is_missed(now: i64, last_ok: i64, period: i64, reported_at: Option<i64>) -> bool {
+    now - last_ok > 2 * period && reported_at.is_none_or(|r| now - r >= period)
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Findings {
+    /// Whether this host ran the check (another host may hold this period's lease).
+    pub ran: bool,
+    pub crashed: usize,
+    pub missed: usize,
+}
+
+pub struct Surveillance {
+    pub store: Store,
+    pub catalog: Arc<Catalog>,
+    pub host_id: String,
+    pub interval: Duration,
+    /// A run counts as lost only once it was untouched this long past its lease.
+    pub stale: Duration,
+    /// Reruns a crashed run gets (counted from its first run).
+    pub max_reruns: i64,
+}
+
+impl Surveillance {
+    pub async fn check(&self) -> Result<Findings, StoreError> {
+        let hold = (self.interval.as_millis() as i64 * 9 / 10).max(1);
+        let lease = self
+            .store
+            .acquire_lease(&LeaseRequest {
+                job: LEASE_JOB,
+                instance: LEASE_INSTANCE,
+                holder: &self.host_id,
+                deadline_ms: hold,
+                expires_ms: hold,
+            })
+            .await?;
+        if lease.is_none() {
+            return Ok(Findings::default());
+        }
+        let crashed = self.find_crashed().await?;
+        let missed = self.find_missed().await?;
+        Ok(Findings {
+            ran: true,
+            crashed,
+            missed,
+        })
+    }
+
+    async fn find_crashed(&self) -> Result<usize, StoreError> {
+        let stale_ms = self.stale.as_millis() as i64;
+        let mut crashed = 0;
+        for lost in self.store.lost_runs(stale_ms).await? {
+            let Some(run) = self.store.get_run(&lost.id).await? else {
+                continue;
+            };
+            let root = run.rerun_of.clone().unwrap_or_else(|| run.id.clone());
+            let rerun = if self.store.count_reruns(&root).await? < self.max_reruns {
+                Some(NewRun {
+                    id: new_run_id(),
+                    job: run.job.clone(),
+                    instance: run.instance.clone(),
+                    tenant: run.tenant.clone(),
+                    origin: Origin::Rerun,
+                    payload: run.payload.clone(),
+                    // Resume from the last pass that committed its cursor.
+                    cursor: run.cursor.clone(),
+                    component_digest: None,
+                    scheduled_for: run.scheduled_for,
+                    rerun_of: Some(root),
+                    delay_ms: 0,
+                })
+            } else {
+                None
+            };
+            let payload = self
+                .catalog
+                .get(&run.job)
+                .map_or_else(|| run.payload.clone(), |j| j.spec.payload.to_string());
+            let follow_up = crate::kick::follow_up(&run, payload);
+            let marked = self
+                .store
+                .mark_crashed(&Crash {
+                    run: &lost,
+                    stale_ms,
+                    rerun,
+                    follow_up: Some(follow_up),
+                    report: NewReport::about_run(ReportKind::Crashed, &run, FailureCode::Crashed),
+                })
+                .await?;
+            if marked {
+                tracing::warn!(job = %run.job, run_id = %run.id, code = "crashed", "run crashed: its host stopped renewing the lease");
+                crashed += 1;
+            }
+        }
+        Ok(crashed)
+    }
+
+    async fn find_missed(&self) -> Result<usize, StoreError> {
+        let now = self.store.now().await?;
+        let mut missed = 0;
+        for record in self.store.list_jobs().await? {
+            let Some(cron) = self.catalog.get(&record.name).and_then(|j| j.cron.clone()) else {
+                continue;
+            };
+            let Some(period) = period(&cron, now) else { continue };
+            let last_ok = record.last_success_at.unwrap_or(record.registered_at);
+            if !is_missed(now, last_ok, period, record.missed_reported_at) {
+                continue;
+            }
+            let report = NewReport {
+                kind: ReportKind::Missed,
+                job: &record.name,
+                run_id: None,
+                code: Some("missed"),
+                body: serde_json::json!({
+                    "kind": ReportKind::Missed.as_str(),
+                    "job": record.name,
+                    "code": "missed",
+                    "period_ms": period,
+                    "last_success_at": record.last_success_at,
+                })
+                .to_string(),
+            };
+            if self
+                .store
+                .mark_missed(&record.name, record.missed_reported_at, &report)
+                .await?
+            {
+                tracing::warn!(job = %record.name, code = "missed", "schedule missed: no success within twice its period");
+                missed += 1;
+            }
+        }
+        Ok(missed)
+    }
+}
+
+fn period(cron: &Cron, now: i64) -> Option<i64> {
+    cron.period_after(now).filter(|p| *p > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missed_after_twice_the_period_then_once_per_period() {
+        let period = 60_000;
+        assert!(!is_missed(100_000, 0, period, None));
+        assert!(is_missed(130_000, 0, period, None));
+        assert!(!is_missed(150_000, 0, period, Some(130_000)));
+        assert!(is_missed(190_000, 0, period, Some(130_000)));
+        assert!(!is_missed(190_000, 150_000, period, None));
+    }
+}

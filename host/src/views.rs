@@ -1,0 +1,90 @@
+//! The JSON shapes of runs, attempts and jobs, shared by the CLI and the HTTP API.
+
+use crate::store::{AttemptRecord, JobRecord, LeaseRecord, RunRecord};
+use serde_json::{Value, json};
+
+pub fn time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+pub fn duration_ms(run: &RunRecord) -> Option<i64> {
+    Some(run.finished_at? - run.started_at?)
+}
+
+pub fn run(run: &RunRecord) -> Value {
+    json!({
+        "run_id": run.id,
+        "job": run.job,
+        "instance": run.instance,
+        "tenant": run.tenant,
+        "origin": run.origin,
+        "status": run.status,
+        "attempts": run.attempts,
+        "passes": run.pass,
+        "code": run.last_code,
+        "error": run.last_error,
+        "cursor": run.cursor.as_deref().and_then(|c| serde_json::from_str::<Value>(c).ok()),
+        "scheduled_for": run.scheduled_for.map(time),
+        "rerun_of": run.rerun_of,
+        "created_at": time(run.created_at),
+        "started_at": run.started_at.map(time),
+        "finished_at": run.finished_at.map(time),
+        "next_attempt_at": (run.status == "queued").then(|| time(run.next_attempt_at)),
+        "duration_ms": duration_ms(run),
+        "component_digest": run.component_digest,
+        "host": run.host,
+    })
+}
+
+pub fn attempt(a: &AttemptRecord) -> Value {
+    json!({
+        "seq": a.seq,
+        "pass": a.pass,
+        "attempt": a.attempt,
+        "generation": a.generation,
+        "host": a.host,
+        "status": a.status,
+        "outcome": a.outcome,
+        "code": a.code,
+        "fuel_used": a.fuel_used,
+        "peak_memory": a.peak_memory,
+        "duration_ms": a.duration_ms,
+        "started_at": time(a.started_at),
+        "finished_at": a.finished_at.map(time),
+        "log": a.log,
+        "log_truncated": a.log_truncated != 0,
+    })
+}
+
+/// A run with its attempts.
+pub fn run_detail(r: &RunRecord, attempts: &[AttemptRecord]) -> Value {
+    let mut value = run(r);
+    value["attempt_records"] = Value::Array(attempts.iter().map(attempt).collect());
+    value
+}
+
+pub fn job(job: &JobRecord, lease: Option<&LeaseRecord>, now: i64) -> Value {
+    let lease = lease.map(|l| {
+        let held = l.holder.is_some() && l.expires_at > now;
+        json!({
+            "held": held,
+            "holder": if held { l.holder.clone() } else { None },
+            "generation": l.generation,
+            "expires_at": held.then(|| time(l.expires_at)),
+            "pending": l.pending != 0,
+        })
+    });
+    json!({
+        "name": job.name,
+        "tenant": job.tenant,
+        "schedule": job.schedule,
+        "next_fire_at": job.next_fire_at.map(time),
+        "last_success_at": job.last_success_at.map(time),
+        "registered_at": time(job.registered_at),
+        "component": job.component_path,
+        "component_digest": job.component_digest,
+        "lease": lease,
+    })
+}

@@ -1,0 +1,370 @@
+//! `host serve` end to end: schedules, kicks, surveillance, reports, the HTTP API and
+//! graceful shutdown, with the real binary and real guests.
+
+mod common;
+
+use common::guest;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+fn count(runs: &[Value], f: impl Fn(&Value) -> bool) -> usize {
+    runs.iter().filter(|r| f(r)).count()
+}
+
+fn status(r: &Value) -> &str {
+    r["status"].as_str().unwrap_or_default()
+}
+
+on_every_backend! {
+    async fn a_fast_schedule_fires_runs(home) {
+        let m = home.manifest("", r#"
+            [jobs.tick]
+            component = "{guest:hello}"
+            schedule = "* * * * * *"
+        "#);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let runs = server
+            .wait_runs("tick", Duration::from_secs(15), |runs| count(runs, |r| status(r) == "succeeded") >= 3)
+            .await;
+        assert!(runs.iter().all(|r| r["origin"] == "cron"), "{runs:#?}");
+        let mut ticks: Vec<&str> = runs.iter().filter_map(|r| r["scheduled_for"].as_str()).collect();
+        let all = ticks.len();
+        ticks.dedup();
+        assert_eq!(ticks.len(), all, "one run per tick");
+        let (_, job) = server.get("/jobs/tick").await;
+        assert_eq!(job["schedule"], "* * * * * *");
+        assert!(job["next_fire_at"].is_string() && job["last_success_at"].is_string(), "{job}");
+    }
+
+    async fn overlapping_ticks_are_skipped_not_run_twice(home) {
+        let m = home.manifest("", r#"
+            [jobs.slow]
+            component = "{guest:hello}"
+            schedule = "* * * * * *"
+            timeout = "10s"
+            payload = { sleep_ms = 2500 }
+        "#);
+        let server = home.serve(&["--manifest", m.to_str().unwrap(), "--workers", "4"]).await;
+        let runs = server
+            .wait_runs("slow", Duration::from_secs(20), |runs| {
+                count(runs, |r| status(r) == "succeeded") >= 2 && count(runs, |r| status(r) == "skipped") >= 2
+            })
+            .await;
+        // No two runs of the job ever ran at once.
+        let mut spans: Vec<(String, String)> = runs
+            .iter()
+            .filter(|r| status(r) == "succeeded")
+            .map(|r| (r["started_at"].as_str().unwrap().to_string(), r["finished_at"].as_str().unwrap().to_string()))
+            .collect();
+        spans.sort();
+        for w in spans.windows(2) {
+            assert!(w[0].1 <= w[1].0, "runs overlapped: {w:?}");
+        }
+        let skipped = runs.iter().find(|r| status(r) == "skipped").unwrap();
+        assert_eq!(skipped["attempts"], 0);
+        assert_eq!(skipped["code"], Value::Null);
+    }
+
+    async fn ten_kicks_during_a_run_cause_exactly_one_follow_up(home) {
+        let m = home.manifest("", r#"
+            [jobs.busy]
+            component = "{guest:hello}"
+            payload = { sleep_ms = 2000 }
+        "#);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let (code, first) = server.post("/jobs/busy/kick").await;
+        assert_eq!(code, 202);
+        assert_eq!(first["result"], "queued");
+        server.wait_runs("busy", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "running") == 1).await;
+        for _ in 0..10 {
+            let (code, kicked) = server.post("/jobs/busy/kick").await;
+            assert_eq!((code, kicked["result"].as_str()), (202, Some("pending")));
+        }
+        let runs = server
+            .wait_runs("busy", Duration::from_secs(20), |runs| count(runs, |r| status(r) == "succeeded") == 2)
+            .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let runs_after = server.runs(Some("busy")).await;
+        assert_eq!(runs_after.len(), 2, "exactly one follow-up: {runs:#?}");
+        assert!(runs_after.iter().all(|r| r["origin"] == "kick"));
+        let (_, job) = server.get("/jobs/busy").await;
+        assert_eq!(job["lease"]["pending"], false);
+    }
+
+    async fn a_killed_host_is_found_by_the_next_and_reported_crashed_once(home) {
+        let m = home.manifest("", r#"
+            [jobs.victim]
+            component = "{guest:hello}"
+            timeout = "3s"
+            payload = { sleep_ms = 1500 }
+        "#);
+        let manifest = m.to_str().unwrap();
+        let first = home
+            .serve(&["--manifest", manifest, "--lease-grace", "1s", "--surveillance-interval", "1s"])
+            .await;
+        first.post("/jobs/victim/kick").await;
+        first.wait_runs("victim", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "running") == 1).await;
+        first.signal("KILL");
+        let _ = first.wait_exit(Duration::from_secs(5)).await;
+        let second = home
+            .serve(&["--manifest", manifest, "--lease-grace", "1s", "--surveillance-interval", "1s"])
+            .await;
+        let runs = second
+            .wait_runs("victim", Duration::from_secs(30), |runs| {
+                count(runs, |r| status(r) == "crashed") == 1 && count(runs, |r| status(r) == "succeeded") == 1
+            })
+            .await;
+        let crashed = runs.iter().find(|r| status(r) == "crashed").unwrap();
+        let rerun = runs.iter().find(|r| status(r) == "succeeded").unwrap();
+        assert_eq!(crashed["code"], "crashed");
+        assert_eq!(rerun["origin"], "rerun");
+        assert_eq!(rerun["rerun_of"], crashed["run_id"]);
+        // Several more surveillance periods: still one crash report.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (_, reports) = second.get("/reports?job=victim").await;
+        let crashes: Vec<&Value> = reports["reports"].as_array().unwrap().iter().filter(|r| r["kind"] == "crashed").collect();
+        assert_eq!(crashes.len(), 1, "{reports}");
+        assert_eq!(crashes[0]["run_id"], crashed["run_id"]);
+        assert_eq!(crashes[0]["code"], "crashed");
+    }
+
+    async fn a_job_that_keeps_failing_is_reported_missed(home) {
+        let m = home.manifest("", r#"
+            [jobs.broken]
+            component = "{guest:flaky}"
+            schedule = "* * * * * *"
+            payload = { fail_times = 1000 }
+        "#);
+        let server = home.serve(&["--manifest", m.to_str().unwrap(), "--surveillance-interval", "1s"]).await;
+        let started = Instant::now();
+        let reports = loop {
+            let (_, body) = server.get("/reports?job=broken").await;
+            let reports = body["reports"].as_array().cloned().unwrap_or_default();
+            if reports.iter().any(|r| r["kind"] == "missed") {
+                break reports;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "no missed report: {reports:#?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let missed = reports.iter().find(|r| r["kind"] == "missed").unwrap();
+        assert_eq!(missed["code"], "missed");
+        assert_eq!(missed["period_ms"], 1000);
+        assert!(reports.iter().any(|r| r["kind"] == "run_failed" && r["code"] == "handler_failed"));
+        // Reported once per period, not once per check.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (_, body) = server.get("/reports?job=broken&limit=500").await;
+        let n = body["reports"].as_array().unwrap().iter().filter(|r| r["kind"] == "missed").count();
+        let elapsed = started.elapsed().as_secs() as usize;
+        assert!(n >= 1 && n <= elapsed + 1, "{n} missed reports in {elapsed}s");
+    }
+
+    async fn the_webhook_receives_reports_with_a_fixed_schema(home) {
+        let hook = common::webhook::Hook::start(1).await;
+        let m = home.manifest("", r#"
+            [jobs.failing]
+            component = "{guest:flaky}"
+            payload = { fail_times = 5 }
+        "#);
+        let server = home
+            .serve(&["--manifest", m.to_str().unwrap(), "--webhook", &hook.url])
+            .await;
+        server.post("/jobs/failing/kick").await;
+        let bodies = hook.wait_for(1, Duration::from_secs(30)).await;
+        let report = &bodies[0];
+        assert_eq!(report["kind"], "run_failed");
+        assert_eq!(report["job"], "failing");
+        assert_eq!(report["code"], "handler_failed");
+        assert!(report["id"].is_i64() && report["at"].is_string() && report["run_id"].is_string());
+        let mut keys: Vec<&str> = report.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["at", "code", "id", "instance", "job", "kind", "run_id"]);
+        assert!(!report.to_string().contains("flaky: failing"), "no guest text in reports");
+        // The first POST was refused with a 500: the report was retried, not lost.
+        assert_eq!(hook.attempts(), 2);
+    }
+
+    async fn sigterm_lets_running_attempts_finish(home) {
+        let m = home.manifest("", r#"
+            [jobs.steady]
+            component = "{guest:hello}"
+            payload = { sleep_ms = 1500 }
+        "#);
+        let server = home.serve(&["--manifest", m.to_str().unwrap(), "--shutdown-grace", "10s"]).await;
+        server.post("/jobs/steady/kick").await;
+        server.wait_runs("steady", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "running") == 1).await;
+        server.signal("TERM");
+        let (code, took) = server.wait_exit(Duration::from_secs(15)).await;
+        assert_eq!(code, Some(0));
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        let store = home.store().await;
+        let runs = store.list_runs(&jobhost::store::RunFilter { limit: 10, ..Default::default() }).await.unwrap();
+        assert_eq!(runs[0].status, "succeeded");
+    }
+
+    async fn sigterm_cancels_attempts_past_the_grace_and_another_host_resumes_them(home) {
+        let m = home.manifest("", r#"
+            [jobs.long]
+            component = "{guest:hello}"
+            timeout = "30s"
+            payload = { sleep_ms = 6000 }
+        "#);
+        let manifest = m.to_str().unwrap();
+        let server = home.serve(&["--manifest", manifest, "--shutdown-grace", "500ms"]).await;
+        server.post("/jobs/long/kick").await;
+        server.wait_runs("long", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "running") == 1).await;
+        server.signal("TERM");
+        let (code, took) = server.wait_exit(Duration::from_secs(15)).await;
+        assert_eq!(code, Some(0));
+        assert!(took < Duration::from_secs(4), "{took:?}");
+        let store = home.store().await;
+        let runs = store.list_runs(&jobhost::store::RunFilter { limit: 10, ..Default::default() }).await.unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].status, "queued");
+        assert_eq!(runs[0].last_code.as_deref(), Some("cancelled"));
+        let attempts = store.list_attempts(&runs[0].id).await.unwrap();
+        assert_eq!(attempts[0].code.as_deref(), Some("cancelled"));
+        let next = home.serve(&["--manifest", manifest]).await;
+        let runs = next
+            .wait_runs("long", Duration::from_secs(20), |runs| count(runs, |r| status(r) == "succeeded") == 1)
+            .await;
+        assert_eq!(runs.len(), 1, "the same run resumed, none duplicated");
+        assert_eq!(runs[0]["attempts"], 2);
+    }
+
+    async fn after_downtime_a_schedule_catches_up_once(home) {
+        let m = home.manifest("", r#"
+            [jobs.every]
+            component = "{guest:noop}"
+            schedule = "* * * * * *"
+        "#);
+        let manifest = m.to_str().unwrap();
+        let server = home.serve(&["--manifest", manifest]).await;
+        server.wait_runs("every", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "succeeded") >= 1).await;
+        server.signal("TERM");
+        server.wait_exit(Duration::from_secs(10)).await;
+        let store = home.store().await;
+        let down_from = store.now().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let back_at = store.now().await.unwrap();
+        let server = home.serve(&["--manifest", manifest]).await;
+        server.wait_runs("every", Duration::from_secs(10), |runs| {
+            runs.iter().filter_map(|r| r["scheduled_for"].as_str()).any(|t| {
+                chrono::DateTime::parse_from_rfc3339(t).unwrap().timestamp_millis() > back_at
+            })
+        }).await;
+        let during = home
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM jobhost_runs WHERE job = 'every' AND scheduled_for > {down_from} AND scheduled_for < {back_at}"
+            ))
+            .await;
+        assert_eq!(during, 1, "one catch-up run for four missed ticks");
+    }
+
+    async fn a_changed_component_is_reloaded_and_runs_record_their_digest(home) {
+        let component = home.path().join("job.wasm");
+        std::fs::copy(guest("hello"), &component).unwrap();
+        let m = home.manifest("", &format!("[jobs.swap]\ncomponent = \"{}\"\n", component.display()));
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        server.post("/jobs/swap/kick").await;
+        server.wait_runs("swap", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "succeeded") == 1).await;
+        let (_, before) = server.get("/jobs/swap").await;
+        std::fs::copy(guest("noop"), &component).unwrap();
+        let started = Instant::now();
+        loop {
+            let (_, job) = server.get("/jobs/swap").await;
+            if job["component_digest"] != before["component_digest"] {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(15), "component not reloaded");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        server.post("/jobs/swap/kick").await;
+        let runs = server.wait_runs("swap", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "succeeded") == 2).await;
+        assert_ne!(runs[0]["component_digest"], runs[1]["component_digest"]);
+        assert_eq!(runs[1]["component_digest"], before["component_digest"]);
+    }
+
+    async fn the_api_answers_for_jobs_runs_health_and_metrics(home) {
+        let m = home.manifest("", r#"
+            [jobs.hello]
+            component = "{guest:hello}"
+            [jobs.runaway]
+            component = "{guest:spin}"
+            timeout = "1s"
+        "#);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        assert_eq!(server.text("/healthz").await, "ok");
+        assert_eq!(server.text("/readyz").await, "ready");
+        server.post("/jobs/runaway/kick").await;
+        server.wait_runs("runaway", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "failed") == 1).await;
+        // The host stays healthy after stopping a runaway guest.
+        for _ in 0..3 {
+            server.post("/jobs/hello/kick").await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let runs = server.wait_runs("hello", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "succeeded") == 3).await;
+        let (_, page) = server.get("/runs?limit=2").await;
+        assert_eq!(page["runs"].as_array().unwrap().len(), 2);
+        let next = page["next"].as_str().unwrap().to_string();
+        let (_, rest) = server.get(&format!("/runs?limit=2&before={next}")).await;
+        assert_eq!(rest["runs"].as_array().unwrap().len(), 2);
+        assert_ne!(rest["runs"][0]["run_id"], page["runs"][0]["run_id"]);
+        let (_, clamped) = server.get("/runs?limit=100000").await;
+        assert_eq!(clamped["limit"], 500);
+        let (_, failed) = server.get("/runs?status=failed").await;
+        assert_eq!(failed["runs"][0]["code"], "timeout");
+        let (_, recent) = server.get("/runs?since=1h&job=hello").await;
+        assert_eq!(recent["runs"].as_array().unwrap().len(), 3);
+        let (code, bad) = server.get("/runs?status=exploded").await;
+        assert_eq!((code, bad["error"]["code"].as_str()), (400, Some("invalid_parameter")));
+        let id = runs[0]["run_id"].as_str().unwrap();
+        let (_, detail) = server.get(&format!("/runs/{id}")).await;
+        assert!(detail["attempt_records"][0]["log"].as_str().unwrap().contains("hello"));
+        let (code, missing) = server.get("/runs/nope").await;
+        assert_eq!((code, missing["error"]["code"].as_str()), (404, Some("unknown_run")));
+        let (code, unknown) = server.post("/jobs/nope/kick").await;
+        assert_eq!((code, unknown["error"]["code"].as_str()), (404, Some("unknown_job")));
+        let metrics = server.text("/metrics").await;
+        for series in [
+            r#"jobhost_runs{status="succeeded"} 3"#,
+            r#"jobhost_runs{status="failed"} 1"#,
+            r#"jobhost_attempts_total{job="runaway",status="failed",code="timeout"} 1"#,
+            "jobhost_attempt_duration_seconds_bucket",
+            "jobhost_claim_lag_seconds_count",
+            "jobhost_queue_lag_seconds",
+            r#"jobhost_fuel_used_total{job="hello"}"#,
+        ] {
+            assert!(metrics.contains(series), "missing {series} in\n{metrics}");
+        }
+        // The CLI reads the same.
+        let jobs: Value = serde_json::from_slice(&home.run(&["jobs", "--json"]).stdout).unwrap();
+        assert_eq!(jobs.as_array().unwrap().len(), 2);
+        let kicked = home.run(&["kick", "hello", "--json"]);
+        let kicked: Value = serde_json::from_slice(&kicked.stdout).unwrap();
+        assert_eq!(kicked["result"], "queued");
+        let out = home.run(&["kick", "nope"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("unknown job \"nope\""));
+        let logs = home.server_logs();
+        assert!(!logs.contains("sqlite://") && !logs.contains("postgres://"), "no database URL in logs");
+    }
+
+    async fn it_serves_with_no_jobs_and_refuses_bad_manifests(home) {
+        let server = home.serve(&[]).await;
+        let (code, jobs) = server.get("/jobs").await;
+        assert_eq!((code, jobs["jobs"].as_array().map(Vec::len)), (200, Some(0)));
+        drop(server);
+        let m = home.manifest("", r#"
+            [jobs.bad]
+            component = "{guest:hello}"
+            schedule = "every tuesday"
+        "#);
+        let out = home.run(&["serve", "--listen", "127.0.0.1:0", "--manifest", m.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("job bad: invalid cron expression \"every tuesday\""), "{err}");
+        let out = home.run(&["check", "--manifest", m.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("refused bad: invalid cron expression"));
+    }
+}
