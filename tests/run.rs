@@ -155,18 +155,37 @@ on_every_backend! {
         };
         let read = |sql: &str| serde_json::json!({ "read": [sql] }).to_string();
         let write = |sql: &str| serde_json::json!({ "write": [sql] }).to_string();
-        assert_eq!(refused(&read("SELECT * FROM secrets"), "db.write=ledger"), "query refused: not-granted");
-        assert_eq!(refused(&read("SELECT * FROM jobhost_runs"), "db.write=ledger"), "query refused: not-granted");
-        assert_eq!(refused(&read("SELECT * FROM sqlite_master"), "db.write=ledger"), "query refused: not-granted");
-        assert_eq!(refused(&read("SELECT * FROM ledger"), "db.read=secrets"), "query refused: not-granted");
-        assert_eq!(refused(&write("INSERT INTO ledger VALUES ('x', 1, 1)"), "db.read=ledger"), "query refused: not-granted");
+        let not_granted = "query refused: not-granted";
+        let forbidden = "query refused: forbidden";
+        assert_eq!(refused(&read("SELECT * FROM secrets"), "db.write=ledger"), not_granted);
+        assert_eq!(refused(&read("SELECT * FROM jobhost_runs"), "db.write=ledger"), not_granted);
+        assert_eq!(refused(&read("SELECT * FROM jobhost_guest_roles"), "db.write=ledger"), not_granted);
+        assert_eq!(refused(&read("SELECT * FROM ledger"), "db.read=secrets"), not_granted);
+        assert_eq!(refused(&write("INSERT INTO ledger VALUES ('x', 1, 1)"), "db.read=ledger"), not_granted);
         assert_eq!(refused(&read("DELETE FROM ledger"), "db.write=ledger"), "query refused: read-only");
-        assert_eq!(refused(&write("UPDATE secrets SET value = 'pwned'"), "db.write=ledger"), "query refused: not-granted");
-        assert_eq!(refused(&write("DROP TABLE ledger"), "db.write=ledger"), "query refused: forbidden");
-        assert_eq!(refused(&write("PRAGMA writable_schema = 1"), "db.write=ledger"), "query refused: forbidden");
-        assert_eq!(refused(&write("ATTACH DATABASE 'x.db' AS x"), "db.write=ledger"), "query refused: forbidden");
-        assert_eq!(refused(&write("COMMIT"), "db.write=ledger"), "query refused: forbidden");
-        assert_eq!(refused(&read("SELECT load_extension('x')"), "db.write=ledger"), "query refused: forbidden");
+        assert_eq!(refused(&write("UPDATE secrets SET value = 'pwned'"), "db.write=ledger"), not_granted);
+        assert_eq!(refused(&write("DROP TABLE ledger"), "db.write=ledger"), forbidden);
+        assert_eq!(refused(&write("CREATE TABLE mine (a INTEGER)"), "db.write=ledger"), forbidden);
+        assert_eq!(refused(&write("COMMIT"), "db.write=ledger"), forbidden);
+        let engine_specific: &[(&str, &str)] = match home.backend {
+            common::Backend::Sqlite => &[
+                ("SELECT * FROM sqlite_master", not_granted),
+                ("PRAGMA writable_schema = 1", forbidden),
+                ("ATTACH DATABASE 'x.db' AS x", forbidden),
+                ("SELECT load_extension('x')", forbidden),
+            ],
+            common::Backend::Postgres => &[
+                ("SELECT * FROM pg_authid", not_granted),
+                ("SET ROLE postgres", forbidden),
+                ("RESET ROLE", forbidden),
+                ("SELECT set_config('role', 'postgres', false)", not_granted),
+                ("SELECT pg_read_file('/etc/passwd')", not_granted),
+                ("COPY secrets TO STDOUT", forbidden),
+            ],
+        };
+        for (sql, expected) in engine_specific {
+            assert_eq!(refused(&write(sql), "db.write=ledger"), *expected, "{sql}");
+        }
         assert_eq!(home.scalar("SELECT COUNT(*) FROM secrets WHERE value = 'do-not-leak'").await, 1);
         assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger").await, 0);
         // What is granted works.

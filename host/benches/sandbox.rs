@@ -100,8 +100,8 @@ impl Guests {
             .map_err(|e| format!("cannot run `{command}`: {e}"))?;
         if !status.success() {
             return Err(format!(
-                "building the guests failed (`{command}` {status}); \
-                 is the target installed (`rustup target add wasm32-wasip2`)?"
+                "building the guests failed (`{command}`: {status}); see cargo's \
+                 output above (a missing target: `rustup target add wasm32-wasip2`)"
             ));
         }
         if !guests.all_present() {

@@ -12,7 +12,7 @@ use crate::report::Reporter;
 use crate::runner::Step;
 use crate::schedule::Scheduler;
 use crate::schedule::surveillance::Surveillance;
-use crate::store::RunRecord;
+use crate::store::{Pool, RunRecord};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -86,6 +86,9 @@ pub async fn serve(
     loops.spawn(surveillance_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(report_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(reload_loop(shared.clone(), config.clone(), stop.clone()));
+    if let Pool::Postgres(pool) = shared.app.store.pool() {
+        loops.spawn(listen_loop(pool.clone(), shared.wake.clone(), stop.clone()));
+    }
     let dispatcher = tokio::spawn(dispatch(shared.clone(), config.clone(), cancel, stop.clone()));
 
     let mut http_stop = stop.clone();
@@ -287,5 +290,33 @@ async fn reload_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch::
             _ = stop.wait_for(|s| *s) => return,
         }
         shared.catalog.reload_changed(&shared.app).await;
+    }
+}
+
+/// On Postgres, every host wakes when any host queues a run (a trigger notifies
+/// `jobhost_work`), instead of polling hard.
+async fn listen_loop(pool: sqlx::PgPool, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let listened = async {
+            let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+            listener.listen("jobhost_work").await?;
+            loop {
+                listener.recv().await?;
+                wake.notify_one();
+            }
+        };
+        tokio::select! {
+            result = listened => {
+                let result: Result<(), sqlx::Error> = result;
+                if let Err(e) = result {
+                    tracing::warn!(code = "driver_failed", error = %crate::store::describe(&e), "lost the notification channel; polling until it is back");
+                }
+            }
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
     }
 }

@@ -92,3 +92,46 @@ CREATE TABLE jobhost_reports (
     delivered_at     BIGINT
 );
 CREATE INDEX jobhost_reports_due ON jobhost_reports (delivered_at, next_try_at);
+
+-- The database role each job's SQL runs as, on Postgres (unused on SQLite, whose grants
+-- are enforced by an authorizer on the connection).
+CREATE TABLE jobhost_guest_roles (
+    role     TEXT PRIMARY KEY,
+    password TEXT NOT NULL,
+    grants   TEXT NOT NULL
+);
+
+-- The fence of a guest write transaction: true while the lease is held at the attempt's
+-- generation and before its deadline (database clock). It takes a share lock on the
+-- lease row, so a renewal or takeover waits for the guest's transaction to end. It runs
+-- with the host's rights; job roles may only execute it.
+CREATE FUNCTION jobhost_fence(p_job TEXT, p_instance TEXT, p_generation BIGINT, p_holder TEXT)
+RETURNS BOOLEAN
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM 1 FROM jobhost_leases
+    WHERE job = p_job AND instance = p_instance AND generation = p_generation
+      AND holder = p_holder
+      AND deadline_at > CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)
+    FOR SHARE;
+    RETURN FOUND;
+END
+$$;
+REVOKE ALL ON FUNCTION jobhost_fence(TEXT, TEXT, BIGINT, TEXT) FROM PUBLIC;
+
+-- Wakes every host listening on `jobhost_work` when a run is queued.
+CREATE FUNCTION jobhost_notify_work() RETURNS TRIGGER
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pg_notify('jobhost_work', '');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobhost_runs_queued
+AFTER INSERT OR UPDATE OF status ON jobhost_runs
+FOR EACH ROW WHEN (NEW.status = 'queued')
+EXECUTE FUNCTION jobhost_notify_work();

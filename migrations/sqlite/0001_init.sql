@@ -92,3 +92,11 @@ CREATE TABLE jobhost_reports (
     delivered_at     BIGINT
 );
 CREATE INDEX jobhost_reports_due ON jobhost_reports (delivered_at, next_try_at);
+
+-- The database role each job's SQL runs as, on Postgres (unused on SQLite, whose grants
+-- are enforced by an authorizer on the connection).
+CREATE TABLE jobhost_guest_roles (
+    role     TEXT PRIMARY KEY,
+    password TEXT NOT NULL,
+    grants   TEXT NOT NULL
+);

@@ -315,6 +315,29 @@ impl Drop for Server {
     }
 }
 
+impl Drop for Home {
+    /// Drops a test's Postgres database (its servers are gone by now).
+    fn drop(&mut self) {
+        if self.backend != Backend::Postgres {
+            return;
+        }
+        let url = self.db_url.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            runtime.block_on(async {
+                use sqlx::Connection;
+                let name = url.rsplit('/').next()?.to_string();
+                let mut conn = sqlx::PgConnection::connect(&postgres_admin_url()).await.ok()?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                    .execute(&mut conn)
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
+}
+
 async fn fresh_postgres_database() -> String {
     use sqlx::Connection;
     let admin = postgres_admin_url();
@@ -341,6 +364,17 @@ macro_rules! on_every_backend {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let $home = $crate::common::Home::new($crate::common::Backend::Sqlite).await;
+                    $body
+                }
+            )*
+        }
+        mod postgres {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let $home = $crate::common::Home::new($crate::common::Backend::Postgres).await;
                     $body
                 }
             )*

@@ -4,9 +4,11 @@
 //! the database itself (SQLite: an authorizer; Postgres: a role per job) and fences every
 //! commit with the attempt's lease in the same transaction. Every failure is a fixed code.
 
-use super::sqlite_guest::{SqliteGuest, SqliteTx};
+use super::postgres_guest::PgGuest;
+use super::sqlite_guest::SqliteGuest;
 use crate::grants::DbGrant;
 use std::sync::Arc;
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 /// A value crossing the boundary, in either direction.
@@ -103,17 +105,18 @@ pub struct Access {
 #[derive(Clone)]
 pub enum GuestDb {
     Sqlite(SqliteGuest),
+    Postgres(PgGuest),
 }
 
 impl GuestDb {
     /// Opens the guest-facing side of the store's database (its own connections).
     pub async fn open(store: &super::Store) -> Result<GuestDb, super::StoreError> {
-        match store.backend() {
-            super::Backend::Sqlite => {
+        match store.pool() {
+            super::Pool::Sqlite(_) => {
                 let pool = super::open_sqlite(store.url(), 4).await?;
                 Ok(GuestDb::Sqlite(SqliteGuest::new(pool, store.fence_sql())))
             }
-            super::Backend::Postgres => Err(super::StoreError::UnsupportedUrl),
+            super::Pool::Postgres(admin) => Ok(GuestDb::Postgres(PgGuest::new(admin.clone(), store.url())?)),
         }
     }
 
@@ -127,47 +130,87 @@ impl GuestDb {
         check_statement(sql, params)?;
         match self {
             GuestDb::Sqlite(db) => db.query(access, sql, params).await,
+            GuestDb::Postgres(db) => db.query(access, sql, params).await,
         }
     }
 
     /// Opens a write transaction that stays open at most until `until`.
     pub async fn begin(&self, access: &Access, until: Instant) -> Result<GuestTx, GuestDbError> {
-        match self {
-            GuestDb::Sqlite(db) => Ok(GuestTx::Sqlite(db.begin(access, until).await?)),
-        }
+        let deadline = until.min(access.deadline);
+        let session = match self {
+            GuestDb::Sqlite(db) => db.begin(access, deadline).await?,
+            GuestDb::Postgres(db) => db.begin(access, deadline).await?,
+        };
+        Ok(GuestTx::new(session, access.fence.clone(), deadline))
     }
 }
 
-/// An open write transaction. Dropping it rolls it back.
-pub enum GuestTx {
-    Sqlite(SqliteTx),
+/// A backend's open write transaction.
+#[async_trait::async_trait]
+pub(crate) trait TxSession: Send {
+    async fn fetch(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, GuestDbError>;
+    async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError>;
+    /// Checks the fence and commits, in the transaction; rolls back if the fence fails.
+    async fn commit(&mut self, fence: &Fence) -> Result<(), GuestDbError>;
+    /// Rolls back whatever is open and gives the connection back.
+    async fn release(self: Box<Self>);
+}
+
+/// An open write transaction. Dropping it rolls it back. It is also rolled back when
+/// its time bound passes, even while the guest is idle, so one job cannot hold locks
+/// (SQLite's single write lock above all) for long.
+pub struct GuestTx {
+    session: Arc<Mutex<Option<Box<dyn TxSession>>>>,
+    fence: Fence,
 }
 
 impl GuestTx {
+    fn new(session: Box<dyn TxSession>, fence: Fence, deadline: Instant) -> GuestTx {
+        let session = Arc::new(Mutex::new(Some(session)));
+        let watched = Arc::downgrade(&session);
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            if let Some(session) = watched.upgrade() {
+                let expired = session.lock().await.take();
+                if let Some(expired) = expired {
+                    expired.release().await;
+                }
+            }
+        });
+        GuestTx { session, fence }
+    }
+
     pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, GuestDbError> {
         check_statement(sql, params)?;
-        match self {
-            GuestTx::Sqlite(tx) => tx.query(sql, params).await,
-        }
+        let mut guard = self.session.lock().await;
+        let session = guard.as_mut().ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
+        session.fetch(sql, params).await
     }
 
     pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError> {
         check_statement(sql, params)?;
-        match self {
-            GuestTx::Sqlite(tx) => tx.execute(sql, params).await,
-        }
+        let mut guard = self.session.lock().await;
+        let session = guard.as_mut().ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
+        session.execute(sql, params).await
     }
 
     /// Checks the fence and commits, both in the transaction: all or nothing.
     pub async fn commit(self) -> Result<(), GuestDbError> {
-        match self {
-            GuestTx::Sqlite(tx) => tx.commit().await,
-        }
+        let mut session = self
+            .session
+            .lock()
+            .await
+            .take()
+            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
+        let result = session.commit(&self.fence).await;
+        session.release().await;
+        result
     }
 
     pub async fn rollback(self) {
-        match self {
-            GuestTx::Sqlite(tx) => tx.rollback().await,
+        let session = self.session.lock().await.take();
+        if let Some(session) = session {
+            session.release().await;
         }
     }
 }

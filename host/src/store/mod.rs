@@ -11,6 +11,7 @@ mod pool;
 pub mod migrate;
 mod queries;
 pub mod guest;
+pub mod postgres_guest;
 pub mod sqlite_guest;
 pub mod records;
 

@@ -9,7 +9,7 @@
 //! another). A progress handler interrupts a statement still running at its deadline.
 
 use super::guest::{
-    Access, Fence, GuestDbError, Refusal, ResultBudget, SqlRows, SqlValue,
+    Access, Fence, GuestDbError, Refusal, ResultBudget, SqlRows, SqlValue, TxSession,
 };
 use crate::grants::DbGrant;
 use futures_util::TryStreamExt;
@@ -20,7 +20,6 @@ use sqlx::{AssertSqlSafe, Column, Row, Sqlite, SqlitePool, TypeInfo, ValueRef};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 const MODE_READ: u8 = 0;
@@ -147,95 +146,23 @@ impl SqliteGuest {
         result
     }
 
-    pub async fn begin(&self, access: &Access, until: Instant) -> Result<SqliteTx, GuestDbError> {
-        let deadline = until.min(access.deadline);
+    /// Opens a write transaction; statements in it are interrupted at `deadline`.
+    pub(crate) async fn begin(
+        &self,
+        access: &Access,
+        deadline: Instant,
+    ) -> Result<Box<dyn TxSession>, GuestDbError> {
         let mut session = Session::open(&self.pool, &access.grant, MODE_HOST, deadline).await?;
         // IMMEDIATE: take the write lock now, so the guest's writes and the fence check
         // happen under one lock that no lease renewal can slip past.
-        let begun = session.host_statement("BEGIN IMMEDIATE").await;
-        if let Err(e) = begun {
+        if let Err(e) = session.host_statement("BEGIN IMMEDIATE").await {
             session.release().await;
             return Err(e);
         }
         session.in_tx = true;
         session.auth.mode.store(MODE_WRITE, Ordering::Release);
-        let tx = SqliteTx {
-            session: Arc::new(Mutex::new(Some(session))),
-            fence: access.fence.clone(),
-            fence_sql: self.fence_sql,
-        };
-        tx.roll_back_at(deadline);
-        Ok(tx)
-    }
-}
-
-/// A guest's write transaction. It is rolled back when its time bound passes, even if the
-/// guest is idle, so one job cannot hold SQLite's single write lock for long.
-pub struct SqliteTx {
-    session: Arc<Mutex<Option<Session>>>,
-    fence: Fence,
-    fence_sql: &'static str,
-}
-
-impl SqliteTx {
-    fn roll_back_at(&self, deadline: Instant) {
-        let session = Arc::downgrade(&self.session);
-        tokio::spawn(async move {
-            tokio::time::sleep_until(deadline).await;
-            if let Some(session) = session.upgrade() {
-                let expired = session.lock().await.take();
-                if let Some(s) = expired {
-                    s.release().await;
-                }
-            }
-        });
-    }
-
-    pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, GuestDbError> {
-        let mut guard = self.session.lock().await;
-        let session = guard
-            .as_mut()
-            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
-        session.fetch(sql, params).await
-    }
-
-    pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError> {
-        let mut guard = self.session.lock().await;
-        let session = guard
-            .as_mut()
-            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
-        session.execute(sql, params).await
-    }
-
-    pub async fn commit(self) -> Result<(), GuestDbError> {
-        let mut session = self
-            .session
-            .lock()
-            .await
-            .take()
-            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
-        session.auth.mode.store(MODE_HOST, Ordering::Release);
-        let held = session.fence(self.fence_sql, &self.fence).await;
-        let result = match held {
-            Ok(true) => match session.host_statement("COMMIT").await {
-                Ok(()) => {
-                    session.in_tx = false;
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            },
-            Ok(false) => Err(GuestDbError::LeaseLost),
-            Err(e) => Err(e),
-        };
-        session.release().await;
-        result
-    }
-
-    pub async fn rollback(self) {
-        let session = self.session.lock().await.take();
-        if let Some(session) = session {
-            session.release().await;
-        }
+        session.fence_sql = Some(self.fence_sql);
+        Ok(Box::new(session))
     }
 }
 
@@ -244,6 +171,7 @@ struct Session {
     conn: Option<PoolConnection<Sqlite>>,
     auth: Arc<AuthState>,
     in_tx: bool,
+    fence_sql: Option<&'static str>,
 }
 
 impl Session {
@@ -283,6 +211,7 @@ impl Session {
             conn: Some(conn),
             auth,
             in_tx: false,
+            fence_sql: None,
         })
     }
 
@@ -377,6 +306,32 @@ impl Session {
     }
 }
 
+#[async_trait::async_trait]
+impl TxSession for Session {
+    async fn fetch(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, GuestDbError> {
+        Session::fetch(self, sql, params).await
+    }
+
+    async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError> {
+        Session::execute(self, sql, params).await
+    }
+
+    async fn commit(&mut self, fence: &Fence) -> Result<(), GuestDbError> {
+        self.auth.mode.store(MODE_HOST, Ordering::Release);
+        let sql = self.fence_sql.expect("a write session knows its fence");
+        if !self.fence(sql, fence).await? {
+            return Err(GuestDbError::LeaseLost);
+        }
+        self.host_statement("COMMIT").await?;
+        self.in_tx = false;
+        Ok(())
+    }
+
+    async fn release(self: Box<Self>) {
+        Session::release(*self).await
+    }
+}
+
 impl Drop for Session {
     fn drop(&mut self) {
         if self.conn.is_none() {
@@ -386,6 +341,7 @@ impl Drop for Session {
             conn: self.conn.take(),
             auth: self.auth.clone(),
             in_tx: self.in_tx,
+            fence_sql: None,
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {

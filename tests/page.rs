@@ -1,0 +1,56 @@
+//! The operator's web page, rendered by a real headless browser against a real host.
+
+mod common;
+
+use common::{Backend, Home};
+use std::process::Command;
+use std::time::Duration;
+
+fn chromium() -> String {
+    let candidates = ["chromium", "chromium-browser", "google-chrome"];
+    std::env::var("JOBHOST_TEST_CHROMIUM").ok().into_iter()
+        .chain(candidates.iter().map(|c| c.to_string()))
+        .find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
+        .expect("the page test needs a headless browser: install chromium (apt-get install chromium) or set JOBHOST_TEST_CHROMIUM")
+}
+
+/// The page's DOM after its scripts ran.
+fn render(url: &str, profile: &std::path::Path) -> String {
+    let out = Command::new(chromium())
+        .args([
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--virtual-time-budget=5000", "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8 DOM")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_jobs_and_recent_runs_and_what_is_failing() {
+    let home = Home::new(Backend::Sqlite).await;
+    let m = home.manifest("", r#"
+        [jobs.greeter]
+        component = "{guest:hello}"
+        [jobs.broken]
+        component = "{guest:flaky}"
+        payload = { fail_times = 9 }
+    "#);
+    let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+    server.post("/jobs/greeter/kick").await;
+    server.post("/jobs/broken/kick").await;
+    server.wait_runs("broken", Duration::from_secs(10), |runs| runs.iter().any(|r| r["status"] == "failed")).await;
+    server.wait_runs("greeter", Duration::from_secs(10), |runs| runs.iter().any(|r| r["status"] == "succeeded")).await;
+
+    let dom = render(&format!("{}/", server.url), &home.path().join("chromium"));
+    assert!(dom.contains(r#"<tr class="failing" data-job="broken">"#), "the failing job stands out:\n{dom}");
+    assert!(dom.contains(r#"<tr class="" data-job="greeter">"#), "{dom}");
+    assert!(dom.contains(r#"data-status="failed""#) && dom.contains(r#"data-status="succeeded""#), "{dom}");
+    assert!(dom.contains("handler_failed"), "the failure code is shown:\n{dom}");
+    assert!(dom.contains("2 jobs · 1 failing · 2 recent runs"), "{dom}");
+    assert!(dom.contains(r#"<span id="error"></span>"#), "no error shown:\n{dom}");
+}
