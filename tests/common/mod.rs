@@ -2,6 +2,7 @@
 //! `examples/`, and a fresh database per test on either backend.
 #![allow(dead_code)]
 
+pub mod proxy;
 pub mod webhook;
 
 use std::path::{Path, PathBuf};
@@ -189,9 +190,15 @@ impl Home {
 
     /// Starts `host serve` on a free port and waits until it answers.
     pub async fn serve(&self, args: &[&str]) -> Server {
+        self.serve_with_db(&self.db_url, args).await
+    }
+
+    /// Like `serve`, reaching the database through another URL (a proxy, say).
+    pub async fn serve_with_db(&self, db_url: &str, args: &[&str]) -> Server {
         use std::io::BufRead;
         let mut child = self
             .host()
+            .env("JOBHOST_DB", db_url)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)
             .env("JOBHOST_LOG", "info")

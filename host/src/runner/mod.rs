@@ -115,12 +115,19 @@ impl Runner {
             Some(previous) => match terms.renew(&self.store, &previous, timeout).await? {
                 Some(lease) => lease,
                 None => {
-                    let failure = Failure::code(FailureCode::LeaseLost);
-                    return self.finish(run, spec, &previous, failure, run.failures).await;
+                    let ending = Ending::Finish {
+                        failure: Failure::code(FailureCode::LeaseLost),
+                        failures: run.failures,
+                    };
+                    let until = Instant::now() + terms.grace;
+                    return self.conclude(run, spec, &previous, ending, until).await;
                 }
             },
         };
         let deadline = Instant::now() + timeout;
+        // The lease expires `grace` after the deadline: until then, this host may still
+        // record what happened (retrying if the database is briefly unreachable).
+        let until = deadline + terms.grace;
         let attempt = run.failures + 1;
         let seq = self
             .store
@@ -148,40 +155,28 @@ impl Runner {
                 db: self.db_session(spec, &lease, deadline),
             })
             .await;
-        self.record_attempt(run, seq, attempt, &report).await?;
-        match report.result {
-            Err(failure) if failure.code == FailureCode::Cancelled => {
-                // Not the job's fault: back to the queue, no failure counted.
-                let failure = Failure::code(FailureCode::Cancelled);
-                let cursor = run.cursor.as_deref();
-                self.requeue(run, &lease, Duration::ZERO, run.pass, cursor, run.failures, Some(&failure))
-                    .await
-            }
-            Ok(Outcome::Done) => self.finish(run, spec, &lease, Failure::none(), 0).await,
-            Ok(Outcome::Continue { cursor }) => {
-                self.requeue(run, &lease, Duration::ZERO, run.pass + 1, Some(&cursor), 0, None)
-                    .await
-            }
-            Ok(Outcome::Defer { delay }) => {
-                let cursor = run.cursor.as_deref();
-                self.requeue(run, &lease, delay, run.pass + 1, cursor, 0, None).await
-            }
-            Err(failure) => {
-                let failures = run.failures + 1;
-                let allowed = i64::from(spec.retry.retries) + 1;
-                let failure = Failure {
-                    code: Some(failure.code),
-                    message: failure.message,
-                };
-                if failure.code.is_some_and(FailureCode::is_retryable) && failures < allowed {
-                    let delay =
-                        backoff::delay(&spec.retry, failures as u32, &mut rand::rng());
-                    let cursor = run.cursor.as_deref();
-                    self.requeue(run, &lease, delay, run.pass, cursor, failures, Some(&failure))
-                        .await
-                } else {
-                    self.finish(run, spec, &lease, failure, failures).await
+        self.persist(until, || self.record_attempt(run, seq, attempt, &report))
+            .await?;
+        let ending = decide(run, spec, report.result);
+        self.conclude(run, spec, &lease, ending, until).await
+    }
+
+    /// Retries a write while the database is unreachable, until the attempt's lease would
+    /// have expired anyway (after that, surveillance reports the run instead).
+    async fn persist<T, F, Fut>(&self, until: Instant, mut write: F) -> Result<T, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            match write().await {
+                Err(e) if e.is_unavailable() && Instant::now() + pause < until => {
+                    tracing::warn!(code = "driver_failed", error = %e, "database unreachable; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
                 }
+                result => return result,
             }
         }
     }
@@ -215,19 +210,6 @@ impl Runner {
             Ok(outcome) => ("succeeded", Some(outcome.name()), None),
             Err(failure) => ("failed", None, Some(failure.code.as_str())),
         };
-        self.metrics.attempt_finished(&run.job, status, code, report.duration, report.fuel_used);
-        tracing::info!(
-            job = %run.job,
-            run_id = %run.id,
-            pass = run.pass,
-            attempt,
-            status,
-            code,
-            duration_ms = report.duration.as_millis() as u64,
-            fuel_used = report.fuel_used,
-            peak_memory = report.peak_memory,
-            "attempt finished"
-        );
         self.store
             .finish_attempt(&AttemptEnd {
                 run_id: &run.id,
@@ -241,112 +223,87 @@ impl Runner {
                 log: &report.log,
                 log_truncated: report.log_truncated,
             })
-            .await
+            .await?;
+        self.metrics
+            .attempt_finished(&run.job, status, code, report.duration, report.fuel_used);
+        tracing::info!(
+            job = %run.job,
+            run_id = %run.id,
+            pass = run.pass,
+            attempt,
+            status,
+            code,
+            duration_ms = report.duration.as_millis() as u64,
+            fuel_used = report.fuel_used,
+            peak_memory = report.peak_memory,
+            "attempt finished"
+        );
+        Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn requeue(
+    /// Writes down what `decide` chose.
+    async fn conclude(
         &self,
         run: &RunRecord,
+        spec: &JobSpec,
         lease: &Lease,
-        delay: Duration,
-        pass: i64,
-        cursor: Option<&str>,
-        failures: i64,
-        failure: Option<&Failure>,
+        ending: Ending,
+        until: Instant,
     ) -> Result<Step, StoreError> {
-        let requeued = self
-            .store
-            .requeue_run(&Requeue {
-                run_id: &run.id,
-                lease,
-                delay_ms: delay.as_millis() as i64,
-                hold_ms: self.settings.lease.park_for(delay, self.settings.claim_slack),
+        match ending {
+            Ending::Requeue {
+                delay,
                 pass,
                 cursor,
                 failures,
-                last_code: failure.and_then(|f| f.code).map(FailureCode::as_str),
-                last_error: failure.and_then(|f| f.message.as_deref()),
-            })
-            .await?;
-        Ok(if requeued {
-            Step::Requeued { delay }
-        } else {
-            Step::Abandoned
-        })
-    }
-
-    async fn finish(
-        &self,
-        run: &RunRecord,
-        spec: &JobSpec,
-        lease: &Lease,
-        failure: Failure,
-        failures: i64,
-    ) -> Result<Step, StoreError> {
-        let status = if failure.code.is_some() {
-            RunStatus::Failed
-        } else {
-            RunStatus::Succeeded
-        };
-        let result = self
-            .store
-            .finish_run(&self.finish_args(run, spec, lease, status, &failure, failures, true))
-            .await?;
-        let (status, code, result) = match result {
-            FinishResult::LeaseLost => {
-                // The lease moved on under this run: whatever it returned, record the loss.
-                let lost = Failure::code(FailureCode::LeaseLost);
-                let args = self.finish_args(run, spec, lease, RunStatus::Failed, &lost, failures, false);
-                (RunStatus::Failed, lost.code, self.store.finish_run(&args).await?)
+                failure,
+            } => {
+                let requeue = Requeue {
+                    run_id: &run.id,
+                    lease,
+                    delay_ms: delay.as_millis() as i64,
+                    hold_ms: self.settings.lease.park_for(delay, self.settings.claim_slack),
+                    pass,
+                    cursor: cursor.as_deref(),
+                    failures,
+                    last_code: failure.code.map(FailureCode::as_str),
+                    last_error: failure.message.as_deref(),
+                };
+                let requeued = self.persist(until, || self.store.requeue_run(&requeue)).await?;
+                Ok(if requeued {
+                    Step::Requeued { delay }
+                } else {
+                    Step::Abandoned
+                })
             }
-            other => (status, failure.code, other),
-        };
-        Ok(match result {
-            FinishResult::Finished { follow_up } => {
-                self.metrics.run_finished(&run.job, status.as_str(), code.map(FailureCode::as_str));
-                tracing::info!(job = %run.job, run_id = %run.id, status = status.as_str(), code = code.map(FailureCode::as_str), "run finished");
-                Step::Finished {
+            Ending::Finish { failure, failures } => {
+                let status = if failure.code.is_some() {
+                    RunStatus::Failed
+                } else {
+                    RunStatus::Succeeded
+                };
+                let args = finish_args(run, spec, lease, status, &failure, failures, true);
+                let mut result = self.persist(until, || self.store.finish_run(&args)).await?;
+                let (mut status, mut code) = (status, failure.code);
+                if result == FinishResult::LeaseLost {
+                    // The lease moved on under this run: whatever it returned, record the loss.
+                    let lost = Failure::code(FailureCode::LeaseLost);
+                    let args = finish_args(run, spec, lease, RunStatus::Failed, &lost, failures, false);
+                    result = self.persist(until, || self.store.finish_run(&args)).await?;
+                    (status, code) = (RunStatus::Failed, lost.code);
+                }
+                let FinishResult::Finished { follow_up } = result else {
+                    return Ok(Step::Abandoned);
+                };
+                let code_text = code.map(FailureCode::as_str);
+                self.metrics.run_finished(&run.job, status.as_str(), code_text);
+                tracing::info!(job = %run.job, run_id = %run.id, status = status.as_str(), code = code_text, "run finished");
+                Ok(Step::Finished {
                     status,
                     code,
                     follow_up,
-                }
+                })
             }
-            FinishResult::LeaseLost | FinishResult::NotRunning => Step::Abandoned,
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn finish_args<'a>(
-        &self,
-        run: &'a RunRecord,
-        spec: &JobSpec,
-        lease: &'a Lease,
-        status: RunStatus,
-        failure: &'a Failure,
-        failures: i64,
-        require_lease: bool,
-    ) -> Finish<'a> {
-        let code = failure.code.map(FailureCode::as_str);
-        Finish {
-            run_id: &run.id,
-            lease,
-            require_lease,
-            status,
-            code,
-            error: failure.message.as_deref(),
-            cursor: run.cursor.as_deref(),
-            pass: run.pass,
-            failures,
-            follow_up: Some(crate::kick::follow_up(run, spec.payload.to_string())),
-            report: failure.code.map(|code| {
-                let kind = if code == FailureCode::LeaseLost {
-                    ReportKind::LeaseLost
-                } else {
-                    ReportKind::RunFailed
-                };
-                NewReport::about_run(kind, run, code)
-            }),
         }
     }
 
@@ -365,6 +322,101 @@ impl Runner {
         self.metrics.run_finished(&run.job, RunStatus::Skipped.as_str(), None);
         tracing::info!(job = %run.job, run_id = %run.id, "run skipped: lease held");
         Ok(Step::Skipped)
+    }
+}
+
+/// What to do with a run after an attempt.
+enum Ending {
+    /// Back to the queue: a retry after backoff, the next pass, or a cancelled attempt.
+    Requeue {
+        delay: Duration,
+        pass: i64,
+        cursor: Option<String>,
+        failures: i64,
+        failure: Failure,
+    },
+    /// The run is over.
+    Finish { failure: Failure, failures: i64 },
+}
+
+/// The rules: an outcome ends the run or queues its next pass; a failure is retried
+/// after backoff while retries remain and its code allows; a cancelled attempt (host
+/// shutdown) is requeued without counting against the job.
+fn decide(
+    run: &RunRecord,
+    spec: &JobSpec,
+    result: Result<Outcome, crate::engine::attempt::AttemptFailure>,
+) -> Ending {
+    let requeue = |delay, pass, cursor: Option<String>, failures, failure| Ending::Requeue {
+        delay,
+        pass,
+        cursor,
+        failures,
+        failure,
+    };
+    match result {
+        Ok(Outcome::Done) => Ending::Finish {
+            failure: Failure::none(),
+            failures: 0,
+        },
+        Ok(Outcome::Continue { cursor }) => {
+            requeue(Duration::ZERO, run.pass + 1, Some(cursor), 0, Failure::none())
+        }
+        Ok(Outcome::Defer { delay }) => {
+            requeue(delay, run.pass + 1, run.cursor.clone(), 0, Failure::none())
+        }
+        Err(f) if f.code == FailureCode::Cancelled => requeue(
+            Duration::ZERO,
+            run.pass,
+            run.cursor.clone(),
+            run.failures,
+            Failure::code(FailureCode::Cancelled),
+        ),
+        Err(f) => {
+            let failures = run.failures + 1;
+            let failure = Failure {
+                code: Some(f.code),
+                message: f.message,
+            };
+            let allowed = i64::from(spec.retry.retries) + 1;
+            if f.code.is_retryable() && failures < allowed {
+                let delay = backoff::delay(&spec.retry, failures as u32, &mut rand::rng());
+                requeue(delay, run.pass, run.cursor.clone(), failures, failure)
+            } else {
+                Ending::Finish { failure, failures }
+            }
+        }
+    }
+}
+
+fn finish_args<'a>(
+    run: &'a RunRecord,
+    spec: &JobSpec,
+    lease: &'a Lease,
+    status: RunStatus,
+    failure: &'a Failure,
+    failures: i64,
+    require_lease: bool,
+) -> Finish<'a> {
+    Finish {
+        run_id: &run.id,
+        lease,
+        require_lease,
+        status,
+        code: failure.code.map(FailureCode::as_str),
+        error: failure.message.as_deref(),
+        cursor: run.cursor.as_deref(),
+        pass: run.pass,
+        failures,
+        follow_up: Some(crate::kick::follow_up(run, spec.payload.to_string())),
+        report: failure.code.map(|code| {
+            let kind = if code == FailureCode::LeaseLost {
+                ReportKind::LeaseLost
+            } else {
+                ReportKind::RunFailed
+            };
+            NewReport::about_run(kind, run, code)
+        }),
     }
 }
 

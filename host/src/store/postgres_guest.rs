@@ -89,6 +89,7 @@ impl PgGuest {
             .await
             .map_err(|e| classify(&e))?;
         session.in_tx = true;
+        session.arm().await?;
         session.pid = sqlx::query_scalar("SELECT pg_backend_pid()")
             .fetch_one(&mut **session.conn())
             .await
@@ -251,8 +252,13 @@ impl Session {
         if left.is_zero() {
             return Err(GuestDbError::Refused(Refusal::Interrupted));
         }
+        // Also bound the time the transaction may sit idle: a host frozen mid-transaction
+        // (a zombie) has its session ended by the server itself.
         let ms = left.as_millis().max(1);
-        sqlx::raw_sql(AssertSqlSafe(format!("SET LOCAL statement_timeout = {ms}")))
+        let bounds = format!(
+            "SET LOCAL statement_timeout = {ms}; SET LOCAL idle_in_transaction_session_timeout = {ms}"
+        );
+        sqlx::raw_sql(AssertSqlSafe(bounds))
             .execute(&mut **self.conn())
             .await
             .map(drop)

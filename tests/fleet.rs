@@ -1,0 +1,259 @@
+//! Several hosts on one Postgres database: work is shared, nothing runs twice at once,
+//! nothing is lost when a host dies, a frozen host cannot commit late, and a host that
+//! loses the database fails its attempt and recovers.
+
+mod common;
+
+use common::{Backend, Home, Server};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+async fn fleet_home() -> Home {
+    Home::new(Backend::Postgres).await
+}
+
+async fn start_hosts(home: &Home, n: usize, args: &[&str]) -> Vec<Server> {
+    let mut hosts = Vec::new();
+    for _ in 0..n {
+        hosts.push(home.serve(args).await);
+    }
+    hosts
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct AttemptRow {
+    job: String,
+    instance: String,
+    generation: i64,
+    host: String,
+    status: String,
+    started_at: i64,
+    finished_at: Option<i64>,
+}
+
+async fn attempts(home: &Home) -> Vec<AttemptRow> {
+    let store = home.store().await;
+    let jobhost::store::Pool::Postgres(pool) = store.pool() else {
+        unreachable!()
+    };
+    sqlx::query_as(
+        "SELECT r.job, r.instance, a.generation, a.host, a.status, a.started_at, a.finished_at \
+         FROM jobhost_attempts a JOIN jobhost_runs r ON r.id = a.run_id ORDER BY a.started_at",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// No two attempts of one job instance overlap, and their generations rise with time.
+fn assert_no_overlap(all: &[AttemptRow]) {
+    let mut by_key: BTreeMap<(&str, &str), Vec<&AttemptRow>> = BTreeMap::new();
+    for a in all {
+        by_key.entry((&a.job, &a.instance)).or_default().push(a);
+    }
+    for (key, list) in by_key {
+        for w in list.windows(2) {
+            let end = w[0].finished_at.unwrap_or(i64::MAX);
+            assert!(
+                end <= w[1].started_at || w[0].status == "running",
+                "{key:?}: attempts overlap: {:?} and {:?}",
+                w[0],
+                w[1]
+            );
+            assert!(w[0].generation < w[1].generation, "{key:?}: generations out of order: {w:?}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hosts_share_the_work_and_lose_nothing_when_one_dies() {
+    let home = fleet_home().await;
+    let m = home.manifest("", r#"
+        [jobs.unit]
+        component = "{guest:hello}"
+        timeout = "5s"
+        payload = { sleep_ms = 300 }
+    "#);
+    let manifest = m.to_str().unwrap();
+    let args = ["--manifest", manifest, "--workers", "3", "--lease-grace", "1s", "--surveillance-interval", "1s"];
+    let mut hosts = start_hosts(&home, 3, &args).await;
+    const INSTANCES: usize = 45;
+    for i in 0..INSTANCES {
+        let (code, kicked) = hosts[i % 3].post(&format!("/jobs/unit/kick?instance=i{i}")).await;
+        assert_eq!((code, kicked["result"].as_str()), (202, Some("queued")));
+    }
+    // Kill one host while it is running something.
+    let victim = hosts.remove(1);
+    let its_runs = format!(
+        "SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running' AND host LIKE '%-{}'",
+        victim.child.id()
+    );
+    let started = Instant::now();
+    while home.scalar(&its_runs).await == 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the victim never ran anything");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    victim.signal("KILL");
+    let _ = victim.wait_exit(Duration::from_secs(5)).await;
+
+    // Every instance ends with exactly one successful run.
+    let runs = hosts[0]
+        .wait_runs("unit", Duration::from_secs(90), |runs| {
+            let done: std::collections::HashSet<&str> = runs
+                .iter()
+                .filter(|r| r["status"] == "succeeded")
+                .map(|r| r["instance"].as_str().unwrap())
+                .collect();
+            done.len() == INSTANCES && !runs.iter().any(|r| r["status"] == "running" || r["status"] == "queued")
+        })
+        .await;
+    let mut succeeded: HashMap<&str, usize> = HashMap::new();
+    for r in runs.iter().filter(|r| r["status"] == "succeeded") {
+        *succeeded.entry(r["instance"].as_str().unwrap()).or_default() += 1;
+    }
+    assert!(succeeded.values().all(|n| *n == 1), "an instance succeeded twice: {succeeded:?}");
+    // What the dead host held was reported crashed and rerun, once each.
+    let crashed: Vec<&Value> = runs.iter().filter(|r| r["status"] == "crashed").collect();
+    assert!(!crashed.is_empty(), "the killed host's runs are reported crashed");
+    for c in &crashed {
+        let reruns: Vec<&Value> = runs.iter().filter(|r| r["rerun_of"] == c["run_id"]).collect();
+        assert_eq!(reruns.len(), 1, "crashed run {c} has reruns {reruns:?}");
+    }
+    assert_eq!(runs.len(), INSTANCES + crashed.len(), "no run queued twice");
+    let all = attempts(&home).await;
+    assert_no_overlap(&all);
+    let hosts_used: std::collections::HashSet<&str> = all.iter().map(|a| a.host.as_str()).collect();
+    assert!(hosts_used.len() >= 2, "the work was spread: {hosts_used:?}");
+    // Surveillance ran once per period across the fleet: one crash report per crash.
+    let crash_reports = home.scalar("SELECT COUNT(*) FROM jobhost_reports WHERE kind = 'crashed'").await;
+    assert_eq!(crash_reports as usize, crashed.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_host_cannot_commit_after_its_lease_moved_on() {
+    let home = fleet_home().await;
+    let m = home.manifest("", r#"
+        [jobs.ledger]
+        component = "{guest:ledger}"
+        timeout = "3s"
+        payload = { rows = 3, wait_ms = 1500 }
+        grants.db = { write = ["ledger"] }
+    "#);
+    let manifest = m.to_str().unwrap();
+    let args = ["--manifest", manifest, "--lease-grace", "1s", "--surveillance-interval", "1s", "--txn-timeout", "10s"];
+    let zombie = home.serve(&args).await;
+    zombie.post("/jobs/ledger/kick").await;
+    // Freeze the host once its guest has written its rows and waits inside the transaction.
+    let started = Instant::now();
+    while home
+        .scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE usename LIKE 'jobhost_job_ledger_%' AND state = 'idle in transaction'")
+        .await
+        == 0
+    {
+        assert!(started.elapsed() < Duration::from_secs(10), "the guest never opened its transaction");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    zombie.signal("STOP");
+    let frozen = home.scalar("SELECT COUNT(*) FROM jobhost_runs").await;
+    assert_eq!(frozen, 1);
+    // Another host finds the lease expired, reports the run crashed and reruns it.
+    let other = home.serve(&args).await;
+    let runs = other
+        .wait_runs("ledger", Duration::from_secs(30), |runs| {
+            runs.iter().any(|r| r["status"] == "crashed") && runs.iter().any(|r| r["status"] == "succeeded")
+        })
+        .await;
+    zombie.signal("CONT");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let crashed = runs.iter().find(|r| r["status"] == "crashed").unwrap();
+    let rerun = runs.iter().find(|r| r["status"] == "succeeded").unwrap();
+    let old = crashed["run_id"].as_str().unwrap();
+    let new = rerun["run_id"].as_str().unwrap();
+    assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{old}'")).await, 0, "the old generation committed");
+    assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{new}'")).await, 3);
+    // The woken zombie did not overwrite what the fleet recorded.
+    let store = home.store().await;
+    assert_eq!(store.get_run(old).await.unwrap().unwrap().status, "crashed");
+    drop(zombie);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_loses_the_database_fails_the_attempt_and_recovers() {
+    let home = fleet_home().await;
+    let proxy = common::proxy::Proxy::start("127.0.0.1:5432").await;
+    let (base, db) = home.db_url.rsplit_once('/').unwrap();
+    let (_, host_part) = base.rsplit_once('@').unwrap();
+    let via_proxy = home.db_url.replace(host_part, &format!("127.0.0.1:{}", proxy.port));
+    assert!(via_proxy.ends_with(db));
+    let m = home.manifest("", r#"
+        [jobs.ledger]
+        component = "{guest:ledger}"
+        timeout = "10s"
+        retries = 1
+        backoff = "100ms"
+        payload = { rows = 3, wait_ms = 1500 }
+        grants.db = { write = ["ledger"] }
+    "#);
+    let server = home.serve_with_db(&via_proxy, &["--manifest", m.to_str().unwrap(), "--lease-grace", "15s"]).await;
+    server.post("/jobs/ledger/kick").await;
+    let started = Instant::now();
+    while home
+        .scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE usename LIKE 'jobhost_job_ledger_%' AND state = 'idle in transaction'")
+        .await
+        == 0
+    {
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    proxy.cut();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.restore();
+    let store = home.store().await;
+    let started = Instant::now();
+    let run = loop {
+        let runs = store.list_runs(&jobhost::store::RunFilter { limit: 5, ..Default::default() }).await.unwrap();
+        if runs[0].status == "succeeded" {
+            break runs[0].clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the host did not recover: {runs:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let attempts = store.list_attempts(&run.id).await.unwrap();
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(attempts[0].status, "failed");
+    assert_eq!(attempts[0].code.as_deref(), Some("driver_failed"));
+    assert_eq!(attempts[1].status, "succeeded");
+    assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{}' AND attempt = 1", run.id)).await, 0);
+    assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{}' AND attempt = 2", run.id)).await, 3);
+    let logs = home.server_logs();
+    assert!(!logs.contains("postgres://"), "no database URL in logs");
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_migration_sets_build_the_same_schema() {
+    let sqlite = Home::new(Backend::Sqlite).await;
+    let postgres = Home::new(Backend::Postgres).await;
+    let sqlite_store = sqlite.store().await;
+    let postgres_store = postgres.store().await;
+    let jobhost::store::Pool::Sqlite(s) = sqlite_store.pool() else { unreachable!() };
+    let jobhost::store::Pool::Postgres(p) = postgres_store.pool() else { unreachable!() };
+    let sqlite_columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT m.name, c.name FROM sqlite_master m, pragma_table_info(m.name) c \
+         WHERE m.type = 'table' AND m.name LIKE 'jobhost_%' ORDER BY m.name, c.cid",
+    )
+    .fetch_all(s)
+    .await
+    .unwrap();
+    let postgres_columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT table_name::text, column_name::text FROM information_schema.columns \
+         WHERE table_schema = current_schema() AND table_name LIKE 'jobhost_%' \
+         ORDER BY table_name, ordinal_position",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert!(sqlite_columns.len() > 50);
+    assert_eq!(sqlite_columns, postgres_columns);
+}
