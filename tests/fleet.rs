@@ -61,7 +61,10 @@ fn assert_no_overlap(all: &[AttemptRow]) {
                 w[0],
                 w[1]
             );
-            assert!(w[0].generation < w[1].generation, "{key:?}: generations out of order: {w:?}");
+            assert!(
+                w[0].generation < w[1].generation,
+                "{key:?}: generations out of order: {w:?}"
+            );
         }
     }
 }
@@ -69,18 +72,32 @@ fn assert_no_overlap(all: &[AttemptRow]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_hosts_share_the_work_and_lose_nothing_when_one_dies() {
     let home = fleet_home().await;
-    let m = home.manifest("", r#"
+    let m = home.manifest(
+        "",
+        r#"
         [jobs.unit]
         component = "{guest:hello}"
         timeout = "5s"
         payload = { sleep_ms = 300 }
-    "#);
+    "#,
+    );
     let manifest = m.to_str().unwrap();
-    let args = ["--manifest", manifest, "--workers", "3", "--lease-grace", "1s", "--surveillance-interval", "1s"];
+    let args = [
+        "--manifest",
+        manifest,
+        "--workers",
+        "3",
+        "--lease-grace",
+        "1s",
+        "--surveillance-interval",
+        "1s",
+    ];
     let mut hosts = start_hosts(&home, 3, &args).await;
     const INSTANCES: usize = 45;
     for i in 0..INSTANCES {
-        let (code, kicked) = hosts[i % 3].post(&format!("/jobs/unit/kick?instance=i{i}")).await;
+        let (code, kicked) = hosts[i % 3]
+            .post(&format!("/jobs/unit/kick?instance=i{i}"))
+            .await;
         assert_eq!((code, kicked["result"].as_str()), (202, Some("queued")));
     }
     // Kill one host while it is running something.
@@ -91,7 +108,10 @@ async fn three_hosts_share_the_work_and_lose_nothing_when_one_dies() {
     );
     let started = Instant::now();
     while home.scalar(&its_runs).await == 0 {
-        assert!(started.elapsed() < Duration::from_secs(10), "the victim never ran anything");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the victim never ran anything"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     victim.signal("KILL");
@@ -105,19 +125,33 @@ async fn three_hosts_share_the_work_and_lose_nothing_when_one_dies() {
                 .filter(|r| r["status"] == "succeeded")
                 .map(|r| r["instance"].as_str().unwrap())
                 .collect();
-            done.len() == INSTANCES && !runs.iter().any(|r| r["status"] == "running" || r["status"] == "queued")
+            done.len() == INSTANCES
+                && !runs
+                    .iter()
+                    .any(|r| r["status"] == "running" || r["status"] == "queued")
         })
         .await;
     let mut succeeded: HashMap<&str, usize> = HashMap::new();
     for r in runs.iter().filter(|r| r["status"] == "succeeded") {
-        *succeeded.entry(r["instance"].as_str().unwrap()).or_default() += 1;
+        *succeeded
+            .entry(r["instance"].as_str().unwrap())
+            .or_default() += 1;
     }
-    assert!(succeeded.values().all(|n| *n == 1), "an instance succeeded twice: {succeeded:?}");
+    assert!(
+        succeeded.values().all(|n| *n == 1),
+        "an instance succeeded twice: {succeeded:?}"
+    );
     // What the dead host held was reported crashed and rerun, once each.
     let crashed: Vec<&Value> = runs.iter().filter(|r| r["status"] == "crashed").collect();
-    assert!(!crashed.is_empty(), "the killed host's runs are reported crashed");
+    assert!(
+        !crashed.is_empty(),
+        "the killed host's runs are reported crashed"
+    );
     for c in &crashed {
-        let reruns: Vec<&Value> = runs.iter().filter(|r| r["rerun_of"] == c["run_id"]).collect();
+        let reruns: Vec<&Value> = runs
+            .iter()
+            .filter(|r| r["rerun_of"] == c["run_id"])
+            .collect();
         assert_eq!(reruns.len(), 1, "crashed run {c} has reruns {reruns:?}");
     }
     assert_eq!(runs.len(), INSTANCES + crashed.len(), "no run queued twice");
@@ -126,22 +160,36 @@ async fn three_hosts_share_the_work_and_lose_nothing_when_one_dies() {
     let hosts_used: std::collections::HashSet<&str> = all.iter().map(|a| a.host.as_str()).collect();
     assert!(hosts_used.len() >= 2, "the work was spread: {hosts_used:?}");
     // Surveillance ran once per period across the fleet: one crash report per crash.
-    let crash_reports = home.scalar("SELECT COUNT(*) FROM jobhost_reports WHERE kind = 'crashed'").await;
+    let crash_reports = home
+        .scalar("SELECT COUNT(*) FROM jobhost_reports WHERE kind = 'crashed'")
+        .await;
     assert_eq!(crash_reports as usize, crashed.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_host_cannot_commit_after_its_lease_moved_on() {
     let home = fleet_home().await;
-    let m = home.manifest("", r#"
+    let m = home.manifest(
+        "",
+        r#"
         [jobs.ledger]
         component = "{guest:ledger}"
         timeout = "3s"
         payload = { rows = 3, wait_ms = 1500 }
         grants.db = { write = ["ledger"] }
-    "#);
+    "#,
+    );
     let manifest = m.to_str().unwrap();
-    let args = ["--manifest", manifest, "--lease-grace", "1s", "--surveillance-interval", "1s", "--txn-timeout", "10s"];
+    let args = [
+        "--manifest",
+        manifest,
+        "--lease-grace",
+        "1s",
+        "--surveillance-interval",
+        "1s",
+        "--txn-timeout",
+        "10s",
+    ];
     let zombie = home.serve(&args).await;
     zombie.post("/jobs/ledger/kick").await;
     // Freeze the host once its guest has written its rows and waits inside the transaction.
@@ -161,7 +209,8 @@ async fn a_frozen_host_cannot_commit_after_its_lease_moved_on() {
     let other = home.serve(&args).await;
     let runs = other
         .wait_runs("ledger", Duration::from_secs(30), |runs| {
-            runs.iter().any(|r| r["status"] == "crashed") && runs.iter().any(|r| r["status"] == "succeeded")
+            runs.iter().any(|r| r["status"] == "crashed")
+                && runs.iter().any(|r| r["status"] == "succeeded")
         })
         .await;
     zombie.signal("CONT");
@@ -170,8 +219,21 @@ async fn a_frozen_host_cannot_commit_after_its_lease_moved_on() {
     let rerun = runs.iter().find(|r| r["status"] == "succeeded").unwrap();
     let old = crashed["run_id"].as_str().unwrap();
     let new = rerun["run_id"].as_str().unwrap();
-    assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{old}'")).await, 0, "the old generation committed");
-    assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{new}'")).await, 3);
+    assert_eq!(
+        home.scalar(&format!(
+            "SELECT COUNT(*) FROM ledger WHERE run_id = '{old}'"
+        ))
+        .await,
+        0,
+        "the old generation committed"
+    );
+    assert_eq!(
+        home.scalar(&format!(
+            "SELECT COUNT(*) FROM ledger WHERE run_id = '{new}'"
+        ))
+        .await,
+        3
+    );
     // The woken zombie did not overwrite what the fleet recorded.
     let store = home.store().await;
     assert_eq!(store.get_run(old).await.unwrap().unwrap().status, "crashed");
@@ -184,9 +246,13 @@ async fn a_host_that_loses_the_database_fails_the_attempt_and_recovers() {
     let proxy = common::proxy::Proxy::start("127.0.0.1:5432").await;
     let (base, db) = home.db_url.rsplit_once('/').unwrap();
     let (_, host_part) = base.rsplit_once('@').unwrap();
-    let via_proxy = home.db_url.replace(host_part, &format!("127.0.0.1:{}", proxy.port));
+    let via_proxy = home
+        .db_url
+        .replace(host_part, &format!("127.0.0.1:{}", proxy.port));
     assert!(via_proxy.ends_with(db));
-    let m = home.manifest("", r#"
+    let m = home.manifest(
+        "",
+        r#"
         [jobs.ledger]
         component = "{guest:ledger}"
         timeout = "10s"
@@ -194,8 +260,14 @@ async fn a_host_that_loses_the_database_fails_the_attempt_and_recovers() {
         backoff = "100ms"
         payload = { rows = 3, wait_ms = 1500 }
         grants.db = { write = ["ledger"] }
-    "#);
-    let server = home.serve_with_db(&via_proxy, &["--manifest", m.to_str().unwrap(), "--lease-grace", "15s"]).await;
+    "#,
+    );
+    let server = home
+        .serve_with_db(
+            &via_proxy,
+            &["--manifest", m.to_str().unwrap(), "--lease-grace", "15s"],
+        )
+        .await;
     server.post("/jobs/ledger/kick").await;
     let started = Instant::now();
     while home
@@ -212,11 +284,20 @@ async fn a_host_that_loses_the_database_fails_the_attempt_and_recovers() {
     let store = home.store().await;
     let started = Instant::now();
     let run = loop {
-        let runs = store.list_runs(&jobhost::store::RunFilter { limit: 5, ..Default::default() }).await.unwrap();
+        let runs = store
+            .list_runs(&jobhost::store::RunFilter {
+                limit: 5,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
         if runs[0].status == "succeeded" {
             break runs[0].clone();
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "the host did not recover: {runs:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the host did not recover: {runs:?}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let attempts = store.list_attempts(&run.id).await.unwrap();
@@ -224,8 +305,22 @@ async fn a_host_that_loses_the_database_fails_the_attempt_and_recovers() {
     assert_eq!(attempts[0].status, "failed");
     assert_eq!(attempts[0].code.as_deref(), Some("driver_failed"));
     assert_eq!(attempts[1].status, "succeeded");
-    assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{}' AND attempt = 1", run.id)).await, 0);
-    assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{}' AND attempt = 2", run.id)).await, 3);
+    assert_eq!(
+        home.scalar(&format!(
+            "SELECT COUNT(*) FROM ledger WHERE run_id = '{}' AND attempt = 1",
+            run.id
+        ))
+        .await,
+        0
+    );
+    assert_eq!(
+        home.scalar(&format!(
+            "SELECT COUNT(*) FROM ledger WHERE run_id = '{}' AND attempt = 2",
+            run.id
+        ))
+        .await,
+        3
+    );
     let logs = home.server_logs();
     assert!(!logs.contains("postgres://"), "no database URL in logs");
     drop(server);
@@ -237,8 +332,12 @@ async fn both_migration_sets_build_the_same_schema() {
     let postgres = Home::new(Backend::Postgres).await;
     let sqlite_store = sqlite.store().await;
     let postgres_store = postgres.store().await;
-    let jobhost::store::Pool::Sqlite(s) = sqlite_store.pool() else { unreachable!() };
-    let jobhost::store::Pool::Postgres(p) = postgres_store.pool() else { unreachable!() };
+    let jobhost::store::Pool::Sqlite(s) = sqlite_store.pool() else {
+        unreachable!()
+    };
+    let jobhost::store::Pool::Postgres(p) = postgres_store.pool() else {
+        unreachable!()
+    };
     let sqlite_columns: Vec<(String, String)> = sqlx::query_as(
         "SELECT m.name, c.name FROM sqlite_master m, pragma_table_info(m.name) c \
          WHERE m.type = 'table' AND m.name LIKE 'jobhost_%' ORDER BY m.name, c.cid",

@@ -18,39 +18,73 @@ fn chromium() -> String {
 fn render(url: &str, profile: &std::path::Path) -> String {
     let out = Command::new(chromium())
         .args([
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--virtual-time-budget=5000", "--dump-dom",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg(url)
         .output()
         .expect("run chromium");
-    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8 DOM")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_shows_jobs_and_recent_runs_and_what_is_failing() {
     let home = Home::new(Backend::Sqlite).await;
-    let m = home.manifest("", r#"
+    let m = home.manifest(
+        "",
+        r#"
         [jobs.greeter]
         component = "{guest:hello}"
         [jobs.broken]
         component = "{guest:flaky}"
         payload = { fail_times = 9 }
-    "#);
+    "#,
+    );
     let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
     server.post("/jobs/greeter/kick").await;
     server.post("/jobs/broken/kick").await;
-    server.wait_runs("broken", Duration::from_secs(10), |runs| runs.iter().any(|r| r["status"] == "failed")).await;
-    server.wait_runs("greeter", Duration::from_secs(10), |runs| runs.iter().any(|r| r["status"] == "succeeded")).await;
+    server
+        .wait_runs("broken", Duration::from_secs(10), |runs| {
+            runs.iter().any(|r| r["status"] == "failed")
+        })
+        .await;
+    server
+        .wait_runs("greeter", Duration::from_secs(10), |runs| {
+            runs.iter().any(|r| r["status"] == "succeeded")
+        })
+        .await;
 
     let dom = render(&format!("{}/", server.url), &home.path().join("chromium"));
-    assert!(dom.contains(r#"<tr class="failing" data-job="broken">"#), "the failing job stands out:\n{dom}");
+    assert!(
+        dom.contains(r#"<tr class="failing" data-job="broken">"#),
+        "the failing job stands out:\n{dom}"
+    );
     assert!(dom.contains(r#"<tr class="" data-job="greeter">"#), "{dom}");
-    assert!(dom.contains(r#"data-status="failed""#) && dom.contains(r#"data-status="succeeded""#), "{dom}");
-    assert!(dom.contains("handler_failed"), "the failure code is shown:\n{dom}");
+    assert!(
+        dom.contains(r#"data-status="failed""#) && dom.contains(r#"data-status="succeeded""#),
+        "{dom}"
+    );
+    assert!(
+        dom.contains("handler_failed"),
+        "the failure code is shown:\n{dom}"
+    );
     assert!(dom.contains("2 jobs · 1 failing · 2 recent runs"), "{dom}");
-    assert!(dom.contains(r#"<span id="error"></span>"#), "no error shown:\n{dom}");
+    assert!(
+        dom.contains(r#"<span id="error"></span>"#),
+        "no error shown:\n{dom}"
+    );
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Home, guest, migrations};
+use common::{guest, migrations};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

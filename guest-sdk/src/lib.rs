@@ -67,7 +67,11 @@ pub mod __private {
         })?;
         let cursor = match ctx.cursor.as_deref().map(serde_json::from_str).transpose() {
             Ok(cursor) => cursor,
-            Err(e) => return Err(raw::JobError::Unrecoverable(format!("cursor is not JSON: {e}"))),
+            Err(e) => {
+                return Err(raw::JobError::Unrecoverable(format!(
+                    "cursor is not JSON: {e}"
+                )));
+            }
         };
         let context = crate::Context {
             job: ctx.job,
@@ -78,14 +82,18 @@ pub mod __private {
             pass: ctx.pass,
             payload,
             cursor,
-            counters: ctx.counters.into_iter().map(|c| (c.name, c.value)).collect(),
+            counters: ctx
+                .counters
+                .into_iter()
+                .map(|c| (c.name, c.value))
+                .collect(),
         };
         match J::run(context) {
             Ok(crate::Outcome::Done) => Ok(raw::Outcome::Done),
             Ok(crate::Outcome::Continue(cursor)) => Ok(raw::Outcome::Continue(cursor.to_string())),
-            Ok(crate::Outcome::Defer(delay)) => {
-                Ok(raw::Outcome::Defer(delay.as_millis().try_into().unwrap_or(u64::MAX)))
-            }
+            Ok(crate::Outcome::Defer(delay)) => Ok(raw::Outcome::Defer(
+                delay.as_millis().try_into().unwrap_or(u64::MAX),
+            )),
             Err(crate::JobError::Failed(m)) => Err(raw::JobError::Failed(m)),
             Err(crate::JobError::Unrecoverable(m)) => Err(raw::JobError::Unrecoverable(m)),
         }
@@ -230,9 +238,9 @@ pub mod log {
 /// SQL on the tables the job was granted. Reads run on their own; writes only inside a
 /// [`Transaction`], whose commit is fenced by the attempt's lease.
 pub mod db {
+    use crate::HostError;
     use crate::bindings::jobhost::job::db as raw;
     pub use crate::bindings::jobhost::job::db::{Rows, Value};
-    use crate::HostError;
 
     /// Runs one read-only statement.
     pub fn query(sql: &str, params: &[Value]) -> Result<Rows, HostError> {

@@ -152,12 +152,13 @@ async fn load_job(app: &App, spec: JobSpec, tz: Tz) -> Result<CatalogJob, Catalo
             job: spec.name.clone(),
             source,
         })?;
-    let (loaded, stamp) = load_component(app, &spec)
-        .await
-        .map_err(|source| CatalogError::Load {
-            job: spec.name.clone(),
-            source,
-        })?;
+    let (loaded, stamp) =
+        load_component(app, &spec)
+            .await
+            .map_err(|source| CatalogError::Load {
+                job: spec.name.clone(),
+                source,
+            })?;
     Ok(CatalogJob {
         spec,
         loaded,

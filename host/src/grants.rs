@@ -164,6 +164,9 @@ mod tests {
             g.add_flag("db.read=a;drop"),
             Err(GrantError::TableName(_))
         ));
-        assert!(matches!(g.add_flag("db.read=a,"), Err(GrantError::Syntax(_))));
+        assert!(matches!(
+            g.add_flag("db.read=a,"),
+            Err(GrantError::Syntax(_))
+        ));
     }
 }

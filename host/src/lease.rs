@@ -40,7 +40,12 @@ fn ms(d: Duration) -> i64 {
 
 impl LeaseTerms {
     /// Takes the lease of a run's job instance for its first attempt.
-    pub async fn acquire(&self, store: &Store, run: &RunRecord, timeout: Duration) -> Result<Option<Lease>> {
+    pub async fn acquire(
+        &self,
+        store: &Store,
+        run: &RunRecord,
+        timeout: Duration,
+    ) -> Result<Option<Lease>> {
         store
             .acquire_lease(&LeaseRequest {
                 job: &run.job,
@@ -65,7 +70,12 @@ impl LeaseTerms {
     }
 
     /// Moves the run's lease to a new generation for its next attempt.
-    pub async fn renew(&self, store: &Store, lease: &Lease, timeout: Duration) -> Result<Option<Lease>> {
+    pub async fn renew(
+        &self,
+        store: &Store,
+        lease: &Lease,
+        timeout: Duration,
+    ) -> Result<Option<Lease>> {
         store
             .renew_lease(lease, ms(timeout), ms(timeout + self.grace))
             .await

@@ -263,7 +263,10 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(m.host.migrations.as_deref(), Some(Path::new("/srv/jobs/migrations")));
+        assert_eq!(
+            m.host.migrations.as_deref(),
+            Some(Path::new("/srv/jobs/migrations"))
+        );
         let ledger = m.job("ledger").unwrap();
         assert_eq!(ledger.component, Path::new("/srv/jobs/ledger.wasm"));
         assert_eq!(ledger.limits.timeout, Duration::from_secs(5));

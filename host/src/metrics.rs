@@ -89,7 +89,12 @@ impl Metrics {
             ("status", status.to_string()),
             ("code", code.unwrap_or("").to_string()),
         ];
-        self.add("jobhost_attempts_total", "Attempts finished, by job, status and failure code.", labels, 1.0);
+        self.add(
+            "jobhost_attempts_total",
+            "Attempts finished, by job, status and failure code.",
+            labels,
+            1.0,
+        );
         self.observe(
             "jobhost_attempt_duration_seconds",
             "Duration of attempts, by job.",
@@ -110,7 +115,12 @@ impl Metrics {
             ("status", status.to_string()),
             ("code", code.unwrap_or("").to_string()),
         ];
-        self.add("jobhost_runs_finished_total", "Runs this host ended, by job, status and failure code.", labels, 1.0);
+        self.add(
+            "jobhost_runs_finished_total",
+            "Runs this host ended, by job, status and failure code.",
+            labels,
+            1.0,
+        );
     }
 
     /// How late a run was claimed after it became due.
@@ -125,7 +135,12 @@ impl Metrics {
 
     pub fn kick(&self, job: &str, result: &str) {
         let labels = vec![("job", job.to_string()), ("result", result.to_string())];
-        self.add("jobhost_kicks_total", "Kicks received, by job and what they did.", labels, 1.0);
+        self.add(
+            "jobhost_kicks_total",
+            "Kicks received, by job and what they did.",
+            labels,
+            1.0,
+        );
     }
 
     pub fn report(&self, kind: &str, sink: &str, result: &str) {
@@ -134,7 +149,12 @@ impl Metrics {
             ("sink", sink.to_string()),
             ("result", result.to_string()),
         ];
-        self.add("jobhost_reports_total", "Reports handed to a sink, by kind, sink and result.", labels, 1.0);
+        self.add(
+            "jobhost_reports_total",
+            "Reports handed to a sink, by kind, sink and result.",
+            labels,
+            1.0,
+        );
     }
 
     /// The Prometheus text exposition of everything recorded, plus `gauges`.
@@ -148,16 +168,30 @@ impl Metrics {
             }
         }
         for (name, family) in &r.histograms {
-            let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} histogram", family.help);
+            let _ = writeln!(
+                out,
+                "# HELP {name} {}\n# TYPE {name} histogram",
+                family.help
+            );
             for (labels, h) in &family.series {
                 for (bound, count) in DURATION_BUCKETS.iter().zip(h.buckets) {
                     let le = Some(("le", bound.to_string()));
                     let _ = writeln!(out, "{name}_bucket{} {count}", render_labels(labels, le));
                 }
                 let inf = Some(("le", "+Inf".to_string()));
-                let _ = writeln!(out, "{name}_bucket{} {}", render_labels(labels, inf), h.count);
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{} {}",
+                    render_labels(labels, inf),
+                    h.count
+                );
                 let _ = writeln!(out, "{name}_sum{} {}", render_labels(labels, None), h.sum);
-                let _ = writeln!(out, "{name}_count{} {}", render_labels(labels, None), h.count);
+                let _ = writeln!(
+                    out,
+                    "{name}_count{} {}",
+                    render_labels(labels, None),
+                    h.count
+                );
             }
         }
         let mut last = "";
@@ -166,7 +200,13 @@ impl Metrics {
                 let _ = writeln!(out, "# HELP {} {}\n# TYPE {} gauge", g.name, g.help, g.name);
                 last = g.name;
             }
-            let _ = writeln!(out, "{}{} {}", g.name, render_labels(&g.labels, None), g.value);
+            let _ = writeln!(
+                out,
+                "{}{} {}",
+                g.name,
+                render_labels(&g.labels, None),
+                g.value
+            );
         }
         out
     }
@@ -200,18 +240,45 @@ mod tests {
     #[test]
     fn renders_counters_histograms_and_gauges() {
         let m = Metrics::default();
-        m.attempt_finished("a\"b", "failed", Some("timeout"), Duration::from_millis(30), 100);
-        m.attempt_finished("a\"b", "failed", Some("timeout"), Duration::from_secs(2), 50);
+        m.attempt_finished(
+            "a\"b",
+            "failed",
+            Some("timeout"),
+            Duration::from_millis(30),
+            100,
+        );
+        m.attempt_finished(
+            "a\"b",
+            "failed",
+            Some("timeout"),
+            Duration::from_secs(2),
+            50,
+        );
         let text = m.render(&[Gauge {
             name: "jobhost_runs",
             help: "Runs by status.",
             labels: vec![("status", "queued".into())],
             value: 3.0,
         }]);
-        assert!(text.contains(r#"jobhost_attempts_total{job="a\"b",status="failed",code="timeout"} 2"#), "{text}");
-        assert!(text.contains(r#"jobhost_fuel_used_total{job="a\"b"} 150"#), "{text}");
-        assert!(text.contains(r#"jobhost_attempt_duration_seconds_bucket{job="a\"b",le="0.05"} 1"#), "{text}");
-        assert!(text.contains(r#"jobhost_attempt_duration_seconds_bucket{job="a\"b",le="+Inf"} 2"#), "{text}");
-        assert!(text.contains("# TYPE jobhost_runs gauge\njobhost_runs{status=\"queued\"} 3"), "{text}");
+        assert!(
+            text.contains(r#"jobhost_attempts_total{job="a\"b",status="failed",code="timeout"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"jobhost_fuel_used_total{job="a\"b"} 150"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"jobhost_attempt_duration_seconds_bucket{job="a\"b",le="0.05"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"jobhost_attempt_duration_seconds_bucket{job="a\"b",le="+Inf"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE jobhost_runs gauge\njobhost_runs{status=\"queued\"} 3"),
+            "{text}"
+        );
     }
 }

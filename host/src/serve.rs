@@ -83,13 +83,22 @@ pub async fn serve(
 
     let mut loops = JoinSet::new();
     loops.spawn(schedule_loop(shared.clone(), config.clone(), stop.clone()));
-    loops.spawn(surveillance_loop(shared.clone(), config.clone(), stop.clone()));
+    loops.spawn(surveillance_loop(
+        shared.clone(),
+        config.clone(),
+        stop.clone(),
+    ));
     loops.spawn(report_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(reload_loop(shared.clone(), config.clone(), stop.clone()));
     if let Pool::Postgres(pool) = shared.app.store.pool() {
         loops.spawn(listen_loop(pool.clone(), shared.wake.clone(), stop.clone()));
     }
-    let dispatcher = tokio::spawn(dispatch(shared.clone(), config.clone(), cancel, stop.clone()));
+    let dispatcher = tokio::spawn(dispatch(
+        shared.clone(),
+        config.clone(),
+        cancel,
+        stop.clone(),
+    ));
 
     let mut http_stop = stop.clone();
     let http = tokio::spawn(
@@ -103,12 +112,21 @@ pub async fn serve(
     println!("listening on {addr}");
 
     shutdown.await;
-    tracing::info!(grace_ms = config.shutdown_grace.as_millis() as u64, "draining: no new runs; running attempts get the grace period");
+    tracing::info!(
+        grace_ms = config.shutdown_grace.as_millis() as u64,
+        "draining: no new runs; running attempts get the grace period"
+    );
     shared.draining.store(true, Ordering::Release);
     let _ = stop_tx.send(true);
     let mut dispatcher = dispatcher;
-    if tokio::time::timeout(config.shutdown_grace, &mut dispatcher).await.is_err() {
-        tracing::warn!(code = "cancelled", "grace period over: cancelling running attempts");
+    if tokio::time::timeout(config.shutdown_grace, &mut dispatcher)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            code = "cancelled",
+            "grace period over: cancelling running attempts"
+        );
         let _ = cancel_tx.send(true);
         let _ = dispatcher.await;
     }
@@ -244,7 +262,11 @@ async fn schedule_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch
     }
 }
 
-async fn surveillance_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch::Receiver<bool>) {
+async fn surveillance_loop(
+    shared: Arc<Shared>,
+    config: ServeConfig,
+    mut stop: watch::Receiver<bool>,
+) {
     let surveillance = Surveillance {
         store: shared.app.store.clone(),
         catalog: shared.catalog.clone(),
@@ -257,7 +279,9 @@ async fn surveillance_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: w
         match surveillance.check().await {
             Ok(found) if found.crashed > 0 => shared.wake.notify_one(),
             Ok(_) => {}
-            Err(e) => tracing::warn!(code = "driver_failed", error = %e, "surveillance check failed"),
+            Err(e) => {
+                tracing::warn!(code = "driver_failed", error = %e, "surveillance check failed")
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(config.surveillance_interval) => {}

@@ -13,7 +13,9 @@ pub enum UnitError {
 
 fn split_number(text: &str) -> Option<(u64, &str)> {
     let text = text.trim();
-    let digits = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     if digits == 0 {
         return None;
     }
@@ -52,7 +54,12 @@ pub fn parse_size(text: &str) -> Result<u64, UnitError> {
 /// Formats a duration the way `parse_duration` reads it (the largest exact unit).
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis() as u64;
-    for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
         if ms >= size && ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
@@ -118,7 +125,16 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration(" 2d "), Ok(Duration::from_secs(172_800)));
-        for bad in ["", "s", "30", "30x", "-1s", "1.5s", "99999999999999999999s", "30 seconds"] {
+        for bad in [
+            "",
+            "s",
+            "30",
+            "30x",
+            "-1s",
+            "1.5s",
+            "99999999999999999999s",
+            "30 seconds",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
         }
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");

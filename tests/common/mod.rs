@@ -23,13 +23,22 @@ pub fn guest(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(workspace())
-            .args(["build", "--quiet", "--profile", "guest", "--target", "wasm32-wasip2"]);
+        cmd.current_dir(workspace()).args([
+            "build",
+            "--quiet",
+            "--profile",
+            "guest",
+            "--target",
+            "wasm32-wasip2",
+        ]);
         for g in GUESTS {
             cmd.args(["-p", g]);
         }
         let status = cmd.status().expect("run cargo to build the guests");
-        assert!(status.success(), "building the guests failed (is wasm32-wasip2 installed?)");
+        assert!(
+            status.success(),
+            "building the guests failed (is wasm32-wasip2 installed?)"
+        );
         workspace().join("target/wasm32-wasip2/guest")
     });
     let path = dir.join(format!("{name}.wasm"));
@@ -118,19 +127,23 @@ impl Home {
     }
 
     pub async fn store(&self) -> jobhost::store::Store {
-        jobhost::store::Store::open(&self.db_url).await.expect("open store")
+        jobhost::store::Store::open(&self.db_url)
+            .await
+            .expect("open store")
     }
 
     /// Runs one statement on the database directly (fault injection, setup).
     pub async fn exec(&self, sql: &str) -> u64 {
         let store = self.store().await;
         let n = match store.pool() {
-            jobhost::store::Pool::Sqlite(p) => {
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(p).await.map(|r| r.rows_affected())
-            }
-            jobhost::store::Pool::Postgres(p) => {
-                sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(p).await.map(|r| r.rows_affected())
-            }
+            jobhost::store::Pool::Sqlite(p) => sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(p)
+                .await
+                .map(|r| r.rows_affected()),
+            jobhost::store::Pool::Postgres(p) => sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(p)
+                .await
+                .map(|r| r.rows_affected()),
         }
         .expect("exec");
         store.close().await;
@@ -142,10 +155,14 @@ impl Home {
         let store = self.store().await;
         let v: i64 = match store.pool() {
             jobhost::store::Pool::Sqlite(p) => {
-                sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(p).await
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(p)
+                    .await
             }
             jobhost::store::Pool::Postgres(p) => {
-                sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(p).await
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                    .fetch_one(p)
+                    .await
             }
         }
         .expect("scalar");
@@ -174,7 +191,10 @@ impl Home {
     /// Writes a manifest into the home directory; `jobs` is TOML for `[jobs.*]` tables,
     /// where `{guest:NAME}` stands for the path of a built guest.
     pub fn manifest(&self, host: &str, jobs: &str) -> PathBuf {
-        let mut text = format!("[host]\nmigrations = \"{}\"\n{host}\n", migrations().display());
+        let mut text = format!(
+            "[host]\nmigrations = \"{}\"\n{host}\n",
+            migrations().display()
+        );
         let mut rest = jobs.to_string();
         while let Some(start) = rest.find("{guest:") {
             let end = start + rest[start..].find('}').expect("closing brace");
@@ -209,7 +229,9 @@ impl Home {
         let stdout = child.stdout.take().expect("stdout");
         let line = tokio::task::spawn_blocking(move || {
             let mut line = String::new();
-            std::io::BufReader::new(stdout).read_line(&mut line).map(|_| line)
+            std::io::BufReader::new(stdout)
+                .read_line(&mut line)
+                .map(|_| line)
         })
         .await
         .expect("join")
@@ -240,7 +262,10 @@ impl Home {
         let mut all = String::new();
         for entry in std::fs::read_dir(self.path()).expect("home") {
             let path = entry.expect("entry").path();
-            if path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("serve-")) {
+            if path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("serve-"))
+            {
                 all.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
             }
         }
@@ -250,20 +275,40 @@ impl Home {
 
 impl Server {
     pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
-        let r = self.client.get(format!("{}{path}", self.url)).send().await.expect("GET");
+        let r = self
+            .client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .expect("GET");
         let status = r.status().as_u16();
         let text = r.text().await.expect("body");
-        (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        )
     }
 
     pub async fn post(&self, path: &str) -> (u16, serde_json::Value) {
-        let r = self.client.post(format!("{}{path}", self.url)).send().await.expect("POST");
+        let r = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .send()
+            .await
+            .expect("POST");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
     pub async fn text(&self, path: &str) -> String {
-        self.client.get(format!("{}{path}", self.url)).send().await.expect("GET").text().await.expect("body")
+        self.client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("body")
     }
 
     /// All runs (newest first), optionally of one job.
@@ -289,7 +334,10 @@ impl Server {
             if check(&runs) {
                 return runs;
             }
-            assert!(start.elapsed() < within, "timed out; runs of {job}: {runs:#?}");
+            assert!(
+                start.elapsed() < within,
+                "timed out; runs of {job}: {runs:#?}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -309,7 +357,10 @@ impl Server {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return (status.code(), start.elapsed());
             }
-            assert!(start.elapsed() < within, "host serve did not exit within {within:?}");
+            assert!(
+                start.elapsed() < within,
+                "host serve did not exit within {within:?}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -330,15 +381,22 @@ impl Drop for Home {
         }
         let url = self.db_url.clone();
         let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
             runtime.block_on(async {
                 use sqlx::Connection;
                 let name = url.rsplit('/').next()?.to_string();
-                let mut conn = sqlx::PgConnection::connect(&postgres_admin_url()).await.ok()?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                    .execute(&mut conn)
+                let mut conn = sqlx::PgConnection::connect(&postgres_admin_url())
                     .await
-                    .ok()
+                    .ok()?;
+                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&mut conn)
+                .await
+                .ok()
             })
         })
         .join();

@@ -29,7 +29,9 @@ impl Proxy {
         let shared = state.clone();
         let accept = tokio::spawn(async move {
             loop {
-                let Ok((mut client, _)) = listener.accept().await else { return };
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
                 let mut state = shared.lock().unwrap();
                 if !state.open {
                     drop(client);

@@ -23,7 +23,8 @@ impl Hook {
             .route(
                 "/hook",
                 post(
-                    move |State(seen): State<Arc<Mutex<Seen>>>, Json(body): Json<serde_json::Value>| async move {
+                    move |State(seen): State<Arc<Mutex<Seen>>>,
+                          Json(body): Json<serde_json::Value>| async move {
                         let mut seen = seen.lock().unwrap();
                         seen.attempts += 1;
                         if seen.attempts <= failures {
@@ -55,7 +56,11 @@ impl Hook {
             if bodies.len() >= n {
                 return bodies;
             }
-            assert!(start.elapsed() < within, "webhook got {} of {n} reports", bodies.len());
+            assert!(
+                start.elapsed() < within,
+                "webhook got {} of {n} reports",
+                bodies.len()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

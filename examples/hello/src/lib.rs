@@ -20,7 +20,10 @@ impl Job for Hello {
 
     fn run(ctx: Context<Payload>) -> Result<Outcome, JobError> {
         let name = ctx.payload.name.as_deref().unwrap_or("world");
-        log::info(&format!("hello, {name}, from {} (run {})", ctx.job, ctx.run_id));
+        log::info(&format!(
+            "hello, {name}, from {} (run {})",
+            ctx.job, ctx.run_id
+        ));
         println!("attempt {} of pass {}", ctx.attempt, ctx.pass);
         if ctx.payload.sleep_ms > 0 {
             std::thread::sleep(Duration::from_millis(ctx.payload.sleep_ms));

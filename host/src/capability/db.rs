@@ -55,7 +55,9 @@ impl GuestState {
                 HostError::LeaseLost
             }
             GuestDbError::Refused(refusal) => {
-                self.signals.refused.get_or_insert(FailureCode::QueryRefused);
+                self.signals
+                    .refused
+                    .get_or_insert(FailureCode::QueryRefused);
                 HostError::QueryRefused(refusal.reason().into())
             }
             GuestDbError::Invalid(reason) => HostError::Invalid(reason.into()),

@@ -15,7 +15,12 @@ use std::process::ExitCode;
 pub const DEFAULT_HOME: &str = ".jobhost";
 
 #[derive(Parser, Debug)]
-#[command(name = "host", version, about = "Runs sandboxed WebAssembly jobs", propagate_version = true)]
+#[command(
+    name = "host",
+    version,
+    about = "Runs sandboxed WebAssembly jobs",
+    propagate_version = true
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,

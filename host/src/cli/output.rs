@@ -17,7 +17,10 @@ pub fn run_result(run: &RunRecord, as_json: bool) {
     let took = views::duration_ms(run)
         .map(|ms| format!(" in {ms} ms"))
         .unwrap_or_default();
-    print!("run {} of {}: {} after {attempts}{took}", run.id, run.job, run.status);
+    print!(
+        "run {} of {}: {} after {attempts}{took}",
+        run.id, run.job, run.status
+    );
     if let Some(code) = &run.last_code
         && run.status != "succeeded"
     {

@@ -126,7 +126,11 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
             delay = Duration::from_millis(200);
             continue;
         };
-        match app.runner.step(&claimed, &spec, &loaded, cancel.clone()).await? {
+        match app
+            .runner
+            .step(&claimed, &spec, &loaded, cancel.clone())
+            .await?
+        {
             Step::Requeued { delay: next } => delay = next,
             Step::Finished { .. } | Step::Skipped | Step::Abandoned => break,
         }
@@ -155,10 +159,12 @@ async fn finished(store: &Store, id: &str) -> Result<bool, Failure> {
 
 fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, Failure> {
     let mut spec = match (&args.manifest_job, manifest) {
-        (Some(name), Some(manifest)) => manifest
-            .job(name)
-            .cloned()
-            .ok_or_else(|| Failure::usage(format!("unknown job {name:?} in {}", manifest.path.display())))?,
+        (Some(name), Some(manifest)) => manifest.job(name).cloned().ok_or_else(|| {
+            Failure::usage(format!(
+                "unknown job {name:?} in {}",
+                manifest.path.display()
+            ))
+        })?,
         _ => {
             let path = args.job.clone().expect("clap requires --job without JOB");
             JobSpec {
@@ -229,7 +235,8 @@ pub async fn migrate(
     manifest: Option<PathBuf>,
 ) -> Result<u8, Failure> {
     let manifest = manifest.as_deref().map(Manifest::load).transpose()?;
-    let store = Store::open(&global.db_url(manifest.as_ref().and_then(|m| m.host.db.as_deref()))).await?;
+    let store =
+        Store::open(&global.db_url(manifest.as_ref().and_then(|m| m.host.db.as_deref()))).await?;
     let dir = migrations.or_else(|| manifest.and_then(|m| m.host.migrations));
     let applied = match dir {
         Some(dir) => store.migrate_operator(&dir).await?,

@@ -1,10 +1,10 @@
 //! `host runs list` and `host runs show`.
 
 use super::output;
-use crate::views::{self, time};
 use super::{Failure, Global};
 use crate::store::{RunFilter, RunStatus, Store};
 use crate::units::parse_duration;
+use crate::views::{self, time};
 use clap::Subcommand;
 use std::time::Duration;
 
@@ -107,7 +107,10 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                         a.attempt,
                         a.generation,
                         a.status,
-                        a.code.as_deref().map(|c| format!(" ({c})")).unwrap_or_default(),
+                        a.code
+                            .as_deref()
+                            .map(|c| format!(" ({c})"))
+                            .unwrap_or_default(),
                         a.duration_ms.unwrap_or(0),
                         a.fuel_used.unwrap_or(0),
                         crate::units::format_size(a.peak_memory.unwrap_or(0) as u64),

@@ -69,8 +69,16 @@ pub enum CatchUpArg {
 
 pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> {
     let manifest = args.manifest.as_deref().map(Manifest::load).transpose()?;
-    let host = manifest.as_ref().map(|m| m.host.clone()).unwrap_or_default();
-    let tz = parse_tz(host.timezone.as_deref().or(args.timezone.as_deref()).unwrap_or("UTC"))?;
+    let host = manifest
+        .as_ref()
+        .map(|m| m.host.clone())
+        .unwrap_or_default();
+    let tz = parse_tz(
+        host.timezone
+            .as_deref()
+            .or(args.timezone.as_deref())
+            .unwrap_or("UTC"),
+    )?;
     let workers = args.workers.or(host.workers).unwrap_or(4).max(1);
     let app = App::open(AppConfig {
         db_url: global.db_url(host.db.as_deref()),
@@ -172,7 +180,12 @@ pub async fn jobs(global: &Global, json: bool) -> Result<u8, Failure> {
     Ok(0)
 }
 
-pub async fn kick_cmd(global: &Global, job: &str, instance: &str, json: bool) -> Result<u8, Failure> {
+pub async fn kick_cmd(
+    global: &Global,
+    job: &str,
+    instance: &str,
+    json: bool,
+) -> Result<u8, Failure> {
     crate::job::validate_instance(instance)?;
     let store = Store::open(&global.db_url(None)).await?;
     let result = kick::kick(&store, job, instance).await;
@@ -180,7 +193,9 @@ pub async fn kick_cmd(global: &Global, job: &str, instance: &str, json: bool) ->
     let kicked = match result {
         Ok(kicked) => kicked,
         Err(KickError::UnknownJob(_)) => {
-            return Err(Failure::usage(format!("unknown job {job:?} (see `host jobs`)")));
+            return Err(Failure::usage(format!(
+                "unknown job {job:?} (see `host jobs`)"
+            )));
         }
         Err(KickError::Store(e)) => return Err(e.into()),
     };

@@ -145,10 +145,12 @@ async fn cancelled(token: &mut CancelToken) {
 }
 
 /// `None` when the attempt was cancelled.
-type Called = Option<Result<
-    wasmtime::Result<Result<handler::Outcome, handler::JobError>>,
-    tokio::time::error::Elapsed,
->>;
+type Called = Option<
+    Result<
+        wasmtime::Result<Result<handler::Outcome, handler::JobError>>,
+        tokio::time::error::Elapsed,
+    >,
+>;
 
 fn classify(called: Called, state: &GuestState) -> Result<Outcome, AttemptFailure> {
     let fail = |code, message: Option<String>| AttemptFailure {

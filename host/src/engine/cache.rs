@@ -55,9 +55,10 @@ impl CompileCache {
     }
 
     pub fn put(&self, digest: &str, component: &Component) {
-        let result = component.serialize().map_err(|_| ()).and_then(|bytes| {
-            write_atomically(&self.path(digest), &bytes).map_err(|_| ())
-        });
+        let result = component
+            .serialize()
+            .map_err(|_| ())
+            .and_then(|bytes| write_atomically(&self.path(digest), &bytes).map_err(|_| ()));
         if result.is_err() {
             tracing::warn!(digest, "could not write a compile-cache entry");
         }

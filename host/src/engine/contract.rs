@@ -108,7 +108,9 @@ pub fn check<'a>(
     let mut found = Imports::default();
     let mut handler = None;
     for export in exports {
-        if let Some(name) = parse(export).filter(|n| n.package == PACKAGE && n.interface == "handler") {
+        if let Some(name) =
+            parse(export).filter(|n| n.package == PACKAGE && n.interface == "handler")
+        {
             handler = Some(name.version);
         }
     }
@@ -183,10 +185,22 @@ mod tests {
             refuse("wasi:sockets/tcp@0.2.4"),
             Err(ContractError::Forbidden("wasi:sockets/tcp@0.2.4".into()))
         );
-        assert!(matches!(refuse("wasi:http/outgoing-handler@0.2.4"), Err(ContractError::Forbidden(_))));
-        assert!(matches!(refuse("wasi:io/streams@0.3.0"), Err(ContractError::Forbidden(_))));
-        assert!(matches!(refuse("acme:evil/thing"), Err(ContractError::Forbidden(_))));
-        assert!(matches!(refuse("jobhost:job/db@0.2.0"), Err(ContractError::Version { .. })));
+        assert!(matches!(
+            refuse("wasi:http/outgoing-handler@0.2.4"),
+            Err(ContractError::Forbidden(_))
+        ));
+        assert!(matches!(
+            refuse("wasi:io/streams@0.3.0"),
+            Err(ContractError::Forbidden(_))
+        ));
+        assert!(matches!(
+            refuse("acme:evil/thing"),
+            Err(ContractError::Forbidden(_))
+        ));
+        assert!(matches!(
+            refuse("jobhost:job/db@0.2.0"),
+            Err(ContractError::Version { .. })
+        ));
     }
 
     #[test]
@@ -196,8 +210,7 @@ mod tests {
             check(none.into_iter(), ["run"].into_iter()),
             Err(ContractError::NoHandler)
         );
-        let err = check(none.into_iter(), ["jobhost:job/handler@0.2.0"].into_iter())
-            .unwrap_err();
+        let err = check(none.into_iter(), ["jobhost:job/handler@0.2.0"].into_iter()).unwrap_err();
         assert!(err.to_string().contains("jobhost:job@0.2.0"), "{err}");
         assert!(check(none.into_iter(), ["jobhost:job/handler@0.1.3"].into_iter()).is_ok());
     }

@@ -159,7 +159,12 @@ impl Engine {
     pub fn load(&self, path: &Path, grants: &Grants) -> Result<Arc<Loaded>, LoadError> {
         let bytes = read_component(path)?;
         let digest = hex::encode(Sha256::digest(&bytes));
-        let cached = self.loaded.lock().expect("loaded map").get(&digest).cloned();
+        let cached = self
+            .loaded
+            .lock()
+            .expect("loaded map")
+            .get(&digest)
+            .cloned();
         let loaded = match cached {
             Some(loaded) => loaded,
             None => {
@@ -172,11 +177,9 @@ impl Engine {
             }
         };
         // Grants differ per job: the same component is checked against each job's.
-        contract::check_grants(&loaded.imports, grants).map_err(|source| {
-            LoadError::Contract {
-                path: path.to_path_buf(),
-                source,
-            }
+        contract::check_grants(&loaded.imports, grants).map_err(|source| LoadError::Contract {
+            path: path.to_path_buf(),
+            source,
         })?;
         Ok(loaded)
     }
@@ -186,7 +189,11 @@ impl Engine {
             path: path.to_path_buf(),
             reason: one_line(&e),
         };
-        let component = match self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest)) {
+        let component = match self
+            .cache
+            .as_ref()
+            .and_then(|c| c.get(&self.engine, &digest))
+        {
             Some(component) => component,
             None => {
                 let component = Component::new(&self.engine, bytes).map_err(malformed)?;
@@ -277,15 +284,15 @@ fn one_line(error: &wasmtime::Error) -> String {
 /// The WASI a sandboxed job gets: clocks, random, stdio and an empty filesystem (Rust's
 /// standard library imports it), and nothing else — no sockets, no HTTP.
 fn add_wasi(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    use wasmtime_wasi::WasiView;
     use wasmtime_wasi::cli::WasiCli;
+    use wasmtime_wasi::cli::WasiCliView;
     use wasmtime_wasi::clocks::WasiClocks;
+    use wasmtime_wasi::clocks::WasiClocksView;
     use wasmtime_wasi::filesystem::WasiFilesystem;
+    use wasmtime_wasi::filesystem::WasiFilesystemView;
     use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random};
     use wasmtime_wasi::random::WasiRandom;
-    use wasmtime_wasi::WasiView;
-    use wasmtime_wasi::cli::WasiCliView;
-    use wasmtime_wasi::clocks::WasiClocksView;
-    use wasmtime_wasi::filesystem::WasiFilesystemView;
     use wasmtime_wasi_io::bindings::wasi::io;
 
     struct HasIo;
@@ -301,9 +308,7 @@ fn add_wasi(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     clocks::monotonic_clock::add_to_linker::<GuestState, WasiClocks>(l, GuestState::clocks)?;
     random::random::add_to_linker::<GuestState, WasiRandom>(l, |t| t.ctx().ctx.random())?;
     random::insecure::add_to_linker::<GuestState, WasiRandom>(l, |t| t.ctx().ctx.random())?;
-    random::insecure_seed::add_to_linker::<GuestState, WasiRandom>(l, |t| {
-        t.ctx().ctx.random()
-    })?;
+    random::insecure_seed::add_to_linker::<GuestState, WasiRandom>(l, |t| t.ctx().ctx.random())?;
     cli::exit::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
     cli::environment::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
     cli::stdin::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
@@ -315,9 +320,6 @@ fn add_wasi(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     cli::terminal_stdout::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
     cli::terminal_stderr::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
     filesystem::types::add_to_linker::<GuestState, WasiFilesystem>(l, GuestState::filesystem)?;
-    filesystem::preopens::add_to_linker::<GuestState, WasiFilesystem>(
-        l,
-        GuestState::filesystem,
-    )?;
+    filesystem::preopens::add_to_linker::<GuestState, WasiFilesystem>(l, GuestState::filesystem)?;
     Ok(())
 }

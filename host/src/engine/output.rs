@@ -44,7 +44,10 @@ impl AttemptLog {
     /// The text so far (invalid UTF-8 replaced) and whether some was dropped.
     pub fn contents(&self) -> (String, bool) {
         let buf = self.inner.lock().expect("log buffer lock");
-        (String::from_utf8_lossy(&buf.bytes).into_owned(), buf.truncated)
+        (
+            String::from_utf8_lossy(&buf.bytes).into_owned(),
+            buf.truncated,
+        )
     }
 }
 
@@ -61,7 +64,11 @@ impl StdoutStream for AttemptLog {
 }
 
 impl AsyncWrite for AttemptLog {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.append(buf);
         Poll::Ready(Ok(buf.len()))
     }

@@ -62,7 +62,11 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         tracing::warn!(code = "driver_failed", error = %e, "API request failed");
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the database is unavailable")
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the database is unavailable",
+        )
     }
 }
 
@@ -126,11 +130,7 @@ async fn job_view(s: &Shared, name: &str, now: i64) -> Result<Option<Value>, Api
     let Some(job) = s.app.store.get_job(name).await? else {
         return Ok(None);
     };
-    let lease = s
-        .app
-        .store
-        .get_lease(name, kick::DEFAULT_INSTANCE)
-        .await?;
+    let lease = s.app.store.get_lease(name, kick::DEFAULT_INSTANCE).await?;
     Ok(Some(views::job(&job, lease.as_ref(), now)))
 }
 
@@ -161,7 +161,11 @@ async fn get_job(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiR
 }
 
 fn unknown_job(name: &str) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "unknown_job", format!("no job named {name:?}"))
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_job",
+        format!("no job named {name:?}"),
+    )
 }
 
 #[derive(Deserialize)]
@@ -191,7 +195,10 @@ async fn kick_job(
             };
             s.app.metrics.kick(&name, result);
             s.wake.notify_one();
-            Ok((StatusCode::ACCEPTED, Json(serde_json::to_value(kicked).expect("serialisable"))))
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(serde_json::to_value(kicked).expect("serialisable")),
+            ))
         }
         Err(KickError::UnknownJob(_)) => Err(unknown_job(&name)),
         Err(KickError::Store(e)) => Err(e.into()),
@@ -216,7 +223,11 @@ fn parse_time(text: &str, now: i64, field: &str) -> Result<i64, ApiError> {
     }
     crate::units::parse_duration(text)
         .map(|d| now - d.as_millis() as i64)
-        .map_err(|_| ApiError::invalid(format!("{field}: use an RFC 3339 time or a duration such as 1h")))
+        .map_err(|_| {
+            ApiError::invalid(format!(
+                "{field}: use an RFC 3339 time or a duration such as 1h"
+            ))
+        })
 }
 
 async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> ApiResult {
@@ -224,7 +235,9 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> 
     let status = q
         .status
         .as_deref()
-        .map(|t| RunStatus::parse(t).ok_or_else(|| ApiError::invalid(format!("unknown status {t:?}"))))
+        .map(|t| {
+            RunStatus::parse(t).ok_or_else(|| ApiError::invalid(format!("unknown status {t:?}")))
+        })
         .transpose()?;
     let before = q
         .before
@@ -233,7 +246,9 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> 
             token
                 .split_once('_')
                 .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_string())))
-                .ok_or_else(|| ApiError::invalid("before: use the `next` token of the previous page"))
+                .ok_or_else(|| {
+                    ApiError::invalid("before: use the `next` token of the previous page")
+                })
         })
         .transpose()?;
     let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
@@ -243,8 +258,16 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> 
         .list_runs(&RunFilter {
             job: q.job,
             status,
-            since: q.since.as_deref().map(|t| parse_time(t, now, "since")).transpose()?,
-            until: q.until.as_deref().map(|t| parse_time(t, now, "until")).transpose()?,
+            since: q
+                .since
+                .as_deref()
+                .map(|t| parse_time(t, now, "since"))
+                .transpose()?,
+            until: q
+                .until
+                .as_deref()
+                .map(|t| parse_time(t, now, "until"))
+                .transpose()?,
             before,
             limit,
         })
@@ -261,7 +284,11 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> 
 
 async fn get_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult {
     let Some(run) = s.app.store.get_run(&id).await? else {
-        return Err(ApiError::new(StatusCode::NOT_FOUND, "unknown_run", format!("no run with id {id:?}")));
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no run with id {id:?}"),
+        ));
     };
     let attempts = s.app.store.list_attempts(&id).await?;
     Ok(Json(views::run_detail(&run, &attempts)))

@@ -51,7 +51,10 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for _ in 0..200 {
             let d = delay(&p, 3, &mut rng);
-            assert!(d >= Duration::from_millis(200) && d <= Duration::from_millis(400), "{d:?}");
+            assert!(
+                d >= Duration::from_millis(200) && d <= Duration::from_millis(400),
+                "{d:?}"
+            );
             seen.insert(d);
         }
         assert!(seen.len() > 50, "jitter should vary");

@@ -17,8 +17,8 @@ use crate::lease::LeaseTerms;
 use crate::metrics::Metrics;
 use crate::store::guest::{Access, Fence, GuestDb};
 use crate::store::{
-    AttemptEnd, BeginAttempt, Finish, FinishResult, Lease, NewReport, Origin,
-    ReportKind, Requeue, RunRecord, RunStatus, Store, StoreError,
+    AttemptEnd, BeginAttempt, Finish, FinishResult, Lease, NewReport, Origin, ReportKind, Requeue,
+    RunRecord, RunStatus, Store, StoreError,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -262,14 +262,19 @@ impl Runner {
                     run_id: &run.id,
                     lease,
                     delay_ms: delay.as_millis() as i64,
-                    hold_ms: self.settings.lease.park_for(delay, self.settings.claim_slack),
+                    hold_ms: self
+                        .settings
+                        .lease
+                        .park_for(delay, self.settings.claim_slack),
                     pass,
                     cursor: cursor.as_deref(),
                     failures,
                     last_code: failure.code.map(FailureCode::as_str),
                     last_error: failure.message.as_deref(),
                 };
-                let requeued = self.persist(until, || self.store.requeue_run(&requeue)).await?;
+                let requeued = self
+                    .persist(until, || self.store.requeue_run(&requeue))
+                    .await?;
                 Ok(if requeued {
                     Step::Requeued { delay }
                 } else {
@@ -288,7 +293,8 @@ impl Runner {
                 if result == FinishResult::LeaseLost {
                     // The lease moved on under this run: whatever it returned, record the loss.
                     let lost = Failure::code(FailureCode::LeaseLost);
-                    let args = finish_args(run, spec, lease, RunStatus::Failed, &lost, failures, false);
+                    let args =
+                        finish_args(run, spec, lease, RunStatus::Failed, &lost, failures, false);
                     result = self.persist(until, || self.store.finish_run(&args)).await?;
                     (status, code) = (RunStatus::Failed, lost.code);
                 }
@@ -296,7 +302,8 @@ impl Runner {
                     return Ok(Step::Abandoned);
                 };
                 let code_text = code.map(FailureCode::as_str);
-                self.metrics.run_finished(&run.job, status.as_str(), code_text);
+                self.metrics
+                    .run_finished(&run.job, status.as_str(), code_text);
                 tracing::info!(job = %run.job, run_id = %run.id, status = status.as_str(), code = code_text, "run finished");
                 Ok(Step::Finished {
                     status,
@@ -310,16 +317,22 @@ impl Runner {
     async fn skip(&self, run: &RunRecord) -> Result<Step, StoreError> {
         // A kick that finds the job running is not lost: it sets the lease's pending flag,
         // and the run holding the lease queues one follow-up when it finishes.
-        if run.origin == Origin::Kick.as_str() && self.store.set_pending(&run.job, &run.instance).await? {
+        if run.origin == Origin::Kick.as_str()
+            && self.store.set_pending(&run.job, &run.instance).await?
+        {
             self.store
-                .skip_run(&run.id, "the job was running: kick folded into its pending flag")
+                .skip_run(
+                    &run.id,
+                    "the job was running: kick folded into its pending flag",
+                )
                 .await?;
         } else {
             self.store
                 .skip_run(&run.id, "the job's lease was held by another run")
                 .await?;
         }
-        self.metrics.run_finished(&run.job, RunStatus::Skipped.as_str(), None);
+        self.metrics
+            .run_finished(&run.job, RunStatus::Skipped.as_str(), None);
         tracing::info!(job = %run.job, run_id = %run.id, "run skipped: lease held");
         Ok(Step::Skipped)
     }
@@ -359,9 +372,13 @@ fn decide(
             failure: Failure::none(),
             failures: 0,
         },
-        Ok(Outcome::Continue { cursor }) => {
-            requeue(Duration::ZERO, run.pass + 1, Some(cursor), 0, Failure::none())
-        }
+        Ok(Outcome::Continue { cursor }) => requeue(
+            Duration::ZERO,
+            run.pass + 1,
+            Some(cursor),
+            0,
+            Failure::none(),
+        ),
         Ok(Outcome::Defer { delay }) => {
             requeue(delay, run.pass + 1, run.cursor.clone(), 0, Failure::none())
         }

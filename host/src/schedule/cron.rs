@@ -11,7 +11,9 @@ use std::str::FromStr;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CronError {
-    #[error("invalid cron expression {0:?}: use five fields (min hour dom month dow), six with seconds, or @hourly/@daily/...")]
+    #[error(
+        "invalid cron expression {0:?}: use five fields (min hour dom month dow), six with seconds, or @hourly/@daily/..."
+    )]
     Expression(String),
     #[error("unknown time zone {0:?}: use an IANA name such as UTC or Europe/Paris")]
     TimeZone(String),
@@ -40,7 +42,10 @@ impl Cron {
             _ if trimmed.starts_with('@') => trimmed.to_string(),
             5 => {
                 let dow = standard_days_of_week(fields[4]).ok_or_else(invalid)?;
-                format!("0 {} {} {} {} {dow}", fields[0], fields[1], fields[2], fields[3])
+                format!(
+                    "0 {} {} {} {} {dow}",
+                    fields[0], fields[1], fields[2], fields[3]
+                )
             }
             6 | 7 => trimmed.to_string(),
             _ => return Err(invalid()),
@@ -55,7 +60,9 @@ impl Cron {
 
     /// The first fire time strictly after `ms` (epoch milliseconds).
     pub fn next_after(&self, ms: i64) -> Option<i64> {
-        let after: DateTime<Tz> = self.tz.from_utc_datetime(&DateTime::<Utc>::from_timestamp_millis(ms)?.naive_utc());
+        let after: DateTime<Tz> = self
+            .tz
+            .from_utc_datetime(&DateTime::<Utc>::from_timestamp_millis(ms)?.naive_utc());
         self.schedule
             .after(&after)
             .next()
@@ -79,9 +86,7 @@ fn standard_days_of_week(field: &str) -> Option<String> {
         match text.parse::<usize>() {
             Ok(n) if n <= 7 => Some(n % 7),
             Ok(_) => None,
-            Err(_) => DAY_NAMES
-                .iter()
-                .position(|d| d.eq_ignore_ascii_case(text)),
+            Err(_) => DAY_NAMES.iter().position(|d| d.eq_ignore_ascii_case(text)),
         }
     };
     let mut days = [false; 7];
@@ -94,7 +99,13 @@ fn standard_days_of_week(field: &str) -> Option<String> {
             "*" => (0, 6),
             _ => match range.split_once('-') {
                 Some((a, b)) => {
-                    let (a, b) = (day(a)?, b.parse::<usize>().ok().filter(|n| *n <= 7).or_else(|| day(b))?);
+                    let (a, b) = (
+                        day(a)?,
+                        b.parse::<usize>()
+                            .ok()
+                            .filter(|n| *n <= 7)
+                            .or_else(|| day(b))?,
+                    );
                     (a, if b < a { b + 7 } else { b })
                 }
                 None => {
@@ -116,7 +127,9 @@ mod tests {
     use super::*;
 
     fn at(text: &str) -> i64 {
-        DateTime::parse_from_rfc3339(text).unwrap().timestamp_millis()
+        DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .timestamp_millis()
     }
 
     #[test]
@@ -135,23 +148,45 @@ mod tests {
     fn five_fields_fire_on_the_minute() {
         let c = Cron::parse("*/15 9 * * 1", Tz::UTC).unwrap();
         // 2026-11-29 is a Sunday: the next is Monday 09:00.
-        assert_eq!(c.next_after(at("2026-11-29T12:00:00Z")), Some(at("2026-11-30T09:00:00Z")));
-        assert_eq!(c.next_after(at("2026-11-30T09:00:00Z")), Some(at("2026-11-30T09:15:00Z")));
-        assert_eq!(c.period_after(at("2026-11-30T09:01:00Z")), Some(15 * 60_000));
+        assert_eq!(
+            c.next_after(at("2026-11-29T12:00:00Z")),
+            Some(at("2026-11-30T09:00:00Z"))
+        );
+        assert_eq!(
+            c.next_after(at("2026-11-30T09:00:00Z")),
+            Some(at("2026-11-30T09:15:00Z"))
+        );
+        assert_eq!(
+            c.period_after(at("2026-11-30T09:01:00Z")),
+            Some(15 * 60_000)
+        );
     }
 
     #[test]
     fn seconds_fields_and_time_zones() {
         let c = Cron::parse("*/2 * * * * *", Tz::UTC).unwrap();
-        assert_eq!(c.next_after(at("2026-11-29T12:00:01Z")), Some(at("2026-11-29T12:00:02Z")));
+        assert_eq!(
+            c.next_after(at("2026-11-29T12:00:01Z")),
+            Some(at("2026-11-29T12:00:02Z"))
+        );
         let paris = Cron::parse("0 9 * * *", parse_tz("Europe/Paris").unwrap()).unwrap();
-        assert_eq!(paris.next_after(at("2026-11-29T00:00:00Z")), Some(at("2026-11-29T08:00:00Z")));
+        assert_eq!(
+            paris.next_after(at("2026-11-29T00:00:00Z")),
+            Some(at("2026-11-29T08:00:00Z"))
+        );
         assert!(Cron::parse("@hourly", Tz::UTC).is_ok());
     }
 
     #[test]
     fn bad_expressions_are_refused() {
-        for bad in ["", "* * *", "61 * * * *", "* * * * 9", "nonsense here please now x", "* * 31 2 *"] {
+        for bad in [
+            "",
+            "* * *",
+            "61 * * * *",
+            "* * * * 9",
+            "nonsense here please now x",
+            "* * 31 2 *",
+        ] {
             assert!(Cron::parse(bad, Tz::UTC).is_err(), "{bad:?}");
         }
         assert!(matches!(parse_tz("Mars/Base"), Err(CronError::TimeZone(_))));

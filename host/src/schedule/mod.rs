@@ -159,11 +159,23 @@ mod tests {
     fn starts_counting_then_fires_on_time() {
         let c = every_minute();
         let now = 100 * MIN + 5_000;
-        assert_eq!(decide(&c, None, now, CatchUp::One), Decision::Start { next: Some(101 * MIN) });
-        assert_eq!(decide(&c, Some(101 * MIN), now, CatchUp::One), Decision::Wait);
+        assert_eq!(
+            decide(&c, None, now, CatchUp::One),
+            Decision::Start {
+                next: Some(101 * MIN)
+            }
+        );
+        assert_eq!(
+            decide(&c, Some(101 * MIN), now, CatchUp::One),
+            Decision::Wait
+        );
         assert_eq!(
             decide(&c, Some(101 * MIN), 101 * MIN + 10, CatchUp::One),
-            Decision::Fire { scheduled_for: 101 * MIN, next: Some(102 * MIN), catch_up: false }
+            Decision::Fire {
+                scheduled_for: 101 * MIN,
+                next: Some(102 * MIN),
+                catch_up: false
+            }
         );
     }
 
@@ -173,10 +185,22 @@ mod tests {
         let back = 600 * MIN + 30_000; // ten hours later
         assert_eq!(
             decide(&c, Some(101 * MIN), back, CatchUp::One),
-            Decision::Fire { scheduled_for: 101 * MIN, next: Some(601 * MIN), catch_up: true }
+            Decision::Fire {
+                scheduled_for: 101 * MIN,
+                next: Some(601 * MIN),
+                catch_up: true
+            }
         );
-        assert_eq!(decide(&c, Some(101 * MIN), back, CatchUp::None), Decision::Skip { next: Some(601 * MIN) });
+        assert_eq!(
+            decide(&c, Some(101 * MIN), back, CatchUp::None),
+            Decision::Skip {
+                next: Some(601 * MIN)
+            }
+        );
         // After that one decision the job is caught up: the next tick is in the future.
-        assert_eq!(decide(&c, Some(601 * MIN), back, CatchUp::One), Decision::Wait);
+        assert_eq!(
+            decide(&c, Some(601 * MIN), back, CatchUp::One),
+            Decision::Wait
+        );
     }
 }

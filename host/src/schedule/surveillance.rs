@@ -122,7 +122,9 @@ impl Surveillance {
             let Some(cron) = self.catalog.get(&record.name).and_then(|j| j.cron.clone()) else {
                 continue;
             };
-            let Some(period) = period(&cron, now) else { continue };
+            let Some(period) = period(&cron, now) else {
+                continue;
+            };
             let last_ok = record.last_success_at.unwrap_or(record.registered_at);
             if !is_missed(now, last_ok, period, record.missed_reported_at) {
                 continue;

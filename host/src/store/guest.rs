@@ -116,7 +116,9 @@ impl GuestDb {
                 let pool = super::open_sqlite(store.url(), 4).await?;
                 Ok(GuestDb::Sqlite(SqliteGuest::new(pool, store.fence_sql())))
             }
-            super::Pool::Postgres(admin) => Ok(GuestDb::Postgres(PgGuest::new(admin.clone(), store.url())?)),
+            super::Pool::Postgres(admin) => {
+                Ok(GuestDb::Postgres(PgGuest::new(admin.clone(), store.url())?))
+            }
         }
     }
 
@@ -183,14 +185,18 @@ impl GuestTx {
     pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, GuestDbError> {
         check_statement(sql, params)?;
         let mut guard = self.session.lock().await;
-        let session = guard.as_mut().ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
+        let session = guard
+            .as_mut()
+            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
         session.fetch(sql, params).await
     }
 
     pub async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError> {
         check_statement(sql, params)?;
         let mut guard = self.session.lock().await;
-        let session = guard.as_mut().ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
+        let session = guard
+            .as_mut()
+            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
         session.execute(sql, params).await
     }
 

@@ -57,7 +57,10 @@ pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {
     set.iter()
         .map(|(version, file, sql)| Migration {
             version: *version,
-            name: file.split_once('_').map_or(*file, |(_, name)| name).to_string(),
+            name: file
+                .split_once('_')
+                .map_or(*file, |(_, name)| name)
+                .to_string(),
             sql: sql.to_string(),
         })
         .collect()
@@ -159,7 +162,9 @@ mod tests {
     use super::*;
 
     fn files(dir: &str) -> Vec<String> {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations").join(dir);
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../migrations")
+            .join(dir);
         let mut names: Vec<String> = std::fs::read_dir(path)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -175,7 +180,11 @@ mod tests {
                 .iter()
                 .map(|m| format!("{:04}_{}.sql", m.version, m.name))
                 .collect();
-            assert_eq!(embedded, files(dir), "migrations/{dir} is not embedded in step");
+            assert_eq!(
+                embedded,
+                files(dir),
+                "migrations/{dir} is not embedded in step"
+            );
         }
         assert_eq!(files("sqlite"), files("postgres"));
     }

@@ -8,12 +8,12 @@
 
 #[macro_use]
 mod pool;
-pub mod migrate;
-mod queries;
 pub mod guest;
+pub mod migrate;
 pub mod postgres_guest;
-pub mod sqlite_guest;
+mod queries;
 pub mod records;
+pub mod sqlite_guest;
 
 pub use pool::{Backend, Pool};
 pub use records::*;
@@ -25,8 +25,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 static SQLITE_QUERIES: LazyLock<Queries> = LazyLock::new(|| Queries::render(&queries::SQLITE));
-static POSTGRES_QUERIES: LazyLock<Queries> =
-    LazyLock::new(|| Queries::render(&queries::POSTGRES));
+static POSTGRES_QUERIES: LazyLock<Queries> = LazyLock::new(|| Queries::render(&queries::POSTGRES));
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -203,7 +202,9 @@ impl Store {
 
     pub async fn get_job(&self, name: &str) -> Result<Option<JobRecord>> {
         let q = &self.q.get_job;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(name).fetch_optional(p).await?))
+        Ok(
+            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(name).fetch_optional(p).await?),
+        )
     }
 
     pub async fn list_jobs(&self) -> Result<Vec<JobRecord>> {
@@ -215,19 +216,25 @@ impl Store {
 
     pub async fn insert_run(&self, run: &NewRun) -> Result<RunRecord> {
         let q = &self.q.insert_run;
-        Ok(with_pool!(self.pool, p => bind_new_run(sqlx::query_as(q.as_str()), run).fetch_one(p).await?))
+        Ok(
+            with_pool!(self.pool, p => bind_new_run(sqlx::query_as(q.as_str()), run).fetch_one(p).await?),
+        )
     }
 
     /// Moves one queued run to `running` for `host`, if it is still queued.
     pub async fn claim_run(&self, id: &str, host: &str) -> Result<Option<RunRecord>> {
         let q = &self.q.claim_run;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(id).bind(host).fetch_optional(p).await?))
+        Ok(
+            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(id).bind(host).fetch_optional(p).await?),
+        )
     }
 
     /// Claims the most overdue queued run, skipping rows other hosts are claiming.
     pub async fn claim_due_run(&self, host: &str) -> Result<Option<RunRecord>> {
         let q = &self.q.claim_due_run;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(host).fetch_optional(p).await?))
+        Ok(
+            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(host).fetch_optional(p).await?),
+        )
     }
 
     /// When the earliest queued run becomes due (database clock), if any is queued.
@@ -459,13 +466,17 @@ impl Store {
     /// untouched for at least `stale_ms`.
     pub async fn lost_runs(&self, stale_ms: i64) -> Result<Vec<LostRun>> {
         let q = &self.q.lost_runs;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(stale_ms).fetch_all(p).await?))
+        Ok(
+            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(stale_ms).fetch_all(p).await?),
+        )
     }
 
     /// How many reruns a crashed run (by its first run's id) already had.
     pub async fn count_reruns(&self, root: &str) -> Result<i64> {
         let q = &self.q.count_reruns;
-        Ok(with_pool!(self.pool, p => sqlx::query_scalar(q.as_str()).bind(root).fetch_one(p).await?))
+        Ok(
+            with_pool!(self.pool, p => sqlx::query_scalar(q.as_str()).bind(root).fetch_one(p).await?),
+        )
     }
 
     /// Marks a lost run `crashed` (if it still is lost), frees its lease, and queues what
@@ -572,7 +583,9 @@ impl Store {
 
     pub async fn get_lease(&self, job: &str, instance: &str) -> Result<Option<LeaseRecord>> {
         let q = &self.q.get_lease;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(job).bind(instance).fetch_optional(p).await?))
+        Ok(
+            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(job).bind(instance).fetch_optional(p).await?),
+        )
     }
 
     pub async fn list_leases(&self) -> Result<Vec<LeaseRecord>> {
@@ -599,7 +612,9 @@ impl Store {
     /// for `claim_ms`.
     pub async fn claim_reports(&self, limit: i64, claim_ms: i64) -> Result<Vec<ReportRecord>> {
         let q = &self.q.claim_reports;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(limit).bind(claim_ms).fetch_all(p).await?))
+        Ok(
+            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(limit).bind(claim_ms).fetch_all(p).await?),
+        )
     }
 
     pub async fn report_logged(&self, id: i64) -> Result<()> {
@@ -624,7 +639,9 @@ impl Store {
 
     pub async fn list_reports(&self, job: Option<&str>, limit: i64) -> Result<Vec<ReportRecord>> {
         let q = &self.q.list_reports;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(job).bind(limit).fetch_all(p).await?))
+        Ok(
+            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(job).bind(limit).fetch_all(p).await?),
+        )
     }
 }
 

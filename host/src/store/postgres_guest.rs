@@ -10,12 +10,16 @@
 //! the rest are refused before they reach the server, and each statement runs under a
 //! statement timeout set to what is left of the deadline.
 
-use super::guest::{Access, Fence, GuestDbError, Refusal, ResultBudget, SqlRows, SqlValue, TxSession};
+use super::guest::{
+    Access, Fence, GuestDbError, Refusal, ResultBudget, SqlRows, SqlValue, TxSession,
+};
 use crate::grants::DbGrant;
 use futures_util::TryStreamExt;
 use sha2::{Digest, Sha256};
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgArgumentBuffer, PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgTypeInfo};
+use sqlx::postgres::{
+    PgArgumentBuffer, PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgTypeInfo,
+};
 use sqlx::{AssertSqlSafe, Column, Postgres, Row, TypeInfo, ValueRef};
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -32,7 +36,7 @@ const ALLOWED_KINDS: [&str; 8] = [
 #[derive(Clone)]
 pub struct PgGuest {
     admin: PgPool,
-    options: PgConnectOptions,
+    options: Arc<PgConnectOptions>,
     /// Per job role: its pool, and the grant it was provisioned for.
     roles: Arc<Mutex<HashMap<String, (PgPool, String)>>>,
 }
@@ -41,7 +45,7 @@ impl PgGuest {
     pub fn new(admin: PgPool, url: &str) -> Result<PgGuest, super::StoreError> {
         Ok(PgGuest {
             admin,
-            options: PgConnectOptions::from_str(url)?,
+            options: Arc::new(PgConnectOptions::from_str(url)?),
             roles: Arc::default(),
         })
     }
@@ -52,7 +56,9 @@ impl PgGuest {
         sql: &str,
         params: &[SqlValue],
     ) -> Result<SqlRows, GuestDbError> {
-        let mut session = self.session(access, access.deadline, "BEGIN READ ONLY").await?;
+        let mut session = self
+            .session(access, access.deadline, "BEGIN READ ONLY")
+            .await?;
         let result = session.fetch(sql, params).await;
         Box::new(session).release().await;
         result
@@ -118,7 +124,7 @@ impl PgGuest {
             .min_connections(0)
             .idle_timeout(Duration::from_secs(60))
             .acquire_timeout(Duration::from_secs(10))
-            .connect_lazy_with(self.options.clone().username(&role).password(&password));
+            .connect_lazy_with((*self.options).clone().username(&role).password(&password));
         if let Some((old, _)) = roles.insert(role, (pool.clone(), fingerprint)) {
             old.close().await;
         }
@@ -160,10 +166,11 @@ async fn provision(
             .bind(role)
             .fetch_optional(&mut *tx)
             .await?;
-    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)")
-        .bind(role)
-        .fetch_one(&mut *tx)
-        .await?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)")
+            .bind(role)
+            .fetch_one(&mut *tx)
+            .await?;
     let password = match &known {
         Some((password, grants)) if exists && grants == fingerprint => {
             tx.commit().await?;
@@ -179,13 +186,13 @@ async fn provision(
     } else {
         format!("CREATE ROLE \"{role}\" WITH LOGIN NOINHERIT PASSWORD '{password}'")
     }];
-    ddl.push(format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM \"{role}\""));
-    ddl.push(format!("REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM \"{role}\""));
-    for (table, write) in grant
-        .tables()
-        .into_iter()
-        .map(|t| (t, grant.may_write(t)))
-    {
+    ddl.push(format!(
+        "REVOKE ALL ON ALL TABLES IN SCHEMA public FROM \"{role}\""
+    ));
+    ddl.push(format!(
+        "REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM \"{role}\""
+    ));
+    for (table, write) in grant.tables().into_iter().map(|t| (t, grant.may_write(t))) {
         let present: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
             .bind(table)
             .fetch_one(&mut *tx)
@@ -198,7 +205,9 @@ async fn provision(
         } else {
             "SELECT"
         };
-        ddl.push(format!("GRANT {privileges} ON TABLE \"{table}\" TO \"{role}\""));
+        ddl.push(format!(
+            "GRANT {privileges} ON TABLE \"{table}\" TO \"{role}\""
+        ));
         if write {
             let sequences: Vec<String> = sqlx::query_scalar(
                 "SELECT pg_get_serial_sequence($1, attname) FROM pg_attribute \
@@ -217,7 +226,9 @@ async fn provision(
         "GRANT EXECUTE ON FUNCTION jobhost_fence(text, text, bigint, text) TO \"{role}\""
     ));
     for statement in ddl {
-        sqlx::raw_sql(AssertSqlSafe(statement)).execute(&mut *tx).await?;
+        sqlx::raw_sql(AssertSqlSafe(statement))
+            .execute(&mut *tx)
+            .await?;
     }
     sqlx::query(
         "INSERT INTO jobhost_guest_roles (role, password, grants) VALUES ($1, $2, $3) \
@@ -243,7 +254,9 @@ struct Session {
 
 impl Session {
     fn conn(&mut self) -> &mut PoolConnection<Postgres> {
-        self.conn.as_mut().expect("a session has its connection until released")
+        self.conn
+            .as_mut()
+            .expect("a session has its connection until released")
     }
 
     /// Bounds the next statement by what is left of the deadline.
@@ -471,7 +484,11 @@ fn decode_row(row: &PgRow) -> Result<Vec<SqlValue>, GuestDbError> {
                         .map_err(bad)?
                         .to_string(),
                 ),
-                "DATE" => SqlValue::Text(row.try_get::<chrono::NaiveDate, _>(i).map_err(bad)?.to_string()),
+                "DATE" => SqlValue::Text(
+                    row.try_get::<chrono::NaiveDate, _>(i)
+                        .map_err(bad)?
+                        .to_string(),
+                ),
                 _ => return Err(unsupported),
             })
         })

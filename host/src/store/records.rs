@@ -295,7 +295,9 @@ pub struct Finish<'a> {
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum FinishResult {
-    Finished { follow_up: Option<String> },
+    Finished {
+        follow_up: Option<String>,
+    },
     /// The lease is no longer held at the run's generation; nothing changed.
     LeaseLost,
     /// The run is no longer running at that generation (marked crashed meanwhile).
@@ -333,7 +335,11 @@ pub struct NewReport<'a> {
 
 impl<'a> NewReport<'a> {
     /// A report about one run: its job, instance, id and a fixed code, never free text.
-    pub fn about_run(kind: ReportKind, run: &'a RunRecord, code: crate::failure::FailureCode) -> Self {
+    pub fn about_run(
+        kind: ReportKind,
+        run: &'a RunRecord,
+        code: crate::failure::FailureCode,
+    ) -> Self {
         NewReport {
             kind,
             job: &run.job,

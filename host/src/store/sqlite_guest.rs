@@ -75,16 +75,18 @@ impl AuthState {
             ffi::SQLITE_INSERT | ffi::SQLITE_UPDATE | ffi::SQLITE_DELETE if schema_table => {
                 Err(DENIED_FORBIDDEN)
             }
-            ffi::SQLITE_INSERT | ffi::SQLITE_UPDATE | ffi::SQLITE_DELETE => match (database, arg1) {
-                (Some("main"), Some(table)) if self.grant.may_write(table) => {
-                    if mode == MODE_WRITE {
-                        Ok(())
-                    } else {
-                        Err(DENIED_READ_ONLY)
+            ffi::SQLITE_INSERT | ffi::SQLITE_UPDATE | ffi::SQLITE_DELETE => {
+                match (database, arg1) {
+                    (Some("main"), Some(table)) if self.grant.may_write(table) => {
+                        if mode == MODE_WRITE {
+                            Ok(())
+                        } else {
+                            Err(DENIED_READ_ONLY)
+                        }
                     }
+                    _ => Err(DENIED_NOT_GRANTED),
                 }
-                _ => Err(DENIED_NOT_GRANTED),
-            },
+            }
             ffi::SQLITE_FUNCTION => match arg2 {
                 Some(f) if FORBIDDEN_FUNCTIONS.contains(&f.to_ascii_lowercase().as_str()) => {
                     Err(DENIED_FORBIDDEN)
@@ -140,7 +142,8 @@ impl SqliteGuest {
         sql: &str,
         params: &[SqlValue],
     ) -> Result<SqlRows, GuestDbError> {
-        let mut session = Session::open(&self.pool, &access.grant, MODE_READ, access.deadline).await?;
+        let mut session =
+            Session::open(&self.pool, &access.grant, MODE_READ, access.deadline).await?;
         let result = session.fetch(sql, params).await;
         session.release().await;
         result
@@ -216,7 +219,9 @@ impl Session {
     }
 
     fn conn(&mut self) -> &mut PoolConnection<Sqlite> {
-        self.conn.as_mut().expect("a session has its connection until released")
+        self.conn
+            .as_mut()
+            .expect("a session has its connection until released")
     }
 
     async fn host_statement(&mut self, sql: &'static str) -> Result<(), GuestDbError> {
