@@ -44,29 +44,21 @@ fn new_kick_run(record: &JobRecord, instance: &str) -> NewRun {
     let payload = serde_json::from_str::<JobSpec>(&record.spec)
         .map(|spec| spec.payload.to_string())
         .unwrap_or_else(|_| "{}".into());
-    NewRun {
-        id: new_run_id(),
-        job: record.name.clone(),
-        instance: instance.to_string(),
-        tenant: record.tenant.clone(),
-        origin: Origin::Kick,
-        payload,
-        cursor: None,
-        component_digest: None,
-        scheduled_for: None,
-        rerun_of: None,
-        delay_ms: 0,
-    }
+    kick_run(&record.name, instance, &record.tenant, payload)
 }
 
 /// The run queued after `run` ends, if kicks arrived while it held the lease: a kick
 /// of the same job and instance, with the job's payload.
 pub fn follow_up(run: &RunRecord, payload: String) -> NewRun {
+    kick_run(&run.job, &run.instance, &run.tenant, payload)
+}
+
+fn kick_run(job: &str, instance: &str, tenant: &str, payload: String) -> NewRun {
     NewRun {
         id: new_run_id(),
-        job: run.job.clone(),
-        instance: run.instance.clone(),
-        tenant: run.tenant.clone(),
+        job: job.to_string(),
+        instance: instance.to_string(),
+        tenant: tenant.to_string(),
         origin: Origin::Kick,
         payload,
         cursor: None,

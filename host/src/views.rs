@@ -88,3 +88,15 @@ pub fn job(job: &JobRecord, lease: Option<&LeaseRecord>, now: i64) -> Value {
         "lease": lease,
     })
 }
+
+/// Every job with the lease of its default instance.
+pub fn jobs(jobs: &[JobRecord], leases: &[LeaseRecord], now: i64) -> Vec<Value> {
+    jobs.iter()
+        .map(|j| {
+            let lease = leases
+                .iter()
+                .find(|l| l.job == j.name && l.instance == crate::kick::DEFAULT_INSTANCE);
+            job(j, lease, now)
+        })
+        .collect()
+}

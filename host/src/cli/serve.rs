@@ -138,17 +138,7 @@ async fn shutdown_signal() {
 pub async fn jobs(global: &Global, json: bool) -> Result<u8, Failure> {
     let store = Store::open(&global.db_url(None)).await?;
     let now = store.now().await?;
-    let leases = store.list_leases().await?;
-    let jobs = store.list_jobs().await?;
-    let views: Vec<_> = jobs
-        .iter()
-        .map(|job| {
-            let lease = leases
-                .iter()
-                .find(|l| l.job == job.name && l.instance == kick::DEFAULT_INSTANCE);
-            views::job(job, lease, now)
-        })
-        .collect();
+    let views = views::jobs(&store.list_jobs().await?, &store.list_leases().await?, now);
     store.close().await;
     if json {
         println!("{}", serde_json::Value::Array(views));

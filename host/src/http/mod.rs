@@ -137,18 +137,7 @@ async fn job_view(s: &Shared, name: &str, now: i64) -> Result<Option<Value>, Api
 async fn list_jobs(State(s): State<Arc<Shared>>) -> ApiResult {
     let store = &s.app.store;
     let now = store.now().await?;
-    let leases = store.list_leases().await?;
-    let jobs: Vec<Value> = store
-        .list_jobs()
-        .await?
-        .iter()
-        .map(|job| {
-            let lease = leases
-                .iter()
-                .find(|l| l.job == job.name && l.instance == kick::DEFAULT_INSTANCE);
-            views::job(job, lease, now)
-        })
-        .collect();
+    let jobs = views::jobs(&store.list_jobs().await?, &store.list_leases().await?, now);
     Ok(Json(json!({ "jobs": jobs })))
 }
 

@@ -231,20 +231,24 @@ fn check_statement(sql: &str, params: &[SqlValue]) -> Result<(), GuestDbError> {
     Ok(())
 }
 
-/// Adds up the size of a row while a result is collected, refusing oversized results.
-pub(crate) struct ResultBudget {
-    rows: usize,
-    bytes: usize,
-}
-
-impl ResultBudget {
-    pub(crate) fn new() -> Self {
-        ResultBudget { rows: 0, bytes: 0 }
-    }
-
-    pub(crate) fn take(&mut self, row: &[SqlValue]) -> Result<(), GuestDbError> {
-        self.rows += 1;
-        self.bytes += row
+/// Collects a statement's rows into `SqlRows`, refusing results past `MAX_ROWS` or
+/// `MAX_RESULT_BYTES` as soon as they get there.
+pub(crate) async fn collect_rows<R: sqlx::Row>(
+    mut rows: impl futures_util::Stream<Item = Result<R, sqlx::Error>> + Unpin,
+    classify: impl Fn(&sqlx::Error) -> GuestDbError,
+    decode: impl Fn(&R) -> Result<Vec<SqlValue>, GuestDbError>,
+) -> Result<SqlRows, GuestDbError> {
+    use futures_util::TryStreamExt;
+    use sqlx::Column;
+    let mut out = SqlRows::default();
+    let (mut count, mut bytes) = (0usize, 0usize);
+    while let Some(row) = rows.try_next().await.map_err(|e| classify(&e))? {
+        if out.columns.is_empty() {
+            out.columns = row.columns().iter().map(|c| c.name().to_string()).collect();
+        }
+        let values = decode(&row)?;
+        count += 1;
+        bytes += values
             .iter()
             .map(|v| match v {
                 SqlValue::Text(s) => s.len(),
@@ -252,10 +256,10 @@ impl ResultBudget {
                 _ => 8,
             })
             .sum::<usize>();
-        if self.rows > MAX_ROWS || self.bytes > MAX_RESULT_BYTES {
-            Err(GuestDbError::Invalid("result-too-large"))
-        } else {
-            Ok(())
+        if count > MAX_ROWS || bytes > MAX_RESULT_BYTES {
+            return Err(GuestDbError::Invalid("result-too-large"));
         }
+        out.rows.push(values);
     }
+    Ok(out)
 }

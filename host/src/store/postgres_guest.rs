@@ -11,16 +11,15 @@
 //! statement timeout set to what is left of the deadline.
 
 use super::guest::{
-    Access, Fence, GuestDbError, Refusal, ResultBudget, SqlRows, SqlValue, TxSession,
+    Access, Fence, GuestDbError, Refusal, SqlRows, SqlValue, TxSession, collect_rows,
 };
 use crate::grants::DbGrant;
-use futures_util::TryStreamExt;
 use sha2::{Digest, Sha256};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{
     PgArgumentBuffer, PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgTypeInfo,
 };
-use sqlx::{AssertSqlSafe, Column, Postgres, Row, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, Postgres, Row, TypeInfo, ValueRef};
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -285,18 +284,7 @@ impl TxSession for Session {
         check_kind(sql)?;
         self.arm().await?;
         let query = bind_all(sqlx::query(AssertSqlSafe(sql)).persistent(false), params);
-        let mut stream = query.fetch(&mut **self.conn());
-        let mut out = SqlRows::default();
-        let mut budget = ResultBudget::new();
-        while let Some(row) = stream.try_next().await.map_err(|e| classify(&e))? {
-            if out.columns.is_empty() {
-                out.columns = row.columns().iter().map(|c| c.name().to_string()).collect();
-            }
-            let values = decode_row(&row)?;
-            budget.take(&values)?;
-            out.rows.push(values);
-        }
-        Ok(out)
+        collect_rows(query.fetch(&mut **self.conn()), classify, decode_row).await
     }
 
     async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError> {

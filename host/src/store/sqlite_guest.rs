@@ -9,14 +9,13 @@
 //! another). A progress handler interrupts a statement still running at its deadline.
 
 use super::guest::{
-    Access, Fence, GuestDbError, Refusal, ResultBudget, SqlRows, SqlValue, TxSession,
+    Access, Fence, GuestDbError, Refusal, SqlRows, SqlValue, TxSession, collect_rows,
 };
 use crate::grants::DbGrant;
-use futures_util::TryStreamExt;
 use libsqlite3_sys as ffi;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
-use sqlx::{AssertSqlSafe, Column, Row, Sqlite, SqlitePool, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, Row, Sqlite, SqlitePool, TypeInfo, ValueRef};
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -251,18 +250,8 @@ impl Session {
         let auth = self.auth.clone();
         auth.denied.store(DENIED_NONE, Ordering::Release);
         let query = bind_all(sqlx::query(AssertSqlSafe(sql)).persistent(false), params);
-        let mut stream = query.fetch(&mut **self.conn());
-        let mut out = SqlRows::default();
-        let mut budget = ResultBudget::new();
-        while let Some(row) = stream.try_next().await.map_err(|e| classify(&e, &auth))? {
-            if out.columns.is_empty() {
-                out.columns = row.columns().iter().map(|c| c.name().to_string()).collect();
-            }
-            let values = decode_row(&row)?;
-            budget.take(&values)?;
-            out.rows.push(values);
-        }
-        Ok(out)
+        let stream = query.fetch(&mut **self.conn());
+        collect_rows(stream, |e| classify(e, &auth), decode_row).await
     }
 
     async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError> {
