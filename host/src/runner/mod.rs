@@ -108,9 +108,9 @@ impl Runner {
         let timeout = spec.limits.timeout;
         let terms = &self.settings.lease;
         let lease = match LeaseTerms::held_by(run) {
-            None => match terms.acquire(&self.store, run, timeout).await? {
-                Some(lease) => lease,
-                None => return self.skip(run).await,
+            None => match self.acquire(run, timeout).await? {
+                Ok(lease) => lease,
+                Err(skipped) => return Ok(skipped),
             },
             Some(previous) => match terms.renew(&self.store, &previous, timeout).await? {
                 Some(lease) => lease,
@@ -314,23 +314,36 @@ impl Runner {
         }
     }
 
-    async fn skip(&self, run: &RunRecord) -> Result<Step, StoreError> {
-        // A kick that finds the job running is not lost: it sets the lease's pending flag,
-        // and the run holding the lease queues one follow-up when it finishes.
-        if run.origin == Origin::Kick.as_str()
-            && self.store.set_pending(&run.job, &run.instance).await?
-        {
-            self.store
-                .skip_run(
-                    &run.id,
-                    "the job was running: kick folded into its pending flag",
-                )
-                .await?;
-        } else {
-            self.store
-                .skip_run(&run.id, "the job's lease was held by another run")
-                .await?;
+    /// Takes the lease for a run's first attempt, or ends the run `skipped` because
+    /// another run holds it. A kick is not lost to a held lease: it sets the holder's
+    /// pending flag, and the holder queues one follow-up when it ends. If the holder ends
+    /// between the two steps, the lease is free again: take it.
+    async fn acquire(
+        &self,
+        run: &RunRecord,
+        timeout: Duration,
+    ) -> Result<Result<Lease, Step>, StoreError> {
+        const TRIES: usize = 5;
+        let terms = &self.settings.lease;
+        let is_kick = run.origin == Origin::Kick.as_str();
+        for _ in 0..TRIES {
+            if let Some(lease) = terms.acquire(&self.store, run, timeout).await? {
+                return Ok(Ok(lease));
+            }
+            if !is_kick {
+                break;
+            }
+            if self.store.set_pending(&run.job, &run.instance).await? {
+                let reason = "the job was running: kick folded into its pending flag";
+                return Ok(Err(self.skip(run, reason).await?));
+            }
         }
+        let reason = "the job's lease was held by another run";
+        Ok(Err(self.skip(run, reason).await?))
+    }
+
+    async fn skip(&self, run: &RunRecord, reason: &str) -> Result<Step, StoreError> {
+        self.store.skip_run(&run.id, reason).await?;
         self.metrics
             .run_finished(&run.job, RunStatus::Skipped.as_str(), None);
         tracing::info!(job = %run.job, run_id = %run.id, "run skipped: lease held");

@@ -185,12 +185,16 @@ async fn provision(
     } else {
         format!("CREATE ROLE \"{role}\" WITH LOGIN NOINHERIT PASSWORD '{password}'")
     }];
-    ddl.push(format!(
-        "REVOKE ALL ON ALL TABLES IN SCHEMA public FROM \"{role}\""
-    ));
-    ddl.push(format!(
-        "REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM \"{role}\""
-    ));
+    // Grants name tables as the host sees them: in its search path's first schema.
+    let schema: String = sqlx::query_scalar("SELECT current_schema()::text")
+        .fetch_one(&mut *tx)
+        .await?;
+    let schema = schema.replace('"', "\"\"");
+    for objects in ["TABLES", "SEQUENCES"] {
+        ddl.push(format!(
+            "REVOKE ALL ON ALL {objects} IN SCHEMA \"{schema}\" FROM \"{role}\""
+        ));
+    }
     for (table, write) in grant.tables().into_iter().map(|t| (t, grant.may_write(t))) {
         let present: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
             .bind(table)
