@@ -327,6 +327,41 @@ async fn a_host_that_loses_the_database_fails_the_attempt_and_recovers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_starting_together_migrate_once() {
+    let home = fleet_home().await;
+    let m = common::migrations();
+    let migrating: Vec<std::process::Child> = (0..4)
+        .map(|_| {
+            home.host()
+                .args(["migrate", "--migrations", m.to_str().unwrap()])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in migrating {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(
+        home.scalar("SELECT COUNT(*) FROM jobhost_migrations WHERE scope = 'host'")
+            .await,
+        1
+    );
+    assert_eq!(
+        home.scalar("SELECT COUNT(*) FROM jobhost_migrations WHERE scope = 'operator'")
+            .await,
+        1
+    );
+    assert_eq!(home.scalar("SELECT COUNT(*) FROM secrets").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_migration_sets_build_the_same_schema() {
     let sqlite = Home::new(Backend::Sqlite).await;
     let postgres = Home::new(Backend::Postgres).await;

@@ -277,6 +277,29 @@ on_every_backend! {
         assert_eq!(listed, serde_json::json!([]));
     }
 
+    async fn a_long_run_continues_pass_by_pass_with_its_cursor(home) {
+        let (code, run) = home.run_json(&["--job", &path("pager"), "--payload", r#"{"pages":4}"#]);
+        assert_eq!(code, 0, "{run}");
+        assert_eq!(run["passes"], 4);
+        assert_eq!(run["attempts"], 4);
+        assert_eq!(run["cursor"], serde_json::json!({"page": 3}));
+        let id = run["run_id"].as_str().unwrap();
+        let shown: Value = serde_json::from_slice(&home.run(&["runs", "show", id, "--json"]).stdout).unwrap();
+        let outcomes: Vec<&str> = shown["attempt_records"].as_array().unwrap().iter()
+            .map(|a| a["outcome"].as_str().unwrap()).collect();
+        assert_eq!(outcomes, ["continue", "continue", "continue", "done"]);
+        let passes: Vec<i64> = shown["attempt_records"].as_array().unwrap().iter()
+            .map(|a| a["pass"].as_i64().unwrap()).collect();
+        assert_eq!(passes, [1, 2, 3, 4]);
+        assert!(shown["attempt_records"][3]["log"].as_str().unwrap().contains("page 4 of 4"));
+        // Deferred passes wait, then resume with the cursor they had.
+        let started = Instant::now();
+        let (code, run) = home.run_json(&["--job", &path("pager"), "--payload", r#"{"pages":2,"defer_ms":300}"#]);
+        assert_eq!(code, 0, "{run}");
+        assert_eq!(run["passes"], 4);
+        assert!(started.elapsed() >= Duration::from_millis(600), "{:?}", started.elapsed());
+    }
+
     async fn a_compiled_component_is_cached_on_disk(home) {
         let hello = path("hello");
         assert_eq!(home.run_json(&["--job", &hello]).0, 0);

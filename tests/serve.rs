@@ -326,8 +326,9 @@ on_every_backend! {
         assert_eq!((code, unknown["error"]["code"].as_str()), (404, Some("unknown_job")));
         let metrics = server.text("/metrics").await;
         for series in [
-            r#"jobhost_runs{status="succeeded"} 3"#,
-            r#"jobhost_runs{status="failed"} 1"#,
+            r#"jobhost_runs{status="succeeded",code=""} 3"#,
+            r#"jobhost_runs{status="failed",code="timeout"} 1"#,
+            r#"jobhost_runs{status="crashed",code=""} 0"#,
             r#"jobhost_attempts_total{job="runaway",status="failed",code="timeout"} 1"#,
             "jobhost_attempt_duration_seconds_bucket",
             "jobhost_claim_lag_seconds_count",

@@ -10,8 +10,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const GUESTS: [&str; 8] = [
-    "hello", "flaky", "spin", "hog", "ledger", "noop", "probe", "future",
+pub const GUESTS: [&str; 9] = [
+    "hello", "flaky", "spin", "hog", "ledger", "noop", "probe", "pager", "future",
 ];
 
 pub fn workspace() -> PathBuf {

@@ -16,7 +16,6 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -100,14 +99,16 @@ async fn readyz(State(s): State<Arc<Shared>>) -> Response {
 async fn metrics(State(s): State<Arc<Shared>>) -> Result<Response, ApiError> {
     let store = &s.app.store;
     let mut gauges = Vec::new();
-    let counts: HashMap<String, i64> = store.count_runs_by_status().await?.into_iter().collect();
+    let counts = store.count_runs().await?;
     for status in RunStatus::ALL {
-        gauges.push(Gauge {
-            name: "jobhost_runs",
-            help: "Runs in the database, by status.",
-            labels: vec![("status", status.as_str().to_string())],
-            value: *counts.get(status.as_str()).unwrap_or(&0) as f64,
-        });
+        let mut seen = false;
+        for (_, code, n) in counts.iter().filter(|(s, _, _)| s == status.as_str()) {
+            seen = true;
+            gauges.push(runs_gauge(status, code, *n));
+        }
+        if !seen {
+            gauges.push(runs_gauge(status, "", 0));
+        }
     }
     let (due, lag_ms) = store.queue_lag().await?;
     gauges.push(Gauge {
@@ -124,6 +125,18 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Result<Response, ApiError> {
     });
     let text = s.app.metrics.render(&gauges);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+fn runs_gauge(status: RunStatus, code: &str, n: i64) -> Gauge {
+    Gauge {
+        name: "jobhost_runs",
+        help: "Runs in the database, by status and failure code.",
+        labels: vec![
+            ("status", status.as_str().to_string()),
+            ("code", code.to_string()),
+        ],
+        value: n as f64,
+    }
 }
 
 async fn job_view(s: &Shared, name: &str, now: i64) -> Result<Option<Value>, ApiError> {

@@ -266,8 +266,9 @@ impl Store {
             .await?))
     }
 
-    pub async fn count_runs_by_status(&self) -> Result<Vec<(String, i64)>> {
-        let q = &self.q.count_runs_by_status;
+    /// How many runs there are, by status and last failure code (empty for none).
+    pub async fn count_runs(&self) -> Result<Vec<(String, String, i64)>> {
+        let q = &self.q.count_runs;
         Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
     }
 

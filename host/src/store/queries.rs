@@ -122,7 +122,8 @@ queries! {
         AND ($3 IS NULL OR created_at >= $3) AND ($4 IS NULL OR created_at < $4) \
         AND ($5 IS NULL OR created_at < $5 OR (created_at = $5 AND id < $6)) \
         ORDER BY created_at DESC, id DESC LIMIT $7";
-    count_runs_by_status = "SELECT status, COUNT(*) FROM jobhost_runs GROUP BY status";
+    count_runs = "SELECT status, COALESCE(last_code, ''), COUNT(*) FROM jobhost_runs \
+        GROUP BY status, COALESCE(last_code, '')";
     skip_run = "UPDATE jobhost_runs SET status = 'skipped', last_error = $2, \
         finished_at = {now}, updated_at = {now} WHERE id = $1 AND status = 'running'";
     begin_attempt = "UPDATE jobhost_runs SET generation = $2, host = $3, attempts = attempts + 1, \
