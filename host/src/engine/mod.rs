@@ -149,10 +149,6 @@ impl Engine {
         })
     }
 
-    pub fn wasmtime(&self) -> &wasmtime::Engine {
-        &self.engine
-    }
-
     /// Reads, validates and compiles a component (or takes it from the caches), and
     /// checks its imports against the job's grants. Compiling is CPU-bound: call this from
     /// a blocking context (`spawn_blocking`) inside async code.

@@ -147,10 +147,6 @@ impl Store {
         Ok(store)
     }
 
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
