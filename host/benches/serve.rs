@@ -2,15 +2,15 @@
 //! queue of no-op runs, how long a kick waits before a worker claims it, and the same drain
 //! through graphile-worker on the same Postgres server, for comparison.
 //!
-//! Run with `cargo bench -p jobhost --bench serve` (about 3 minutes on 2 cores; a plain
-//! summary table with runs/second and the ratios is printed at the end). For a fast check:
+//! Run with `cargo bench -p jobhost --bench serve` (about 2 minutes on 2 cores; a plain
+//! summary table with the medians, runs/second and the ratios is printed at the end). For a fast check:
 //! `JOBHOST_BENCH_BATCH=50 cargo bench -p jobhost --bench serve -- --quick`. Criterion's
 //! name filter works as usual (`... -- fleet_postgres`); only what it selects is set up.
 //!
 //! Settings (environment):
 //! - `JOBHOST_BENCH_BATCH`: runs (jobs) per drained batch, default 200.
-//! - `JOBHOST_BENCH_SAMPLES`: criterion samples per drain variant, default 10 (criterion's
-//!   minimum); each sample drains one batch, after one warm-up batch.
+//! - `JOBHOST_BENCH_SAMPLES`: criterion samples per drain variant, default 30 (at least 10,
+//!   criterion's minimum); each sample drains one batch, after one warm-up batch.
 //! - `JOBHOST_TEST_POSTGRES`: the Postgres server, as for the tests (default
 //!   `postgres://postgres@127.0.0.1:5432/test`); each group creates a database
 //!   `jobhost_bench_<uuid>` of its own there and drops it at the end.
@@ -53,6 +53,16 @@
 //!
 //! Criterion warns that it cannot complete the samples in the measurement time: each
 //! sample is one batch, on purpose (flat sampling, one iteration per sample).
+//!
+//! Where a jobhost drain's time goes (sampled from `pg_stat_activity` and the runs' and
+//! attempts' timestamps, not by this benchmark): every no-op run costs five committed
+//! transactions (claim, lease, begin attempt, finish attempt, finish run), against two
+//! for a graphile-worker job (get, complete). A host claims through one dispatcher loop,
+//! one claim (one commit) at a time, so on Postgres a host keeps only about 2.5 of its 4
+//! workers busy and tops out near one run per claim round trip. Every successful run of
+//! a job updates that job's one `jobhost_jobs` row (`last_success_at`, inside the
+//! finish-run transaction), so finishing runs of one job queue on that row's lock until
+//! the holder's commit is flushed: with 3 hosts that is the most common wait.
 
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput, measurement::WallTime};
 use jobhost::runner::new_run_id;
@@ -79,6 +89,8 @@ const PARKED_MS: i64 = 24 * 60 * 60 * 1000;
 /// On SQLite the batch becomes due this far ahead: beyond the host's 1 s poll, so the
 /// host has looked at the queue once more and waits for exactly that instant.
 const SQLITE_DUE_AHEAD_MS: i64 = 1_500;
+/// Criterion samples of `serve_sqlite/kick_to_start` (each a few dozen kicks).
+const KICK_SAMPLES: usize = 20;
 /// Nothing in one drain should come near this.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a host may take to print its listening line (it compiles the guest first).
@@ -141,8 +153,11 @@ impl Settings {
                 .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
             Err(_) => default,
         };
-        let samples = number("JOBHOST_BENCH_SAMPLES", 10);
-        assert!(samples >= 10, "JOBHOST_BENCH_SAMPLES must be at least 10 (criterion's minimum)");
+        let samples = number("JOBHOST_BENCH_SAMPLES", 30);
+        assert!(
+            samples >= 10,
+            "JOBHOST_BENCH_SAMPLES must be at least 10 (criterion's minimum)"
+        );
         let batch = number("JOBHOST_BENCH_BATCH", 200);
         assert!(batch >= 1, "JOBHOST_BENCH_BATCH must be at least 1");
         Settings { batch, samples }
@@ -174,11 +189,21 @@ struct Record {
 impl Record {
     fn sample(&self, variant: &'static str, total: Duration, iters: u64) {
         let per_iter = total.as_secs_f64() / iters.max(1) as f64;
-        self.samples.lock().unwrap().entry(variant).or_default().push(per_iter);
+        self.samples
+            .lock()
+            .unwrap()
+            .entry(variant)
+            .or_default()
+            .push(per_iter);
     }
 
     fn note(&self, what: &'static str, value: f64) {
-        self.notes.lock().unwrap().entry(what).or_default().push(value);
+        self.notes
+            .lock()
+            .unwrap()
+            .entry(what)
+            .or_default()
+            .push(value);
     }
 
     /// The median of the last `n` samples: the measured ones (the warm-up came first).
@@ -207,8 +232,9 @@ impl Record {
 
         println!();
         println!(
-            "serve benchmarks: batches of {} no-op runs, {} hosts' workers = {}, median of {} samples",
-            settings.batch, "each", WORKERS, n
+            "serve benchmarks: batches of {} no-op runs, {} workers per host (concurrency {} per \
+             graphile-worker process), medians of {} samples",
+            settings.batch, WORKERS, WORKERS, n
         );
         println!("{:<34} {:>12} {:>10}", "variant", "median", "runs/s");
         for variant in [
@@ -225,13 +251,7 @@ impl Record {
                 fmt_rate(rate(variant))
             );
         }
-        let latency = {
-            let all = self.samples.lock().unwrap();
-            all.get("serve_sqlite/kick_to_start").and_then(|v| {
-                let mut v = v.clone();
-                median(&mut v)
-            })
-        };
+        let latency = self.median("serve_sqlite/kick_to_start", KICK_SAMPLES);
         println!(
             "{:<34} {:>12} {:>10}",
             "serve_sqlite/kick_to_start",
@@ -239,10 +259,14 @@ impl Record {
             "(latency)"
         );
         if let Some(ms) = self.note_median("graphile enqueue_ms") {
-            println!("(graphile addJobs of one batch took {ms:.1} ms, median; not in the drain times)");
+            println!(
+                "(graphile addJobs of one batch took {ms:.1} ms, median; not in the drain times)"
+            );
         }
         if let Some(ms) = self.note_median("jobhost release_ms") {
-            println!("(jobhost's UPDATE releasing one batch took {ms:.1} ms, median; not in the drain times)");
+            println!(
+                "(jobhost's UPDATE releasing one batch took {ms:.1} ms, median; not in the drain times)"
+            );
         }
 
         let jh1 = rate("fleet_postgres/drain_1_host");
@@ -251,10 +275,26 @@ impl Record {
         let gw3 = rate("graphile_worker/drain_3_workers");
         println!();
         println!("{:<52} {:>8}", "ratio (runs/s)", "");
-        println!("{:<52} {:>8}", "jobhost 1 host / graphile 1 worker", ratio(jh1, gw1));
-        println!("{:<52} {:>8}", "jobhost 3 hosts / graphile 3 workers", ratio(jh3, gw3));
-        println!("{:<52} {:>8}", "jobhost scaling, 3 hosts / 1 host", ratio(jh3, jh1));
-        println!("{:<52} {:>8}", "graphile scaling, 3 workers / 1 worker", ratio(gw3, gw1));
+        println!(
+            "{:<52} {:>8}",
+            "jobhost 1 host / graphile 1 worker",
+            ratio(jh1, gw1)
+        );
+        println!(
+            "{:<52} {:>8}",
+            "jobhost 3 hosts / graphile 3 workers",
+            ratio(jh3, gw3)
+        );
+        println!(
+            "{:<52} {:>8}",
+            "jobhost scaling, 3 hosts / 1 host",
+            ratio(jh3, jh1)
+        );
+        println!(
+            "{:<52} {:>8}",
+            "graphile scaling, 3 workers / 1 worker",
+            ratio(gw3, gw1)
+        );
         println!(
             "{:<52} {:>8}",
             "jobhost Postgres 1 host / SQLite 1 host",
@@ -291,7 +331,7 @@ fn bench_serve_sqlite(
     // Latency first: the group's throughput setting (runs/s) applies to the drain only.
     group
         .sampling_mode(SamplingMode::Flat)
-        .sample_size(20)
+        .sample_size(KICK_SAMPLES)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
     group.bench_function("kick_to_start", |b| {
@@ -392,11 +432,19 @@ impl Jobhost {
     }
 
     /// Writes the manifest; the first host registers the job and applies the migrations.
-    async fn open(home: TempDir, db_url: String, database: Option<PgDatabase>, noop: &Path) -> Jobhost {
+    async fn open(
+        home: TempDir,
+        db_url: String,
+        database: Option<PgDatabase>,
+        noop: &Path,
+    ) -> Jobhost {
         let manifest = home.path().join("jobhost.toml");
         let component = toml::Value::String(noop.display().to_string());
-        std::fs::write(&manifest, format!("[jobs.{JOB}]\ncomponent = {component}\n"))
-            .expect("write the manifest");
+        std::fs::write(
+            &manifest,
+            format!("[jobs.{JOB}]\ncomponent = {component}\n"),
+        )
+        .expect("write the manifest");
         let first = HostProcess::start(home.path(), &db_url, &manifest, 0).await;
         let store = Store::open(&db_url).await.expect("open the store");
         let job = store
@@ -423,7 +471,9 @@ impl Jobhost {
             self.hosts.pop().expect("a host").stop().await;
         }
         while self.hosts.len() < n {
-            let host = HostProcess::start(self.home.path(), &self.db_url, &self.manifest, self.started).await;
+            let host =
+                HostProcess::start(self.home.path(), &self.db_url, &self.manifest, self.started)
+                    .await;
             self.started += 1;
             self.hosts.push(host);
         }
@@ -432,7 +482,11 @@ impl Jobhost {
     /// Queues `batch` runs, makes them due at once, and returns how long the hosts took
     /// to finish them (see the module comment for where the clock starts).
     async fn drain(&self, batch: usize, record: &Record) -> Duration {
-        assert_eq!(self.count(NOT_DONE).await, 0, "the previous batch is not done");
+        assert_eq!(
+            self.count(NOT_DONE).await,
+            0,
+            "the previous batch is not done"
+        );
         self.park(batch).await;
         // Let the hosts settle after the wake-ups the inserts caused (Postgres notifies on
         // every insert; the runs are not due, so they go back to waiting).
@@ -495,8 +549,18 @@ impl Jobhost {
     /// Makes every parked run due at `due` (database clock), in one statement.
     async fn release(&self, due: i64) -> u64 {
         match self.store.pool() {
-            Pool::Sqlite(p) => sqlx::query(RELEASE_BATCH).bind(due).bind(JOB).execute(p).await.map(|r| r.rows_affected()),
-            Pool::Postgres(p) => sqlx::query(RELEASE_BATCH).bind(due).bind(JOB).execute(p).await.map(|r| r.rows_affected()),
+            Pool::Sqlite(p) => sqlx::query(RELEASE_BATCH)
+                .bind(due)
+                .bind(JOB)
+                .execute(p)
+                .await
+                .map(|r| r.rows_affected()),
+            Pool::Postgres(p) => sqlx::query(RELEASE_BATCH)
+                .bind(due)
+                .bind(JOB)
+                .execute(p)
+                .await
+                .map(|r| r.rows_affected()),
         }
         .expect("release the batch")
     }
@@ -529,22 +593,36 @@ impl Jobhost {
         for _ in 0..iters {
             let response = self
                 .http
-                .post(format!("http://{}/jobs/{JOB}/kick?instance=latency", host.addr))
+                .post(format!(
+                    "http://{}/jobs/{JOB}/kick?instance=latency",
+                    host.addr
+                ))
                 .send()
                 .await
                 .expect("kick");
             assert_eq!(response.status().as_u16(), 202, "kick refused");
             let body: serde_json::Value = response.json().await.expect("kick body");
-            assert_eq!(body["result"], "queued", "the previous kick was still running: {body}");
+            assert_eq!(
+                body["result"], "queued",
+                "the previous kick was still running: {body}"
+            );
             let id = body["run_id"].as_str().expect("run_id").to_string();
             let start = Instant::now();
             let run = loop {
                 tokio::time::sleep(Duration::from_millis(2)).await;
-                let run = self.store.get_run(&id).await.expect("read the run").expect("the run");
+                let run = self
+                    .store
+                    .get_run(&id)
+                    .await
+                    .expect("read the run")
+                    .expect("the run");
                 if run.finished_at.is_some() {
                     break run;
                 }
-                assert!(start.elapsed() < DRAIN_TIMEOUT, "the kicked run never finished: {run:?}");
+                assert!(
+                    start.elapsed() < DRAIN_TIMEOUT,
+                    "the kicked run never finished: {run:?}"
+                );
             };
             assert_eq!(run.status, "succeeded", "{run:?}");
             total_ms += run.started_at.expect("started") - run.created_at;
@@ -573,7 +651,13 @@ impl HostProcess {
     async fn start(home: &Path, db_url: &str, manifest: &Path, n: usize) -> HostProcess {
         let log = home.join(format!("serve-{n}.log"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_host"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--workers", &WORKERS.to_string()])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--workers",
+                &WORKERS.to_string(),
+            ])
             .arg("--manifest")
             .arg(manifest)
             .env("JOBHOST_HOME", home)
@@ -597,7 +681,10 @@ impl HostProcess {
             .await
             .expect("join");
         let addr = match line {
-            Ok(Some(Ok(line))) => line.trim().strip_prefix("listening on ").map(str::to_string),
+            Ok(Some(Ok(line))) => line
+                .trim()
+                .strip_prefix("listening on ")
+                .map(str::to_string),
             _ => None,
         };
         let Some(addr) = addr else {
@@ -765,7 +852,9 @@ struct Graphile {
 
 impl Graphile {
     fn start(rt: &Runtime) -> Result<Graphile, String> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches").join("graphile");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("benches")
+            .join("graphile");
         install_node_modules(&dir)?;
         let database = rt.block_on(PgDatabase::create());
         let setup = Command::new("node")
@@ -776,7 +865,10 @@ impl Graphile {
             .output()
             .map_err(|e| format!("cannot run node: {e}"))?;
         if !setup.status.success() {
-            return Err(format!("`node enqueue.js --setup` failed: {}", setup.status));
+            return Err(format!(
+                "`node enqueue.js --setup` failed: {}",
+                setup.status
+            ));
         }
         Ok(Graphile {
             dir,
@@ -792,7 +884,12 @@ impl Graphile {
             self.workers.pop().expect("a worker").stop();
         }
         while self.workers.len() < n {
-            let worker = NodeWorker::start(&self.dir, &self.database.url, self.logs.path(), self.started);
+            let worker = NodeWorker::start(
+                &self.dir,
+                &self.database.url,
+                self.logs.path(),
+                self.started,
+            );
             self.started += 1;
             self.workers.push(worker);
         }
@@ -816,7 +913,10 @@ impl Graphile {
         let queued: serde_json::Value = serde_json::from_str(line.trim())
             .unwrap_or_else(|_| panic!("enqueue.js printed {line:?}"));
         let queued_at = queued["queued_at"].as_f64().expect("queued_at");
-        record.note("graphile enqueue_ms", queued["enqueue_ms"].as_f64().unwrap_or(f64::NAN));
+        record.note(
+            "graphile enqueue_ms",
+            queued["enqueue_ms"].as_f64().unwrap_or(f64::NAN),
+        );
         let go = format!("{{\"queued_at\":{queued_at}}}\n");
         for worker in &self.workers {
             worker.send(&go);
@@ -828,7 +928,10 @@ impl Graphile {
             fastest = fastest.min(report["elapsed_ms"].as_f64().expect("elapsed_ms"));
             processed += report["processed"].as_u64().expect("processed");
         }
-        assert!(enqueue.wait().expect("wait for enqueue.js").success(), "enqueue.js failed");
+        assert!(
+            enqueue.wait().expect("wait for enqueue.js").success(),
+            "enqueue.js failed"
+        );
         assert_eq!(processed, batch as u64, "the workers ran every job once");
         Duration::from_secs_f64(fastest.max(0.0) / 1e3)
     }
@@ -851,7 +954,11 @@ fn install_node_modules(dir: &Path) -> Result<(), String> {
     } else {
         &["install", "--no-audit", "--no-fund"]
     };
-    eprintln!("serve benchmarks: running `npm {}` in {}", args.join(" "), dir.display());
+    eprintln!(
+        "serve benchmarks: running `npm {}` in {}",
+        args.join(" "),
+        dir.display()
+    );
     let status = Command::new("npm")
         .args(args)
         .current_dir(dir)
@@ -860,7 +967,11 @@ fn install_node_modules(dir: &Path) -> Result<(), String> {
         .status()
         .map_err(|e| format!("cannot run npm (Node.js and npm are needed): {e}"))?;
     if !status.success() {
-        return Err(format!("`npm {}` failed in {}: {status}", args.join(" "), dir.display()));
+        return Err(format!(
+            "`npm {}` failed in {}: {status}",
+            args.join(" "),
+            dir.display()
+        ));
     }
     Ok(())
 }
@@ -916,7 +1027,9 @@ impl NodeWorker {
     fn send(&self, line: &str) {
         let mut stdin = self.stdin.lock().unwrap();
         let stdin = stdin.as_mut().expect("the worker's stdin is open");
-        stdin.write_all(line.as_bytes()).expect("write to worker.js");
+        stdin
+            .write_all(line.as_bytes())
+            .expect("write to worker.js");
         stdin.flush().expect("flush worker.js stdin");
     }
 
@@ -965,7 +1078,10 @@ fn locate_or_build_noop() -> Result<PathBuf, String> {
     let noop = target.join("wasm32-wasip2").join("guest").join("noop.wasm");
     if !noop.is_file() {
         let command = format!("cargo {}", GUEST_BUILD.join(" "));
-        eprintln!("serve benchmarks: {} is missing; running `{command}`", noop.display());
+        eprintln!(
+            "serve benchmarks: {} is missing; running `{command}`",
+            noop.display()
+        );
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let status = Command::new(cargo)
             .args(GUEST_BUILD)
@@ -979,7 +1095,10 @@ fn locate_or_build_noop() -> Result<PathBuf, String> {
             ));
         }
         if !noop.is_file() {
-            return Err(format!("`{command}` succeeded but {} is missing", noop.display()));
+            return Err(format!(
+                "`{command}` succeeded but {} is missing",
+                noop.display()
+            ));
         }
     }
     noop.canonicalize()
