@@ -17,7 +17,7 @@
 //! after a deadline to record the outcome before another host may take the lease (and
 //! surveillance reports the run `crashed`).
 
-use crate::store::{Lease, LeaseRequest, Result, RunRecord, Store};
+use crate::store::{Lease, LeaseOp, LeaseRequest, RunRecord};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
@@ -39,22 +39,24 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl LeaseTerms {
-    /// Takes the lease of a run's job instance for its first attempt.
-    pub async fn acquire(
-        &self,
-        store: &Store,
-        run: &RunRecord,
-        timeout: Duration,
-    ) -> Result<Option<Lease>> {
-        store
-            .acquire_lease(&LeaseRequest {
-                job: &run.job,
-                instance: &run.instance,
-                holder: &run.id,
-                deadline_ms: ms(timeout),
-                expires_ms: ms(timeout + self.grace),
-            })
-            .await
+    /// The lease a run's first attempt takes.
+    pub fn first<'a>(&self, run: &'a RunRecord, timeout: Duration) -> LeaseOp<'a> {
+        LeaseOp::Acquire(LeaseRequest {
+            job: &run.job,
+            instance: &run.instance,
+            holder: &run.id,
+            deadline_ms: ms(timeout),
+            expires_ms: ms(timeout + self.grace),
+        })
+    }
+
+    /// A later attempt moves the run's lease on to a new generation.
+    pub fn next<'a>(&self, previous: &'a Lease, timeout: Duration) -> LeaseOp<'a> {
+        LeaseOp::Renew {
+            lease: previous,
+            deadline_ms: ms(timeout),
+            expires_ms: ms(timeout + self.grace),
+        }
     }
 
     /// The lease a run held for its previous attempt, as recorded on the run.
@@ -67,18 +69,6 @@ impl LeaseTerms {
             deadline_at: 0,
             expires_at: 0,
         })
-    }
-
-    /// Moves the run's lease to a new generation for its next attempt.
-    pub async fn renew(
-        &self,
-        store: &Store,
-        lease: &Lease,
-        timeout: Duration,
-    ) -> Result<Option<Lease>> {
-        store
-            .renew_lease(lease, ms(timeout), ms(timeout + self.grace))
-            .await
     }
 
     /// How long a parked lease stays held for a run due after `delay`: long enough for a

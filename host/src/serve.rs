@@ -137,7 +137,7 @@ pub async fn serve(
     Ok(())
 }
 
-/// Claims due runs while a worker is free, and runs each on its own task.
+/// Claims due runs while workers are free, and runs each on its own task.
 async fn dispatch(
     shared: Arc<Shared>,
     config: ServeConfig,
@@ -149,30 +149,46 @@ async fn dispatch(
     let host = shared.app.runner.host_id().to_string();
     loop {
         while running.try_join_next().is_some() {}
-        let permit = tokio::select! {
+        let first = tokio::select! {
             permit = workers.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
             _ = stop.wait_for(|s| *s) => break,
         };
         if *stop.borrow() {
             break;
         }
-        match shared.app.store.claim_due_run(&host).await {
-            Ok(Some(run)) => {
-                let lag = (run.updated_at - run.next_attempt_at).max(0) as u64;
-                shared.app.metrics.run_claimed(Duration::from_millis(lag));
-                let shared = shared.clone();
-                let cancel = cancel.clone();
-                running.spawn(async move {
-                    process(&shared, run, cancel).await;
-                    drop(permit);
-                });
+        // Claim as many runs as there are free workers, in one statement.
+        let mut permits = vec![first];
+        while let Ok(permit) = workers.clone().try_acquire_owned() {
+            permits.push(permit);
+        }
+        match shared
+            .app
+            .store
+            .claim_due_runs(&host, permits.len() as i64)
+            .await
+        {
+            Ok(runs) if !runs.is_empty() => {
+                // One permit per run; a claimed run is never dropped, even if the
+                // database returned more than asked for.
+                let mut permits = permits.into_iter();
+                for run in runs {
+                    let permit = permits.next();
+                    let lag = (run.updated_at - run.next_attempt_at).max(0) as u64;
+                    shared.app.metrics.run_claimed(Duration::from_millis(lag));
+                    let shared = shared.clone();
+                    let cancel = cancel.clone();
+                    running.spawn(async move {
+                        process(&shared, run, cancel).await;
+                        drop(permit);
+                    });
+                }
             }
-            Ok(None) => {
-                drop(permit);
+            Ok(_) => {
+                drop(permits);
                 wait_for_work(&shared, &config, &mut stop).await;
             }
             Err(e) => {
-                drop(permit);
+                drop(permits);
                 tracing::warn!(code = "driver_failed", error = %e, "cannot claim runs");
                 tokio::select! {
                     _ = tokio::time::sleep(config.poll) => {}

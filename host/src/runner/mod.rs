@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::store::guest::{Access, Fence, GuestDb};
 use crate::store::{
     AttemptEnd, BeginAttempt, Finish, FinishResult, Lease, NewReport, Origin, ReportKind, Requeue,
-    RunRecord, RunStatus, Store, StoreError,
+    RunRecord, RunStatus, Started, Store, StoreError,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,42 +107,43 @@ impl Runner {
     ) -> Result<Step, StoreError> {
         let timeout = spec.limits.timeout;
         let terms = &self.settings.lease;
-        let lease = match LeaseTerms::held_by(run) {
-            None => match self.acquire(run, timeout).await? {
-                Ok(lease) => lease,
-                Err(skipped) => return Ok(skipped),
-            },
-            Some(previous) => match terms.renew(&self.store, &previous, timeout).await? {
-                Some(lease) => lease,
-                None => {
-                    let ending = Ending::Finish {
-                        failure: Failure::code(FailureCode::LeaseLost),
-                        failures: run.failures,
-                    };
-                    let until = Instant::now() + terms.grace;
-                    return self.conclude(run, spec, &previous, ending, until).await;
-                }
-            },
+        let previous = LeaseTerms::held_by(run);
+        let attempt = run.failures + 1;
+        let begin = BeginAttempt {
+            run_id: &run.id,
+            host: &self.host_id,
+            component_digest: &loaded.digest,
+            pass: run.pass,
+            attempt,
+        };
+        let started = match &previous {
+            None => self.start_first(run, &begin, timeout).await?,
+            Some(previous) => {
+                self.store
+                    .start_attempt(&terms.next(previous, timeout), &begin)
+                    .await?
+            }
+        };
+        let (lease, seq) = match (started, &previous) {
+            (Started::Attempt { lease, seq }, _) => (lease, seq),
+            (Started::LeaseUnavailable, Some(previous)) => {
+                // A retry could not renew: the lease moved on without this run.
+                let ending = Ending::Finish {
+                    failure: Failure::code(FailureCode::LeaseLost),
+                    failures: run.failures,
+                };
+                let until = Instant::now() + terms.grace;
+                return self
+                    .conclude(run, spec, previous, ending, None, until)
+                    .await;
+            }
+            (Started::LeaseUnavailable, None) => return Ok(Step::Skipped),
+            (Started::RunGone, _) => return Ok(Step::Abandoned),
         };
         let deadline = Instant::now() + timeout;
         // The lease expires `grace` after the deadline: until then, this host may still
         // record what happened (retrying if the database is briefly unreachable).
         let until = deadline + terms.grace;
-        let attempt = run.failures + 1;
-        let seq = self
-            .store
-            .begin_attempt(&BeginAttempt {
-                run_id: &run.id,
-                generation: lease.generation,
-                host: &self.host_id,
-                component_digest: &loaded.digest,
-                pass: run.pass,
-                attempt,
-            })
-            .await?;
-        let Some(seq) = seq else {
-            return Ok(Step::Abandoned);
-        };
         let report = self
             .engine
             .run_attempt(AttemptSpec {
@@ -155,10 +156,10 @@ impl Runner {
                 db: self.db_session(spec, &lease, deadline),
             })
             .await;
-        self.persist(until, || self.record_attempt(run, seq, attempt, &report))
-            .await?;
-        let ending = decide(run, spec, report.result);
-        self.conclude(run, spec, &lease, ending, until).await
+        let end = self.attempt_end(run, seq, attempt, &report);
+        let ending = decide(run, spec, report.result.clone());
+        self.conclude(run, spec, &lease, ending, Some(end), until)
+            .await
     }
 
     /// Retries a write while the database is unreachable, until the attempt's lease would
@@ -199,31 +200,18 @@ impl Runner {
         })
     }
 
-    async fn record_attempt(
+    /// The attempt's record (written with the run's next state), and its metrics and log.
+    fn attempt_end<'a>(
         &self,
-        run: &RunRecord,
+        run: &'a RunRecord,
         seq: i64,
         attempt: i64,
-        report: &AttemptReport,
-    ) -> Result<(), StoreError> {
+        report: &'a AttemptReport,
+    ) -> AttemptEnd<'a> {
         let (status, outcome, code) = match &report.result {
             Ok(outcome) => ("succeeded", Some(outcome.name()), None),
             Err(failure) => ("failed", None, Some(failure.code.as_str())),
         };
-        self.store
-            .finish_attempt(&AttemptEnd {
-                run_id: &run.id,
-                seq,
-                status,
-                outcome,
-                code,
-                fuel_used: Some(i64::try_from(report.fuel_used).unwrap_or(i64::MAX)),
-                peak_memory: Some(report.peak_memory as i64),
-                duration_ms: report.duration.as_millis() as i64,
-                log: &report.log,
-                log_truncated: report.log_truncated,
-            })
-            .await?;
         self.metrics
             .attempt_finished(&run.job, status, code, report.duration, report.fuel_used);
         tracing::info!(
@@ -238,16 +226,28 @@ impl Runner {
             peak_memory = report.peak_memory,
             "attempt finished"
         );
-        Ok(())
+        AttemptEnd {
+            run_id: &run.id,
+            seq,
+            status,
+            outcome,
+            code,
+            fuel_used: Some(i64::try_from(report.fuel_used).unwrap_or(i64::MAX)),
+            peak_memory: Some(report.peak_memory as i64),
+            duration_ms: report.duration.as_millis() as i64,
+            log: &report.log,
+            log_truncated: report.log_truncated,
+        }
     }
 
-    /// Writes down what `decide` chose.
+    /// Writes down what `decide` chose, with the attempt that led to it.
     async fn conclude(
         &self,
         run: &RunRecord,
         spec: &JobSpec,
         lease: &Lease,
         ending: Ending,
+        attempt: Option<AttemptEnd<'_>>,
         until: Instant,
     ) -> Result<Step, StoreError> {
         match ending {
@@ -260,6 +260,7 @@ impl Runner {
             } => {
                 let requeue = Requeue {
                     run_id: &run.id,
+                    attempt,
                     lease,
                     delay_ms: delay.as_millis() as i64,
                     hold_ms: self
@@ -287,14 +288,22 @@ impl Runner {
                 } else {
                     RunStatus::Succeeded
                 };
-                let args = finish_args(run, spec, lease, status, &failure, failures, true);
+                let args = finish_args(run, spec, lease, status, &failure, failures, true, attempt);
                 let mut result = self.persist(until, || self.store.finish_run(&args)).await?;
                 let (mut status, mut code) = (status, failure.code);
                 if result == FinishResult::LeaseLost {
                     // The lease moved on under this run: whatever it returned, record the loss.
                     let lost = Failure::code(FailureCode::LeaseLost);
-                    let args =
-                        finish_args(run, spec, lease, RunStatus::Failed, &lost, failures, false);
+                    let args = finish_args(
+                        run,
+                        spec,
+                        lease,
+                        RunStatus::Failed,
+                        &lost,
+                        failures,
+                        false,
+                        attempt,
+                    );
                     result = self.persist(until, || self.store.finish_run(&args)).await?;
                     (status, code) = (RunStatus::Failed, lost.code);
                 }
@@ -314,40 +323,47 @@ impl Runner {
         }
     }
 
-    /// Takes the lease for a run's first attempt, or ends the run `skipped` because
-    /// another run holds it. A kick is not lost to a held lease: it sets the holder's
-    /// pending flag, and the holder queues one follow-up when it ends. If the holder ends
-    /// between the two steps, the lease is free again: take it.
-    async fn acquire(
+    /// Starts a run's first attempt, or ends the run `skipped` (and reports
+    /// `LeaseUnavailable`) because another run holds the lease. A kick is not lost to a
+    /// held lease: it sets the holder's pending flag, and the holder queues one follow-up
+    /// when it ends. If the holder ends between the two steps, the lease is free: retry.
+    async fn start_first(
         &self,
         run: &RunRecord,
+        begin: &BeginAttempt<'_>,
         timeout: Duration,
-    ) -> Result<Result<Lease, Step>, StoreError> {
+    ) -> Result<Started, StoreError> {
         const TRIES: usize = 5;
-        let terms = &self.settings.lease;
+        let op = self.settings.lease.first(run, timeout);
         let is_kick = run.origin == Origin::Kick.as_str();
         for _ in 0..TRIES {
-            if let Some(lease) = terms.acquire(&self.store, run, timeout).await? {
-                return Ok(Ok(lease));
+            let started = self.store.start_attempt(&op, begin).await?;
+            if started != Started::LeaseUnavailable {
+                return Ok(started);
             }
             if !is_kick {
                 break;
             }
             if self.store.set_pending(&run.job, &run.instance).await? {
-                let reason = "the job was running: kick folded into its pending flag";
-                return Ok(Err(self.skip(run, reason).await?));
+                self.skip(
+                    run,
+                    "the job was running: kick folded into its pending flag",
+                )
+                .await?;
+                return Ok(Started::LeaseUnavailable);
             }
         }
-        let reason = "the job's lease was held by another run";
-        Ok(Err(self.skip(run, reason).await?))
+        self.skip(run, "the job's lease was held by another run")
+            .await?;
+        Ok(Started::LeaseUnavailable)
     }
 
-    async fn skip(&self, run: &RunRecord, reason: &str) -> Result<Step, StoreError> {
+    async fn skip(&self, run: &RunRecord, reason: &str) -> Result<(), StoreError> {
         self.store.skip_run(&run.id, reason).await?;
         self.metrics
             .run_finished(&run.job, RunStatus::Skipped.as_str(), None);
         tracing::info!(job = %run.job, run_id = %run.id, "run skipped: lease held");
-        Ok(Step::Skipped)
+        Ok(())
     }
 }
 
@@ -419,6 +435,7 @@ fn decide(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn finish_args<'a>(
     run: &'a RunRecord,
     spec: &JobSpec,
@@ -427,9 +444,11 @@ fn finish_args<'a>(
     failure: &'a Failure,
     failures: i64,
     require_lease: bool,
+    attempt: Option<AttemptEnd<'a>>,
 ) -> Finish<'a> {
     Finish {
         run_id: &run.id,
+        attempt,
         lease,
         require_lease,
         status,

@@ -225,11 +225,12 @@ impl Store {
         )
     }
 
-    /// Claims the most overdue queued run, skipping rows other hosts are claiming.
-    pub async fn claim_due_run(&self, host: &str) -> Result<Option<RunRecord>> {
-        let q = &self.q.claim_due_run;
+    /// Claims up to `limit` of the most overdue queued runs, skipping rows other hosts are
+    /// claiming at the same moment.
+    pub async fn claim_due_runs(&self, host: &str, limit: i64) -> Result<Vec<RunRecord>> {
+        let q = &self.q.claim_due_runs;
         Ok(
-            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(host).fetch_optional(p).await?),
+            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(host).bind(limit).fetch_all(p).await?),
         )
     }
 
@@ -275,52 +276,54 @@ impl Store {
         Ok(done == 1)
     }
 
-    /// Records that a run starts an attempt under `lease`: the run's generation moves to
-    /// the lease's, and an attempt row is opened. Returns the attempt's sequence number, or
-    /// `None` if the run is no longer running.
-    pub async fn begin_attempt(&self, a: &BeginAttempt<'_>) -> Result<Option<i64>> {
-        let (update, insert) = (&self.q.begin_attempt, &self.q.insert_attempt);
+    /// Starts an attempt: takes or renews the lease, moves the run to the lease's
+    /// generation and opens the attempt's row — all in one transaction, or nothing.
+    pub async fn start_attempt(&self, op: &LeaseOp<'_>, a: &BeginAttempt<'_>) -> Result<Started> {
+        let q = self.q;
         with_pool!(self.pool, p => {
             let mut tx = p.begin_with(self.dialect.begin_write).await?;
-            let seq: Option<i64> = sqlx::query_scalar(update.as_str())
+            let lease: Option<LeaseRecord> = match op {
+                LeaseOp::Acquire(r) => sqlx::query_as(q.acquire_lease.as_str())
+                    .bind(r.job)
+                    .bind(r.instance)
+                    .bind(r.holder)
+                    .bind(r.deadline_ms)
+                    .bind(r.expires_ms)
+                    .fetch_optional(&mut *tx)
+                    .await?,
+                LeaseOp::Renew { lease, deadline_ms, expires_ms } => sqlx::query_as(q.renew_lease.as_str())
+                    .bind(&lease.job)
+                    .bind(&lease.instance)
+                    .bind(lease.generation)
+                    .bind(&lease.holder)
+                    .bind(deadline_ms)
+                    .bind(expires_ms)
+                    .fetch_optional(&mut *tx)
+                    .await?,
+            };
+            let Some(lease) = lease.map(LeaseRecord::into_lease) else {
+                return Ok(Started::LeaseUnavailable);
+            };
+            let seq: Option<i64> = sqlx::query_scalar(q.begin_attempt.as_str())
                 .bind(a.run_id)
-                .bind(a.generation)
+                .bind(lease.generation)
                 .bind(a.host)
                 .bind(a.component_digest)
                 .fetch_optional(&mut *tx)
                 .await?;
-            let Some(seq) = seq else { return Ok(None) };
-            sqlx::query(insert.as_str())
+            let Some(seq) = seq else { return Ok(Started::RunGone) };
+            sqlx::query(q.insert_attempt.as_str())
                 .bind(a.run_id)
                 .bind(seq)
                 .bind(a.pass)
                 .bind(a.attempt)
-                .bind(a.generation)
+                .bind(lease.generation)
                 .bind(a.host)
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;
-            Ok(Some(seq))
+            Ok(Started::Attempt { lease, seq })
         })
-    }
-
-    pub async fn finish_attempt(&self, a: &AttemptEnd<'_>) -> Result<()> {
-        let q = &self.q.finish_attempt;
-        with_pool!(self.pool, p => sqlx::query(q.as_str())
-            .bind(a.run_id)
-            .bind(a.seq)
-            .bind(a.status)
-            .bind(a.outcome)
-            .bind(a.code)
-            .bind(a.fuel_used)
-            .bind(a.peak_memory)
-            .bind(a.duration_ms)
-            .bind(a.log)
-            .bind(a.log_truncated as i64)
-            .execute(p)
-            .await
-            .map(drop)?);
-        Ok(())
     }
 
     pub async fn list_attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>> {
@@ -331,10 +334,28 @@ impl Store {
     /// Puts a running run back in the queue (a retry after backoff, or its next pass) and
     /// parks its lease until then. Returns false if the run or lease moved on.
     pub async fn requeue_run(&self, r: &Requeue<'_>) -> Result<bool> {
-        let (requeue, park) = (&self.q.requeue_run, &self.q.park_lease);
+        let q = self.q;
         with_pool!(self.pool, p => {
             let mut tx = p.begin_with(self.dialect.begin_write).await?;
-            let moved = sqlx::query(requeue.as_str())
+            if let Some(a) = &r.attempt {
+                bind_attempt_end(sqlx::query(q.finish_attempt.as_str()), a).execute(&mut *tx).await?;
+            }
+            // The parked lease proves the run is still this holder's: surveillance frees
+            // the lease in the same transaction as it marks a run crashed.
+            let parked = sqlx::query(q.park_lease.as_str())
+                .bind(&r.lease.job)
+                .bind(&r.lease.instance)
+                .bind(r.lease.generation)
+                .bind(&r.lease.holder)
+                .bind(r.hold_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if parked != 1 {
+                tx.commit().await?;
+                return Ok(false);
+            }
+            let moved = sqlx::query(q.requeue_run.as_str())
                 .bind(r.run_id)
                 .bind(r.lease.generation)
                 .bind(r.delay_ms)
@@ -346,16 +367,7 @@ impl Store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
-            let parked = sqlx::query(park.as_str())
-                .bind(&r.lease.job)
-                .bind(&r.lease.instance)
-                .bind(r.lease.generation)
-                .bind(&r.lease.holder)
-                .bind(r.hold_ms)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if moved != 1 || parked != 1 {
+            if moved != 1 {
                 return Ok(false);
             }
             tx.commit().await?;
@@ -363,13 +375,17 @@ impl Store {
         })
     }
 
-    /// Ends a run and releases its lease in one transaction. With `require_lease`, nothing
-    /// changes unless the lease is still held at the run's generation. If the lease had
-    /// its pending flag set (a kick arrived during the run), `follow_up` is queued.
+    /// Records the attempt, ends the run and releases its lease, in one transaction. With
+    /// `require_lease`, nothing changes unless the lease is still held at the run's
+    /// generation. If the lease had its pending flag set (a kick arrived during the run),
+    /// `follow_up` is queued. A run that moved on meanwhile keeps only the attempt record.
     pub async fn finish_run(&self, f: &Finish<'_>) -> Result<FinishResult> {
         let q = self.q;
         with_pool!(self.pool, p => {
             let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            if let Some(a) = &f.attempt {
+                bind_attempt_end(sqlx::query(q.finish_attempt.as_str()), a).execute(&mut *tx).await?;
+            }
             let pending: Option<i64> = sqlx::query_scalar(q.lease_pending.as_str())
                 .bind(&f.lease.job)
                 .bind(&f.lease.instance)
@@ -393,6 +409,7 @@ impl Store {
                 .await?
                 .rows_affected();
             if updated != 1 {
+                tx.commit().await?;
                 return Ok(FinishResult::NotRunning);
             }
             sqlx::query(q.release_lease.as_str())
@@ -537,7 +554,8 @@ impl Store {
 
     // ---- leases -----------------------------------------------------------------------
 
-    /// Takes the lease if it is free or expired, at the next generation.
+    /// Takes the lease if it is free or expired, at the next generation (for leases that
+    /// guard no attempt, such as surveillance's; attempts use `start_attempt`).
     pub async fn acquire_lease(&self, a: &LeaseRequest<'_>) -> Result<Option<Lease>> {
         let q = &self.q.acquire_lease;
         let row: Option<LeaseRecord> = with_pool!(self.pool, p => sqlx::query_as(q.as_str())
@@ -546,26 +564,6 @@ impl Store {
             .bind(a.holder)
             .bind(a.deadline_ms)
             .bind(a.expires_ms)
-            .fetch_optional(p)
-            .await?);
-        Ok(row.map(LeaseRecord::into_lease))
-    }
-
-    /// Moves a held lease to its next generation with a new deadline.
-    pub async fn renew_lease(
-        &self,
-        lease: &Lease,
-        deadline_ms: i64,
-        expires_ms: i64,
-    ) -> Result<Option<Lease>> {
-        let q = &self.q.renew_lease;
-        let row: Option<LeaseRecord> = with_pool!(self.pool, p => sqlx::query_as(q.as_str())
-            .bind(&lease.job)
-            .bind(&lease.instance)
-            .bind(lease.generation)
-            .bind(&lease.holder)
-            .bind(deadline_ms)
-            .bind(expires_ms)
             .fetch_optional(p)
             .await?);
         Ok(row.map(LeaseRecord::into_lease))
@@ -665,6 +663,30 @@ where
         .bind(run.scheduled_for)
         .bind(run.rerun_of.as_deref())
         .bind(run.delay_ms)
+}
+
+fn bind_attempt_end<'q, DB>(
+    query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
+    a: &'q AttemptEnd<'q>,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+where
+    DB: sqlx::Database,
+    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    query
+        .bind(a.run_id)
+        .bind(a.seq)
+        .bind(a.status)
+        .bind(a.outcome)
+        .bind(a.code)
+        .bind(a.fuel_used)
+        .bind(a.peak_memory)
+        .bind(a.duration_ms)
+        .bind(a.log)
+        .bind(i64::from(a.log_truncated))
 }
 
 fn bind_report<'q, DB>(

@@ -95,8 +95,11 @@ queries! {
     list_jobs = "SELECT {job_columns} FROM jobhost_jobs ORDER BY name";
     advance_schedule = "UPDATE jobhost_jobs SET next_fire_at = $3, updated_at = {now} \
         WHERE name = $1 AND next_fire_at IS NOT DISTINCT FROM $2";
+    // Kept to the second: a job that succeeds many times a second must not turn its row
+    // into a lock every host's finishing transaction waits for.
     record_success = "UPDATE jobhost_jobs SET last_success_at = {now}, missed_reported_at = NULL \
-        WHERE name = $1";
+        WHERE name = $1 AND (last_success_at IS NULL OR last_success_at < {now} - 1000 \
+            OR missed_reported_at IS NOT NULL)";
     mark_missed = "UPDATE jobhost_jobs SET missed_reported_at = {now} WHERE name = $1 \
         AND missed_reported_at IS NOT DISTINCT FROM $2";
 
@@ -107,11 +110,14 @@ queries! {
     claim_run = "UPDATE jobhost_runs SET status = 'running', host = $2, updated_at = {now}, \
         started_at = COALESCE(started_at, {now}) \
         WHERE id = $1 AND status = 'queued' RETURNING {run_columns}";
-    claim_due_run = "UPDATE jobhost_runs SET status = 'running', host = $1, updated_at = {now}, \
+    // The batch is picked once, in a materialised CTE: as a plain `IN (subquery)`,
+    // Postgres may re-run the subquery and claim more rows than the limit.
+    claim_due_runs = "WITH due AS MATERIALIZED (SELECT id FROM jobhost_runs \
+            WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
+            ORDER BY next_attempt_at, id LIMIT $2 {skip_locked}) \
+        UPDATE jobhost_runs SET status = 'running', host = $1, updated_at = {now}, \
         started_at = COALESCE(started_at, {now}) \
-        WHERE id = (SELECT id FROM jobhost_runs WHERE status = 'queued' AND origin <> 'manual' \
-            AND next_attempt_at <= {now} ORDER BY next_attempt_at, id LIMIT 1 {skip_locked}) \
-        AND status = 'queued' RETURNING {run_columns}";
+        WHERE id IN (SELECT id FROM due) AND status = 'queued' RETURNING {run_columns}";
     next_due_at = "SELECT MIN(next_attempt_at) FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual'";
     queue_lag = "SELECT COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) FROM jobhost_runs \
@@ -203,7 +209,7 @@ mod tests {
     fn every_token_is_rendered() {
         for dialect in [&SQLITE, &POSTGRES] {
             let q = Queries::render(dialect);
-            for sql in [&q.acquire_lease, &q.claim_due_run, &q.fence, &q.list_runs] {
+            for sql in [&q.acquire_lease, &q.claim_due_runs, &q.fence, &q.list_runs] {
                 assert!(!sql.contains('{'), "unrendered token in {sql}");
             }
         }

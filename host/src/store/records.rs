@@ -243,15 +243,40 @@ pub struct LeaseRequest<'a> {
     pub expires_ms: i64,
 }
 
+/// How an attempt takes its lease generation.
+pub enum LeaseOp<'a> {
+    /// The run's first attempt: take the lease if it is free or expired.
+    Acquire(LeaseRequest<'a>),
+    /// A later attempt: move the run's lease on to its next generation.
+    Renew {
+        lease: &'a Lease,
+        deadline_ms: i64,
+        expires_ms: i64,
+    },
+}
+
+/// What `start_attempt` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Started {
+    Attempt {
+        lease: Lease,
+        seq: i64,
+    },
+    /// Another run holds the lease (acquire), or the run's lease moved on (renew).
+    LeaseUnavailable,
+    /// The run is no longer running (marked crashed meanwhile): nothing changed.
+    RunGone,
+}
+
 pub struct BeginAttempt<'a> {
     pub run_id: &'a str,
-    pub generation: i64,
     pub host: &'a str,
     pub component_digest: &'a str,
     pub pass: i64,
     pub attempt: i64,
 }
 
+#[derive(Clone, Copy)]
 pub struct AttemptEnd<'a> {
     pub run_id: &'a str,
     pub seq: i64,
@@ -267,6 +292,8 @@ pub struct AttemptEnd<'a> {
 
 pub struct Requeue<'a> {
     pub run_id: &'a str,
+    /// The attempt that led here, recorded in the same transaction.
+    pub attempt: Option<AttemptEnd<'a>>,
     pub lease: &'a Lease,
     pub delay_ms: i64,
     /// How long the parked lease stays held: past the delay, so no other run takes it
@@ -281,6 +308,8 @@ pub struct Requeue<'a> {
 
 pub struct Finish<'a> {
     pub run_id: &'a str,
+    /// The attempt that led here, recorded in the same transaction.
+    pub attempt: Option<AttemptEnd<'a>>,
     pub lease: &'a Lease,
     pub require_lease: bool,
     pub status: RunStatus,
