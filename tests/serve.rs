@@ -75,7 +75,13 @@ on_every_backend! {
         let (code, first) = server.post("/jobs/busy/kick").await;
         assert_eq!(code, 202);
         assert_eq!(first["result"], "queued");
-        server.wait_runs("busy", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "running") == 1).await;
+        // Wait for the run to hold its lease (claimed is not enough: a kick between the
+        // claim and the lease queues a run, which then folds itself into the flag).
+        let started = Instant::now();
+        while server.get("/jobs/busy").await.1["lease"]["held"] != true {
+            assert!(started.elapsed() < Duration::from_secs(10), "the run never took its lease");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         for _ in 0..10 {
             let (code, kicked) = server.post("/jobs/busy/kick").await;
             assert_eq!((code, kicked["result"].as_str()), (202, Some("pending")));

@@ -101,7 +101,12 @@ pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone)]
 pub struct Store {
+    /// Writes (and, on Postgres, everything).
     pool: Pool,
+    /// Reads. On SQLite a pool of its own: the writer is a single connection, so the
+    /// host's writers queue in the pool instead of sleeping in SQLite's busy handler,
+    /// while reads go on in parallel (WAL).
+    reader: Pool,
     backend: Backend,
     dialect: &'static Dialect,
     q: &'static Queries,
@@ -121,15 +126,21 @@ impl Store {
     /// Opens (creating, for SQLite) the database and applies the host's migrations.
     pub async fn open(url: &str) -> Result<Store> {
         let backend = Backend::from_url(url).ok_or(StoreError::UnsupportedUrl)?;
-        let pool = match backend {
-            Backend::Sqlite => Pool::Sqlite(open_sqlite(url, 8).await?),
-            Backend::Postgres => Pool::Postgres(
-                sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(16)
-                    .acquire_timeout(Duration::from_secs(10))
-                    .connect_with(sqlx::postgres::PgConnectOptions::from_str(url)?)
-                    .await?,
-            ),
+        let (pool, reader) = match backend {
+            Backend::Sqlite => {
+                let writer = Pool::Sqlite(open_sqlite(url, 1).await?);
+                (writer, Pool::Sqlite(open_sqlite(url, 4).await?))
+            }
+            Backend::Postgres => {
+                let pool = Pool::Postgres(
+                    sqlx::postgres::PgPoolOptions::new()
+                        .max_connections(16)
+                        .acquire_timeout(Duration::from_secs(10))
+                        .connect_with(sqlx::postgres::PgConnectOptions::from_str(url)?)
+                        .await?,
+                );
+                (pool.clone(), pool)
+            }
         };
         let (dialect, q) = match backend {
             Backend::Sqlite => (&queries::SQLITE, &*SQLITE_QUERIES),
@@ -137,6 +148,7 @@ impl Store {
         };
         let store = Store {
             pool,
+            reader,
             backend,
             dialect,
             q,
@@ -173,11 +185,12 @@ impl Store {
     /// sharing the database agrees on.
     pub async fn now(&self) -> Result<i64> {
         let q = &self.q.now;
-        Ok(with_pool!(self.pool, p => sqlx::query_scalar(q.as_str()).fetch_one(p).await?))
+        Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).fetch_one(p).await?))
     }
 
     pub async fn close(&self) {
-        with_pool!(self.pool, p => p.close().await)
+        with_pool!(self.pool, p => p.close().await);
+        with_pool!(self.reader, p => p.close().await);
     }
 
     // ---- jobs -------------------------------------------------------------------------
@@ -199,13 +212,13 @@ impl Store {
     pub async fn get_job(&self, name: &str) -> Result<Option<JobRecord>> {
         let q = &self.q.get_job;
         Ok(
-            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(name).fetch_optional(p).await?),
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(name).fetch_optional(p).await?),
         )
     }
 
     pub async fn list_jobs(&self) -> Result<Vec<JobRecord>> {
         let q = &self.q.list_jobs;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
     }
 
     // ---- runs -------------------------------------------------------------------------
@@ -237,12 +250,14 @@ impl Store {
     /// When the earliest queued run becomes due (database clock), if any is queued.
     pub async fn next_due_at(&self) -> Result<Option<i64>> {
         let q = &self.q.next_due_at;
-        Ok(with_pool!(self.pool, p => sqlx::query_scalar(q.as_str()).fetch_one(p).await?))
+        Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).fetch_one(p).await?))
     }
 
     pub async fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
         let q = &self.q.get_run;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(id).fetch_optional(p).await?))
+        Ok(
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(id).fetch_optional(p).await?),
+        )
     }
 
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>> {
@@ -251,7 +266,7 @@ impl Store {
             Some((created, id)) => (Some(*created), Some(id.as_str())),
             None => (None, None),
         };
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
             .bind(filter.job.as_deref())
             .bind(filter.status.map(RunStatus::as_str))
             .bind(filter.since)
@@ -266,7 +281,7 @@ impl Store {
     /// How many runs there are, by status and last failure code (empty for none).
     pub async fn count_runs(&self) -> Result<Vec<(String, String, i64)>> {
         let q = &self.q.count_runs;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
     }
 
     /// Ends a running run as `skipped` (its lease was held by another run).
@@ -328,7 +343,9 @@ impl Store {
 
     pub async fn list_attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>> {
         let q = &self.q.list_attempts;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(run_id).fetch_all(p).await?))
+        Ok(
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(run_id).fetch_all(p).await?),
+        )
     }
 
     /// Puts a running run back in the queue (a retry after backoff, or its next pass) and
@@ -441,7 +458,7 @@ impl Store {
     /// Waiting and overdue runs: how many are due now, and how late the oldest is (ms).
     pub async fn queue_lag(&self) -> Result<(i64, i64)> {
         let q = &self.q.queue_lag;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))
     }
 
     /// Advances a job's schedule from `expected` to `next` and, if given, queues the run it
@@ -481,7 +498,7 @@ impl Store {
     pub async fn lost_runs(&self, stale_ms: i64) -> Result<Vec<LostRun>> {
         let q = &self.q.lost_runs;
         Ok(
-            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(stale_ms).fetch_all(p).await?),
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(stale_ms).fetch_all(p).await?),
         )
     }
 
@@ -489,7 +506,7 @@ impl Store {
     pub async fn count_reruns(&self, root: &str) -> Result<i64> {
         let q = &self.q.count_reruns;
         Ok(
-            with_pool!(self.pool, p => sqlx::query_scalar(q.as_str()).bind(root).fetch_one(p).await?),
+            with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).bind(root).fetch_one(p).await?),
         )
     }
 
@@ -579,13 +596,13 @@ impl Store {
     pub async fn get_lease(&self, job: &str, instance: &str) -> Result<Option<LeaseRecord>> {
         let q = &self.q.get_lease;
         Ok(
-            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(job).bind(instance).fetch_optional(p).await?),
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(job).bind(instance).fetch_optional(p).await?),
         )
     }
 
     pub async fn list_leases(&self) -> Result<Vec<LeaseRecord>> {
         let q = &self.q.list_leases;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
     }
 
     /// The fence statement for a guest write transaction: it returns a row only while the
@@ -635,7 +652,7 @@ impl Store {
     pub async fn list_reports(&self, job: Option<&str>, limit: i64) -> Result<Vec<ReportRecord>> {
         let q = &self.q.list_reports;
         Ok(
-            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(job).bind(limit).fetch_all(p).await?),
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(job).bind(limit).fetch_all(p).await?),
         )
     }
 }
