@@ -6,6 +6,9 @@
 //! check). The `noop` and `ledger` guests are taken from the workspace's target
 //! directory (`target/wasm32-wasip2/guest/`), and built there first if they are missing.
 
+#[path = "support/guests.rs"]
+mod guests;
+
 use criterion::Criterion;
 use jobhost::app::{App, AppConfig};
 use jobhost::engine::attempt::{AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext};
@@ -16,7 +19,6 @@ use jobhost::runner::{RunnerSettings, Step, new_run_id};
 use jobhost::store::guest::{Access, Fence, GuestDb, SqlValue};
 use jobhost::store::{LeaseRequest, NewRun, Origin, RunStatus, Store};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -24,18 +26,6 @@ use tempfile::TempDir;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
-/// The guest build the benchmarks need, as the README gives it.
-const GUEST_BUILD: &[&str] = &[
-    "build",
-    "--profile",
-    "guest",
-    "--target",
-    "wasm32-wasip2",
-    "-p",
-    "noop",
-    "-p",
-    "ledger",
-];
 /// The write both `db_write` variants make (and the ledger guest makes once per attempt).
 const INSERT_LEDGER: &str = "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)";
 /// Far beyond any benchmark's length: nothing is measured against a deadline.
@@ -76,64 +66,17 @@ struct Guests {
 }
 
 impl Guests {
-    /// Finds the guests in the workspace's target directory, building them (before any
-    /// measurement starts, so no build competes for the CPU) if one is missing.
     fn locate_or_build() -> Result<Guests, String> {
-        let dir = target_dir().join("wasm32-wasip2").join("guest");
-        let guests = Guests {
-            noop: dir.join("noop.wasm"),
-            ledger: dir.join("ledger.wasm"),
-        };
-        if guests.all_present() {
-            return Ok(guests);
-        }
-        let command = format!("cargo {}", GUEST_BUILD.join(" "));
-        eprintln!(
-            "sandbox benchmarks: guests missing in {}; running `{command}`",
-            dir.display()
-        );
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(GUEST_BUILD)
-            .current_dir(workspace_dir())
-            .status()
-            .map_err(|e| format!("cannot run `{command}`: {e}"))?;
-        if !status.success() {
-            return Err(format!(
-                "building the guests failed (`{command}`: {status}); see cargo's \
-                 output above (a missing target: `rustup target add wasm32-wasip2`)"
-            ));
-        }
-        if !guests.all_present() {
-            return Err(format!(
-                "`{command}` succeeded but {} or {} is still missing",
-                guests.noop.display(),
-                guests.ledger.display()
-            ));
-        }
-        Ok(guests)
-    }
-
-    fn all_present(&self) -> bool {
-        self.noop.is_file() && self.ledger.is_file()
-    }
-}
-
-fn workspace_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// Where cargo puts the guests: `CARGO_TARGET_DIR` if set (it is passed on unchanged to
-/// the guest build, which runs in the workspace root), else the workspace's `target`.
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => workspace_dir().join(dir),
-        None => workspace_dir().join("target"),
+        let mut found = guests::locate_or_build(&["noop", "ledger"])?.into_iter();
+        Ok(Guests {
+            noop: found.next().expect("one path per name"),
+            ledger: found.next().expect("one path per name"),
+        })
     }
 }
 
 fn operator_migrations() -> PathBuf {
-    workspace_dir().join("examples").join("migrations")
+    guests::workspace_dir().join("examples").join("migrations")
 }
 
 /// A cancel token nobody sets: the benchmarks never cancel an attempt. Its sender lives as

@@ -64,6 +64,9 @@
 //! finish-run transaction), so finishing runs of one job queue on that row's lock until
 //! the holder's commit is flushed: with 3 hosts that is the most common wait.
 
+#[path = "support/guests.rs"]
+mod guests;
+
 use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput, measurement::WallTime};
 use jobhost::runner::new_run_id;
 use jobhost::store::{NewRun, Origin, Pool, Store};
@@ -96,16 +99,6 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a host may take to print its listening line (it compiles the guest first).
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
-const GUEST_BUILD: &[&str] = &[
-    "build",
-    "--profile",
-    "guest",
-    "--target",
-    "wasm32-wasip2",
-    "-p",
-    "noop",
-];
-
 /// Makes every parked run of the job due at `$1` (and, on Postgres, notifies the hosts:
 /// the trigger fires on updates that set `status` to queued).
 const RELEASE_BATCH: &str = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = $1 \
@@ -114,7 +107,7 @@ const NOT_DONE: &str = "SELECT COUNT(*) FROM jobhost_runs WHERE status IN ('queu
 const NOT_SUCCEEDED: &str = "SELECT COUNT(*) FROM jobhost_runs WHERE status <> 'succeeded'";
 
 fn main() {
-    let noop = match locate_or_build_noop() {
+    let noop = match guests::locate_or_build(&["noop"]).map(|mut found| found.remove(0)) {
         Ok(path) => path,
         Err(message) => {
             eprintln!("serve benchmarks: {message}");
@@ -1063,44 +1056,4 @@ impl Drop for NodeWorker {
             let _ = self.child.wait();
         }
     }
-}
-
-// ---- the guest ----------------------------------------------------------------------
-
-/// The `noop` guest from the workspace's target directory, built there first (before any
-/// measurement) if it is missing.
-fn locate_or_build_noop() -> Result<PathBuf, String> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => workspace.join(dir),
-        None => workspace.join("target"),
-    };
-    let noop = target.join("wasm32-wasip2").join("guest").join("noop.wasm");
-    if !noop.is_file() {
-        let command = format!("cargo {}", GUEST_BUILD.join(" "));
-        eprintln!(
-            "serve benchmarks: {} is missing; running `{command}`",
-            noop.display()
-        );
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(GUEST_BUILD)
-            .current_dir(&workspace)
-            .status()
-            .map_err(|e| format!("cannot run `{command}`: {e}"))?;
-        if !status.success() {
-            return Err(format!(
-                "building the noop guest failed (`{command}`: {status}); a missing target: \
-                 `rustup target add wasm32-wasip2`"
-            ));
-        }
-        if !noop.is_file() {
-            return Err(format!(
-                "`{command}` succeeded but {} is missing",
-                noop.display()
-            ));
-        }
-    }
-    noop.canonicalize()
-        .map_err(|e| format!("cannot resolve {}: {e}", noop.display()))
 }
