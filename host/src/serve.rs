@@ -201,9 +201,8 @@ async fn dispatch(
 }
 
 async fn wait_for_work(shared: &Shared, config: &ServeConfig, stop: &mut watch::Receiver<bool>) {
-    let store = &shared.app.store;
-    let until_due = match (store.next_due_at().await, store.now().await) {
-        (Ok(Some(due)), Ok(now)) => Duration::from_millis((due - now).max(10) as u64),
+    let until_due = match shared.app.store.next_due_in().await {
+        Ok(Some(ms)) => Duration::from_millis(ms.max(10) as u64),
         _ => config.poll,
     };
     tokio::select! {

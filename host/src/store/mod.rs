@@ -247,9 +247,10 @@ impl Store {
         )
     }
 
-    /// When the earliest queued run becomes due (database clock), if any is queued.
-    pub async fn next_due_at(&self) -> Result<Option<i64>> {
-        let q = &self.q.next_due_at;
+    /// Milliseconds until the earliest queued run is due (negative if overdue), if any
+    /// run is queued.
+    pub async fn next_due_in(&self) -> Result<Option<i64>> {
+        let q = &self.q.next_due_in;
         Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).fetch_one(p).await?))
     }
 

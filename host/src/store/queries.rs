@@ -118,7 +118,7 @@ queries! {
         UPDATE jobhost_runs SET status = 'running', host = $1, updated_at = {now}, \
         started_at = COALESCE(started_at, {now}) \
         WHERE id IN (SELECT id FROM due) AND status = 'queued' RETURNING {run_columns}";
-    next_due_at = "SELECT MIN(next_attempt_at) FROM jobhost_runs \
+    next_due_in = "SELECT MIN(next_attempt_at) - {now} FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual'";
     queue_lag = "SELECT COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) FROM jobhost_runs \
         WHERE status = 'queued' AND next_attempt_at <= {now}";
