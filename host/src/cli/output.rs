@@ -1,7 +1,7 @@
 //! Human and JSON renderings of what the CLI prints.
 
 use crate::failure::FailureCode;
-use crate::store::RunRecord;
+use crate::store::{AttemptRecord, RunRecord};
 use crate::views;
 use serde_json::json;
 
@@ -31,6 +31,16 @@ pub fn run_result(run: &RunRecord, as_json: bool) {
         && let Some(error) = &run.last_error
     {
         println!("  error: {error}");
+    }
+}
+
+/// An attempt's log, indented under what was printed about it.
+pub fn log(attempt: &AttemptRecord) {
+    for line in attempt.log.lines() {
+        println!("    | {line}");
+    }
+    if attempt.log_truncated != 0 {
+        println!("    | (log truncated)");
     }
 }
 

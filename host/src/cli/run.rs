@@ -140,8 +140,14 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         .get_run(&run.id)
         .await?
         .expect("the run we inserted exists");
+    let attempts = app.store.list_attempts(&run.id).await?;
     app.store.close().await;
     output::run_result(&record, args.json);
+    if !args.json
+        && let Some(last) = attempts.last()
+    {
+        output::log(last);
+    }
     Ok(match record.status() {
         Some(RunStatus::Succeeded) => 0,
         Some(RunStatus::Skipped) => 3,

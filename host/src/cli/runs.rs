@@ -115,12 +115,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                         a.fuel_used.unwrap_or(0),
                         crate::units::format_size(a.peak_memory.unwrap_or(0) as u64),
                     );
-                    for line in a.log.lines() {
-                        println!("    | {line}");
-                    }
-                    if a.log_truncated != 0 {
-                        println!("    | (log truncated)");
-                    }
+                    output::log(a);
                 }
             }
             0
