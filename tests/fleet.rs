@@ -195,7 +195,7 @@ async fn a_frozen_host_cannot_commit_after_its_lease_moved_on() {
     // Freeze the host once its guest has written its rows and waits inside the transaction.
     let started = Instant::now();
     while home
-        .scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE usename LIKE 'jobhost_job_ledger_%' AND state = 'idle in transaction'")
+        .scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND usename LIKE 'jobhost_job_ledger_%' AND state = 'idle in transaction'")
         .await
         == 0
     {
@@ -271,7 +271,7 @@ async fn a_host_that_loses_the_database_fails_the_attempt_and_recovers() {
     server.post("/jobs/ledger/kick").await;
     let started = Instant::now();
     while home
-        .scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE usename LIKE 'jobhost_job_ledger_%' AND state = 'idle in transaction'")
+        .scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND usename LIKE 'jobhost_job_ledger_%' AND state = 'idle in transaction'")
         .await
         == 0
     {

@@ -374,7 +374,7 @@ impl Drop for Server {
 }
 
 impl Drop for Home {
-    /// Drops a test's Postgres database (its servers are gone by now).
+    /// Drops a test's Postgres database and its job roles (its servers are gone by now).
     fn drop(&mut self) {
         if self.backend != Backend::Postgres {
             return;
@@ -387,16 +387,27 @@ impl Drop for Home {
                 .ok()?;
             runtime.block_on(async {
                 use sqlx::Connection;
+                // Job roles are cluster-wide: drop the ones this database created too.
+                let roles: Vec<String> = match sqlx::PgConnection::connect(&url).await {
+                    Ok(mut conn) => sqlx::query_scalar("SELECT role FROM jobhost_guest_roles")
+                        .fetch_all(&mut conn)
+                        .await
+                        .unwrap_or_default(),
+                    Err(_) => Vec::new(),
+                };
                 let name = url.rsplit('/').next()?.to_string();
                 let mut conn = sqlx::PgConnection::connect(&postgres_admin_url())
                     .await
                     .ok()?;
-                sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                )))
-                .execute(&mut conn)
-                .await
-                .ok()
+                let mut cleanup = vec![format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")];
+                cleanup.extend(roles.iter().map(|r| format!("DROP ROLE IF EXISTS \"{r}\"")));
+                for statement in cleanup {
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                        .execute(&mut conn)
+                        .await
+                        .ok()?;
+                }
+                Some(())
             })
         })
         .join();

@@ -104,7 +104,7 @@ impl PgGuest {
 
     /// The job's role pool, provisioning the role for this grant first if needed.
     async fn pool_for(&self, job: &str, grant: &DbGrant) -> Result<PgPool, GuestDbError> {
-        let role = role_name(job);
+        let role = role_name(self.options.get_database().unwrap_or_default(), job);
         let fingerprint = grant_fingerprint(grant);
         let mut roles = self.roles.lock().await;
         if let Some((pool, provisioned)) = roles.get(&role)
@@ -131,14 +131,16 @@ impl PgGuest {
     }
 }
 
-/// The job's role: its name made safe, and a hash so distinct names never collide.
-fn role_name(job: &str) -> String {
+/// The job's role: its name made safe, and a hash of the database and the name, so
+/// distinct jobs never collide — nor the same job in two databases of one cluster (roles
+/// are cluster-wide, grants per database).
+fn role_name(database: &str, job: &str) -> String {
     let safe: String = job
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .take(40)
         .collect();
-    let hash = hex::encode(&Sha256::digest(job.as_bytes())[..4]);
+    let hash = hex::encode(&Sha256::digest(format!("{database}/{job}").as_bytes())[..4]);
     format!("jobhost_job_{safe}_{hash}")
 }
 
@@ -556,10 +558,11 @@ mod tests {
 
     #[test]
     fn role_names_are_safe_and_distinct() {
-        let a = role_name("nightly-report.v2");
+        let a = role_name("prod", "nightly-report.v2");
         assert!(a.starts_with("jobhost_job_nightly_report_v2_"), "{a}");
         assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
         assert!(a.len() <= 63);
-        assert_ne!(role_name("a-b"), role_name("a_b"));
+        assert_ne!(role_name("prod", "a-b"), role_name("prod", "a_b"));
+        assert_ne!(role_name("prod", "a"), role_name("staging", "a"));
     }
 }
