@@ -124,8 +124,15 @@ impl Runner {
                     .await?
             }
         };
-        let (lease, seq) = match (started, &previous) {
-            (Started::Attempt { lease, seq }, _) => (lease, seq),
+        let (lease, seq, stamped_after) = match (started, &previous) {
+            (
+                Started::Attempt {
+                    lease,
+                    seq,
+                    stamped_after,
+                },
+                _,
+            ) => (lease, seq, stamped_after),
             (Started::LeaseUnavailable, Some(previous)) => {
                 // A retry could not renew: the lease moved on without this run.
                 let ending = Ending::Finish {
@@ -140,7 +147,9 @@ impl Runner {
             (Started::LeaseUnavailable, None) => return Ok(Step::Skipped),
             (Started::RunGone, _) => return Ok(Step::Abandoned),
         };
-        let deadline = Instant::now() + timeout;
+        // Counted from before the database stamped the lease's deadline: the host stops
+        // the attempt no later than the database stops its writes.
+        let deadline = stamped_after + timeout;
         // The lease expires `grace` after the deadline: until then, this host may still
         // record what happened (retrying if the database is briefly unreachable).
         let until = deadline + terms.grace;

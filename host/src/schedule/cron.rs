@@ -5,7 +5,7 @@
 //! seven fields (a leading seconds field, a trailing year) and the `@hourly`-style
 //! shorthands follow the `cron` crate, whose numeric days of the week run 1 (Sunday) to 7.
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use std::str::FromStr;
 
@@ -23,9 +23,17 @@ pub enum CronError {
 
 #[derive(Debug, Clone)]
 pub struct Cron {
+    /// Matches wall-clock times: it is evaluated as if the zone were UTC, and each matching
+    /// wall time is then placed on the zone's timeline (see [`Cron::instants`]).
     schedule: cron::Schedule,
     tz: Tz,
+    /// The hour field names fixed hours (`30 1 * * *`, `@daily`), as opposed to every hour
+    /// or a step (`* * * * *`, `0 */2 * * *`): it decides what a DST change does.
+    fixed_hour: bool,
 }
+
+/// How far a zone's offset moves at a change of daylight saving time, at most (with room).
+const MAX_SHIFT: chrono::TimeDelta = chrono::TimeDelta::hours(4);
 
 const DAY_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
@@ -38,6 +46,19 @@ impl Cron {
         let invalid = || CronError::Expression(expression.to_string());
         let trimmed = expression.trim();
         let fields: Vec<&str> = trimmed.split_whitespace().collect();
+        let hour_field = match fields.len() {
+            _ if trimmed.starts_with('@') => {
+                if trimmed.eq_ignore_ascii_case("@hourly") {
+                    "*"
+                } else {
+                    "0"
+                }
+            }
+            5 => fields[1],
+            6 | 7 => fields[2],
+            _ => return Err(invalid()),
+        };
+        let fixed_hour = !hour_field.contains(['*', '/']);
         let native = match fields.len() {
             _ if trimmed.starts_with('@') => trimmed.to_string(),
             5 => {
@@ -51,7 +72,11 @@ impl Cron {
             _ => return Err(invalid()),
         };
         let schedule = cron::Schedule::from_str(&native).map_err(|_| invalid())?;
-        let cron = Cron { schedule, tz };
+        let cron = Cron {
+            schedule,
+            tz,
+            fixed_hour,
+        };
         if cron.next_after(0).is_none() {
             return Err(CronError::Never(expression.to_string()));
         }
@@ -59,14 +84,76 @@ impl Cron {
     }
 
     /// The first fire time strictly after `ms` (epoch milliseconds).
+    ///
+    /// Always later than `ms`, whatever the zone does: a scheduler that moves a job's fire
+    /// time from one value to the next can never go back and fire a tick again.
     pub fn next_after(&self, ms: i64) -> Option<i64> {
-        let after: DateTime<Tz> = self
-            .tz
-            .from_utc_datetime(&DateTime::<Utc>::from_timestamp_millis(ms)?.naive_utc());
+        let instant = DateTime::<Utc>::from_timestamp_millis(ms)?;
+        let wall = instant.with_timezone(&self.tz).naive_local();
+        let offset_at = |t: DateTime<Utc>| self.tz.offset_from_utc_datetime(&t.naive_utc());
+        let steady = offset_at(instant - MAX_SHIFT) == offset_at(instant + MAX_SHIFT);
+        if steady {
+            // No change of offset nearby: wall times and instants run in step.
+            let next = self.wall_times_after(wall).next()?;
+            return self.instants(next).into_iter().find(|t| *t > ms);
+        }
+        // Near a change, wall times a little before `wall` can fall after `ms` (the clock
+        // went back) and wall times in a gap belong elsewhere: look at every wall time
+        // within the largest shift on either side and keep the earliest instant after `ms`.
+        let mut best: Option<i64> = None;
+        for candidate in self.wall_times_after(wall - MAX_SHIFT) {
+            if candidate > wall + MAX_SHIFT && best.is_some() {
+                break;
+            }
+            for t in self.instants(candidate) {
+                if t > ms && best.is_none_or(|b| t < b) {
+                    best = Some(t);
+                }
+            }
+        }
+        best
+    }
+
+    /// The schedule's wall times strictly after `wall`, in order.
+    fn wall_times_after(
+        &self,
+        wall: chrono::NaiveDateTime,
+    ) -> impl Iterator<Item = chrono::NaiveDateTime> + '_ {
         self.schedule
-            .after(&after)
-            .next()
-            .map(|t| t.timestamp_millis())
+            .after(&Utc.from_utc_datetime(&wall))
+            .map(|t| t.naive_utc())
+    }
+
+    /// The instants at which a matching wall time fires. A wall time the clock passes
+    /// twice (the hour repeated when daylight saving ends) fires twice for a schedule that
+    /// runs every hour or more often, so it keeps its pace, and once, at its first
+    /// occurrence, for a fixed hour. A wall time the clock skips (the hour lost when
+    /// daylight saving starts) fires, for a fixed hour, at the instant it would have had
+    /// under the offset before the change, so a daily job is not lost that day.
+    fn instants(&self, wall: chrono::NaiveDateTime) -> Vec<i64> {
+        use chrono::LocalResult;
+        match self.tz.from_local_datetime(&wall) {
+            LocalResult::Single(t) => vec![t.timestamp_millis()],
+            LocalResult::Ambiguous(first, second) => {
+                if self.fixed_hour {
+                    vec![first.timestamp_millis()]
+                } else {
+                    vec![first.timestamp_millis(), second.timestamp_millis()]
+                }
+            }
+            LocalResult::None if self.fixed_hour => {
+                let before = self
+                    .tz
+                    .offset_from_local_datetime(&(wall - MAX_SHIFT))
+                    .earliest()
+                    .map(|o| o.fix());
+                before
+                    .map(|offset| (wall - offset).and_utc().timestamp_millis())
+                    .into_iter()
+                    .collect()
+            }
+            LocalResult::None => Vec::new(),
+        }
     }
 
     /// The interval between the fire times that follow `ms`: the schedule's period there.
@@ -175,6 +262,145 @@ mod tests {
             Some(at("2026-11-29T08:00:00Z"))
         );
         assert!(Cron::parse("@hourly", Tz::UTC).is_ok());
+    }
+
+    /// The instants in 2026 at which a zone's offset changes.
+    fn transitions(tz: Tz) -> Vec<i64> {
+        let start = at("2026-01-01T00:00:00Z");
+        let hour = 3_600_000;
+        let offset = |ms: i64| {
+            tz.offset_from_utc_datetime(
+                &DateTime::<Utc>::from_timestamp_millis(ms)
+                    .unwrap()
+                    .naive_utc(),
+            )
+            .fix()
+        };
+        (0..365 * 24)
+            .map(|h| start + h * hour)
+            .filter(|t| offset(*t) != offset(t + hour))
+            .map(|t| {
+                // Down to the minute.
+                (0..60)
+                    .map(|m| t + m * 60_000)
+                    .find(|m| offset(*m) != offset(t))
+                    .unwrap_or(t + hour)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn around_every_dst_change_the_next_fire_time_is_later_and_each_tick_fires_once() {
+        let zones = [
+            "America/New_York",
+            "Europe/Berlin",
+            "Australia/Sydney",
+            "Australia/Lord_Howe",
+            "America/Santiago",
+        ];
+        let minute = 60_000;
+        for zone in zones {
+            let tz = parse_tz(zone).unwrap();
+            let changes = transitions(tz);
+            assert_eq!(changes.len(), 2, "{zone}: {changes:?}");
+            for change in changes {
+                let (from, to) = (change - 3 * 60 * minute, change + 3 * 60 * minute);
+                for expr in ["* * * * *", "*/15 * * * *", "0 * * * *", "@hourly"] {
+                    let c = Cron::parse(expr, tz).unwrap();
+                    for t in (from..to).step_by(minute as usize) {
+                        let next = c.next_after(t).unwrap();
+                        assert!(next > t, "{zone} {expr}: next after {t} is {next}");
+                    }
+                    // An every-hour-or-more schedule keeps its pace in real time, the
+                    // repeated hour included (an hourly job in a zone that shifts by half
+                    // an hour can only keep it to within the shift).
+                    let fires = fire_times(&c, from, to);
+                    let period = c.period_after(from - 10 * 60 * minute).unwrap();
+                    let shift = shift_at(tz, change);
+                    for w in fires.windows(2) {
+                        let off = (w[1] - w[0] - period).abs();
+                        assert!(
+                            off == 0 || (period > shift && off <= shift),
+                            "{zone} {expr}: {w:?}"
+                        );
+                    }
+                }
+                for expr in ["30 1 * * *", "30 2 * * *", "0 3 * * *", "45 23 * * *"] {
+                    let c = Cron::parse(expr, tz).unwrap();
+                    for t in (from..to).step_by(minute as usize) {
+                        let next = c.next_after(t).unwrap();
+                        assert!(next > t, "{zone} {expr}: next after {t} is {next}");
+                    }
+                    // A fixed time fires once on every local day, even when the wall
+                    // clock passes it twice or skips it.
+                    let day = 24 * 60 * minute;
+                    let days: Vec<chrono::NaiveDate> =
+                        fire_times(&c, change - 2 * day, change + 2 * day)
+                            .into_iter()
+                            .map(|t| {
+                                DateTime::<Utc>::from_timestamp_millis(t)
+                                    .unwrap()
+                                    .with_timezone(&tz)
+                                    .date_naive()
+                            })
+                            .collect();
+                    assert!(days.len() >= 3, "{zone} {expr}: {days:?}");
+                    for w in days.windows(2) {
+                        assert_eq!(w[0].succ_opt(), Some(w[1]), "{zone} {expr}: {days:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// How far the zone's offset moves at `change`, in milliseconds.
+    fn shift_at(tz: Tz, change: i64) -> i64 {
+        let offset = |ms: i64| {
+            tz.offset_from_utc_datetime(
+                &DateTime::<Utc>::from_timestamp_millis(ms)
+                    .unwrap()
+                    .naive_utc(),
+            )
+            .fix()
+            .local_minus_utc() as i64
+        };
+        (offset(change) - offset(change - 3_600_000)).abs() * 1000
+    }
+
+    /// What a scheduler moving from fire time to fire time fires within `[from, to)`.
+    fn fire_times(c: &Cron, from: i64, to: i64) -> Vec<i64> {
+        let mut fires = Vec::new();
+        let mut t = from;
+        while let Some(next) = c.next_after(t) {
+            if next >= to {
+                break;
+            }
+            assert!(next > t);
+            fires.push(next);
+            t = next;
+        }
+        fires
+    }
+
+    #[test]
+    fn a_fixed_time_in_the_skipped_hour_still_fires_that_day() {
+        let ny = parse_tz("America/New_York").unwrap();
+        let c = Cron::parse("30 2 * * *", ny).unwrap();
+        // 2026-03-08: clocks go from 02:00 EST straight to 03:00 EDT.
+        assert_eq!(
+            c.next_after(at("2026-03-08T05:00:00Z")),
+            Some(at("2026-03-08T07:30:00Z"))
+        );
+        // 2026-11-01: 01:30 happens twice; a fixed 01:30 fires at the first.
+        let c = Cron::parse("30 1 * * *", ny).unwrap();
+        assert_eq!(
+            c.next_after(at("2026-11-01T04:00:00Z")),
+            Some(at("2026-11-01T05:30:00Z"))
+        );
+        assert_eq!(
+            c.next_after(at("2026-11-01T05:30:00Z")),
+            Some(at("2026-11-02T06:30:00Z"))
+        );
     }
 
     #[test]

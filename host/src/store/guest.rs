@@ -31,6 +31,9 @@ pub struct SqlRows {
 pub const MAX_ROWS: usize = 10_000;
 /// Most bytes of values one statement may return to a guest.
 pub const MAX_RESULT_BYTES: usize = 8 << 20;
+/// Most bytes of any one value (text or blob) a guest statement may make the database
+/// build, return or store.
+pub const MAX_VALUE_BYTES: usize = 1 << 20;
 /// Most bytes of SQL text per statement.
 pub const MAX_SQL_BYTES: usize = 64 << 10;
 /// Most parameters per statement.
@@ -112,10 +115,9 @@ impl GuestDb {
     /// Opens the guest-facing side of the store's database (its own connections).
     pub async fn open(store: &super::Store) -> Result<GuestDb, super::StoreError> {
         match store.pool() {
-            super::Pool::Sqlite(_) => {
-                let pool = super::open_sqlite(store.url(), 4).await?;
-                Ok(GuestDb::Sqlite(SqliteGuest::new(pool, store.fence_sql())))
-            }
+            super::Pool::Sqlite(_) => Ok(GuestDb::Sqlite(
+                SqliteGuest::open(store.url(), store.fence_sql()).await?,
+            )),
             super::Pool::Postgres(admin) => {
                 Ok(GuestDb::Postgres(PgGuest::new(admin.clone(), store.url())?))
             }

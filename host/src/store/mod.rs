@@ -15,10 +15,12 @@ mod queries;
 pub mod records;
 pub mod sqlite_guest;
 
+use pool::Exclusive;
 pub use pool::{Backend, Pool};
 pub use records::*;
 
 use queries::{Dialect, Queries};
+use sqlx::Connection;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::LazyLock;
@@ -159,6 +161,29 @@ impl Store {
         Ok(store)
     }
 
+    /// Runs a compound write again when Postgres aborted it for a deadlock or a
+    /// serialization failure: the transaction rolled back, so running it again is safe.
+    async fn retrying<T, F, Fut>(&self, mut write: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        const TRIES: u32 = 5;
+        let mut tries = 0;
+        loop {
+            match write().await {
+                Err(StoreError::Database(sqlx::Error::Database(e)))
+                    if tries < TRIES && matches!(e.code().as_deref(), Some("40P01" | "40001")) =>
+                {
+                    tries += 1;
+                    let pause = rand::random_range(1..=10 * u64::from(tries));
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                }
+                result => return result,
+            }
+        }
+    }
+
     pub fn pool(&self) -> &Pool {
         &self.pool
     }
@@ -295,9 +320,25 @@ impl Store {
     /// Starts an attempt: takes or renews the lease, moves the run to the lease's
     /// generation and opens the attempt's row — all in one transaction, or nothing.
     pub async fn start_attempt(&self, op: &LeaseOp<'_>, a: &BeginAttempt<'_>) -> Result<Started> {
+        self.retrying(|| self.start_attempt_once(op, a)).await
+    }
+
+    async fn start_attempt_once(&self, op: &LeaseOp<'_>, a: &BeginAttempt<'_>) -> Result<Started> {
         let q = self.q;
         with_pool!(self.pool, p => {
-            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+            let (job, instance) = match op {
+                LeaseOp::Acquire(r) => (r.job, r.instance),
+                LeaseOp::Renew { lease, .. } => (lease.job.as_str(), lease.instance.as_str()),
+            };
+            let _: Option<i64> = sqlx::query_scalar(q.lock_lease.as_str())
+                .bind(job)
+                .bind(instance)
+                .fetch_optional(&mut *tx)
+                .await?;
+            // The deadline is stamped by the next statement, so after this instant.
+            let stamped_after = tokio::time::Instant::now();
             let lease: Option<LeaseRecord> = match op {
                 LeaseOp::Acquire(r) => sqlx::query_as(q.acquire_lease.as_str())
                     .bind(r.job)
@@ -318,6 +359,8 @@ impl Store {
                     .await?,
             };
             let Some(lease) = lease.map(LeaseRecord::into_lease) else {
+                tx.rollback().await?;
+                conn.release();
                 return Ok(Started::LeaseUnavailable);
             };
             let seq: Option<i64> = sqlx::query_scalar(q.begin_attempt.as_str())
@@ -327,7 +370,11 @@ impl Store {
                 .bind(a.component_digest)
                 .fetch_optional(&mut *tx)
                 .await?;
-            let Some(seq) = seq else { return Ok(Started::RunGone) };
+            let Some(seq) = seq else {
+                tx.rollback().await?;
+                conn.release();
+                return Ok(Started::RunGone);
+            };
             sqlx::query(q.insert_attempt.as_str())
                 .bind(a.run_id)
                 .bind(seq)
@@ -338,7 +385,8 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;
-            Ok(Started::Attempt { lease, seq })
+            conn.release();
+            Ok(Started::Attempt { lease, seq, stamped_after })
         })
     }
 
@@ -352,9 +400,14 @@ impl Store {
     /// Puts a running run back in the queue (a retry after backoff, or its next pass) and
     /// parks its lease until then. Returns false if the run or lease moved on.
     pub async fn requeue_run(&self, r: &Requeue<'_>) -> Result<bool> {
+        self.retrying(|| self.requeue_run_once(r)).await
+    }
+
+    async fn requeue_run_once(&self, r: &Requeue<'_>) -> Result<bool> {
         let q = self.q;
         with_pool!(self.pool, p => {
-            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
             if let Some(a) = &r.attempt {
                 bind_attempt_end(sqlx::query(q.finish_attempt.as_str()), a).execute(&mut *tx).await?;
             }
@@ -371,6 +424,7 @@ impl Store {
                 .rows_affected();
             if parked != 1 {
                 tx.commit().await?;
+                conn.release();
                 return Ok(false);
             }
             let moved = sqlx::query(q.requeue_run.as_str())
@@ -386,9 +440,12 @@ impl Store {
                 .await?
                 .rows_affected();
             if moved != 1 {
+                tx.rollback().await?;
+                conn.release();
                 return Ok(false);
             }
             tx.commit().await?;
+            conn.release();
             Ok(true)
         })
     }
@@ -398,9 +455,14 @@ impl Store {
     /// generation. If the lease had its pending flag set (a kick arrived during the run),
     /// `follow_up` is queued. A run that moved on meanwhile keeps only the attempt record.
     pub async fn finish_run(&self, f: &Finish<'_>) -> Result<FinishResult> {
+        self.retrying(|| self.finish_run_once(f)).await
+    }
+
+    async fn finish_run_once(&self, f: &Finish<'_>) -> Result<FinishResult> {
         let q = self.q;
         with_pool!(self.pool, p => {
-            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
             if let Some(a) = &f.attempt {
                 bind_attempt_end(sqlx::query(q.finish_attempt.as_str()), a).execute(&mut *tx).await?;
             }
@@ -412,6 +474,8 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await?;
             if f.require_lease && pending.is_none() {
+                tx.rollback().await?;
+                conn.release();
                 return Ok(FinishResult::LeaseLost);
             }
             let updated = sqlx::query(q.finish_run.as_str())
@@ -428,6 +492,7 @@ impl Store {
                 .rows_affected();
             if updated != 1 {
                 tx.commit().await?;
+                conn.release();
                 return Ok(FinishResult::NotRunning);
             }
             sqlx::query(q.release_lease.as_str())
@@ -452,6 +517,7 @@ impl Store {
                 bind_report(sqlx::query(q.insert_report.as_str()), report).execute(&mut *tx).await?;
             }
             tx.commit().await?;
+            conn.release();
             Ok(FinishResult::Finished { follow_up })
         })
     }
@@ -471,9 +537,21 @@ impl Store {
         next: Option<i64>,
         run: Option<&NewRun>,
     ) -> Result<bool> {
+        self.retrying(|| self.fire_schedule_once(job, expected, next, run))
+            .await
+    }
+
+    async fn fire_schedule_once(
+        &self,
+        job: &str,
+        expected: Option<i64>,
+        next: Option<i64>,
+        run: Option<&NewRun>,
+    ) -> Result<bool> {
         let q = self.q;
         with_pool!(self.pool, p => {
-            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
             let advanced = sqlx::query(q.advance_schedule.as_str())
                 .bind(job)
                 .bind(expected)
@@ -482,6 +560,8 @@ impl Store {
                 .await?
                 .rows_affected();
             if advanced != 1 {
+                tx.rollback().await?;
+                conn.release();
                 return Ok(false);
             }
             if let Some(run) = run {
@@ -490,6 +570,7 @@ impl Store {
                     .await?;
             }
             tx.commit().await?;
+            conn.release();
             Ok(true)
         })
     }
@@ -514,9 +595,20 @@ impl Store {
     /// Marks a lost run `crashed` (if it still is lost), frees its lease, and queues what
     /// the caller decided: a rerun, the follow-up of kicks it had pending, a report.
     pub async fn mark_crashed(&self, c: &Crash<'_>) -> Result<bool> {
+        self.retrying(|| self.mark_crashed_once(c)).await
+    }
+
+    async fn mark_crashed_once(&self, c: &Crash<'_>) -> Result<bool> {
         let q = self.q;
         with_pool!(self.pool, p => {
-            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+            // The lease before the run, as everywhere: one lock order, no deadlock.
+            let lease: Option<(Option<String>, i64)> = sqlx::query_as(q.lease_holder.as_str())
+                .bind(&c.run.job)
+                .bind(&c.run.instance)
+                .fetch_optional(&mut *tx)
+                .await?;
             let marked = sqlx::query(q.mark_crashed.as_str())
                 .bind(&c.run.id)
                 .bind(c.stale_ms)
@@ -524,13 +616,18 @@ impl Store {
                 .await?
                 .rows_affected();
             if marked != 1 {
+                tx.rollback().await?;
+                conn.release();
                 return Ok(false);
             }
-            let pending: Option<i64> = sqlx::query_scalar(q.release_lost_lease.as_str())
+            let pending = lease
+                .filter(|(holder, _)| holder.as_deref() == Some(c.run.id.as_str()))
+                .map(|(_, pending)| pending);
+            sqlx::query(q.release_lost_lease.as_str())
                 .bind(&c.run.job)
                 .bind(&c.run.instance)
                 .bind(&c.run.id)
-                .fetch_optional(&mut *tx)
+                .execute(&mut *tx)
                 .await?;
             let follow_up = c.follow_up.as_ref().filter(|_| pending == Some(1));
             for run in c.rerun.iter().chain(follow_up) {
@@ -540,6 +637,7 @@ impl Store {
             }
             bind_report(sqlx::query(q.insert_report.as_str()), &c.report).execute(&mut *tx).await?;
             tx.commit().await?;
+            conn.release();
             Ok(true)
         })
     }
@@ -552,9 +650,20 @@ impl Store {
         previous: Option<i64>,
         report: &NewReport<'_>,
     ) -> Result<bool> {
+        self.retrying(|| self.mark_missed_once(job, previous, report))
+            .await
+    }
+
+    async fn mark_missed_once(
+        &self,
+        job: &str,
+        previous: Option<i64>,
+        report: &NewReport<'_>,
+    ) -> Result<bool> {
         let q = self.q;
         with_pool!(self.pool, p => {
-            let mut tx = p.begin_with(self.dialect.begin_write).await?;
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
             let marked = sqlx::query(q.mark_missed.as_str())
                 .bind(job)
                 .bind(previous)
@@ -562,10 +671,13 @@ impl Store {
                 .await?
                 .rows_affected();
             if marked != 1 {
+                tx.rollback().await?;
+                conn.release();
                 return Ok(false);
             }
             bind_report(sqlx::query(q.insert_report.as_str()), report).execute(&mut *tx).await?;
             tx.commit().await?;
+            conn.release();
             Ok(true)
         })
     }
@@ -724,16 +836,24 @@ where
         .bind(report.body.as_str())
 }
 
-/// Opens a SQLite pool: WAL so readers never wait for the writer, and a busy timeout so
-/// writers queue for the single write lock instead of failing.
-pub(crate) async fn open_sqlite(url: &str, max: u32) -> Result<sqlx::SqlitePool> {
+/// The settings of every connection to a SQLite database: WAL so readers never wait for
+/// the writer, and a busy timeout so writers queue for the single write lock instead of
+/// failing.
+pub(crate) fn sqlite_options(
+    url: &str,
+) -> std::result::Result<sqlx::sqlite::SqliteConnectOptions, sqlx::Error> {
     use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-    let options = SqliteConnectOptions::from_str(url)?
+    Ok(SqliteConnectOptions::from_str(url)?
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(SQLITE_BUSY_TIMEOUT)
-        .foreign_keys(true);
+        .foreign_keys(true))
+}
+
+/// Opens a SQLite pool of the host's own.
+pub(crate) async fn open_sqlite(url: &str, max: u32) -> Result<sqlx::SqlitePool> {
+    let options = sqlite_options(url)?;
     let path = options.get_filename();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {

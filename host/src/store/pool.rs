@@ -43,3 +43,49 @@ macro_rules! with_pool {
         }
     };
 }
+
+/// A pooled connection held for one compound write.
+///
+/// Unless [`Exclusive::release`] is called once its transaction has ended (committed or
+/// rolled back), dropping it closes the connection instead of returning it to the pool: a
+/// write dropped half-way (a cancelled call, a shutdown) must never hand the next user a
+/// connection that is still inside a transaction, holding locks (on SQLite, the write
+/// lock). Closing it makes the server roll back.
+pub(crate) struct Exclusive<DB: sqlx::Database> {
+    conn: Option<sqlx::pool::PoolConnection<DB>>,
+}
+
+impl<DB: sqlx::Database> Exclusive<DB> {
+    pub(crate) async fn acquire(pool: &sqlx::Pool<DB>) -> Result<Self, sqlx::Error> {
+        Ok(Exclusive {
+            conn: Some(pool.acquire().await?),
+        })
+    }
+
+    /// The transaction ended: the connection may serve the next user.
+    pub(crate) fn release(mut self) {
+        self.conn.take();
+    }
+}
+
+impl<DB: sqlx::Database> std::ops::Deref for Exclusive<DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        self.conn.as_ref().expect("held until released or dropped")
+    }
+}
+
+impl<DB: sqlx::Database> std::ops::DerefMut for Exclusive<DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        self.conn.as_mut().expect("held until released or dropped")
+    }
+}
+
+impl<DB: sqlx::Database> Drop for Exclusive<DB> {
+    fn drop(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            conn.close_on_drop();
+        }
+    }
+}

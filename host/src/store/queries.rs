@@ -156,18 +156,24 @@ queries! {
         WHERE id = $1 AND status = 'running' AND updated_at <= {now} - $2 \
         AND NOT EXISTS (SELECT 1 FROM jobhost_leases l WHERE l.job = jobhost_runs.job \
             AND l.instance = jobhost_runs.instance AND l.holder = $1 AND l.expires_at > {now})";
+    lease_holder = "SELECT holder, pending FROM jobhost_leases \
+        WHERE job = $1 AND instance = $2 {for_update}";
     release_lost_lease = "UPDATE jobhost_leases SET holder = NULL, pending = 0, \
         deadline_at = {now}, expires_at = {now}, updated_at = {now} \
-        WHERE job = $1 AND instance = $2 AND holder = $3 RETURNING pending";
+        WHERE job = $1 AND instance = $2 AND holder = $3";
     count_reruns = "SELECT COUNT(*) FROM jobhost_runs WHERE rerun_of = $1";
 
     acquire_lease = "INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
         expires_at, pending, updated_at) VALUES ($1, $2, 1, $3, {now} + $4, {now} + $5, 0, {now}) \
         ON CONFLICT (job, instance) DO UPDATE SET generation = jobhost_leases.generation + 1, \
-        holder = excluded.holder, deadline_at = excluded.deadline_at, \
-        expires_at = excluded.expires_at, pending = 0, updated_at = excluded.updated_at \
+        holder = excluded.holder, deadline_at = {now} + $4, \
+        expires_at = {now} + $5, pending = 0, updated_at = {now} \
         WHERE jobhost_leases.holder IS NULL OR jobhost_leases.expires_at <= {now} \
         RETURNING {lease_columns}";
+    // Taken before a lease's deadline is stamped, so the stamp is not made before a wait
+    // for the row (Postgres computes an UPDATE's new row before it waits for the lock).
+    lock_lease = "SELECT generation FROM jobhost_leases WHERE job = $1 AND instance = $2 \
+        {for_update}";
     renew_lease = "UPDATE jobhost_leases SET generation = generation + 1, \
         deadline_at = {now} + $5, expires_at = {now} + $6, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND generation = $3 AND holder = $4 \

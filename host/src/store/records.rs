@@ -261,6 +261,9 @@ pub enum Started {
     Attempt {
         lease: Lease,
         seq: i64,
+        /// An instant (host clock) before the database stamped the lease's deadline: the
+        /// attempt's deadline counted from here is never later than the database's.
+        stamped_after: tokio::time::Instant,
     },
     /// Another run holds the lease (acquire), or the run's lease moved on (renew).
     LeaseUnavailable,

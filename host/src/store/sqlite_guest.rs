@@ -1,5 +1,6 @@
 //! Guest SQL on SQLite: grants enforced by SQLite's authorizer, deadlines by its progress
-//! handler, commits fenced by the lease in the same transaction.
+//! handler, the size of every value by SQLite's own limits, commits fenced by the lease
+//! in the same transaction.
 //!
 //! Each guest statement runs on a connection from a pool of its own, with an authorizer
 //! installed for the job's grant: SQLite asks it about every table a statement reads or
@@ -7,18 +8,27 @@
 //! statement, so what a job may touch never depends on parsing its SQL. Guest statements
 //! are never cached (a statement prepared for one job must not be reused, unchecked, by
 //! another). A progress handler interrupts a statement still running at its deadline.
+//!
+//! One gap in what SQLite tells the authorizer needs care: a table a statement names but
+//! takes no column from (`SELECT count(*) FROM t`, `EXISTS (SELECT 1 FROM t)`) is reported
+//! without its database, exactly like a common table expression. Such a name is refused
+//! unless it is granted or turns out, on asking SQLite's schema, not to be a table or view
+//! at all (then it can only be a CTE of the statement, which is prepared again with that
+//! name allowed).
 
 use super::guest::{
-    Access, Fence, GuestDbError, Refusal, SqlRows, SqlValue, TxSession, collect_rows,
+    Access, Fence, GuestDbError, MAX_PARAMS, MAX_SQL_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows,
+    SqlValue, TxSession, collect_rows,
 };
 use crate::grants::DbGrant;
 use libsqlite3_sys as ffi;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
-use sqlx::{AssertSqlSafe, Row, Sqlite, SqlitePool, TypeInfo, ValueRef};
+use sqlx::{AssertSqlSafe, ConnectOptions, Row, Sqlite, SqlitePool, TypeInfo, ValueRef};
+use std::collections::BTreeSet;
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 
 const MODE_READ: u8 = 0;
@@ -30,6 +40,8 @@ const DENIED_NONE: u8 = 0;
 const DENIED_NOT_GRANTED: u8 = 1;
 const DENIED_READ_ONLY: u8 = 2;
 const DENIED_FORBIDDEN: u8 = 3;
+/// A name reported without its database: a table or a CTE, to be looked up.
+const DENIED_AMBIGUOUS: u8 = 4;
 
 /// Functions a guest may never call, whatever it was granted.
 const FORBIDDEN_FUNCTIONS: [&str; 5] = [
@@ -40,16 +52,42 @@ const FORBIDDEN_FUNCTIONS: [&str; 5] = [
     "edit",
 ];
 
+/// Table-valued functions a guest may use: they read only their arguments.
+const ALLOWED_TABLE_FUNCTIONS: [&str; 4] = ["json_each", "json_tree", "jsonb_each", "jsonb_tree"];
+
+/// Most CTE names one statement may have resolved (each costs a preparation).
+const MAX_AMBIGUOUS: usize = 16;
+
+/// SQLite's per-connection limits on guest connections: every value, statement and
+/// expression a guest can make SQLite build is bounded before it is built, so no
+/// statement can make the host allocate more than a few of `MAX_VALUE_BYTES` at once.
+const LIMITS: [(c_int, c_int); 9] = [
+    (ffi::SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES as c_int),
+    (ffi::SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_BYTES as c_int),
+    (ffi::SQLITE_LIMIT_COLUMN, 100),
+    (ffi::SQLITE_LIMIT_EXPR_DEPTH, 100),
+    (ffi::SQLITE_LIMIT_COMPOUND_SELECT, 64),
+    (ffi::SQLITE_LIMIT_FUNCTION_ARG, 64),
+    (ffi::SQLITE_LIMIT_VARIABLE_NUMBER, MAX_PARAMS as c_int),
+    (ffi::SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 1000),
+    (ffi::SQLITE_LIMIT_TRIGGER_DEPTH, 10),
+];
+
 /// What the authorizer consults; shared with SQLite through a raw pointer for as long as
 /// the authorizer is installed.
 struct AuthState {
     grant: Arc<DbGrant>,
+    /// Names of virtual table modules (`pragma_*`, `dbstat`, ...): never a CTE.
+    modules: Arc<BTreeSet<String>>,
     mode: AtomicU8,
     denied: AtomicU8,
+    /// This statement's names found not to be tables (its CTEs), lower-cased.
+    ctes: Mutex<BTreeSet<String>>,
+    /// The last name reported without a database and not yet resolved.
+    ambiguous: Mutex<Option<String>>,
 }
 
 impl AuthState {
-    /// `database` is `main` for a real table and absent for a common table expression.
     fn decide(
         &self,
         action: c_int,
@@ -61,21 +99,40 @@ impl AuthState {
         if mode == MODE_HOST {
             return Ok(());
         }
-        let schema_table = arg1.is_some_and(|t| t.to_ascii_lowercase().starts_with("sqlite_"));
+        let lower = arg1.map(str::to_ascii_lowercase);
+        let reserved = lower
+            .as_deref()
+            .is_some_and(|t| t.starts_with("sqlite_") || t.starts_with("pragma_"));
         match action {
             ffi::SQLITE_SELECT | ffi::SQLITE_RECURSIVE => Ok(()),
-            ffi::SQLITE_READ => match (database, arg1) {
-                (None, _) => Ok(()),
-                (Some("main"), Some(table)) if self.grant.may_read(table) => Ok(()),
-                _ => Err(DENIED_NOT_GRANTED),
-            },
+            ffi::SQLITE_READ => {
+                let Some(table) = lower.as_deref() else {
+                    return Err(DENIED_NOT_GRANTED);
+                };
+                if ALLOWED_TABLE_FUNCTIONS.contains(&table) {
+                    return Ok(());
+                }
+                if reserved || self.modules.contains(table) {
+                    return Err(DENIED_NOT_GRANTED);
+                }
+                match database {
+                    Some("main") if self.grant.may_read(table) => Ok(()),
+                    Some(_) => Err(DENIED_NOT_GRANTED),
+                    None if self.grant.may_read(table) => Ok(()),
+                    None if self.ctes.lock().expect("cte names").contains(table) => Ok(()),
+                    None => {
+                        *self.ambiguous.lock().expect("ambiguous name") = Some(table.to_string());
+                        Err(DENIED_AMBIGUOUS)
+                    }
+                }
+            }
             // Schema changes write the schema table first: they are forbidden, not a
             // matter of grants.
-            ffi::SQLITE_INSERT | ffi::SQLITE_UPDATE | ffi::SQLITE_DELETE if schema_table => {
+            ffi::SQLITE_INSERT | ffi::SQLITE_UPDATE | ffi::SQLITE_DELETE if reserved => {
                 Err(DENIED_FORBIDDEN)
             }
             ffi::SQLITE_INSERT | ffi::SQLITE_UPDATE | ffi::SQLITE_DELETE => {
-                match (database, arg1) {
+                match (database, lower.as_deref()) {
                     (Some("main"), Some(table)) if self.grant.may_write(table) => {
                         if mode == MODE_WRITE {
                             Ok(())
@@ -94,6 +151,13 @@ impl AuthState {
             },
             _ => Err(DENIED_FORBIDDEN),
         }
+    }
+
+    /// Starts a new guest statement: no refusal, no CTE names known yet.
+    fn reset(&self) {
+        self.denied.store(DENIED_NONE, Ordering::Release);
+        self.ctes.lock().expect("cte names").clear();
+        *self.ambiguous.lock().expect("ambiguous name") = None;
     }
 }
 
@@ -128,11 +192,48 @@ unsafe extern "C" fn authorize(
 pub struct SqliteGuest {
     pool: SqlitePool,
     fence_sql: &'static str,
+    modules: Arc<BTreeSet<String>>,
 }
 
 impl SqliteGuest {
-    pub fn new(pool: SqlitePool, fence_sql: &'static str) -> Self {
-        SqliteGuest { pool, fence_sql }
+    /// Opens the guest pool on the database at `url`: its own connections, each with the
+    /// guest limits set, no statement logging (guest SQL never reaches the operator's
+    /// log), and rows handed over one at a time (a refused result stops the statement).
+    pub async fn open(url: &str, fence_sql: &'static str) -> Result<SqliteGuest, sqlx::Error> {
+        let options = super::sqlite_options(url)?
+            .row_buffer_size(1)
+            .log_statements(log::LevelFilter::Off)
+            .log_slow_statements(log::LevelFilter::Off, std::time::Duration::MAX);
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(std::time::Duration::from_secs(30))
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    let mut handle = conn.lock_handle().await?;
+                    let db = handle.as_raw_handle().as_ptr();
+                    for (limit, value) in LIMITS {
+                        // SAFETY: the handle is locked for us and open.
+                        unsafe { ffi::sqlite3_limit(db, limit, value) };
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await?;
+        let modules: Vec<String> = sqlx::query_scalar("SELECT name FROM pragma_module_list")
+            .fetch_all(&pool)
+            .await?;
+        Ok(SqliteGuest {
+            pool,
+            fence_sql,
+            modules: Arc::new(
+                modules
+                    .into_iter()
+                    .map(|m| m.to_ascii_lowercase())
+                    .filter(|m| !ALLOWED_TABLE_FUNCTIONS.contains(&m.as_str()))
+                    .collect(),
+            ),
+        })
     }
 
     pub async fn query(
@@ -141,30 +242,32 @@ impl SqliteGuest {
         sql: &str,
         params: &[SqlValue],
     ) -> Result<SqlRows, GuestDbError> {
-        let mut session =
-            Session::open(&self.pool, &access.grant, MODE_READ, access.deadline).await?;
+        let mut session = self.session(access, MODE_READ, access.deadline).await?;
         let result = session.fetch(sql, params).await;
         session.release().await;
         result
     }
 
-    /// Opens a write transaction; statements in it are interrupted at `deadline`.
+    /// Opens a write transaction; statements in it are interrupted at `deadline`. The
+    /// write lock is taken by its first statement (or its commit), not before: the lock
+    /// every writer of the file waits for is held no longer than the guest's writes need.
     pub(crate) async fn begin(
         &self,
         access: &Access,
         deadline: Instant,
     ) -> Result<Box<dyn TxSession>, GuestDbError> {
-        let mut session = Session::open(&self.pool, &access.grant, MODE_HOST, deadline).await?;
-        // IMMEDIATE: take the write lock now, so the guest's writes and the fence check
-        // happen under one lock that no lease renewal can slip past.
-        if let Err(e) = session.host_statement("BEGIN IMMEDIATE").await {
-            session.release().await;
-            return Err(e);
-        }
-        session.in_tx = true;
-        session.auth.mode.store(MODE_WRITE, Ordering::Release);
+        let mut session = self.session(access, MODE_WRITE, deadline).await?;
         session.fence_sql = Some(self.fence_sql);
         Ok(Box::new(session))
+    }
+
+    async fn session(
+        &self,
+        access: &Access,
+        mode: u8,
+        deadline: Instant,
+    ) -> Result<Session, GuestDbError> {
+        Session::open(&self.pool, &access.grant, &self.modules, mode, deadline).await
     }
 }
 
@@ -172,49 +275,58 @@ impl SqliteGuest {
 struct Session {
     conn: Option<PoolConnection<Sqlite>>,
     auth: Arc<AuthState>,
-    in_tx: bool,
+    /// A write session whose `BEGIN IMMEDIATE` has not been issued yet.
     fence_sql: Option<&'static str>,
+    begun: bool,
 }
 
 impl Session {
     async fn open(
         pool: &SqlitePool,
         grant: &Arc<DbGrant>,
+        modules: &Arc<BTreeSet<String>>,
         mode: u8,
         deadline: Instant,
     ) -> Result<Session, GuestDbError> {
-        let mut conn = tokio::time::timeout_at(deadline, pool.acquire())
+        let conn = tokio::time::timeout_at(deadline, pool.acquire())
             .await
             .map_err(|_| GuestDbError::Refused(Refusal::Interrupted))?
             .map_err(|_| GuestDbError::Unavailable)?;
         let auth = Arc::new(AuthState {
             grant: grant.clone(),
+            modules: modules.clone(),
             mode: AtomicU8::new(mode),
             denied: AtomicU8::new(DENIED_NONE),
+            ctes: Mutex::default(),
+            ambiguous: Mutex::default(),
         });
-        let deadline = deadline.into_std();
-        {
-            let mut handle = conn
-                .lock_handle()
-                .await
-                .map_err(|_| GuestDbError::Unavailable)?;
-            // SAFETY: the handle is locked for us; `auth` outlives the installation because
-            // the session keeps it until `release` removes the authorizer.
-            unsafe {
-                ffi::sqlite3_set_authorizer(
-                    handle.as_raw_handle().as_ptr(),
-                    Some(authorize),
-                    Arc::as_ptr(&auth) as *mut c_void,
-                );
-            }
-            handle.set_progress_handler(1_000, move || std::time::Instant::now() < deadline);
-        }
-        Ok(Session {
+        // From here on the session owns the connection: dropped at any await point, it
+        // still cleans up (see `Drop`).
+        let mut session = Session {
             conn: Some(conn),
             auth,
-            in_tx: false,
             fence_sql: None,
-        })
+            begun: false,
+        };
+        let deadline = deadline.into_std();
+        let auth = session.auth.clone();
+        let mut handle = session
+            .conn()
+            .lock_handle()
+            .await
+            .map_err(|_| GuestDbError::Unavailable)?;
+        // SAFETY: the handle is locked for us; `auth` outlives the installation because
+        // the session keeps it until `release` removes the authorizer.
+        unsafe {
+            ffi::sqlite3_set_authorizer(
+                handle.as_raw_handle().as_ptr(),
+                Some(authorize),
+                Arc::as_ptr(&auth) as *mut c_void,
+            );
+        }
+        handle.set_progress_handler(1_000, move || std::time::Instant::now() < deadline);
+        drop(handle);
+        Ok(session)
     }
 
     fn conn(&mut self) -> &mut PoolConnection<Sqlite> {
@@ -223,17 +335,33 @@ impl Session {
             .expect("a session has its connection until released")
     }
 
+    /// Runs one of the host's own statements, unchecked by the grant.
     async fn host_statement(&mut self, sql: &'static str) -> Result<(), GuestDbError> {
         let auth = self.auth.clone();
-        sqlx::raw_sql(sql)
+        let mode = auth.mode.swap(MODE_HOST, Ordering::AcqRel);
+        let result = sqlx::raw_sql(sql)
             .execute(&mut **self.conn())
             .await
             .map(drop)
-            .map_err(|e| classify(&e, &auth))
+            .map_err(|e| classify(&e, &auth));
+        auth.mode.store(mode, Ordering::Release);
+        result
+    }
+
+    /// Takes the write lock, once, before the transaction's first statement.
+    async fn ensure_begun(&mut self) -> Result<(), GuestDbError> {
+        if self.fence_sql.is_some() && !self.begun {
+            // IMMEDIATE: the guest's writes and the fence check happen under one lock
+            // that no lease renewal can slip past.
+            self.host_statement("BEGIN IMMEDIATE").await?;
+            self.begun = true;
+        }
+        Ok(())
     }
 
     async fn fence(&mut self, sql: &'static str, fence: &Fence) -> Result<bool, GuestDbError> {
         let auth = self.auth.clone();
+        auth.mode.store(MODE_HOST, Ordering::Release);
         sqlx::query(sql)
             .persistent(false)
             .bind(&fence.job)
@@ -246,46 +374,102 @@ impl Session {
             .map_err(|e| classify(&e, &auth))
     }
 
-    async fn fetch(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, GuestDbError> {
+    /// Whether `name` is a table or view of the database (rather than a CTE).
+    async fn is_table(&mut self, name: &str) -> Result<bool, GuestDbError> {
         let auth = self.auth.clone();
-        auth.denied.store(DENIED_NONE, Ordering::Release);
-        let query = bind_all(sqlx::query(AssertSqlSafe(sql)).persistent(false), params);
-        let stream = query.fetch(&mut **self.conn());
-        collect_rows(stream, |e| classify(e, &auth), decode_row).await
+        let mode = auth.mode.swap(MODE_HOST, Ordering::AcqRel);
+        let found = sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM (SELECT name FROM sqlite_schema \
+             UNION ALL SELECT name FROM sqlite_temp_schema) \
+             WHERE name = $1 COLLATE NOCASE",
+        )
+        .persistent(false)
+        .bind(name)
+        .fetch_one(&mut **self.conn())
+        .await
+        .map_err(|e| classify(&e, &auth));
+        auth.mode.store(mode, Ordering::Release);
+        Ok(found? > 0)
+    }
+
+    /// After a statement was refused for a name reported without its database: refuses
+    /// it for good if the name is a table, or allows the name (a CTE) for the next try.
+    async fn resolve_ambiguous(&mut self) -> Result<bool, GuestDbError> {
+        if self.auth.denied.load(Ordering::Acquire) != DENIED_AMBIGUOUS {
+            return Ok(false);
+        }
+        let name = self
+            .auth
+            .ambiguous
+            .lock()
+            .expect("ambiguous name")
+            .take()
+            .ok_or(GuestDbError::Refused(Refusal::NotGranted))?;
+        let too_many = self.auth.ctes.lock().expect("cte names").len() >= MAX_AMBIGUOUS;
+        if too_many || self.is_table(&name).await? {
+            return Err(GuestDbError::Refused(Refusal::NotGranted));
+        }
+        self.auth.ctes.lock().expect("cte names").insert(name);
+        self.auth.denied.store(DENIED_NONE, Ordering::Release);
+        Ok(true)
+    }
+
+    async fn fetch(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, GuestDbError> {
+        self.ensure_begun().await?;
+        self.auth.reset();
+        loop {
+            let auth = self.auth.clone();
+            let query = bind_all(sqlx::query(AssertSqlSafe(sql)).persistent(false), params);
+            let stream = query.fetch(&mut **self.conn());
+            let result = collect_rows(stream, |e| classify(e, &auth), decode_row).await;
+            if result.is_err() && self.resolve_ambiguous().await? {
+                continue;
+            }
+            return result;
+        }
     }
 
     async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError> {
-        let auth = self.auth.clone();
-        auth.denied.store(DENIED_NONE, Ordering::Release);
-        bind_all(sqlx::query(AssertSqlSafe(sql)).persistent(false), params)
-            .execute(&mut **self.conn())
-            .await
-            .map(|r| r.rows_affected())
-            .map_err(|e| classify(&e, &auth))
+        self.ensure_begun().await?;
+        self.auth.reset();
+        loop {
+            let auth = self.auth.clone();
+            let result = bind_all(sqlx::query(AssertSqlSafe(sql)).persistent(false), params)
+                .execute(&mut **self.conn())
+                .await
+                .map(|r| r.rows_affected())
+                .map_err(|e| classify(&e, &auth));
+            if result.is_err() && self.resolve_ambiguous().await? {
+                continue;
+            }
+            return result;
+        }
     }
 
-    /// Rolls back what is open, uninstalls the authorizer and progress handler, and
+    /// Rolls back whatever is open, uninstalls the authorizer and progress handler, and
     /// returns the connection to the pool; a connection that cannot be cleaned is closed.
+    ///
+    /// Whether a transaction is open is asked of SQLite itself, after any statement still
+    /// running on the connection has ended: a `BEGIN` whose caller was cancelled while it
+    /// waited for the write lock completes later, and must be rolled back too.
     async fn release(mut self) {
         let Some(mut conn) = self.conn.take() else {
             return;
         };
         let auth = self.auth.clone();
         let cleaned: Result<(), sqlx::Error> = async {
-            {
+            let open = {
                 let mut handle = conn.lock_handle().await?;
                 handle.remove_progress_handler();
+                let db = handle.as_raw_handle().as_ptr();
                 // SAFETY: the handle is locked; removing the authorizer ends SQLite's use
                 // of `auth`.
                 unsafe {
-                    ffi::sqlite3_set_authorizer(
-                        handle.as_raw_handle().as_ptr(),
-                        None,
-                        std::ptr::null_mut(),
-                    );
+                    ffi::sqlite3_set_authorizer(db, None, std::ptr::null_mut());
+                    ffi::sqlite3_get_autocommit(db) == 0
                 }
-            }
-            if self.in_tx {
+            };
+            if open {
                 sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await?;
             }
             Ok(())
@@ -311,14 +495,12 @@ impl TxSession for Session {
     }
 
     async fn commit(&mut self, fence: &Fence) -> Result<(), GuestDbError> {
-        self.auth.mode.store(MODE_HOST, Ordering::Release);
+        self.ensure_begun().await?;
         let sql = self.fence_sql.expect("a write session knows its fence");
         if !self.fence(sql, fence).await? {
             return Err(GuestDbError::LeaseLost);
         }
-        self.host_statement("COMMIT").await?;
-        self.in_tx = false;
-        Ok(())
+        self.host_statement("COMMIT").await
     }
 
     async fn release(self: Box<Self>) {
@@ -334,8 +516,8 @@ impl Drop for Session {
         let orphan = Session {
             conn: self.conn.take(),
             auth: self.auth.clone(),
-            in_tx: self.in_tx,
             fence_sql: None,
+            begun: false,
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
@@ -388,10 +570,13 @@ fn decode_row(row: &SqliteRow) -> Result<Vec<SqlValue>, GuestDbError> {
         .collect()
 }
 
-/// Maps a driver error to a fixed code, using what the authorizer recorded.
+/// Maps a driver error to a fixed code, using what the authorizer recorded. A table that
+/// does not exist is `not-granted` like one that does, so a guest cannot probe for names.
 fn classify(error: &sqlx::Error, auth: &AuthState) -> GuestDbError {
     match auth.denied.load(Ordering::Acquire) {
-        DENIED_NOT_GRANTED => return GuestDbError::Refused(Refusal::NotGranted),
+        DENIED_NOT_GRANTED | DENIED_AMBIGUOUS => {
+            return GuestDbError::Refused(Refusal::NotGranted);
+        }
         DENIED_READ_ONLY => return GuestDbError::Refused(Refusal::ReadOnly),
         DENIED_FORBIDDEN => return GuestDbError::Refused(Refusal::Forbidden),
         _ => {}
@@ -406,6 +591,10 @@ fn classify(error: &sqlx::Error, auth: &AuthState) -> GuestDbError {
                 ffi::SQLITE_AUTH => GuestDbError::Refused(Refusal::Forbidden),
                 ffi::SQLITE_CONSTRAINT => GuestDbError::Refused(Refusal::Constraint),
                 ffi::SQLITE_INTERRUPT => GuestDbError::Refused(Refusal::Interrupted),
+                ffi::SQLITE_TOOBIG => GuestDbError::Invalid("value-too-large"),
+                ffi::SQLITE_ERROR if e.message().starts_with("no such table") => {
+                    GuestDbError::Refused(Refusal::NotGranted)
+                }
                 ffi::SQLITE_ERROR | ffi::SQLITE_RANGE => {
                     GuestDbError::Refused(Refusal::InvalidStatement)
                 }

@@ -1,0 +1,876 @@
+//! A model-based test of the lease protocol, against the real database on both backends.
+//!
+//! Proptest generates rounds of store operations from three simulated hosts — claim and
+//! start, guest writes fenced by the lease, retries, finishes, kicks, surveillance, a
+//! transaction sitting on a lease row — run concurrently, each one possibly cancelled at
+//! one of its await points (as a deadline or a shutdown cancels a host call). After every
+//! round and at the end (once every run has been driven to an end) it checks what must
+//! always hold:
+//!
+//! - no guest write commits after its lease generation moved on or its deadline passed;
+//! - every kick is followed by a run of its instance;
+//! - no store operation fails (a deadlock or a busy database is a failure) or hangs;
+//! - nothing is left holding the database when all operations are over (no connection
+//!   back in a pool inside a transaction);
+//! - the deadline the database enforces is never earlier than the one the host keeps;
+//! - every run ends.
+//!
+//! `JOBHOST_MODEL_CASES` sets the number of cases per backend (default 6); failures are
+//! kept in `lease_model.proptest-regressions` beside this file and replayed first.
+
+mod common;
+
+use common::{Backend, Home};
+use jobhost::grants::DbGrant;
+use jobhost::lease::LeaseTerms;
+use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, SqlValue};
+use jobhost::store::{
+    BeginAttempt, Crash, Finish, FinishResult, JobUpsert, Lease, LostRun, NewReport, NewRun,
+    Origin, ReportKind, Requeue, RunRecord, RunStatus, Started, Store,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence};
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+const JOB: &str = "model";
+const INSTANCES: [&str; 2] = ["a", "b"];
+const HOSTS: usize = 3;
+const TIMEOUT: Duration = Duration::from_millis(400);
+const GRACE: Duration = Duration::from_millis(200);
+/// Longest any single store operation may take before the model calls it hung.
+const OP_BOUND: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// `host kick`: queue a run, or set the holder's pending flag.
+    Kick {
+        instance: usize,
+    },
+    /// A scheduled run (no kick semantics).
+    Enqueue {
+        instance: usize,
+    },
+    /// Claim due runs and start their attempts, as the runner does.
+    Claim {
+        host: usize,
+    },
+    /// A guest write transaction of one of the host's attempts, held open for a while.
+    Write {
+        host: usize,
+        slot: usize,
+        hold_ms: u64,
+    },
+    /// The attempt failed: requeue the run for a retry (parking its lease).
+    Retry {
+        host: usize,
+        slot: usize,
+    },
+    /// The attempt succeeded: finish the run and release its lease.
+    Finish {
+        host: usize,
+        slot: usize,
+    },
+    /// Surveillance: mark runs whose lease expired as crashed.
+    Surveil,
+    /// A host finishes an attempt late, just as surveillance finds its lease expired.
+    LateFinish {
+        host: usize,
+        slot: usize,
+    },
+    /// Another transaction sits on the lease row (a guest commit in progress).
+    HoldLease {
+        instance: usize,
+        ms: u64,
+    },
+    Sleep {
+        ms: u64,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Timed {
+    op: Op,
+    /// Drop the operation at this await point, if it has not finished by then.
+    cancel_after: Option<u8>,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let host = 0..HOSTS;
+    let instance = 0..INSTANCES.len();
+    prop_oneof![
+        3 => instance.clone().prop_map(|instance| Op::Kick { instance }),
+        2 => instance.clone().prop_map(|instance| Op::Enqueue { instance }),
+        5 => host.clone().prop_map(|host| Op::Claim { host }),
+        4 => (host.clone(), 0..4usize, prop_oneof![Just(0u64), 10u64..150])
+            .prop_map(|(host, slot, hold_ms)| Op::Write { host, slot, hold_ms }),
+        2 => (host.clone(), 0..4usize).prop_map(|(host, slot)| Op::Retry { host, slot }),
+        3 => (host.clone(), 0..4usize).prop_map(|(host, slot)| Op::Finish { host, slot }),
+        2 => Just(Op::Surveil),
+        2 => (host.clone(), 0..4usize).prop_map(|(host, slot)| Op::LateFinish { host, slot }),
+        2 => (instance, 50u64..400).prop_map(|(instance, ms)| Op::HoldLease { instance, ms }),
+        2 => (20u64..700).prop_map(|ms| Op::Sleep { ms }),
+    ]
+}
+
+fn timed() -> impl Strategy<Value = Timed> {
+    (
+        op(),
+        prop_oneof![3 => Just(None), 1 => (1u8..8).prop_map(Some)],
+    )
+        .prop_map(|(op, cancel_after)| Timed { op, cancel_after })
+}
+
+fn rounds() -> impl Strategy<Value = Vec<Vec<Timed>>> {
+    prop::collection::vec(prop::collection::vec(timed(), 1..=3), 6..=18)
+}
+
+/// Drops a future at its `n`-th await point (the `n`-th time it is polled and not ready),
+/// as a deadline or shutdown drops a host call in flight.
+struct CancelAfter<F> {
+    inner: Pin<Box<F>>,
+    left: Option<u8>,
+}
+
+impl<F: Future> Future for CancelAfter<F> {
+    type Output = Option<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.left == Some(0) {
+            return Poll::Ready(None);
+        }
+        match self.inner.as_mut().poll(cx) {
+            Poll::Ready(v) => Poll::Ready(Some(v)),
+            Poll::Pending => {
+                if let Some(n) = self.left.as_mut() {
+                    *n -= 1;
+                    if *n == 0 {
+                        // Wake once more so the drop happens now, not at the next wake-up.
+                        cx.waker().wake_by_ref();
+                    }
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// An attempt a simulated host believes it is running.
+#[derive(Debug, Clone)]
+struct Held {
+    run: RunRecord,
+    lease: Lease,
+}
+
+/// One simulated host process: its own connections, and what it believes it holds.
+struct SimHost {
+    id: String,
+    store: Store,
+    guest: GuestDb,
+    held: Mutex<Vec<Held>>,
+}
+
+#[derive(Default)]
+struct Record {
+    violations: Vec<String>,
+    /// (instance, database time just before the kick was issued).
+    kicks: Vec<(String, i64)>,
+    /// The deadline each started generation was given: (instance, generation) -> ms.
+    deadlines: BTreeMap<(String, i64), i64>,
+}
+
+struct World {
+    backend: Backend,
+    hosts: Vec<Arc<SimHost>>,
+    record: Mutex<Record>,
+    grant: Arc<DbGrant>,
+    /// A connection of the test's own, for checking the database.
+    admin: Store,
+    url: String,
+}
+
+impl World {
+    fn violation(&self, text: String) {
+        self.record.lock().unwrap().violations.push(text);
+    }
+
+    fn check<T>(&self, what: &str, result: Result<T, jobhost::store::StoreError>) -> Option<T> {
+        match result {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.violation(format!("{what} failed: {e}"));
+                None
+            }
+        }
+    }
+}
+
+fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn new_run(instance: &str, origin: Origin) -> NewRun {
+    NewRun {
+        id: jobhost::runner::new_run_id(),
+        job: JOB.into(),
+        instance: instance.into(),
+        tenant: "default".into(),
+        origin,
+        payload: "{}".into(),
+        cursor: None,
+        component_digest: None,
+        scheduled_for: None,
+        rerun_of: None,
+        delay_ms: 0,
+    }
+}
+
+/// Starts an attempt of a claimed run as the runner does: a first attempt acquires the
+/// lease (a kick that finds it held folds into the holder's pending flag), a later one
+/// renews the run's generation. Returns the attempt the host now holds.
+async fn start(world: &World, host: &SimHost, run: RunRecord) -> Option<Held> {
+    let terms = LeaseTerms { grace: GRACE };
+    let previous = LeaseTerms::held_by(&run);
+    let begin = BeginAttempt {
+        run_id: &run.id,
+        host: &host.id,
+        component_digest: "model",
+        pass: run.pass,
+        attempt: run.failures + 1,
+    };
+    let op = match &previous {
+        None => terms.first(&run, TIMEOUT),
+        Some(previous) => terms.next(previous, TIMEOUT),
+    };
+    trace(|| format!("{} starting {}", host.id, run.id));
+    let result = host.store.start_attempt(&op, &begin).await;
+    trace(|| format!("{} start_attempt {}: {result:?}", host.id, run.id));
+    let started = world.check("start_attempt", result)?;
+    trace(|| format!("{} start {} ({}): {started:?}", host.id, run.id, run.origin));
+    match started {
+        Started::Attempt {
+            lease,
+            stamped_after,
+            ..
+        } => {
+            // The host's own deadline, as the runner takes it, on the wall clock.
+            let since = tokio::time::Instant::now().duration_since(stamped_after);
+            let host_deadline = wall_ms() - ms(since) + ms(TIMEOUT);
+            if lease.deadline_at + 25 < host_deadline {
+                world.violation(format!(
+                    "generation {} of {} got a database deadline {} ms before the host's",
+                    lease.generation,
+                    lease.instance,
+                    host_deadline - lease.deadline_at
+                ));
+            }
+            world.record.lock().unwrap().deadlines.insert(
+                (lease.instance.clone(), lease.generation),
+                lease.deadline_at,
+            );
+            Some(Held { run, lease })
+        }
+        Started::LeaseUnavailable if previous.is_none() => {
+            if run.origin == Origin::Kick.as_str() {
+                world.check(
+                    "set_pending",
+                    host.store.set_pending(&run.job, &run.instance).await,
+                )?;
+            }
+            world.check("skip_run", host.store.skip_run(&run.id, "held").await)?;
+            None
+        }
+        Started::LeaseUnavailable => {
+            // A retry whose lease moved on: end it, recording the loss.
+            let lease = previous.expect("a retry has a previous lease");
+            finish(world, host, &Held { run, lease }, RunStatus::Failed).await;
+            None
+        }
+        Started::RunGone => None,
+    }
+}
+
+async fn finish(world: &World, host: &SimHost, held: &Held, status: RunStatus) {
+    let follow_up = jobhost::kick::follow_up(&held.run, "{}".into());
+    let finish = Finish {
+        run_id: &held.run.id,
+        attempt: None,
+        lease: &held.lease,
+        require_lease: status == RunStatus::Succeeded,
+        status,
+        code: (status == RunStatus::Failed).then_some("lease_lost"),
+        error: None,
+        cursor: None,
+        pass: held.run.pass,
+        failures: held.run.failures,
+        follow_up: Some(follow_up),
+        report: None,
+    };
+    let result = world.check("finish_run", host.store.finish_run(&finish).await);
+    trace(|| format!("{} finish {}: {result:?}", host.id, held.run.id));
+    if result == Some(FinishResult::LeaseLost) {
+        let lost = Finish {
+            require_lease: false,
+            status: RunStatus::Failed,
+            code: Some("lease_lost"),
+            ..finish
+        };
+        world.check("finish_run (lost)", host.store.finish_run(&lost).await);
+    }
+}
+
+fn host_index(world: &World, host: &SimHost) -> usize {
+    world
+        .hosts
+        .iter()
+        .position(|h| h.id == host.id)
+        .expect("a host of the world")
+}
+
+fn take(host: &SimHost, slot: usize) -> Option<Held> {
+    let mut held = host.held.lock().unwrap();
+    if held.is_empty() {
+        return None;
+    }
+    let i = slot % held.len();
+    Some(held.remove(i))
+}
+
+fn peek(host: &SimHost, slot: usize) -> Option<Held> {
+    let held = host.held.lock().unwrap();
+    (!held.is_empty()).then(|| held[slot % held.len()].clone())
+}
+
+async fn surveil(world: &World, store: &Store) {
+    for (lost, run) in find_lost(world, store).await {
+        mark_crashed(world, store, lost, run).await;
+    }
+}
+
+/// Surveillance's first half: the runs whose lease expired.
+async fn find_lost(world: &World, store: &Store) -> Vec<(LostRun, RunRecord)> {
+    let Some(lost) = world.check("lost_runs", store.lost_runs(ms(GRACE)).await) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for lost in lost {
+        if let Some(Some(run)) = world.check("get_run", store.get_run(&lost.id).await) {
+            found.push((lost, run));
+        }
+    }
+    found
+}
+
+/// Surveillance's second half: mark a lost run crashed, queueing its rerun (up to three
+/// per first run, as surveillance does) and the follow-up of kicks it had pending.
+async fn mark_crashed(world: &World, store: &Store, lost: LostRun, run: RunRecord) {
+    let root = run.rerun_of.clone().unwrap_or_else(|| run.id.clone());
+    let Some(reruns) = world.check("count_reruns", store.count_reruns(&root).await) else {
+        return;
+    };
+    let rerun = (reruns < 3).then(|| NewRun {
+        origin: Origin::Rerun,
+        rerun_of: Some(root),
+        ..new_run(&run.instance, Origin::Rerun)
+    });
+    let crash = Crash {
+        run: &lost,
+        stale_ms: ms(GRACE),
+        rerun,
+        follow_up: Some(jobhost::kick::follow_up(&run, "{}".into())),
+        report: NewReport::about_run(
+            ReportKind::Crashed,
+            &run,
+            jobhost::failure::FailureCode::Crashed,
+        ),
+    };
+    let marked = world.check("mark_crashed", store.mark_crashed(&crash).await);
+    trace(|| format!("crashed {}: {marked:?}", lost.id));
+}
+
+/// With `JOBHOST_MODEL_TRACE` set, prints what the model does.
+fn trace(text: impl FnOnce() -> String) {
+    if std::env::var_os("JOBHOST_MODEL_TRACE").is_some() {
+        eprintln!("[model {}] {}", wall_ms() % 100_000, text());
+    }
+}
+
+async fn apply(world: Arc<World>, op: Op) {
+    trace(|| format!("{op:?}"));
+    match op {
+        Op::Kick { instance } => {
+            let host = &world.hosts[0];
+            let Some(before) = world.check("now", host.store.now().await) else {
+                return;
+            };
+            match jobhost::kick::kick(&host.store, JOB, INSTANCES[instance]).await {
+                Ok(kicked) => {
+                    trace(|| format!("kicked at {before}: {kicked:?}"));
+                    world
+                        .record
+                        .lock()
+                        .unwrap()
+                        .kicks
+                        .push((INSTANCES[instance].into(), before))
+                }
+                Err(e) => world.violation(format!("kick failed: {e}")),
+            }
+        }
+        Op::Enqueue { instance } => {
+            let run = new_run(INSTANCES[instance], Origin::Cron);
+            world.check("insert_run", world.hosts[0].store.insert_run(&run).await);
+        }
+        Op::Claim { host } => {
+            let host = world.hosts[host].clone();
+            let Some(runs) = world.check(
+                "claim_due_runs",
+                host.store.claim_due_runs(&host.id, 2).await,
+            ) else {
+                return;
+            };
+            trace(|| {
+                format!(
+                    "{} claimed {:?}",
+                    host.id,
+                    runs.iter().map(|r| &r.id).collect::<Vec<_>>()
+                )
+            });
+            for run in runs {
+                if let Some(held) = start(&world, &host, run).await {
+                    host.held.lock().unwrap().push(held);
+                }
+            }
+        }
+        Op::Write {
+            host,
+            slot,
+            hold_ms,
+        } => {
+            let host = world.hosts[host].clone();
+            let Some(held) = peek(&host, slot) else {
+                return;
+            };
+            let access = Access {
+                grant: world.grant.clone(),
+                fence: Fence {
+                    job: held.lease.job.clone(),
+                    instance: held.lease.instance.clone(),
+                    generation: held.lease.generation,
+                    holder: held.lease.holder.clone(),
+                },
+                deadline: tokio::time::Instant::now() + TIMEOUT,
+            };
+            let until = tokio::time::Instant::now() + Duration::from_secs(2);
+            let wrote = async {
+                let mut tx = host.guest.begin(&access, until).await?;
+                tx.execute(
+                    "INSERT INTO model_writes (run_id, generation) VALUES ($1, $2)",
+                    &[
+                        SqlValue::Text(held.run.id.clone()),
+                        SqlValue::Integer(held.lease.generation),
+                    ],
+                )
+                .await?;
+                tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+                tx.commit().await
+            }
+            .await;
+            match wrote {
+                Ok(()) | Err(GuestDbError::LeaseLost) => {}
+                // Expected when the attempt's own deadline passes mid-statement.
+                Err(GuestDbError::Refused(_)) => {}
+                Err(e) => world.violation(format!("guest write failed: {e:?}")),
+            }
+        }
+        Op::Retry { host, slot } => {
+            let host = world.hosts[host].clone();
+            let Some(held) = take(&host, slot) else {
+                return;
+            };
+            let requeue = Requeue {
+                run_id: &held.run.id,
+                attempt: None,
+                lease: &held.lease,
+                delay_ms: 20,
+                hold_ms: ms(GRACE) * 4,
+                pass: held.run.pass,
+                cursor: None,
+                failures: held.run.failures + 1,
+                last_code: Some("handler_failed"),
+                last_error: None,
+            };
+            world.check("requeue_run", host.store.requeue_run(&requeue).await);
+        }
+        Op::Finish { host, slot } => {
+            let host = world.hosts[host].clone();
+            let Some(held) = take(&host, slot) else {
+                return;
+            };
+            finish(&world, &host, &held, RunStatus::Succeeded).await;
+        }
+        Op::Surveil => surveil(&world, &world.hosts[1].store.clone()).await,
+        Op::LateFinish { host, slot } => {
+            let host = world.hosts[host].clone();
+            let Some(held) = take(&host, slot) else {
+                return;
+            };
+            let expired = held.lease.expires_at + ms(GRACE) + 20 - wall_ms();
+            tokio::time::sleep(Duration::from_millis(expired.max(0) as u64)).await;
+            let surveyor = world.hosts[(host_index(&world, &host) + 1) % HOSTS].clone();
+            let lost = find_lost(&world, &surveyor.store).await;
+            let marks = futures_util::future::join_all(
+                lost.into_iter()
+                    .map(|(lost, run)| mark_crashed(&world, &surveyor.store, lost, run)),
+            );
+            tokio::join!(finish(&world, &host, &held, RunStatus::Succeeded), marks);
+        }
+        Op::HoldLease { instance, ms } => {
+            hold_lease(&world, &world.url, INSTANCES[instance], ms).await
+        }
+        Op::Sleep { ms } => tokio::time::sleep(Duration::from_millis(ms)).await,
+    }
+}
+
+/// Sits on a lease row for `ms`, as a guest commit holding the fence's share lock does
+/// (on SQLite: the write lock). It has a connection of its own, so that cancelling it
+/// closes the connection and the server rolls back.
+async fn hold_lease(world: &World, url: &str, instance: &str, ms: u64) {
+    use sqlx::Connection;
+    let held = match world.backend {
+        Backend::Sqlite => {
+            async {
+                let mut conn = sqlx::SqliteConnection::connect(url).await?;
+                let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+                sqlx::query("SELECT 1 FROM jobhost_leases WHERE job = $1 AND instance = $2")
+                    .bind(JOB)
+                    .bind(instance)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                tx.rollback().await
+            }
+            .await
+        }
+        Backend::Postgres => {
+            async {
+                let mut conn = sqlx::PgConnection::connect(url).await?;
+                let mut tx = conn.begin().await?;
+                sqlx::query(
+                    "SELECT 1 FROM jobhost_leases WHERE job = $1 AND instance = $2 FOR SHARE",
+                )
+                .bind(JOB)
+                .bind(instance)
+                .fetch_optional(&mut *tx)
+                .await?;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                tx.rollback().await
+            }
+            .await
+        }
+    };
+    if let Err(e) = held {
+        world.violation(format!("holding the lease row failed: {e}"));
+    }
+}
+
+/// Nothing may hold the database once every operation is over: a write must get through
+/// promptly, and no session may sit inside a transaction.
+async fn check_settled(world: &World, url: &str) {
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    match world.backend {
+        Backend::Sqlite => {
+            use sqlx::ConnectOptions;
+            let options = url
+                .parse::<sqlx::sqlite::SqliteConnectOptions>()
+                .unwrap()
+                .busy_timeout(Duration::from_secs(3));
+            let got = async {
+                let mut conn = options.connect().await?;
+                sqlx::raw_sql("BEGIN IMMEDIATE; ROLLBACK")
+                    .execute(&mut conn)
+                    .await?;
+                Ok::<_, sqlx::Error>(())
+            }
+            .await;
+            if got.is_err() {
+                world.violation("the write lock is still held after every operation ended".into());
+            }
+        }
+        Backend::Postgres => {
+            let jobhost::store::Pool::Postgres(p) = world.admin.pool() else {
+                unreachable!()
+            };
+            let open: Vec<(String, String)> = sqlx::query_as(
+                "SELECT usename::text, query FROM pg_stat_activity \
+                 WHERE datname = current_database() \
+                 AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()",
+            )
+            .fetch_all(p)
+            .await
+            .unwrap();
+            if !open.is_empty() {
+                world.violation(format!(
+                    "sessions sit inside a transaction after every operation ended: {open:?}"
+                ));
+            }
+        }
+    }
+}
+
+/// Drives every run to an end: lets leases expire, marks what was lost as crashed, and
+/// runs whatever is queued, until nothing is queued or running.
+async fn drain(world: &World) {
+    let host = world.hosts[2].clone();
+    host.held.lock().unwrap().clear();
+    for _ in 0..40 {
+        tokio::time::sleep(TIMEOUT + GRACE * 2).await;
+        surveil(world, &host.store).await;
+        loop {
+            let Some(runs) = world.check(
+                "claim_due_runs",
+                host.store.claim_due_runs(&host.id, 10).await,
+            ) else {
+                return;
+            };
+            if runs.is_empty() {
+                break;
+            }
+            for run in runs {
+                if let Some(held) = start(world, &host, run).await {
+                    finish(world, &host, &held, RunStatus::Succeeded).await;
+                }
+            }
+        }
+        let live = count(
+            &world.admin,
+            "SELECT COUNT(*) FROM jobhost_runs WHERE status IN ('queued', 'running')",
+        )
+        .await;
+        if live == 0 {
+            return;
+        }
+    }
+    world.violation("runs are still live after draining".into());
+}
+
+async fn count(store: &Store, sql: &'static str) -> i64 {
+    use jobhost::store::Pool;
+    match store.pool() {
+        Pool::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+        Pool::Postgres(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct WriteRow {
+    instance: String,
+    generation: i64,
+    at: i64,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct StartRow {
+    instance: String,
+    generation: i64,
+    started_at: i64,
+}
+
+/// The end state: no zombie commit, every kick followed by a run, every run ended.
+async fn check_history(world: &World) {
+    use jobhost::store::Pool;
+    let writes_sql = "SELECT r.instance, w.generation, w.at FROM model_writes w \
+        JOIN jobhost_runs r ON r.id = w.run_id";
+    let starts_sql = "SELECT r.instance, a.generation, a.started_at FROM jobhost_attempts a \
+        JOIN jobhost_runs r ON r.id = a.run_id";
+    let (writes, starts): (Vec<WriteRow>, Vec<StartRow>) = match world.admin.pool() {
+        Pool::Sqlite(p) => (
+            sqlx::query_as(writes_sql).fetch_all(p).await.unwrap(),
+            sqlx::query_as(starts_sql).fetch_all(p).await.unwrap(),
+        ),
+        Pool::Postgres(p) => (
+            sqlx::query_as(writes_sql).fetch_all(p).await.unwrap(),
+            sqlx::query_as(starts_sql).fetch_all(p).await.unwrap(),
+        ),
+    };
+    let record = world.record.lock().unwrap();
+    let mut problems = Vec::new();
+    for w in &writes {
+        if let Some(deadline) = record.deadlines.get(&(w.instance.clone(), w.generation))
+            && w.at >= *deadline
+        {
+            problems.push(format!(
+                "generation {} of {} committed a write {} ms past its deadline",
+                w.generation,
+                w.instance,
+                w.at - deadline
+            ));
+        }
+        for s in starts
+            .iter()
+            .filter(|s| s.instance == w.instance && s.generation > w.generation)
+        {
+            if s.started_at <= w.at {
+                problems.push(format!(
+                    "generation {} of {} committed a write after generation {} started",
+                    w.generation, w.instance, s.generation
+                ));
+            }
+        }
+    }
+    for (instance, at) in &record.kicks {
+        if !starts
+            .iter()
+            .any(|s| &s.instance == instance && s.started_at >= *at)
+        {
+            problems.push(format!("a kick of {instance} was never followed by a run"));
+        }
+    }
+    let mut generations: BTreeMap<&str, BTreeSet<i64>> = BTreeMap::new();
+    for s in &starts {
+        if !generations
+            .entry(&s.instance)
+            .or_default()
+            .insert(s.generation)
+        {
+            problems.push(format!(
+                "generation {} of {} was started twice",
+                s.generation, s.instance
+            ));
+        }
+    }
+    drop(record);
+    for p in problems {
+        world.violation(p);
+    }
+}
+
+async fn run_case(backend: Backend, rounds: Vec<Vec<Timed>>) -> Vec<String> {
+    trace(|| "---- case".into());
+    let home = Home::new(backend).await;
+    let admin = home.store().await;
+    let schema = match backend {
+        Backend::Sqlite => {
+            "CREATE TABLE model_writes (run_id TEXT NOT NULL, generation BIGINT NOT NULL, \
+             at BIGINT NOT NULL DEFAULT (CAST(unixepoch('subsec') * 1000 AS INTEGER)))"
+        }
+        Backend::Postgres => {
+            "CREATE TABLE model_writes (run_id TEXT NOT NULL, generation BIGINT NOT NULL, \
+             at BIGINT NOT NULL DEFAULT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT))"
+        }
+    };
+    home.exec(schema).await;
+    admin
+        .upsert_job(&JobUpsert {
+            name: JOB,
+            tenant: "default",
+            component_path: "model.wasm",
+            component_digest: "model",
+            spec: &serde_json::json!({"payload": {}}).to_string(),
+            schedule: None,
+            next_fire_at: None,
+        })
+        .await
+        .unwrap();
+    let mut hosts = Vec::new();
+    for n in 0..HOSTS {
+        let store = home.store().await;
+        let guest = GuestDb::open(&store).await.unwrap();
+        hosts.push(Arc::new(SimHost {
+            id: format!("model-{n}"),
+            store,
+            guest,
+            held: Mutex::default(),
+        }));
+    }
+    let mut grant = DbGrant::default();
+    grant.write.insert("model_writes".into());
+    let world = Arc::new(World {
+        backend,
+        hosts,
+        record: Mutex::default(),
+        grant: Arc::new(grant),
+        admin,
+        url: home.db_url.clone(),
+    });
+    for round in rounds {
+        trace(|| "-- round".into());
+        let mut tasks = tokio::task::JoinSet::new();
+        for timed in round {
+            let world = world.clone();
+            tasks.spawn(async move {
+                let op = CancelAfter {
+                    inner: Box::pin(apply(world.clone(), timed.op.clone())),
+                    left: timed.cancel_after,
+                };
+                if tokio::time::timeout(OP_BOUND, op).await.is_err() {
+                    world.violation(format!("{:?} hung", timed.op));
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+        check_settled(&world, &home.db_url).await;
+        if !world.record.lock().unwrap().violations.is_empty() {
+            break;
+        }
+    }
+    if world.record.lock().unwrap().violations.is_empty() {
+        drain(&world).await;
+        check_history(&world).await;
+    }
+    let violations = std::mem::take(&mut world.record.lock().unwrap().violations);
+    trace(|| format!("violations: {violations:?}"));
+    for host in &world.hosts {
+        host.store.close().await;
+    }
+    world.admin.close().await;
+    violations
+}
+
+fn config() -> Config {
+    let cases = std::env::var("JOBHOST_MODEL_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(6);
+    Config {
+        cases,
+        max_shrink_iters: 24,
+        max_shrink_time: 120_000,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
+        ..Config::default()
+    }
+}
+
+fn check_backend(backend: Backend) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    proptest!(config(), |(rounds in rounds())| {
+        let violations = runtime.block_on(run_case(backend, rounds));
+        prop_assert!(violations.is_empty(), "violations: {violations:#?}");
+    });
+}
+
+#[test]
+fn the_lease_protocol_holds_on_sqlite() {
+    check_backend(Backend::Sqlite);
+}
+
+#[test]
+fn the_lease_protocol_holds_on_postgres() {
+    check_backend(Backend::Postgres);
+}
