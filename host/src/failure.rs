@@ -14,6 +14,7 @@ pub enum FailureCode {
     Timeout,
     OutOfFuel,
     MemoryLimit,
+    ResourceLimit,
     Trap,
     HandlerFailed,
     Unrecoverable,
@@ -22,13 +23,14 @@ pub enum FailureCode {
     CapabilityRefused,
     QueryRefused,
     DriverFailed,
+    RecordFailed,
     Crashed,
     Cancelled,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 13] = [
+    pub const ALL: [(FailureCode, &'static str); 15] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -40,6 +42,10 @@ impl FailureCode {
         (
             FailureCode::MemoryLimit,
             "the guest tried to grow its memory past the job's cap",
+        ),
+        (
+            FailureCode::ResourceLimit,
+            "the guest held more host resources (handles: streams, transactions, uploads) than an attempt may",
         ),
         (
             FailureCode::Trap,
@@ -74,6 +80,10 @@ impl FailureCode {
             "the host could not reach its database during the attempt",
         ),
         (
+            FailureCode::RecordFailed,
+            "the database refused to store what the attempt handed back; its output was dropped and the run ended",
+        ),
+        (
             FailureCode::Crashed,
             "the host running the run stopped before finishing it; found when its lease expired",
         ),
@@ -88,6 +98,7 @@ impl FailureCode {
             FailureCode::Timeout => "timeout",
             FailureCode::OutOfFuel => "out_of_fuel",
             FailureCode::MemoryLimit => "memory_limit",
+            FailureCode::ResourceLimit => "resource_limit",
             FailureCode::Trap => "trap",
             FailureCode::HandlerFailed => "handler_failed",
             FailureCode::Unrecoverable => "unrecoverable",
@@ -96,6 +107,7 @@ impl FailureCode {
             FailureCode::CapabilityRefused => "capability_refused",
             FailureCode::QueryRefused => "query_refused",
             FailureCode::DriverFailed => "driver_failed",
+            FailureCode::RecordFailed => "record_failed",
             FailureCode::Crashed => "crashed",
             FailureCode::Cancelled => "cancelled",
         }
@@ -116,6 +128,7 @@ impl FailureCode {
             FailureCode::Unrecoverable
                 | FailureCode::CapabilityRefused
                 | FailureCode::InvalidOutcome
+                | FailureCode::RecordFailed
                 | FailureCode::Cancelled
         )
     }

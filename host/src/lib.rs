@@ -9,6 +9,7 @@ pub mod cli;
 pub mod engine;
 pub mod failure;
 pub mod grants;
+pub mod guest_text;
 pub mod http;
 pub mod job;
 pub mod kick;

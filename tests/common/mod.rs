@@ -10,8 +10,17 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const GUESTS: [&str; 9] = [
-    "hello", "flaky", "spin", "hog", "ledger", "noop", "probe", "pager", "future",
+pub const GUESTS: [&str; 10] = [
+    "hello",
+    "flaky",
+    "spin",
+    "hog",
+    "ledger",
+    "noop",
+    "probe",
+    "pager",
+    "future",
+    "adversary",
 ];
 
 pub fn workspace() -> PathBuf {

@@ -168,9 +168,16 @@ fn init_tracing(cli: &Cli) {
         Command::Serve(_) | Command::Migrate { .. } => "info",
         _ => "warn",
     };
-    let filter = EnvFilter::try_from_env("JOBHOST_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    use std::io::IsTerminal;
+    // Guest statements run only through tokio-postgres (Postgres) and unlogged pools
+    // (SQLite): its logging is off whatever the filter, so guest SQL never reaches the
+    // operator's log.
+    let filter = EnvFilter::try_from_env("JOBHOST_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(default))
+        .add_directive("tokio_postgres=off".parse().expect("a valid directive"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match cli.global.log_format {
         LogFormat::Text => builder.init(),

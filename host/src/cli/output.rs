@@ -1,6 +1,7 @@
 //! Human and JSON renderings of what the CLI prints.
 
 use crate::failure::FailureCode;
+use crate::guest_text::for_terminal;
 use crate::store::{AttemptRecord, RunRecord};
 use crate::views;
 use serde_json::json;
@@ -30,14 +31,14 @@ pub fn run_result(run: &RunRecord, as_json: bool) {
     if run.status != "succeeded"
         && let Some(error) = &run.last_error
     {
-        println!("  error: {error}");
+        println!("  error: {}", for_terminal(error));
     }
 }
 
 /// An attempt's log, indented under what was printed about it.
 pub fn log(attempt: &AttemptRecord) {
     for line in attempt.log.lines() {
-        println!("    | {line}");
+        println!("    | {}", for_terminal(line));
     }
     if attempt.log_truncated != 0 {
         println!("    | (log truncated)");

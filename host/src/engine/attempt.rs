@@ -124,7 +124,7 @@ impl Engine {
         };
         let fuel_used = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
         let state = store.data();
-        let result = classify(called, state);
+        let result = classify(called, state, spec.deadline);
         let (log_text, log_truncated) = log.contents();
         AttemptReport {
             result,
@@ -152,10 +152,21 @@ type Called = Option<
     >,
 >;
 
-fn classify(called: Called, state: &GuestState) -> Result<Outcome, AttemptFailure> {
+/// How an attempt ended, as one fixed code: the only place that decides it.
+///
+/// A lost lease wins over everything (nothing the attempt wrote committed); then a
+/// cancellation, then the deadline — also when it showed only as a host call cut off at
+/// the deadline that the guest then failed over (a statement interrupted by SQLite's
+/// progress handler or Postgres' statement timeout, rather than by the host's timer) —
+/// then fuel, memory, host resources and traps; then what the guest returned.
+fn classify(
+    called: Called,
+    state: &GuestState,
+    deadline: Instant,
+) -> Result<Outcome, AttemptFailure> {
     let fail = |code, message: Option<String>| AttemptFailure {
         code,
-        message: message.map(|m| truncate(m, MAX_MESSAGE_BYTES)),
+        message: message.map(|m| crate::guest_text::for_storage(&m, MAX_MESSAGE_BYTES)),
     };
     // Whatever the guest returned, a lost lease means its writes did not commit.
     if state.signals.lease_lost {
@@ -173,6 +184,11 @@ fn classify(called: Called, state: &GuestState) -> Result<Outcome, AttemptFailur
                 FailureCode::OutOfFuel
             } else if state.limiter.hit() {
                 FailureCode::MemoryLimit
+            } else if error
+                .downcast_ref::<wasmtime::component::ResourceTableError>()
+                .is_some()
+            {
+                FailureCode::ResourceLimit
             } else {
                 FailureCode::Trap
             };
@@ -180,6 +196,9 @@ fn classify(called: Called, state: &GuestState) -> Result<Outcome, AttemptFailur
         }
         Ok(Ok(returned)) => returned,
     };
+    if returned.is_err() && Instant::now() >= deadline {
+        return Err(fail(FailureCode::Timeout, None));
+    }
     match returned {
         Ok(handler::Outcome::Done) => Ok(Outcome::Done),
         Ok(handler::Outcome::Continue(cursor)) => {
@@ -228,29 +247,5 @@ fn to_wit(c: PassContext) -> handler::Context {
             .into_iter()
             .map(|(name, value)| Counter { name, value })
             .collect(),
-    }
-}
-
-/// Cuts text to at most `max` bytes on a character boundary.
-pub fn truncate(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn truncates_on_char_boundaries() {
-        assert_eq!(truncate("héllo".into(), 2), "h");
-        assert_eq!(truncate("héllo".into(), 3), "hé");
-        assert_eq!(truncate("abc".into(), 10), "abc");
     }
 }

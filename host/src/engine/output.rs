@@ -37,15 +37,22 @@ impl AttemptLog {
         buf.bytes.extend_from_slice(&bytes[..bytes.len().min(room)]);
     }
 
+    /// Appends one line; the message is never copied past what the log has room for.
     pub fn line(&self, level: &str, message: &str) {
-        self.append(format!("[{level}] {message}\n").as_bytes());
+        self.append(b"[");
+        self.append(level.as_bytes());
+        self.append(b"] ");
+        self.append(message.as_bytes());
+        self.append(b"\n");
     }
 
-    /// The text so far (invalid UTF-8 replaced) and whether some was dropped.
+    /// The text so far, safe to store (invalid UTF-8 and NUL replaced), and whether some
+    /// was dropped.
     pub fn contents(&self) -> (String, bool) {
         let buf = self.inner.lock().expect("log buffer lock");
+        let text = String::from_utf8_lossy(&buf.bytes);
         (
-            String::from_utf8_lossy(&buf.bytes).into_owned(),
+            crate::guest_text::for_storage(&text, usize::MAX),
             buf.truncated,
         )
     }
@@ -85,6 +92,13 @@ impl AsyncWrite for AttemptLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stores_nul_and_invalid_bytes_safely() {
+        let log = AttemptLog::new(64);
+        log.append(b"a\0b\xff\n");
+        assert_eq!(log.contents().0, "a\u{2400}b\u{fffd}\n");
+    }
 
     #[test]
     fn keeps_up_to_the_cap_and_marks_truncation() {

@@ -19,6 +19,10 @@ pub struct Signals {
     pub unavailable: bool,
 }
 
+/// Most host resources (handles: streams, transactions, uploads...) an attempt may hold
+/// at once; past it, the call that would create one traps (`resource_limit`).
+pub const MAX_RESOURCES: usize = 1000;
+
 pub struct GuestState {
     wasi: WasiCtx,
     pub(crate) table: ResourceTable,
@@ -36,9 +40,11 @@ impl GuestState {
             .stdout(log.clone())
             .stderr(log.clone())
             .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
         GuestState {
             wasi,
-            table: ResourceTable::new(),
+            table,
             limiter: MemoryLimiter::new(memory_cap),
             log,
             db,

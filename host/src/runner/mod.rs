@@ -249,8 +249,42 @@ impl Runner {
         }
     }
 
-    /// Writes down what `decide` chose, with the attempt that led to it.
+    /// Writes down what `decide` chose, with the attempt that led to it. If the database
+    /// refuses to record it (something the guest handed back it will not store), the run
+    /// ends `record_failed` instead, with the guest's output dropped: a run is never left
+    /// half-recorded, and the failure is not blamed on a crashed host.
     async fn conclude(
+        &self,
+        run: &RunRecord,
+        spec: &JobSpec,
+        lease: &Lease,
+        ending: Ending,
+        attempt: Option<AttemptEnd<'_>>,
+        until: Instant,
+    ) -> Result<Step, StoreError> {
+        match self.record(run, spec, lease, ending, attempt, until).await {
+            Err(e) if !e.is_unavailable() => {
+                tracing::warn!(job = %run.job, run_id = %run.id, code = "record_failed", error = %e, "the database refused the attempt's record; recording a fixed failure instead");
+                let code = FailureCode::RecordFailed;
+                let attempt = attempt.map(|a| AttemptEnd {
+                    status: "failed",
+                    outcome: None,
+                    code: Some(code.as_str()),
+                    log: "",
+                    log_truncated: true,
+                    ..a
+                });
+                let ending = Ending::Finish {
+                    failure: Failure::code(code),
+                    failures: run.failures + 1,
+                };
+                self.record(run, spec, lease, ending, attempt, until).await
+            }
+            other => other,
+        }
+    }
+
+    async fn record(
         &self,
         run: &RunRecord,
         spec: &JobSpec,
@@ -301,8 +335,15 @@ impl Runner {
                 let mut result = self.persist(until, || self.store.finish_run(&args)).await?;
                 let (mut status, mut code) = (status, failure.code);
                 if result == FinishResult::LeaseLost {
-                    // The lease moved on under this run: whatever it returned, record the loss.
+                    // The lease moved on under this run: whatever it returned, record the
+                    // loss — on the attempt as on the run, one ending, one code.
                     let lost = Failure::code(FailureCode::LeaseLost);
+                    let attempt = attempt.map(|a| AttemptEnd {
+                        status: "failed",
+                        outcome: None,
+                        code: Some(FailureCode::LeaseLost.as_str()),
+                        ..a
+                    });
                     let args = finish_args(
                         run,
                         spec,

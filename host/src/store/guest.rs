@@ -230,6 +230,14 @@ fn check_statement(sql: &str, params: &[SqlValue]) -> Result<(), GuestDbError> {
     if params.len() > MAX_PARAMS {
         return Err(GuestDbError::Invalid("too-many-params"));
     }
+    let too_large = params.iter().any(|p| match p {
+        SqlValue::Text(s) => s.len() > MAX_VALUE_BYTES,
+        SqlValue::Blob(b) => b.len() > MAX_VALUE_BYTES,
+        _ => false,
+    });
+    if too_large {
+        return Err(GuestDbError::Invalid("value-too-large"));
+    }
     Ok(())
 }
 

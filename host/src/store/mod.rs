@@ -10,6 +10,8 @@
 mod pool;
 pub mod guest;
 pub mod migrate;
+mod pg_statement;
+mod pg_wire;
 pub mod postgres_guest;
 mod queries;
 pub mod records;

@@ -3,48 +3,63 @@
 //! privilege checks; commits are fenced by the lease in the same transaction.
 //!
 //! The job's role is the connection's session user, not a `SET ROLE` inside a privileged
-//! session, so nothing the guest runs (`RESET ROLE`, `set_config`, a `DO` block) can give it
-//! more. Roles are created and re-granted by the host (which needs `CREATEROLE`), their
-//! passwords kept in `jobhost_guest_roles`. Only plain data statements are accepted
-//! (SELECT, INSERT, UPDATE, DELETE, WITH, VALUES, TABLE, MERGE): transaction control and
-//! the rest are refused before they reach the server, and each statement runs under a
-//! statement timeout set to what is left of the deadline.
+//! session, so nothing the guest runs can give it more. Roles are created and re-granted by
+//! the host (which needs `CREATEROLE`), their passwords kept in `jobhost_guest_roles`.
+//!
+//! What the role cannot be denied is decided on Postgres' own parse tree before a
+//! statement is sent (see [`super::pg_statement`]). What the server sends back is bounded
+//! before the host reads it (see [`super::pg_wire`]): these connections are the driver's
+//! own (`tokio-postgres`) over a guarded socket, kept in a small pool per role. A
+//! connection whose last use did not end cleanly is closed, never reused, and the
+//! statement it may still be running is cancelled on the server; one that passes from one
+//! attempt to another is reset (`DISCARD ALL`) first, so no setting, lock or temporary
+//! object outlives an attempt.
 
 use super::guest::{
-    Access, Fence, GuestDbError, Refusal, SqlRows, SqlValue, TxSession, collect_rows,
+    Access, Fence, GuestDbError, MAX_RESULT_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows, SqlValue,
+    TxSession,
 };
+use super::pg_wire::{FrameGuard, Socket};
 use crate::grants::DbGrant;
+use bytes::BytesMut;
+use futures_util::TryStreamExt;
+use postgres_protocol::types as wire;
 use sha2::{Digest, Sha256};
-use sqlx::pool::PoolConnection;
-use sqlx::postgres::{
-    PgArgumentBuffer, PgArguments, PgConnectOptions, PgPool, PgPoolOptions, PgRow, PgTypeInfo,
-};
-use sqlx::{AssertSqlSafe, Postgres, Row, TypeInfo, ValueRef};
+use sqlx::AssertSqlSafe;
+use sqlx::postgres::PgPool;
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+use tokio_postgres::types::{FromSql, IsNull, Kind, ToSql, Type, to_sql_checked};
+use tokio_postgres::{Client, NoTls};
 
-/// Statement kinds a guest may run; everything else is `forbidden`.
-const ALLOWED_KINDS: [&str; 8] = [
-    "select", "insert", "update", "delete", "with", "values", "table", "merge",
-];
+/// Connections per job role.
+const ROLE_CONNECTIONS: usize = 4;
+/// An idle connection older than this is closed rather than reused.
+const IDLE_FOR: Duration = Duration::from_secs(60);
+/// The largest message a guest connection accepts from the server: one row may be as
+/// large as a whole result, plus its framing.
+const MAX_MESSAGE: usize = MAX_RESULT_BYTES + (64 << 10);
 
 #[derive(Clone)]
 pub struct PgGuest {
     admin: PgPool,
-    options: Arc<PgConnectOptions>,
+    config: Arc<tokio_postgres::Config>,
     /// Per job role: its pool, and the grant it was provisioned for.
-    roles: Arc<Mutex<HashMap<String, (PgPool, String)>>>,
+    roles: Arc<Mutex<HashMap<String, Arc<RolePool>>>>,
 }
 
 impl PgGuest {
     pub fn new(admin: PgPool, url: &str) -> Result<PgGuest, super::StoreError> {
+        let config =
+            tokio_postgres::Config::from_str(url).map_err(|_| super::StoreError::UnsupportedUrl)?;
         Ok(PgGuest {
             admin,
-            options: Arc::new(PgConnectOptions::from_str(url)?),
+            config: Arc::new(config),
             roles: Arc::default(),
         })
     }
@@ -55,9 +70,8 @@ impl PgGuest {
         sql: &str,
         params: &[SqlValue],
     ) -> Result<SqlRows, GuestDbError> {
-        let mut session = self
-            .session(access, access.deadline, "BEGIN READ ONLY")
-            .await?;
+        super::pg_statement::check(sql).await?;
+        let mut session = self.session(access, access.deadline, true).await?;
         let result = session.fetch(sql, params).await;
         Box::new(session).release().await;
         result
@@ -68,47 +82,64 @@ impl PgGuest {
         access: &Access,
         deadline: Instant,
     ) -> Result<Box<dyn TxSession>, GuestDbError> {
-        Ok(Box::new(self.session(access, deadline, "BEGIN").await?))
+        Ok(Box::new(self.session(access, deadline, false).await?))
     }
 
     async fn session(
         &self,
         access: &Access,
         deadline: Instant,
-        begin: &'static str,
+        read_only: bool,
     ) -> Result<Session, GuestDbError> {
         let pool = self.pool_for(&access.fence.job, &access.grant).await?;
-        let conn = tokio::time::timeout_at(deadline, pool.acquire())
+        let (conn, slot) = tokio::time::timeout_at(deadline, pool.acquire())
             .await
-            .map_err(|_| GuestDbError::Refused(Refusal::Interrupted))?
-            .map_err(|_| GuestDbError::Unavailable)?;
+            .map_err(|_| GuestDbError::Refused(Refusal::Interrupted))??;
+        let owner = owner(&access.fence);
         let mut session = Session {
             conn: Some(conn),
-            admin: self.admin.clone(),
+            pool,
             deadline,
-            pid: 0,
             in_tx: false,
+            _slot: slot,
         };
-        sqlx::raw_sql(begin)
-            .execute(&mut **session.conn())
-            .await
-            .map_err(|e| classify(&e))?;
+        let begin = if read_only {
+            "BEGIN READ ONLY"
+        } else {
+            "BEGIN"
+        };
+        let bounds = session.bounds()?;
+        let conn = session
+            .conn
+            .as_mut()
+            .expect("a new session has its connection");
+        // In one round trip: reset the connection if another attempt used it last, open
+        // the transaction, and bound its statements and its idle time by the deadline.
+        let reset = conn.owner.as_deref().is_some_and(|o| o != owner);
+        let client = &conn.client;
+        let open = format!("{begin}; {bounds}");
+        let opened = if reset {
+            tokio::try_join!(
+                client.batch_execute("DISCARD ALL"),
+                client.batch_execute(&open)
+            )
+            .map(drop)
+        } else {
+            client.batch_execute(&open).await
+        };
+        conn.owner = Some(owner);
         session.in_tx = true;
-        session.arm().await?;
-        session.pid = sqlx::query_scalar("SELECT pg_backend_pid()")
-            .fetch_one(&mut **session.conn())
-            .await
-            .map_err(|e| classify(&e))?;
+        opened.map_err(|e| session.classify(&e))?;
         Ok(session)
     }
 
     /// The job's role pool, provisioning the role for this grant first if needed.
-    async fn pool_for(&self, job: &str, grant: &DbGrant) -> Result<PgPool, GuestDbError> {
-        let role = role_name(self.options.get_database().unwrap_or_default(), job);
+    async fn pool_for(&self, job: &str, grant: &DbGrant) -> Result<Arc<RolePool>, GuestDbError> {
+        let role = role_name(self.config.get_dbname().unwrap_or_default(), job);
         let fingerprint = grant_fingerprint(grant);
         let mut roles = self.roles.lock().await;
-        if let Some((pool, provisioned)) = roles.get(&role)
-            && *provisioned == fingerprint
+        if let Some(pool) = roles.get(&role)
+            && pool.fingerprint == fingerprint
         {
             return Ok(pool.clone());
         }
@@ -118,16 +149,138 @@ impl PgGuest {
                 tracing::warn!(job, code = "driver_failed", error = %super::describe(&e), "cannot provision the job's database role");
                 GuestDbError::Unavailable
             })?;
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .min_connections(0)
-            .idle_timeout(Duration::from_secs(60))
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_lazy_with((*self.options).clone().username(&role).password(&password));
-        if let Some((old, _)) = roles.insert(role, (pool.clone(), fingerprint)) {
-            old.close().await;
-        }
+        let mut config = (*self.config).clone();
+        config.user(&role).password(&password);
+        let pool = Arc::new(RolePool {
+            config,
+            fingerprint,
+            idle: std::sync::Mutex::default(),
+            slots: Arc::new(Semaphore::new(ROLE_CONNECTIONS)),
+        });
+        roles.insert(role, pool.clone());
         Ok(pool)
+    }
+}
+
+/// Who used a connection last: one attempt (a lease generation) of one run.
+fn owner(fence: &Fence) -> String {
+    format!(
+        "{}\u{1f}{}\u{1f}{}\u{1f}{}",
+        fence.job, fence.instance, fence.generation, fence.holder
+    )
+}
+
+/// The connections of one job role.
+struct RolePool {
+    config: tokio_postgres::Config,
+    fingerprint: String,
+    idle: std::sync::Mutex<Vec<Conn>>,
+    slots: Arc<Semaphore>,
+}
+
+/// One connection of a job role.
+struct Conn {
+    client: Client,
+    /// The task driving the connection; aborting it closes the socket.
+    driver: tokio::task::JoinHandle<()>,
+    cancel: tokio_postgres::CancelToken,
+    /// Set when the server announced a message over the bound: the connection is dead.
+    oversized: Arc<AtomicBool>,
+    owner: Option<String>,
+    idle_since: Instant,
+}
+
+impl RolePool {
+    /// A connection, and the slot that bounds how many are in use at once.
+    async fn acquire(&self) -> Result<(Conn, OwnedSemaphorePermit), GuestDbError> {
+        let slot = self
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| GuestDbError::Unavailable)?;
+        let reusable = {
+            let mut idle = self.idle.lock().expect("idle connections");
+            idle.retain(|c| !c.client.is_closed() && c.idle_since.elapsed() < IDLE_FOR);
+            idle.pop()
+        };
+        match reusable {
+            Some(conn) => Ok((conn, slot)),
+            None => Ok((self.connect().await?, slot)),
+        }
+    }
+
+    async fn connect(&self) -> Result<Conn, GuestDbError> {
+        use tokio_postgres::config::Host;
+        let unavailable = |_| GuestDbError::Unavailable;
+        let host = self.config.get_hosts().first().cloned();
+        let port = self.config.get_ports().first().copied().unwrap_or(5432);
+        let socket = match host {
+            Some(Host::Tcp(name)) => Socket::Tcp(
+                tokio::net::TcpStream::connect((name.as_str(), port))
+                    .await
+                    .map_err(unavailable)?,
+            ),
+            Some(Host::Unix(dir)) => Socket::Unix(
+                tokio::net::UnixStream::connect(dir.join(format!(".s.PGSQL.{port}")))
+                    .await
+                    .map_err(unavailable)?,
+            ),
+            None => Socket::Tcp(
+                tokio::net::TcpStream::connect(("localhost", port))
+                    .await
+                    .map_err(unavailable)?,
+            ),
+        };
+        if let Socket::Tcp(tcp) = &socket {
+            let _ = tcp.set_nodelay(true);
+        }
+        let oversized = Arc::new(AtomicBool::new(false));
+        let guarded = FrameGuard::new(socket, MAX_MESSAGE, oversized.clone());
+        let (client, mut connection) = self
+            .config
+            .connect_raw(guarded, NoTls)
+            .await
+            .map_err(|e| {
+                tracing::warn!(code = "driver_failed", error = %describe(&e), "cannot open a guest connection");
+                GuestDbError::Unavailable
+            })?;
+        // Drive the connection, dropping what the server says on the side (notices can
+        // quote guest data; they never reach the operator's log).
+        let driver = tokio::spawn(async move {
+            while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                if message.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Conn {
+            cancel: client.cancel_token(),
+            client,
+            driver,
+            oversized,
+            owner: None,
+            idle_since: Instant::now(),
+        })
+    }
+
+    fn put_back(&self, mut conn: Conn) {
+        conn.idle_since = Instant::now();
+        self.idle.lock().expect("idle connections").push(conn);
+    }
+}
+
+impl Conn {
+    /// Closes the connection without reading what may still be coming, and stops what it
+    /// may still be running on the server.
+    fn abandon(self) {
+        self.driver.abort();
+        let cancel = self.cancel.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = cancel.cancel_query(NoTls).await;
+            });
+        }
     }
 }
 
@@ -250,269 +403,302 @@ async fn provision(
 
 /// A connection of the job's role with a transaction open.
 struct Session {
-    conn: Option<PoolConnection<Postgres>>,
-    admin: PgPool,
+    conn: Option<Conn>,
+    pool: Arc<RolePool>,
     deadline: Instant,
-    pid: i32,
     in_tx: bool,
+    _slot: OwnedSemaphorePermit,
 }
 
 impl Session {
-    fn conn(&mut self) -> &mut PoolConnection<Postgres> {
+    fn conn(&self) -> &Conn {
         self.conn
-            .as_mut()
+            .as_ref()
             .expect("a session has its connection until released")
     }
 
-    /// Bounds the next statement by what is left of the deadline.
-    async fn arm(&mut self) -> Result<(), GuestDbError> {
+    /// `SET LOCAL`s bounding the next statement, and the time the transaction may sit
+    /// idle, by what is left of the deadline: a host frozen mid-transaction (a zombie) has
+    /// its session ended by the server itself.
+    fn bounds(&self) -> Result<String, GuestDbError> {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(GuestDbError::Refused(Refusal::Interrupted));
         }
-        // Also bound the time the transaction may sit idle: a host frozen mid-transaction
-        // (a zombie) has its session ended by the server itself.
-        let ms = left.as_millis().max(1);
-        let bounds = format!(
+        // Rounded up: the server stops a statement no sooner than the deadline.
+        let ms = left.as_millis() + 1;
+        Ok(format!(
             "SET LOCAL statement_timeout = {ms}; SET LOCAL idle_in_transaction_session_timeout = {ms}"
+        ))
+    }
+
+    fn classify(&self, error: &tokio_postgres::Error) -> GuestDbError {
+        if self
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.oversized.load(Ordering::Acquire))
+        {
+            return GuestDbError::Invalid("result-too-large");
+        }
+        classify(error)
+    }
+
+    /// Runs one statement after bounding it (in the same round trip), and collects its
+    /// rows up to the result's bounds.
+    async fn run(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+    ) -> Result<(SqlRows, u64), GuestDbError> {
+        let bounds = self.bounds()?;
+        let typed: Vec<(&SqlValue, Type)> = params.iter().map(|p| (p, p.declared())).collect();
+        let client = &self.conn().client;
+        let streamed = tokio::try_join!(
+            client.batch_execute(&bounds),
+            client.query_typed_raw(sql, typed)
         );
-        sqlx::raw_sql(AssertSqlSafe(bounds))
-            .execute(&mut **self.conn())
-            .await
-            .map(drop)
-            .map_err(|e| classify(&e))
+        let stream = match streamed {
+            Ok((_, stream)) => stream,
+            Err(e) => return Err(self.classify(&e)),
+        };
+        let mut stream = std::pin::pin!(stream);
+        let mut out = SqlRows::default();
+        let mut bytes = 0usize;
+        loop {
+            let row = match stream.try_next().await {
+                Ok(Some(row)) => row,
+                Ok(None) => break,
+                Err(e) => return Err(self.classify(&e)),
+            };
+            if out.columns.is_empty() {
+                out.columns = row.columns().iter().map(|c| c.name().to_string()).collect();
+            }
+            let values = decode_row(&row)?;
+            bytes += values.iter().map(SqlValue::size).sum::<usize>();
+            if out.rows.len() >= super::guest::MAX_ROWS || bytes > MAX_RESULT_BYTES {
+                // Stop here: the rest is never read (the connection is closed instead).
+                return Err(GuestDbError::Invalid("result-too-large"));
+            }
+            out.rows.push(values);
+        }
+        let changed = stream.rows_affected().unwrap_or(0);
+        Ok((out, changed))
     }
 }
 
 #[async_trait::async_trait]
 impl TxSession for Session {
     async fn fetch(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, GuestDbError> {
-        check_kind(sql)?;
-        self.arm().await?;
-        let query = bind_all(sqlx::query(AssertSqlSafe(sql)).persistent(false), params);
-        collect_rows(query.fetch(&mut **self.conn()), classify, decode_row).await
+        super::pg_statement::check(sql).await?;
+        self.run(sql, params).await.map(|(rows, _)| rows)
     }
 
     async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError> {
-        check_kind(sql)?;
-        self.arm().await?;
-        bind_all(sqlx::query(AssertSqlSafe(sql)).persistent(false), params)
-            .execute(&mut **self.conn())
-            .await
-            .map(|r| r.rows_affected())
-            .map_err(|e| classify(&e))
+        super::pg_statement::check(sql).await?;
+        self.run(sql, params).await.map(|(_, changed)| changed)
     }
 
     async fn commit(&mut self, fence: &Fence) -> Result<(), GuestDbError> {
-        self.arm().await?;
+        let bounds = self.bounds()?;
         // The fence takes a share lock on the lease row: a renewal or takeover waits for
         // this transaction to end, so it cannot slip between the check and the commit.
-        let held: bool = sqlx::query_scalar("SELECT jobhost_fence($1, $2, $3, $4)")
-            .persistent(false)
-            .bind(&fence.job)
-            .bind(&fence.instance)
-            .bind(fence.generation)
-            .bind(&fence.holder)
-            .fetch_one(&mut **self.conn())
-            .await
-            .map_err(|e| classify(&e))?;
+        let client = &self.conn().client;
+        let arguments: [(&(dyn ToSql + Sync), Type); 4] = [
+            (&fence.job, Type::TEXT),
+            (&fence.instance, Type::TEXT),
+            (&fence.generation, Type::INT8),
+            (&fence.holder, Type::TEXT),
+        ];
+        let checked = tokio::try_join!(
+            client.batch_execute(&bounds),
+            client.query_typed("SELECT jobhost_fence($1, $2, $3, $4)", &arguments)
+        );
+        let held: bool = match checked {
+            Ok((_, rows)) => rows
+                .first()
+                .and_then(|row| row.try_get(0).ok())
+                .ok_or(GuestDbError::Refused(Refusal::Failed))?,
+            Err(e) => return Err(self.classify(&e)),
+        };
         if !held {
             return Err(GuestDbError::LeaseLost);
         }
-        sqlx::raw_sql("COMMIT")
-            .execute(&mut **self.conn())
-            .await
-            .map_err(|e| classify(&e))?;
+        let committed = self.conn().client.batch_execute("COMMIT").await;
+        committed.map_err(|e| self.classify(&e))?;
         self.in_tx = false;
         Ok(())
     }
 
     async fn release(mut self: Box<Self>) {
-        let Some(mut conn) = self.conn.take() else {
+        let Some(conn) = self.conn.take() else {
             return;
         };
-        if self.in_tx && sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
-            conn.close_on_drop();
+        let clean = !conn.oversized.load(Ordering::Acquire)
+            && (!self.in_tx || conn.client.batch_execute("ROLLBACK").await.is_ok());
+        if clean && !conn.client.is_closed() {
+            self.pool.put_back(conn);
+        } else {
+            conn.abandon();
         }
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // Dropped mid-statement (the attempt's deadline, or a cancelled host call): close
-        // the connection, which rolls back, and stop the statement on the server now
-        // rather than when it next writes to the closed socket.
-        let Some(mut conn) = self.conn.take() else {
-            return;
-        };
-        conn.close_on_drop();
-        drop(conn);
-        let (admin, pid) = (self.admin.clone(), self.pid);
-        if pid != 0
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(async move {
-                let _ = sqlx::query("SELECT pg_cancel_backend($1)")
-                    .bind(pid)
-                    .execute(&admin)
-                    .await;
-            });
+        // Dropped mid-call (the attempt's deadline, or a cancelled host call): close the
+        // connection, which rolls back, and stop the statement on the server now rather
+        // than when it next writes to the closed socket.
+        if let Some(conn) = self.conn.take() {
+            conn.abandon();
         }
     }
 }
 
-/// The first keyword of a statement, past whitespace, comments and parentheses.
-fn first_keyword(sql: &str) -> String {
-    let bytes = sql.as_bytes();
-    let mut i = 0;
-    loop {
-        while i < bytes.len() && (bytes[i].is_ascii_whitespace() || bytes[i] == b'(') {
-            i += 1;
+impl SqlValue {
+    /// The type a parameter is declared with; a NULL's is left to the server to infer.
+    fn declared(&self) -> Type {
+        match self {
+            SqlValue::Null => Type::new("unknown".into(), 0, Kind::Pseudo, "pg_catalog".into()),
+            SqlValue::Integer(_) => Type::INT8,
+            SqlValue::Real(_) => Type::FLOAT8,
+            SqlValue::Text(_) => Type::TEXT,
+            SqlValue::Blob(_) => Type::BYTEA,
         }
-        if sql[i..].starts_with("--") {
-            i = sql[i..].find('\n').map_or(bytes.len(), |n| i + n + 1);
-        } else if sql[i..].starts_with("/*") {
-            // Postgres block comments nest.
-            let mut depth = 0;
-            while i < bytes.len() {
-                if sql[i..].starts_with("/*") {
-                    depth += 1;
-                    i += 2;
-                } else if sql[i..].starts_with("*/") {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
+    }
+
+    fn size(&self) -> usize {
+        match self {
+            SqlValue::Text(s) => s.len(),
+            SqlValue::Blob(b) => b.len(),
+            _ => 8,
+        }
+    }
+}
+
+impl ToSql for SqlValue {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            SqlValue::Null => return Ok(IsNull::Yes),
+            SqlValue::Integer(i) => wire::int8_to_sql(*i, out),
+            SqlValue::Real(f) => wire::float8_to_sql(*f, out),
+            SqlValue::Text(s) => wire::text_to_sql(s, out),
+            SqlValue::Blob(b) => wire::bytea_to_sql(b, out),
+        }
+        Ok(IsNull::No)
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+/// One value of a result row, decoded from the server's binary format.
+struct Cell(SqlValue);
+
+/// 2000-01-01T00:00:00Z, Postgres' epoch, in Unix seconds.
+const PG_EPOCH: i64 = 946_684_800;
+
+impl<'a> FromSql<'a> for Cell {
+    fn from_sql(
+        ty: &Type,
+        raw: &'a [u8],
+    ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let text = |s: &str| SqlValue::Text(s.to_string());
+        Ok(Cell(match *ty {
+            Type::BOOL => SqlValue::Integer(wire::bool_from_sql(raw)?.into()),
+            Type::INT2 => SqlValue::Integer(wire::int2_from_sql(raw)?.into()),
+            Type::INT4 => SqlValue::Integer(wire::int4_from_sql(raw)?.into()),
+            Type::INT8 => SqlValue::Integer(wire::int8_from_sql(raw)?),
+            Type::OID => SqlValue::Integer(wire::oid_from_sql(raw)?.into()),
+            Type::FLOAT4 => SqlValue::Real(wire::float4_from_sql(raw)?.into()),
+            Type::FLOAT8 => SqlValue::Real(wire::float8_from_sql(raw)?),
+            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::CHAR | Type::JSON => {
+                text(wire::text_from_sql(raw)?)
+            }
+            // Binary JSONB: a version byte, then the text.
+            Type::JSONB => match raw.split_first() {
+                Some((1, rest)) => text(std::str::from_utf8(rest)?),
+                _ => return Err("unknown jsonb format".into()),
+            },
+            Type::BYTEA => SqlValue::Blob(wire::bytea_from_sql(raw).to_vec()),
+            Type::UUID => text(&uuid::Uuid::from_bytes(wire::uuid_from_sql(raw)?).to_string()),
+            Type::TIMESTAMPTZ | Type::TIMESTAMP => {
+                let micros = wire::timestamp_from_sql(raw)?;
+                let at = chrono::DateTime::from_timestamp_micros(PG_EPOCH * 1_000_000 + micros)
+                    .ok_or("timestamp out of range")?;
+                if *ty == Type::TIMESTAMPTZ {
+                    text(&at.to_rfc3339())
                 } else {
-                    i += 1;
+                    text(&at.naive_utc().to_string())
                 }
             }
-        } else {
-            break;
-        }
+            Type::DATE => {
+                let days = wire::date_from_sql(raw)?;
+                let date = chrono::DateTime::from_timestamp(PG_EPOCH + i64::from(days) * 86_400, 0)
+                    .ok_or("date out of range")?;
+                text(&date.date_naive().to_string())
+            }
+            _ => return Err("unsupported column type".into()),
+        }))
     }
-    sql[i..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphabetic())
-        .collect::<String>()
-        .to_ascii_lowercase()
-}
 
-fn check_kind(sql: &str) -> Result<(), GuestDbError> {
-    if ALLOWED_KINDS.contains(&first_keyword(sql).as_str()) {
-        Ok(())
-    } else {
-        Err(GuestDbError::Refused(Refusal::Forbidden))
+    fn from_sql_null(_: &Type) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Cell(SqlValue::Null))
     }
-}
 
-/// A NULL whose type the server infers from the statement, as for a literal NULL.
-struct UntypedNull;
-
-impl sqlx::Type<Postgres> for UntypedNull {
-    fn type_info() -> PgTypeInfo {
-        PgTypeInfo::with_oid(sqlx::postgres::types::Oid(0))
+    fn accepts(_: &Type) -> bool {
+        true
     }
 }
 
-impl sqlx::Encode<'_, Postgres> for UntypedNull {
-    fn encode_by_ref(
-        &self,
-        _: &mut PgArgumentBuffer,
-    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-        Ok(sqlx::encode::IsNull::Yes)
-    }
-}
-
-fn bind_all<'q>(
-    mut query: sqlx::query::Query<'q, Postgres, PgArguments>,
-    params: &'q [SqlValue],
-) -> sqlx::query::Query<'q, Postgres, PgArguments> {
-    for p in params {
-        query = match p {
-            SqlValue::Null => query.bind(UntypedNull),
-            SqlValue::Integer(i) => query.bind(*i),
-            SqlValue::Real(f) => query.bind(*f),
-            SqlValue::Text(s) => query.bind(s.as_str()),
-            SqlValue::Blob(b) => query.bind(b.as_slice()),
-        };
-    }
-    query
-}
-
-fn decode_row(row: &PgRow) -> Result<Vec<SqlValue>, GuestDbError> {
-    let unsupported = GuestDbError::Invalid("unsupported-column-type");
-    let bad = |_| GuestDbError::Refused(Refusal::Failed);
+fn decode_row(row: &tokio_postgres::Row) -> Result<Vec<SqlValue>, GuestDbError> {
     (0..row.len())
         .map(|i| {
-            let raw = row.try_get_raw(i).map_err(bad)?;
-            if raw.is_null() {
-                return Ok(SqlValue::Null);
+            let Cell(value) = row
+                .try_get::<_, Cell>(i)
+                .map_err(|_| GuestDbError::Invalid("unsupported-column-type"))?;
+            if value.size() > MAX_VALUE_BYTES {
+                return Err(GuestDbError::Invalid("value-too-large"));
             }
-            let kind = raw.type_info().name().to_ascii_uppercase();
-            Ok(match kind.as_str() {
-                "BOOL" => SqlValue::Integer(row.try_get::<bool, _>(i).map_err(bad)?.into()),
-                "INT2" => SqlValue::Integer(row.try_get::<i16, _>(i).map_err(bad)?.into()),
-                "INT4" => SqlValue::Integer(row.try_get::<i32, _>(i).map_err(bad)?.into()),
-                "INT8" => SqlValue::Integer(row.try_get::<i64, _>(i).map_err(bad)?),
-                "FLOAT4" => SqlValue::Real(row.try_get::<f32, _>(i).map_err(bad)?.into()),
-                "FLOAT8" => SqlValue::Real(row.try_get::<f64, _>(i).map_err(bad)?),
-                "TEXT" | "VARCHAR" | "BPCHAR" | "NAME" | "CHAR" => {
-                    SqlValue::Text(row.try_get::<String, _>(i).map_err(bad)?)
-                }
-                "BYTEA" => SqlValue::Blob(row.try_get::<Vec<u8>, _>(i).map_err(bad)?),
-                "JSON" | "JSONB" => SqlValue::Text(
-                    row.try_get::<serde_json::Value, _>(i)
-                        .map_err(bad)?
-                        .to_string(),
-                ),
-                "UUID" => SqlValue::Text(row.try_get::<uuid::Uuid, _>(i).map_err(bad)?.to_string()),
-                "TIMESTAMPTZ" => SqlValue::Text(
-                    row.try_get::<chrono::DateTime<chrono::Utc>, _>(i)
-                        .map_err(bad)?
-                        .to_rfc3339(),
-                ),
-                "TIMESTAMP" => SqlValue::Text(
-                    row.try_get::<chrono::NaiveDateTime, _>(i)
-                        .map_err(bad)?
-                        .to_string(),
-                ),
-                "DATE" => SqlValue::Text(
-                    row.try_get::<chrono::NaiveDate, _>(i)
-                        .map_err(bad)?
-                        .to_string(),
-                ),
-                _ => return Err(unsupported),
-            })
+            Ok(value)
         })
         .collect()
 }
 
-/// Maps a driver error to a fixed code by its SQLSTATE.
-fn classify(error: &sqlx::Error) -> GuestDbError {
-    match error {
-        sqlx::Error::Database(e) => {
-            let state = e.code().map(|c| c.to_string()).unwrap_or_default();
-            match state.as_str() {
-                "42501" => GuestDbError::Refused(Refusal::NotGranted),
-                "25006" => GuestDbError::Refused(Refusal::ReadOnly),
-                "57014" => GuestDbError::Refused(Refusal::Interrupted),
-                s if s.starts_with("23") => GuestDbError::Refused(Refusal::Constraint),
-                s if s.starts_with("42") || s.starts_with("22") => {
-                    GuestDbError::Refused(Refusal::InvalidStatement)
-                }
-                s if s.starts_with("08") || s.starts_with("57P") || s.starts_with("53") => {
-                    GuestDbError::Unavailable
-                }
-                _ => GuestDbError::Refused(Refusal::Failed),
-            }
+/// A fixed, secret-free description of a driver error.
+fn describe(error: &tokio_postgres::Error) -> String {
+    match error.code() {
+        Some(code) => format!("statement failed (code {})", code.code()),
+        None => "connection failed".into(),
+    }
+}
+
+/// Maps a driver error to a fixed code by its SQLSTATE. A table that does not exist is
+/// `not-granted` like one that is not granted, so a guest cannot probe for names.
+fn classify(error: &tokio_postgres::Error) -> GuestDbError {
+    let Some(state) = error.code().map(|c| c.code()) else {
+        return GuestDbError::Unavailable;
+    };
+    match state {
+        "42501" | "42P01" => GuestDbError::Refused(Refusal::NotGranted),
+        "25006" => GuestDbError::Refused(Refusal::ReadOnly),
+        "57014" => GuestDbError::Refused(Refusal::Interrupted),
+        "54000" => GuestDbError::Invalid("value-too-large"),
+        // A protocol violation here is a bad statement (parameters that do not match).
+        "08P01" => GuestDbError::Refused(Refusal::InvalidStatement),
+        s if s.starts_with("23") => GuestDbError::Refused(Refusal::Constraint),
+        s if s.starts_with("42") || s.starts_with("22") => {
+            GuestDbError::Refused(Refusal::InvalidStatement)
         }
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::Tls(_) => GuestDbError::Unavailable,
+        s if s.starts_with("08") || s.starts_with("57P") || s.starts_with("53") => {
+            GuestDbError::Unavailable
+        }
         _ => GuestDbError::Refused(Refusal::Failed),
     }
 }
@@ -520,41 +706,6 @@ fn classify(error: &sqlx::Error) -> GuestDbError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn statement_kinds() {
-        for ok in [
-            "SELECT 1",
-            "  select * from t",
-            "-- note\nINSERT INTO t VALUES (1)",
-            "/* a /* nested */ b */ update t set x = 1",
-            "(SELECT 1)",
-            "WITH x AS (DELETE FROM t RETURNING *) SELECT * FROM x",
-        ] {
-            assert!(check_kind(ok).is_ok(), "{ok}");
-        }
-        for refused in [
-            "COMMIT",
-            "/* SELECT */ ROLLBACK",
-            "begin",
-            "SET ROLE postgres",
-            "RESET ROLE",
-            "DROP TABLE t",
-            "CREATE TABLE x (a int)",
-            "COPY t TO PROGRAM 'x'",
-            "DO $$ BEGIN END $$",
-            "CALL p()",
-            "LOCK TABLE t",
-            "",
-            "-- only a comment",
-        ] {
-            assert_eq!(
-                check_kind(refused),
-                Err(GuestDbError::Refused(Refusal::Forbidden)),
-                "{refused}"
-            );
-        }
-    }
 
     #[test]
     fn role_names_are_safe_and_distinct() {

@@ -1,0 +1,66 @@
+//! Text a guest hands back (log lines, error messages, names): how it is stored and how it
+//! is shown. Guest text may hold anything a string can — NUL, control characters, escape
+//! sequences, bidirectional overrides — and arrives as large as the guest likes.
+//!
+//! - [`for_storage`] is applied once, before the text reaches any database: it is cut to
+//!   its bound (on a character boundary) and its NULs replaced, so both backends store it
+//!   (Postgres' `text` cannot hold NUL) and a run is never left half-recorded by it.
+//! - [`for_terminal`] is applied when the CLI prints guest text: every control and
+//!   formatting character except newline and tab is shown escaped, so a guest cannot
+//!   move the cursor, clear or recolour the operator's screen, or reorder what is shown.
+
+use std::borrow::Cow;
+
+/// `text` cut to at most `max` bytes on a character boundary, with NUL shown as U+2400.
+pub fn for_storage(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].replace('\0', "\u{2400}")
+}
+
+/// Whether the terminal could act on `c` rather than print it.
+fn acts_on_terminal(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// `text` with everything a terminal would act on shown as an escape (`\u{1b}`).
+pub fn for_terminal(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(acts_on_terminal) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if acts_on_terminal(c) {
+                    c.escape_unicode().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_cuts_on_character_boundaries_and_replaces_nul() {
+        assert_eq!(for_storage("héllo", 2), "h");
+        assert_eq!(for_storage("héllo", 3), "hé");
+        assert_eq!(for_storage("a\0b", 10), "a\u{2400}b");
+        assert_eq!(for_storage("abc", 10), "abc");
+    }
+
+    #[test]
+    fn terminal_output_escapes_what_a_terminal_would_act_on() {
+        assert_eq!(for_terminal("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(for_terminal("\u{1b}[2Jgone\r"), "\\u{1b}[2Jgone\\u{d}");
+        assert_eq!(for_terminal("abc\u{202e}def"), "abc\\u{202e}def");
+        assert!(matches!(for_terminal("ok"), Cow::Borrowed(_)));
+    }
+}

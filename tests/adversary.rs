@@ -1,0 +1,217 @@
+//! The adversarial suite: a hostile guest (`tests/guests/adversary`) tries, one mode at a
+//! time, what a tenant's code might do to the host — exhaust its stack right at a host
+//! call, panic with a transaction open, hand over arguments past every bound, hold on to
+//! host resources, write escape sequences, NUL and invalid text wherever text goes back,
+//! ask the database for a result far larger than its memory cap. Each must end with its
+//! fixed code, leave nothing half-recorded or locked, keep the host's own memory bounded,
+//! and leave the host serving other jobs.
+
+mod common;
+
+use common::{guest, migrations};
+use serde_json::{Value, json};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn adversary() -> String {
+    guest("adversary").display().to_string()
+}
+
+/// Runs `host` to completion and measures its peak resident memory (from the kernel's
+/// accounting of the waited-for child).
+#[expect(
+    clippy::zombie_processes,
+    reason = "the child is reaped by wait4, which also reports its peak memory"
+)]
+fn run_measured(mut cmd: Command) -> (i32, String, u64) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn host");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut text = String::new();
+        stdout.read_to_string(&mut text).unwrap();
+        text
+    });
+    let err = std::thread::spawn(move || {
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).unwrap();
+        text
+    });
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(waited, child.id() as i32);
+    let stdout = out.join().unwrap();
+    let stderr = err.join().unwrap();
+    assert!(libc::WIFEXITED(status), "host died: {stderr}");
+    (
+        libc::WEXITSTATUS(status),
+        format!("{stdout}{stderr}"),
+        usage.ru_maxrss as u64 * 1024,
+    )
+}
+
+fn json_of(text: &str) -> Value {
+    text.lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON in {text}"))
+}
+
+on_every_backend! {
+    async fn each_hostile_mode_ends_with_its_fixed_code(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            ("stack-overflow", "trap", None),
+            ("panic-in-transaction", "trap", None),
+            ("huge-sql", "handler_failed", Some("invalid call: statement-too-long")),
+            ("huge-param", "handler_failed", Some("invalid call: value-too-large")),
+            ("many-params", "handler_failed", Some("invalid call: too-many-params")),
+            ("handles", "resource_limit", None),
+            ("huge-cursor", "invalid_outcome", None),
+        ];
+        for (mode, code, error) in cases {
+            let payload = json!({ "mode": mode }).to_string();
+            let (exit, run) = home.run_json(&[
+                "--job", &adversary(), "--payload", &payload, "--grant", "db.write=ledger",
+                "--memory", "64MiB", "--timeout", "20s",
+            ]);
+            assert_eq!((exit, run["code"].as_str()), (1, Some(*code)), "{mode}: {run}");
+            if let Some(error) = error {
+                assert_eq!(run["error"], *error, "{mode}");
+            }
+        }
+        // The transaction the panic left open was rolled back, and holds nothing.
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger").await, 0);
+        let (exit, run) = home.run_json(&[
+            "--job", &guest("ledger").display().to_string(), "--payload", r#"{"rows":2}"#,
+            "--grant", "db.write=ledger", "--timeout", "5s",
+        ]);
+        assert_eq!(exit, 0, "{run}");
+        // A log line far over the bound is cut, not refused, and not held whole.
+        let (exit, run) = home.run_json(&["--job", &adversary(), "--payload", r#"{"mode":"huge-log"}"#, "--grant", "db.read=ledger"]);
+        assert_eq!(exit, 0, "{run}");
+        let shown = json_of(&String::from_utf8_lossy(
+            &home.run(&["runs", "show", run["run_id"].as_str().unwrap(), "--json"]).stdout,
+        ));
+        let attempt = &shown["attempt_records"][0];
+        assert_eq!(attempt["log_truncated"], true);
+        assert!(attempt["log"].as_str().unwrap().len() <= 64 << 10);
+        // A cursor with an escaped NUL is JSON like any other and survives the round trip.
+        let (exit, run) = home.run_json(&["--job", &adversary(), "--payload", r#"{"mode":"nul-cursor"}"#, "--grant", "db.read=ledger"]);
+        assert_eq!((exit, run["passes"].as_i64()), (0, Some(2)), "{run}");
+    }
+
+    async fn nul_and_invalid_text_are_recorded_safely(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let (exit, run) = home.run_json(&["--job", &adversary(), "--payload", r#"{"mode":"nul"}"#, "--grant", "db.read=ledger"]);
+        assert_eq!((exit, run["status"].as_str(), run["code"].as_str()), (1, Some("failed"), Some("handler_failed")), "{run}");
+        assert_eq!(run["error"], "a NUL \u{2400} in the error");
+        let shown = json_of(&String::from_utf8_lossy(
+            &home.run(&["runs", "show", run["run_id"].as_str().unwrap(), "--json"]).stdout,
+        ));
+        let log = shown["attempt_records"][0]["log"].as_str().unwrap().to_string();
+        assert!(log.contains("a NUL \u{2400} in a log line"), "{log}");
+        assert!(log.contains("stdout \u{2400} and invalid UTF-8 \u{fffd}\u{fffd}"), "{log}");
+        // Nothing is left running or holding the lease.
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running'").await, 0);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_leases WHERE holder IS NOT NULL").await, 0);
+    }
+
+    async fn guest_text_cannot_drive_the_operators_terminal(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let out = home.run(&["run", "--job", &adversary(), "--payload", r#"{"mode":"escapes"}"#, "--grant", "db.read=ledger"]);
+        let printed = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(!printed.contains('\u{1b}') && !printed.contains('\r') && !printed.contains('\u{202e}'), "{printed:?}");
+        assert!(printed.contains("\\u{1b}[2J"), "{printed}");
+        let listed = home.run(&["runs", "list", "--json"]);
+        let id = json_of(&String::from_utf8_lossy(&listed.stdout))[0]["run_id"].as_str().unwrap().to_string();
+        let shown = home.run(&["runs", "show", &id]);
+        let text = String::from_utf8_lossy(&shown.stdout);
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{7}'), "{text:?}");
+        assert!(text.contains("erased the line above"), "{text}");
+    }
+
+    async fn a_huge_result_is_refused_before_the_host_holds_it(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let huge = match home.backend {
+            common::Backend::Sqlite => "SELECT randomblob(400000000)",
+            common::Backend::Postgres => "SELECT repeat('x', 400000000)",
+        };
+        let measure = |sql: &str| {
+            let payload = json!({ "mode": "sql", "sql": [sql] }).to_string();
+            let mut cmd = home.host();
+            cmd.args(["run", "--json", "--job", &adversary(), "--payload", &payload,
+                      "--grant", "db.read=ledger", "--memory", "64MiB", "--timeout", "30s"]);
+            run_measured(cmd)
+        };
+        let (_, _, baseline) = measure("SELECT 1");
+        let (exit, out, peak) = measure(huge);
+        let run = json_of(&out);
+        assert_eq!(exit, 1, "{out}");
+        assert!(
+            run["error"] == "invalid call: value-too-large" || run["error"] == "invalid call: result-too-large",
+            "{run}"
+        );
+        eprintln!("peak RSS: {} MiB for SELECT 1, {} MiB for {huge}", baseline >> 20, peak >> 20);
+        assert!(peak < baseline + (48 << 20), "host RSS reached {} MiB (baseline {} MiB)", peak >> 20, baseline >> 20);
+        // Many rows, each under every bound, stop at the result's bound.
+        let rows = "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 100000) \
+                    SELECT i, 'yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy' FROM c";
+        let (exit, out, _) = measure(rows);
+        assert_eq!(exit, 1);
+        assert_eq!(json_of(&out)["error"], "invalid call: result-too-large");
+    }
+}
+
+/// While a hostile guest does its worst, again and again, another job keeps running on
+/// schedule on the same host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_guest_does_not_stop_the_host_serving_others() {
+    let home = common::Home::new(common::Backend::Sqlite).await;
+    let modes = [
+        "stack-overflow",
+        "handles",
+        "huge-log",
+        "nul",
+        "escapes",
+        "panic-in-transaction",
+    ];
+    let mut jobs = String::from(
+        "[jobs.steady]\ncomponent = \"{guest:hello}\"\nschedule = \"* * * * * *\"\ntimeout = \"5s\"\n",
+    );
+    for mode in modes {
+        jobs.push_str(&format!(
+            "[jobs.{mode}]\ncomponent = \"{{guest:adversary}}\"\nschedule = \"* * * * * *\"\n\
+             timeout = \"5s\"\nmemory = \"64MiB\"\npayload = {{ mode = \"{mode}\" }}\n\
+             grants.db = {{ write = [\"ledger\"] }}\n"
+        ));
+    }
+    let manifest = home.manifest("", &jobs);
+    let server = home
+        .serve(&["--manifest", manifest.to_str().unwrap(), "--workers", "4"])
+        .await;
+    let runs = server
+        .wait_runs("steady", Duration::from_secs(30), |runs| {
+            runs.iter().filter(|r| r["status"] == "succeeded").count() >= 6
+        })
+        .await;
+    assert!(runs.iter().all(|r| r["status"] != "failed"), "{runs:#?}");
+    for mode in modes {
+        let theirs = server
+            .wait_runs(mode, Duration::from_secs(30), |runs| {
+                runs.iter()
+                    .any(|r| r["status"] == "failed" || r["status"] == "succeeded")
+            })
+            .await;
+        assert!(!theirs.is_empty());
+    }
+    let (status, _) = server.get("/healthz").await;
+    assert_eq!(status, 200);
+}

@@ -1,0 +1,108 @@
+//! A hostile guest, for the adversarial suite (`tests/adversary.rs`). Its payload's `mode`
+//! picks one thing a tenant's code might do to harm the host or its records; the suite
+//! asserts each ends with its fixed code while the host keeps serving other jobs.
+//!
+//! Modes: `stack-overflow` (recursion that calls the host at every level, until the stack
+//! runs out), `panic-in-transaction` (a panic with a write transaction open), `huge-log`,
+//! `huge-sql`, `huge-param`, `many-params` (host-call arguments past every bound),
+//! `handles` (host resources taken and never given back), `escapes` (terminal escape
+//! sequences in logs and the error), `nul` (NUL and invalid UTF-8 everywhere text goes
+//! back), `nul-cursor` (a cursor holding an escaped NUL), `huge-cursor`, `sql` (runs the
+//! statements in `sql`, for memory bounds).
+
+use jobhost_guest::{Context, HostError, Job, JobError, Outcome, db, describe, log};
+use serde::Deserialize;
+use std::io::Write;
+
+#[derive(Deserialize)]
+struct Payload {
+    mode: String,
+    #[serde(default)]
+    sql: Vec<String>,
+}
+
+struct Adversary;
+
+/// Recurses, calling the host at every level, until the stack runs out (the bound only
+/// keeps the compiler from calling the recursion endless).
+fn dive(depth: u64) -> u64 {
+    if depth == u64::MAX {
+        return 0;
+    }
+    let frame = [depth as u8; 512];
+    log::trace("deeper");
+    std::hint::black_box(&frame);
+    dive(depth + 1) + u64::from(frame[0])
+}
+
+fn refused(e: HostError) -> JobError {
+    JobError::Failed(describe(&e))
+}
+
+impl Job for Adversary {
+    type Payload = Payload;
+
+    fn run(ctx: Context<Payload>) -> Result<Outcome, JobError> {
+        match ctx.payload.mode.as_str() {
+            "stack-overflow" => {
+                dive(0);
+                Ok(Outcome::Done)
+            }
+            "panic-in-transaction" => {
+                let tx = db::begin()?;
+                tx.execute(
+                    "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, 1, 1)",
+                    &[ctx.run_id.as_str().into()],
+                )?;
+                panic!("a panic with the transaction open");
+            }
+            "huge-log" => {
+                log::info(&"x".repeat(32 << 20));
+                Ok(Outcome::Done)
+            }
+            "huge-sql" => {
+                let sql = format!("SELECT 1 {}", " ".repeat(16 << 20));
+                db::query(&sql, &[]).map_err(refused)?;
+                Ok(Outcome::Done)
+            }
+            "huge-param" => {
+                db::query("SELECT length($1)", &[vec![7u8; 8 << 20].into()]).map_err(refused)?;
+                Ok(Outcome::Done)
+            }
+            "many-params" => {
+                let params: Vec<db::Value> = (0..100_000).map(db::Value::Integer).collect();
+                db::query("SELECT 1", &params).map_err(refused)?;
+                Ok(Outcome::Done)
+            }
+            "handles" => loop {
+                std::mem::forget(wasi::cli::stdout::get_stdout());
+            },
+            "escapes" => {
+                log::warn("\u{1b}[2J\u{1b}[H\u{1b}[31mscreen cleared\r\u{202e}desrever");
+                print!("\u{1b}]0;a new title\u{7}");
+                Err(JobError::Failed(
+                    "\u{1b}[1A\u{1b}[2Kerased the line above".into(),
+                ))
+            }
+            "nul" => {
+                log::info("a NUL \0 in a log line");
+                let mut out = std::io::stdout();
+                let _ = out.write_all(b"stdout \0 and invalid UTF-8 \xff\xfe\n");
+                let _ = out.flush();
+                Err(JobError::Failed("a NUL \0 in the error".into()))
+            }
+            "nul-cursor" if ctx.pass == 1 => Ok(Outcome::Continue(serde_json::json!("a\u{0}b"))),
+            "nul-cursor" => Ok(Outcome::Done),
+            "huge-cursor" => Ok(Outcome::Continue(serde_json::json!("x".repeat(1 << 20)))),
+            "sql" => {
+                for sql in &ctx.payload.sql {
+                    db::query(sql, &[]).map_err(refused)?;
+                }
+                Ok(Outcome::Done)
+            }
+            other => Err(JobError::Unrecoverable(format!("unknown mode {other}"))),
+        }
+    }
+}
+
+jobhost_guest::export_job!(Adversary);
