@@ -284,7 +284,7 @@ async fn surveillance_loop(
 ) {
     let surveillance = Surveillance {
         store: shared.app.store.clone(),
-        catalog: shared.catalog.clone(),
+        catalog: Some(shared.catalog.clone()),
         host_id: shared.app.runner.host_id().to_string(),
         interval: config.surveillance_interval,
         stale: config.stale,

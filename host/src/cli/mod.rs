@@ -1,7 +1,8 @@
 //! The `host` command line: argument definitions, and the edge where library errors
 //! become messages and exit codes.
 //!
-//! Exit codes: 0 success, 1 the run failed, 2 usage or load error, 3 the run was skipped.
+//! Exit codes: 0 success, 1 the run failed, 2 usage or load error, 3 the run was skipped,
+//! 4 another process held SQLite's write lock for longer than the busy timeout.
 
 mod output;
 mod run;
@@ -13,6 +14,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub const DEFAULT_HOME: &str = ".jobhost";
+
+/// The exit code when another process held SQLite's write lock too long.
+pub const EXIT_LOCKED: u8 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -118,8 +122,26 @@ impl Failure {
     }
 }
 
-impl<E: std::error::Error> From<E> for Failure {
+impl<E: std::error::Error + 'static> From<E> for Failure {
     fn from(e: E) -> Self {
+        // SQLite's write lock held by another process past the busy timeout has an exit
+        // code of its own: waiting longer or moving to Postgres fixes it, not the command.
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(error) = cause {
+            let store = error.downcast_ref::<crate::store::StoreError>().or(
+                match error.downcast_ref::<crate::app::AppError>() {
+                    Some(crate::app::AppError::Store(store)) => Some(store),
+                    _ => None,
+                },
+            );
+            if store.is_some_and(crate::store::StoreError::is_locked) {
+                return Failure {
+                    exit: EXIT_LOCKED,
+                    message: e.to_string(),
+                };
+            }
+            cause = error.source();
+        }
         Failure::usage(e)
     }
 }

@@ -8,6 +8,7 @@ use crate::grants::Grants;
 use crate::job::{self, JobSpec, Limits, RetryPolicy};
 use crate::manifest::Manifest;
 use crate::runner::{RunnerSettings, Step, new_run_id};
+use crate::schedule::surveillance::Surveillance;
 use crate::store::{NewRun, Origin, RunStatus, Store};
 use crate::units::{parse_duration, parse_size};
 use clap::Args;
@@ -90,10 +91,30 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
                 grace: args.lease_grace,
             },
             txn_bound: args.txn_timeout,
-            ..RunnerSettings::default()
+            // This process claims its run again the moment it is due: a short slack, so
+            // that a run left waiting by a killed `host run` is found soon after.
+            claim_slack: Duration::from_secs(1),
         },
     })
     .await?;
+    // What a killed `host run` left behind on this database is reported now.
+    let swept = Surveillance {
+        store: app.store.clone(),
+        catalog: None,
+        host_id: app.runner.host_id().to_string(),
+        interval: Duration::ZERO,
+        stale: args.lease_grace,
+        max_reruns: 0,
+    }
+    .sweep_crashed()
+    .await?;
+    if swept > 0 {
+        tracing::warn!(
+            runs = swept,
+            code = "crashed",
+            "reported runs whose host had stopped"
+        );
+    }
     let loaded = app.load(&spec).await?;
     app.register(&spec, &loaded, None).await?;
     let run = app

@@ -10,7 +10,7 @@ use crate::manifest::{CatchUp, HostSection, Manifest};
 use crate::runner::RunnerSettings;
 use crate::schedule::cron::{Cron, parse_tz};
 use crate::serve::{ServeConfig, serve};
-use crate::store::Store;
+use crate::store::{Backend, Store};
 use crate::units::parse_duration;
 use crate::views;
 use clap::Args;
@@ -80,8 +80,13 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             .unwrap_or("UTC"),
     )?;
     let workers = args.workers.or(host.workers).unwrap_or(4).max(1);
+    let db_url = global.db_url(host.db.as_deref());
+    let _serving = match Backend::from_url(&db_url) {
+        Some(Backend::Sqlite) => Some(crate::store::claim_for_serving(&db_url)?),
+        _ => None,
+    };
     let app = App::open(AppConfig {
-        db_url: global.db_url(host.db.as_deref()),
+        db_url,
         operator_migrations: host.migrations.clone(),
         engine: EngineSettings {
             pooling: args.pooling,

@@ -32,7 +32,9 @@ pub struct Findings {
 
 pub struct Surveillance {
     pub store: Store,
-    pub catalog: Arc<Catalog>,
+    /// The jobs this host serves (their payloads for follow-up runs); none for a sweep by
+    /// a command that serves nothing.
+    pub catalog: Option<Arc<Catalog>>,
     pub host_id: String,
     pub interval: Duration,
     /// A run counts as lost only once it was untouched this long past its lease.
@@ -57,7 +59,7 @@ impl Surveillance {
         if lease.is_none() {
             return Ok(Findings::default());
         }
-        let crashed = self.find_crashed().await?;
+        let crashed = self.find_crashed(false).await?;
         let missed = self.find_missed().await?;
         Ok(Findings {
             ran: true,
@@ -66,15 +68,29 @@ impl Surveillance {
         })
     }
 
-    async fn find_crashed(&self) -> Result<usize, StoreError> {
+    /// Marks every lost run crashed (see [`Surveillance::check`]) without taking the
+    /// fleet's surveillance lease: for a command that runs once (`host run`), so that what
+    /// a dead `host run` left in the queue never stays there with no one responsible.
+    /// Only manual runs are swept: the runs of serving hosts are their surveillance's.
+    pub async fn sweep_crashed(&self) -> Result<usize, StoreError> {
+        self.find_crashed(true).await
+    }
+
+    async fn find_crashed(&self, only_manual: bool) -> Result<usize, StoreError> {
         let stale_ms = self.stale.as_millis() as i64;
         let mut crashed = 0;
         for lost in self.store.lost_runs(stale_ms).await? {
             let Some(run) = self.store.get_run(&lost.id).await? else {
                 continue;
             };
+            if only_manual && run.origin != Origin::Manual.as_str() {
+                continue;
+            }
             let root = run.rerun_of.clone().unwrap_or_else(|| run.id.clone());
-            let rerun = if self.store.count_reruns(&root).await? < self.max_reruns {
+            // A manual run's caller (`host run`) is gone with its host: nobody waits for a
+            // rerun, and no serving host may know its job. It is reported, not rerun.
+            let manual = run.origin == Origin::Manual.as_str();
+            let rerun = if !manual && self.store.count_reruns(&root).await? < self.max_reruns {
                 Some(NewRun {
                     id: new_run_id(),
                     job: run.job.clone(),
@@ -94,7 +110,8 @@ impl Surveillance {
             };
             let payload = self
                 .catalog
-                .get(&run.job)
+                .as_ref()
+                .and_then(|c| c.get(&run.job))
                 .map_or_else(|| run.payload.clone(), |j| j.spec.payload.to_string());
             let follow_up = crate::kick::follow_up(&run, payload);
             let marked = self
@@ -119,7 +136,12 @@ impl Surveillance {
         let now = self.store.now().await?;
         let mut missed = 0;
         for record in self.store.list_jobs().await? {
-            let Some(cron) = self.catalog.get(&record.name).and_then(|j| j.cron.clone()) else {
+            let Some(cron) = self
+                .catalog
+                .as_ref()
+                .and_then(|c| c.get(&record.name))
+                .and_then(|j| j.cron.clone())
+            else {
                 continue;
             };
             let Some(period) = period(&cron, now) else {

@@ -8,6 +8,7 @@
 
 #[macro_use]
 mod pool;
+mod connect;
 pub mod guest;
 pub mod migrate;
 mod pg_statement;
@@ -17,6 +18,10 @@ mod queries;
 pub mod records;
 pub mod sqlite_guest;
 
+pub use connect::claim_for_serving;
+#[cfg(test)]
+pub(crate) use connect::open_sqlite;
+pub(crate) use connect::sqlite_options;
 use pool::Exclusive;
 pub use pool::{Backend, Pool};
 pub use records::*;
@@ -24,7 +29,6 @@ pub use records::*;
 use queries::{Dialect, Queries};
 use sqlx::Connection;
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -55,11 +59,22 @@ pub enum StoreError {
     MigrationChanged { scope: &'static str, name: String },
     #[error("migration {name} failed: {}", describe(.source))]
     MigrationFailed { name: String, source: sqlx::Error },
+    /// The database could not be opened; the text says why in words, naming the file or
+    /// the server, user and database, never a password.
+    #[error("{0}")]
+    Open(String),
 }
 
 impl StoreError {
     /// Whether the database could not be reached or failed mid-statement (as opposed to a
     /// refused statement): the runner turns this into `driver_failed`.
+    /// Whether SQLite's write lock stayed held by another process for the whole busy
+    /// timeout (on SQLite, one process serves a file; see `docs/architecture.md`).
+    pub fn is_locked(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::Database(e))
+            if e.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| c & 0xff == 5 || c & 0xff == 6))
+    }
+
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
@@ -87,6 +102,11 @@ pub fn describe(error: &sqlx::Error) -> String {
         sqlx::Error::PoolClosed => "connection pool closed".into(),
         sqlx::Error::WorkerCrashed => "database worker stopped".into(),
         sqlx::Error::Database(e) => match e.code() {
+            Some(code) if matches!(code.parse::<i32>().map(|c| c & 0xff), Ok(5 | 6)) => format!(
+                "another process holds the SQLite database's write lock (waited {} s; \
+                 one `host serve` per file — use Postgres for several hosts)",
+                SQLITE_BUSY_TIMEOUT.as_secs()
+            ),
             Some(code) => format!("statement failed (code {code})"),
             None => "statement failed".into(),
         },
@@ -132,17 +152,11 @@ impl Store {
         let backend = Backend::from_url(url).ok_or(StoreError::UnsupportedUrl)?;
         let (pool, reader) = match backend {
             Backend::Sqlite => {
-                let writer = Pool::Sqlite(open_sqlite(url, 1).await?);
-                (writer, Pool::Sqlite(open_sqlite(url, 4).await?))
+                let writer = Pool::Sqlite(connect::open_sqlite(url, 1).await?);
+                (writer, Pool::Sqlite(connect::open_sqlite(url, 4).await?))
             }
             Backend::Postgres => {
-                let pool = Pool::Postgres(
-                    sqlx::postgres::PgPoolOptions::new()
-                        .max_connections(16)
-                        .acquire_timeout(Duration::from_secs(10))
-                        .connect_with(sqlx::postgres::PgConnectOptions::from_str(url)?)
-                        .await?,
-                );
+                let pool = Pool::Postgres(connect::open_postgres(url).await?);
                 (pool.clone(), pool)
             }
         };
@@ -836,36 +850,4 @@ where
         .bind(report.run_id)
         .bind(report.code)
         .bind(report.body.as_str())
-}
-
-/// The settings of every connection to a SQLite database: WAL so readers never wait for
-/// the writer, and a busy timeout so writers queue for the single write lock instead of
-/// failing.
-pub(crate) fn sqlite_options(
-    url: &str,
-) -> std::result::Result<sqlx::sqlite::SqliteConnectOptions, sqlx::Error> {
-    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-    Ok(SqliteConnectOptions::from_str(url)?
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Normal)
-        .busy_timeout(SQLITE_BUSY_TIMEOUT)
-        .foreign_keys(true))
-}
-
-/// Opens a SQLite pool of the host's own.
-pub(crate) async fn open_sqlite(url: &str, max: u32) -> Result<sqlx::SqlitePool> {
-    let options = sqlite_options(url)?;
-    let path = options.get_filename();
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    Ok(sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(max)
-        .acquire_timeout(Duration::from_secs(30))
-        .connect_with(options)
-        .await?)
 }

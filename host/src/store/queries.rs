@@ -147,13 +147,17 @@ queries! {
     finish_run = "UPDATE jobhost_runs SET status = $3, last_code = $4, last_error = $5, \
         cursor = $6, pass = $7, failures = $8, finished_at = {now}, updated_at = {now} \
         WHERE id = $1 AND status = 'running' AND generation = $2";
+    // Running runs, and manual runs waiting in the queue (a retry or the next pass of a
+    // `host run`): both belong to a host, and lose it when their lease expires.
     lost_runs = "SELECT r.id, r.job, r.instance, r.generation FROM jobhost_runs r \
-        WHERE r.status = 'running' AND r.updated_at <= {now} - $1 \
+        WHERE (r.status = 'running' OR (r.status = 'queued' AND r.origin = 'manual')) \
+        AND r.updated_at <= {now} - $1 \
         AND NOT EXISTS (SELECT 1 FROM jobhost_leases l WHERE l.job = r.job \
             AND l.instance = r.instance AND l.holder = r.id AND l.expires_at > {now})";
     mark_crashed = "UPDATE jobhost_runs SET status = 'crashed', last_code = 'crashed', \
         finished_at = {now}, updated_at = {now} \
-        WHERE id = $1 AND status = 'running' AND updated_at <= {now} - $2 \
+        WHERE id = $1 AND (status = 'running' OR (status = 'queued' AND origin = 'manual')) \
+        AND updated_at <= {now} - $2 \
         AND NOT EXISTS (SELECT 1 FROM jobhost_leases l WHERE l.job = jobhost_runs.job \
             AND l.instance = jobhost_runs.instance AND l.holder = $1 AND l.expires_at > {now})";
     lease_holder = "SELECT holder, pending FROM jobhost_leases \
