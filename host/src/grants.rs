@@ -64,8 +64,15 @@ impl DbGrant {
 }
 
 impl Grants {
-    /// Adds one `CAP.MODE=NAME[,NAME...]` flag.
+    /// Adds one `CAP.MODE=NAME[,NAME...]` flag; a refused flag changes nothing.
     pub fn add_flag(&mut self, flag: &str) -> Result<(), GrantError> {
+        let mut added = self.clone();
+        added.add_flag_to(flag)?;
+        *self = added;
+        Ok(())
+    }
+
+    fn add_flag_to(&mut self, flag: &str) -> Result<(), GrantError> {
         let syntax = || GrantError::Syntax(flag.to_string());
         let (key, names) = flag.split_once('=').ok_or_else(syntax)?;
         let (capability, mode) = key.split_once('.').ok_or_else(syntax)?;
@@ -93,15 +100,15 @@ impl Grants {
         self.normalize()
     }
 
-    /// Lower-cases and validates every name; refuses host and engine tables.
+    /// Lower-cases and validates every name; refuses host and engine tables. A refused
+    /// grant is left as it was.
     pub fn normalize(&mut self) -> Result<(), GrantError> {
         if let Some(db) = &mut self.db {
-            for set in [&mut db.read, &mut db.write] {
-                let names = std::mem::take(set);
-                for name in names {
-                    set.insert(validate_table(&name)?);
-                }
-            }
+            let checked = |set: &BTreeSet<String>| -> Result<BTreeSet<String>, GrantError> {
+                set.iter().map(|name| validate_table(name)).collect()
+            };
+            let (read, write) = (checked(&db.read)?, checked(&db.write)?);
+            (db.read, db.write) = (read, write);
         }
         Ok(())
     }
@@ -125,6 +132,7 @@ fn validate_table(name: &str) -> Result<String, GrantError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn flags_build_grants() {
@@ -168,5 +176,38 @@ mod tests {
             g.add_flag("db.read=a,"),
             Err(GrantError::Syntax(_))
         ));
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzzing::config(2000))]
+
+        /// A flag either adds valid, normalised, non-reserved names or changes nothing.
+        #[test]
+        fn grant_flags_are_valid_or_refused_whole(
+            flag in prop_oneof![
+                crate::fuzzing::text(),
+                ("(db|files|links|net)", "(read|write|scan|admin)", "[a-zA-Z0-9_,;. -]{0,30}")
+                    .prop_map(|(c, m, n)| format!("{c}.{m}={n}")),
+            ]
+        ) {
+            let mut grants = Grants::default();
+            grants.add_flag("db.read=base").unwrap();
+            let before = grants.clone();
+            match grants.add_flag(&flag) {
+                Ok(()) => {
+                    let db = grants.db.clone().unwrap_or_default();
+                    for name in db.tables() {
+                        prop_assert!(validate_table(name).is_ok(), "{name}");
+                    }
+                    let mut again = grants.clone();
+                    again.normalize().unwrap();
+                    prop_assert_eq!(again, grants);
+                }
+                Err(e) => {
+                    prop_assert_eq!(grants, before);
+                    prop_assert!(!e.to_string().contains('\n'));
+                }
+            }
+        }
     }
 }

@@ -131,6 +131,7 @@ pub fn validate_payload(text: &str) -> Result<String, JobError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn names() {
@@ -151,5 +152,36 @@ mod tests {
             validate_payload(&big),
             Err(JobError::PayloadTooLarge { .. })
         ));
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzzing::config(2000))]
+
+        /// Any text is a payload or a clear refusal; an accepted payload is canonical JSON.
+        #[test]
+        fn payloads_are_json_or_refused(text in prop_oneof![
+            crate::fuzzing::text(),
+            any::<u8>().prop_map(|n| format!("{}1{}", "[".repeat(n as usize), "]".repeat(n as usize))),
+            Just("{\"a\": NaN}".to_string()),
+            Just("\"\\ud800\"".to_string()),
+        ]) {
+            match validate_payload(&text) {
+                Ok(canonical) => {
+                    let value: serde_json::Value = serde_json::from_str(&canonical).unwrap();
+                    prop_assert_eq!(validate_payload(&canonical), Ok(value.to_string()));
+                }
+                Err(e) => prop_assert!(!e.to_string().contains('\n')),
+            }
+        }
+
+        #[test]
+        fn names_and_instances_are_valid_or_refused(text in crate::fuzzing::text()) {
+            if validate_name(&text).is_ok() {
+                prop_assert!(text.len() <= 64 && !text.is_empty());
+            }
+            if validate_instance(&text).is_ok() {
+                prop_assert!(!text.chars().any(char::is_control));
+            }
+        }
     }
 }

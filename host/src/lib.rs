@@ -8,6 +8,8 @@ pub mod catalog;
 pub mod cli;
 pub mod engine;
 pub mod failure;
+#[cfg(test)]
+pub(crate) mod fuzzing;
 pub mod grants;
 pub mod guest_text;
 pub mod http;

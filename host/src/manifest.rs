@@ -240,6 +240,7 @@ mod opt_size {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn parses_jobs_with_defaults() {
@@ -293,5 +294,26 @@ mod tests {
                 .contains("belongs to the host")
         );
         assert!(err("[jobs.x]\ncomponent='a'\ngrants.net={}").contains("unknown field"));
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzzing::config(500))]
+
+        /// Any manifest text loads or is refused with a message, never a panic.
+        #[test]
+        fn manifests_load_or_are_refused(
+            text in prop_oneof![
+                crate::fuzzing::text(),
+                (
+                    "[a-z0-9_-]{1,10}",
+                    prop::sample::select(vec!["timeout", "memory", "retries", "schedule", "payload", "fuel", "tenant", "grants.db"]),
+                    prop::sample::select(vec!["\"1s\"", "\"64MiB\"", "3", "-1", "\"* * * * *\"", "{ a = 1 }", "{ read = [\"x\"] }", "\"\"", "[]", "1e400"]),
+                ).prop_map(|(job, key, value)| format!("[jobs.{job}]\ncomponent = \"x.wasm\"\n{key} = {value}\n")),
+            ]
+        ) {
+            if let Err(e) = Manifest::parse(Path::new("m.toml"), &text) {
+                prop_assert!(!e.to_string().is_empty());
+            }
+        }
     }
 }

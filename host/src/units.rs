@@ -117,6 +117,7 @@ pub mod serde_size {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn durations() {
@@ -153,5 +154,29 @@ mod tests {
         }
         assert_eq!(format_size(64 << 20), "64MiB");
         assert_eq!(format_size(1000), "1000B");
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzzing::config(2000))]
+
+        /// Any text either parses or gets a one-line error; what parses formats back to
+        /// the same value.
+        #[test]
+        fn units_parse_or_refuse_in_one_line(text in crate::fuzzing::text()) {
+            match parse_duration(&text) {
+                Ok(d) => prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d)),
+                Err(e) => prop_assert!(!e.to_string().contains('\n')),
+            }
+            match parse_size(&text) {
+                Ok(n) => prop_assert_eq!(parse_size(&format_size(n)), Ok(n)),
+                Err(e) => prop_assert!(!e.to_string().contains('\n')),
+            }
+        }
+
+        #[test]
+        fn durations_round_trip(ms in 0u64..u64::MAX / 86_400_000) {
+            let d = Duration::from_millis(ms);
+            prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+        }
     }
 }

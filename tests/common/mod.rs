@@ -224,6 +224,13 @@ impl Home {
 
     /// Like `serve`, reaching the database through another URL (a proxy, say).
     pub async fn serve_with_db(&self, db_url: &str, args: &[&str]) -> Server {
+        self.try_serve_with_db(db_url, args)
+            .await
+            .unwrap_or_else(|| panic!("host serve did not start"))
+    }
+
+    /// Starts `host serve`; `None` if it exited instead (a database out of reach, say).
+    pub async fn try_serve_with_db(&self, db_url: &str, args: &[&str]) -> Option<Server> {
         use std::io::BufRead;
         let mut child = self
             .host()
@@ -245,16 +252,16 @@ impl Home {
         .await
         .expect("join")
         .expect("read the listening line");
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("host serve did not start: {line:?}"))
-            .to_string();
-        Server {
-            child,
+        let Some(addr) = line.trim().strip_prefix("listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        };
+        Some(Server {
             url: format!("http://{addr}"),
+            child,
             client: reqwest::Client::new(),
-        }
+        })
     }
 }
 

@@ -154,6 +154,17 @@ impl Engine {
     /// a blocking context (`spawn_blocking`) inside async code.
     pub fn load(&self, path: &Path, grants: &Grants) -> Result<Arc<Loaded>, LoadError> {
         let bytes = read_component(path)?;
+        self.load_bytes(path, &bytes, grants)
+    }
+
+    /// Like [`Engine::load`], for a component already read; `path` names it in errors.
+    pub fn load_bytes(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        grants: &Grants,
+    ) -> Result<Arc<Loaded>, LoadError> {
+        check_header(path, bytes)?;
         let digest = hex::encode(Sha256::digest(&bytes));
         let cached = self
             .loaded
@@ -164,7 +175,7 @@ impl Engine {
         let loaded = match cached {
             Some(loaded) => loaded,
             None => {
-                let loaded = Arc::new(self.compile(path, &bytes, digest.clone())?);
+                let loaded = Arc::new(self.compile(path, bytes, digest.clone())?);
                 self.loaded
                     .lock()
                     .expect("loaded map")
@@ -251,8 +262,16 @@ fn read_component(path: &Path) -> Result<Vec<u8>, LoadError> {
             path: path.to_path_buf(),
         });
     }
-    let bytes = std::fs::read(path).map_err(read_err)?;
-    // Magic, then a version/layer word: 1 for a core module, 0x0001000d for a component.
+    std::fs::read(path).map_err(read_err)
+}
+
+/// Magic, then a version/layer word: 1 for a core module, 0x0001000d for a component.
+fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
+    if bytes.len() as u64 > MAX_COMPONENT_BYTES {
+        return Err(LoadError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         return Err(LoadError::NotWasm {
             path: path.to_path_buf(),
@@ -263,7 +282,7 @@ fn read_component(path: &Path) -> Result<Vec<u8>, LoadError> {
             path: path.to_path_buf(),
         });
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// The first line of an error's outermost message: a validation error from wasmtime

@@ -212,6 +212,7 @@ fn standard_days_of_week(field: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn at(text: &str) -> i64 {
         DateTime::parse_from_rfc3339(text)
@@ -416,5 +417,30 @@ mod tests {
             assert!(Cron::parse(bad, Tz::UTC).is_err(), "{bad:?}");
         }
         assert!(matches!(parse_tz("Mars/Base"), Err(CronError::TimeZone(_))));
+    }
+
+    proptest! {
+        #![proptest_config(crate::fuzzing::config(1000))]
+
+        /// Any expression parses or is refused in one line; a parsed one always moves on.
+        #[test]
+        fn cron_expressions_parse_or_refuse(
+            expression in prop_oneof![
+                crate::fuzzing::text(),
+                prop::collection::vec("(\\*|[0-9]{1,2}|[0-9]{1,2}-[0-9]{1,2}|\\*/[0-9]{1,2}|MON|jan)", 5..=7)
+                    .prop_map(|f| f.join(" ")),
+            ],
+            at in 0i64..4_102_444_800_000,
+            zone in prop::sample::select(vec!["UTC", "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu"]),
+        ) {
+            match Cron::parse(&expression, parse_tz(zone).unwrap()) {
+                Ok(cron) => {
+                    if let Some(next) = cron.next_after(at) {
+                        prop_assert!(next > at);
+                    }
+                }
+                Err(e) => prop_assert!(!e.to_string().contains('\n')),
+            }
+        }
     }
 }
