@@ -76,7 +76,11 @@ async fn the_fleet_keeps_its_invariants_under_kills_freezes_and_cuts() {
             .unwrap_or(20),
     );
     let home = Home::new(Backend::Postgres).await;
-    home.run(&["migrate", "--migrations", common::migrations().to_str().unwrap()]);
+    home.run(&[
+        "migrate",
+        "--migrations",
+        common::migrations().to_str().unwrap(),
+    ]);
     // When each guest write commits: a deferred trigger stamps the row at commit time.
     home.exec(
         "ALTER TABLE ledger ADD COLUMN committed_at BIGINT;
@@ -275,11 +279,10 @@ async fn check(home: &Home, kicks: &[(String, i64)]) -> Vec<String> {
         .fetch_all(pool)
         .await
         .unwrap();
-    let runs: Vec<Run> =
-        sqlx::query_as("SELECT id, instance, status, rerun_of FROM jobhost_runs")
-            .fetch_all(pool)
-            .await
-            .unwrap();
+    let runs: Vec<Run> = sqlx::query_as("SELECT id, instance, status, rerun_of FROM jobhost_runs")
+        .fetch_all(pool)
+        .await
+        .unwrap();
     let crashed_reports: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM jobhost_reports WHERE kind = 'crashed'")
             .fetch_one(pool)
@@ -338,7 +341,9 @@ async fn check(home: &Home, kicks: &[(String, i64)]) -> Vec<String> {
             .get(instance.as_str())
             .is_some_and(|list| list.iter().any(|a| a.started_at >= *at));
         if !followed {
-            violations.push(format!("a kick of {instance} at {at} was never followed by a run"));
+            violations.push(format!(
+                "a kick of {instance} at {at} was never followed by a run"
+            ));
         }
     }
     let mut succeeded: HashMap<&str, usize> = HashMap::new();

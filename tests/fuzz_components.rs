@@ -22,7 +22,8 @@ fn seeds() -> Vec<Vec<u8>> {
         .iter()
         .map(|g| std::fs::read(common::guest(g)).unwrap())
         .collect();
-    seeds.push(std::fs::read(common::workspace().join("tests/prebuilt/ledger-0.1.0.wasm")).unwrap());
+    seeds
+        .push(std::fs::read(common::workspace().join("tests/prebuilt/ledger-0.1.0.wasm")).unwrap());
     for entry in std::fs::read_dir(corpus()).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "wasm") {
@@ -113,6 +114,9 @@ fn mutated_components_load_or_are_refused_in_one_line() {
             }
         }
     }
-    eprintln!("component fuzzing: {tried} mutants, {loaded} loaded, in {:?}", started.elapsed());
+    eprintln!(
+        "component fuzzing: {tried} mutants, {loaded} loaded, in {:?}",
+        started.elapsed()
+    );
     assert!(tried > 0);
 }

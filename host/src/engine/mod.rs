@@ -165,7 +165,7 @@ impl Engine {
         grants: &Grants,
     ) -> Result<Arc<Loaded>, LoadError> {
         check_header(path, bytes)?;
-        let digest = hex::encode(Sha256::digest(&bytes));
+        let digest = hex::encode(Sha256::digest(bytes));
         let cached = self
             .loaded
             .lock()
