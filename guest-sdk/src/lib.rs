@@ -258,6 +258,11 @@ pub mod db {
     }
 
     impl Transaction {
+        /// The raw handle, for other capabilities' writes that commit with it.
+        pub(crate) fn raw(&self) -> &raw::Transaction {
+            &self.inner
+        }
+
         pub fn query(&self, sql: &str, params: &[Value]) -> Result<Rows, HostError> {
             self.inner.query(sql, params)
         }
@@ -353,5 +358,291 @@ pub mod db {
                 _ => None,
             }
         }
+    }
+}
+
+/// Named objects in the collections the job was granted.
+///
+/// Writing is an [`files::Upload`]: written in chunks (any size, up to the collection's
+/// largest object), invisible until attached to its name — in a fenced transaction of its
+/// own ([`files::Upload::attach`]) or inside the job's database transaction
+/// ([`files::Upload::attach_in`]), so "the rows I wrote" and "the file I wrote" commit
+/// together. Names belong to the run's tenant.
+pub mod files {
+    use crate::HostError;
+    use crate::bindings::jobhost::job::files as raw;
+    pub use crate::bindings::jobhost::job::files::{
+        ObjectMetadata, ObjectPage, PendingFile, Verdict,
+    };
+
+    /// The most bytes one host call moves.
+    pub const CHUNK: usize = 1 << 20;
+
+    pub fn stat(collection: &str, name: &str) -> Result<Option<ObjectMetadata>, HostError> {
+        raw::stat(collection, name)
+    }
+
+    /// Up to `len` bytes (at most [`CHUNK`]) of an object, from `offset`.
+    pub fn read(collection: &str, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, HostError> {
+        raw::read(collection, name, offset, len)
+    }
+
+    /// A whole object, read chunk by chunk; `None` if there is none. Should the name be
+    /// pointed at another object meanwhile, the read starts again, so the bytes are always
+    /// one object's.
+    pub fn read_all(collection: &str, name: &str) -> Result<Option<Vec<u8>>, HostError> {
+        loop {
+            let Some(before) = stat(collection, name)? else {
+                return Ok(None);
+            };
+            let mut bytes = Vec::with_capacity(before.size as usize);
+            while (bytes.len() as u64) < before.size {
+                let chunk = read(collection, name, bytes.len() as u64, CHUNK as u64)?;
+                if chunk.is_empty() {
+                    break;
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            let after = stat(collection, name)?;
+            if after.as_ref().map(|a| &a.digest) == Some(&before.digest) {
+                return Ok(Some(bytes));
+            }
+        }
+    }
+
+    /// One page of the objects whose name starts with `prefix`.
+    pub fn list(
+        collection: &str,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ObjectPage, HostError> {
+        raw::list_objects(collection, prefix, cursor, limit)
+    }
+
+    /// An object being written.
+    pub struct Upload {
+        inner: raw::Upload,
+    }
+
+    /// Starts writing an object into `collection`.
+    pub fn upload(collection: &str) -> Result<Upload, HostError> {
+        raw::start_upload(collection).map(|inner| Upload { inner })
+    }
+
+    impl Upload {
+        /// Appends bytes (sent in chunks of at most [`CHUNK`]).
+        pub fn write(&self, bytes: &[u8]) -> Result<(), HostError> {
+            for chunk in bytes.chunks(CHUNK) {
+                self.inner.write(chunk)?;
+            }
+            Ok(())
+        }
+
+        /// Makes it visible as `name`, in a fenced transaction of its own;
+        /// `HostError::LeaseLost` means it never became visible.
+        pub fn attach(self, name: &str) -> Result<ObjectMetadata, HostError> {
+            raw::attach(self.inner, name)
+        }
+
+        /// Makes it visible as `name` when `tx` commits, and never otherwise.
+        pub fn attach_in(
+            self,
+            tx: &crate::db::Transaction,
+            name: &str,
+        ) -> Result<ObjectMetadata, HostError> {
+            raw::attach_in(tx.raw(), self.inner, name)
+        }
+    }
+
+    /// Writes `bytes` as `name` and attaches it: the whole object or nothing.
+    pub fn put(collection: &str, name: &str, bytes: &[u8]) -> Result<ObjectMetadata, HostError> {
+        let upload = upload(collection)?;
+        upload.write(bytes)?;
+        upload.attach(name)
+    }
+
+    /// Removes `name`, in a fenced transaction of its own; false if there was none.
+    pub fn remove(collection: &str, name: &str) -> Result<bool, HostError> {
+        raw::remove(collection, name)
+    }
+
+    /// Removes `name` when `tx` commits.
+    pub fn remove_in(
+        tx: &crate::db::Transaction,
+        collection: &str,
+        name: &str,
+    ) -> Result<bool, HostError> {
+        raw::remove_in(tx.raw(), collection, name)
+    }
+
+    /// For a collection's scan job (granted `files.scan`).
+    pub mod scan {
+        use super::raw;
+        use crate::HostError;
+        pub use raw::{PendingFile, Verdict};
+
+        /// Files of every tenant waiting for a verdict.
+        pub fn pending(collection: &str, limit: u32) -> Result<Vec<PendingFile>, HostError> {
+            raw::scan_pending(collection, limit)
+        }
+
+        pub fn read(
+            collection: &str,
+            id: &str,
+            offset: u64,
+            len: u64,
+        ) -> Result<Vec<u8>, HostError> {
+            raw::scan_read(collection, id, offset, len)
+        }
+
+        /// Marks a waiting file clean (visible to its tenant) or rejected.
+        pub fn mark(collection: &str, id: &str, verdict: Verdict) -> Result<(), HostError> {
+            raw::scan_mark(collection, id, verdict)
+        }
+    }
+}
+
+/// Calls to the services the operator declared (mounts). The host adds the mount's
+/// credential, an `Idempotency-Key` derived from the run, the pass and `step` (a retried
+/// attempt sends the same one), and sends only while the attempt holds its lease.
+pub mod links {
+    use crate::HostError;
+    use crate::bindings::jobhost::job::links as raw;
+    pub use crate::bindings::jobhost::job::links::{Request, Response};
+    use serde::Serialize;
+    use serde::de::DeserializeOwned;
+
+    pub fn call(mount: &str, request: &Request) -> Result<Response, HostError> {
+        raw::call(mount, request)
+    }
+
+    /// A request with a JSON body.
+    pub fn json<T: Serialize>(
+        method: &str,
+        path: &str,
+        step: &str,
+        body: &T,
+    ) -> Result<Request, serde_json::Error> {
+        Ok(Request {
+            method: method.into(),
+            path: path.into(),
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: serde_json::to_vec(body)?,
+            step: step.into(),
+            action: None,
+        })
+    }
+
+    impl Response {
+        /// The body, decoded from JSON.
+        pub fn json<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+            serde_json::from_slice(&self.body)
+        }
+
+        pub fn is_success(&self) -> bool {
+            (200..300).contains(&self.status)
+        }
+    }
+}
+
+/// Membership links issued by an IAM service through a mount, with the job's own
+/// workload credential (the host's per-attempt token): an expiring, revocable link that
+/// grants a role in one container of a dimension.
+///
+/// The service answers `POST memberships` with `{dimension, container, role,
+/// expires_in_s}` by `201 {id, url, expires_at}` and `DELETE memberships/{id}` by `204`;
+/// calls name the actions `membership.issue` and `membership.revoke`, which the job must
+/// declare.
+pub mod iam {
+    use crate::HostError;
+    use crate::links::{self, Response};
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Debug, Clone, Serialize)]
+    pub struct MembershipRequest {
+        pub dimension: String,
+        pub container: String,
+        pub role: String,
+        pub expires_in_s: u64,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+    pub struct MembershipLink {
+        pub id: String,
+        pub url: String,
+        /// Seconds since the Unix epoch.
+        pub expires_at: u64,
+    }
+
+    /// Why IAM did not do it, as fixed codes.
+    #[derive(Debug, Clone)]
+    pub enum IamError {
+        /// IAM refused the job's credential or its action (401, 403).
+        Unauthorized,
+        /// IAM or the way to it is down (5xx, unreachable).
+        Unavailable,
+        /// Any other answer, by its status.
+        Refused(u16),
+        /// The host refused the call.
+        Host(HostError),
+    }
+
+    impl IamError {
+        pub fn code(&self) -> &'static str {
+            match self {
+                IamError::Unauthorized => "unauthorized",
+                IamError::Unavailable => "unavailable",
+                IamError::Refused(_) => "refused",
+                IamError::Host(_) => "host",
+            }
+        }
+    }
+
+    impl From<IamError> for crate::JobError {
+        fn from(e: IamError) -> Self {
+            crate::JobError::Failed(format!("iam: {}", e.code()))
+        }
+    }
+
+    fn answer(result: Result<Response, HostError>, expected: u16) -> Result<Response, IamError> {
+        let response = result.map_err(|e| match e {
+            HostError::Unavailable => IamError::Unavailable,
+            other => IamError::Host(other),
+        })?;
+        match response.status {
+            s if s == expected => Ok(response),
+            401 | 403 => Err(IamError::Unauthorized),
+            s if s >= 500 => Err(IamError::Unavailable),
+            s => Err(IamError::Refused(s)),
+        }
+    }
+
+    /// Issues a membership link; `step` names the call within the pass.
+    pub fn issue_membership(
+        mount: &str,
+        request: &MembershipRequest,
+        step: &str,
+    ) -> Result<MembershipLink, IamError> {
+        let mut call =
+            links::json("POST", "memberships", step, request).map_err(|_| IamError::Refused(0))?;
+        call.action = Some("membership.issue".into());
+        let response = answer(links::call(mount, &call), 201)?;
+        response
+            .json()
+            .map_err(|_| IamError::Refused(response.status))
+    }
+
+    /// Revokes a membership link.
+    pub fn revoke_membership(mount: &str, id: &str, step: &str) -> Result<(), IamError> {
+        let call = links::Request {
+            method: "DELETE".into(),
+            path: format!("memberships/{id}"),
+            headers: Vec::new(),
+            body: Vec::new(),
+            step: step.into(),
+            action: Some("membership.revoke".into()),
+        };
+        answer(links::call(mount, &call), 204).map(drop)
     }
 }

@@ -139,6 +139,8 @@ async fn noop_call(engine: &Engine, loaded: &Loaded) -> AttemptReport {
             fuel: limits.fuel,
             deadline: Instant::now() + GENEROUS,
             db: None,
+            files: None,
+            links: None,
         })
         .await
 }
@@ -162,6 +164,9 @@ impl Host {
                 ..EngineSettings::default()
             },
             runner: RunnerSettings::default(),
+            home: dir.path().to_path_buf(),
+            collections: Default::default(),
+            mounts: Default::default(),
         })
         .await
         .expect("open the host");
@@ -231,6 +236,7 @@ fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::V
         limits: Limits::default(),
         retry: RetryPolicy::default(),
         grants,
+        actions: Default::default(),
         schedule: None,
         payload,
     }

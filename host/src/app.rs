@@ -1,11 +1,15 @@
 //! Wiring: the store, the engine, the guest database and the runner of one host process.
 
 use crate::engine::{Engine, EngineError, EngineSettings, LoadError, Loaded};
+use crate::files::{CollectionSpec, Files, FilesError};
 use crate::job::JobSpec;
+use crate::links::token::{ROTATE_AFTER, Signer};
+use crate::links::{LinkError, Links, MountSpec};
 use crate::metrics::Metrics;
 use crate::runner::{Runner, RunnerSettings};
 use crate::store::guest::GuestDb;
 use crate::store::{JobRecord, JobUpsert, Store, StoreError};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -17,6 +21,10 @@ pub enum AppError {
     Engine(#[from] EngineError),
     #[error(transparent)]
     Load(#[from] LoadError),
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    #[error(transparent)]
+    Links(#[from] LinkError),
 }
 
 pub struct AppConfig {
@@ -24,6 +32,10 @@ pub struct AppConfig {
     pub operator_migrations: Option<PathBuf>,
     pub engine: EngineSettings,
     pub runner: RunnerSettings,
+    /// The host's home: default collections live under it.
+    pub home: PathBuf,
+    pub collections: BTreeMap<String, CollectionSpec>,
+    pub mounts: BTreeMap<String, MountSpec>,
 }
 
 pub struct App {
@@ -31,6 +43,8 @@ pub struct App {
     pub engine: Arc<Engine>,
     pub runner: Arc<Runner>,
     pub metrics: Arc<Metrics>,
+    pub files: Arc<Files>,
+    pub links: Arc<Links>,
 }
 
 impl App {
@@ -45,6 +59,13 @@ impl App {
         let engine = Arc::new(Engine::new(&config.engine)?);
         let guest_db = GuestDb::open(&store).await?;
         let metrics = Arc::new(Metrics::default());
+        let files = Arc::new(Files::open(
+            &config.collections,
+            &config.home,
+            store.clone(),
+        )?);
+        let signer = Arc::new(Signer::open(store.clone(), ROTATE_AFTER).await?);
+        let links = Arc::new(Links::open(&config.mounts, signer, store.clone())?);
         let runner = Arc::new(Runner::new(
             store.clone(),
             engine.clone(),
@@ -52,12 +73,16 @@ impl App {
             host_id(),
             config.runner,
             metrics.clone(),
+            files.clone(),
+            links.clone(),
         ));
         Ok(App {
             store,
             engine,
             runner,
             metrics,
+            files,
+            links,
         })
     }
 

@@ -1,26 +1,36 @@
 //! What a job may touch: deny-by-default capability grants.
 //!
-//! A job starts with nothing. Each capability it is given gets its own section (`db` now;
-//! `files` and `links` slot in beside it as further optional fields), written in a manifest
-//! (`[jobs.NAME.grants] db = { read = [...], write = [...] }`) or as `--grant CAP.MODE=NAME`
-//! flags for ad-hoc runs. The grants are enforced by the database itself (see
-//! `store::sqlite_guest`), never by matching SQL text.
+//! A job starts with nothing. Each capability it is given gets its own section, written
+//! in a manifest (`[jobs.NAME.grants] db = { read = [...], write = [...] }`,
+//! `files = { read = [...], write = [...], scan = [...] }`, `links = ["billing"]`) or as
+//! `--grant CAP.MODE=NAME` flags for ad-hoc runs (`db.write=ledger`, `files.read=reports`,
+//! `links=billing`). Table grants are enforced by the database itself (see
+//! `store::sqlite_guest`), never by matching SQL text; collection and mount grants by the
+//! capabilities, at every call.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GrantError {
-    #[error("invalid grant {0:?}: use CAP.MODE=NAME[,NAME...], e.g. db.write=ledger")]
+    #[error(
+        "invalid grant {0:?}: use CAP.MODE=NAME[,NAME...], e.g. db.write=ledger, files.read=reports, links=billing"
+    )]
     Syntax(String),
-    #[error("unknown capability {0:?} in grant (known: db)")]
+    #[error("unknown capability {0:?} in grant (known: db, files, links)")]
     UnknownCapability(String),
-    #[error("unknown mode {mode:?} for capability {capability:?} (known: read, write)")]
-    UnknownMode { capability: String, mode: String },
+    #[error("unknown mode {mode:?} for capability {capability:?} (known: {known})")]
+    UnknownMode {
+        capability: String,
+        mode: String,
+        known: &'static str,
+    },
     #[error("invalid table name {0:?}: use letters, digits and underscores")]
     TableName(String),
     #[error("table {0:?} belongs to the host and cannot be granted")]
     ReservedTable(String),
+    #[error("invalid {kind} name {name:?}: use 1-63 lower-case letters, digits, '-' and '_'")]
+    Name { kind: &'static str, name: String },
 }
 
 /// Table-name prefixes that belong to the host or the database engine.
@@ -31,6 +41,11 @@ const RESERVED_PREFIXES: [&str; 3] = ["jobhost_", "sqlite_", "pg_"];
 pub struct Grants {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub db: Option<DbGrant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<FilesGrant>,
+    /// Link mounts the job may call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub links: Option<BTreeSet<String>>,
 }
 
 /// Tables a job may read, and tables it may write (writing implies reading).
@@ -63,6 +78,43 @@ impl DbGrant {
     }
 }
 
+/// Collections a job may read, write (writing implies reading), and scan (see the
+/// pending files of every tenant and give them a verdict).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesGrant {
+    #[serde(default)]
+    pub read: BTreeSet<String>,
+    #[serde(default)]
+    pub write: BTreeSet<String>,
+    #[serde(default)]
+    pub scan: BTreeSet<String>,
+}
+
+impl FilesGrant {
+    pub fn may_read(&self, collection: &str) -> bool {
+        self.read.contains(collection) || self.write.contains(collection)
+    }
+
+    pub fn may_write(&self, collection: &str) -> bool {
+        self.write.contains(collection)
+    }
+
+    pub fn may_scan(&self, collection: &str) -> bool {
+        self.scan.contains(collection)
+    }
+
+    /// Every collection the grant names.
+    pub fn collections(&self) -> BTreeSet<&str> {
+        self.read
+            .iter()
+            .chain(&self.write)
+            .chain(&self.scan)
+            .map(String::as_str)
+            .collect()
+    }
+}
+
 impl Grants {
     /// Adds one `CAP.MODE=NAME[,NAME...]` flag; a refused flag changes nothing.
     pub fn add_flag(&mut self, flag: &str) -> Result<(), GrantError> {
@@ -75,27 +127,43 @@ impl Grants {
     fn add_flag_to(&mut self, flag: &str) -> Result<(), GrantError> {
         let syntax = || GrantError::Syntax(flag.to_string());
         let (key, names) = flag.split_once('=').ok_or_else(syntax)?;
-        let (capability, mode) = key.split_once('.').ok_or_else(syntax)?;
-        let names: Vec<&str> = names.split(',').map(str::trim).collect();
+        let (capability, mode) = match key.split_once('.') {
+            Some((capability, mode)) => (capability, Some(mode)),
+            None => (key, None),
+        };
+        let names: Vec<String> = names.split(',').map(|n| n.trim().to_string()).collect();
         if names.iter().any(|n| n.is_empty()) {
             return Err(syntax());
         }
-        match capability {
-            "db" => {
+        let unknown_mode = |known| GrantError::UnknownMode {
+            capability: capability.into(),
+            mode: mode.unwrap_or_default().into(),
+            known,
+        };
+        match (capability, mode) {
+            ("db", Some(mode)) => {
                 let db = self.db.get_or_insert_with(DbGrant::default);
-                let set = match mode {
-                    "read" => &mut db.read,
-                    "write" => &mut db.write,
-                    _ => {
-                        return Err(GrantError::UnknownMode {
-                            capability: capability.into(),
-                            mode: mode.into(),
-                        });
-                    }
-                };
-                set.extend(names.iter().map(|n| n.to_string()));
+                match mode {
+                    "read" => db.read.extend(names),
+                    "write" => db.write.extend(names),
+                    _ => return Err(unknown_mode("read, write")),
+                }
             }
-            other => return Err(GrantError::UnknownCapability(other.into())),
+            ("files", Some(mode)) => {
+                let files = self.files.get_or_insert_with(FilesGrant::default);
+                match mode {
+                    "read" => files.read.extend(names),
+                    "write" => files.write.extend(names),
+                    "scan" => files.scan.extend(names),
+                    _ => return Err(unknown_mode("read, write, scan")),
+                }
+            }
+            ("links", None | Some("call")) => {
+                self.links.get_or_insert_with(BTreeSet::new).extend(names)
+            }
+            ("links", Some(_)) => return Err(unknown_mode("call")),
+            ("db" | "files", None) => return Err(syntax()),
+            (other, _) => return Err(GrantError::UnknownCapability(other.into())),
         }
         self.normalize()
     }
@@ -103,13 +171,30 @@ impl Grants {
     /// Lower-cases and validates every name; refuses host and engine tables. A refused
     /// grant is left as it was.
     pub fn normalize(&mut self) -> Result<(), GrantError> {
-        if let Some(db) = &mut self.db {
-            let checked = |set: &BTreeSet<String>| -> Result<BTreeSet<String>, GrantError> {
-                set.iter().map(|name| validate_table(name)).collect()
-            };
-            let (read, write) = (checked(&db.read)?, checked(&db.write)?);
-            (db.read, db.write) = (read, write);
+        let mut checked = self.clone();
+        if let Some(db) = &mut checked.db {
+            for set in [&mut db.read, &mut db.write] {
+                *set = set
+                    .iter()
+                    .map(|t| validate_table(t))
+                    .collect::<Result<_, _>>()?;
+            }
         }
+        if let Some(files) = &mut checked.files {
+            for set in [&mut files.read, &mut files.write, &mut files.scan] {
+                *set = set
+                    .iter()
+                    .map(|c| validate_name("collection", c))
+                    .collect::<Result<_, _>>()?;
+            }
+        }
+        if let Some(links) = &mut checked.links {
+            *links = links
+                .iter()
+                .map(|m| validate_name("mount", m))
+                .collect::<Result<_, _>>()?;
+        }
+        *self = checked;
         Ok(())
     }
 }
@@ -129,6 +214,23 @@ fn validate_table(name: &str) -> Result<String, GrantError> {
     Ok(lower)
 }
 
+/// A collection, mount or action name: what the operator writes in the manifest.
+pub fn validate_name(kind: &'static str, name: &str) -> Result<String, GrantError> {
+    let valid = (1..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if valid {
+        Ok(name.to_string())
+    } else {
+        Err(GrantError::Name {
+            kind,
+            name: name.to_string(),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +241,13 @@ mod tests {
         let mut g = Grants::default();
         g.add_flag("db.write=Ledger").unwrap();
         g.add_flag("db.read=accounts,rates").unwrap();
+        g.add_flag("files.write=reports").unwrap();
+        g.add_flag("links=billing,iam").unwrap();
+        let files = g.files.clone().unwrap();
+        assert!(
+            files.may_write("reports") && files.may_read("reports") && !files.may_scan("reports")
+        );
+        assert_eq!(g.links.clone().unwrap().len(), 2);
         let db = g.db.unwrap();
         assert!(db.may_write("ledger") && db.may_read("LEDGER"));
         assert!(db.may_read("accounts") && !db.may_write("accounts"));
@@ -155,6 +264,14 @@ mod tests {
         assert!(matches!(
             g.add_flag("net.read=x"),
             Err(GrantError::UnknownCapability(_))
+        ));
+        assert!(matches!(
+            g.add_flag("files.delete=x"),
+            Err(GrantError::UnknownMode { .. })
+        ));
+        assert!(matches!(
+            g.add_flag("files.read=../etc"),
+            Err(GrantError::Name { .. })
         ));
         assert!(matches!(
             g.add_flag("db.admin=x"),

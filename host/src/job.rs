@@ -76,6 +76,9 @@ pub struct JobSpec {
     pub limits: Limits,
     pub retry: RetryPolicy,
     pub grants: Grants,
+    /// The actions the job may name in `links` calls (and its tokens carry).
+    #[serde(default)]
+    pub actions: std::collections::BTreeSet<String>,
     /// Cron expression, if the job runs on a schedule.
     pub schedule: Option<String>,
     /// Payload of scheduled and kicked runs.

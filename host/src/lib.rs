@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod cli;
 pub mod engine;
 pub mod failure;
+pub mod files;
 #[cfg(test)]
 pub(crate) mod fuzzing;
 pub mod grants;
@@ -16,6 +17,7 @@ pub mod http;
 pub mod job;
 pub mod kick;
 pub mod lease;
+pub mod links;
 pub mod manifest;
 pub mod metrics;
 pub mod report;

@@ -9,20 +9,37 @@
 //! [defaults]
 //! timeout = "30s"
 //!
+//! [collections.reports]                # a local directory under the host's home
+//! [collections.uploads]
+//! url = "s3://bucket/uploads"           # endpoint and credentials from AWS_* variables
+//! scan = "antivirus"                    # files are visible once this job marks them clean
+//!
+//! [links.billing]
+//! url = "https://billing.internal/api/"
+//! methods = ["GET", "POST"]
+//! credential = { header = "Authorization", prefix = "Bearer ", env = "BILLING_TOKEN" }
+//!
 //! [jobs.ledger]
 //! component = "ledger.wasm"
 //! schedule = "*/5 * * * *"
 //! retries = 2
 //! payload = { rows = 3 }
+//! actions = ["invoice.create"]
 //! grants.db = { write = ["ledger"] }
+//! grants.files = { write = ["reports"] }
+//! grants.links = ["billing"]
 //! ```
 //!
-//! Relative paths are resolved against the manifest's own directory.
+//! Relative paths are resolved against the manifest's own directory. Every problem of a
+//! manifest is reported at once, not just the first.
 
-use crate::grants::{GrantError, Grants};
-use crate::job::{JobError, JobSpec, Limits, RetryPolicy};
+use crate::files::{CollectionSpec, DEFAULT_MAX_OBJECT, Location};
+use crate::grants::Grants;
+use crate::job::{JobSpec, Limits, RetryPolicy};
+use crate::links::{Credential, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, MountSpec, SecretSource};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -35,18 +52,22 @@ pub enum ManifestError {
     },
     #[error("manifest {path}: {message}")]
     Parse { path: PathBuf, message: String },
-    #[error("manifest {path}, job {job}: {source}")]
-    Job {
+    /// Every problem found, one per line.
+    #[error("manifest {}: {} problem{}:\n  {}", path.display(), problems.len(), if problems.len() == 1 { "" } else { "s" }, problems.join("\n  "))]
+    Problems {
         path: PathBuf,
-        job: String,
-        source: JobError,
+        problems: Vec<String>,
     },
-    #[error("manifest {path}, job {job}: {source}")]
-    Grant {
-        path: PathBuf,
-        job: String,
-        source: GrantError,
-    },
+}
+
+impl ManifestError {
+    /// One problem, as a whole error.
+    pub fn problems(path: &Path, problems: Vec<String>) -> Self {
+        ManifestError::Problems {
+            path: path.to_path_buf(),
+            problems,
+        }
+    }
 }
 
 /// Host-wide settings; each can also come from a flag, which wins.
@@ -93,6 +114,45 @@ struct JobSection {
     schedule: Option<String>,
     payload: Option<toml::Value>,
     grants: Option<Grants>,
+    /// The actions the job may name in `links` calls (put in its tokens).
+    actions: Option<BTreeSet<String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CollectionSection {
+    path: Option<PathBuf>,
+    url: Option<String>,
+    #[serde(default, with = "opt_size")]
+    max_object: Option<u64>,
+    scan: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MountSection {
+    url: String,
+    methods: Option<BTreeSet<String>>,
+    #[serde(default, with = "opt_duration")]
+    timeout: Option<Duration>,
+    #[serde(default, with = "opt_size")]
+    max_request: Option<u64>,
+    #[serde(default, with = "opt_size")]
+    max_response: Option<u64>,
+    credential: Option<CredentialSection>,
+}
+
+/// `{ header, prefix, env = "VAR" }`, `{ ..., file = "path" }` or
+/// `{ ..., token = "attempt", audience = "..." }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CredentialSection {
+    header: Option<String>,
+    prefix: Option<String>,
+    env: Option<String>,
+    file: Option<PathBuf>,
+    token: Option<String>,
+    audience: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,6 +163,10 @@ struct File {
     #[serde(default)]
     defaults: JobSection,
     #[serde(default)]
+    collections: BTreeMap<String, CollectionSection>,
+    #[serde(default)]
+    links: BTreeMap<String, MountSection>,
+    #[serde(default)]
     jobs: BTreeMap<String, JobSection>,
 }
 
@@ -110,6 +174,8 @@ struct File {
 pub struct Manifest {
     pub path: PathBuf,
     pub host: HostSection,
+    pub collections: BTreeMap<String, CollectionSpec>,
+    pub mounts: BTreeMap<String, MountSpec>,
     pub jobs: Vec<JobSpec>,
 }
 
@@ -135,78 +201,56 @@ impl Manifest {
                 base.join(p)
             }
         };
+        let mut problems = Vec::new();
+        let mut collections = BTreeMap::new();
+        for (name, section) in &file.collections {
+            match collection(name, section, &resolve) {
+                Ok(spec) => {
+                    collections.insert(name.clone(), spec);
+                }
+                Err(problem) => problems.push(format!("collection {name}: {problem}")),
+            }
+        }
+        let mut mounts = BTreeMap::new();
+        for (name, section) in &file.links {
+            match mount(name, section, &resolve) {
+                Ok(spec) => {
+                    mounts.insert(name.clone(), spec);
+                }
+                Err(problem) => problems.push(format!("link {name}: {problem}")),
+            }
+        }
         let mut jobs = Vec::new();
-        for (name, section) in file.jobs {
-            let job_err = |source| ManifestError::Job {
-                path: path.to_path_buf(),
-                job: name.clone(),
-                source,
-            };
-            let component = section
-                .component
-                .as_ref()
-                .or(file.defaults.component.as_ref())
-                .map(|p| resolve(p))
-                .ok_or_else(|| ManifestError::Parse {
-                    path: path.to_path_buf(),
-                    message: format!("job {name} has no `component`"),
-                })?;
-            let pick = |f: fn(&JobSection) -> Option<Duration>, default| {
-                f(&section).or(f(&file.defaults)).unwrap_or(default)
-            };
-            let defaults = (Limits::default(), RetryPolicy::default());
-            let mut grants = section
-                .grants
-                .clone()
-                .or(file.defaults.grants.clone())
-                .unwrap_or_default();
-            grants.normalize().map_err(|source| ManifestError::Grant {
-                path: path.to_path_buf(),
-                job: name.clone(),
-                source,
-            })?;
-            let payload = section
-                .payload
-                .clone()
-                .or(file.defaults.payload.clone())
-                .map(|v| serde_json::to_value(v).expect("TOML values are JSON values"))
-                .unwrap_or(serde_json::json!({}));
-            let spec = JobSpec {
-                name: name.clone(),
-                tenant: section
-                    .tenant
-                    .clone()
-                    .or(file.defaults.tenant.clone())
-                    .unwrap_or_else(|| "default".into()),
-                component,
-                limits: Limits {
-                    timeout: pick(|s| s.timeout, defaults.0.timeout),
-                    fuel: section.fuel.or(file.defaults.fuel),
-                    memory: section
-                        .memory
-                        .or(file.defaults.memory)
-                        .unwrap_or(defaults.0.memory),
-                },
-                retry: RetryPolicy {
-                    retries: section
-                        .retries
-                        .or(file.defaults.retries)
-                        .unwrap_or(defaults.1.retries),
-                    backoff_base: pick(|s| s.backoff, defaults.1.backoff_base),
-                    backoff_max: pick(|s| s.backoff_max, defaults.1.backoff_max),
-                },
-                grants,
-                schedule: section.schedule.clone(),
-                payload,
-            };
-            spec.validate().map_err(job_err)?;
-            jobs.push(spec);
+        for (name, section) in &file.jobs {
+            match job(name, section, &file.defaults, &resolve) {
+                Ok(spec) => {
+                    for problem in undeclared(&spec, &collections, &mounts) {
+                        problems.push(format!("job {name}: {problem}"));
+                    }
+                    jobs.push(spec);
+                }
+                Err(problem) => problems.push(format!("job {name}: {problem}")),
+            }
+        }
+        for (name, spec) in &collections {
+            if let Some(scan) = &spec.scan
+                && !jobs.iter().any(|j| &j.name == scan)
+            {
+                problems.push(format!(
+                    "collection {name}: its scan job {scan:?} is not a job of this manifest"
+                ));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ManifestError::problems(path, problems));
         }
         let mut host = file.host;
         host.migrations = host.migrations.map(|p| resolve(&p));
         Ok(Manifest {
             path: path.to_path_buf(),
             host,
+            collections,
+            mounts,
             jobs,
         })
     }
@@ -214,6 +258,182 @@ impl Manifest {
     pub fn job(&self, name: &str) -> Option<&JobSpec> {
         self.jobs.iter().find(|j| j.name == name)
     }
+}
+
+fn collection(
+    name: &str,
+    section: &CollectionSection,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<CollectionSpec, String> {
+    crate::grants::validate_name("collection", name).map_err(|e| e.to_string())?;
+    let location = match (&section.path, &section.url) {
+        (Some(_), Some(_)) => return Err("give `path` or `url`, not both".into()),
+        (Some(path), None) => Location::Local(resolve(path)),
+        (None, Some(url)) => Location::Url(url.clone()),
+        (None, None) => Location::Home,
+    };
+    Ok(CollectionSpec {
+        location,
+        max_object_bytes: section.max_object.unwrap_or(DEFAULT_MAX_OBJECT),
+        scan: section.scan.clone(),
+    })
+}
+
+fn mount(
+    name: &str,
+    section: &MountSection,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<MountSpec, String> {
+    crate::grants::validate_name("mount", name).map_err(|e| e.to_string())?;
+    let methods = section
+        .methods
+        .clone()
+        .unwrap_or_else(|| ["GET".to_string(), "POST".to_string()].into());
+    let known = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
+    let methods: BTreeSet<String> = methods.iter().map(|m| m.to_ascii_uppercase()).collect();
+    if let Some(bad) = methods.iter().find(|m| !known.contains(&m.as_str())) {
+        return Err(format!(
+            "unknown method {bad:?} (known: {})",
+            known.join(", ")
+        ));
+    }
+    let credential = match &section.credential {
+        None => None,
+        Some(c) => {
+            let header = c.header.clone().unwrap_or_else(|| "Authorization".into());
+            let prefix = c.prefix.clone().unwrap_or_default();
+            Some(match (&c.env, &c.file, &c.token) {
+                (Some(var), None, None) => Credential::Secret {
+                    header,
+                    prefix,
+                    source: SecretSource::Env(var.clone()),
+                },
+                (None, Some(file), None) => Credential::Secret {
+                    header,
+                    prefix,
+                    source: SecretSource::File(resolve(file)),
+                },
+                (None, None, Some(kind)) if kind == "attempt" => Credential::Token {
+                    header,
+                    prefix,
+                    audience: c.audience.clone().unwrap_or_else(|| name.to_string()),
+                },
+                _ => {
+                    return Err(
+                        "a credential takes one of `env = \"VAR\"`, `file = \"path\"` or `token = \"attempt\"`"
+                            .into(),
+                    );
+                }
+            })
+        }
+    };
+    Ok(MountSpec {
+        url: section.url.clone(),
+        methods,
+        timeout: section.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        max_request: section.max_request.unwrap_or(DEFAULT_MAX_BODY),
+        max_response: section.max_response.unwrap_or(DEFAULT_MAX_BODY),
+        credential,
+    })
+}
+
+fn job(
+    name: &str,
+    section: &JobSection,
+    defaults: &JobSection,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<JobSpec, String> {
+    let component = section
+        .component
+        .as_ref()
+        .or(defaults.component.as_ref())
+        .map(|p| resolve(p))
+        .ok_or("no `component`")?;
+    let pick = |f: fn(&JobSection) -> Option<Duration>, default| {
+        f(section).or(f(defaults)).unwrap_or(default)
+    };
+    let limits = Limits::default();
+    let retry = RetryPolicy::default();
+    let mut grants = section
+        .grants
+        .clone()
+        .or(defaults.grants.clone())
+        .unwrap_or_default();
+    grants.normalize().map_err(|e| e.to_string())?;
+    let payload = section
+        .payload
+        .clone()
+        .or(defaults.payload.clone())
+        .map(|v| serde_json::to_value(v).expect("TOML values are JSON values"))
+        .unwrap_or(serde_json::json!({}));
+    let actions = section
+        .actions
+        .clone()
+        .or(defaults.actions.clone())
+        .unwrap_or_default();
+    for action in &actions {
+        let valid = (1..=64).contains(&action.len())
+            && action
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c));
+        if !valid {
+            return Err(format!(
+                "invalid action {action:?}: use letters, digits and . _ : -"
+            ));
+        }
+    }
+    let spec = JobSpec {
+        name: name.to_string(),
+        tenant: section
+            .tenant
+            .clone()
+            .or(defaults.tenant.clone())
+            .unwrap_or_else(|| "default".into()),
+        component,
+        limits: Limits {
+            timeout: pick(|s| s.timeout, limits.timeout),
+            fuel: section.fuel.or(defaults.fuel),
+            memory: section.memory.or(defaults.memory).unwrap_or(limits.memory),
+        },
+        retry: RetryPolicy {
+            retries: section
+                .retries
+                .or(defaults.retries)
+                .unwrap_or(retry.retries),
+            backoff_base: pick(|s| s.backoff, retry.backoff_base),
+            backoff_max: pick(|s| s.backoff_max, retry.backoff_max),
+        },
+        grants,
+        actions,
+        schedule: section.schedule.clone(),
+        payload,
+    };
+    spec.validate().map_err(|e| e.to_string())?;
+    Ok(spec)
+}
+
+/// Collections and mounts a job is granted that the manifest does not declare.
+fn undeclared(
+    spec: &JobSpec,
+    collections: &BTreeMap<String, CollectionSpec>,
+    mounts: &BTreeMap<String, MountSpec>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(files) = &spec.grants.files {
+        for c in files.collections() {
+            if !collections.contains_key(c) {
+                problems.push(format!(
+                    "granted collection {c:?} is not declared ([collections.{c}])"
+                ));
+            }
+        }
+    }
+    for m in spec.grants.links.iter().flatten() {
+        if !mounts.contains_key(m) {
+            problems.push(format!("granted link {m:?} is not declared ([links.{m}])"));
+        }
+    }
+    problems
 }
 
 mod opt_duration {
@@ -289,6 +509,22 @@ mod tests {
         assert!(err("[jobs.x]\ncomponent='a'\ncolour='red'").contains("unknown field"));
         assert!(err("[jobs.X]\ncomponent='a'").contains("invalid job name"));
         assert!(err("[jobs.x]\ntimeout='1s'").contains("no `component`"));
+        // Every problem at once.
+        let all = err(
+            "[collections.files]\nscan = 'nobody'\n[links.api]\nurl = 'http://x/'\nmethods = ['BREW']\n\
+             [jobs.a]\ncomponent = 'a'\ngrants.files = { read = ['nowhere'] }\n\
+             [jobs.b]\ncomponent = 'b'\ngrants.links = ['elsewhere']\n[jobs.C]\ncomponent = 'c'",
+        );
+        for expected in [
+            "5 problems",
+            "collection files: its scan job \"nobody\"",
+            "link api: unknown method \"BREW\"",
+            "job a: granted collection \"nowhere\" is not declared",
+            "job b: granted link \"elsewhere\" is not declared",
+            "job C: invalid job name",
+        ] {
+            assert!(all.contains(expected), "{expected:?} in {all}");
+        }
         assert!(
             err("[jobs.x]\ncomponent='a'\ngrants.db={read=['jobhost_runs']}")
                 .contains("belongs to the host")

@@ -33,6 +33,10 @@ pub struct ServeConfig {
     pub poll: Duration,
     pub surveillance_interval: Duration,
     pub reload_interval: Duration,
+    /// How often the fleet collects objects nothing can see, and how long an object no
+    /// name points at is kept for readers still reading it.
+    pub collect_interval: Duration,
+    pub file_grace: Duration,
     pub shutdown_grace: Duration,
     pub catch_up: CatchUp,
     pub webhook: Option<String>,
@@ -90,6 +94,8 @@ pub async fn serve(
     ));
     loops.spawn(report_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(reload_loop(shared.clone(), config.clone(), stop.clone()));
+    loops.spawn(collect_loop(shared.clone(), config.clone(), stop.clone()));
+    loops.spawn(signing_keys_loop(shared.clone(), stop.clone()));
     if let Pool::Postgres(pool) = shared.app.store.pool() {
         loops.spawn(listen_loop(pool.clone(), shared.wake.clone(), stop.clone()));
     }
@@ -329,6 +335,40 @@ async fn reload_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch::
             _ = stop.wait_for(|s| *s) => return,
         }
         shared.catalog.reload_changed(&shared.app).await;
+    }
+}
+
+/// Deletes, once per period across the fleet, the objects nothing can see.
+async fn collect_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch::Receiver<bool>) {
+    let collector = crate::files::collector::Collector {
+        files: shared.app.files.clone(),
+        store: shared.app.store.clone(),
+        host_id: shared.app.runner.host_id().to_string(),
+        interval: config.collect_interval,
+        upload_grace: Duration::from_secs(1),
+        garbage_grace: config.file_grace,
+    };
+    loop {
+        if let Err(e) = collector.collect().await {
+            tracing::warn!(code = "driver_failed", error = %e, "collecting objects failed");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(config.collect_interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Keeps the signing keys fresh: picks up keys other hosts made, and rotates.
+async fn signing_keys_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        if let Err(e) = shared.app.links.signer().refresh().await {
+            tracing::warn!(code = "driver_failed", error = %e, "refreshing the signing keys failed");
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const GUESTS: [&str; 10] = [
+pub const GUESTS: [&str; 15] = [
     "hello",
     "flaky",
     "spin",
@@ -21,6 +21,11 @@ pub const GUESTS: [&str; 10] = [
     "pager",
     "future",
     "adversary",
+    "filer",
+    "report",
+    "invite",
+    "notify",
+    "scanner",
 ];
 
 pub fn workspace() -> PathBuf {
@@ -58,6 +63,23 @@ pub fn guest(name: &str) -> PathBuf {
 pub fn migrations() -> PathBuf {
     workspace().join("examples/migrations")
 }
+
+/// The S3-compatible server the object-storage tests use (`scripts/test` starts
+/// SeaweedFS), and the environment a host reads it from.
+pub fn s3_environment() -> Vec<(&'static str, String)> {
+    let endpoint =
+        std::env::var("JOBHOST_TEST_S3").unwrap_or_else(|_| "http://127.0.0.1:8333".to_string());
+    vec![
+        ("AWS_ENDPOINT", endpoint),
+        ("AWS_ACCESS_KEY_ID", "jobhost".into()),
+        ("AWS_SECRET_ACCESS_KEY", "jobhost-secret".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ALLOW_HTTP", "true".into()),
+    ]
+}
+
+/// The bucket of the object-storage tests.
+pub const S3_BUCKET: &str = "jobhost";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -103,6 +125,9 @@ impl Home {
             .env("JOBHOST_DB", &self.db_url)
             .env("JOBHOST_LOG", "warn")
             .current_dir(self.path());
+        for (name, value) in s3_environment() {
+            cmd.env(name, value);
+        }
         cmd
     }
 

@@ -35,6 +35,13 @@ impl DbCapability {
 /// A transaction in the guest's resource table.
 pub struct TxHandle(GuestTx);
 
+impl TxHandle {
+    /// The open transaction, for another capability's writes that commit with it.
+    pub(crate) fn guest_tx(&mut self) -> &mut GuestTx {
+        &mut self.0
+    }
+}
+
 impl GuestState {
     fn db_session(&mut self) -> Result<(GuestDb, Access, Duration), HostError> {
         match &self.db.session {
@@ -127,12 +134,18 @@ impl HostTransaction for GuestState {
             .map_err(|_| HostError::Invalid("unknown-transaction".into()))?;
         self.db.open_tx = false;
         let result = handle.0.commit().await;
+        if result.is_ok() {
+            self.files.committed().await;
+        } else {
+            self.files.rolled_back();
+        }
         self.translate(result)
     }
 
     async fn rollback(&mut self, tx: Resource<TxHandle>) {
         if let Ok(handle) = self.table.delete(tx) {
             self.db.open_tx = false;
+            self.files.rolled_back();
             handle.0.rollback().await;
         }
     }
@@ -140,6 +153,7 @@ impl HostTransaction for GuestState {
     async fn drop(&mut self, tx: Resource<TxHandle>) -> wasmtime::Result<()> {
         if let Ok(handle) = self.table.delete(tx) {
             self.db.open_tx = false;
+            self.files.rolled_back();
             handle.0.rollback().await;
         }
         Ok(())

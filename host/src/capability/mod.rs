@@ -3,6 +3,8 @@
 //! codes (noting them in the attempt's signals).
 
 pub mod db;
+pub mod files;
+pub mod links;
 pub mod log;
 
 use crate::engine::bindings::jobhost::job::types;

@@ -4,6 +4,7 @@ use super::output;
 use super::{Failure, Global};
 use crate::app::{App, AppConfig};
 use crate::engine::EngineSettings;
+use crate::files::CollectionSpec;
 use crate::grants::Grants;
 use crate::job::{self, JobSpec, Limits, RetryPolicy};
 use crate::manifest::Manifest;
@@ -12,6 +13,7 @@ use crate::schedule::surveillance::Surveillance;
 use crate::store::{NewRun, Origin, RunStatus, Store};
 use crate::units::{parse_duration, parse_size};
 use clap::Args;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -95,6 +97,12 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
             // that a run left waiting by a killed `host run` is found soon after.
             claim_slack: Duration::from_secs(1),
         },
+        home: global.home.clone(),
+        collections: run_collections(&spec, manifest.as_ref()),
+        mounts: manifest
+            .as_ref()
+            .map(|m| m.mounts.clone())
+            .unwrap_or_default(),
     })
     .await?;
     // What a killed `host run` left behind on this database is reported now.
@@ -204,6 +212,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                 limits: Limits::default(),
                 retry: RetryPolicy::default(),
                 grants: Grants::default(),
+                actions: Default::default(),
                 schedule: None,
                 payload: serde_json::json!({}),
             }
@@ -230,8 +239,30 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
     for flag in &args.grants {
         spec.grants.add_flag(flag)?;
     }
+    for mount in spec.grants.links.iter().flatten() {
+        if !manifest.is_some_and(|m| m.mounts.contains_key(mount)) {
+            return Err(Failure::usage(format!(
+                "the link {mount:?} is not declared: declare it in a manifest ([links.{mount}]) and pass --manifest"
+            )));
+        }
+    }
     spec.validate()?;
     Ok(spec)
+}
+
+/// The collections of an ad-hoc run: the manifest's, and every other one the job was
+/// granted, under the host's home.
+fn run_collections(
+    spec: &JobSpec,
+    manifest: Option<&Manifest>,
+) -> BTreeMap<String, CollectionSpec> {
+    let mut collections = manifest.map(|m| m.collections.clone()).unwrap_or_default();
+    for name in spec.grants.files.iter().flat_map(|f| f.collections()) {
+        collections
+            .entry(name.to_string())
+            .or_insert_with(CollectionSpec::in_home);
+    }
+    collections
 }
 
 fn name_from_path(path: &Path) -> Result<String, Failure> {

@@ -38,6 +38,12 @@ pub struct ServeArgs {
     /// How long running attempts may finish after SIGTERM before they are cancelled.
     #[arg(long, value_parser = parse_duration)]
     pub shutdown_grace: Option<Duration>,
+    /// How often the fleet deletes objects nothing can see.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub collect_interval: Duration,
+    /// How long an object no name points at any more is kept for readers still reading it.
+    #[arg(long, value_parser = parse_duration, default_value = "10m")]
+    pub file_grace: Duration,
     /// POST every report to this URL (JSON).
     #[arg(long)]
     pub webhook: Option<String>,
@@ -100,6 +106,15 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             txn_bound: args.txn_timeout,
             claim_slack: args.poll * 5 + Duration::from_secs(10),
         },
+        home: global.home.clone(),
+        collections: manifest
+            .as_ref()
+            .map(|m| m.collections.clone())
+            .unwrap_or_default(),
+        mounts: manifest
+            .as_ref()
+            .map(|m| m.mounts.clone())
+            .unwrap_or_default(),
     })
     .await?;
     let specs = manifest.map(|m| m.jobs).unwrap_or_default();
@@ -113,6 +128,8 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             .or(host.surveillance_interval)
             .unwrap_or(Duration::from_secs(60)),
         reload_interval: Duration::from_secs(2),
+        collect_interval: args.collect_interval,
+        file_grace: args.file_grace,
         shutdown_grace: args
             .shutdown_grace
             .or(host.shutdown_grace)

@@ -3,9 +3,12 @@
 
 use super::bindings::exports::jobhost::job::handler::{self, Counter};
 use super::output::AttemptLog;
+use super::state::Capabilities;
 use super::state::GuestState;
 use super::{Engine, Loaded, MAX_LOG_BYTES};
 use crate::capability::db::{DbCapability, DbSession};
+use crate::capability::files::{FilesCapability, FilesSession};
+use crate::capability::links::{LinksCapability, LinksSession};
 use crate::failure::FailureCode;
 use crate::job::MAX_CURSOR_BYTES;
 use std::time::Duration;
@@ -42,6 +45,8 @@ pub struct AttemptSpec<'a> {
     pub fuel: Option<u64>,
     pub deadline: Instant,
     pub db: Option<DbSession>,
+    pub files: Option<FilesSession>,
+    pub links: Option<LinksSession>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,7 +99,12 @@ impl Engine {
     pub async fn run_attempt(&self, spec: AttemptSpec<'_>) -> AttemptReport {
         let started = Instant::now();
         let log = AttemptLog::new(MAX_LOG_BYTES);
-        let state = GuestState::new(spec.memory, log.clone(), DbCapability::new(spec.db));
+        let capabilities = Capabilities {
+            db: DbCapability::new(spec.db),
+            files: FilesCapability::new(spec.files),
+            links: LinksCapability::new(spec.links),
+        };
+        let state = GuestState::new(spec.memory, log.clone(), capabilities);
         let mut store = wasmtime::Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
         let fuel = spec.fuel.unwrap_or(u64::MAX);

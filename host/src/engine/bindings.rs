@@ -7,9 +7,10 @@ wasmtime::component::bindgen!({
     exports: { default: async },
     with: {
         "jobhost:job/db.transaction": crate::capability::db::TxHandle,
+        "jobhost:job/files.upload": crate::capability::files::UploadHandle,
     },
 });
 
 /// The WIT package this host implements, as it appears in import and export names.
 pub const PACKAGE: &str = "jobhost:job";
-pub const PACKAGE_VERSION: (u64, u64, u64) = (0, 1, 0);
+pub const PACKAGE_VERSION: (u64, u64, u64) = (0, 1, 1);

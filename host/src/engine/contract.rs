@@ -98,6 +98,8 @@ fn compatible(version: Option<&str>) -> Result<(), ContractError> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Imports {
     pub db: bool,
+    pub files: bool,
+    pub links: bool,
 }
 
 /// Checks a component's imports and exports against what any job may use.
@@ -124,6 +126,8 @@ pub fn check<'a>(
             match name.interface {
                 "types" | "log" => {}
                 "db" => found.db = true,
+                "files" => found.files = true,
+                "links" => found.links = true,
                 _ => return Err(ContractError::Forbidden(import.to_string())),
             }
         } else if let Some(wasi) = name.package.strip_prefix("wasi:") {
@@ -141,17 +145,22 @@ pub fn check<'a>(
 
 /// Checks that every capability a component imports was granted to this job.
 pub fn check_grants(imports: &Imports, grants: &Grants) -> Result<(), ContractError> {
-    if imports.db && grants.db.is_none() {
-        return Err(ContractError::NotGranted("db".into()));
+    let missing = [
+        (imports.db && grants.db.is_none(), "db"),
+        (imports.files && grants.files.is_none(), "files"),
+        (imports.links && grants.links.is_none(), "links"),
+    ];
+    match missing.iter().find(|(missing, _)| *missing) {
+        Some((_, capability)) => Err(ContractError::NotGranted((*capability).into())),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const HANDLER: &str = "jobhost:job/handler@0.1.0";
+    const HANDLER: &str = "jobhost:job/handler@0.1.1";
 
     fn db_grant() -> Grants {
         let mut g = Grants::default();

@@ -3,6 +3,8 @@
 use super::limits::MemoryLimiter;
 use super::output::AttemptLog;
 use crate::capability::db::DbCapability;
+use crate::capability::files::FilesCapability;
+use crate::capability::links::LinksCapability;
 use crate::failure::FailureCode;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -29,11 +31,20 @@ pub struct GuestState {
     pub(crate) limiter: MemoryLimiter,
     pub(crate) log: AttemptLog,
     pub(crate) db: DbCapability,
+    pub(crate) files: FilesCapability,
+    pub(crate) links: LinksCapability,
     pub(crate) signals: Signals,
 }
 
+/// The capabilities one attempt was given.
+pub struct Capabilities {
+    pub db: DbCapability,
+    pub files: FilesCapability,
+    pub links: LinksCapability,
+}
+
 impl GuestState {
-    pub fn new(memory_cap: u64, log: AttemptLog, db: DbCapability) -> Self {
+    pub fn new(memory_cap: u64, log: AttemptLog, capabilities: Capabilities) -> Self {
         // No preopens, no environment, no arguments, no network: stdout and stderr go to
         // the attempt's log; stdin is empty.
         let wasi = WasiCtx::builder()
@@ -47,7 +58,9 @@ impl GuestState {
             table,
             limiter: MemoryLimiter::new(memory_cap),
             log,
-            db,
+            db: capabilities.db,
+            files: capabilities.files,
+            links: capabilities.links,
             signals: Signals::default(),
         }
     }

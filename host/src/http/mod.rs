@@ -29,6 +29,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/.well-known/jwks.json", get(jwks))
         .route("/jobs", get(list_jobs))
         .route("/jobs/{name}", get(get_job))
         .route("/jobs/{name}/kick", post(kick_job))
@@ -80,6 +81,11 @@ type ApiResult = Result<Json<Value>, ApiError>;
 
 async fn page() -> Html<&'static str> {
     Html(include_str!("page.html"))
+}
+
+/// The public keys of per-attempt tokens, for the services `links` calls.
+async fn jwks(State(s): State<Arc<Shared>>) -> Json<Value> {
+    Json(s.app.links.signer().jwks())
 }
 
 async fn healthz() -> &'static str {

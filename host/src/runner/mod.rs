@@ -9,11 +9,15 @@
 pub mod backoff;
 
 use crate::capability::db::DbSession;
+use crate::capability::files::FilesSession;
+use crate::capability::links::LinksSession;
 use crate::engine::attempt::{AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext};
 use crate::engine::{Engine, Loaded};
 use crate::failure::FailureCode;
+use crate::files::{Files, Uploader};
 use crate::job::JobSpec;
 use crate::lease::LeaseTerms;
+use crate::links::{Caller, Links};
 use crate::metrics::Metrics;
 use crate::store::guest::{Access, Fence, GuestDb};
 use crate::store::{
@@ -67,9 +71,12 @@ pub struct Runner {
     host_id: String,
     settings: RunnerSettings,
     metrics: Arc<Metrics>,
+    files: Arc<Files>,
+    links: Arc<Links>,
 }
 
 impl Runner {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
         engine: Arc<Engine>,
@@ -77,6 +84,8 @@ impl Runner {
         host_id: String,
         settings: RunnerSettings,
         metrics: Arc<Metrics>,
+        files: Arc<Files>,
+        links: Arc<Links>,
     ) -> Self {
         Runner {
             store,
@@ -85,6 +94,8 @@ impl Runner {
             host_id,
             settings,
             metrics,
+            files,
+            links,
         }
     }
 
@@ -163,6 +174,8 @@ impl Runner {
                 fuel: spec.limits.fuel,
                 deadline,
                 db: self.db_session(spec, &lease, deadline),
+                files: self.files_session(run, spec, &lease),
+                links: self.links_session(run, spec, &lease, deadline),
             })
             .await;
         let end = self.attempt_end(run, seq, attempt, &report);
@@ -197,15 +210,54 @@ impl Runner {
             db: self.guest_db.clone(),
             access: Access {
                 grant: Arc::new(grant),
-                fence: Fence {
-                    job: lease.job.clone(),
-                    instance: lease.instance.clone(),
-                    generation: lease.generation,
-                    holder: lease.holder.clone(),
-                },
+                fence: fence_of(lease),
                 deadline,
             },
             txn_bound: self.settings.txn_bound,
+        })
+    }
+
+    fn files_session(
+        &self,
+        run: &RunRecord,
+        spec: &JobSpec,
+        lease: &Lease,
+    ) -> Option<FilesSession> {
+        let grant = spec.grants.files.clone()?;
+        Some(FilesSession {
+            files: self.files.clone(),
+            grant: Arc::new(grant),
+            uploader: Uploader {
+                tenant: run.tenant.clone(),
+                run_id: run.id.clone(),
+                attach_by: lease.deadline_at,
+            },
+            fence: fence_of(lease),
+        })
+    }
+
+    fn links_session(
+        &self,
+        run: &RunRecord,
+        spec: &JobSpec,
+        lease: &Lease,
+        deadline: Instant,
+    ) -> Option<LinksSession> {
+        let grant = spec.grants.links.clone()?;
+        Some(LinksSession {
+            links: self.links.clone(),
+            grant: Arc::new(grant),
+            caller: Caller {
+                job: run.job.clone(),
+                tenant: run.tenant.clone(),
+                run_id: run.id.clone(),
+                pass: run.pass,
+                fence: fence_of(lease),
+                deadline,
+                lease_deadline_ms: lease.deadline_at,
+                actions: Arc::new(spec.actions.clone()),
+                traceparent: None,
+            },
         })
     }
 
@@ -554,6 +606,16 @@ fn pass_context(run: &RunRecord, attempt: i64) -> PassContext {
         payload: run.payload.clone(),
         cursor: run.cursor.clone(),
         counters: counters.into_iter().collect(),
+    }
+}
+
+/// The fence of an attempt's writes: its lease generation.
+fn fence_of(lease: &Lease) -> Fence {
+    Fence {
+        job: lease.job.clone(),
+        instance: lease.instance.clone(),
+        generation: lease.generation,
+        holder: lease.holder.clone(),
     }
 }
 

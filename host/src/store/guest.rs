@@ -6,6 +6,7 @@
 
 use super::postgres_guest::PgGuest;
 use super::sqlite_guest::SqliteGuest;
+use super::{FileWrite, FileWritten};
 use crate::grants::DbGrant;
 use std::sync::Arc;
 use tokio::sync::Mutex;
@@ -116,7 +117,7 @@ impl GuestDb {
     pub async fn open(store: &super::Store) -> Result<GuestDb, super::StoreError> {
         match store.pool() {
             super::Pool::Sqlite(_) => Ok(GuestDb::Sqlite(
-                SqliteGuest::open(store.url(), store.fence_sql()).await?,
+                SqliteGuest::open(store.url(), store.q).await?,
             )),
             super::Pool::Postgres(admin) => {
                 Ok(GuestDb::Postgres(PgGuest::new(admin.clone(), store.url())?))
@@ -156,6 +157,9 @@ pub(crate) trait TxSession: Send {
     async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError>;
     /// Checks the fence and commits, in the transaction; rolls back if the fence fails.
     async fn commit(&mut self, fence: &Fence) -> Result<(), GuestDbError>;
+    /// Applies one of the host's row changes in the transaction (it commits with the
+    /// guest's writes, fenced, or not at all).
+    async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError>;
     /// Rolls back whatever is open and gives the connection back.
     async fn release(self: Box<Self>);
 }
@@ -200,6 +204,15 @@ impl GuestTx {
             .as_mut()
             .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
         session.execute(sql, params).await
+    }
+
+    /// Applies a host row change inside the transaction.
+    pub async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError> {
+        let mut guard = self.session.lock().await;
+        let session = guard
+            .as_mut()
+            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
+        session.file_write(write).await
     }
 
     /// Checks the fence and commits, both in the transaction: all or nothing.

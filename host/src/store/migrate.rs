@@ -46,8 +46,14 @@ macro_rules! embedded {
     };
 }
 
-const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite": 1 => "0001_init");
-const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres": 1 => "0001_init");
+const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
+    1 => "0001_init",
+    2 => "0002_files_and_links",
+);
+const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
+    1 => "0001_init",
+    2 => "0002_files_and_links",
+);
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {
     let set = match backend {

@@ -9,6 +9,7 @@
 #[macro_use]
 mod pool;
 mod connect;
+mod files;
 pub mod guest;
 pub mod migrate;
 mod pg_statement;
@@ -32,7 +33,8 @@ use std::path::Path;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-static SQLITE_QUERIES: LazyLock<Queries> = LazyLock::new(|| Queries::render(&queries::SQLITE));
+pub(crate) static SQLITE_QUERIES: LazyLock<Queries> =
+    LazyLock::new(|| Queries::render(&queries::SQLITE));
 static POSTGRES_QUERIES: LazyLock<Queries> = LazyLock::new(|| Queries::render(&queries::POSTGRES));
 
 #[derive(Debug, thiserror::Error)]
@@ -133,7 +135,7 @@ pub struct Store {
     reader: Pool,
     backend: Backend,
     dialect: &'static Dialect,
-    q: &'static Queries,
+    pub(crate) q: &'static Queries,
     url: String,
 }
 

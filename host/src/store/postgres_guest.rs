@@ -20,6 +20,7 @@ use super::guest::{
     TxSession,
 };
 use super::pg_wire::{FrameGuard, Socket};
+use super::{FileWrite, FileWritten};
 use crate::grants::DbGrant;
 use bytes::BytesMut;
 use futures_util::TryStreamExt;
@@ -380,9 +381,18 @@ async fn provision(
             }
         }
     }
-    ddl.push(format!(
-        "GRANT EXECUTE ON FUNCTION jobhost_fence(text, text, bigint, text) TO \"{role}\""
-    ));
+    // The host's own row changes, called inside the guest's transaction (guest SQL can
+    // never name them: see `pg_statement`).
+    for function in [
+        "jobhost_fence(text, text, bigint, text)",
+        "jobhost_attach_file(text, text, text, text, bigint, text, text, text)",
+        "jobhost_remove_file(text, text, text)",
+        "jobhost_mark_file(text, text, text)",
+    ] {
+        ddl.push(format!(
+            "GRANT EXECUTE ON FUNCTION {function} TO \"{role}\""
+        ));
+    }
     for statement in ddl {
         sqlx::raw_sql(AssertSqlSafe(statement))
             .execute(&mut *tx)
@@ -527,6 +537,71 @@ impl TxSession for Session {
         committed.map_err(|e| self.classify(&e))?;
         self.in_tx = false;
         Ok(())
+    }
+
+    async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError> {
+        type Argument<'a> = (&'a (dyn ToSql + Sync), Type);
+        let client = &self.conn().client;
+        let (sql, arguments): (&str, Vec<Argument>) = match write {
+            FileWrite::Attach {
+                tenant,
+                collection,
+                name,
+                object_key,
+                size,
+                digest,
+                status,
+                run_id,
+            } => (
+                "SELECT jobhost_attach_file($1, $2, $3, $4, $5, $6, $7, $8)",
+                vec![
+                    (tenant, Type::TEXT),
+                    (collection, Type::TEXT),
+                    (name, Type::TEXT),
+                    (object_key, Type::TEXT),
+                    (size, Type::INT8),
+                    (digest, Type::TEXT),
+                    (status, Type::TEXT),
+                    (run_id, Type::TEXT),
+                ],
+            ),
+            FileWrite::Remove {
+                tenant,
+                collection,
+                name,
+            } => (
+                "SELECT jobhost_remove_file($1, $2, $3)",
+                vec![
+                    (tenant, Type::TEXT),
+                    (collection, Type::TEXT),
+                    (name, Type::TEXT),
+                ],
+            ),
+            FileWrite::Mark {
+                collection,
+                object_key,
+                status,
+            } => (
+                "SELECT jobhost_mark_file($1, $2, $3)",
+                vec![
+                    (collection, Type::TEXT),
+                    (object_key, Type::TEXT),
+                    (status, Type::TEXT),
+                ],
+            ),
+        };
+        let rows = match client.query_typed(sql, &arguments).await {
+            Ok(rows) => rows,
+            Err(e) => return Err(self.classify(&e)),
+        };
+        let row = rows.first().ok_or(GuestDbError::Refused(Refusal::Failed))?;
+        let failed = |_| GuestDbError::Refused(Refusal::Failed);
+        Ok(match write {
+            FileWrite::Attach { .. } => FileWritten::Attached {
+                created_at: row.try_get(0).map_err(failed)?,
+            },
+            _ => FileWritten::Changed(row.try_get(0).map_err(failed)?),
+        })
     }
 
     async fn release(mut self: Box<Self>) {

@@ -49,6 +49,9 @@ const ATTEMPT_COLUMNS: &str = "run_id, seq, pass, attempt, generation, host, sta
 const REPORT_COLUMNS: &str = "id, kind, job, run_id, code, body, created_at, logged_at, \
     webhook_attempts, next_try_at, delivered_at";
 
+const FILE_COLUMNS: &str =
+    "tenant, collection, name, object_key, size, digest, status, run_id, created_at";
+
 impl Dialect {
     fn render(&self, template: &str) -> String {
         template
@@ -60,6 +63,7 @@ impl Dialect {
             .replace("{lease_columns}", LEASE_COLUMNS)
             .replace("{attempt_columns}", ATTEMPT_COLUMNS)
             .replace("{report_columns}", REPORT_COLUMNS)
+            .replace("{file_columns}", FILE_COLUMNS)
     }
 }
 
@@ -195,6 +199,53 @@ queries! {
     list_leases = "SELECT {lease_columns} FROM jobhost_leases ORDER BY job, instance";
     fence = "SELECT 1 FROM jobhost_leases WHERE job = $1 AND instance = $2 AND generation = $3 \
         AND holder = $4 AND deadline_at > {now} {for_update}";
+
+    // Whether an attempt still holds its lease, without locking it: checked right before
+    // an effect that cannot commit with the lease (a `links` call).
+    lease_live = "SELECT COUNT(*) FROM jobhost_leases WHERE job = $1 AND instance = $2 \
+        AND generation = $3 AND holder = $4 AND deadline_at > {now}";
+
+    get_file = "SELECT {file_columns} FROM jobhost_files \
+        WHERE tenant = $1 AND collection = $2 AND name = $3";
+    get_file_by_key = "SELECT {file_columns} FROM jobhost_files \
+        WHERE collection = $1 AND object_key = $2";
+    list_files = "SELECT {file_columns} FROM jobhost_files \
+        WHERE tenant = $1 AND collection = $2 AND status = 'clean' \
+        AND substr(name, 1, length($3)) = $3 AND ($4 IS NULL OR name > $4) \
+        ORDER BY name LIMIT $5";
+    pending_files = "SELECT object_key, tenant, name, size FROM jobhost_files \
+        WHERE collection = $1 AND status = 'pending' ORDER BY created_at LIMIT $2";
+    insert_upload = "INSERT INTO jobhost_uploads (object_key, tenant, collection, run_id, \
+        attach_by, created_at) VALUES ($1, $2, $3, $4, $5, {now})";
+    // The statements of a `FileWrite` on SQLite (on Postgres, the functions of migration
+    // 0002 do the same).
+    current_file_key = "SELECT object_key FROM jobhost_files \
+        WHERE tenant = $1 AND collection = $2 AND name = $3";
+    upsert_file = "INSERT INTO jobhost_files ({file_columns}) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {now}) \
+        ON CONFLICT (tenant, collection, name) DO UPDATE SET object_key = excluded.object_key, \
+        size = excluded.size, digest = excluded.digest, status = excluded.status, \
+        run_id = excluded.run_id, created_at = excluded.created_at RETURNING created_at";
+    insert_garbage = "INSERT INTO jobhost_file_garbage (object_key, collection, since) \
+        VALUES ($1, $2, {now}) ON CONFLICT DO NOTHING";
+    forget_upload = "DELETE FROM jobhost_uploads WHERE object_key = $1";
+    delete_file = "DELETE FROM jobhost_files WHERE tenant = $1 AND collection = $2 AND name = $3 \
+        RETURNING object_key";
+    mark_file = "UPDATE jobhost_files SET status = $3 \
+        WHERE collection = $1 AND object_key = $2 AND status = 'pending'";
+    // What the collector may delete: uploads no attempt can attach any more, and keys no
+    // name has pointed at for `$1` ms.
+    dead_uploads = "SELECT object_key, collection FROM jobhost_uploads \
+        WHERE attach_by < {now} - $1 ORDER BY attach_by LIMIT $2";
+    dead_garbage = "SELECT object_key, collection FROM jobhost_file_garbage \
+        WHERE since < {now} - $1 ORDER BY since LIMIT $2";
+    forget_garbage = "DELETE FROM jobhost_file_garbage WHERE object_key = $1";
+
+    signing_keys = "SELECT kid, seed, public_key, created_at FROM jobhost_signing_keys \
+        ORDER BY created_at DESC";
+    insert_signing_key = "INSERT INTO jobhost_signing_keys (kid, seed, public_key, created_at) \
+        VALUES ($1, $2, $3, {now})";
+    forget_signing_keys = "DELETE FROM jobhost_signing_keys WHERE created_at < {now} - $1";
 
     insert_report = "INSERT INTO jobhost_reports (kind, job, run_id, code, body, created_at, \
         next_try_at) VALUES ($1, $2, $3, $4, $5, {now}, {now})";

@@ -399,3 +399,84 @@ pub struct RunFilter {
     pub before: Option<(i64, String)>,
     pub limit: i64,
 }
+
+/// A named object of a collection (`jobhost_files`).
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, PartialEq, Eq)]
+pub struct FileRecord {
+    pub tenant: String,
+    pub collection: String,
+    pub name: String,
+    pub object_key: String,
+    pub size: i64,
+    pub digest: String,
+    /// `clean` (visible), `pending` (waiting for its scan) or `rejected`.
+    pub status: String,
+    pub run_id: String,
+    pub created_at: i64,
+}
+
+/// A file waiting for its collection's scan job.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, PartialEq, Eq)]
+pub struct PendingFile {
+    pub object_key: String,
+    pub tenant: String,
+    pub name: String,
+    pub size: i64,
+}
+
+/// An object the collector may delete: an upload never attached, or one no name points
+/// at any more.
+#[derive(Debug, Clone, sqlx::FromRow, PartialEq, Eq)]
+pub struct DeadObject {
+    pub object_key: String,
+    pub collection: String,
+}
+
+/// A change to what names point at, committed in a fenced transaction: the host's own,
+/// or a guest's (so it commits with the guest's writes or not at all).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileWrite {
+    /// Points `name` at an uploaded object (the key it pointed at, if any, becomes
+    /// garbage) and forgets the upload.
+    Attach {
+        tenant: String,
+        collection: String,
+        name: String,
+        object_key: String,
+        size: i64,
+        digest: String,
+        status: &'static str,
+        run_id: String,
+    },
+    /// Removes `name` (its key becomes garbage).
+    Remove {
+        tenant: String,
+        collection: String,
+        name: String,
+    },
+    /// Gives a file waiting for its scan a verdict.
+    Mark {
+        collection: String,
+        object_key: String,
+        status: &'static str,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileWritten {
+    Attached {
+        created_at: i64,
+    },
+    /// Whether there was a row to change.
+    Changed(bool),
+}
+
+/// A key that signs per-attempt tokens.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SigningKeyRecord {
+    pub kid: String,
+    /// The Ed25519 private key's seed, hex.
+    pub seed: String,
+    pub public_key: String,
+    pub created_at: i64,
+}

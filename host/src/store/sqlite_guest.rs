@@ -20,6 +20,8 @@ use super::guest::{
     Access, Fence, GuestDbError, MAX_PARAMS, MAX_SQL_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows,
     SqlValue, TxSession, collect_rows,
 };
+use super::queries::Queries;
+use super::{FileWrite, FileWritten};
 use crate::grants::DbGrant;
 use libsqlite3_sys as ffi;
 use sqlx::pool::PoolConnection;
@@ -191,7 +193,8 @@ unsafe extern "C" fn authorize(
 #[derive(Clone)]
 pub struct SqliteGuest {
     pool: SqlitePool,
-    fence_sql: &'static str,
+    /// The host's statements (the fence, file writes) it runs on guest connections.
+    q: &'static Queries,
     modules: Arc<BTreeSet<String>>,
 }
 
@@ -199,7 +202,7 @@ impl SqliteGuest {
     /// Opens the guest pool on the database at `url`: its own connections, each with the
     /// guest limits set, no statement logging (guest SQL never reaches the operator's
     /// log), and rows handed over one at a time (a refused result stops the statement).
-    pub async fn open(url: &str, fence_sql: &'static str) -> Result<SqliteGuest, sqlx::Error> {
+    pub(crate) async fn open(url: &str, q: &'static Queries) -> Result<SqliteGuest, sqlx::Error> {
         let options = super::sqlite_options(url)?
             .row_buffer_size(1)
             .log_statements(log::LevelFilter::Off)
@@ -225,7 +228,7 @@ impl SqliteGuest {
             .await?;
         Ok(SqliteGuest {
             pool,
-            fence_sql,
+            q,
             modules: Arc::new(
                 modules
                     .into_iter()
@@ -257,7 +260,7 @@ impl SqliteGuest {
         deadline: Instant,
     ) -> Result<Box<dyn TxSession>, GuestDbError> {
         let mut session = self.session(access, MODE_WRITE, deadline).await?;
-        session.fence_sql = Some(self.fence_sql);
+        session.host_queries = Some(self.q);
         Ok(Box::new(session))
     }
 
@@ -275,8 +278,9 @@ impl SqliteGuest {
 struct Session {
     conn: Option<PoolConnection<Sqlite>>,
     auth: Arc<AuthState>,
-    /// A write session whose `BEGIN IMMEDIATE` has not been issued yet.
-    fence_sql: Option<&'static str>,
+    /// Set for a write session: the host's statements it runs in the transaction.
+    host_queries: Option<&'static Queries>,
+    /// Whether a write session issued its `BEGIN IMMEDIATE`.
     begun: bool,
 }
 
@@ -305,7 +309,7 @@ impl Session {
         let mut session = Session {
             conn: Some(conn),
             auth,
-            fence_sql: None,
+            host_queries: None,
             begun: false,
         };
         let deadline = deadline.into_std();
@@ -350,7 +354,7 @@ impl Session {
 
     /// Takes the write lock, once, before the transaction's first statement.
     async fn ensure_begun(&mut self) -> Result<(), GuestDbError> {
-        if self.fence_sql.is_some() && !self.begun {
+        if self.host_queries.is_some() && !self.begun {
             // IMMEDIATE: the guest's writes and the fence check happen under one lock
             // that no lease renewal can slip past.
             self.host_statement("BEGIN IMMEDIATE").await?;
@@ -496,11 +500,27 @@ impl TxSession for Session {
 
     async fn commit(&mut self, fence: &Fence) -> Result<(), GuestDbError> {
         self.ensure_begun().await?;
-        let sql = self.fence_sql.expect("a write session knows its fence");
-        if !self.fence(sql, fence).await? {
+        let q = self
+            .host_queries
+            .expect("a write session has the host's statements");
+        if !self.fence(q.fence.as_str(), fence).await? {
             return Err(GuestDbError::LeaseLost);
         }
         self.host_statement("COMMIT").await
+    }
+
+    async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError> {
+        self.ensure_begun().await?;
+        let q = self
+            .host_queries
+            .expect("a write session has the host's statements");
+        let auth = self.auth.clone();
+        let mode = auth.mode.swap(MODE_HOST, Ordering::AcqRel);
+        let written = super::files::apply_sqlite(self.conn(), q, write)
+            .await
+            .map_err(|e| classify(&e, &auth));
+        auth.mode.store(mode, Ordering::Release);
+        written
     }
 
     async fn release(self: Box<Self>) {
@@ -516,7 +536,7 @@ impl Drop for Session {
         let orphan = Session {
             conn: self.conn.take(),
             auth: self.auth.clone(),
-            fence_sql: None,
+            host_queries: None,
             begun: false,
         };
         match tokio::runtime::Handle::try_current() {
@@ -615,10 +635,6 @@ mod tests {
     use super::*;
     use crate::store::guest::Fence;
 
-    /// The fence of these tests: always held (it only has to accept the four arguments).
-    const FENCE: &str = "SELECT 1 WHERE $1 IS NOT NULL AND $2 IS NOT NULL \
-        AND $3 IS NOT NULL AND $4 IS NOT NULL";
-
     struct Db {
         _dir: tempfile::TempDir,
         guest: SqliteGuest,
@@ -639,7 +655,9 @@ mod tests {
         .execute(&host)
         .await
         .unwrap();
-        let guest = SqliteGuest::open(&url, FENCE).await.unwrap();
+        let guest = SqliteGuest::open(&url, &crate::store::SQLITE_QUERIES)
+            .await
+            .unwrap();
         Db { _dir: dir, guest }
     }
 

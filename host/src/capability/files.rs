@@ -1,0 +1,365 @@
+//! `jobhost:job/files`: the guest's calls on collections, through [`Files`]. This only
+//! translates: it checks the call against the job's grant, passes the run's tenant and
+//! lease along, and turns failures into fixed `host-error` reasons.
+
+use crate::engine::bindings::jobhost::job::files::{
+    Host, HostUpload, ObjectMetadata, ObjectPage, PendingFile, Verdict,
+};
+use crate::engine::bindings::jobhost::job::types::HostError;
+use crate::engine::state::GuestState;
+use crate::failure::FailureCode;
+use crate::files::{Files, FilesError, MAX_OPEN_UPLOADS, Upload, Uploader};
+use crate::grants::FilesGrant;
+use crate::store::guest::{Fence, GuestDbError};
+use crate::store::{FileRecord, FileWritten};
+use std::sync::Arc;
+use wasmtime::component::Resource;
+
+/// What one attempt may do with files.
+pub struct FilesSession {
+    pub files: Arc<Files>,
+    pub grant: Arc<FilesGrant>,
+    pub uploader: Uploader,
+    pub fence: Fence,
+}
+
+/// The `files` capability's per-attempt state: `None` when the job was not granted files.
+pub struct FilesCapability {
+    session: Option<FilesSession>,
+    open_uploads: usize,
+    /// Scan jobs to kick once the guest's transaction that attached files commits.
+    scans_after_commit: Vec<String>,
+}
+
+impl FilesCapability {
+    pub fn new(session: Option<FilesSession>) -> Self {
+        FilesCapability {
+            session,
+            open_uploads: 0,
+            scans_after_commit: Vec::new(),
+        }
+    }
+
+    /// Kicks the scan jobs of files the committed transaction attached.
+    pub(crate) async fn committed(&mut self) {
+        let jobs = std::mem::take(&mut self.scans_after_commit);
+        if let Some(session) = &self.session {
+            for job in jobs {
+                session.files.kick_scan(&job).await;
+            }
+        }
+    }
+
+    pub(crate) fn rolled_back(&mut self) {
+        self.scans_after_commit.clear();
+    }
+}
+
+/// An upload in the guest's resource table.
+pub struct UploadHandle(Upload);
+
+/// How a capability may be used on a collection.
+#[derive(Clone, Copy)]
+enum Use {
+    Read,
+    Write,
+    Scan,
+}
+
+impl GuestState {
+    /// The session, if the job may use `collection` this way.
+    fn files_for(&mut self, collection: &str, using: Use) -> Result<&FilesSession, HostError> {
+        let allowed = self.files.session.as_ref().is_some_and(|s| match using {
+            Use::Read => s.grant.may_read(collection),
+            Use::Write => s.grant.may_write(collection),
+            Use::Scan => s.grant.may_scan(collection),
+        });
+        if !allowed {
+            self.signals
+                .refused
+                .get_or_insert(FailureCode::CapabilityRefused);
+            return Err(HostError::CapabilityRefused("not-granted".into()));
+        }
+        Ok(self.files.session.as_ref().expect("checked above"))
+    }
+
+    fn files_error(&mut self, error: FilesError) -> HostError {
+        match error {
+            FilesError::UnknownCollection => {
+                self.signals
+                    .refused
+                    .get_or_insert(FailureCode::CapabilityRefused);
+                HostError::CapabilityRefused("not-granted".into())
+            }
+            FilesError::InvalidName => HostError::Invalid("invalid-name".into()),
+            FilesError::ObjectTooLarge => HostError::Invalid("object-too-large".into()),
+            FilesError::ChunkTooLarge => HostError::Invalid("chunk-too-large".into()),
+            FilesError::NotFound => HostError::Invalid("not-found".into()),
+            FilesError::Open { .. } | FilesError::Objects(_) | FilesError::Store(_) => {
+                tracing::warn!(code = "driver_failed", error = %error, "a files call failed");
+                self.signals.unavailable = true;
+                HostError::Unavailable
+            }
+        }
+    }
+
+    fn lease_lost(&mut self) -> HostError {
+        self.signals.lease_lost = true;
+        HostError::LeaseLost
+    }
+}
+
+fn metadata(file: &FileRecord) -> ObjectMetadata {
+    ObjectMetadata {
+        name: file.name.clone(),
+        size: file.size.max(0) as u64,
+        digest: file.digest.clone(),
+        created_at: file.created_at.max(0) as u64,
+    }
+}
+
+impl Host for GuestState {
+    async fn stat(
+        &mut self,
+        collection: String,
+        name: String,
+    ) -> Result<Option<ObjectMetadata>, HostError> {
+        let s = self.files_for(&collection, Use::Read)?;
+        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+        match files.stat(&tenant, &collection, &name).await {
+            Ok(file) => Ok(file.as_ref().map(metadata)),
+            Err(e) => Err(self.files_error(e)),
+        }
+    }
+
+    async fn read(
+        &mut self,
+        collection: String,
+        name: String,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, HostError> {
+        let s = self.files_for(&collection, Use::Read)?;
+        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+        let read = files.read(&tenant, &collection, &name, offset, len).await;
+        read.map_err(|e| self.files_error(e))
+    }
+
+    async fn list_objects(
+        &mut self,
+        collection: String,
+        prefix: String,
+        cursor: Option<String>,
+        limit: u32,
+    ) -> Result<ObjectPage, HostError> {
+        let s = self.files_for(&collection, Use::Read)?;
+        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+        match files
+            .list(&tenant, &collection, &prefix, cursor.as_deref(), limit)
+            .await
+        {
+            Ok((page, next)) => Ok(ObjectPage {
+                objects: page.iter().map(metadata).collect(),
+                next,
+            }),
+            Err(e) => Err(self.files_error(e)),
+        }
+    }
+
+    async fn start_upload(
+        &mut self,
+        collection: String,
+    ) -> Result<Resource<UploadHandle>, HostError> {
+        let s = self.files_for(&collection, Use::Write)?;
+        let (files, uploader) = (s.files.clone(), s.uploader.clone());
+        if self.files.open_uploads >= MAX_OPEN_UPLOADS {
+            return Err(HostError::Invalid("too-many-uploads".into()));
+        }
+        let upload = match files.start_upload(&uploader, &collection).await {
+            Ok(upload) => upload,
+            Err(e) => return Err(self.files_error(e)),
+        };
+        let handle = self
+            .table
+            .push(UploadHandle(upload))
+            .map_err(|_| HostError::Invalid("too-many-resources".into()))?;
+        self.files.open_uploads += 1;
+        Ok(handle)
+    }
+
+    async fn attach(
+        &mut self,
+        upload: Resource<UploadHandle>,
+        name: String,
+    ) -> Result<ObjectMetadata, HostError> {
+        let finished = self.finish_upload(upload).await?;
+        let s = self.files_for(&finished.collection, Use::Write)?;
+        let (files, fence, run_id) = (s.files.clone(), s.fence.clone(), s.uploader.run_id.clone());
+        match files.attach(&fence, &run_id, &finished, &name).await {
+            Ok(Some(file)) => {
+                if let Some(scan) = files.spec(&file.collection).and_then(|c| c.scan.clone()) {
+                    files.kick_scan(&scan).await;
+                }
+                Ok(metadata(&file))
+            }
+            Ok(None) => Err(self.lease_lost()),
+            Err(e) => Err(self.files_error(e)),
+        }
+    }
+
+    async fn attach_in(
+        &mut self,
+        tx: Resource<crate::capability::db::TxHandle>,
+        upload: Resource<UploadHandle>,
+        name: String,
+    ) -> Result<ObjectMetadata, HostError> {
+        let finished = self.finish_upload(upload).await?;
+        let s = self.files_for(&finished.collection, Use::Write)?;
+        let (files, run_id) = (s.files.clone(), s.uploader.run_id.clone());
+        let write = files
+            .attach_write(&run_id, &finished, &name)
+            .map_err(|e| self.files_error(e))?;
+        let written = self.in_transaction(&tx, &write).await?;
+        if let Some(scan) = files
+            .spec(&finished.collection)
+            .and_then(|c| c.scan.clone())
+        {
+            self.files.scans_after_commit.push(scan);
+        }
+        Ok(metadata(&files.attached(&write, &written)))
+    }
+
+    async fn remove(&mut self, collection: String, name: String) -> Result<bool, HostError> {
+        let s = self.files_for(&collection, Use::Write)?;
+        let (files, fence, tenant) = (s.files.clone(), s.fence.clone(), s.uploader.tenant.clone());
+        match files.remove(&fence, &tenant, &collection, &name).await {
+            Ok(Some(removed)) => Ok(removed),
+            Ok(None) => Err(self.lease_lost()),
+            Err(e) => Err(self.files_error(e)),
+        }
+    }
+
+    async fn remove_in(
+        &mut self,
+        tx: Resource<crate::capability::db::TxHandle>,
+        collection: String,
+        name: String,
+    ) -> Result<bool, HostError> {
+        let s = self.files_for(&collection, Use::Write)?;
+        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+        let write = files
+            .remove_write(&tenant, &collection, &name)
+            .map_err(|e| self.files_error(e))?;
+        Ok(self.in_transaction(&tx, &write).await? == FileWritten::Changed(true))
+    }
+
+    async fn scan_pending(
+        &mut self,
+        collection: String,
+        limit: u32,
+    ) -> Result<Vec<PendingFile>, HostError> {
+        let files = self.files_for(&collection, Use::Scan)?.files.clone();
+        match files.pending(&collection, limit).await {
+            Ok(pending) => Ok(pending
+                .into_iter()
+                .map(|p| PendingFile {
+                    id: p.object_key,
+                    tenant: p.tenant,
+                    name: p.name,
+                    size: p.size.max(0) as u64,
+                })
+                .collect()),
+            Err(e) => Err(self.files_error(e)),
+        }
+    }
+
+    async fn scan_read(
+        &mut self,
+        collection: String,
+        id: String,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, HostError> {
+        let files = self.files_for(&collection, Use::Scan)?.files.clone();
+        let read = files.read_pending(&collection, &id, offset, len).await;
+        read.map_err(|e| self.files_error(e))
+    }
+
+    async fn scan_mark(
+        &mut self,
+        collection: String,
+        id: String,
+        verdict: Verdict,
+    ) -> Result<(), HostError> {
+        let s = self.files_for(&collection, Use::Scan)?;
+        let (files, fence) = (s.files.clone(), s.fence.clone());
+        match files
+            .mark(&fence, &collection, &id, verdict == Verdict::Clean)
+            .await
+        {
+            Ok(Some(true)) => Ok(()),
+            Ok(Some(false)) => Err(HostError::Invalid("not-found".into())),
+            Ok(None) => Err(self.lease_lost()),
+            Err(e) => Err(self.files_error(e)),
+        }
+    }
+}
+
+impl GuestState {
+    /// Takes an upload out of the guest's table and completes its object (invisible).
+    async fn finish_upload(
+        &mut self,
+        upload: Resource<UploadHandle>,
+    ) -> Result<crate::files::Finished, HostError> {
+        let UploadHandle(upload) = self
+            .table
+            .delete(upload)
+            .map_err(|_| HostError::Invalid("unknown-upload".into()))?;
+        self.files.open_uploads = self.files.open_uploads.saturating_sub(1);
+        upload.finish().await.map_err(|e| self.files_error(e))
+    }
+
+    /// Applies a row change inside the guest's open transaction.
+    async fn in_transaction(
+        &mut self,
+        tx: &Resource<crate::capability::db::TxHandle>,
+        write: &crate::store::FileWrite,
+    ) -> Result<FileWritten, HostError> {
+        let tx = self
+            .table
+            .get_mut(tx)
+            .map_err(|_| HostError::Invalid("unknown-transaction".into()))?;
+        let written = tx.guest_tx().file_write(write).await;
+        written.map_err(|e| match e {
+            GuestDbError::LeaseLost => self.lease_lost(),
+            GuestDbError::Unavailable => {
+                self.signals.unavailable = true;
+                HostError::Unavailable
+            }
+            GuestDbError::Refused(r) => HostError::QueryRefused(r.reason().into()),
+            GuestDbError::Invalid(reason) => HostError::Invalid(reason.into()),
+        })
+    }
+}
+
+impl HostUpload for GuestState {
+    async fn write(
+        &mut self,
+        upload: Resource<UploadHandle>,
+        chunk: Vec<u8>,
+    ) -> Result<(), HostError> {
+        let handle = self
+            .table
+            .get_mut(&upload)
+            .map_err(|_| HostError::Invalid("unknown-upload".into()))?;
+        let written = handle.0.write(&chunk).await;
+        written.map_err(|e| self.files_error(e))
+    }
+
+    async fn drop(&mut self, upload: Resource<UploadHandle>) -> wasmtime::Result<()> {
+        if self.table.delete(upload).is_ok() {
+            self.files.open_uploads = self.files.open_uploads.saturating_sub(1);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,640 @@
+//! Named objects in collections: where the bytes live (a local directory or an
+//! S3-compatible store, one code path through `object_store`) and how a name comes to
+//! point at them.
+//!
+//! An upload is written under a fresh, never-reused key (`<tenant>/<uuid>`) after its key
+//! is recorded in `jobhost_uploads`; it becomes visible only when a row of `jobhost_files`
+//! points its name at that key, written in a transaction fenced by the attempt's lease
+//! (the same transaction deletes the upload's record). Readers resolve a name through the
+//! committed row, so they see the old object or the new one, never part of one, and
+//! objects are never changed once written. Keys a name stops pointing at go to
+//! `jobhost_file_garbage`; the collector (`collector`) deletes those, and the objects of
+//! uploads never attached once no attach can commit any more.
+
+pub mod collector;
+
+use crate::store::guest::Fence;
+use crate::store::{FileRecord, FileWrite, FileWritten, PendingFile, Store, StoreError};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Most bytes one `write` or `read` moves.
+pub const MAX_CHUNK: usize = 1 << 20;
+/// Most objects one `list-objects` page returns.
+pub const MAX_PAGE: u32 = 1000;
+/// Most uploads one attempt may have open at once.
+pub const MAX_OPEN_UPLOADS: usize = 2;
+/// Most bytes of an object name.
+pub const MAX_NAME_BYTES: usize = 512;
+/// The size of the parts an upload is sent in (S3's smallest part): what one open upload
+/// may hold in memory, once per part in flight.
+const PART: usize = 5 << 20;
+/// The default largest object of a collection.
+pub const DEFAULT_MAX_OBJECT: u64 = 256 << 20;
+
+/// Where a collection keeps its objects, and what it allows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectionSpec {
+    /// A local directory (`path`), or an object store URL (`s3://bucket/prefix`, endpoint
+    /// and credentials from the environment).
+    pub location: Location,
+    pub max_object_bytes: u64,
+    /// The job that scans files attached here; until it marks them clean, they are not
+    /// visible.
+    pub scan: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Location {
+    /// `<home>/files/<collection>`.
+    Home,
+    Local(PathBuf),
+    Url(String),
+}
+
+impl CollectionSpec {
+    /// A collection under the host's home: what `host run` uses for a collection it was
+    /// granted without a manifest declaring it.
+    pub fn in_home() -> Self {
+        CollectionSpec {
+            location: Location::Home,
+            max_object_bytes: DEFAULT_MAX_OBJECT,
+            scan: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error("cannot open collection {name}: {reason}")]
+    Open { name: String, reason: String },
+    #[error("unknown collection")]
+    UnknownCollection,
+    #[error("invalid object name")]
+    InvalidName,
+    #[error("the object is larger than its collection allows")]
+    ObjectTooLarge,
+    #[error("the chunk is larger than 1 MiB")]
+    ChunkTooLarge,
+    #[error("no such object")]
+    NotFound,
+    #[error("the object store failed: {0}")]
+    Objects(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<object_store::Error> for FilesError {
+    fn from(e: object_store::Error) -> Self {
+        // The kind only: a store's message can quote an endpoint or a key.
+        let kind = match e {
+            object_store::Error::NotFound { .. } => return FilesError::NotFound,
+            object_store::Error::Generic { store, .. } => format!("{store} failed"),
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => "access refused".into(),
+            _ => "request failed".into(),
+        };
+        FilesError::Objects(kind)
+    }
+}
+
+struct Collection {
+    spec: CollectionSpec,
+    objects: Arc<dyn ObjectStore>,
+}
+
+/// Every collection a host knows, and the rows that name their objects.
+pub struct Files {
+    collections: BTreeMap<String, Collection>,
+    store: Store,
+}
+
+/// Who uploads: the tenant the object belongs to, the run that makes it, and until when
+/// (database clock) its attempt could still attach it.
+#[derive(Debug, Clone)]
+pub struct Uploader {
+    pub tenant: String,
+    pub run_id: String,
+    pub attach_by: i64,
+}
+
+/// An object being written.
+pub struct Upload {
+    collection: String,
+    tenant: String,
+    key: String,
+    writer: Option<WriteMultipart>,
+    hasher: Sha256,
+    size: u64,
+    max: u64,
+}
+
+/// A finished upload, ready to be attached.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub collection: String,
+    pub tenant: String,
+    pub key: String,
+    pub size: u64,
+    pub digest: String,
+}
+
+impl Files {
+    /// Opens every declared collection (creating local directories; `home` holds the
+    /// default ones).
+    pub fn open(
+        specs: &BTreeMap<String, CollectionSpec>,
+        home: &Path,
+        store: Store,
+    ) -> Result<Files, FilesError> {
+        let mut collections = BTreeMap::new();
+        for (name, spec) in specs {
+            let open_err = |reason: String| FilesError::Open {
+                name: name.clone(),
+                reason,
+            };
+            let in_home = home.join("files").join(name);
+            let local = match &spec.location {
+                Location::Home => Some(in_home.as_path()),
+                Location::Local(dir) => Some(dir.as_path()),
+                Location::Url(_) => None,
+            };
+            let objects: Arc<dyn ObjectStore> = match (local, &spec.location) {
+                (Some(dir), _) => {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| open_err(format!("{}: {e}", dir.display())))?;
+                    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+                        return Err(open_err(format!(
+                            "{} is a symbolic link: give the directory itself",
+                            dir.display()
+                        )));
+                    }
+                    Arc::new(
+                        object_store::local::LocalFileSystem::new_with_prefix(dir)
+                            .map_err(|e| open_err(format!("{}: {e}", dir.display())))?,
+                    )
+                }
+                (None, Location::Url(url)) => open_url(url).map_err(open_err)?,
+                (None, _) => unreachable!("only a URL is not local"),
+            };
+            collections.insert(
+                name.clone(),
+                Collection {
+                    spec: spec.clone(),
+                    objects,
+                },
+            );
+        }
+        Ok(Files { collections, store })
+    }
+
+    pub fn spec(&self, collection: &str) -> Option<&CollectionSpec> {
+        self.collections.get(collection).map(|c| &c.spec)
+    }
+
+    fn collection(&self, name: &str) -> Result<&Collection, FilesError> {
+        self.collections
+            .get(name)
+            .ok_or(FilesError::UnknownCollection)
+    }
+
+    /// The visible object `name` of `tenant`, if any.
+    pub async fn stat(
+        &self,
+        tenant: &str,
+        collection: &str,
+        name: &str,
+    ) -> Result<Option<FileRecord>, FilesError> {
+        self.collection(collection)?;
+        validate_name(name)?;
+        Ok(self
+            .store
+            .get_file(tenant, collection, name)
+            .await?
+            .filter(|f| f.status == "clean"))
+    }
+
+    /// Up to `len` bytes (at most [`MAX_CHUNK`]) of a visible object from `offset`.
+    pub async fn read(
+        &self,
+        tenant: &str,
+        collection: &str,
+        name: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, FilesError> {
+        let file = self
+            .stat(tenant, collection, name)
+            .await?
+            .ok_or(FilesError::NotFound)?;
+        self.read_key(collection, &file.object_key, file.size, offset, len)
+            .await
+    }
+
+    async fn read_key(
+        &self,
+        collection: &str,
+        key: &str,
+        size: i64,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, FilesError> {
+        if len > MAX_CHUNK as u64 {
+            return Err(FilesError::ChunkTooLarge);
+        }
+        let size = size.max(0) as u64;
+        let start = offset.min(size);
+        let end = offset.saturating_add(len).min(size);
+        if start == end {
+            return Ok(Vec::new());
+        }
+        let bytes = self
+            .collection(collection)?
+            .objects
+            .get_range(&ObjectPath::from(key), start..end)
+            .await?;
+        Ok(bytes.to_vec())
+    }
+
+    /// Visible objects of `tenant` whose name starts with `prefix`, after `after`.
+    pub async fn list(
+        &self,
+        tenant: &str,
+        collection: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<FileRecord>, Option<String>), FilesError> {
+        self.collection(collection)?;
+        if prefix.len() > MAX_NAME_BYTES || prefix.chars().any(char::is_control) {
+            return Err(FilesError::InvalidName);
+        }
+        let limit = limit.clamp(1, MAX_PAGE);
+        let files = self
+            .store
+            .list_files(tenant, collection, prefix, after, i64::from(limit) + 1)
+            .await?;
+        let more = files.len() > limit as usize;
+        let page: Vec<FileRecord> = files.into_iter().take(limit as usize).collect();
+        let next = more.then(|| page.last().map(|f| f.name.clone())).flatten();
+        Ok((page, next))
+    }
+
+    /// Starts an upload: its key is recorded before anything is written, so the collector
+    /// finds it even if the host dies mid-write.
+    pub async fn start_upload(
+        &self,
+        who: &Uploader,
+        collection: &str,
+    ) -> Result<Upload, FilesError> {
+        let c = self.collection(collection)?;
+        let key = format!("{}/{}", who.tenant, uuid::Uuid::now_v7().simple());
+        self.store
+            .insert_upload(&key, &who.tenant, collection, &who.run_id, who.attach_by)
+            .await?;
+        let multipart = c
+            .objects
+            .put_multipart(&ObjectPath::from(key.as_str()))
+            .await?;
+        Ok(Upload {
+            collection: collection.to_string(),
+            tenant: who.tenant.clone(),
+            key,
+            writer: Some(WriteMultipart::new_with_chunk_size(multipart, PART)),
+            hasher: Sha256::new(),
+            size: 0,
+            max: c.spec.max_object_bytes,
+        })
+    }
+
+    /// Attaches a finished upload as `name` in a fenced transaction of its own. `None`:
+    /// the lease was lost, and it never became visible.
+    pub async fn attach(
+        &self,
+        fence: &Fence,
+        run_id: &str,
+        finished: &Finished,
+        name: &str,
+    ) -> Result<Option<FileRecord>, FilesError> {
+        let write = self.attach_write(run_id, finished, name)?;
+        let written = self.store.file_write_fenced(fence, &write).await?;
+        Ok(written.map(|w| self.attached(&write, &w)))
+    }
+
+    /// The row change that attaches a finished upload as `name`, to commit in a
+    /// transaction of the caller's (fenced like every guest write).
+    pub fn attach_write(
+        &self,
+        run_id: &str,
+        finished: &Finished,
+        name: &str,
+    ) -> Result<FileWrite, FilesError> {
+        validate_name(name)?;
+        let c = self.collection(&finished.collection)?;
+        Ok(FileWrite::Attach {
+            tenant: finished.tenant.clone(),
+            collection: finished.collection.clone(),
+            name: name.to_string(),
+            object_key: finished.key.clone(),
+            size: finished.size as i64,
+            digest: finished.digest.clone(),
+            status: if c.spec.scan.is_some() {
+                "pending"
+            } else {
+                "clean"
+            },
+            run_id: run_id.to_string(),
+        })
+    }
+
+    /// What an attach made visible (or will, once scanned).
+    pub fn attached(&self, write: &FileWrite, written: &FileWritten) -> FileRecord {
+        let FileWrite::Attach {
+            tenant,
+            collection,
+            name,
+            object_key,
+            size,
+            digest,
+            status,
+            run_id,
+        } = write
+        else {
+            unreachable!("an attach")
+        };
+        FileRecord {
+            tenant: tenant.clone(),
+            collection: collection.clone(),
+            name: name.clone(),
+            object_key: object_key.clone(),
+            size: *size,
+            digest: digest.clone(),
+            status: status.to_string(),
+            run_id: run_id.clone(),
+            created_at: match written {
+                FileWritten::Attached { created_at } => *created_at,
+                _ => 0,
+            },
+        }
+    }
+
+    /// The row change that removes `name`.
+    pub fn remove_write(
+        &self,
+        tenant: &str,
+        collection: &str,
+        name: &str,
+    ) -> Result<FileWrite, FilesError> {
+        self.collection(collection)?;
+        validate_name(name)?;
+        Ok(FileWrite::Remove {
+            tenant: tenant.to_string(),
+            collection: collection.to_string(),
+            name: name.to_string(),
+        })
+    }
+
+    /// Removes `name` in a fenced transaction of its own: `None` if the lease was lost,
+    /// else whether there was such an object.
+    pub async fn remove(
+        &self,
+        fence: &Fence,
+        tenant: &str,
+        collection: &str,
+        name: &str,
+    ) -> Result<Option<bool>, FilesError> {
+        let write = self.remove_write(tenant, collection, name)?;
+        Ok(self
+            .store
+            .file_write_fenced(fence, &write)
+            .await?
+            .map(|w| w == FileWritten::Changed(true)))
+    }
+
+    /// Files of every tenant waiting for `collection`'s scan.
+    pub async fn pending(
+        &self,
+        collection: &str,
+        limit: u32,
+    ) -> Result<Vec<PendingFile>, FilesError> {
+        self.collection(collection)?;
+        Ok(self
+            .store
+            .pending_files(collection, i64::from(limit.clamp(1, MAX_PAGE)))
+            .await?)
+    }
+
+    /// Reads a waiting file by its id (its object key).
+    pub async fn read_pending(
+        &self,
+        collection: &str,
+        id: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, FilesError> {
+        let file = self
+            .store
+            .get_file_by_key(collection, id)
+            .await?
+            .filter(|f| f.status == "pending")
+            .ok_or(FilesError::NotFound)?;
+        self.read_key(collection, &file.object_key, file.size, offset, len)
+            .await
+    }
+
+    /// Gives a waiting file its verdict in a fenced transaction: `None` if the lease was
+    /// lost, else whether the file was waiting.
+    pub async fn mark(
+        &self,
+        fence: &Fence,
+        collection: &str,
+        id: &str,
+        clean: bool,
+    ) -> Result<Option<bool>, FilesError> {
+        self.collection(collection)?;
+        let write = FileWrite::Mark {
+            collection: collection.to_string(),
+            object_key: id.to_string(),
+            status: if clean { "clean" } else { "rejected" },
+        };
+        Ok(self
+            .store
+            .file_write_fenced(fence, &write)
+            .await?
+            .map(|w| w == FileWritten::Changed(true)))
+    }
+
+    /// Kicks a collection's scan job: files wait for it. A failed kick is only logged —
+    /// the scan job's own schedule finds the files too.
+    pub async fn kick_scan(&self, job: &str) {
+        if let Err(e) = crate::kick::kick(&self.store, job, crate::kick::DEFAULT_INSTANCE).await {
+            tracing::warn!(job, code = "driver_failed", error = %e, "could not kick the scan job");
+        }
+    }
+
+    /// Deletes an object (the collector's, once no row can point at it).
+    pub(crate) async fn delete_object(
+        &self,
+        collection: &str,
+        key: &str,
+    ) -> Result<(), FilesError> {
+        match self
+            .collection(collection)?
+            .objects
+            .delete(&ObjectPath::from(key))
+            .await
+        {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Writes a whole object in one request (benchmarks compare against it).
+    pub async fn put_plain(
+        &self,
+        collection: &str,
+        key: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), FilesError> {
+        self.collection(collection)?
+            .objects
+            .put(&ObjectPath::from(key), PutPayload::from(bytes))
+            .await?;
+        Ok(())
+    }
+}
+
+impl Upload {
+    pub fn collection(&self) -> &str {
+        &self.collection
+    }
+
+    /// Appends a chunk: bounded, and refused past the collection's largest object.
+    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), FilesError> {
+        if chunk.len() > MAX_CHUNK {
+            return Err(FilesError::ChunkTooLarge);
+        }
+        if self.size + chunk.len() as u64 > self.max {
+            return Err(FilesError::ObjectTooLarge);
+        }
+        let writer = self.writer.as_mut().ok_or(FilesError::NotFound)?;
+        // At most one part in flight besides the one filling: an open upload holds at
+        // most two parts of memory.
+        writer.wait_for_capacity(1).await?;
+        writer.write(chunk);
+        self.hasher.update(chunk);
+        self.size += chunk.len() as u64;
+        Ok(())
+    }
+
+    /// Completes the object under its key (still invisible).
+    pub async fn finish(mut self) -> Result<Finished, FilesError> {
+        let writer = self.writer.take().ok_or(FilesError::NotFound)?;
+        writer.finish().await?;
+        Ok(Finished {
+            collection: std::mem::take(&mut self.collection),
+            tenant: std::mem::take(&mut self.tenant),
+            key: std::mem::take(&mut self.key),
+            size: self.size,
+            digest: hex::encode(std::mem::take(&mut self.hasher).finalize()),
+        })
+    }
+}
+
+impl Drop for Upload {
+    /// Dropped unattached: the parts written so far are discarded (the collector deletes
+    /// whatever the store still keeps under the key).
+    fn drop(&mut self) {
+        if let Some(writer) = self.writer.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = writer.abort().await;
+            });
+        }
+    }
+}
+
+/// Opens an object store URL: `s3://bucket[/prefix]`, with the endpoint, region and
+/// credentials from the environment (`AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, ...).
+fn open_url(url: &str) -> Result<Arc<dyn ObjectStore>, String> {
+    let parsed = url::Url::parse(url).map_err(|_| format!("{url:?} is not a URL"))?;
+    if parsed.scheme() != "s3" {
+        return Err(format!(
+            "unsupported scheme {:?}: use a local path or s3://bucket/prefix",
+            parsed.scheme()
+        ));
+    }
+    let bucket = parsed
+        .host_str()
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| "the URL names no bucket".to_string())?;
+    let s3 = object_store::aws::AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .build()
+        .map_err(|_| "invalid S3 settings (check the AWS_* environment)".to_string())?;
+    let prefix = parsed.path().trim_matches('/');
+    Ok(if prefix.is_empty() {
+        Arc::new(s3)
+    } else {
+        Arc::new(object_store::prefix::PrefixStore::new(s3, prefix))
+    })
+}
+
+/// An object name: not empty, at most 512 bytes, no NUL or control characters, no
+/// absolute path, no `.` or `..` segment, no empty segment, no backslash. Names are keys
+/// of rows, never paths; they are held to this anyway, so no tool downstream is surprised.
+pub fn validate_name(name: &str) -> Result<(), FilesError> {
+    let valid = !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && !name.starts_with('/')
+        && !name.chars().any(|c| c.is_control() || c == '\\')
+        && name
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != "..");
+    if valid {
+        Ok(())
+    } else {
+        Err(FilesError::InvalidName)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        for ok in [
+            "report.csv",
+            "2026/11/report.csv",
+            "a b",
+            "é",
+            &"x".repeat(512),
+        ] {
+            assert!(validate_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "a/./b",
+            "a//b",
+            "a/",
+            "a\0b",
+            "a\nb",
+            "a\\b",
+            "\u{1b}[2J",
+            &"x".repeat(513),
+        ] {
+            assert!(validate_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The rows of `files`: which name points at which object, what waits for a scan, what
+//! the collector may delete, and the fenced row changes (`FileWrite`).
+//!
+//! A `FileWrite` is applied by the statements here on SQLite, and by the functions of
+//! migration 0002 on Postgres (which a guest's own connection, logged in as its job's
+//! role, may call inside its transaction); either way in a transaction whose commit checks
+//! the lease.
+
+use super::guest::Fence;
+use super::queries::Queries;
+use super::{
+    DeadObject, Exclusive, FileRecord, FileWrite, FileWritten, PendingFile, Result,
+    SigningKeyRecord, Store,
+};
+use sqlx::{Connection, PgConnection, SqliteConnection};
+
+/// Applies a `FileWrite` on a SQLite connection inside an open write transaction.
+pub(crate) async fn apply_sqlite(
+    conn: &mut SqliteConnection,
+    q: &'static Queries,
+    write: &FileWrite,
+) -> std::result::Result<FileWritten, sqlx::Error> {
+    match write {
+        FileWrite::Attach {
+            tenant,
+            collection,
+            name,
+            object_key,
+            size,
+            digest,
+            status,
+            run_id,
+        } => {
+            let old: Option<String> = sqlx::query_scalar(q.current_file_key.as_str())
+                .persistent(false)
+                .bind(tenant)
+                .bind(collection)
+                .bind(name)
+                .fetch_optional(&mut *conn)
+                .await?;
+            let created_at: i64 = sqlx::query_scalar(q.upsert_file.as_str())
+                .persistent(false)
+                .bind(tenant)
+                .bind(collection)
+                .bind(name)
+                .bind(object_key)
+                .bind(size)
+                .bind(digest)
+                .bind(*status)
+                .bind(run_id)
+                .fetch_one(&mut *conn)
+                .await?;
+            if let Some(old) = old.filter(|old| old != object_key) {
+                sqlx::query(q.insert_garbage.as_str())
+                    .persistent(false)
+                    .bind(old)
+                    .bind(collection)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            sqlx::query(q.forget_upload.as_str())
+                .persistent(false)
+                .bind(object_key)
+                .execute(&mut *conn)
+                .await?;
+            Ok(FileWritten::Attached { created_at })
+        }
+        FileWrite::Remove {
+            tenant,
+            collection,
+            name,
+        } => {
+            let old: Option<String> = sqlx::query_scalar(q.delete_file.as_str())
+                .persistent(false)
+                .bind(tenant)
+                .bind(collection)
+                .bind(name)
+                .fetch_optional(&mut *conn)
+                .await?;
+            if let Some(old) = &old {
+                sqlx::query(q.insert_garbage.as_str())
+                    .persistent(false)
+                    .bind(old)
+                    .bind(collection)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Ok(FileWritten::Changed(old.is_some()))
+        }
+        FileWrite::Mark {
+            collection,
+            object_key,
+            status,
+        } => {
+            let changed = sqlx::query(q.mark_file.as_str())
+                .persistent(false)
+                .bind(collection)
+                .bind(object_key)
+                .bind(*status)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            Ok(FileWritten::Changed(changed == 1))
+        }
+    }
+}
+
+/// Applies a `FileWrite` on the host's Postgres connection inside an open transaction.
+async fn apply_postgres(
+    conn: &mut PgConnection,
+    write: &FileWrite,
+) -> std::result::Result<FileWritten, sqlx::Error> {
+    Ok(match write {
+        FileWrite::Attach {
+            tenant,
+            collection,
+            name,
+            object_key,
+            size,
+            digest,
+            status,
+            run_id,
+        } => FileWritten::Attached {
+            created_at: sqlx::query_scalar(
+                "SELECT jobhost_attach_file($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(tenant)
+            .bind(collection)
+            .bind(name)
+            .bind(object_key)
+            .bind(size)
+            .bind(digest)
+            .bind(*status)
+            .bind(run_id)
+            .fetch_one(&mut *conn)
+            .await?,
+        },
+        FileWrite::Remove {
+            tenant,
+            collection,
+            name,
+        } => FileWritten::Changed(
+            sqlx::query_scalar("SELECT jobhost_remove_file($1, $2, $3)")
+                .bind(tenant)
+                .bind(collection)
+                .bind(name)
+                .fetch_one(&mut *conn)
+                .await?,
+        ),
+        FileWrite::Mark {
+            collection,
+            object_key,
+            status,
+        } => FileWritten::Changed(
+            sqlx::query_scalar("SELECT jobhost_mark_file($1, $2, $3)")
+                .bind(collection)
+                .bind(object_key)
+                .bind(*status)
+                .fetch_one(&mut *conn)
+                .await?,
+        ),
+    })
+}
+
+impl Store {
+    pub async fn get_file(
+        &self,
+        tenant: &str,
+        collection: &str,
+        name: &str,
+    ) -> Result<Option<FileRecord>> {
+        let q = &self.q.get_file;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(tenant)
+            .bind(collection)
+            .bind(name)
+            .fetch_optional(p)
+            .await?))
+    }
+
+    pub async fn get_file_by_key(&self, collection: &str, key: &str) -> Result<Option<FileRecord>> {
+        let q = &self.q.get_file_by_key;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(collection)
+            .bind(key)
+            .fetch_optional(p)
+            .await?))
+    }
+
+    /// Visible files of a tenant whose name starts with `prefix`, after `after`, in name
+    /// order.
+    pub async fn list_files(
+        &self,
+        tenant: &str,
+        collection: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<FileRecord>> {
+        let q = &self.q.list_files;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(tenant)
+            .bind(collection)
+            .bind(prefix)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(p)
+            .await?))
+    }
+
+    pub async fn pending_files(&self, collection: &str, limit: i64) -> Result<Vec<PendingFile>> {
+        let q = &self.q.pending_files;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(collection)
+            .bind(limit)
+            .fetch_all(p)
+            .await?))
+    }
+
+    /// Records an upload's key before anything is written under it.
+    pub async fn insert_upload(
+        &self,
+        key: &str,
+        tenant: &str,
+        collection: &str,
+        run_id: &str,
+        attach_by: i64,
+    ) -> Result<()> {
+        let q = &self.q.insert_upload;
+        with_pool!(self.pool, p => sqlx::query(q.as_str())
+            .bind(key)
+            .bind(tenant)
+            .bind(collection)
+            .bind(run_id)
+            .bind(attach_by)
+            .execute(p)
+            .await
+            .map(drop)?);
+        Ok(())
+    }
+
+    /// Applies a `FileWrite` in a transaction of its own, fenced by the attempt's lease:
+    /// `None` when the lease was lost (nothing changed).
+    pub async fn file_write_fenced(
+        &self,
+        fence: &Fence,
+        write: &FileWrite,
+    ) -> Result<Option<FileWritten>> {
+        self.retrying(|| self.file_write_fenced_once(fence, write))
+            .await
+    }
+
+    async fn file_write_fenced_once(
+        &self,
+        fence: &Fence,
+        write: &FileWrite,
+    ) -> Result<Option<FileWritten>> {
+        let q = self.q;
+        macro_rules! fenced {
+            ($p:expr, $tx:ident => $apply:expr) => {{
+                let mut conn = Exclusive::acquire($p).await?;
+                let mut $tx = conn.begin_with(self.dialect.begin_write).await?;
+                // The lease row first, as in every transaction.
+                let held = sqlx::query(q.fence.as_str())
+                    .bind(&fence.job)
+                    .bind(&fence.instance)
+                    .bind(fence.generation)
+                    .bind(&fence.holder)
+                    .fetch_optional(&mut *$tx)
+                    .await?;
+                if held.is_none() {
+                    $tx.rollback().await?;
+                    conn.release();
+                    return Ok(None);
+                }
+                let written = $apply.await?;
+                $tx.commit().await?;
+                conn.release();
+                Ok(Some(written))
+            }};
+        }
+        match &self.pool {
+            super::Pool::Sqlite(p) => fenced!(p, tx => apply_sqlite(&mut tx, q, write)),
+            super::Pool::Postgres(p) => fenced!(p, tx => apply_postgres(&mut tx, write)),
+        }
+    }
+
+    /// Uploads no attempt can attach any more: their attempt's deadline passed `grace_ms`
+    /// ago.
+    pub async fn dead_uploads(&self, grace_ms: i64, limit: i64) -> Result<Vec<DeadObject>> {
+        let q = &self.q.dead_uploads;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(grace_ms)
+            .bind(limit)
+            .fetch_all(p)
+            .await?))
+    }
+
+    pub async fn forget_upload(&self, key: &str) -> Result<()> {
+        let q = &self.q.forget_upload;
+        with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(key).execute(p).await.map(drop)?);
+        Ok(())
+    }
+
+    /// Objects no name has pointed at for `grace_ms`.
+    pub async fn dead_garbage(&self, grace_ms: i64, limit: i64) -> Result<Vec<DeadObject>> {
+        let q = &self.q.dead_garbage;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(grace_ms)
+            .bind(limit)
+            .fetch_all(p)
+            .await?))
+    }
+
+    pub async fn forget_garbage(&self, key: &str) -> Result<()> {
+        let q = &self.q.forget_garbage;
+        with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(key).execute(p).await.map(drop)?);
+        Ok(())
+    }
+
+    /// Whether an attempt holds its lease right now (database clock), without locking it.
+    pub async fn lease_live(&self, fence: &Fence) -> Result<bool> {
+        let q = &self.q.lease_live;
+        let n: i64 = with_pool!(self.pool, p => sqlx::query_scalar(q.as_str())
+            .bind(&fence.job)
+            .bind(&fence.instance)
+            .bind(fence.generation)
+            .bind(&fence.holder)
+            .fetch_one(p)
+            .await?);
+        Ok(n > 0)
+    }
+}
+
+impl Store {
+    /// The signing keys, newest first.
+    pub async fn signing_keys(&self) -> Result<Vec<SigningKeyRecord>> {
+        let q = &self.q.signing_keys;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+    }
+
+    pub async fn insert_signing_key(&self, kid: &str, seed: &str, public_key: &str) -> Result<()> {
+        let q = &self.q.insert_signing_key;
+        with_pool!(self.pool, p => sqlx::query(q.as_str())
+            .bind(kid)
+            .bind(seed)
+            .bind(public_key)
+            .execute(p)
+            .await
+            .map(drop)?);
+        Ok(())
+    }
+
+    /// Forgets keys made more than `age_ms` ago.
+    pub async fn forget_signing_keys(&self, age_ms: i64) -> Result<()> {
+        let q = &self.q.forget_signing_keys;
+        with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(age_ms).execute(p).await.map(drop)?);
+        Ok(())
+    }
+}

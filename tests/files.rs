@@ -1,0 +1,365 @@
+//! `files` end to end: the real binary, the `filer`, `scanner` and `report` guests, on
+//! SQLite and Postgres, with collections in a local directory and on a real
+//! S3-compatible server (SeaweedFS, started by `scripts/test`).
+
+mod common;
+
+use common::{Backend, Home, migrations};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Storage {
+    Local,
+    S3,
+}
+
+impl Storage {
+    /// A `[collections.NAME]` section, on this storage, with `extra` settings.
+    fn collection(self, name: &str, extra: &str) -> String {
+        match self {
+            Storage::Local => format!("[collections.{name}]\n{extra}\n"),
+            Storage::S3 => format!(
+                "[collections.{name}]\nurl = \"s3://{}/{}/{name}\"\n{extra}\n",
+                common::S3_BUCKET,
+                uuid::Uuid::now_v7().simple()
+            ),
+        }
+    }
+}
+
+macro_rules! on_every_backend_and_storage {
+    ($(async fn $name:ident($home:ident, $storage:ident) $body:block)*) => {
+        on_every_backend_and_storage!(@ sqlite_local, Backend::Sqlite, Storage::Local; $(async fn $name($home, $storage) $body)*);
+        on_every_backend_and_storage!(@ sqlite_s3, Backend::Sqlite, Storage::S3; $(async fn $name($home, $storage) $body)*);
+        on_every_backend_and_storage!(@ postgres_local, Backend::Postgres, Storage::Local; $(async fn $name($home, $storage) $body)*);
+        on_every_backend_and_storage!(@ postgres_s3, Backend::Postgres, Storage::S3; $(async fn $name($home, $storage) $body)*);
+    };
+    (@ $module:ident, $backend:expr, $kind:expr; $(async fn $name:ident($home:ident, $storage:ident) $body:block)*) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let $home = Home::new($backend).await;
+                    let $storage = $kind;
+                    $body
+                }
+            )*
+        }
+    };
+}
+
+/// A manifest of the `filer` guest as `files` (tenant `acme`, granted `docs`) and as
+/// `other` (tenant `globex`), with `collections` and more jobs appended.
+fn manifest(home: &Home, collections: &str, jobs: &str) -> String {
+    let m = home.manifest(
+        "",
+        &format!(
+            "{collections}
+            [jobs.files]
+            component = \"{{guest:filer}}\"
+            tenant = \"acme\"
+            timeout = \"20s\"
+            grants.db = {{ write = [\"ledger\"] }}
+            grants.files = {{ write = [\"docs\"] }}
+
+            [jobs.other]
+            component = \"{{guest:filer}}\"
+            tenant = \"globex\"
+            timeout = \"20s\"
+            grants.db = {{ read = [\"ledger\"] }}
+            grants.files = {{ write = [\"docs\"] }}
+            {jobs}"
+        ),
+    );
+    m.to_str().unwrap().to_string()
+}
+
+/// `host run JOB --manifest M` with a payload; returns the exit code and the run.
+fn run(home: &Home, manifest: &str, job: &str, payload: Value) -> (i32, Value) {
+    home.run_json(&[
+        job,
+        "--manifest",
+        manifest,
+        "--payload",
+        &payload.to_string(),
+    ])
+}
+
+/// The log of a run's last attempt.
+fn log(home: &Home, run: &Value) -> String {
+    let shown: Value = serde_json::from_slice(
+        &home
+            .run(&["runs", "show", run["run_id"].as_str().unwrap(), "--json"])
+            .stdout,
+    )
+    .unwrap();
+    let attempts = shown["attempt_records"].as_array().unwrap();
+    attempts.last().unwrap()["log"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn read(home: &Home, m: &str, job: &str, name: &str) -> Option<String> {
+    let (code, run) = run(home, m, job, json!({"mode": "read", "name": name}));
+    (code == 0).then(|| log(home, &run))
+}
+
+on_every_backend_and_storage! {
+    async fn an_attached_upload_is_visible_and_whole(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let m = manifest(&home, &storage.collection("docs", ""), "");
+        // Larger than a host call and than one part of a multipart upload.
+        let size = 6 * 1024 * 1024 + 123;
+        let (code, r) = run(&home, &m, "files", json!({"mode": "put", "name": "big.bin", "size": size, "fill": "ab"}));
+        assert_eq!(code, 0, "{r}");
+        let content: Vec<u8> = "ab".bytes().cycle().take(size).collect();
+        let digest = hex::encode(Sha256::digest(&content));
+        let seen = read(&home, &m, "files", "big.bin").expect("visible");
+        assert!(seen.contains(&format!("read {size} bytes, first Some('a'), digest {digest}")), "{seen}");
+        // Listed, paged, and removed.
+        for name in ["a/1", "a/2", "a/3", "b/1"] {
+            assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": name, "size": 3})).0, 0);
+        }
+        let (_, listed) = run(&home, &m, "files", json!({"mode": "list", "prefix": "a/"}));
+        assert!(log(&home, &listed).contains("names a/1,a/2,a/3\n"), "{}", log(&home, &listed));
+        let (_, removed) = run(&home, &m, "files", json!({"mode": "remove", "name": "a/2"}));
+        assert!(log(&home, &removed).contains("removed true"));
+        assert!(read(&home, &m, "files", "a/2").is_none());
+    }
+
+    async fn an_upload_that_loses_its_lease_never_becomes_visible_and_is_collected(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let m = manifest(&home, &storage.collection("docs", ""), "");
+        // Past its deadline: the attach's fence fails.
+        let (code, r) = home.run_json(&[
+            "files", "--manifest", &m, "--timeout", "1s", "--payload",
+            &json!({"mode": "put", "name": "late.bin", "size": 1000, "wait_ms": 1500}).to_string(),
+        ]);
+        assert_eq!((code, r["code"].as_str()), (1, Some("timeout")), "{r}");
+        assert!(read(&home, &m, "files", "late.bin").is_none());
+        // Superseded before it attaches: nothing visible either.
+        let child = home.spawn(&[
+            "run", "files", "--manifest", &m, "--json", "--payload",
+            &json!({"mode": "put", "name": "superseded.bin", "size": 1000, "wait_ms": 2000}).to_string(),
+        ]);
+        home.wait_for(
+            "SELECT COUNT(*) FROM jobhost_uploads WHERE run_id IN (SELECT id FROM jobhost_runs WHERE status = 'running')",
+            Duration::from_secs(20),
+        ).await;
+        assert_eq!(home.exec("UPDATE jobhost_leases SET generation = generation + 1 WHERE job = 'files'").await, 1);
+        let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["code"], "lease_lost", "{r}");
+        assert!(read(&home, &m, "files", "superseded.bin").is_none());
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_uploads").await, 2);
+        // The collector deletes both objects once no attempt can attach them.
+        let server = home.serve(&["--manifest", &m, "--collect-interval", "500ms"]).await;
+        let started = Instant::now();
+        while home.scalar("SELECT COUNT(*) FROM jobhost_uploads").await > 0 {
+            assert!(started.elapsed() < Duration::from_secs(20), "uploads were never collected");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        drop(server);
+        if storage == Storage::Local {
+            let dir = home.path().join("files/docs/acme");
+            let left: Vec<_> = std::fs::read_dir(&dir).map(|d| d.collect()).unwrap_or_default();
+            assert!(left.is_empty(), "objects left: {left:?}");
+        }
+    }
+
+    async fn a_reader_during_a_long_upload_sees_the_old_file(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let m = manifest(&home, &storage.collection("docs", ""), "");
+        assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "doc", "size": 100000, "fill": "o"})).0, 0);
+        let writer = home.spawn(&[
+            "run", "files", "--manifest", &m, "--instance", "writer", "--json", "--payload",
+            &json!({"mode": "put", "name": "doc", "size": 200000, "fill": "n", "wait_ms": 2000}).to_string(),
+        ]);
+        home.wait_for(
+            "SELECT COUNT(*) FROM jobhost_uploads",
+            Duration::from_secs(20),
+        ).await;
+        let during = read(&home, &m, "files", "doc").expect("the old file");
+        assert!(during.contains("read 100000 bytes, first Some('o')"), "{during}");
+        let out = tokio::task::spawn_blocking(move || writer.wait_with_output()).await.unwrap().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        let after = read(&home, &m, "files", "doc").expect("the new file");
+        assert!(after.contains("read 200000 bytes, first Some('n')"), "{after}");
+        // The replaced object is garbage, for the collector.
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_file_garbage").await, 1);
+    }
+
+    async fn an_attach_inside_a_transaction_commits_with_its_rows_or_not_at_all(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let m = manifest(&home, &storage.collection("docs", ""), "");
+        let (code, r) = run(&home, &m, "files", json!({"mode": "put", "name": "with-rows", "size": 10, "how": "in-tx", "rows": 3}));
+        assert_eq!(code, 0, "{r}");
+        assert!(read(&home, &m, "files", "with-rows").is_some());
+        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{}'", r["run_id"].as_str().unwrap())).await, 3);
+        let (code, r) = run(&home, &m, "files", json!({"mode": "put", "name": "rolled-back", "size": 10, "how": "in-tx", "rows": 3, "rollback": true}));
+        assert_eq!(code, 0, "{r}");
+        assert!(read(&home, &m, "files", "rolled-back").is_none());
+        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{}'", r["run_id"].as_str().unwrap())).await, 0);
+    }
+
+    async fn bad_names_and_every_cap_are_refused_and_the_host_stays_healthy(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let small = storage.collection("small", "max_object = \"1MiB\"");
+        let m = manifest(&home, &format!("{}{small}", storage.collection("docs", "")), r#"
+            [jobs.small]
+            component = "{guest:filer}"
+            grants.db = { read = ["ledger"] }
+            grants.files = { write = ["small"] }
+            [jobs.reader]
+            component = "{guest:filer}"
+            grants.db = { read = ["ledger"] }
+            grants.files = { read = ["docs"] }
+        "#);
+        let refused = |job: &str, payload: Value, error: &str| {
+            let (code, r) = run(&home, &m, job, payload.clone());
+            assert_eq!(code, 1, "{payload}: {r}");
+            assert_eq!(r["error"], error, "{payload}: {r}");
+        };
+        for name in ["../etc/passwd", "/abs", "a/../b", "a//b", "", "a\u{0}b", "\u{1b}[2J", &"x".repeat(513)] {
+            refused("files", json!({"mode": "put", "name": name, "size": 1}), "invalid call: invalid-name");
+        }
+        refused("files", json!({"mode": "chunk", "size": 2 * 1024 * 1024}), "invalid call: chunk-too-large");
+        refused("small", json!({"mode": "put", "collection": "small", "name": "big", "size": 2 * 1024 * 1024}), "invalid call: object-too-large");
+        refused("files", json!({"mode": "uploads", "count": 3}), "invalid call: too-many-uploads");
+        // Not granted: a collection the job does not have, or writing with a read grant.
+        let (code, r) = run(&home, &m, "files", json!({"mode": "put", "collection": "small", "name": "x", "size": 1}));
+        assert_eq!((code, r["code"].as_str()), (1, Some("capability_refused")), "{r}");
+        let (code, r) = run(&home, &m, "reader", json!({"mode": "put", "name": "x", "size": 1}));
+        assert_eq!((code, r["code"].as_str()), (1, Some("capability_refused")), "{r}");
+        // Nothing of that became visible, and the host still works.
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_files").await, 0);
+        assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "fine", "size": 1})).0, 0);
+    }
+
+    async fn one_tenant_never_sees_anothers_objects(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let m = manifest(&home, &storage.collection("docs", ""), "");
+        assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "secret.txt", "size": 5})).0, 0);
+        assert!(read(&home, &m, "files", "secret.txt").is_some());
+        assert!(read(&home, &m, "other", "secret.txt").is_none());
+        let (_, listed) = run(&home, &m, "other", json!({"mode": "list", "prefix": ""}));
+        assert!(log(&home, &listed).contains("names \n"), "{}", log(&home, &listed));
+        // The same name in each tenant is two objects.
+        assert_eq!(run(&home, &m, "other", json!({"mode": "put", "name": "secret.txt", "size": 9, "fill": "g"})).0, 0);
+        assert!(read(&home, &m, "files", "secret.txt").unwrap().contains("read 5 bytes"));
+        assert!(read(&home, &m, "other", "secret.txt").unwrap().contains("read 9 bytes, first Some('g')"));
+    }
+
+    async fn a_scanned_collection_serves_only_clean_files(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let m = manifest(&home, &storage.collection("docs", "scan = \"scanner\""), r#"
+            [jobs.scanner]
+            component = "{guest:scanner}"
+            timeout = "20s"
+            payload = { collection = "docs", reject = "EICAR" }
+            grants.files = { scan = ["docs"] }
+        "#);
+        // A serving host knows the scan job; attaching a file kicks it.
+        let server = home.serve(&["--manifest", &m]).await;
+        let _ = server.get("/jobs").await;
+        assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "bad.txt", "size": 10, "fill": "EICAR"})).0, 0);
+        assert!(read(&home, &m, "files", "bad.txt").is_none(), "visible before its scan");
+        assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "ok.txt", "size": 10, "fill": "fine"})).0, 0);
+        server
+            .wait_runs("scanner", Duration::from_secs(30), |runs| {
+                runs.iter().any(|r| r["status"] == "succeeded")
+            })
+            .await;
+        let started = Instant::now();
+        while home.scalar("SELECT COUNT(*) FROM jobhost_files WHERE status = 'pending'").await > 0 {
+            assert!(started.elapsed() < Duration::from_secs(20));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        drop(server);
+        assert!(read(&home, &m, "files", "ok.txt").is_some());
+        assert!(read(&home, &m, "files", "bad.txt").is_none());
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_files WHERE status = 'rejected'").await, 1);
+    }
+
+    async fn the_report_example_writes_its_csv(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let collections = format!("{}{}", storage.collection("docs", ""), storage.collection("reports", ""));
+        let m = manifest(&home, &collections, r#"
+            [links.hooks]
+            url = "http://127.0.0.1:9/"
+            [jobs.report]
+            component = "{guest:report}"
+            tenant = "acme"
+            grants.db = { read = ["ledger"] }
+            grants.files = { write = ["reports"] }
+            grants.links = ["hooks"]
+            [jobs.csv]
+            component = "{guest:filer}"
+            tenant = "acme"
+            grants.db = { read = ["ledger"] }
+            grants.files = { read = ["reports"] }
+        "#);
+        home.exec("INSERT INTO ledger (run_id, attempt, n) VALUES ('r1', 1, 1), ('r1', 1, 2)").await;
+        let (code, r) = run(&home, &m, "report", json!({}));
+        assert_eq!(code, 0, "{r}");
+        let csv = "run_id,attempt,n\nr1,1,1\nr1,1,2\n";
+        let (code, r) = run(&home, &m, "csv", json!({"mode": "read", "collection": "reports", "name": "ledger.csv"}));
+        assert_eq!(code, 0, "{r}");
+        assert!(log(&home, &r).contains(&format!("read {} bytes, first Some('r'), digest {}", csv.len(), hex::encode(Sha256::digest(csv)))));
+    }
+}
+
+/// Two serving hosts on one Postgres share one S3 collection: what one attaches, the
+/// other reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_on_postgres_share_one_s3_collection() {
+    let home = Home::new(Backend::Postgres).await;
+    home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+    let m = manifest(
+        &home,
+        &Storage::S3.collection("docs", ""),
+        r#"
+        [jobs.writer]
+        component = "{guest:filer}"
+        tenant = "acme"
+        payload = { mode = "put", name = "shared.bin", size = 300000, fill = "s" }
+        grants.db = { read = ["ledger"] }
+        grants.files = { write = ["docs"] }
+        [jobs.reader]
+        component = "{guest:filer}"
+        tenant = "acme"
+        payload = { mode = "read", name = "shared.bin" }
+        grants.db = { read = ["ledger"] }
+        grants.files = { read = ["docs"] }
+    "#,
+    );
+    let one = home.serve(&["--manifest", &m]).await;
+    let two = home.serve(&["--manifest", &m]).await;
+    assert_eq!(one.post("/jobs/writer/kick").await.0, 202);
+    one.wait_runs("writer", Duration::from_secs(30), |runs| {
+        runs.iter().any(|r| r["status"] == "succeeded")
+    })
+    .await;
+    // Only the second host is left to read it.
+    one.signal("TERM");
+    one.wait_exit(Duration::from_secs(30)).await;
+    assert_eq!(two.post("/jobs/reader/kick").await.0, 202);
+    let runs = two
+        .wait_runs("reader", Duration::from_secs(30), |runs| {
+            runs.iter()
+                .any(|r| r["status"] != "queued" && r["status"] != "running")
+        })
+        .await;
+    assert_eq!(runs[0]["status"], "succeeded", "{runs:#?}");
+    assert!(
+        runs[0]["host"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("-{}", two.child.id()))
+    );
+}
