@@ -601,7 +601,10 @@ pub mod iam {
 
     impl From<IamError> for crate::JobError {
         fn from(e: IamError) -> Self {
-            crate::JobError::Failed(format!("iam: {}", e.code()))
+            match e {
+                IamError::Host(e) => crate::JobError::Failed(crate::describe(&e)),
+                other => crate::JobError::Failed(format!("iam: {}", other.code())),
+            }
         }
     }
 

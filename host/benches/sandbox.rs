@@ -167,6 +167,7 @@ impl Host {
             home: dir.path().to_path_buf(),
             collections: Default::default(),
             mounts: Default::default(),
+            key_rotation: jobhost::links::token::ROTATE_AFTER,
         })
         .await
         .expect("open the host");

@@ -3,7 +3,7 @@
 use crate::engine::{Engine, EngineError, EngineSettings, LoadError, Loaded};
 use crate::files::{CollectionSpec, Files, FilesError};
 use crate::job::JobSpec;
-use crate::links::token::{ROTATE_AFTER, Signer};
+use crate::links::token::Signer;
 use crate::links::{LinkError, Links, MountSpec};
 use crate::metrics::Metrics;
 use crate::runner::{Runner, RunnerSettings};
@@ -12,6 +12,7 @@ use crate::store::{JobRecord, JobUpsert, Store, StoreError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -36,6 +37,8 @@ pub struct AppConfig {
     pub home: PathBuf,
     pub collections: BTreeMap<String, CollectionSpec>,
     pub mounts: BTreeMap<String, MountSpec>,
+    /// How long a key signs per-attempt tokens before a new one is made.
+    pub key_rotation: Duration,
 }
 
 pub struct App {
@@ -64,7 +67,7 @@ impl App {
             &config.home,
             store.clone(),
         )?);
-        let signer = Arc::new(Signer::open(store.clone(), ROTATE_AFTER).await?);
+        let signer = Arc::new(Signer::open(store.clone(), config.key_rotation).await?);
         let links = Arc::new(Links::open(&config.mounts, signer, store.clone())?);
         let runner = Arc::new(Runner::new(
             store.clone(),

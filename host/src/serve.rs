@@ -37,6 +37,8 @@ pub struct ServeConfig {
     /// name points at is kept for readers still reading it.
     pub collect_interval: Duration,
     pub file_grace: Duration,
+    /// How long a key signs per-attempt tokens.
+    pub key_rotation: Duration,
     pub shutdown_grace: Duration,
     pub catch_up: CatchUp,
     pub webhook: Option<String>,
@@ -95,7 +97,11 @@ pub async fn serve(
     loops.spawn(report_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(reload_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(collect_loop(shared.clone(), config.clone(), stop.clone()));
-    loops.spawn(signing_keys_loop(shared.clone(), stop.clone()));
+    loops.spawn(signing_keys_loop(
+        shared.clone(),
+        config.clone(),
+        stop.clone(),
+    ));
     if let Pool::Postgres(pool) = shared.app.store.pool() {
         loops.spawn(listen_loop(pool.clone(), shared.wake.clone(), stop.clone()));
     }
@@ -360,10 +366,16 @@ async fn collect_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch:
 }
 
 /// Keeps the signing keys fresh: picks up keys other hosts made, and rotates.
-async fn signing_keys_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn signing_keys_loop(
+    shared: Arc<Shared>,
+    config: ServeConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    let every =
+        (config.key_rotation / 4).clamp(Duration::from_millis(500), Duration::from_secs(60));
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+            _ = tokio::time::sleep(every) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
         if let Err(e) = shared.app.links.signer().refresh().await {

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod proxy;
+pub mod service;
 pub mod webhook;
 
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const GUESTS: [&str; 15] = [
+pub const GUESTS: [&str; 16] = [
     "hello",
     "flaky",
     "spin",
@@ -22,6 +23,7 @@ pub const GUESTS: [&str; 15] = [
     "future",
     "adversary",
     "filer",
+    "linker",
     "report",
     "invite",
     "notify",

@@ -103,6 +103,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
             .as_ref()
             .map(|m| m.mounts.clone())
             .unwrap_or_default(),
+        key_rotation: crate::links::token::ROTATE_AFTER,
     })
     .await?;
     // What a killed `host run` left behind on this database is reported now.

@@ -44,6 +44,9 @@ pub struct ServeArgs {
     /// How long an object no name points at any more is kept for readers still reading it.
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
     pub file_grace: Duration,
+    /// How long a key signs per-attempt tokens (links) before a new one is made.
+    #[arg(long, value_parser = parse_duration, default_value = "24h")]
+    pub key_rotation: Duration,
     /// POST every report to this URL (JSON).
     #[arg(long)]
     pub webhook: Option<String>,
@@ -115,6 +118,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             .as_ref()
             .map(|m| m.mounts.clone())
             .unwrap_or_default(),
+        key_rotation: args.key_rotation,
     })
     .await?;
     let specs = manifest.map(|m| m.jobs).unwrap_or_default();
@@ -129,6 +133,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             .unwrap_or(Duration::from_secs(60)),
         reload_interval: Duration::from_secs(2),
         collect_interval: args.collect_interval,
+        key_rotation: args.key_rotation,
         file_grace: args.file_grace,
         shutdown_grace: args
             .shutdown_grace
