@@ -86,6 +86,20 @@ on_every_backend! {
         assert!(peak <= 32 << 20 && peak > 16 << 20, "peak {peak}");
     }
 
+    async fn a_component_built_against_contract_0_1_0_still_loads_and_runs(home) {
+        // Built from `examples/ledger` before the contract grew to 0.1.1 (files, links):
+        // kept as a file, never rebuilt.
+        let prebuilt = common::workspace().join("tests/prebuilt/ledger-0.1.0.wasm");
+        let m = migrations();
+        let (code, run) = home.run_json(&[
+            "--job", prebuilt.to_str().unwrap(), "--name", "old-ledger", "--payload", r#"{"rows":4}"#,
+            "--grant", "db.write=ledger", "--migrations", m.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{run}");
+        let id = run["run_id"].as_str().unwrap();
+        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await, 4);
+    }
+
     async fn ledger_commits_its_rows(home) {
         let m = migrations();
         let (code, run) = home.run_json(&[

@@ -372,6 +372,68 @@ on_every_backend! {
         assert!(err.contains("job bad: invalid cron expression \"every tuesday\""), "{err}");
         let out = home.run(&["check", "--manifest", m.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2));
-        assert!(String::from_utf8_lossy(&out.stdout).contains("refused bad: invalid cron expression"));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("job bad: invalid cron expression"));
+        // Every problem at once, in one message, from `check` and from `serve`.
+        let m = home.manifest("", r#"
+            [collections.docs]
+            [links.api]
+            url = "http://127.0.0.1:9/"
+            [jobs.cron]
+            component = "{guest:hello}"
+            schedule = "every tuesday"
+            [jobs.undeclared]
+            component = "{guest:hello}"
+            grants.files = { read = ["nowhere"] }
+            grants.links = ["elsewhere"]
+            [jobs.ungranted]
+            component = "{guest:ledger}"
+            [jobs.missing]
+            component = "missing.wasm"
+            [jobs.tables]
+            component = "{guest:ledger}"
+            grants.db = { write = ["no_such_table"] }
+        "#);
+        for command in [vec!["check", "--manifest"], vec!["serve", "--listen", "127.0.0.1:0", "--manifest"]] {
+            let mut args = command.clone();
+            args.push(m.to_str().unwrap());
+            let out = home.run(&args);
+            assert_eq!(out.status.code(), Some(2), "{command:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            for expected in [
+                "job undeclared: granted collection \"nowhere\" is not declared",
+                "job undeclared: granted link \"elsewhere\" is not declared",
+            ] {
+                assert!(err.contains(expected), "{command:?}: {expected:?} in {err}");
+            }
+        }
+        let m = home.manifest("", r#"
+            [jobs.cron]
+            component = "{guest:hello}"
+            schedule = "every tuesday"
+            [jobs.ungranted]
+            component = "{guest:ledger}"
+            [jobs.missing]
+            component = "missing.wasm"
+            [jobs.tables]
+            component = "{guest:ledger}"
+            grants.db = { write = ["no_such_table"] }
+        "#);
+        for command in [vec!["check", "--manifest"], vec!["serve", "--listen", "127.0.0.1:0", "--manifest"]] {
+            let mut args = command.clone();
+            args.push(m.to_str().unwrap());
+            let out = home.run(&args);
+            assert_eq!(out.status.code(), Some(2), "{command:?}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            for expected in [
+                "4 problems",
+                "job cron: invalid cron expression",
+                "job ungranted: ",
+                "imports the `db` capability, which this job was not granted",
+                "job missing: cannot read",
+                "job tables: granted table \"no_such_table\" does not exist",
+            ] {
+                assert!(err.contains(expected), "{command:?}: {expected:?} in {err}");
+            }
+        }
     }
 }

@@ -16,6 +16,32 @@ pub enum CatalogError {
     Schedule { job: String, source: CronError },
     #[error("job {job}: {source}")]
     Load { job: String, source: AppError },
+    /// Every problem found, one per line.
+    #[error("{} problem{}:\n  {}", .0.len(), if .0.len() == 1 { "" } else { "s" }, .0.join("\n  "))]
+    Problems(Vec<String>),
+}
+
+/// Every problem of a set of jobs on this host, not just the first: schedules that do not
+/// parse, components that do not load or import what their job was not granted, tables
+/// the job was granted that the database does not have.
+pub async fn problems(app: &App, specs: &[JobSpec], tz: Tz) -> Vec<String> {
+    let mut problems = Vec::new();
+    for spec in specs {
+        if let Err(e) = load_job(app, spec.clone(), tz).await {
+            problems.push(e.to_string());
+        }
+        for table in spec.grants.db.iter().flat_map(|g| g.tables()) {
+            match app.store.table_exists(table).await {
+                Ok(true) => {}
+                Ok(false) => problems.push(format!(
+                    "job {}: granted table {table:?} does not exist (are the operator's migrations applied?)",
+                    spec.name
+                )),
+                Err(e) => problems.push(format!("job {}: cannot check table {table:?}: {e}", spec.name)),
+            }
+        }
+    }
+    problems
 }
 
 /// What identifies a component file's version cheaply, before hashing it.
@@ -50,6 +76,10 @@ impl Catalog {
     /// Checks every schedule and loads every component; refuses the whole set if one is
     /// bad, so a host never starts with half its jobs.
     pub async fn load(app: &App, specs: Vec<JobSpec>, tz: Tz) -> Result<Catalog, CatalogError> {
+        let found = problems(app, &specs, tz).await;
+        if !found.is_empty() {
+            return Err(CatalogError::Problems(found));
+        }
         let mut jobs = BTreeMap::new();
         for spec in specs {
             let job = load_job(app, spec, tz).await?;

@@ -363,3 +363,120 @@ impl HostUpload for GuestState {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capability::db::DbCapability;
+    use crate::capability::links::LinksCapability;
+    use crate::engine::output::AttemptLog;
+    use crate::engine::state::Capabilities;
+    use crate::files::CollectionSpec;
+    use crate::store::{LeaseRequest, Store};
+    use std::collections::BTreeMap;
+
+    /// A guest's state with the `files` capability, as an attempt of job `j` holding its
+    /// lease, granted `write` on `docs` — and no wasm at all.
+    async fn state(dir: &std::path::Path) -> (GuestState, Store) {
+        let store = Store::open(&format!("sqlite://{}/t.db", dir.display()))
+            .await
+            .unwrap();
+        let lease = store
+            .acquire_lease(&LeaseRequest {
+                job: "j",
+                instance: "i",
+                holder: "run-1",
+                deadline_ms: 60_000,
+                expires_ms: 60_000,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let mut collections = BTreeMap::new();
+        collections.insert("docs".to_string(), CollectionSpec::in_home());
+        collections.insert("other".to_string(), CollectionSpec::in_home());
+        let files = Arc::new(Files::open(&collections, dir, store.clone()).unwrap());
+        let mut grant = FilesGrant::default();
+        grant.write.insert("docs".into());
+        let session = FilesSession {
+            files,
+            grant: Arc::new(grant),
+            uploader: Uploader {
+                tenant: "acme".into(),
+                run_id: "run-1".into(),
+                attach_by: lease.deadline_at,
+            },
+            fence: Fence {
+                job: lease.job,
+                instance: lease.instance,
+                generation: lease.generation,
+                holder: lease.holder,
+            },
+        };
+        let capabilities = Capabilities {
+            db: DbCapability::new(None),
+            files: FilesCapability::new(Some(session)),
+            links: LinksCapability::new(None),
+        };
+        (
+            GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),
+            store,
+        )
+    }
+
+    #[tokio::test]
+    async fn uploads_become_visible_only_when_attached_and_only_if_granted() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut guest, store) = state(dir.path()).await;
+        let upload = Host::start_upload(&mut guest, "docs".into()).await.unwrap();
+        let same = Resource::<UploadHandle>::new_borrow(upload.rep());
+        HostUpload::write(&mut guest, same, b"hello".to_vec())
+            .await
+            .unwrap();
+        assert!(
+            Host::stat(&mut guest, "docs".into(), "a.txt".into())
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let meta = Host::attach(&mut guest, upload, "a.txt".into())
+            .await
+            .unwrap();
+        assert_eq!(meta.size, 5);
+        let read = Host::read(&mut guest, "docs".into(), "a.txt".into(), 1, 3).await;
+        assert_eq!(read.unwrap(), b"ell");
+        // Refusals: a collection not granted, a bad name, too large a chunk.
+        assert!(matches!(
+            Host::stat(&mut guest, "other".into(), "a.txt".into()).await,
+            Err(HostError::CapabilityRefused(r)) if r == "not-granted"
+        ));
+        assert_eq!(guest.signals.refused, Some(FailureCode::CapabilityRefused));
+        assert!(matches!(
+            Host::stat(&mut guest, "docs".into(), "../a".into()).await,
+            Err(HostError::Invalid(r)) if r == "invalid-name"
+        ));
+        assert!(matches!(
+            Host::read(&mut guest, "docs".into(), "a.txt".into(), 0, 2 << 20).await,
+            Err(HostError::Invalid(r)) if r == "chunk-too-large"
+        ));
+        // Once the lease moved on, an attach commits nothing.
+        let upload = Host::start_upload(&mut guest, "docs".into()).await.unwrap();
+        if let crate::store::Pool::Sqlite(p) = store.pool() {
+            sqlx::query("UPDATE jobhost_leases SET generation = generation + 1")
+                .execute(p)
+                .await
+                .unwrap();
+        }
+        assert!(matches!(
+            Host::attach(&mut guest, upload, "b.txt".into()).await,
+            Err(HostError::LeaseLost)
+        ));
+        assert!(guest.signals.lease_lost);
+        assert!(
+            Host::stat(&mut guest, "docs".into(), "b.txt".into())
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+}

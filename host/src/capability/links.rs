@@ -89,3 +89,155 @@ impl Host for GuestState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capability::db::DbCapability;
+    use crate::capability::files::FilesCapability;
+    use crate::engine::output::AttemptLog;
+    use crate::engine::state::Capabilities;
+    use crate::links::token::{ROTATE_AFTER, Signer};
+    use crate::links::{DEFAULT_MAX_BODY, MountSpec};
+    use crate::store::guest::Fence;
+    use crate::store::{LeaseRequest, Store};
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// A local service counting the requests it gets.
+    async fn service() -> (String, Arc<AtomicUsize>) {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        let app = axum::Router::new().fallback(move || {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                "pong"
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (url, hits)
+    }
+
+    /// A guest's state with `links`, as an attempt holding its lease, granted `api` —
+    /// and no wasm at all.
+    async fn state(dir: &std::path::Path, url: &str) -> (GuestState, Store) {
+        let store = Store::open(&format!("sqlite://{}/t.db", dir.display()))
+            .await
+            .unwrap();
+        let lease = store
+            .acquire_lease(&LeaseRequest {
+                job: "j",
+                instance: "i",
+                holder: "run-1",
+                deadline_ms: 60_000,
+                expires_ms: 60_000,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let mut mounts = BTreeMap::new();
+        for name in ["api", "other"] {
+            mounts.insert(
+                name.to_string(),
+                MountSpec {
+                    url: url.to_string(),
+                    methods: ["GET".to_string()].into(),
+                    timeout: Duration::from_secs(5),
+                    max_request: DEFAULT_MAX_BODY,
+                    max_response: DEFAULT_MAX_BODY,
+                    credential: None,
+                },
+            );
+        }
+        let signer = Arc::new(Signer::open(store.clone(), ROTATE_AFTER).await.unwrap());
+        let links = Arc::new(Links::open(&mounts, signer, store.clone()).unwrap());
+        let session = LinksSession {
+            links,
+            grant: Arc::new(["api".to_string()].into()),
+            caller: Caller {
+                job: "j".into(),
+                tenant: "acme".into(),
+                run_id: "run-1".into(),
+                pass: 1,
+                fence: Fence {
+                    job: lease.job,
+                    instance: lease.instance,
+                    generation: lease.generation,
+                    holder: lease.holder,
+                },
+                deadline: tokio::time::Instant::now() + Duration::from_secs(30),
+                lease_deadline_ms: lease.deadline_at,
+                actions: Arc::new(BTreeSet::new()),
+                traceparent: None,
+            },
+        };
+        let capabilities = Capabilities {
+            db: DbCapability::new(None),
+            files: FilesCapability::new(None),
+            links: LinksCapability::new(Some(session)),
+        };
+        (
+            GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),
+            store,
+        )
+    }
+
+    fn get(path: &str) -> Request {
+        Request {
+            method: "GET".into(),
+            path: path.into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            step: "s".into(),
+            action: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_go_out_only_when_granted_well_formed_and_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let (url, hits) = service().await;
+        let (mut guest, store) = state(dir.path(), &url).await;
+        let answer = Host::call(&mut guest, "api".into(), get("ping"))
+            .await
+            .unwrap();
+        assert_eq!(
+            (answer.status, answer.body.as_slice()),
+            (200, b"pong".as_slice())
+        );
+        assert!(matches!(
+            Host::call(&mut guest, "other".into(), get("ping")).await,
+            Err(HostError::CapabilityRefused(r)) if r == "not-granted"
+        ));
+        assert!(matches!(
+            Host::call(&mut guest, "api".into(), get("../ping")).await,
+            Err(HostError::Invalid(r)) if r == "bad-path"
+        ));
+        let mut post = get("ping");
+        post.method = "POST".into();
+        assert!(matches!(
+            Host::call(&mut guest, "api".into(), post).await,
+            Err(HostError::CapabilityRefused(r)) if r == "method-not-allowed"
+        ));
+        if let crate::store::Pool::Sqlite(p) = store.pool() {
+            sqlx::query("UPDATE jobhost_leases SET generation = generation + 1")
+                .execute(p)
+                .await
+                .unwrap();
+        }
+        assert!(matches!(
+            Host::call(&mut guest, "api".into(), get("ping")).await,
+            Err(HostError::LeaseLost)
+        ));
+        assert!(guest.signals.lease_lost);
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            1,
+            "only the first call went out"
+        );
+    }
+}

@@ -227,42 +227,51 @@ pub async fn kick_cmd(
     Ok(0)
 }
 
-/// Checks a manifest without touching any database: schedules, time zone, components
-/// and their grants.
+/// Checks a manifest: its own settings (every problem at once), each job's schedule,
+/// time zone, component and grants, and — when a database is named (`--db`, `JOBHOST_DB`
+/// or the manifest's `[host] db`) — that the tables its jobs were granted exist.
 pub async fn check(global: &Global, manifest: PathBuf) -> Result<u8, Failure> {
     let manifest = Manifest::load(&manifest)?;
-    let HostSection { timezone, .. } = &manifest.host;
+    let HostSection { timezone, db, .. } = &manifest.host;
     let tz = parse_tz(timezone.as_deref().unwrap_or("UTC"))?;
     let engine = Engine::new(&EngineSettings {
         cache_dir: Some(global.cache_dir()),
         ..EngineSettings::default()
     })?;
-    let mut problems = 0;
+    let mut problems = Vec::new();
     for spec in &manifest.jobs {
-        let mut verdict = Ok(());
         if let Some(expr) = &spec.schedule
             && let Err(e) = Cron::parse(expr, tz)
         {
-            verdict = Err(e.to_string());
+            problems.push(format!("job {}: {e}", spec.name));
         }
-        if verdict.is_ok()
-            && let Err(e) = engine.load(&spec.component, &spec.grants)
-        {
-            verdict = Err(e.to_string());
+        if let Err(e) = engine.load(&spec.component, &spec.grants) {
+            problems.push(format!("job {}: {e}", spec.name));
         }
-        match verdict {
-            Ok(()) => println!("ok      {}", spec.name),
-            Err(e) => {
-                problems += 1;
-                println!("refused {}: {e}", spec.name);
+    }
+    if global.db.is_some() || db.is_some() {
+        let store = Store::open(&global.db_url(db.as_deref())).await?;
+        for spec in &manifest.jobs {
+            for table in spec.grants.db.iter().flat_map(|g| g.tables()) {
+                if !store.table_exists(table).await? {
+                    problems.push(format!(
+                        "job {}: granted table {table:?} does not exist (are the operator's migrations applied?)",
+                        spec.name
+                    ));
+                }
             }
         }
+        store.close().await;
     }
-    if problems > 0 {
+    if !problems.is_empty() {
         return Err(Failure::usage(format!(
-            "{problems} of {} jobs refused",
-            manifest.jobs.len()
+            "manifest {}: {} problem{}:\n  {}",
+            manifest.path.display(),
+            problems.len(),
+            if problems.len() == 1 { "" } else { "s" },
+            problems.join("\n  ")
         )));
     }
+    println!("ok: {} jobs", manifest.jobs.len());
     Ok(0)
 }

@@ -224,6 +224,14 @@ impl Store {
         .await
     }
 
+    /// Whether the operator's schema has a table or view named `name`.
+    pub async fn table_exists(&self, name: &str) -> Result<bool> {
+        let q = self.dialect.table_exists;
+        let n: i64 =
+            with_pool!(self.reader, p => sqlx::query_scalar(q).bind(name).fetch_one(p).await?);
+        Ok(n > 0)
+    }
+
     /// The database's clock, in milliseconds since the epoch: the one clock every host
     /// sharing the database agrees on.
     pub async fn now(&self) -> Result<i64> {

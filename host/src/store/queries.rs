@@ -15,6 +15,8 @@ pub(crate) struct Dialect {
     pub begin_write: &'static str,
     /// Serialises migrations across hosts that start together.
     pub migration_lock: Option<&'static str>,
+    /// How many tables or views named `$1` the operator's schema has.
+    pub table_exists: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -23,6 +25,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     for_update: "",
     begin_write: "BEGIN IMMEDIATE",
     migration_lock: None,
+    table_exists: "SELECT COUNT(*) FROM sqlite_schema WHERE type IN ('table', 'view') AND name = $1",
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -31,6 +34,9 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     for_update: "FOR UPDATE",
     begin_write: "BEGIN",
     migration_lock: Some("SELECT pg_advisory_xact_lock(7243410671)"),
+    table_exists: "SELECT COUNT(*) FROM pg_catalog.pg_class c \
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+        WHERE c.relname = $1 AND n.nspname = current_schema()",
 };
 
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
