@@ -127,9 +127,15 @@ on_every_backend_and_storage! {
         }
         let (_, listed) = run(&home, &m, "files", json!({"mode": "list", "prefix": "a/"}));
         assert!(log(&home, &listed).contains("names a/1,a/2,a/3\n"), "{}", log(&home, &listed));
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_file_garbage").await, 0);
         let (_, removed) = run(&home, &m, "files", json!({"mode": "remove", "name": "a/2"}));
         assert!(log(&home, &removed).contains("removed true"));
         assert!(read(&home, &m, "files", "a/2").is_none());
+        // Its object is garbage, for the collector; no upload is left over.
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_file_garbage").await, 1);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_uploads").await, 0);
+        let (_, again) = run(&home, &m, "files", json!({"mode": "remove", "name": "a/2"}));
+        assert!(log(&home, &again).contains("removed false"), "{}", log(&home, &again));
     }
 
     async fn an_upload_that_loses_its_lease_never_becomes_visible_and_is_collected(home, storage) {

@@ -352,7 +352,7 @@ impl HostUpload for GuestState {
             .table
             .get_mut(&upload)
             .map_err(|_| HostError::Invalid("unknown-upload".into()))?;
-        let written = handle.0.write(&chunk).await;
+        let written = handle.0.write(chunk.into()).await;
         written.map_err(|e| self.files_error(e))
     }
 
@@ -459,7 +459,22 @@ mod tests {
             Host::read(&mut guest, "docs".into(), "a.txt".into(), 0, 2 << 20).await,
             Err(HostError::Invalid(r)) if r == "chunk-too-large"
         ));
-        // Once the lease moved on, an attach commits nothing.
+        // A removal says whether there was such an object.
+        let upload = Host::start_upload(&mut guest, "docs".into()).await.unwrap();
+        Host::attach(&mut guest, upload, "gone.txt".into())
+            .await
+            .unwrap();
+        assert!(
+            Host::remove(&mut guest, "docs".into(), "gone.txt".into())
+                .await
+                .unwrap()
+        );
+        assert!(
+            !Host::remove(&mut guest, "docs".into(), "gone.txt".into())
+                .await
+                .unwrap()
+        );
+        // Once the lease moved on, neither an attach nor a removal commits anything.
         let upload = Host::start_upload(&mut guest, "docs".into()).await.unwrap();
         if let crate::store::Pool::Sqlite(p) = store.pool() {
             sqlx::query("UPDATE jobhost_leases SET generation = generation + 1")
@@ -477,6 +492,16 @@ mod tests {
                 .await
                 .unwrap()
                 .is_none()
+        );
+        assert!(matches!(
+            Host::remove(&mut guest, "docs".into(), "a.txt".into()).await,
+            Err(HostError::LeaseLost)
+        ));
+        assert!(
+            Host::stat(&mut guest, "docs".into(), "a.txt".into())
+                .await
+                .unwrap()
+                .is_some()
         );
     }
 }

@@ -15,10 +15,11 @@ pub mod collector;
 
 use crate::store::guest::Fence;
 use crate::store::{FileRecord, FileWrite, FileWritten, PendingFile, Store, StoreError};
+use bytes::Bytes;
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, PutPayloadMut, WriteMultipart};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use sha2::{Digest as _, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -124,15 +125,61 @@ pub struct Uploader {
     pub attach_by: i64,
 }
 
-/// An object being written.
+/// An object being written. While it fits in one part it is only held here and sent
+/// with one put when finished (one request to the store, not three); past that it
+/// becomes a multipart upload. Its digest is computed beside the writes, off the async
+/// threads.
 pub struct Upload {
     collection: String,
     tenant: String,
     key: String,
-    writer: Option<WriteMultipart>,
-    hasher: Sha256,
+    objects: Arc<dyn ObjectStore>,
+    /// The whole object so far, until it outgrows one part.
+    held: PutPayloadMut,
+    multipart: Option<WriteMultipart>,
+    digest: Digest,
     size: u64,
     max: u64,
+}
+
+/// A SHA-256 that runs beside the upload: each large chunk is hashed on a blocking
+/// thread while the next one is produced and sent.
+enum Digest {
+    Ready(Sha256),
+    Running(tokio::task::JoinHandle<Sha256>),
+}
+
+/// Chunks smaller than this are hashed in place: handing them to another thread costs
+/// more than hashing them.
+const HASH_INLINE: usize = 64 << 10;
+
+impl Digest {
+    async fn state(&mut self) -> Result<Sha256, FilesError> {
+        match std::mem::replace(self, Digest::Ready(Sha256::new())) {
+            Digest::Ready(hasher) => Ok(hasher),
+            Digest::Running(task) => task
+                .await
+                .map_err(|_| FilesError::Objects("hashing failed".into())),
+        }
+    }
+
+    async fn update(&mut self, chunk: Bytes) -> Result<(), FilesError> {
+        let mut hasher = self.state().await?;
+        *self = if chunk.len() < HASH_INLINE {
+            hasher.update(&chunk);
+            Digest::Ready(hasher)
+        } else {
+            Digest::Running(tokio::task::spawn_blocking(move || {
+                hasher.update(&chunk);
+                hasher
+            }))
+        };
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> Result<String, FilesError> {
+        Ok(hex::encode(self.state().await?.finalize()))
+    }
 }
 
 /// A finished upload, ready to be attached.
@@ -298,16 +345,14 @@ impl Files {
         self.store
             .insert_upload(&key, &who.tenant, collection, &who.run_id, who.attach_by)
             .await?;
-        let multipart = c
-            .objects
-            .put_multipart(&ObjectPath::from(key.as_str()))
-            .await?;
         Ok(Upload {
             collection: collection.to_string(),
             tenant: who.tenant.clone(),
             key,
-            writer: Some(WriteMultipart::new_with_chunk_size(multipart, PART)),
-            hasher: Sha256::new(),
+            objects: Arc::clone(&c.objects),
+            held: PutPayloadMut::new(),
+            multipart: None,
+            digest: Digest::Ready(Sha256::new()),
             size: 0,
             max: c.spec.max_object_bytes,
         })
@@ -494,20 +539,6 @@ impl Files {
             Err(e) => Err(e.into()),
         }
     }
-
-    /// Writes a whole object in one request (benchmarks compare against it).
-    pub async fn put_plain(
-        &self,
-        collection: &str,
-        key: &str,
-        bytes: Vec<u8>,
-    ) -> Result<(), FilesError> {
-        self.collection(collection)?
-            .objects
-            .put(&ObjectPath::from(key), PutPayload::from(bytes))
-            .await?;
-        Ok(())
-    }
 }
 
 impl Upload {
@@ -516,42 +547,64 @@ impl Upload {
     }
 
     /// Appends a chunk: bounded, and refused past the collection's largest object.
-    pub async fn write(&mut self, chunk: &[u8]) -> Result<(), FilesError> {
+    pub async fn write(&mut self, chunk: Bytes) -> Result<(), FilesError> {
         if chunk.len() > MAX_CHUNK {
             return Err(FilesError::ChunkTooLarge);
         }
         if self.size + chunk.len() as u64 > self.max {
             return Err(FilesError::ObjectTooLarge);
         }
-        let writer = self.writer.as_mut().ok_or(FilesError::NotFound)?;
-        // At most one part in flight besides the one filling: an open upload holds at
-        // most two parts of memory.
-        writer.wait_for_capacity(1).await?;
-        writer.write(chunk);
-        self.hasher.update(chunk);
+        if self.multipart.is_none() && self.held.content_length() + chunk.len() > PART {
+            let upload = self.objects.put_multipart(&self.path()).await?;
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART);
+            for held in PutPayload::from(std::mem::take(&mut self.held)).iter() {
+                writer.put(held.clone());
+            }
+            self.multipart = Some(writer);
+        }
+        match &mut self.multipart {
+            Some(writer) => {
+                // At most one part in flight besides the one filling: an open upload
+                // holds at most two parts of memory.
+                writer.wait_for_capacity(1).await?;
+                writer.put(chunk.clone());
+            }
+            None => self.held.push(chunk.clone()),
+        }
         self.size += chunk.len() as u64;
+        self.digest.update(chunk).await?;
         Ok(())
     }
 
     /// Completes the object under its key (still invisible).
     pub async fn finish(mut self) -> Result<Finished, FilesError> {
-        let writer = self.writer.take().ok_or(FilesError::NotFound)?;
-        writer.finish().await?;
+        match self.multipart.take() {
+            Some(writer) => writer.finish().await?,
+            None => {
+                let held = PutPayload::from(std::mem::take(&mut self.held));
+                self.objects.put(&self.path(), held).await?
+            }
+        };
         Ok(Finished {
             collection: std::mem::take(&mut self.collection),
             tenant: std::mem::take(&mut self.tenant),
             key: std::mem::take(&mut self.key),
             size: self.size,
-            digest: hex::encode(std::mem::take(&mut self.hasher).finalize()),
+            digest: self.digest.finish().await?,
         })
+    }
+
+    fn path(&self) -> ObjectPath {
+        ObjectPath::from(self.key.as_str())
     }
 }
 
 impl Drop for Upload {
     /// Dropped unattached: the parts written so far are discarded (the collector deletes
-    /// whatever the store still keeps under the key).
+    /// whatever the store still keeps under the key). Nothing was sent while the object
+    /// fitted in one part.
     fn drop(&mut self) {
-        if let Some(writer) = self.writer.take()
+        if let Some(writer) = self.multipart.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             runtime.spawn(async move {

@@ -1,10 +1,10 @@
 //! The rows of `files`: which name points at which object, what waits for a scan, what
 //! the collector may delete, and the fenced row changes (`FileWrite`).
 //!
-//! A `FileWrite` is applied by the statements here on SQLite, and by the functions of
-//! migration 0002 on Postgres (which a guest's own connection, logged in as its job's
-//! role, may call inside its transaction); either way in a transaction whose commit checks
-//! the lease.
+//! A `FileWrite` is applied by the statements here on SQLite (with the triggers of
+//! migration 0003), and by the functions of migration 0002 on Postgres (which a guest's
+//! own connection, logged in as its job's role, may call inside its transaction); either
+//! way in a transaction whose commit checks the lease.
 
 use super::guest::Fence;
 use super::queries::Queries;
@@ -12,9 +12,10 @@ use super::{
     DeadObject, Exclusive, FileRecord, FileWrite, FileWritten, PendingFile, Result,
     SigningKeyRecord, Store,
 };
-use sqlx::{Connection, PgConnection, SqliteConnection};
+use sqlx::{Connection, PgConnection, Row, SqliteConnection};
 
-/// Applies a `FileWrite` on a SQLite connection inside an open write transaction.
+/// Applies a `FileWrite` on a SQLite connection inside an open write transaction (a
+/// guest's, which checks the lease as it commits).
 pub(crate) async fn apply_sqlite(
     conn: &mut SqliteConnection,
     q: &'static Queries,
@@ -31,13 +32,7 @@ pub(crate) async fn apply_sqlite(
             status,
             run_id,
         } => {
-            let old: Option<String> = sqlx::query_scalar(q.current_file_key.as_str())
-                .persistent(false)
-                .bind(tenant)
-                .bind(collection)
-                .bind(name)
-                .fetch_optional(&mut *conn)
-                .await?;
+            // The triggers of migration 0003 retire the old key and the upload record.
             let created_at: i64 = sqlx::query_scalar(q.upsert_file.as_str())
                 .persistent(false)
                 .bind(tenant)
@@ -50,19 +45,6 @@ pub(crate) async fn apply_sqlite(
                 .bind(run_id)
                 .fetch_one(&mut *conn)
                 .await?;
-            if let Some(old) = old.filter(|old| old != object_key) {
-                sqlx::query(q.insert_garbage.as_str())
-                    .persistent(false)
-                    .bind(old)
-                    .bind(collection)
-                    .execute(&mut *conn)
-                    .await?;
-            }
-            sqlx::query(q.forget_upload.as_str())
-                .persistent(false)
-                .bind(object_key)
-                .execute(&mut *conn)
-                .await?;
             Ok(FileWritten::Attached { created_at })
         }
         FileWrite::Remove {
@@ -70,22 +52,15 @@ pub(crate) async fn apply_sqlite(
             collection,
             name,
         } => {
-            let old: Option<String> = sqlx::query_scalar(q.delete_file.as_str())
+            let removed = sqlx::query(q.delete_file.as_str())
                 .persistent(false)
                 .bind(tenant)
                 .bind(collection)
                 .bind(name)
-                .fetch_optional(&mut *conn)
-                .await?;
-            if let Some(old) = &old {
-                sqlx::query(q.insert_garbage.as_str())
-                    .persistent(false)
-                    .bind(old)
-                    .bind(collection)
-                    .execute(&mut *conn)
-                    .await?;
-            }
-            Ok(FileWritten::Changed(old.is_some()))
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            Ok(FileWritten::Changed(removed == 1))
         }
         FileWrite::Mark {
             collection,
@@ -256,33 +231,104 @@ impl Store {
         write: &FileWrite,
     ) -> Result<Option<FileWritten>> {
         let q = self.q;
-        macro_rules! fenced {
-            ($p:expr, $tx:ident => $apply:expr) => {{
-                let mut conn = Exclusive::acquire($p).await?;
-                let mut $tx = conn.begin_with(self.dialect.begin_write).await?;
-                // The lease row first, as in every transaction.
-                let held = sqlx::query(q.fence.as_str())
-                    .bind(&fence.job)
-                    .bind(&fence.instance)
-                    .bind(fence.generation)
-                    .bind(&fence.holder)
-                    .fetch_optional(&mut *$tx)
+        let p = match &self.pool {
+            super::Pool::Sqlite(p) => return self.file_write_fenced_sqlite(p, fence, write).await,
+            super::Pool::Postgres(p) => p,
+        };
+        let mut conn = Exclusive::acquire(p).await?;
+        let mut tx = conn.begin().await?;
+        // The lease row first, as in every transaction.
+        let held = sqlx::query(q.fence.as_str())
+            .bind(&fence.job)
+            .bind(&fence.instance)
+            .bind(fence.generation)
+            .bind(&fence.holder)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if held.is_none() {
+            tx.rollback().await?;
+            conn.release();
+            return Ok(None);
+        }
+        let written = apply_postgres(&mut tx, write).await?;
+        tx.commit().await?;
+        conn.release();
+        Ok(Some(written))
+    }
+
+    /// One statement with the lease check inside (see `upsert_file_fenced`). Nothing
+    /// changed means the lease was lost or there was nothing to change; the lease decides
+    /// which (once lost, a lease never comes back to the same attempt).
+    async fn file_write_fenced_sqlite(
+        &self,
+        pool: &sqlx::SqlitePool,
+        fence: &Fence,
+        write: &FileWrite,
+    ) -> Result<Option<FileWritten>> {
+        let q = self.q;
+        let fenced = |sql: &'static str| {
+            sqlx::query(sql)
+                .bind(&fence.job)
+                .bind(&fence.instance)
+                .bind(fence.generation)
+                .bind(&fence.holder)
+        };
+        let changed = match write {
+            FileWrite::Attach {
+                tenant,
+                collection,
+                name,
+                object_key,
+                size,
+                digest,
+                status,
+                run_id,
+            } => {
+                let row = fenced(q.upsert_file_fenced.as_str())
+                    .bind(tenant)
+                    .bind(collection)
+                    .bind(name)
+                    .bind(object_key)
+                    .bind(size)
+                    .bind(digest)
+                    .bind(*status)
+                    .bind(run_id)
+                    .fetch_optional(pool)
                     .await?;
-                if held.is_none() {
-                    $tx.rollback().await?;
-                    conn.release();
-                    return Ok(None);
-                }
-                let written = $apply.await?;
-                $tx.commit().await?;
-                conn.release();
-                Ok(Some(written))
-            }};
+                return Ok(match row {
+                    Some(row) => Some(FileWritten::Attached {
+                        created_at: row.try_get(0)?,
+                    }),
+                    None => None,
+                });
+            }
+            FileWrite::Remove {
+                tenant,
+                collection,
+                name,
+            } => fenced(q.delete_file_fenced.as_str())
+                .bind(tenant)
+                .bind(collection)
+                .bind(name)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+            FileWrite::Mark {
+                collection,
+                object_key,
+                status,
+            } => fenced(q.mark_file_fenced.as_str())
+                .bind(collection)
+                .bind(object_key)
+                .bind(*status)
+                .execute(pool)
+                .await?
+                .rows_affected(),
+        };
+        if changed == 0 && !self.lease_live(fence).await? {
+            return Ok(None);
         }
-        match &self.pool {
-            super::Pool::Sqlite(p) => fenced!(p, tx => apply_sqlite(&mut tx, q, write)),
-            super::Pool::Postgres(p) => fenced!(p, tx => apply_postgres(&mut tx, write)),
-        }
+        Ok(Some(FileWritten::Changed(changed == 1)))
     }
 
     /// Uploads no attempt can attach any more: their attempt's deadline passed `grace_ms`
@@ -321,7 +367,10 @@ impl Store {
     /// Whether an attempt holds its lease right now (database clock), without locking it.
     pub async fn lease_live(&self, fence: &Fence) -> Result<bool> {
         let q = &self.q.lease_live;
-        let n: i64 = with_pool!(self.pool, p => sqlx::query_scalar(q.as_str())
+        if let Some(live) = self.probe.as_ref().and_then(|p| p.lease_live(q, fence)) {
+            return Ok(live);
+        }
+        let n: i64 = with_pool!(self.reader, p => sqlx::query_scalar(q.as_str())
             .bind(&fence.job)
             .bind(&fence.instance)
             .bind(fence.generation)

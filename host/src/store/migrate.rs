@@ -49,10 +49,12 @@ macro_rules! embedded {
 const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     1 => "0001_init",
     2 => "0002_files_and_links",
+    3 => "0003_file_triggers",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
     2 => "0002_files_and_links",
+    3 => "0003_file_triggers",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

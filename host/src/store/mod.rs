@@ -15,6 +15,7 @@ pub mod migrate;
 mod pg_statement;
 mod pg_wire;
 pub mod postgres_guest;
+mod probe;
 mod queries;
 pub mod records;
 pub mod sqlite_guest;
@@ -30,7 +31,7 @@ pub use records::*;
 use queries::{Dialect, Queries};
 use sqlx::Connection;
 use std::path::Path;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 pub(crate) static SQLITE_QUERIES: LazyLock<Queries> =
@@ -133,6 +134,8 @@ pub struct Store {
     /// host's writers queue in the pool instead of sleeping in SQLite's busy handler,
     /// while reads go on in parallel (WAL).
     reader: Pool,
+    /// On SQLite, lease checks answered on the calling thread (see `probe`).
+    probe: Option<Arc<probe::SqliteProbe>>,
     backend: Backend,
     dialect: &'static Dialect,
     pub(crate) q: &'static Queries,
@@ -166,9 +169,17 @@ impl Store {
             Backend::Sqlite => (&queries::SQLITE, &*SQLITE_QUERIES),
             Backend::Postgres => (&queries::POSTGRES, &*POSTGRES_QUERIES),
         };
+        let probe = match backend {
+            Backend::Sqlite => connect::sqlite_options(url)
+                .ok()
+                .and_then(|o| probe::SqliteProbe::open(o.get_filename()))
+                .map(Arc::new),
+            Backend::Postgres => None,
+        };
         let store = Store {
             pool,
             reader,
+            probe,
             backend,
             dialect,
             q,
