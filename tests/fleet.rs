@@ -351,7 +351,13 @@ async fn hosts_starting_together_migrate_once() {
     // Each of the host's migrations applied once.
     let host_migrations = std::fs::read_dir(common::workspace().join("migrations/postgres"))
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "sql"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "sql")
+        })
         .count() as i64;
     assert_eq!(
         home.scalar("SELECT COUNT(*) FROM jobhost_migrations WHERE scope = 'host'")
@@ -395,4 +401,193 @@ async fn both_migration_sets_build_the_same_schema() {
     .unwrap();
     assert!(sqlite_columns.len() > 50);
     assert_eq!(sqlite_columns, postgres_columns);
+}
+
+/// Endings waiting in a host's finisher are not yet recorded: a host killed with a full
+/// backlog loses none that it acknowledged (logged as finished, which it does only once
+/// recorded) and records none twice — the rest are runs surveillance reports crashed and
+/// reruns, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_with_endings_unrecorded_loses_none_it_acknowledged() {
+    const RUNS: usize = 1_200;
+    let home = fleet_home().await;
+    let m = home.manifest(
+        "",
+        r#"
+        [jobs.unit]
+        component = "{guest:noop}"
+        timeout = "20s"
+    "#,
+    );
+    let manifest = m.to_str().unwrap();
+    let args = [
+        "--manifest",
+        manifest,
+        "--workers",
+        "8",
+        "--lease-grace",
+        "1s",
+        "--surveillance-interval",
+        "1s",
+    ];
+    // A slow database for endings only: every attempt row takes 2 ms to insert, so the
+    // finisher records about two batches a second.
+    home.exec(
+        "CREATE FUNCTION slow_attempt() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$; \
+         CREATE TRIGGER slow_attempt BEFORE INSERT ON jobhost_attempts \
+         FOR EACH ROW EXECUTE FUNCTION slow_attempt();",
+    )
+    .await;
+    let store = home.store().await;
+    for i in 0..RUNS {
+        store
+            .insert_run(&jobhost::store::NewRun {
+                id: jobhost::runner::new_run_id(),
+                job: "unit".into(),
+                instance: format!("i{i}"),
+                tenant: "default".into(),
+                origin: jobhost::store::Origin::Kick,
+                payload: "{}".into(),
+                cursor: None,
+                component_digest: None,
+                scheduled_for: None,
+                rerun_of: None,
+                delay_ms: 0,
+            })
+            .await
+            .unwrap();
+    }
+    // Endings cannot be recorded at all at first: the finisher's backlog (1 024) fills
+    // and the workers wait on it, while claims go on.
+    let mut blocker = {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&home.db_url).await.unwrap()
+    };
+    sqlx::raw_sql("BEGIN; LOCK TABLE jobhost_attempts IN EXCLUSIVE MODE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let victim = home
+        .serve_logging("info,jobhost::runner=debug", &args)
+        .await;
+    let running = "SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running'";
+    let started = Instant::now();
+    let mut last = (0, Instant::now());
+    loop {
+        let now = home.scalar(running).await;
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if now > 1_024 && last.1.elapsed() > Duration::from_millis(500) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the backlog never filled: {now} runs running"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !home.server_logs().contains("run finished"),
+        "nothing is acknowledged before it is recorded"
+    );
+    // Let the finisher record, and kill the host in the middle of it: once a hundred
+    // endings are acknowledged (the first batch or two of a backlog of over a thousand).
+    sqlx::raw_sql("COMMIT").execute(&mut blocker).await.unwrap();
+    let started = Instant::now();
+    while home.server_logs().matches("run finished").count() < 100 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the victim never acknowledged an ending"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    victim.signal("KILL");
+    let _ = victim.wait_exit(Duration::from_secs(5)).await;
+    let acknowledged: std::collections::HashSet<String> = home
+        .server_logs()
+        .lines()
+        .filter(|l| l.contains("run finished"))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|f| f.strip_prefix("run_id="))
+                .map(str::to_string)
+        })
+        .collect();
+    assert!(!acknowledged.is_empty());
+    home.exec("DROP TRIGGER slow_attempt ON jobhost_attempts").await;
+
+    let survivor = home.serve(&args).await;
+    let done = "SELECT COUNT(*) FROM jobhost_runs WHERE status IN ('queued', 'running')";
+    let started = Instant::now();
+    while home.scalar(done).await > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "the fleet did not finish the runs"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(survivor);
+
+    let jobhost::store::Pool::Postgres(pool) = store.pool() else {
+        unreachable!()
+    };
+    let runs: Vec<(String, String, Option<String>)> =
+        sqlx::query_as("SELECT id, status, rerun_of FROM jobhost_runs")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    let attempts: Vec<(String, String)> =
+        sqlx::query_as("SELECT run_id, status FROM jobhost_attempts")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    let mut attempts_of: HashMap<&str, Vec<&str>> = HashMap::new();
+    for (run, status) in &attempts {
+        attempts_of.entry(run).or_default().push(status);
+    }
+    let reruns: HashMap<&str, usize> =
+        runs.iter()
+            .filter_map(|(_, _, of)| of.as_deref())
+            .fold(HashMap::new(), |mut n, of| {
+                *n.entry(of).or_default() += 1;
+                n
+            });
+    // Every acknowledged ending stands: succeeded, one attempt, never rerun.
+    for id in &acknowledged {
+        let (_, status, _) = runs.iter().find(|(r, _, _)| r == id).expect("a run");
+        assert_eq!(status, "succeeded", "acknowledged run {id}");
+        assert_eq!(attempts_of.get(id.as_str()), Some(&vec!["succeeded"]), "run {id}");
+        assert!(!reruns.contains_key(id.as_str()), "acknowledged run {id} was rerun");
+    }
+    // The first runs ended once each: recorded by the victim, or reported crashed and
+    // rerun once; never both.
+    let first: Vec<_> = runs.iter().filter(|(_, _, of)| of.is_none()).collect();
+    assert_eq!(first.len(), RUNS);
+    let mut crashed = 0;
+    for (id, status, _) in &first {
+        let recorded = attempts_of.get(id.as_str()).cloned().unwrap_or_default();
+        match status.as_str() {
+            "succeeded" => {
+                assert_eq!(recorded, vec!["succeeded"], "run {id}");
+                assert!(!reruns.contains_key(id.as_str()), "succeeded run {id} was rerun");
+            }
+            "crashed" => {
+                crashed += 1;
+                assert_eq!(recorded, vec!["crashed"], "run {id}");
+                assert_eq!(reruns.get(id.as_str()), Some(&1), "crashed run {id}");
+            }
+            other => panic!("run {id} ended {other}"),
+        }
+    }
+    assert!(crashed > 0, "the victim died with endings unrecorded");
+    for (id, status, of) in &runs {
+        if of.is_some() {
+            assert_eq!(status, "succeeded", "rerun {id}");
+        }
+    }
+    assert!(
+        !home.server_logs().contains("postgres://"),
+        "no database URL in logs"
+    );
 }

@@ -1,8 +1,9 @@
 //! A model-based test of the lease protocol, against the real database on both backends.
 //!
-//! Proptest generates rounds of store operations from three simulated hosts — claim and
-//! start, guest writes fenced by the lease, retries, finishes, kicks, surveillance, a
-//! transaction sitting on a lease row — run concurrently, each one possibly cancelled at
+//! Proptest generates rounds of store operations from three simulated hosts — batched
+//! claims that lease and start, guest writes fenced by the lease, retries, finishes (one
+//! at a time and in batches), give-backs, kicks, surveillance, a transaction sitting on a
+//! lease row — run concurrently, each one possibly cancelled at
 //! one of its await points (as a deadline or a shutdown cancels a host call). After every
 //! round and at the end (once every run has been driven to an end) it checks what must
 //! always hold:
@@ -25,8 +26,8 @@ use jobhost::grants::DbGrant;
 use jobhost::lease::LeaseTerms;
 use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, SqlValue};
 use jobhost::store::{
-    BeginAttempt, Crash, Finish, FinishResult, JobUpsert, Lease, LostRun, NewReport, NewRun,
-    Origin, ReportKind, Requeue, RunRecord, RunStatus, Started, Store,
+    AttemptEnding, ClaimRequest, Claimed, Crash, JobUpsert, Lease, LostRun, NewReport, NewRun,
+    Origin, Recorded, Recording, ReportKind, RunChange, RunRecord, RunStatus, Store,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
@@ -42,6 +43,8 @@ const INSTANCES: [&str; 2] = ["a", "b"];
 const HOSTS: usize = 3;
 const TIMEOUT: Duration = Duration::from_millis(400);
 const GRACE: Duration = Duration::from_millis(200);
+/// How long a claimed attempt may wait before it starts (the runner's `start_within`).
+const START_WITHIN: Duration = Duration::from_millis(100);
 /// Longest any single store operation may take before the model calls it hung.
 const OP_BOUND: Duration = Duration::from_secs(20);
 
@@ -72,6 +75,16 @@ enum Op {
     },
     /// The attempt succeeded: finish the run and release its lease.
     Finish {
+        host: usize,
+        slot: usize,
+    },
+    /// Every attempt the host holds ends at once, recorded in one batch (as the
+    /// finisher does), some succeeded, some to retry.
+    FinishAll {
+        host: usize,
+    },
+    /// A claimed attempt that never started goes back to the queue.
+    GiveBack {
         host: usize,
         slot: usize,
     },
@@ -110,6 +123,8 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(host, slot, hold_ms)| Op::Write { host, slot, hold_ms }),
         2 => (host.clone(), 0..4usize).prop_map(|(host, slot)| Op::Retry { host, slot }),
         3 => (host.clone(), 0..4usize).prop_map(|(host, slot)| Op::Finish { host, slot }),
+        2 => host.clone().prop_map(|host| Op::FinishAll { host }),
+        1 => (host.clone(), 0..4usize).prop_map(|(host, slot)| Op::GiveBack { host, slot }),
         2 => Just(Op::Surveil),
         2 => (host.clone(), 0..4usize).prop_map(|(host, slot)| Op::LateFinish { host, slot }),
         2 => (instance, 50u64..400).prop_map(|(instance, ms)| Op::HoldLease { instance, ms }),
@@ -236,37 +251,61 @@ fn new_run(instance: &str, origin: Origin) -> NewRun {
     }
 }
 
-/// Starts an attempt of a claimed run as the runner does: a first attempt acquires the
-/// lease (a kick that finds it held folds into the holder's pending flag), a later one
-/// renews the run's generation. Returns the attempt the host now holds.
-async fn start(world: &World, host: &SimHost, run: RunRecord) -> Option<Held> {
-    let terms = LeaseTerms { grace: GRACE };
-    let previous = LeaseTerms::held_by(&run);
-    let begin = BeginAttempt {
-        run_id: &run.id,
-        host: &host.id,
-        component_digest: "model",
-        pass: run.pass,
-        attempt: run.failures + 1,
-    };
-    let op = match &previous {
-        None => terms.first(&run, TIMEOUT),
-        Some(previous) => terms.next(previous, TIMEOUT),
-    };
-    trace(|| format!("{} starting {}", host.id, run.id));
-    let result = host.store.start_attempt(&op, &begin).await;
-    trace(|| format!("{} start_attempt {}: {result:?}", host.id, run.id));
-    let started = world.check("start_attempt", result)?;
-    trace(|| format!("{} start {} ({}): {started:?}", host.id, run.id, run.origin));
-    match started {
-        Started::Attempt {
+fn terms() -> BTreeMap<String, jobhost::store::AttemptTerms> {
+    let lease = LeaseTerms { grace: GRACE };
+    BTreeMap::from([(
+        JOB.to_string(),
+        lease.attempt(TIMEOUT, START_WITHIN, "model"),
+    )])
+}
+
+/// Claims up to `limit` due runs (or the one run `run_id`) for `host`, in one batch.
+async fn claim(
+    world: &World,
+    host: &SimHost,
+    limit: i64,
+    run_id: Option<&str>,
+) -> Option<Vec<Claimed>> {
+    let terms = terms();
+    let result = host
+        .store
+        .claim_runs(&ClaimRequest {
+            host: &host.id,
+            limit,
+            run_id,
+            terms: &terms,
+        })
+        .await;
+    trace(|| {
+        format!(
+            "{} claimed {:?}",
+            host.id,
+            result.as_ref().map(|c| c
+                .iter()
+                .map(|c| (&c.run.id, c.lease.as_ref().map(|l| l.generation)))
+                .collect::<Vec<_>>())
+        )
+    });
+    world.check("claim_runs", result)
+}
+
+/// Takes a claimed run as the runner does. With a lease, the attempt is the host's (its
+/// deadline checked against the host's own). Without: a run that held the lease before
+/// lost it (recorded); a kick folds into the holder's pending flag, or, if the holder
+/// ended meanwhile, claims again; anything else is skipped.
+async fn start(world: &World, host: &SimHost, claimed: Claimed) -> Option<Held> {
+    let mut claimed = claimed;
+    for _ in 0..5 {
+        let Claimed {
+            run,
             lease,
             stamped_after,
-            ..
-        } => {
+        } = claimed;
+        if let Some(lease) = lease {
             // The host's own deadline, as the runner takes it, on the wall clock.
-            let since = tokio::time::Instant::now().duration_since(stamped_after);
-            let host_deadline = wall_ms() - ms(since) + ms(TIMEOUT);
+            let now = tokio::time::Instant::now();
+            let host_deadline = (now + TIMEOUT).min(stamped_after + TIMEOUT + START_WITHIN);
+            let host_deadline = wall_ms() + ms(host_deadline.duration_since(now));
             if lease.deadline_at + 25 < host_deadline {
                 world.violation(format!(
                     "generation {} of {} got a database deadline {} ms before the host's",
@@ -279,55 +318,138 @@ async fn start(world: &World, host: &SimHost, run: RunRecord) -> Option<Held> {
                 (lease.instance.clone(), lease.generation),
                 lease.deadline_at,
             );
-            Some(Held { run, lease })
+            return Some(Held { run, lease });
         }
-        Started::LeaseUnavailable if previous.is_none() => {
-            if run.origin == Origin::Kick.as_str() {
-                world.check(
-                    "set_pending",
-                    host.store.set_pending(&run.job, &run.instance).await,
-                )?;
-            }
+        if let Some(previous) = LeaseTerms::held_by(&run) {
+            finish(
+                world,
+                host,
+                &Held {
+                    run,
+                    lease: previous,
+                },
+                RunStatus::Failed,
+            )
+            .await;
+            return None;
+        }
+        if run.origin != Origin::Kick.as_str()
+            || world.check(
+                "set_pending",
+                host.store.set_pending(&run.job, &run.instance).await,
+            )?
+        {
             world.check("skip_run", host.store.skip_run(&run.id, "held").await)?;
-            None
+            return None;
         }
-        Started::LeaseUnavailable => {
-            // A retry whose lease moved on: end it, recording the loss.
-            let lease = previous.expect("a retry has a previous lease");
-            finish(world, host, &Held { run, lease }, RunStatus::Failed).await;
-            None
+        claimed = claim(world, host, 1, Some(&run.id)).await?.pop()?;
+    }
+    None
+}
+
+/// What the model's attempts record: a row per attempt, as the runner's.
+fn ending(host: &SimHost, held: &Held, status: &'static str) -> AttemptEnding {
+    AttemptEnding {
+        seq: held.run.attempts,
+        pass: held.run.pass,
+        attempt: held.run.failures + 1,
+        host: host.id.clone(),
+        status,
+        outcome: (status == "succeeded").then_some("done"),
+        code: (status == "failed").then_some("handler_failed"),
+        fuel_used: None,
+        peak_memory: None,
+        duration_ms: 1,
+        log: String::new(),
+        log_truncated: false,
+        started_at: held.run.updated_at,
+    }
+}
+
+/// The run ends `status`. A success requires the lease; if it was lost, the loss is
+/// recorded instead, as the finisher does. A failure here is a lost lease.
+fn finishing(host: &SimHost, held: &Held, status: RunStatus) -> Recording {
+    let attempt = (status == RunStatus::Succeeded).then(|| ending(host, held, "succeeded"));
+    Recording {
+        run_id: held.run.id.clone(),
+        lease: held.lease.clone(),
+        attempt,
+        change: RunChange::Finish {
+            require_lease: status == RunStatus::Succeeded,
+            status,
+            code: (status == RunStatus::Failed).then_some("lease_lost"),
+            error: None,
+            cursor: None,
+            pass: held.run.pass,
+            failures: held.run.failures,
+            follow_up: Some(jobhost::kick::follow_up(&held.run, "{}".into())),
+            report: None,
+        },
+    }
+}
+
+fn retrying(host: &SimHost, held: &Held) -> Recording {
+    Recording {
+        run_id: held.run.id.clone(),
+        lease: held.lease.clone(),
+        attempt: Some(ending(host, held, "failed")),
+        change: RunChange::Requeue {
+            delay_ms: 20,
+            hold_ms: ms(GRACE) * 4,
+            pass: held.run.pass,
+            cursor: None,
+            failures: held.run.failures + 1,
+            code: Some("handler_failed"),
+            error: None,
+        },
+    }
+}
+
+/// Records a batch of endings; an ending whose lease was lost is recorded again as
+/// `lease_lost`, as the finisher does.
+async fn record(world: &World, host: &SimHost, items: Vec<Recording>) {
+    let answers = host.store.record_attempts(&items).await;
+    trace(|| {
+        format!(
+            "{} recorded {:?}: {answers:?}",
+            host.id,
+            items.iter().map(|i| &i.run_id).collect::<Vec<_>>()
+        )
+    });
+    let mut again = Vec::new();
+    for (mut item, answer) in items.into_iter().zip(answers) {
+        match world.check("record_attempts", answer) {
+            Some(Recorded::LeaseLost) => {
+                if let Some(a) = &mut item.attempt {
+                    a.status = "failed";
+                    a.outcome = None;
+                    a.code = Some("lease_lost");
+                }
+                if let RunChange::Finish {
+                    require_lease,
+                    status,
+                    code,
+                    ..
+                } = &mut item.change
+                {
+                    *require_lease = false;
+                    *status = RunStatus::Failed;
+                    *code = Some("lease_lost");
+                }
+                again.push(item);
+            }
+            Some(_) | None => {}
         }
-        Started::RunGone => None,
+    }
+    if !again.is_empty() {
+        for answer in host.store.record_attempts(&again).await {
+            world.check("record_attempts (lost)", answer);
+        }
     }
 }
 
 async fn finish(world: &World, host: &SimHost, held: &Held, status: RunStatus) {
-    let follow_up = jobhost::kick::follow_up(&held.run, "{}".into());
-    let finish = Finish {
-        run_id: &held.run.id,
-        attempt: None,
-        lease: &held.lease,
-        require_lease: status == RunStatus::Succeeded,
-        status,
-        code: (status == RunStatus::Failed).then_some("lease_lost"),
-        error: None,
-        cursor: None,
-        pass: held.run.pass,
-        failures: held.run.failures,
-        follow_up: Some(follow_up),
-        report: None,
-    };
-    let result = world.check("finish_run", host.store.finish_run(&finish).await);
-    trace(|| format!("{} finish {}: {result:?}", host.id, held.run.id));
-    if result == Some(FinishResult::LeaseLost) {
-        let lost = Finish {
-            require_lease: false,
-            status: RunStatus::Failed,
-            code: Some("lease_lost"),
-            ..finish
-        };
-        world.check("finish_run (lost)", host.store.finish_run(&lost).await);
-    }
+    record(world, host, vec![finishing(host, held, status)]).await;
 }
 
 fn host_index(world: &World, host: &SimHost) -> usize {
@@ -433,21 +555,11 @@ async fn apply(world: Arc<World>, op: Op) {
         }
         Op::Claim { host } => {
             let host = world.hosts[host].clone();
-            let Some(runs) = world.check(
-                "claim_due_runs",
-                host.store.claim_due_runs(&host.id, 2).await,
-            ) else {
+            let Some(claimed) = claim(&world, &host, 2, None).await else {
                 return;
             };
-            trace(|| {
-                format!(
-                    "{} claimed {:?}",
-                    host.id,
-                    runs.iter().map(|r| &r.id).collect::<Vec<_>>()
-                )
-            });
-            for run in runs {
-                if let Some(held) = start(&world, &host, run).await {
+            for claimed in claimed {
+                if let Some(held) = start(&world, &host, claimed).await {
                     host.held.lock().unwrap().push(held);
                 }
             }
@@ -498,19 +610,35 @@ async fn apply(world: Arc<World>, op: Op) {
             let Some(held) = take(&host, slot) else {
                 return;
             };
-            let requeue = Requeue {
-                run_id: &held.run.id,
-                attempt: None,
-                lease: &held.lease,
-                delay_ms: 20,
-                hold_ms: ms(GRACE) * 4,
-                pass: held.run.pass,
-                cursor: None,
-                failures: held.run.failures + 1,
-                last_code: Some("handler_failed"),
-                last_error: None,
+            record(&world, &host, vec![retrying(&host, &held)]).await;
+        }
+        Op::FinishAll { host } => {
+            let host = world.hosts[host].clone();
+            let all = std::mem::take(&mut *host.held.lock().unwrap());
+            let items = all
+                .iter()
+                .enumerate()
+                .map(|(i, held)| match i % 3 {
+                    2 => retrying(&host, held),
+                    _ => finishing(&host, held, RunStatus::Succeeded),
+                })
+                .collect();
+            record(&world, &host, items).await;
+        }
+        Op::GiveBack { host, slot } => {
+            let host = world.hosts[host].clone();
+            let Some(held) = take(&host, slot) else {
+                return;
             };
-            world.check("requeue_run", host.store.requeue_run(&requeue).await);
+            let given = Recording {
+                run_id: held.run.id.clone(),
+                lease: held.lease.clone(),
+                attempt: None,
+                change: RunChange::GiveBack {
+                    hold_ms: ms(GRACE) * 4,
+                },
+            };
+            record(&world, &host, vec![given]).await;
         }
         Op::Finish { host, slot } => {
             let host = world.hosts[host].clone();
@@ -637,17 +765,14 @@ async fn drain(world: &World) {
         tokio::time::sleep(TIMEOUT + GRACE * 2).await;
         surveil(world, &host.store).await;
         loop {
-            let Some(runs) = world.check(
-                "claim_due_runs",
-                host.store.claim_due_runs(&host.id, 10).await,
-            ) else {
+            let Some(claimed) = claim(world, &host, 10, None).await else {
                 return;
             };
-            if runs.is_empty() {
+            if claimed.is_empty() {
                 break;
             }
-            for run in runs {
-                if let Some(held) = start(world, &host, run).await {
+            for claimed in claimed {
+                if let Some(held) = start(world, &host, claimed).await {
                     finish(world, &host, &held, RunStatus::Succeeded).await;
                 }
             }

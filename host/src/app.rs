@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
@@ -48,6 +49,9 @@ pub struct App {
     pub metrics: Arc<Metrics>,
     pub files: Arc<Files>,
     pub links: Arc<Links>,
+    /// Wakes whoever claims runs (`host serve`'s dispatcher): a run was queued here or is
+    /// due soon.
+    pub wake: Arc<Notify>,
 }
 
 impl App {
@@ -69,6 +73,7 @@ impl App {
         )?);
         let signer = Arc::new(Signer::open(store.clone(), config.key_rotation).await?);
         let links = Arc::new(Links::open(&config.mounts, signer, store.clone())?);
+        let wake = Arc::new(Notify::new());
         let runner = Arc::new(Runner::new(
             store.clone(),
             engine.clone(),
@@ -78,6 +83,7 @@ impl App {
             metrics.clone(),
             files.clone(),
             links.clone(),
+            wake.clone(),
         ));
         Ok(App {
             store,
@@ -86,6 +92,7 @@ impl App {
             metrics,
             files,
             links,
+            wake,
         })
     }
 

@@ -3,10 +3,11 @@
 //! A lease is a row per (job, instance) with a generation, a holder (the run), a deadline
 //! and an expiry, all in database time:
 //!
-//! - **acquire** takes a free or expired lease at the next generation;
-//! - **renew** moves a held lease to the next generation with a fresh deadline: every
-//!   attempt has its own generation, so nothing an earlier attempt still has in flight can
-//!   commit once a retry started;
+//! - **acquire** takes a free or expired lease at the next generation (a run's first
+//!   attempt, when a host claims it);
+//! - **renew** moves a held lease to the next generation with a fresh deadline (a later
+//!   attempt's claim): every attempt has its own generation, so nothing an earlier attempt
+//!   still has in flight can commit once a retry started;
 //! - **fence**: every guest write commits in one transaction with a check that the lease
 //!   is still at the attempt's generation and before its deadline (see `store::guest`);
 //! - **park** keeps the lease while a run waits in the queue (backoff, next pass), with no
@@ -17,7 +18,7 @@
 //! after a deadline to record the outcome before another host may take the lease (and
 //! surveillance reports the run `crashed`).
 
-use crate::store::{Lease, LeaseOp, LeaseRequest, RunRecord};
+use crate::store::{AttemptTerms, Lease, RunRecord};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
@@ -39,23 +40,15 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl LeaseTerms {
-    /// The lease a run's first attempt takes.
-    pub fn first<'a>(&self, run: &'a RunRecord, timeout: Duration) -> LeaseOp<'a> {
-        LeaseOp::Acquire(LeaseRequest {
-            job: &run.job,
-            instance: &run.instance,
-            holder: &run.id,
-            deadline_ms: ms(timeout),
-            expires_ms: ms(timeout + self.grace),
-        })
-    }
-
-    /// A later attempt moves the run's lease on to a new generation.
-    pub fn next<'a>(&self, previous: &'a Lease, timeout: Duration) -> LeaseOp<'a> {
-        LeaseOp::Renew {
-            lease: previous,
-            deadline_ms: ms(timeout),
-            expires_ms: ms(timeout + self.grace),
+    /// The terms of an attempt of a job with `timeout`, claimed up to `start_within`
+    /// before it starts: the deadline leaves that much room, so however late in that
+    /// window the attempt starts, the host's deadline (counted from the start) is not
+    /// later than the database's.
+    pub fn attempt(&self, timeout: Duration, start_within: Duration, digest: &str) -> AttemptTerms {
+        AttemptTerms {
+            deadline_ms: ms(timeout + start_within),
+            expires_ms: ms(timeout + start_within + self.grace),
+            digest: digest.to_string(),
         }
     }
 

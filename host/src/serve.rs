@@ -9,21 +9,19 @@ use crate::catalog::Catalog;
 use crate::engine::attempt::CancelToken;
 use crate::manifest::CatchUp;
 use crate::report::Reporter;
-use crate::runner::Step;
 use crate::schedule::Scheduler;
 use crate::schedule::surveillance::Surveillance;
-use crate::store::{Pool, RunRecord};
+use crate::store::{AttemptTerms, Claimed, Pool};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
-
-/// Runs requeued for at most this long wake the dispatcher when due; later ones are found
-/// by its polling.
-const PRECISE_WAKE: Duration = Duration::from_secs(60);
+use tokio::time::Instant;
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -60,9 +58,23 @@ pub enum ServeError {
 pub struct Shared {
     pub app: App,
     pub catalog: Arc<Catalog>,
-    /// Wakes the dispatcher: a run was queued or became due.
-    pub wake: Arc<Notify>,
     pub draining: AtomicBool,
+}
+
+impl Shared {
+    /// The terms this host claims runs under: every job of its catalog, as loaded now.
+    fn terms(&self) -> BTreeMap<String, AttemptTerms> {
+        self.catalog
+            .all()
+            .iter()
+            .map(|job| {
+                (
+                    job.spec.name.clone(),
+                    self.app.runner.terms(&job.spec, &job.loaded.digest),
+                )
+            })
+            .collect()
+    }
 }
 
 pub async fn serve(
@@ -81,7 +93,6 @@ pub async fn serve(
     let shared = Arc::new(Shared {
         app,
         catalog: Arc::new(catalog),
-        wake: Arc::new(Notify::new()),
         draining: AtomicBool::new(false),
     });
     let (stop_tx, stop) = watch::channel(false);
@@ -103,7 +114,11 @@ pub async fn serve(
         stop.clone(),
     ));
     if let Pool::Postgres(pool) = shared.app.store.pool() {
-        loops.spawn(listen_loop(pool.clone(), shared.wake.clone(), stop.clone()));
+        loops.spawn(listen_loop(
+            pool.clone(),
+            shared.app.wake.clone(),
+            stop.clone(),
+        ));
     }
     let dispatcher = tokio::spawn(dispatch(
         shared.clone(),
@@ -144,63 +159,102 @@ pub async fn serve(
     }
     while loops.join_next().await.is_some() {}
     let _ = http.await;
+    shared.app.runner.flush().await;
     shared.app.store.close().await;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// Claims due runs while workers are free, and runs each on its own task.
+/// How long the dispatcher stops claiming ahead after a claimed run waited too long for
+/// a worker (the workers are busy with long runs: runs claimed ahead would only wait, held
+/// from other hosts), in multiples of `start_within`.
+const PREFETCH_PAUSE: u32 = 10;
+
+/// What the dispatcher and the workers share to pace claims.
+struct Pace {
+    /// Workers waiting for a run.
+    idle: AtomicUsize,
+    /// A worker took a run or became idle: there may be room to claim into.
+    room: Notify,
+    /// Until when only idle workers are claimed for.
+    prefetch_paused_until: Mutex<Option<Instant>>,
+}
+
+impl Pace {
+    fn prefetch(&self) -> bool {
+        self.prefetch_paused_until
+            .lock()
+            .expect("pace lock")
+            .is_none_or(|until| Instant::now() >= until)
+    }
+
+    fn pause_prefetch(&self, for_: Duration) {
+        *self.prefetch_paused_until.lock().expect("pace lock") = Some(Instant::now() + for_);
+    }
+}
+
+/// Claims runs for the workers, one round trip per batch: as many as fit a queue of
+/// `workers` runs ready to start (so a worker that finishes finds the next run waiting,
+/// without a claim's round trip), or, when claiming ahead is paused, as many as workers
+/// are idle.
 async fn dispatch(
     shared: Arc<Shared>,
     config: ServeConfig,
     cancel: CancelToken,
     mut stop: watch::Receiver<bool>,
 ) {
-    let workers = Arc::new(Semaphore::new(config.workers));
-    let mut running = JoinSet::new();
-    let host = shared.app.runner.host_id().to_string();
+    let (ready, queue) = mpsc::channel::<Claimed>(config.workers);
+    let queue = Arc::new(tokio::sync::Mutex::new(queue));
+    let pace = Arc::new(Pace {
+        idle: AtomicUsize::new(0),
+        room: Notify::new(),
+        prefetch_paused_until: Mutex::new(None),
+    });
+    let mut workers = JoinSet::new();
+    for _ in 0..config.workers {
+        workers.spawn(work(
+            shared.clone(),
+            queue.clone(),
+            pace.clone(),
+            cancel.clone(),
+            stop.clone(),
+        ));
+    }
     loop {
-        while running.try_join_next().is_some() {}
-        let first = tokio::select! {
-            permit = workers.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            _ = stop.wait_for(|s| *s) => break,
-        };
         if *stop.borrow() {
             break;
         }
-        // Claim as many runs as there are free workers, in one statement.
-        let mut permits = vec![first];
-        while let Ok(permit) = workers.clone().try_acquire_owned() {
-            permits.push(permit);
+        let room = pace.room.notified();
+        tokio::pin!(room);
+        room.as_mut().enable();
+        let queued = config.workers - ready.capacity();
+        let want = if pace.prefetch() {
+            ready.capacity()
+        } else {
+            pace.idle.load(Ordering::Acquire).saturating_sub(queued)
+        };
+        if want == 0 {
+            tokio::select! {
+                _ = room => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            continue;
         }
-        match shared
-            .app
-            .store
-            .claim_due_runs(&host, permits.len() as i64)
-            .await
-        {
+        let terms = shared.terms();
+        match shared.app.runner.claim(&terms, want).await {
             Ok(runs) if !runs.is_empty() => {
-                // One permit per run; a claimed run is never dropped, even if the
-                // database returned more than asked for.
-                let mut permits = permits.into_iter();
-                for run in runs {
-                    let permit = permits.next();
-                    let lag = (run.updated_at - run.next_attempt_at).max(0) as u64;
+                for claimed in runs {
+                    let lag = (claimed.run.updated_at - claimed.run.next_attempt_at).max(0) as u64;
                     shared.app.metrics.run_claimed(Duration::from_millis(lag));
-                    let shared = shared.clone();
-                    let cancel = cancel.clone();
-                    running.spawn(async move {
-                        process(&shared, run, cancel).await;
-                        drop(permit);
-                    });
+                    if let Err(full) = ready.try_send(claimed) {
+                        // Never more than asked for, and only this loop sends: cannot
+                        // happen, but a claimed run is never dropped.
+                        give_back(&shared, full.into_inner()).await;
+                    }
                 }
             }
-            Ok(_) => {
-                drop(permits);
-                wait_for_work(&shared, &config, &mut stop).await;
-            }
+            Ok(_) => wait_for_work(&shared, &config, &mut stop).await,
             Err(e) => {
-                drop(permits);
                 tracing::warn!(code = "driver_failed", error = %e, "cannot claim runs");
                 tokio::select! {
                     _ = tokio::time::sleep(config.poll) => {}
@@ -209,7 +263,46 @@ async fn dispatch(
             }
         }
     }
-    while running.join_next().await.is_some() {}
+    // The workers give back what is still queued, finish what they run, and stop.
+    drop(ready);
+    while workers.join_next().await.is_some() {}
+}
+
+/// One worker: takes the next claimed run and runs its attempt; the ending goes to the
+/// runner's finisher and the worker takes the next run at once.
+async fn work(
+    shared: Arc<Shared>,
+    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Claimed>>>,
+    pace: Arc<Pace>,
+    cancel: CancelToken,
+    stop: watch::Receiver<bool>,
+) {
+    let start_within = shared.app.runner.settings().start_within;
+    loop {
+        pace.idle.fetch_add(1, Ordering::AcqRel);
+        pace.room.notify_one();
+        let next = queue.lock().await.recv().await;
+        pace.idle.fetch_sub(1, Ordering::AcqRel);
+        pace.room.notify_one();
+        let Some(claimed) = next else { return };
+        if *stop.borrow() {
+            give_back(&shared, claimed).await;
+            continue;
+        }
+        if claimed.stamped_after.elapsed() > start_within {
+            pace.pause_prefetch(start_within * PREFETCH_PAUSE);
+            give_back(&shared, claimed).await;
+            continue;
+        }
+        process(&shared, claimed, cancel.clone()).await;
+    }
+}
+
+async fn give_back(shared: &Shared, claimed: Claimed) {
+    let run_id = claimed.run.id.clone();
+    if let Err(e) = shared.app.runner.give_back(claimed).await {
+        tracing::warn!(run_id = %run_id, code = "driver_failed", error = %e, "could not give a claimed run back; surveillance will find it when its lease expires");
+    }
 }
 
 async fn wait_for_work(shared: &Shared, config: &ServeConfig, stop: &mut watch::Receiver<bool>) {
@@ -218,44 +311,36 @@ async fn wait_for_work(shared: &Shared, config: &ServeConfig, stop: &mut watch::
         _ => config.poll,
     };
     tokio::select! {
-        _ = shared.wake.notified() => {}
+        _ = shared.app.wake.notified() => {}
         _ = tokio::time::sleep(until_due.min(config.poll)) => {}
         _ = stop.wait_for(|s| *s) => {}
     }
 }
 
-async fn process(shared: &Shared, run: RunRecord, cancel: CancelToken) {
+async fn process(shared: &Shared, claimed: Claimed, cancel: CancelToken) {
     let store = &shared.app.store;
-    let Some(job) = shared.catalog.get(&run.job) else {
+    let Some(job) = shared.catalog.get(&claimed.run.job) else {
         let _ = store
-            .skip_run(&run.id, "the job is not defined on this host")
+            .skip_run(&claimed.run.id, "the job is not defined on this host")
             .await;
         return;
     };
-    match shared
+    let (job_name, run_id) = (claimed.run.job.clone(), claimed.run.id.clone());
+    // The ending is recorded by the finisher; follow-ups and runs requeued for soon wake
+    // the dispatcher from there.
+    if let Err(e) = shared
         .app
         .runner
-        .step(&run, &job.spec, &job.loaded, cancel)
+        .attempt(claimed, &job.spec, &job.loaded, cancel)
         .await
     {
-        Ok(Step::Finished {
-            follow_up: Some(_), ..
-        }) => shared.wake.notify_one(),
-        Ok(Step::Requeued { delay }) if delay <= PRECISE_WAKE => {
-            let wake = shared.wake.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(delay).await;
-                wake.notify_one();
-            });
-        }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(
-            job = %run.job,
-            run_id = %run.id,
+        tracing::warn!(
+            job = %job_name,
+            run_id = %run_id,
             code = "driver_failed",
             error = %e,
-            "could not record the run; surveillance will report it when its lease expires"
-        ),
+            "could not start or hand over the attempt; surveillance will report it when its lease expires"
+        );
     }
 }
 
@@ -265,7 +350,7 @@ async fn schedule_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch
         store.clone(),
         shared.catalog.clone(),
         config.catch_up,
-        shared.wake.clone(),
+        shared.app.wake.clone(),
     );
     loop {
         let wait = match store.now().await {
@@ -304,7 +389,7 @@ async fn surveillance_loop(
     };
     loop {
         match surveillance.check().await {
-            Ok(found) if found.crashed > 0 => shared.wake.notify_one(),
+            Ok(found) if found.crashed > 0 => shared.app.wake.notify_one(),
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(code = "driver_failed", error = %e, "surveillance check failed")

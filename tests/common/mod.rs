@@ -258,13 +258,24 @@ impl Home {
 
     /// Starts `host serve`; `None` if it exited instead (a database out of reach, say).
     pub async fn try_serve_with_db(&self, db_url: &str, args: &[&str]) -> Option<Server> {
+        self.try_serve_logging(db_url, "info", args).await
+    }
+
+    /// Like `serve`, logging with the filter `log` (a `JOBHOST_LOG` value).
+    pub async fn serve_logging(&self, log: &str, args: &[&str]) -> Server {
+        self.try_serve_logging(&self.db_url, log, args)
+            .await
+            .unwrap_or_else(|| panic!("host serve did not start"))
+    }
+
+    async fn try_serve_logging(&self, db_url: &str, log: &str, args: &[&str]) -> Option<Server> {
         use std::io::BufRead;
         let mut child = self
             .host()
             .env("JOBHOST_DB", db_url)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)
-            .env("JOBHOST_LOG", "info")
+            .env("JOBHOST_LOG", log)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(self.next_log()).expect("log file"))
             .spawn()

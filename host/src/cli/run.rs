@@ -96,6 +96,9 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
             // This process claims its run again the moment it is due: a short slack, so
             // that a run left waiting by a killed `host run` is found soon after.
             claim_slack: Duration::from_secs(1),
+            // The run is claimed when it is about to start: no room for waiting.
+            start_within: Duration::ZERO,
+            ..RunnerSettings::default()
         },
         home: global.home.clone(),
         collections: run_collections(&spec, manifest.as_ref()),
@@ -142,13 +145,12 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
             delay_ms: 0,
         })
         .await?;
-    let host = app.runner.host_id().to_string();
     // `host run` stops at Ctrl-C like any foreground command; nothing cancels an attempt.
     let (_never, cancel) = tokio::sync::watch::channel(false);
     let mut delay = Duration::ZERO;
     loop {
         tokio::time::sleep(delay).await;
-        let Some(claimed) = app.store.claim_run(&run.id, &host).await? else {
+        let Some(claimed) = app.runner.claim_one(&run.id, &spec, &loaded.digest).await? else {
             // Another host took it (or it ended): wait for it to end.
             if finished(&app.store, &run.id).await? {
                 break;
@@ -158,13 +160,15 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         };
         match app
             .runner
-            .step(&claimed, &spec, &loaded, cancel.clone())
+            .step(claimed, &spec, &loaded, cancel.clone())
             .await?
         {
             Step::Requeued { delay: next } => delay = next,
+            Step::GivenBack => delay = Duration::ZERO,
             Step::Finished { .. } | Step::Skipped | Step::Abandoned => break,
         }
     }
+    app.runner.flush().await;
     let record = app
         .store
         .get_run(&run.id)

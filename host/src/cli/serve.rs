@@ -108,6 +108,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             },
             txn_bound: args.txn_timeout,
             claim_slack: args.poll * 5 + Duration::from_secs(10),
+            ..RunnerSettings::default()
         },
         home: global.home.clone(),
         collections: manifest

@@ -202,7 +202,7 @@ async fn kick_job(
                 kick::Kicked::Queued { .. } => "queued",
             };
             s.app.metrics.kick(&name, result);
-            s.wake.notify_one();
+            s.app.wake.notify_one();
             Ok((
                 StatusCode::ACCEPTED,
                 Json(serde_json::to_value(kicked).expect("serialisable")),

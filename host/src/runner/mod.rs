@@ -1,17 +1,22 @@
-//! A run's life, one attempt at a time: take or renew the lease, run the pass in the
-//! sandbox, record the attempt, then decide — finish, retry after backoff, or queue the
-//! next pass. Every decision about a run is made here; the store only writes it down.
+//! A run's life, one attempt at a time: a claim takes or moves on the lease and starts
+//! the attempt; the pass runs in the sandbox; then the runner decides — finish, retry
+//! after backoff, or queue the next pass — and hands that to the finisher, which records
+//! the endings of many attempts at once (`finisher`). Every decision about a run is made
+//! here; the store only writes it down.
 //!
 //! A run waiting for a retry or its next pass goes back to the queue with its lease
 //! parked, so any host may pick it up when it is due, and a host that dies while a run
-//! waits loses nothing.
+//! waits (or before its ending is recorded) loses nothing: surveillance finds it.
 
 pub mod backoff;
+mod finisher;
 
 use crate::capability::db::DbSession;
 use crate::capability::files::FilesSession;
 use crate::capability::links::LinksSession;
-use crate::engine::attempt::{AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext};
+use crate::engine::attempt::{
+    AttemptFailure, AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext,
+};
 use crate::engine::{Engine, Loaded};
 use crate::failure::FailureCode;
 use crate::files::{Files, Uploader};
@@ -21,11 +26,15 @@ use crate::links::{Caller, Links};
 use crate::metrics::Metrics;
 use crate::store::guest::{Access, Fence, GuestDb};
 use crate::store::{
-    AttemptEnd, BeginAttempt, Finish, FinishResult, Lease, NewReport, Origin, ReportKind, Requeue,
-    RunRecord, RunStatus, Started, Store, StoreError,
+    AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Lease, NewReport, Origin, Recording,
+    ReportKind, RunChange, RunRecord, RunStatus, Store, StoreError,
 };
+pub use finisher::Concluding;
+use finisher::{Finisher, Handover};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -35,6 +44,13 @@ pub struct RunnerSettings {
     pub txn_bound: Duration,
     /// How long a queued run's parked lease outlasts its due time, for a host to claim it.
     pub claim_slack: Duration,
+    /// How long a claimed run may wait for a worker: its lease's deadline leaves this much
+    /// room, and an attempt never runs past the database's deadline however late it
+    /// starts.
+    pub start_within: Duration,
+    /// Most endings handed to the finisher and not yet recorded: beyond that, a worker
+    /// waits to hand over.
+    pub finisher_backlog: usize,
 }
 
 impl Default for RunnerSettings {
@@ -43,11 +59,13 @@ impl Default for RunnerSettings {
             lease: LeaseTerms::default(),
             txn_bound: Duration::from_secs(5),
             claim_slack: Duration::from_secs(30),
+            start_within: Duration::from_secs(2),
+            finisher_backlog: 1024,
         }
     }
 }
 
-/// What one call of [`Runner::step`] did to a run.
+/// What an attempt of a run led to, once recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     /// The run ended with this status (and failure code).
@@ -58,9 +76,13 @@ pub enum Step {
     },
     /// The run is queued again, due after `delay`.
     Requeued { delay: Duration },
+    /// The run went back to the queue without starting (claimed ahead, not started in
+    /// time, or the host is stopping).
+    GivenBack,
     /// Another run held the lease.
     Skipped,
-    /// The run stopped being ours (marked crashed meanwhile); nothing was recorded.
+    /// The run stopped being ours (marked crashed meanwhile); only the attempt's row was
+    /// recorded.
     Abandoned,
 }
 
@@ -73,9 +95,18 @@ pub struct Runner {
     metrics: Arc<Metrics>,
     files: Arc<Files>,
     links: Arc<Links>,
+    finisher: Finisher,
+}
+
+/// A claimed run without a lease, resolved.
+enum Resolved {
+    Leased(Claimed),
+    Done(Concluding),
 }
 
 impl Runner {
+    /// Starts the runner's finisher, which wakes `wake` when it queues a run (a
+    /// follow-up) or a requeued run becomes due soon.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
@@ -86,7 +117,14 @@ impl Runner {
         metrics: Arc<Metrics>,
         files: Arc<Files>,
         links: Arc<Links>,
+        wake: Arc<Notify>,
     ) -> Self {
+        let finisher = Finisher::start(
+            store.clone(),
+            metrics.clone(),
+            wake,
+            settings.finisher_backlog,
+        );
         Runner {
             store,
             engine,
@@ -96,6 +134,7 @@ impl Runner {
             metrics,
             files,
             links,
+            finisher,
         }
     }
 
@@ -107,101 +146,235 @@ impl Runner {
         &self.host_id
     }
 
-    /// Runs one attempt of a run this host claimed (status `running`). Setting `cancel`
-    /// stops the attempt and puts the run back in the queue for any host to resume.
-    pub async fn step(
+    pub fn settings(&self) -> &RunnerSettings {
+        &self.settings
+    }
+
+    /// The terms this host starts attempts of `spec`'s job under.
+    pub fn terms(&self, spec: &JobSpec, digest: &str) -> AttemptTerms {
+        self.settings
+            .lease
+            .attempt(spec.limits.timeout, self.settings.start_within, digest)
+    }
+
+    /// Claims, leases and starts up to `limit` due runs of the jobs in `terms`.
+    pub async fn claim(
         &self,
-        run: &RunRecord,
+        terms: &BTreeMap<String, AttemptTerms>,
+        limit: usize,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.store
+            .claim_runs(&ClaimRequest {
+                host: &self.host_id,
+                limit: i64::try_from(limit).unwrap_or(i64::MAX),
+                run_id: None,
+                terms,
+            })
+            .await
+    }
+
+    /// Claims one run: a queued run (`host run`'s own), or one this host claimed without
+    /// a lease. `None` if it is neither any more.
+    pub async fn claim_one(
+        &self,
+        run_id: &str,
+        spec: &JobSpec,
+        digest: &str,
+    ) -> Result<Option<Claimed>, StoreError> {
+        let terms = BTreeMap::from([(spec.name.clone(), self.terms(spec, digest))]);
+        let mut claimed = self
+            .store
+            .claim_runs(&ClaimRequest {
+                host: &self.host_id,
+                limit: 1,
+                run_id: Some(run_id),
+                terms: &terms,
+            })
+            .await?;
+        Ok(claimed.pop())
+    }
+
+    /// Runs one attempt of a claimed run (status `running`) and hands what it led to to
+    /// the finisher; the returned `Concluding` resolves once that is recorded. Setting
+    /// `cancel` stops the attempt and puts the run back in the queue for any host.
+    pub async fn attempt(
+        &self,
+        claimed: Claimed,
         spec: &JobSpec,
         loaded: &Loaded,
         cancel: CancelToken,
-    ) -> Result<Step, StoreError> {
+    ) -> Result<Concluding, StoreError> {
+        let claimed = match claimed.lease {
+            Some(_) => claimed,
+            None => match self.without_lease(claimed, spec, &loaded.digest).await? {
+                Resolved::Leased(claimed) => claimed,
+                Resolved::Done(concluding) => return Ok(concluding),
+            },
+        };
+        let Claimed {
+            run,
+            lease,
+            stamped_after,
+        } = claimed;
+        let lease = lease.expect("resolved to a leased claim");
         let timeout = spec.limits.timeout;
-        let terms = &self.settings.lease;
-        let previous = LeaseTerms::held_by(run);
-        let attempt = run.failures + 1;
-        let begin = BeginAttempt {
-            run_id: &run.id,
-            host: &self.host_id,
-            component_digest: &loaded.digest,
-            pass: run.pass,
-            attempt,
-        };
-        let started = match &previous {
-            None => self.start_first(run, &begin, timeout).await?,
-            Some(previous) => {
-                self.store
-                    .start_attempt(&terms.next(previous, timeout), &begin)
-                    .await?
-            }
-        };
-        let (lease, seq, stamped_after) = match (started, &previous) {
-            (
-                Started::Attempt {
-                    lease,
-                    seq,
-                    stamped_after,
-                },
-                _,
-            ) => (lease, seq, stamped_after),
-            (Started::LeaseUnavailable, Some(previous)) => {
-                // A retry could not renew: the lease moved on without this run.
-                let ending = Ending::Finish {
-                    failure: Failure::code(FailureCode::LeaseLost),
-                    failures: run.failures,
-                };
-                let until = Instant::now() + terms.grace;
-                return self
-                    .conclude(run, spec, previous, ending, None, until)
-                    .await;
-            }
-            (Started::LeaseUnavailable, None) => return Ok(Step::Skipped),
-            (Started::RunGone, _) => return Ok(Step::Abandoned),
-        };
-        // Counted from before the database stamped the lease's deadline: the host stops
-        // the attempt no later than the database stops its writes.
-        let deadline = stamped_after + timeout;
+        // Never later than the database's deadline, however long the run waited for a
+        // worker (the claim stamped `timeout + start_within` after `stamped_after`).
+        let deadline =
+            (Instant::now() + timeout).min(stamped_after + timeout + self.settings.start_within);
         // The lease expires `grace` after the deadline: until then, this host may still
         // record what happened (retrying if the database is briefly unreachable).
-        let until = deadline + terms.grace;
+        let until = deadline + self.settings.lease.grace;
+        let attempt = run.failures + 1;
         let report = self
             .engine
             .run_attempt(AttemptSpec {
                 loaded,
                 cancel,
-                context: pass_context(run, attempt),
+                context: pass_context(&run, attempt),
                 memory: spec.limits.memory,
                 fuel: spec.limits.fuel,
                 deadline,
                 db: self.db_session(spec, &lease, deadline),
-                files: self.files_session(run, spec, &lease),
-                links: self.links_session(run, spec, &lease, deadline),
+                files: self.files_session(&run, spec, &lease),
+                links: self.links_session(&run, spec, &lease, deadline),
             })
             .await;
-        let end = self.attempt_end(run, seq, attempt, &report);
-        let ending = decide(run, spec, report.result.clone());
-        self.conclude(run, spec, &lease, ending, Some(end), until)
+        let (ending, result) = self.attempt_ending(&run, attempt, report);
+        let decided = decide(&run, spec, result);
+        let change = self.change(&run, spec, decided, true);
+        self.finisher
+            .hand_over(Handover {
+                recording: Recording {
+                    run_id: run.id.clone(),
+                    lease,
+                    attempt: Some(ending),
+                    change,
+                },
+                run,
+                until,
+                job_payload: spec.payload.to_string(),
+            })
             .await
     }
 
-    /// Retries a write while the database is unreachable, until the attempt's lease would
-    /// have expired anyway (after that, surveillance reports the run instead).
-    async fn persist<T, F, Fut>(&self, until: Instant, mut write: F) -> Result<T, StoreError>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, StoreError>>,
-    {
-        let mut pause = Duration::from_millis(100);
-        loop {
-            match write().await {
-                Err(e) if e.is_unavailable() && Instant::now() + pause < until => {
-                    tracing::warn!(code = "driver_failed", error = %e, "database unreachable; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(2));
-                }
-                result => return result,
+    /// Runs one attempt of a claimed run and waits until it is recorded.
+    pub async fn step(
+        &self,
+        claimed: Claimed,
+        spec: &JobSpec,
+        loaded: &Loaded,
+        cancel: CancelToken,
+    ) -> Result<Step, StoreError> {
+        self.attempt(claimed, spec, loaded, cancel)
+            .await?
+            .recorded()
+            .await
+    }
+
+    /// Puts a claimed run that will not start here back in the queue, as it was.
+    pub async fn give_back(&self, claimed: Claimed) -> Result<Concluding, StoreError> {
+        let Some(lease) = claimed.lease else {
+            // Claimed without a lease: nothing was started, nothing to park.
+            self.store
+                .skip_run(&claimed.run.id, "the host stopped before it could run")
+                .await?;
+            return Ok(Concluding::ready(Ok(Step::Skipped)));
+        };
+        let hold_ms = self
+            .settings
+            .lease
+            .park_for(Duration::ZERO, self.settings.claim_slack);
+        let until = Instant::now() + self.settings.lease.grace;
+        self.finisher
+            .hand_over(Handover {
+                recording: Recording {
+                    run_id: claimed.run.id.clone(),
+                    lease,
+                    attempt: None,
+                    change: RunChange::GiveBack { hold_ms },
+                },
+                run: claimed.run,
+                until,
+                job_payload: String::new(),
+            })
+            .await
+    }
+
+    /// Waits until every ending handed over is recorded (or given up on), then stops the
+    /// finisher: the last thing a host does before it exits.
+    pub async fn flush(&self) {
+        self.finisher.close().await;
+    }
+
+    /// A claim that got no lease. A run that held one before (a retry, a later pass) lost
+    /// it: that is recorded. A first attempt found another run holding it: a kick folds
+    /// into the holder's pending flag (the holder queues one follow-up when it ends),
+    /// anything else is skipped; if the holder ended meanwhile, the lease is free: claim
+    /// again.
+    async fn without_lease(
+        &self,
+        claimed: Claimed,
+        spec: &JobSpec,
+        digest: &str,
+    ) -> Result<Resolved, StoreError> {
+        const TRIES: usize = 5;
+        let run = claimed.run;
+        if let Some(previous) = LeaseTerms::held_by(&run) {
+            // A retry could not move the lease on: it moved on without this run.
+            let failure = Failure::code(FailureCode::LeaseLost);
+            let decided = Decided::Finish {
+                failure,
+                failures: run.failures,
+            };
+            let change = self.change(&run, spec, decided, false);
+            let until = Instant::now() + self.settings.lease.grace;
+            let concluding = self
+                .finisher
+                .hand_over(Handover {
+                    recording: Recording {
+                        run_id: run.id.clone(),
+                        lease: previous,
+                        attempt: None,
+                        change,
+                    },
+                    run,
+                    until,
+                    job_payload: spec.payload.to_string(),
+                })
+                .await?;
+            return Ok(Resolved::Done(concluding));
+        }
+        let is_kick = run.origin == Origin::Kick.as_str();
+        for _ in 0..TRIES {
+            if !is_kick {
+                break;
+            }
+            if self.store.set_pending(&run.job, &run.instance).await? {
+                self.skip(
+                    &run,
+                    "the job was running: kick folded into its pending flag",
+                )
+                .await?;
+                return Ok(Resolved::Done(Concluding::ready(Ok(Step::Skipped))));
+            }
+            match self.claim_one(&run.id, spec, digest).await? {
+                Some(claimed) if claimed.lease.is_some() => return Ok(Resolved::Leased(claimed)),
+                Some(_) => {}
+                None => return Ok(Resolved::Done(Concluding::ready(Ok(Step::Abandoned)))),
             }
         }
+        self.skip(&run, "the job's lease was held by another run")
+            .await?;
+        Ok(Resolved::Done(Concluding::ready(Ok(Step::Skipped))))
+    }
+
+    async fn skip(&self, run: &RunRecord, reason: &str) -> Result<(), StoreError> {
+        self.store.skip_run(&run.id, reason).await?;
+        self.metrics
+            .run_finished(&run.job, RunStatus::Skipped.as_str(), None);
+        tracing::debug!(job = %run.job, run_id = %run.id, "run skipped: lease held");
+        Ok(())
     }
 
     fn db_session(&self, spec: &JobSpec, lease: &Lease, deadline: Instant) -> Option<DbSession> {
@@ -261,216 +434,106 @@ impl Runner {
         })
     }
 
-    /// The attempt's record (written with the run's next state), and its metrics and log.
-    fn attempt_end<'a>(
+    /// The attempt's row, and its metrics and log line (failures at info, the rest at
+    /// debug: a line per successful run would cost more than the run).
+    fn attempt_ending(
         &self,
-        run: &'a RunRecord,
-        seq: i64,
+        run: &RunRecord,
         attempt: i64,
-        report: &'a AttemptReport,
-    ) -> AttemptEnd<'a> {
+        report: AttemptReport,
+    ) -> (AttemptEnding, Result<Outcome, AttemptFailure>) {
         let (status, outcome, code) = match &report.result {
             Ok(outcome) => ("succeeded", Some(outcome.name()), None),
             Err(failure) => ("failed", None, Some(failure.code.as_str())),
         };
         self.metrics
             .attempt_finished(&run.job, status, code, report.duration, report.fuel_used);
-        tracing::info!(
-            job = %run.job,
-            run_id = %run.id,
-            pass = run.pass,
+        let duration_ms = report.duration.as_millis() as u64;
+        if code.is_some() {
+            tracing::info!(job = %run.job, run_id = %run.id, pass = run.pass, attempt, status, code, duration_ms, fuel_used = report.fuel_used, peak_memory = report.peak_memory, "attempt finished");
+        } else {
+            tracing::debug!(job = %run.job, run_id = %run.id, pass = run.pass, attempt, status, duration_ms, fuel_used = report.fuel_used, peak_memory = report.peak_memory, "attempt finished");
+        }
+        let ending = AttemptEnding {
+            seq: run.attempts,
+            pass: run.pass,
             attempt,
-            status,
-            code,
-            duration_ms = report.duration.as_millis() as u64,
-            fuel_used = report.fuel_used,
-            peak_memory = report.peak_memory,
-            "attempt finished"
-        );
-        AttemptEnd {
-            run_id: &run.id,
-            seq,
+            host: self.host_id.clone(),
             status,
             outcome,
             code,
             fuel_used: Some(i64::try_from(report.fuel_used).unwrap_or(i64::MAX)),
             peak_memory: Some(report.peak_memory as i64),
             duration_ms: report.duration.as_millis() as i64,
-            log: &report.log,
+            log: report.log,
             log_truncated: report.log_truncated,
-        }
+            started_at: run.updated_at,
+        };
+        (ending, report.result)
     }
 
-    /// Writes down what `decide` chose, with the attempt that led to it. If the database
-    /// refuses to record it (something the guest handed back it will not store), the run
-    /// ends `record_failed` instead, with the guest's output dropped: a run is never left
-    /// half-recorded, and the failure is not blamed on a crashed host.
-    async fn conclude(
+    /// The row change `decided` makes to the run. `require_lease`: an ending only commits
+    /// while the attempt still holds its lease.
+    fn change(
         &self,
         run: &RunRecord,
         spec: &JobSpec,
-        lease: &Lease,
-        ending: Ending,
-        attempt: Option<AttemptEnd<'_>>,
-        until: Instant,
-    ) -> Result<Step, StoreError> {
-        match self.record(run, spec, lease, ending, attempt, until).await {
-            Err(e) if !e.is_unavailable() => {
-                tracing::warn!(job = %run.job, run_id = %run.id, code = "record_failed", error = %e, "the database refused the attempt's record; recording a fixed failure instead");
-                let code = FailureCode::RecordFailed;
-                let attempt = attempt.map(|a| AttemptEnd {
-                    status: "failed",
-                    outcome: None,
-                    code: Some(code.as_str()),
-                    log: "",
-                    log_truncated: true,
-                    ..a
-                });
-                let ending = Ending::Finish {
-                    failure: Failure::code(code),
-                    failures: run.failures + 1,
-                };
-                self.record(run, spec, lease, ending, attempt, until).await
-            }
-            other => other,
-        }
-    }
-
-    async fn record(
-        &self,
-        run: &RunRecord,
-        spec: &JobSpec,
-        lease: &Lease,
-        ending: Ending,
-        attempt: Option<AttemptEnd<'_>>,
-        until: Instant,
-    ) -> Result<Step, StoreError> {
-        match ending {
-            Ending::Requeue {
+        decided: Decided,
+        require_lease: bool,
+    ) -> RunChange {
+        match decided {
+            Decided::Requeue {
                 delay,
                 pass,
                 cursor,
                 failures,
                 failure,
-            } => {
-                let requeue = Requeue {
-                    run_id: &run.id,
-                    attempt,
-                    lease,
-                    delay_ms: delay.as_millis() as i64,
-                    hold_ms: self
-                        .settings
-                        .lease
-                        .park_for(delay, self.settings.claim_slack),
-                    pass,
-                    cursor: cursor.as_deref(),
-                    failures,
-                    last_code: failure.code.map(FailureCode::as_str),
-                    last_error: failure.message.as_deref(),
-                };
-                let requeued = self
-                    .persist(until, || self.store.requeue_run(&requeue))
-                    .await?;
-                Ok(if requeued {
-                    Step::Requeued { delay }
-                } else {
-                    Step::Abandoned
-                })
-            }
-            Ending::Finish { failure, failures } => {
+            } => RunChange::Requeue {
+                delay_ms: i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
+                hold_ms: self
+                    .settings
+                    .lease
+                    .park_for(delay, self.settings.claim_slack),
+                pass,
+                cursor,
+                failures,
+                code: failure.code.map(FailureCode::as_str),
+                error: failure.message,
+            },
+            Decided::Finish { failure, failures } => {
                 let status = if failure.code.is_some() {
                     RunStatus::Failed
                 } else {
                     RunStatus::Succeeded
                 };
-                let args = finish_args(run, spec, lease, status, &failure, failures, true, attempt);
-                let mut result = self.persist(until, || self.store.finish_run(&args)).await?;
-                let (mut status, mut code) = (status, failure.code);
-                if result == FinishResult::LeaseLost {
-                    // The lease moved on under this run: whatever it returned, record the
-                    // loss — on the attempt as on the run, one ending, one code.
-                    let lost = Failure::code(FailureCode::LeaseLost);
-                    let attempt = attempt.map(|a| AttemptEnd {
-                        status: "failed",
-                        outcome: None,
-                        code: Some(FailureCode::LeaseLost.as_str()),
-                        ..a
-                    });
-                    let args = finish_args(
-                        run,
-                        spec,
-                        lease,
-                        RunStatus::Failed,
-                        &lost,
-                        failures,
-                        false,
-                        attempt,
-                    );
-                    result = self.persist(until, || self.store.finish_run(&args)).await?;
-                    (status, code) = (RunStatus::Failed, lost.code);
-                }
-                let FinishResult::Finished { follow_up } = result else {
-                    return Ok(Step::Abandoned);
-                };
-                let code_text = code.map(FailureCode::as_str);
-                self.metrics
-                    .run_finished(&run.job, status.as_str(), code_text);
-                tracing::info!(job = %run.job, run_id = %run.id, status = status.as_str(), code = code_text, "run finished");
-                Ok(Step::Finished {
+                RunChange::Finish {
+                    require_lease,
                     status,
-                    code,
-                    follow_up,
-                })
+                    code: failure.code.map(FailureCode::as_str),
+                    error: failure.message,
+                    cursor: run.cursor.clone(),
+                    pass: run.pass,
+                    failures,
+                    follow_up: Some(crate::kick::follow_up(run, spec.payload.to_string())),
+                    report: failure.code.map(|code| report_about(run, code)),
+                }
             }
         }
-    }
-
-    /// Starts a run's first attempt, or ends the run `skipped` (and reports
-    /// `LeaseUnavailable`) because another run holds the lease. A kick is not lost to a
-    /// held lease: it sets the holder's pending flag, and the holder queues one follow-up
-    /// when it ends. If the holder ends between the two steps, the lease is free: retry.
-    async fn start_first(
-        &self,
-        run: &RunRecord,
-        begin: &BeginAttempt<'_>,
-        timeout: Duration,
-    ) -> Result<Started, StoreError> {
-        const TRIES: usize = 5;
-        let op = self.settings.lease.first(run, timeout);
-        let is_kick = run.origin == Origin::Kick.as_str();
-        for _ in 0..TRIES {
-            let started = self.store.start_attempt(&op, begin).await?;
-            if started != Started::LeaseUnavailable {
-                return Ok(started);
-            }
-            if !is_kick {
-                break;
-            }
-            if self.store.set_pending(&run.job, &run.instance).await? {
-                self.skip(
-                    run,
-                    "the job was running: kick folded into its pending flag",
-                )
-                .await?;
-                return Ok(Started::LeaseUnavailable);
-            }
-        }
-        self.skip(run, "the job's lease was held by another run")
-            .await?;
-        Ok(Started::LeaseUnavailable)
-    }
-
-    async fn skip(&self, run: &RunRecord, reason: &str) -> Result<(), StoreError> {
-        self.store.skip_run(&run.id, reason).await?;
-        self.metrics
-            .run_finished(&run.job, RunStatus::Skipped.as_str(), None);
-        tracing::info!(job = %run.job, run_id = %run.id, "run skipped: lease held");
-        Ok(())
     }
 }
 
+/// The report a failed run's ending writes.
+fn report_about(run: &RunRecord, code: FailureCode) -> NewReport {
+    let kind = if code == FailureCode::LeaseLost {
+        ReportKind::LeaseLost
+    } else {
+        ReportKind::RunFailed
+    };
+    NewReport::about_run(kind, run, code)
+}
+
 /// What to do with a run after an attempt.
-enum Ending {
+enum Decided {
     /// Back to the queue: a retry after backoff, the next pass, or a cancelled attempt.
     Requeue {
         delay: Duration,
@@ -486,12 +549,8 @@ enum Ending {
 /// The rules: an outcome ends the run or queues its next pass; a failure is retried
 /// after backoff while retries remain and its code allows; a cancelled attempt (host
 /// shutdown) is requeued without counting against the job.
-fn decide(
-    run: &RunRecord,
-    spec: &JobSpec,
-    result: Result<Outcome, crate::engine::attempt::AttemptFailure>,
-) -> Ending {
-    let requeue = |delay, pass, cursor: Option<String>, failures, failure| Ending::Requeue {
+fn decide(run: &RunRecord, spec: &JobSpec, result: Result<Outcome, AttemptFailure>) -> Decided {
+    let requeue = |delay, pass, cursor: Option<String>, failures, failure| Decided::Requeue {
         delay,
         pass,
         cursor,
@@ -499,7 +558,7 @@ fn decide(
         failure,
     };
     match result {
-        Ok(Outcome::Done) => Ending::Finish {
+        Ok(Outcome::Done) => Decided::Finish {
             failure: Failure::none(),
             failures: 0,
         },
@@ -531,43 +590,9 @@ fn decide(
                 let delay = backoff::delay(&spec.retry, failures as u32, &mut rand::rng());
                 requeue(delay, run.pass, run.cursor.clone(), failures, failure)
             } else {
-                Ending::Finish { failure, failures }
+                Decided::Finish { failure, failures }
             }
         }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn finish_args<'a>(
-    run: &'a RunRecord,
-    spec: &JobSpec,
-    lease: &'a Lease,
-    status: RunStatus,
-    failure: &'a Failure,
-    failures: i64,
-    require_lease: bool,
-    attempt: Option<AttemptEnd<'a>>,
-) -> Finish<'a> {
-    Finish {
-        run_id: &run.id,
-        attempt,
-        lease,
-        require_lease,
-        status,
-        code: failure.code.map(FailureCode::as_str),
-        error: failure.message.as_deref(),
-        cursor: run.cursor.as_deref(),
-        pass: run.pass,
-        failures,
-        follow_up: Some(crate::kick::follow_up(run, spec.payload.to_string())),
-        report: failure.code.map(|code| {
-            let kind = if code == FailureCode::LeaseLost {
-                ReportKind::LeaseLost
-            } else {
-                ReportKind::RunFailed
-            };
-            NewReport::about_run(kind, run, code)
-        }),
     }
 }
 

@@ -153,9 +153,9 @@ impl Surveillance {
             }
             let report = NewReport {
                 kind: ReportKind::Missed,
-                job: &record.name,
+                job: record.name.clone(),
                 run_id: None,
-                code: Some("missed"),
+                code: Some("missed".to_string()),
                 body: serde_json::json!({
                     "kind": ReportKind::Missed.as_str(),
                     "job": record.name,

@@ -8,6 +8,7 @@
 
 #[macro_use]
 mod pool;
+pub mod attempts;
 mod connect;
 mod files;
 pub mod guest;
@@ -19,7 +20,11 @@ mod probe;
 mod queries;
 pub mod records;
 pub mod sqlite_guest;
+mod sqlite_writer;
 
+pub use attempts::{
+    AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Recorded, Recording, RunChange,
+};
 pub use connect::claim_for_serving;
 #[cfg(test)]
 pub(crate) use connect::open_sqlite;
@@ -66,18 +71,34 @@ pub enum StoreError {
     /// the server, user and database, never a password.
     #[error("{0}")]
     Open(String),
+    /// A statement of the SQLite writer failed (its SQLite code only).
+    #[error("database error: {}", describe_sqlite(*.code))]
+    Sqlite { code: i32 },
+    #[error("database error: the SQLite writer stopped")]
+    WriterStopped,
+    /// A batch could not reach the database; each of its items gets this.
+    #[error("database error: the database could not be reached")]
+    Unreachable,
+    #[error("database error: an answer the host cannot read")]
+    Unreadable,
 }
 
 impl StoreError {
-    /// Whether the database could not be reached or failed mid-statement (as opposed to a
-    /// refused statement): the runner turns this into `driver_failed`.
     /// Whether SQLite's write lock stayed held by another process for the whole busy
     /// timeout (on SQLite, one process serves a file; see `docs/architecture.md`).
     pub fn is_locked(&self) -> bool {
-        matches!(self, StoreError::Database(sqlx::Error::Database(e))
-            if e.code().and_then(|c| c.parse::<i32>().ok()).is_some_and(|c| c & 0xff == 5 || c & 0xff == 6))
+        match self {
+            StoreError::Database(sqlx::Error::Database(e)) => e
+                .code()
+                .and_then(|c| c.parse::<i32>().ok())
+                .is_some_and(is_busy_code),
+            StoreError::Sqlite { code } => is_busy_code(*code),
+            _ => false,
+        }
     }
 
+    /// Whether the database could not be reached or failed mid-statement (as opposed to a
+    /// refused statement): the runner turns this into `driver_failed`.
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
@@ -88,9 +109,31 @@ impl StoreError {
                     | sqlx::Error::WorkerCrashed
                     | sqlx::Error::Tls(_)
                     | sqlx::Error::Protocol(_)
-            )
+            ) | StoreError::WriterStopped
+                | StoreError::Unreachable
         )
     }
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED, with any extended code.
+fn is_busy_code(code: i32) -> bool {
+    matches!(code & 0xff, 5 | 6)
+}
+
+fn describe_sqlite(code: i32) -> String {
+    if is_busy_code(code) {
+        busy_message()
+    } else {
+        format!("statement failed (code {code})")
+    }
+}
+
+fn busy_message() -> String {
+    format!(
+        "another process holds the SQLite database's write lock (waited {} s; \
+         one `host serve` per file — use Postgres for several hosts)",
+        SQLITE_BUSY_TIMEOUT.as_secs()
+    )
 }
 
 /// A fixed, secret-free description of a driver error: its kind and, for errors the
@@ -105,11 +148,7 @@ pub fn describe(error: &sqlx::Error) -> String {
         sqlx::Error::PoolClosed => "connection pool closed".into(),
         sqlx::Error::WorkerCrashed => "database worker stopped".into(),
         sqlx::Error::Database(e) => match e.code() {
-            Some(code) if matches!(code.parse::<i32>().map(|c| c & 0xff), Ok(5 | 6)) => format!(
-                "another process holds the SQLite database's write lock (waited {} s; \
-                 one `host serve` per file — use Postgres for several hosts)",
-                SQLITE_BUSY_TIMEOUT.as_secs()
-            ),
+            Some(code) if code.parse::<i32>().is_ok_and(is_busy_code) => busy_message(),
             Some(code) => format!("statement failed (code {code})"),
             None => "statement failed".into(),
         },
@@ -136,6 +175,8 @@ pub struct Store {
     reader: Pool,
     /// On SQLite, lease checks answered on the calling thread (see `probe`).
     probe: Option<Arc<probe::SqliteProbe>>,
+    /// On SQLite, the writer of claims and endings (see `sqlite_writer`).
+    writer: Option<Arc<sqlite_writer::SqliteWriter>>,
     backend: Backend,
     dialect: &'static Dialect,
     pub(crate) q: &'static Queries,
@@ -169,25 +210,29 @@ impl Store {
             Backend::Sqlite => (&queries::SQLITE, &*SQLITE_QUERIES),
             Backend::Postgres => (&queries::POSTGRES, &*POSTGRES_QUERIES),
         };
-        let probe = match backend {
-            Backend::Sqlite => connect::sqlite_options(url)
-                .ok()
-                .and_then(|o| probe::SqliteProbe::open(o.get_filename()))
-                .map(Arc::new),
-            Backend::Postgres => None,
+        let host = migrate::host_migrations(backend);
+        migrate::apply(&pool, dialect, migrate::Scope::Host, &host).await?;
+        let (probe, writer) = match backend {
+            Backend::Sqlite => {
+                let options = connect::sqlite_options(url)?;
+                let path = options.get_filename();
+                (
+                    probe::SqliteProbe::open(path).map(Arc::new),
+                    Some(Arc::new(sqlite_writer::SqliteWriter::open(path, q)?)),
+                )
+            }
+            Backend::Postgres => (None, None),
         };
-        let store = Store {
+        Ok(Store {
             pool,
             reader,
             probe,
+            writer,
             backend,
             dialect,
             q,
             url: url.to_string(),
-        };
-        let host = migrate::host_migrations(backend);
-        migrate::apply(&store.pool, dialect, migrate::Scope::Host, &host).await?;
-        Ok(store)
+        })
     }
 
     /// Runs a compound write again when Postgres aborted it for a deadlock or a
@@ -215,6 +260,12 @@ impl Store {
 
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    fn writer(&self) -> &sqlite_writer::SqliteWriter {
+        self.writer
+            .as_deref()
+            .expect("a SQLite store opens its writer")
     }
 
     /// The URL the store was opened with: for opening further connections (guest access,
@@ -292,23 +343,6 @@ impl Store {
         )
     }
 
-    /// Moves one queued run to `running` for `host`, if it is still queued.
-    pub async fn claim_run(&self, id: &str, host: &str) -> Result<Option<RunRecord>> {
-        let q = &self.q.claim_run;
-        Ok(
-            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(id).bind(host).fetch_optional(p).await?),
-        )
-    }
-
-    /// Claims up to `limit` of the most overdue queued runs, skipping rows other hosts are
-    /// claiming at the same moment.
-    pub async fn claim_due_runs(&self, host: &str, limit: i64) -> Result<Vec<RunRecord>> {
-        let q = &self.q.claim_due_runs;
-        Ok(
-            with_pool!(self.pool, p => sqlx::query_as(q.as_str()).bind(host).bind(limit).fetch_all(p).await?),
-        )
-    }
-
     /// Milliseconds until the earliest queued run is due (negative if overdue), if any
     /// run is queued.
     pub async fn next_due_in(&self) -> Result<Option<i64>> {
@@ -354,209 +388,11 @@ impl Store {
         Ok(done == 1)
     }
 
-    /// Starts an attempt: takes or renews the lease, moves the run to the lease's
-    /// generation and opens the attempt's row — all in one transaction, or nothing.
-    pub async fn start_attempt(&self, op: &LeaseOp<'_>, a: &BeginAttempt<'_>) -> Result<Started> {
-        self.retrying(|| self.start_attempt_once(op, a)).await
-    }
-
-    async fn start_attempt_once(&self, op: &LeaseOp<'_>, a: &BeginAttempt<'_>) -> Result<Started> {
-        let q = self.q;
-        with_pool!(self.pool, p => {
-            let mut conn = Exclusive::acquire(p).await?;
-            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
-            let (job, instance) = match op {
-                LeaseOp::Acquire(r) => (r.job, r.instance),
-                LeaseOp::Renew { lease, .. } => (lease.job.as_str(), lease.instance.as_str()),
-            };
-            let _: Option<i64> = sqlx::query_scalar(q.lock_lease.as_str())
-                .bind(job)
-                .bind(instance)
-                .fetch_optional(&mut *tx)
-                .await?;
-            // The deadline is stamped by the next statement, so after this instant.
-            let stamped_after = tokio::time::Instant::now();
-            let lease: Option<LeaseRecord> = match op {
-                LeaseOp::Acquire(r) => sqlx::query_as(q.acquire_lease.as_str())
-                    .bind(r.job)
-                    .bind(r.instance)
-                    .bind(r.holder)
-                    .bind(r.deadline_ms)
-                    .bind(r.expires_ms)
-                    .fetch_optional(&mut *tx)
-                    .await?,
-                LeaseOp::Renew { lease, deadline_ms, expires_ms } => sqlx::query_as(q.renew_lease.as_str())
-                    .bind(&lease.job)
-                    .bind(&lease.instance)
-                    .bind(lease.generation)
-                    .bind(&lease.holder)
-                    .bind(deadline_ms)
-                    .bind(expires_ms)
-                    .fetch_optional(&mut *tx)
-                    .await?,
-            };
-            let Some(lease) = lease.map(LeaseRecord::into_lease) else {
-                tx.rollback().await?;
-                conn.release();
-                return Ok(Started::LeaseUnavailable);
-            };
-            let seq: Option<i64> = sqlx::query_scalar(q.begin_attempt.as_str())
-                .bind(a.run_id)
-                .bind(lease.generation)
-                .bind(a.host)
-                .bind(a.component_digest)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let Some(seq) = seq else {
-                tx.rollback().await?;
-                conn.release();
-                return Ok(Started::RunGone);
-            };
-            sqlx::query(q.insert_attempt.as_str())
-                .bind(a.run_id)
-                .bind(seq)
-                .bind(a.pass)
-                .bind(a.attempt)
-                .bind(lease.generation)
-                .bind(a.host)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            conn.release();
-            Ok(Started::Attempt { lease, seq, stamped_after })
-        })
-    }
-
     pub async fn list_attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>> {
         let q = &self.q.list_attempts;
         Ok(
             with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(run_id).fetch_all(p).await?),
         )
-    }
-
-    /// Puts a running run back in the queue (a retry after backoff, or its next pass) and
-    /// parks its lease until then. Returns false if the run or lease moved on.
-    pub async fn requeue_run(&self, r: &Requeue<'_>) -> Result<bool> {
-        self.retrying(|| self.requeue_run_once(r)).await
-    }
-
-    async fn requeue_run_once(&self, r: &Requeue<'_>) -> Result<bool> {
-        let q = self.q;
-        with_pool!(self.pool, p => {
-            let mut conn = Exclusive::acquire(p).await?;
-            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
-            if let Some(a) = &r.attempt {
-                bind_attempt_end(sqlx::query(q.finish_attempt.as_str()), a).execute(&mut *tx).await?;
-            }
-            // The parked lease proves the run is still this holder's: surveillance frees
-            // the lease in the same transaction as it marks a run crashed.
-            let parked = sqlx::query(q.park_lease.as_str())
-                .bind(&r.lease.job)
-                .bind(&r.lease.instance)
-                .bind(r.lease.generation)
-                .bind(&r.lease.holder)
-                .bind(r.hold_ms)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if parked != 1 {
-                tx.commit().await?;
-                conn.release();
-                return Ok(false);
-            }
-            let moved = sqlx::query(q.requeue_run.as_str())
-                .bind(r.run_id)
-                .bind(r.lease.generation)
-                .bind(r.delay_ms)
-                .bind(r.pass)
-                .bind(r.cursor)
-                .bind(r.failures)
-                .bind(r.last_code)
-                .bind(r.last_error)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if moved != 1 {
-                tx.rollback().await?;
-                conn.release();
-                return Ok(false);
-            }
-            tx.commit().await?;
-            conn.release();
-            Ok(true)
-        })
-    }
-
-    /// Records the attempt, ends the run and releases its lease, in one transaction. With
-    /// `require_lease`, nothing changes unless the lease is still held at the run's
-    /// generation. If the lease had its pending flag set (a kick arrived during the run),
-    /// `follow_up` is queued. A run that moved on meanwhile keeps only the attempt record.
-    pub async fn finish_run(&self, f: &Finish<'_>) -> Result<FinishResult> {
-        self.retrying(|| self.finish_run_once(f)).await
-    }
-
-    async fn finish_run_once(&self, f: &Finish<'_>) -> Result<FinishResult> {
-        let q = self.q;
-        with_pool!(self.pool, p => {
-            let mut conn = Exclusive::acquire(p).await?;
-            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
-            if let Some(a) = &f.attempt {
-                bind_attempt_end(sqlx::query(q.finish_attempt.as_str()), a).execute(&mut *tx).await?;
-            }
-            let pending: Option<i64> = sqlx::query_scalar(q.lease_pending.as_str())
-                .bind(&f.lease.job)
-                .bind(&f.lease.instance)
-                .bind(f.lease.generation)
-                .bind(&f.lease.holder)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if f.require_lease && pending.is_none() {
-                tx.rollback().await?;
-                conn.release();
-                return Ok(FinishResult::LeaseLost);
-            }
-            let updated = sqlx::query(q.finish_run.as_str())
-                .bind(f.run_id)
-                .bind(f.lease.generation)
-                .bind(f.status.as_str())
-                .bind(f.code)
-                .bind(f.error)
-                .bind(f.cursor)
-                .bind(f.pass)
-                .bind(f.failures)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if updated != 1 {
-                tx.commit().await?;
-                conn.release();
-                return Ok(FinishResult::NotRunning);
-            }
-            sqlx::query(q.release_lease.as_str())
-                .bind(&f.lease.job)
-                .bind(&f.lease.instance)
-                .bind(f.lease.generation)
-                .execute(&mut *tx)
-                .await?;
-            let mut follow_up = None;
-            if pending == Some(1)
-                && let Some(run) = &f.follow_up
-            {
-                let row: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), run)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                follow_up = Some(row.id);
-            }
-            if f.status == RunStatus::Succeeded {
-                sqlx::query(q.record_success.as_str()).bind(&f.lease.job).execute(&mut *tx).await?;
-            }
-            if let Some(report) = &f.report {
-                bind_report(sqlx::query(q.insert_report.as_str()), report).execute(&mut *tx).await?;
-            }
-            tx.commit().await?;
-            conn.release();
-            Ok(FinishResult::Finished { follow_up })
-        })
     }
 
     /// Waiting and overdue runs: how many are due now, and how late the oldest is (ms).
@@ -646,6 +482,10 @@ impl Store {
                 .bind(&c.run.instance)
                 .fetch_optional(&mut *tx)
                 .await?;
+            sqlx::query(q.record_crashed_attempt.as_str())
+                .bind(&c.run.id)
+                .execute(&mut *tx)
+                .await?;
             let marked = sqlx::query(q.mark_crashed.as_str())
                 .bind(&c.run.id)
                 .bind(c.stale_ms)
@@ -685,7 +525,7 @@ impl Store {
         &self,
         job: &str,
         previous: Option<i64>,
-        report: &NewReport<'_>,
+        report: &NewReport,
     ) -> Result<bool> {
         self.retrying(|| self.mark_missed_once(job, previous, report))
             .await
@@ -695,7 +535,7 @@ impl Store {
         &self,
         job: &str,
         previous: Option<i64>,
-        report: &NewReport<'_>,
+        report: &NewReport,
     ) -> Result<bool> {
         let q = self.q;
         with_pool!(self.pool, p => {
@@ -764,7 +604,7 @@ impl Store {
 
     // ---- reports ----------------------------------------------------------------------
 
-    pub async fn insert_report(&self, report: &NewReport<'_>) -> Result<()> {
+    pub async fn insert_report(&self, report: &NewReport) -> Result<()> {
         let q = &self.q.insert_report;
         with_pool!(self.pool, p => bind_report(sqlx::query(q.as_str()), report).execute(p).await.map(drop)?);
         Ok(())
@@ -832,33 +672,9 @@ where
         .bind(run.delay_ms)
 }
 
-fn bind_attempt_end<'q, DB>(
-    query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
-    a: &'q AttemptEnd<'q>,
-) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
-where
-    DB: sqlx::Database,
-    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
-    for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
-    Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
-    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
-{
-    query
-        .bind(a.run_id)
-        .bind(a.seq)
-        .bind(a.status)
-        .bind(a.outcome)
-        .bind(a.code)
-        .bind(a.fuel_used)
-        .bind(a.peak_memory)
-        .bind(a.duration_ms)
-        .bind(a.log)
-        .bind(i64::from(a.log_truncated))
-}
-
 fn bind_report<'q, DB>(
     query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
-    report: &'q NewReport<'q>,
+    report: &'q NewReport,
 ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
 where
     DB: sqlx::Database,
@@ -867,8 +683,8 @@ where
 {
     query
         .bind(report.kind.as_str())
-        .bind(report.job)
-        .bind(report.run_id)
-        .bind(report.code)
+        .bind(report.job.as_str())
+        .bind(report.run_id.as_deref())
+        .bind(report.code.as_deref())
         .bind(report.body.as_str())
 }

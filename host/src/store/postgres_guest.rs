@@ -604,12 +604,18 @@ impl TxSession for Session {
         })
     }
 
+    /// Cancel-safe: the session keeps its connection until the rollback has answered, so
+    /// a release dropped half-way abandons the connection (see `Drop`) rather than
+    /// pooling one that may still be inside the transaction.
     async fn release(mut self: Box<Self>) {
-        let Some(conn) = self.conn.take() else {
+        let Some(conn) = self.conn.as_ref() else {
             return;
         };
         let clean = !conn.oversized.load(Ordering::Acquire)
             && (!self.in_tx || conn.client.batch_execute("ROLLBACK").await.is_ok());
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
         if clean && !conn.client.is_closed() {
             self.pool.put_back(conn);
         } else {

@@ -100,6 +100,11 @@ macro_rules! queries {
             pub(crate) fn render(dialect: &Dialect) -> Queries {
                 Queries { $($name: dialect.render($sql),)* }
             }
+
+            #[cfg(test)]
+            fn all(&self) -> Vec<&str> {
+                vec![$(self.$name.as_str(),)*]
+            }
         }
     };
 }
@@ -133,17 +138,6 @@ queries! {
         cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at) \
         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}) \
         RETURNING {run_columns}";
-    claim_run = "UPDATE jobhost_runs SET status = 'running', host = $2, updated_at = {now}, \
-        started_at = COALESCE(started_at, {now}) \
-        WHERE id = $1 AND status = 'queued' RETURNING {run_columns}";
-    // The batch is picked once, in a materialised CTE: as a plain `IN (subquery)`,
-    // Postgres may re-run the subquery and claim more rows than the limit.
-    claim_due_runs = "WITH due AS MATERIALIZED (SELECT id FROM jobhost_runs \
-            WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
-            ORDER BY next_attempt_at, id LIMIT $2 {skip_locked}) \
-        UPDATE jobhost_runs SET status = 'running', host = $1, updated_at = {now}, \
-        started_at = COALESCE(started_at, {now}) \
-        WHERE id IN (SELECT id FROM due) AND status = 'queued' RETURNING {run_columns}";
     next_due_in = "SELECT MIN(next_attempt_at) - {now} FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual'";
     queue_lag = "SELECT COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) FROM jobhost_runs \
@@ -158,14 +152,6 @@ queries! {
         GROUP BY status, COALESCE(last_code, '')";
     skip_run = "UPDATE jobhost_runs SET status = 'skipped', last_error = $2, \
         finished_at = {now}, updated_at = {now} WHERE id = $1 AND status = 'running'";
-    begin_attempt = "UPDATE jobhost_runs SET generation = $2, host = $3, attempts = attempts + 1, \
-        component_digest = $4, updated_at = {now} WHERE id = $1 AND status = 'running' \
-        RETURNING attempts";
-    insert_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, generation, host, \
-        status, started_at) VALUES ($1, $2, $3, $4, $5, $6, 'running', {now})";
-    finish_attempt = "UPDATE jobhost_attempts SET status = $3, outcome = $4, code = $5, \
-        fuel_used = $6, peak_memory = $7, duration_ms = $8, log = $9, log_truncated = $10, \
-        finished_at = {now} WHERE run_id = $1 AND seq = $2";
     list_attempts = "SELECT {attempt_columns} FROM jobhost_attempts WHERE run_id = $1 ORDER BY seq";
     requeue_run = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now} + $3, \
         pass = $4, cursor = $5, failures = $6, last_code = $7, last_error = $8, updated_at = {now} \
@@ -173,6 +159,33 @@ queries! {
     finish_run = "UPDATE jobhost_runs SET status = $3, last_code = $4, last_error = $5, \
         cursor = $6, pass = $7, failures = $8, finished_at = {now}, updated_at = {now} \
         WHERE id = $1 AND status = 'running' AND generation = $2";
+    // The steps of a batched claim and of recording attempts' ends, as the SQLite writer
+    // runs them in one transaction (`store::sqlite_writer`); on Postgres the functions of
+    // migration 0004 run the same steps.
+    due_runs = "SELECT id, job, instance, generation FROM jobhost_runs \
+        WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
+        ORDER BY next_attempt_at, id LIMIT $1";
+    claimable_run = "SELECT id, job, instance, generation FROM jobhost_runs WHERE id = $1 \
+        AND (status = 'queued' OR (status = 'running' AND host = $2 AND generation IS NULL))";
+    start_run = "UPDATE jobhost_runs SET status = 'running', host = $2, \
+        generation = COALESCE($3, generation), \
+        attempts = attempts + CASE WHEN $3 IS NULL THEN 0 ELSE 1 END, \
+        component_digest = CASE WHEN $3 IS NULL THEN component_digest ELSE $4 END, \
+        started_at = COALESCE(started_at, {now}), updated_at = {now} \
+        WHERE id = $1 RETURNING {run_columns}";
+    record_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, generation, host, \
+        status, outcome, code, fuel_used, peak_memory, duration_ms, log, log_truncated, \
+        started_at, finished_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, {now}) \
+        ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, \
+        outcome = excluded.outcome, code = excluded.code, fuel_used = excluded.fuel_used, \
+        peak_memory = excluded.peak_memory, duration_ms = excluded.duration_ms, \
+        log = excluded.log, log_truncated = excluded.log_truncated, \
+        finished_at = excluded.finished_at";
+    run_running = "SELECT COUNT(*) FROM jobhost_runs \
+        WHERE id = $1 AND status = 'running' AND generation = $2";
+    give_back_run = "UPDATE jobhost_runs SET status = 'queued', attempts = attempts - 1, \
+        updated_at = {now} WHERE id = $1 AND status = 'running' AND generation = $2";
     // Running runs, and manual runs waiting in the queue (a retry or the next pass of a
     // `host run`): both belong to a host, and lose it when their lease expires.
     lost_runs = "SELECT r.id, r.job, r.instance, r.generation FROM jobhost_runs r \
@@ -186,6 +199,14 @@ queries! {
         AND updated_at <= {now} - $2 \
         AND NOT EXISTS (SELECT 1 FROM jobhost_leases l WHERE l.job = jobhost_runs.job \
             AND l.instance = jobhost_runs.instance AND l.holder = $1 AND l.expires_at > {now})";
+    // The attempt a crashed run was running, recorded as it is found (a running attempt
+    // has no row of its own); nothing if the run was not running one.
+    record_crashed_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, \
+        generation, host, status, code, log, log_truncated, started_at, finished_at) \
+        SELECT id, attempts, pass, failures + 1, generation, COALESCE(host, ''), 'crashed', \
+        'crashed', '', 0, updated_at, {now} FROM jobhost_runs \
+        WHERE id = $1 AND status = 'running' AND generation IS NOT NULL AND attempts > 0 \
+        ON CONFLICT (run_id, seq) DO NOTHING";
     lease_holder = "SELECT holder, pending FROM jobhost_leases \
         WHERE job = $1 AND instance = $2 {for_update}";
     release_lost_lease = "UPDATE jobhost_leases SET holder = NULL, pending = 0, \
@@ -200,10 +221,6 @@ queries! {
         expires_at = {now} + $5, pending = 0, updated_at = {now} \
         WHERE jobhost_leases.holder IS NULL OR jobhost_leases.expires_at <= {now} \
         RETURNING {lease_columns}";
-    // Taken before a lease's deadline is stamped, so the stamp is not made before a wait
-    // for the row (Postgres computes an UPDATE's new row before it waits for the lock).
-    lock_lease = "SELECT generation FROM jobhost_leases WHERE job = $1 AND instance = $2 \
-        {for_update}";
     renew_lease = "UPDATE jobhost_leases SET generation = generation + 1, \
         deadline_at = {now} + $5, expires_at = {now} + $6, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND generation = $3 AND holder = $4 \
@@ -291,7 +308,7 @@ mod tests {
     fn every_token_is_rendered() {
         for dialect in [&SQLITE, &POSTGRES] {
             let q = Queries::render(dialect);
-            for sql in [&q.acquire_lease, &q.claim_due_runs, &q.fence, &q.list_runs] {
+            for sql in q.all() {
                 assert!(!sql.contains('{'), "unrendered token in {sql}");
             }
         }

@@ -190,7 +190,7 @@ pub struct Crash<'a> {
     pub rerun: Option<NewRun>,
     /// Queued only if the lost run's lease had kicks pending.
     pub follow_up: Option<NewRun>,
-    pub report: NewReport<'a>,
+    pub report: NewReport,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
@@ -219,7 +219,7 @@ pub struct JobUpsert<'a> {
     pub next_fire_at: Option<i64>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRun {
     pub id: String,
     pub job: String,
@@ -243,99 +243,6 @@ pub struct LeaseRequest<'a> {
     pub expires_ms: i64,
 }
 
-/// How an attempt takes its lease generation.
-pub enum LeaseOp<'a> {
-    /// The run's first attempt: take the lease if it is free or expired.
-    Acquire(LeaseRequest<'a>),
-    /// A later attempt: move the run's lease on to its next generation.
-    Renew {
-        lease: &'a Lease,
-        deadline_ms: i64,
-        expires_ms: i64,
-    },
-}
-
-/// What `start_attempt` did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Started {
-    Attempt {
-        lease: Lease,
-        seq: i64,
-        /// An instant (host clock) before the database stamped the lease's deadline: the
-        /// attempt's deadline counted from here is never later than the database's.
-        stamped_after: tokio::time::Instant,
-    },
-    /// Another run holds the lease (acquire), or the run's lease moved on (renew).
-    LeaseUnavailable,
-    /// The run is no longer running (marked crashed meanwhile): nothing changed.
-    RunGone,
-}
-
-pub struct BeginAttempt<'a> {
-    pub run_id: &'a str,
-    pub host: &'a str,
-    pub component_digest: &'a str,
-    pub pass: i64,
-    pub attempt: i64,
-}
-
-#[derive(Clone, Copy)]
-pub struct AttemptEnd<'a> {
-    pub run_id: &'a str,
-    pub seq: i64,
-    pub status: &'a str,
-    pub outcome: Option<&'a str>,
-    pub code: Option<&'a str>,
-    pub fuel_used: Option<i64>,
-    pub peak_memory: Option<i64>,
-    pub duration_ms: i64,
-    pub log: &'a str,
-    pub log_truncated: bool,
-}
-
-pub struct Requeue<'a> {
-    pub run_id: &'a str,
-    /// The attempt that led here, recorded in the same transaction.
-    pub attempt: Option<AttemptEnd<'a>>,
-    pub lease: &'a Lease,
-    pub delay_ms: i64,
-    /// How long the parked lease stays held: past the delay, so no other run takes it
-    /// while this one waits.
-    pub hold_ms: i64,
-    pub pass: i64,
-    pub cursor: Option<&'a str>,
-    pub failures: i64,
-    pub last_code: Option<&'a str>,
-    pub last_error: Option<&'a str>,
-}
-
-pub struct Finish<'a> {
-    pub run_id: &'a str,
-    /// The attempt that led here, recorded in the same transaction.
-    pub attempt: Option<AttemptEnd<'a>>,
-    pub lease: &'a Lease,
-    pub require_lease: bool,
-    pub status: RunStatus,
-    pub code: Option<&'a str>,
-    pub error: Option<&'a str>,
-    pub cursor: Option<&'a str>,
-    pub pass: i64,
-    pub failures: i64,
-    pub follow_up: Option<NewRun>,
-    pub report: Option<NewReport<'a>>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum FinishResult {
-    Finished {
-        follow_up: Option<String>,
-    },
-    /// The lease is no longer held at the run's generation; nothing changed.
-    LeaseLost,
-    /// The run is no longer running at that generation (marked crashed meanwhile).
-    NotRunning,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReportKind {
@@ -356,27 +263,24 @@ impl ReportKind {
     }
 }
 
-pub struct NewReport<'a> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewReport {
     pub kind: ReportKind,
-    pub job: &'a str,
-    pub run_id: Option<&'a str>,
-    pub code: Option<&'a str>,
+    pub job: String,
+    pub run_id: Option<String>,
+    pub code: Option<String>,
     /// The JSON the sinks deliver (fixed schema, fixed codes only).
     pub body: String,
 }
 
-impl<'a> NewReport<'a> {
+impl NewReport {
     /// A report about one run: its job, instance, id and a fixed code, never free text.
-    pub fn about_run(
-        kind: ReportKind,
-        run: &'a RunRecord,
-        code: crate::failure::FailureCode,
-    ) -> Self {
+    pub fn about_run(kind: ReportKind, run: &RunRecord, code: crate::failure::FailureCode) -> Self {
         NewReport {
             kind,
-            job: &run.job,
-            run_id: Some(&run.id),
-            code: Some(code.as_str()),
+            job: run.job.clone(),
+            run_id: Some(run.id.clone()),
+            code: Some(code.as_str().to_string()),
             body: serde_json::json!({
                 "kind": kind.as_str(),
                 "job": run.job,

@@ -282,6 +282,8 @@ struct Session {
     host_queries: Option<&'static Queries>,
     /// Whether a write session issued its `BEGIN IMMEDIATE`.
     begun: bool,
+    /// Set on a session whose owner dropped it: its own drop closes the connection.
+    orphan: bool,
 }
 
 impl Session {
@@ -311,6 +313,7 @@ impl Session {
             auth,
             host_queries: None,
             begun: false,
+            orphan: false,
         };
         let deadline = deadline.into_std();
         let auth = session.auth.clone();
@@ -456,14 +459,17 @@ impl Session {
     /// Whether a transaction is open is asked of SQLite itself, after any statement still
     /// running on the connection has ended: a `BEGIN` whose caller was cancelled while it
     /// waited for the write lock completes later, and must be rolled back too.
+    ///
+    /// Cancel-safe: the session keeps its connection until the cleanup is done, so a
+    /// release dropped half-way leaves it to `Drop`, never pooling a connection that may
+    /// still be inside a transaction (holding the file's one write lock).
     async fn release(mut self) {
-        let Some(mut conn) = self.conn.take() else {
+        if self.conn.is_none() {
             return;
-        };
-        let auth = self.auth.clone();
+        }
         let cleaned: Result<(), sqlx::Error> = async {
             let open = {
-                let mut handle = conn.lock_handle().await?;
+                let mut handle = self.conn().lock_handle().await?;
                 handle.remove_progress_handler();
                 let db = handle.as_raw_handle().as_ptr();
                 // SAFETY: the handle is locked; removing the authorizer ends SQLite's use
@@ -474,16 +480,28 @@ impl Session {
                 }
             };
             if open {
-                sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await?;
+                sqlx::raw_sql("ROLLBACK").execute(&mut **self.conn()).await?;
             }
             Ok(())
         }
         .await;
+        let Some(mut conn) = self.conn.take() else {
+            return;
+        };
         if cleaned.is_err() {
             // SQLite may still hold the pointer: keep the state alive for good, and close
             // the connection (which rolls back anything open).
             conn.close_on_drop();
-            std::mem::forget(auth);
+            std::mem::forget(self.auth.clone());
+        }
+    }
+
+    /// Closes the connection without cleaning it (closing rolls back); the authorizer's
+    /// state is kept alive for good, as SQLite may still hold a pointer to it.
+    fn abandon(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            conn.close_on_drop();
+            std::mem::forget(self.auth.clone());
         }
     }
 }
@@ -529,8 +547,15 @@ impl TxSession for Session {
 }
 
 impl Drop for Session {
+    /// Dropped with its connection (a cancelled call or release): the cleanup runs in a
+    /// task of its own. An orphan dropped in turn (the runtime is shutting down) closes
+    /// the connection instead of spawning again.
     fn drop(&mut self) {
         if self.conn.is_none() {
+            return;
+        }
+        if self.orphan {
+            self.abandon();
             return;
         }
         let orphan = Session {
@@ -538,19 +563,13 @@ impl Drop for Session {
             auth: self.auth.clone(),
             host_queries: None,
             begun: false,
+            orphan: true,
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(orphan.release());
             }
-            Err(_) => {
-                let mut orphan = orphan;
-                if let Some(conn) = orphan.conn.as_mut() {
-                    conn.close_on_drop();
-                }
-                std::mem::forget(orphan.auth.clone());
-                drop(orphan);
-            }
+            Err(_) => drop(orphan),
         }
     }
 }

@@ -1,0 +1,427 @@
+//! Claims and endings of attempts, many per round trip.
+//!
+//! A claim locks due runs (skipping rows other hosts are claiming), takes or moves on each
+//! run's lease to a new generation with its deadline, and starts the attempt — for a whole
+//! batch of runs at once. An ending (`Recording`) writes down what an attempt led to — the
+//! run finished, queued again, or given back unstarted — conditioned on the run still
+//! running at the attempt's generation, and on the lease where the ending needs it; the
+//! host's finisher sends many at once, and learns per run whether it was recorded.
+//!
+//! On Postgres each batch is one call of a function of migration 0004; on SQLite the
+//! writer (`sqlite_writer`) runs the same steps in one transaction. What to record is
+//! decided by the runner; this module only writes it.
+
+use super::{Lease, NewReport, NewRun, Result, RunRecord, RunStatus, Store, StoreError};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use tokio::time::Instant;
+
+/// How an attempt of one job is started: its lease's deadline and expiry (from the moment
+/// the claim stamps them) and the component that runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptTerms {
+    pub deadline_ms: i64,
+    pub expires_ms: i64,
+    pub digest: String,
+}
+
+/// What a host claims.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    pub host: &'a str,
+    pub limit: i64,
+    /// One run instead of the most overdue: a `host run`'s own (queued), or a run this
+    /// host claimed without a lease, trying again for it.
+    pub run_id: Option<&'a str>,
+    /// The jobs this host runs. A run of another job is claimed without a lease.
+    pub terms: &'a BTreeMap<String, AttemptTerms>,
+}
+
+/// A run a claim moved to `running`.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// As claimed: with a lease, the attempt's generation and number (`attempts`) are
+    /// the new ones; without, the run is as it was, but `running`.
+    pub run: RunRecord,
+    /// The lease of the attempt, if the claim could take it.
+    pub lease: Option<Lease>,
+    /// An instant before the database stamped the lease's deadline: counted from here,
+    /// the host stops an attempt no later than the database stops its writes.
+    pub stamped_after: Instant,
+}
+
+/// A claimed run as the database returns it.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct ClaimedRow {
+    #[sqlx(flatten)]
+    pub run: RunRecord,
+    pub lease_deadline_at: Option<i64>,
+    pub lease_expires_at: Option<i64>,
+}
+
+impl ClaimedRow {
+    pub(crate) fn into_claimed(self, stamped_after: Instant) -> Claimed {
+        let lease = match (
+            self.lease_deadline_at,
+            self.lease_expires_at,
+            self.run.generation,
+        ) {
+            (Some(deadline_at), Some(expires_at), Some(generation)) => Some(Lease {
+                job: self.run.job.clone(),
+                instance: self.run.instance.clone(),
+                generation,
+                holder: self.run.id.clone(),
+                deadline_at,
+                expires_at,
+            }),
+            _ => None,
+        };
+        Claimed {
+            run: self.run,
+            lease,
+            stamped_after,
+        }
+    }
+}
+
+/// The row of an attempt that ended (written when it ends: a running attempt is its
+/// run's status, host and generation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptEnding {
+    pub seq: i64,
+    pub pass: i64,
+    pub attempt: i64,
+    pub host: String,
+    pub status: &'static str,
+    pub outcome: Option<&'static str>,
+    pub code: Option<&'static str>,
+    pub fuel_used: Option<i64>,
+    pub peak_memory: Option<i64>,
+    pub duration_ms: i64,
+    pub log: String,
+    pub log_truncated: bool,
+    /// When the claim started it (database clock).
+    pub started_at: i64,
+}
+
+/// What an attempt led to, for one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recording {
+    pub run_id: String,
+    /// The lease the attempt held (its generation fences everything below).
+    pub lease: Lease,
+    pub attempt: Option<AttemptEnding>,
+    pub change: RunChange,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunChange {
+    /// The run is over: its lease released, the follow-up queued if a kick set the lease's
+    /// pending flag meanwhile. With `require_lease`, nothing changes unless the lease is
+    /// still held at the attempt's generation.
+    Finish {
+        require_lease: bool,
+        status: RunStatus,
+        code: Option<&'static str>,
+        error: Option<String>,
+        cursor: Option<String>,
+        pass: i64,
+        failures: i64,
+        follow_up: Option<NewRun>,
+        report: Option<NewReport>,
+    },
+    /// Back to the queue after `delay_ms` (a retry, the next pass, a cancelled attempt),
+    /// the lease parked for `hold_ms` so no other run takes it meanwhile.
+    Requeue {
+        delay_ms: i64,
+        hold_ms: i64,
+        pass: i64,
+        cursor: Option<String>,
+        failures: i64,
+        code: Option<&'static str>,
+        error: Option<String>,
+    },
+    /// A claimed run that never started goes back to the queue as it was (its attempt
+    /// count taken back), the lease parked for `hold_ms`.
+    GiveBack { hold_ms: i64 },
+}
+
+/// Whether a `Recording` was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    Finished {
+        follow_up: Option<String>,
+    },
+    Requeued,
+    /// The lease was no longer held at the attempt's generation: nothing changed.
+    LeaseLost,
+    /// The run was no longer running at that generation (marked crashed meanwhile): only
+    /// the attempt's row was written.
+    NotRunning,
+}
+
+impl Recording {
+    /// Items are applied in lease order, so two batches take lease locks in one order.
+    fn lock_key(&self) -> (&str, &str) {
+        (&self.lease.job, &self.lease.instance)
+    }
+}
+
+/// One `Recording` as the Postgres function reads it (flat, see migration 0004).
+#[derive(Serialize)]
+struct WireItem<'a> {
+    idx: usize,
+    kind: &'static str,
+    run_id: &'a str,
+    job: &'a str,
+    instance: &'a str,
+    generation: i64,
+    holder: &'a str,
+    seq: Option<i64>,
+    a_pass: Option<i64>,
+    a_attempt: Option<i64>,
+    a_host: Option<&'a str>,
+    a_status: Option<&'a str>,
+    a_outcome: Option<&'a str>,
+    a_code: Option<&'a str>,
+    a_fuel_used: Option<i64>,
+    a_peak_memory: Option<i64>,
+    a_duration_ms: Option<i64>,
+    a_log: Option<&'a str>,
+    a_log_truncated: Option<i64>,
+    a_started_at: Option<i64>,
+    require_lease: bool,
+    status: Option<&'a str>,
+    code: Option<&'a str>,
+    error: Option<&'a str>,
+    cursor: Option<&'a str>,
+    pass: Option<i64>,
+    failures: Option<i64>,
+    delay_ms: Option<i64>,
+    hold_ms: Option<i64>,
+    f_id: Option<&'a str>,
+    f_tenant: Option<&'a str>,
+    f_origin: Option<&'a str>,
+    f_payload: Option<&'a str>,
+    f_cursor: Option<&'a str>,
+    f_component_digest: Option<&'a str>,
+    f_scheduled_for: Option<i64>,
+    f_rerun_of: Option<&'a str>,
+    f_delay_ms: Option<i64>,
+    r_kind: Option<&'a str>,
+    r_code: Option<&'a str>,
+    r_body: Option<&'a str>,
+}
+
+impl<'a> WireItem<'a> {
+    fn new(idx: usize, r: &'a Recording) -> WireItem<'a> {
+        let a = r.attempt.as_ref();
+        let mut item = WireItem {
+            idx,
+            kind: "",
+            run_id: &r.run_id,
+            job: &r.lease.job,
+            instance: &r.lease.instance,
+            generation: r.lease.generation,
+            holder: &r.lease.holder,
+            seq: a.map(|a| a.seq),
+            a_pass: a.map(|a| a.pass),
+            a_attempt: a.map(|a| a.attempt),
+            a_host: a.map(|a| a.host.as_str()),
+            a_status: a.map(|a| a.status),
+            a_outcome: a.and_then(|a| a.outcome),
+            a_code: a.and_then(|a| a.code),
+            a_fuel_used: a.and_then(|a| a.fuel_used),
+            a_peak_memory: a.and_then(|a| a.peak_memory),
+            a_duration_ms: a.map(|a| a.duration_ms),
+            a_log: a.map(|a| a.log.as_str()),
+            a_log_truncated: a.map(|a| i64::from(a.log_truncated)),
+            a_started_at: a.map(|a| a.started_at),
+            require_lease: false,
+            status: None,
+            code: None,
+            error: None,
+            cursor: None,
+            pass: None,
+            failures: None,
+            delay_ms: None,
+            hold_ms: None,
+            f_id: None,
+            f_tenant: None,
+            f_origin: None,
+            f_payload: None,
+            f_cursor: None,
+            f_component_digest: None,
+            f_scheduled_for: None,
+            f_rerun_of: None,
+            f_delay_ms: None,
+            r_kind: None,
+            r_code: None,
+            r_body: None,
+        };
+        match &r.change {
+            RunChange::Finish {
+                require_lease,
+                status,
+                code,
+                error,
+                cursor,
+                pass,
+                failures,
+                follow_up,
+                report,
+            } => {
+                item.kind = "finish";
+                item.require_lease = *require_lease;
+                item.status = Some(status.as_str());
+                item.code = *code;
+                item.error = error.as_deref();
+                item.cursor = cursor.as_deref();
+                item.pass = Some(*pass);
+                item.failures = Some(*failures);
+                if let Some(f) = follow_up {
+                    item.f_id = Some(&f.id);
+                    item.f_tenant = Some(&f.tenant);
+                    item.f_origin = Some(f.origin.as_str());
+                    item.f_payload = Some(&f.payload);
+                    item.f_cursor = f.cursor.as_deref();
+                    item.f_component_digest = f.component_digest.as_deref();
+                    item.f_scheduled_for = f.scheduled_for;
+                    item.f_rerun_of = f.rerun_of.as_deref();
+                    item.f_delay_ms = Some(f.delay_ms);
+                }
+                if let Some(report) = report {
+                    item.r_kind = Some(report.kind.as_str());
+                    item.r_code = report.code.as_deref();
+                    item.r_body = Some(&report.body);
+                }
+            }
+            RunChange::Requeue {
+                delay_ms,
+                hold_ms,
+                pass,
+                cursor,
+                failures,
+                code,
+                error,
+            } => {
+                item.kind = "requeue";
+                item.delay_ms = Some(*delay_ms);
+                item.hold_ms = Some(*hold_ms);
+                item.pass = Some(*pass);
+                item.cursor = cursor.as_deref();
+                item.failures = Some(*failures);
+                item.code = *code;
+                item.error = error.as_deref();
+            }
+            RunChange::GiveBack { hold_ms } => {
+                item.kind = "give_back";
+                item.hold_ms = Some(*hold_ms);
+            }
+        }
+        item
+    }
+}
+
+/// What the Postgres function answers per item.
+#[derive(sqlx::FromRow)]
+struct WireResult {
+    idx: i32,
+    result: String,
+    follow_up: Option<String>,
+}
+
+fn recorded(result: &str, follow_up: Option<String>) -> Result<Recorded> {
+    Ok(match result {
+        "finished" => Recorded::Finished { follow_up },
+        "requeued" => Recorded::Requeued,
+        "lease_lost" => Recorded::LeaseLost,
+        "not_running" => Recorded::NotRunning,
+        _ => return Err(StoreError::Unreadable),
+    })
+}
+
+impl Store {
+    /// Claims, leases and starts runs (see [`ClaimRequest`]), in one round trip.
+    pub async fn claim_runs(&self, request: &ClaimRequest<'_>) -> Result<Vec<Claimed>> {
+        let stamped_after = Instant::now();
+        let rows = match &self.pool {
+            super::Pool::Postgres(p) => {
+                self.retrying(|| async {
+                    Ok(sqlx::query_as::<_, ClaimedRow>(
+                        "SELECT * FROM jobhost_claim_runs($1, $2, $3, $4)",
+                    )
+                    .bind(request.host)
+                    .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
+                    .bind(sqlx::types::Json(request.terms))
+                    .bind(request.run_id)
+                    .fetch_all(p)
+                    .await?)
+                })
+                .await?
+            }
+            super::Pool::Sqlite(_) => self.writer().claim(request).await?,
+        };
+        Ok(rows
+            .into_iter()
+            .map(|row| row.into_claimed(stamped_after))
+            .collect())
+    }
+
+    /// Writes down the ends of attempts, one answer per item, in the order given. A batch
+    /// the database refuses as a whole is tried again item by item, so one item it will
+    /// not store cannot fail the others.
+    pub async fn record_attempts(&self, items: &[Recording]) -> Vec<Result<Recorded>> {
+        let p = match &self.pool {
+            super::Pool::Postgres(p) => p,
+            super::Pool::Sqlite(_) => return self.writer().record(items.to_vec()).await,
+        };
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by(|&a, &b| items[a].lock_key().cmp(&items[b].lock_key()));
+        match self.record_postgres(p, items, &order).await {
+            Ok(answers) => answers,
+            Err(e) if items.len() == 1 => vec![Err(e)],
+            Err(e) if e.is_unavailable() => {
+                items.iter().map(|_| Err(StoreError::Unreachable)).collect()
+            }
+            Err(_) => {
+                let mut answers = Vec::with_capacity(items.len());
+                for i in 0..items.len() {
+                    answers.push(match self.record_postgres(p, items, &[i]).await {
+                        Ok(mut one) => one.pop().unwrap_or(Err(StoreError::Unreadable)),
+                        Err(e) => Err(e),
+                    });
+                }
+                answers
+            }
+        }
+    }
+
+    /// One call of `jobhost_record_attempts` for `items[i]`, `i` in `order`; the answers
+    /// in the items' own order (`order` must list each index once).
+    async fn record_postgres(
+        &self,
+        pool: &sqlx::PgPool,
+        items: &[Recording],
+        order: &[usize],
+    ) -> Result<Vec<Result<Recorded>>> {
+        let wire: Vec<WireItem<'_>> = order.iter().map(|&i| WireItem::new(i, &items[i])).collect();
+        let rows: Vec<WireResult> = self
+            .retrying(|| async {
+                Ok(sqlx::query_as("SELECT * FROM jobhost_record_attempts($1)")
+                    .bind(sqlx::types::Json(&wire))
+                    .fetch_all(pool)
+                    .await?)
+            })
+            .await?;
+        let mut answers: BTreeMap<usize, Result<Recorded>> = BTreeMap::new();
+        for row in rows {
+            let idx = usize::try_from(row.idx).unwrap_or(usize::MAX);
+            answers.insert(idx, recorded(&row.result, row.follow_up));
+        }
+        Ok(order
+            .iter()
+            .map(|i| answers.remove(i).unwrap_or(Err(StoreError::Unreadable)))
+            .collect())
+    }
+}

@@ -1,0 +1,587 @@
+//! The SQLite host's writer for claims and endings of attempts: one thread with its own
+//! connection that takes every claim and ending queued meanwhile and runs them in one
+//! `BEGIN IMMEDIATE … COMMIT`, each in a savepoint of its own (so one refused item fails
+//! alone). Through sqlx every statement would be two hand-offs to a worker thread; here a
+//! whole batch is one, and the statements are cached on the connection.
+//!
+//! The steps are the ones the Postgres functions of migration 0004 run, with the
+//! statements of `queries` (SQLite has one writer at a time, so no row locks to order).
+
+use super::attempts::{ClaimRequest, ClaimedRow, Recorded, Recording, RunChange};
+use super::queries::Queries;
+use super::{Result, RunRecord, SQLITE_BUSY_TIMEOUT, StoreError};
+use crate::store::AttemptTerms;
+use rusqlite::{CachedStatement, Connection, OpenFlags, ToSql};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::mpsc;
+use tokio::sync::oneshot;
+
+/// Most claims and endings one transaction takes: a bound on how long it holds the write
+/// lock.
+const MAX_BATCH: usize = 512;
+
+pub(crate) struct SqliteWriter {
+    jobs: mpsc::Sender<Job>,
+}
+
+enum Job {
+    Claim {
+        host: String,
+        limit: i64,
+        run_id: Option<String>,
+        terms: BTreeMap<String, AttemptTerms>,
+        reply: oneshot::Sender<Result<Vec<ClaimedRow>>>,
+    },
+    Record {
+        items: Vec<Recording>,
+        reply: oneshot::Sender<Vec<Result<Recorded>>>,
+    },
+}
+
+impl Job {
+    fn size(&self) -> usize {
+        match self {
+            Job::Claim { limit, .. } => usize::try_from(*limit).unwrap_or(1).max(1),
+            Job::Record { items, .. } => items.len().max(1),
+        }
+    }
+}
+
+/// What a job answers once the transaction has committed.
+enum Answer {
+    Claim(
+        oneshot::Sender<Result<Vec<ClaimedRow>>>,
+        Result<Vec<ClaimedRow>>,
+    ),
+    Record(
+        oneshot::Sender<Vec<Result<Recorded>>>,
+        Vec<Result<Recorded>>,
+    ),
+}
+
+impl SqliteWriter {
+    /// Opens the writer's connection to the database at `path` (which the pools created
+    /// and migrated) and starts its thread; it stops when the store is dropped.
+    pub(crate) fn open(path: &Path, q: &'static Queries) -> Result<SqliteWriter> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(sqlite_error)?;
+        conn.busy_timeout(SQLITE_BUSY_TIMEOUT)
+            .map_err(sqlite_error)?;
+        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+            .map_err(sqlite_error)?;
+        conn.set_prepared_statement_cache_capacity(32);
+        let (jobs, queue) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("jobhost-sqlite-writer".into())
+            .spawn(move || serve(&conn, q, &queue))
+            .map_err(|_| StoreError::WriterStopped)?;
+        Ok(SqliteWriter { jobs })
+    }
+
+    pub(crate) async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Vec<ClaimedRow>> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job::Claim {
+                host: request.host.to_string(),
+                limit: request.limit,
+                run_id: request.run_id.map(str::to_string),
+                terms: request.terms.clone(),
+                reply,
+            })
+            .map_err(|_| StoreError::WriterStopped)?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
+    pub(crate) async fn record(&self, items: Vec<Recording>) -> Vec<Result<Recorded>> {
+        let n = items.len();
+        let (reply, answer) = oneshot::channel();
+        if self.jobs.send(Job::Record { items, reply }).is_err() {
+            return (0..n).map(|_| Err(StoreError::WriterStopped)).collect();
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| (0..n).map(|_| Err(StoreError::WriterStopped)).collect())
+    }
+}
+
+/// The writer thread: a batch of jobs per transaction, until every sender is gone.
+fn serve(conn: &Connection, q: &'static Queries, queue: &mpsc::Receiver<Job>) {
+    while let Ok(first) = queue.recv() {
+        let mut size = first.size();
+        let mut batch = vec![first];
+        while size < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => {
+                    size += job.size();
+                    batch.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        let answers = match conn.execute_batch("BEGIN IMMEDIATE") {
+            Ok(()) => {
+                let answers: Vec<Answer> = batch.into_iter().map(|job| run(conn, q, job)).collect();
+                match conn.execute_batch("COMMIT") {
+                    Ok(()) => answers,
+                    Err(e) => {
+                        let _ = conn.execute_batch("ROLLBACK");
+                        answers.into_iter().map(|a| a.failed(&e)).collect()
+                    }
+                }
+            }
+            Err(e) => batch.into_iter().map(|job| job.failed(&e)).collect(),
+        };
+        for answer in answers {
+            answer.send();
+        }
+    }
+}
+
+impl Job {
+    fn failed(self, e: &rusqlite::Error) -> Answer {
+        match self {
+            Job::Claim { reply, .. } => Answer::Claim(reply, Err(sqlite_error_ref(e))),
+            Job::Record { items, reply } => Answer::Record(
+                reply,
+                items.iter().map(|_| Err(sqlite_error_ref(e))).collect(),
+            ),
+        }
+    }
+}
+
+impl Answer {
+    fn failed(self, e: &rusqlite::Error) -> Answer {
+        match self {
+            Answer::Claim(reply, _) => Answer::Claim(reply, Err(sqlite_error_ref(e))),
+            Answer::Record(reply, answers) => Answer::Record(
+                reply,
+                answers.iter().map(|_| Err(sqlite_error_ref(e))).collect(),
+            ),
+        }
+    }
+
+    fn send(self) {
+        // A caller that stopped waiting (its task was cancelled) gets nothing: what was
+        // committed stays committed, as with any write whose answer is lost.
+        match self {
+            Answer::Claim(reply, answer) => drop(reply.send(answer)),
+            Answer::Record(reply, answers) => drop(reply.send(answers)),
+        }
+    }
+}
+
+fn run(conn: &Connection, q: &'static Queries, job: Job) -> Answer {
+    match job {
+        Job::Claim {
+            host,
+            limit,
+            run_id,
+            terms,
+            reply,
+        } => {
+            let claimed = in_savepoint(conn, || {
+                claim(conn, q, &host, limit, run_id.as_deref(), &terms)
+            });
+            Answer::Claim(reply, claimed.map_err(sqlite_error))
+        }
+        Job::Record { items, reply } => {
+            let mut succeeded = BTreeSet::new();
+            let answers = items
+                .iter()
+                .map(|item| {
+                    in_savepoint(conn, || record(conn, q, item, &mut succeeded))
+                        .map_err(sqlite_error)
+                })
+                .collect();
+            for job in &succeeded {
+                // A job's last success is a timestamp for missed-schedule reports: failing
+                // to move it must not undo the endings.
+                if let Err(e) = in_savepoint(conn, || execute(conn, &q.record_success, &[job])) {
+                    tracing::warn!(job = %job, code = "driver_failed", error = %sqlite_error_ref(&e), "could not record the job's last success");
+                }
+            }
+            Answer::Record(reply, answers)
+        }
+    }
+}
+
+/// Runs `step` in a savepoint: undone alone if it fails.
+fn in_savepoint<T>(
+    conn: &Connection,
+    step: impl FnOnce() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.execute_batch("SAVEPOINT step")?;
+    match step() {
+        Ok(value) => {
+            conn.execute_batch("RELEASE step")?;
+            Ok(value)
+        }
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK TO step; RELEASE step");
+            Err(e)
+        }
+    }
+}
+
+/// A due run, or the one asked for.
+struct Candidate {
+    id: String,
+    job: String,
+    instance: String,
+    generation: Option<i64>,
+}
+
+fn claim(
+    conn: &Connection,
+    q: &'static Queries,
+    host: &str,
+    limit: i64,
+    run_id: Option<&str>,
+    terms: &BTreeMap<String, AttemptTerms>,
+) -> rusqlite::Result<Vec<ClaimedRow>> {
+    let candidates: Vec<Candidate> = {
+        let mut statement = match run_id {
+            Some(id) => prepared(conn, &q.claimable_run, &[&id, &host])?,
+            None => prepared(conn, &q.due_runs, &[&limit])?,
+        };
+        let mut rows = statement.raw_query();
+        let mut candidates = Vec::new();
+        while let Some(row) = rows.next()? {
+            candidates.push(Candidate {
+                id: row.get(0)?,
+                job: row.get(1)?,
+                instance: row.get(2)?,
+                generation: row.get(3)?,
+            });
+        }
+        candidates
+    };
+    let mut claimed = Vec::with_capacity(candidates.len());
+    for run in candidates {
+        let terms = terms.get(&run.job);
+        let lease: Option<(i64, i64, i64)> = match (terms, run.generation) {
+            (None, _) => None,
+            (Some(t), None) => {
+                let mut s = prepared(
+                    conn,
+                    &q.acquire_lease,
+                    &[
+                        &run.job,
+                        &run.instance,
+                        &run.id,
+                        &t.deadline_ms,
+                        &t.expires_ms,
+                    ],
+                )?;
+                lease_of(&mut s)?
+            }
+            (Some(t), Some(generation)) => {
+                let mut s = prepared(
+                    conn,
+                    &q.renew_lease,
+                    &[
+                        &run.job,
+                        &run.instance,
+                        &generation,
+                        &run.id,
+                        &t.deadline_ms,
+                        &t.expires_ms,
+                    ],
+                )?;
+                lease_of(&mut s)?
+            }
+        };
+        let generation = lease.map(|(generation, _, _)| generation);
+        let digest = terms.map(|t| t.digest.as_str());
+        let mut s = prepared(conn, &q.start_run, &[&run.id, &host, &generation, &digest])?;
+        let mut rows = s.raw_query();
+        if let Some(row) = rows.next()? {
+            claimed.push(ClaimedRow {
+                run: run_record(row)?,
+                lease_deadline_at: lease.map(|(_, deadline, _)| deadline),
+                lease_expires_at: lease.map(|(_, _, expires)| expires),
+            });
+        }
+    }
+    Ok(claimed)
+}
+
+/// The lease a statement returning `{lease_columns}` took: generation, deadline, expiry.
+fn lease_of(statement: &mut CachedStatement<'_>) -> rusqlite::Result<Option<(i64, i64, i64)>> {
+    let mut rows = statement.raw_query();
+    match rows.next()? {
+        Some(row) => Ok(Some((
+            row.get("generation")?,
+            row.get("deadline_at")?,
+            row.get("expires_at")?,
+        ))),
+        None => Ok(None),
+    }
+}
+
+fn record(
+    conn: &Connection,
+    q: &'static Queries,
+    item: &Recording,
+    succeeded: &mut BTreeSet<String>,
+) -> rusqlite::Result<Recorded> {
+    let lease = &item.lease;
+    let pending: Option<i64> = prepared(
+        conn,
+        &q.lease_pending,
+        &[
+            &lease.job,
+            &lease.instance,
+            &lease.generation,
+            &lease.holder,
+        ],
+    )?
+    .raw_query()
+    .next()?
+    .map(|row| row.get(0))
+    .transpose()?;
+    let finishing = matches!(item.change, RunChange::Finish { .. });
+    if let RunChange::Finish {
+        require_lease: true,
+        ..
+    } = item.change
+        && pending.is_none()
+    {
+        return Ok(Recorded::LeaseLost);
+    }
+    if let Some(a) = &item.attempt {
+        execute(
+            conn,
+            &q.record_attempt,
+            &[
+                &item.run_id,
+                &a.seq,
+                &a.pass,
+                &a.attempt,
+                &lease.generation,
+                &a.host,
+                &a.status,
+                &a.outcome,
+                &a.code,
+                &a.fuel_used,
+                &a.peak_memory,
+                &a.duration_ms,
+                &a.log,
+                &i64::from(a.log_truncated),
+                &a.started_at,
+            ],
+        )?;
+    }
+    let running: i64 = prepared(conn, &q.run_running, &[&item.run_id, &lease.generation])?
+        .raw_query()
+        .next()?
+        .map(|row| row.get(0))
+        .transpose()?
+        .unwrap_or(0);
+    if running == 0 || (!finishing && pending.is_none()) {
+        return Ok(Recorded::NotRunning);
+    }
+    match &item.change {
+        RunChange::Finish {
+            status,
+            code,
+            error,
+            cursor,
+            pass,
+            failures,
+            follow_up,
+            report,
+            ..
+        } => {
+            execute(
+                conn,
+                &q.finish_run,
+                &[
+                    &item.run_id,
+                    &lease.generation,
+                    &status.as_str(),
+                    code,
+                    error,
+                    cursor,
+                    pass,
+                    failures,
+                ],
+            )?;
+            execute(
+                conn,
+                &q.release_lease,
+                &[&lease.job, &lease.instance, &lease.generation],
+            )?;
+            let mut queued = None;
+            if pending == Some(1)
+                && let Some(run) = follow_up
+            {
+                let digest = run.component_digest.as_deref();
+                let scheduled_for = run.scheduled_for;
+                let rerun_of = run.rerun_of.as_deref();
+                let cursor = run.cursor.as_deref();
+                prepared(
+                    conn,
+                    &q.insert_run,
+                    &[
+                        &run.id,
+                        &run.job,
+                        &run.instance,
+                        &run.tenant,
+                        &run.origin.as_str(),
+                        &run.payload,
+                        &cursor,
+                        &digest,
+                        &scheduled_for,
+                        &rerun_of,
+                        &run.delay_ms,
+                    ],
+                )?
+                .raw_query()
+                .next()?;
+                queued = Some(run.id.clone());
+            }
+            if *status == crate::store::RunStatus::Succeeded {
+                succeeded.insert(lease.job.clone());
+            }
+            if let Some(report) = report {
+                execute(
+                    conn,
+                    &q.insert_report,
+                    &[
+                        &report.kind.as_str(),
+                        &report.job,
+                        &report.run_id,
+                        &report.code,
+                        &report.body,
+                    ],
+                )?;
+            }
+            Ok(Recorded::Finished { follow_up: queued })
+        }
+        RunChange::Requeue {
+            delay_ms,
+            hold_ms,
+            pass,
+            cursor,
+            failures,
+            code,
+            error,
+        } => {
+            park(conn, q, item, *hold_ms)?;
+            execute(
+                conn,
+                &q.requeue_run,
+                &[
+                    &item.run_id,
+                    &lease.generation,
+                    delay_ms,
+                    pass,
+                    cursor,
+                    failures,
+                    code,
+                    error,
+                ],
+            )?;
+            Ok(Recorded::Requeued)
+        }
+        RunChange::GiveBack { hold_ms } => {
+            park(conn, q, item, *hold_ms)?;
+            execute(conn, &q.give_back_run, &[&item.run_id, &lease.generation])?;
+            Ok(Recorded::Requeued)
+        }
+    }
+}
+
+fn park(
+    conn: &Connection,
+    q: &'static Queries,
+    item: &Recording,
+    hold_ms: i64,
+) -> rusqlite::Result<usize> {
+    let lease = &item.lease;
+    execute(
+        conn,
+        &q.park_lease,
+        &[
+            &lease.job,
+            &lease.instance,
+            &lease.generation,
+            &lease.holder,
+            &hold_ms,
+        ],
+    )
+}
+
+/// A cached statement with `values` bound to its parameters `$1`, `$2`, … by name (a
+/// statement may use them in any order, or one twice).
+fn prepared<'c>(
+    conn: &'c Connection,
+    sql: &str,
+    values: &[&dyn ToSql],
+) -> rusqlite::Result<CachedStatement<'c>> {
+    let mut statement = conn.prepare_cached(sql)?;
+    if statement.parameter_count() != values.len() {
+        return Err(rusqlite::Error::InvalidParameterCount(
+            values.len(),
+            statement.parameter_count(),
+        ));
+    }
+    for (i, value) in values.iter().enumerate() {
+        let name = format!("${}", i + 1);
+        let index = statement
+            .parameter_index(&name)?
+            .ok_or_else(|| rusqlite::Error::InvalidParameterName(name))?;
+        statement.raw_bind_parameter(index, value)?;
+    }
+    Ok(statement)
+}
+
+fn execute(conn: &Connection, sql: &str, values: &[&dyn ToSql]) -> rusqlite::Result<usize> {
+    prepared(conn, sql, values)?.raw_execute()
+}
+
+/// A run row as `{run_columns}` returns it.
+fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    Ok(RunRecord {
+        id: row.get("id")?,
+        job: row.get("job")?,
+        instance: row.get("instance")?,
+        tenant: row.get("tenant")?,
+        origin: row.get("origin")?,
+        payload: row.get("payload")?,
+        status: row.get("status")?,
+        pass: row.get("pass")?,
+        cursor: row.get("cursor")?,
+        counters: row.get("counters")?,
+        attempts: row.get("attempts")?,
+        failures: row.get("failures")?,
+        generation: row.get("generation")?,
+        host: row.get("host")?,
+        last_code: row.get("last_code")?,
+        last_error: row.get("last_error")?,
+        component_digest: row.get("component_digest")?,
+        scheduled_for: row.get("scheduled_for")?,
+        rerun_of: row.get("rerun_of")?,
+        next_attempt_at: row.get("next_attempt_at")?,
+        created_at: row.get("created_at")?,
+        started_at: row.get("started_at")?,
+        finished_at: row.get("finished_at")?,
+        updated_at: row.get("updated_at")?,
+    })
+}
+
+fn sqlite_error(e: rusqlite::Error) -> StoreError {
+    sqlite_error_ref(&e)
+}
+
+/// The error's SQLite code only: its message can quote a statement or a value.
+fn sqlite_error_ref(e: &rusqlite::Error) -> StoreError {
+    match e {
+        rusqlite::Error::SqliteFailure(failure, _) => StoreError::Sqlite {
+            code: failure.extended_code,
+        },
+        _ => StoreError::Sqlite { code: 1 },
+    }
+}
