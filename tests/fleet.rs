@@ -515,7 +515,8 @@ async fn a_host_killed_with_endings_unrecorded_loses_none_it_acknowledged() {
         })
         .collect();
     assert!(!acknowledged.is_empty());
-    home.exec("DROP TRIGGER slow_attempt ON jobhost_attempts").await;
+    home.exec("DROP TRIGGER slow_attempt ON jobhost_attempts")
+        .await;
 
     let survivor = home.serve(&args).await;
     let done = "SELECT COUNT(*) FROM jobhost_runs WHERE status IN ('queued', 'running')";
@@ -557,8 +558,15 @@ async fn a_host_killed_with_endings_unrecorded_loses_none_it_acknowledged() {
     for id in &acknowledged {
         let (_, status, _) = runs.iter().find(|(r, _, _)| r == id).expect("a run");
         assert_eq!(status, "succeeded", "acknowledged run {id}");
-        assert_eq!(attempts_of.get(id.as_str()), Some(&vec!["succeeded"]), "run {id}");
-        assert!(!reruns.contains_key(id.as_str()), "acknowledged run {id} was rerun");
+        assert_eq!(
+            attempts_of.get(id.as_str()),
+            Some(&vec!["succeeded"]),
+            "run {id}"
+        );
+        assert!(
+            !reruns.contains_key(id.as_str()),
+            "acknowledged run {id} was rerun"
+        );
     }
     // The first runs ended once each: recorded by the victim, or reported crashed and
     // rerun once; never both.
@@ -570,7 +578,10 @@ async fn a_host_killed_with_endings_unrecorded_loses_none_it_acknowledged() {
         match status.as_str() {
             "succeeded" => {
                 assert_eq!(recorded, vec!["succeeded"], "run {id}");
-                assert!(!reruns.contains_key(id.as_str()), "succeeded run {id} was rerun");
+                assert!(
+                    !reruns.contains_key(id.as_str()),
+                    "succeeded run {id} was rerun"
+                );
             }
             "crashed" => {
                 crashed += 1;

@@ -382,7 +382,7 @@ fn finishing(host: &SimHost, held: &Held, status: RunStatus) -> Recording {
             cursor: None,
             pass: held.run.pass,
             failures: held.run.failures,
-            follow_up: Some(jobhost::kick::follow_up(&held.run, "{}".into())),
+            follow_up: Some(Box::new(jobhost::kick::follow_up(&held.run, "{}".into()))),
             report: None,
         },
     }
@@ -418,27 +418,24 @@ async fn record(world: &World, host: &SimHost, items: Vec<Recording>) {
     });
     let mut again = Vec::new();
     for (mut item, answer) in items.into_iter().zip(answers) {
-        match world.check("record_attempts", answer) {
-            Some(Recorded::LeaseLost) => {
-                if let Some(a) = &mut item.attempt {
-                    a.status = "failed";
-                    a.outcome = None;
-                    a.code = Some("lease_lost");
-                }
-                if let RunChange::Finish {
-                    require_lease,
-                    status,
-                    code,
-                    ..
-                } = &mut item.change
-                {
-                    *require_lease = false;
-                    *status = RunStatus::Failed;
-                    *code = Some("lease_lost");
-                }
-                again.push(item);
+        if let Some(Recorded::LeaseLost) = world.check("record_attempts", answer) {
+            if let Some(a) = &mut item.attempt {
+                a.status = "failed";
+                a.outcome = None;
+                a.code = Some("lease_lost");
             }
-            Some(_) | None => {}
+            if let RunChange::Finish {
+                require_lease,
+                status,
+                code,
+                ..
+            } = &mut item.change
+            {
+                *require_lease = false;
+                *status = RunStatus::Failed;
+                *code = Some("lease_lost");
+            }
+            again.push(item);
         }
     }
     if !again.is_empty() {

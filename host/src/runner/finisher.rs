@@ -262,7 +262,7 @@ fn lease_lost(pending: Pending) -> Pending {
         *status = RunStatus::Failed;
         *run_code = Some(code.as_str());
         *error = None;
-        *report = Some(report_about(&handover.run, code));
+        *report = Some(Box::new(report_about(&handover.run, code)));
     }
     Pending {
         handover,
@@ -301,9 +301,13 @@ fn record_failed(pending: Pending) -> Pending {
         cursor: run.cursor.clone(),
         pass: run.pass,
         failures: run.failures + 1,
-        follow_up: follow_up
-            .or_else(|| Some(crate::kick::follow_up(run, handover.job_payload.clone()))),
-        report: Some(report_about(run, code)),
+        follow_up: follow_up.or_else(|| {
+            Some(Box::new(crate::kick::follow_up(
+                run,
+                handover.job_payload.clone(),
+            )))
+        }),
+        report: Some(Box::new(report_about(run, code))),
     };
     Pending {
         handover,

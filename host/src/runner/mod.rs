@@ -100,7 +100,7 @@ pub struct Runner {
 
 /// A claimed run without a lease, resolved.
 enum Resolved {
-    Leased(Claimed),
+    Leased(Box<Claimed>),
     Done(Concluding),
 }
 
@@ -207,7 +207,7 @@ impl Runner {
         let claimed = match claimed.lease {
             Some(_) => claimed,
             None => match self.without_lease(claimed, spec, &loaded.digest).await? {
-                Resolved::Leased(claimed) => claimed,
+                Resolved::Leased(claimed) => *claimed,
                 Resolved::Done(concluding) => return Ok(concluding),
             },
         };
@@ -359,7 +359,9 @@ impl Runner {
                 return Ok(Resolved::Done(Concluding::ready(Ok(Step::Skipped))));
             }
             match self.claim_one(&run.id, spec, digest).await? {
-                Some(claimed) if claimed.lease.is_some() => return Ok(Resolved::Leased(claimed)),
+                Some(claimed) if claimed.lease.is_some() => {
+                    return Ok(Resolved::Leased(Box::new(claimed)));
+                }
                 Some(_) => {}
                 None => return Ok(Resolved::Done(Concluding::ready(Ok(Step::Abandoned)))),
             }
@@ -514,8 +516,11 @@ impl Runner {
                     cursor: run.cursor.clone(),
                     pass: run.pass,
                     failures,
-                    follow_up: Some(crate::kick::follow_up(run, spec.payload.to_string())),
-                    report: failure.code.map(|code| report_about(run, code)),
+                    follow_up: Some(Box::new(crate::kick::follow_up(
+                        run,
+                        spec.payload.to_string(),
+                    ))),
+                    report: failure.code.map(|code| Box::new(report_about(run, code))),
                 }
             }
         }

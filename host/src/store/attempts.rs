@@ -127,8 +127,8 @@ pub enum RunChange {
         cursor: Option<String>,
         pass: i64,
         failures: i64,
-        follow_up: Option<NewRun>,
-        report: Option<NewReport>,
+        follow_up: Option<Box<NewRun>>,
+        report: Option<Box<NewReport>>,
     },
     /// Back to the queue after `delay_ms` (a retry, the next pass, a cancelled attempt),
     /// the lease parked for `hold_ms` so no other run takes it meanwhile.

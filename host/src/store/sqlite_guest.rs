@@ -480,7 +480,9 @@ impl Session {
                 }
             };
             if open {
-                sqlx::raw_sql("ROLLBACK").execute(&mut **self.conn()).await?;
+                sqlx::raw_sql("ROLLBACK")
+                    .execute(&mut **self.conn())
+                    .await?;
             }
             Ok(())
         }
