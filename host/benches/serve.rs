@@ -1,110 +1,189 @@
-//! Benchmarks of the serve path and the fleet: how fast real `host serve` processes drain a
-//! queue of no-op runs, how long a kick waits before a worker claims it, and the same drain
-//! through graphile-worker on the same Postgres server, for comparison.
+//! Benchmarks of `host serve` and of graphile-worker on the same Postgres server: how fast
+//! real processes drain no-op runs, how long a kick waits for a worker, how a drain scales
+//! with the backlog, and what a run costs the host in CPU, memory and database round trips.
 //!
-//! Run with `cargo bench -p jobhost --bench serve` (about 2 minutes on 2 cores; a plain
-//! summary table with the medians, runs/second and the ratios is printed at the end). For a fast check:
-//! `JOBHOST_BENCH_BATCH=50 cargo bench -p jobhost --bench serve -- --quick`. Criterion's
-//! name filter works as usual (`... -- fleet_postgres`); only what it selects is set up.
+//! Run with `cargo bench -p jobhost --bench serve` (about 15 minutes on 2 cores); it ends
+//! with a plain summary: medians, runs/s, the ratios to graphile-worker and the goals.
+//! `JOBHOST_BENCH_QUICK=1` shrinks every size for a check that it all works (about a
+//! minute).
 //!
 //! Settings (environment):
-//! - `JOBHOST_BENCH_BATCH`: runs (jobs) per drained batch, default 200.
-//! - `JOBHOST_BENCH_SAMPLES`: criterion samples per drain variant, default 30 (at least 10,
-//!   criterion's minimum); each sample drains one batch, after one warm-up batch.
+//! - `JOBHOST_BENCH_QUICK=1`: batches of 50, backlogs of 2 000, a curve of 200 and 2 000,
+//!   50 kicks, one repetition, 10 samples.
+//! - `JOBHOST_BENCH_SAMPLES`: criterion samples per batch-mode variant (default 20; at
+//!   least 10, criterion's minimum).
+//! - `JOBHOST_BENCH_REPS`: timed repetitions of each backlog drain (default 3; one fewer,
+//!   but at least one, above 50 000 runs).
+//! - `JOBHOST_BENCH_PARTS`: the parts to run, comma-separated from `batch`, `latency`,
+//!   `backlog`, `curve`, `trips` (default all). Criterion's name filter (`-- jobhost`)
+//!   selects within `batch`, the only part criterion samples.
 //! - `JOBHOST_TEST_POSTGRES`: the Postgres server, as for the tests (default
-//!   `postgres://postgres@127.0.0.1:5432/test`); each group creates a database
-//!   `jobhost_bench_<uuid>` of its own there and drops it at the end.
+//!   `postgres://postgres@127.0.0.1:5432/test`); each system gets a database
+//!   `jobhost_bench_<uuid>` of its own there, dropped at the end.
 //!
-//! What runs: the release `host` binary (`CARGO_BIN_EXE_host`) as child processes,
-//! `host serve --listen 127.0.0.1:0 --manifest M --workers 4`, with a manifest holding one
-//! job, `noop` (the `noop` guest, built into `target/wasm32-wasip2/guest/` first if it is
-//! missing), its own `JOBHOST_HOME` and the host's default log level (a line per run goes
-//! to a log file). graphile-worker runs from the Node project in `benches/graphile/`
-//! (`npm ci` there first if `node_modules` is missing), one `node worker.js` process per
-//! worker with concurrency 4 and graphile-worker's defaults otherwise (LISTEN/NOTIFY plus
-//! its 2 s poll).
+//! The processes: the release `host` binary (`CARGO_BIN_EXE_host`), `host serve --listen
+//! 127.0.0.1:0 --workers W --manifest M` with one job, `noop` (the `noop` guest, built into
+//! `target/wasm32-wasip2/guest/` first if missing), a home of its own and the default log
+//! level; graphile-worker 0.17 from `benches/graphile/` (`npm ci` there first if
+//! `node_modules` is missing), `node worker.js --concurrency W`, with its defaults (pool of
+//! 10 connections: with 24 it warns that the pool is smaller than the concurrency) or with
+//! its batching preset (`--batched`: a local queue of 500, completions batched without
+//! delay). Everything shares the 2 cores with this process and Postgres.
 //!
-//! What a drain measures, the same for both systems: the workers are already running and
-//! idle; the clock starts when the statement that makes the whole batch visible to them
-//! has committed, and stops when the first check (every 5 ms, on a connection of its own)
-//! finds no job left to do.
-//! - jobhost: the batch's runs are first inserted with the library (`Store::insert_run`,
-//!   distinct instances `i0`..`iN`) due a day from now, which no host will claim; then one
-//!   `UPDATE` makes them all due at once. On Postgres that statement's trigger notifies
-//!   `jobhost_work`, which wakes every host, just as a kick or a schedule would; the clock
-//!   starts when it returns. Done: no run of the job is `queued` or `running` (each batch
-//!   is then checked to have succeeded, outside the clock).
-//! - SQLite has no notifications and nothing wakes a host for rows another process wrote:
-//!   such a batch would be found only at the dispatcher's next poll (`--poll`, 1 s), a
-//!   uniform 0–1 s that would swamp the drain itself. So on SQLite the `UPDATE` makes the
-//!   batch due 1.5 s ahead, at a database-clock instant `T`; the host sees it at its next
-//!   poll and sleeps until `T` (the dispatcher waits for the earliest due run), and the
-//!   clock runs from `T` (the system clock, which SQLite's clock is).
-//! - graphile-worker: workers started before the batch is queued; `enqueue.js` adds the
-//!   batch with one `addJobs` call (one statement, one `jobs:insert` notification) and the
-//!   clock starts when it resolves, i.e. after the commit, as for jobhost. Done: no job row
-//!   left (graphile-worker deletes a job when it succeeds); each `worker.js` checks that on
-//!   its own connection and reports how long it took; the earliest report counts.
+//! Drains, the same for both systems; done means the first check (every 5 ms, on the
+//! benchmark's own connection) that finds no work left: `SELECT EXISTS` of a jobhost run
+//! `queued` or `running`, or of any graphile-worker job (it deletes a job that succeeded,
+//! and keeps a failed one). After each drain, outside the clock, every run must have
+//! succeeded.
+//! - batch: idle processes (4 workers each, 1 or 3 processes), listening, get a batch of
+//!   200 runs made visible by one statement; the clock runs from that statement's return
+//!   (it has committed and notified) to done. jobhost: the runs are inserted with the
+//!   library (`Store::insert_run`, distinct instances) due in a day, then one `UPDATE`
+//!   makes them due, which notifies the hosts as a kick does. graphile-worker: one
+//!   `add_jobs` statement, the SQL function its `addJobs` calls. SQLite has no
+//!   notifications, and a host finds rows another process wrote only at its next poll (1
+//!   s): there the `UPDATE` makes the batch due 1.5 s ahead, at `T`; the host sees it at its
+//!   next poll and waits for exactly `T`, and the clock runs from `T`. Criterion samples
+//!   these (flat, one batch a sample after one warm-up batch; it warns that it cannot
+//!   complete the samples in the measurement time, by design).
+//! - backlog: 20 000 runs are queued in bulk (below) before any process starts; then the
+//!   processes (1 or 3, 24 workers each) start at once. The clock runs from the first claim
+//!   to done: jobhost's first `started_at` (stamped inside the claim), graphile-worker's
+//!   first `job:start` event; process start-up before it (shown as `to 1st`) is not in it.
+//!   One smaller untimed drain first, then `JOBHOST_BENCH_REPS` timed ones, each with fresh
+//!   processes on emptied tables.
+//! - curve: the backlog drain of jobhost alone, 1 host, at 200, 10 000 and 100 000 runs.
 //!
-//! `serve_sqlite/kick_to_start` is latency, not throughput: sequential kicks over HTTP of
-//! one instance, each waited for until it succeeded, measuring `started_at - created_at`
-//! of the run (queued to claimed, on the database clock, whole milliseconds: single
-//! samples are 0 or 1 ms, their mean is what counts).
+//! Bulk queueing, in one statement: jobhost runs shaped as `Store::insert_run` shapes a
+//! kick's (origin `kick`, the job's payload, instances `b0`…, no component digest,
+//! uuid-v7-like ids), one a millisecond up to now, as kicks would have queued them, in an
+//! `INSERT … SELECT` over `generate_series` (Postgres) or a recursive CTE (SQLite); one
+//! millisecond for all, which kicks never do, would make each SQLite claim sort every due
+//! run of it. graphile-worker's jobs with one `add_jobs`. Then Postgres' tables are
+//! `ANALYZE`d, as autovacuum would have done for a backlog that built up over time. Nothing
+//! vacuums otherwise: the summary shows the server's `autovacuum` setting, and the load
+//! average, since other work on the machine skews every number.
 //!
-//! Criterion warns that it cannot complete the samples in the measurement time: each
-//! sample is one batch, on purpose (flat sampling, one iteration per sample).
+//! Costs of a run:
+//! - CPU: user + system time of the system's processes (hosts, or node workers; not
+//!   Postgres) from `/proc/<pid>/stat`, per run: in batch mode over the drain's clock; in
+//!   backlog modes from each process's start-up line (the host's `listening on`, printed as
+//!   its dispatcher starts; the worker's `started`) to done.
+//! - RSS: the largest `VmHWM` (peak resident set) of a process, read at the end of a backlog
+//!   drain (each process lives for one drain).
+//! - round trips (`trips`): one 20 000-run backlog drain of one Postgres host whose database
+//!   URL (with `sslmode=disable`) points at a TCP proxy in this process; the proxy parses
+//!   what the host sends and counts simple queries (`Q`) and extended-protocol syncs (`S`),
+//!   a round trip each, from the host's `listening on` to done (start-up counted apart).
+//!   The proxy slows that drain; it is not in the throughput table.
 //!
-//! Where a jobhost drain's time goes (sampled from `pg_stat_activity` and the runs' and
-//! attempts' timestamps, not by this benchmark): every no-op run costs five committed
-//! transactions (claim, lease, begin attempt, finish attempt, finish run), against two
-//! for a graphile-worker job (get, complete). A host claims through one dispatcher loop,
-//! one claim (one commit) at a time, so on Postgres a host keeps only about 2.5 of its 4
-//! workers busy and tops out near one run per claim round trip. Every successful run of
-//! a job updates that job's one `jobhost_jobs` row (`last_success_at`, inside the
-//! finish-run transaction), so finishing runs of one job queue on that row's lock until
-//! the holder's commit is flushed: with 3 hosts that is the most common wait.
+//! `latency`: sequential kicks over one host's HTTP API (1 host, 4 workers, one instance,
+//! each kick waited for until its run succeeded, 10 warm-up kicks first). Client-side: from
+//! sending `POST /jobs/noop/kick` until this process, reading the run's status on its own
+//! connection every 0.1 ms, first sees it no longer `queued` (so it includes the kick's own
+//! answer, shown apart, and up to a poll's resolution). Database-side: the run's
+//! `started_at - created_at`, whole milliseconds on the database clock.
 
 #[path = "support/guests.rs"]
 mod guests;
 
-use criterion::{BenchmarkGroup, Criterion, SamplingMode, Throughput, measurement::WallTime};
+use criterion::{Criterion, SamplingMode, Throughput};
+use jobhost::job::JobSpec;
 use jobhost::runner::new_run_id;
 use jobhost::store::{NewRun, Origin, Pool, Store};
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::fmt;
 use std::fs::File;
+use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::Mutex;
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 
-/// The one job every host serves.
+/// The one job every host serves (and graphile-worker's one task).
 const JOB: &str = "noop";
-/// Workers per host, and graphile-worker's concurrency per process.
-const WORKERS: usize = 4;
-/// How often completion is checked, for every system.
+/// Workers per host, and graphile-worker's concurrency per process, in batch mode (and for
+/// the kicks).
+const BATCH_WORKERS: usize = 4;
+/// The same in backlog mode and the curve.
+const BACKLOG_WORKERS: usize = 24;
+/// How often a drain checks for work left, for every system.
 const CHECK_EVERY: Duration = Duration::from_millis(5);
-/// Runs inserted ahead of a drain are due this far ahead: never, for the benchmark.
+/// Batch-mode runs are inserted due this far ahead: never, for the benchmark.
 const PARKED_MS: i64 = 24 * 60 * 60 * 1000;
-/// On SQLite the batch becomes due this far ahead: beyond the host's 1 s poll, so the
-/// host has looked at the queue once more and waits for exactly that instant.
+/// On SQLite a batch becomes due this far ahead: beyond the host's 1 s poll, so the host
+/// has looked at the queue once more and waits for exactly that instant.
 const SQLITE_DUE_AHEAD_MS: i64 = 1_500;
-/// Criterion samples of `serve_sqlite/kick_to_start` (each a few dozen kicks).
-const KICK_SAMPLES: usize = 20;
-/// Nothing in one drain should come near this.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long a host may take to print its listening line (it compiles the guest first).
+/// The untimed drain before a backlog variant's timed ones has at most this many runs.
+const WARM_UP_RUNS: usize = 1_000;
+/// Backlogs above this are drained one time fewer (they take minutes on Postgres).
+const LONG_DRAIN: usize = 50_000;
+/// Kicks before the measured ones.
+const KICK_WARM_UP: usize = 10;
+/// The pause between two looks at a kicked run's status.
+const KICK_POLL: Duration = Duration::from_micros(100);
+/// Nothing should come near these.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(600);
 const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// The goals printed beside the results.
+const SQLITE_GOAL_RUNS_PER_S: f64 = 10_000.0;
+const POSTGRES_KICK_GOAL_MS: f64 = 5.0;
+const SQLITE_KICK_GOAL_MS: f64 = 1.0;
 
-/// Makes every parked run of the job due at `$1` (and, on Postgres, notifies the hosts:
-/// the trigger fires on updates that set `status` to queued).
+/// Makes every parked run of the job due at `$1`. Setting `status` makes the Postgres
+/// trigger notify the hosts, as a kick's insert does.
 const RELEASE_BATCH: &str = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = $1 \
     WHERE status = 'queued' AND job = $2";
-const NOT_DONE: &str = "SELECT COUNT(*) FROM jobhost_runs WHERE status IN ('queued', 'running')";
+const JOBHOST_BUSY: &str =
+    "SELECT EXISTS (SELECT 1 FROM jobhost_runs WHERE status IN ('queued', 'running'))";
 const NOT_SUCCEEDED: &str = "SELECT COUNT(*) FROM jobhost_runs WHERE status <> 'succeeded'";
+/// Runs, succeeded runs, and the first claim.
+const BACKLOG_OUTCOME: &str = "SELECT COUNT(*), \
+    COALESCE(SUM(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END), 0), MIN(started_at) \
+    FROM jobhost_runs";
+const RUN_STATUS: &str = "SELECT status FROM jobhost_runs WHERE id = $1";
+const CLEAR_POSTGRES: &str =
+    "TRUNCATE jobhost_runs, jobhost_attempts, jobhost_leases, jobhost_reports";
+const CLEAR_SQLITE: &str = "DELETE FROM jobhost_runs; DELETE FROM jobhost_attempts; \
+    DELETE FROM jobhost_leases; DELETE FROM jobhost_reports";
+/// `$1` runs as `insert_run` writes a kick's, one a millisecond up to now: `$2` an id
+/// prefix (the first 24 characters of a v7 uuid; the row number makes the last 12), `$3`
+/// job, `$4` tenant, `$5` payload.
+const QUEUE_POSTGRES: &str = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, \
+    payload, status, next_attempt_at, created_at, updated_at) \
+    SELECT $2 || lpad(to_hex(i), 12, '0'), $3, 'b' || i, $4, 'kick', $5, 'queued', \
+    t.at - $1 + i, t.at - $1 + i, t.at - $1 + i \
+    FROM generate_series(0, $1 - 1) AS i, \
+    (SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT) AS at) AS t";
+const QUEUE_SQLITE: &str = "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n \
+    WHERE i + 1 < $1) \
+    INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+    next_attempt_at, created_at, updated_at) \
+    SELECT $2 || printf('%012x', i), $3, 'b' || i, $4, 'kick', $5, 'queued', \
+    t.at - $1 + i, t.at - $1 + i, t.at - $1 + i \
+    FROM n, (SELECT CAST(unixepoch('subsec') * 1000 AS BIGINT) AS at) AS t";
+/// `$1` no-op jobs, in the statement graphile-worker's `addJobs` runs.
+const GRAPHILE_ADD_JOBS: &str = "SELECT COUNT(*) FROM graphile_worker.add_jobs(ARRAY(\
+    SELECT json_populate_record(NULL::graphile_worker.job_spec, \
+    '{\"identifier\": \"noop\", \"payload\": {}}'::json) FROM generate_series(1, $1)), false)";
+const GRAPHILE_BUSY: &str = "SELECT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)";
+
+/// Runs `$body` with `$p` bound to the store's sqlx pool, whichever backend it is.
+macro_rules! on_pool {
+    ($store:expr, $p:ident => $body:expr) => {
+        match $store.pool() {
+            Pool::Sqlite($p) => $body,
+            Pool::Postgres($p) => $body,
+        }
+    };
+}
 
 fn main() {
     let noop = match guests::locate_or_build(&["noop"]).map(|mut found| found.remove(0)) {
@@ -122,277 +201,836 @@ fn main() {
         .expect("start the tokio runtime");
     let mut c = Criterion::default().configure_from_args();
     let record = Record::default();
+    let context = Context {
+        server: rt.block_on(describe_postgres()),
+        load_before: load_average(),
+    };
 
-    bench_serve_sqlite(&mut c, &rt, &noop, &settings, &record);
-    bench_fleet_postgres(&mut c, &rt, &noop, &settings, &record);
-    bench_graphile(&mut c, &settings, &record);
+    if settings.runs("batch") {
+        batch_mode(&mut c, &rt, &noop, &settings, &record);
+        c.final_summary();
+    }
+    // Only criterion's part knows how to list its benchmarks.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let mut envs = Envs::default();
+    if settings.runs("latency") {
+        kick_latency(&rt, &noop, &settings, &record, &mut envs);
+    }
+    if settings.runs("backlog") {
+        backlog_mode(&rt, &noop, &settings, &record, &mut envs);
+    }
+    if settings.runs("curve") {
+        backlog_curve(&rt, &noop, &settings, &record, &mut envs);
+    }
+    if settings.runs("trips") {
+        round_trips(&rt, &noop, &settings, &record, &mut envs);
+    }
+    record.enter("the end");
+    rt.block_on(envs.stop(&record));
+    record.print_summary(&settings, &context);
+}
 
-    c.final_summary();
-    record.print_summary(&settings);
+/// Where the numbers were taken, for the summary.
+struct Context {
+    server: String,
+    load_before: String,
+}
+
+/// The Postgres server's version and the settings that matter to a drain.
+async fn describe_postgres() -> String {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&postgres_admin_url())
+        .await
+        .expect("connect to Postgres (set JOBHOST_TEST_POSTGRES)");
+    let (version, autovacuum, synchronous_commit): (String, String, String) = sqlx::query_as(
+        "SELECT current_setting('server_version'), current_setting('autovacuum'), \
+         current_setting('synchronous_commit')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("read the server's settings");
+    let _ = conn.close().await;
+    format!("Postgres {version} (autovacuum {autovacuum}, synchronous_commit {synchronous_commit})")
+}
+
+/// The 1, 5 and 15 minute load averages: other work on the machine skews every number.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 // ---- settings -----------------------------------------------------------------------
 
 struct Settings {
+    quick: bool,
+    parts: Vec<String>,
     batch: usize,
     samples: usize,
+    backlog: usize,
+    curve: Vec<usize>,
+    reps: usize,
+    kicks: usize,
 }
 
 impl Settings {
     fn from_env() -> Settings {
+        let quick = std::env::var("JOBHOST_BENCH_QUICK").is_ok_and(|v| v == "1");
         let number = |name: &str, default: usize| match std::env::var(name) {
             Ok(v) => v
                 .parse()
                 .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
             Err(_) => default,
         };
-        let samples = number("JOBHOST_BENCH_SAMPLES", 30);
+        let samples = number("JOBHOST_BENCH_SAMPLES", if quick { 10 } else { 20 });
         assert!(
             samples >= 10,
             "JOBHOST_BENCH_SAMPLES must be at least 10 (criterion's minimum)"
         );
-        let batch = number("JOBHOST_BENCH_BATCH", 200);
-        assert!(batch >= 1, "JOBHOST_BENCH_BATCH must be at least 1");
-        Settings { batch, samples }
+        let reps = number("JOBHOST_BENCH_REPS", if quick { 1 } else { 3 });
+        assert!(reps >= 1, "JOBHOST_BENCH_REPS must be at least 1");
+        let parts: Vec<String> = std::env::var("JOBHOST_BENCH_PARTS")
+            .unwrap_or_else(|_| "batch,latency,backlog,curve,trips".to_string())
+            .split(',')
+            .map(|p| p.trim().to_string())
+            .collect();
+        for part in &parts {
+            assert!(
+                ["batch", "latency", "backlog", "curve", "trips"].contains(&part.as_str()),
+                "JOBHOST_BENCH_PARTS: unknown part {part:?}"
+            );
+        }
+        Settings {
+            quick,
+            parts,
+            batch: if quick { 50 } else { 200 },
+            samples,
+            backlog: if quick { 2_000 } else { 20_000 },
+            curve: if quick {
+                vec![200, 2_000]
+            } else {
+                vec![200, 10_000, 100_000]
+            },
+            reps,
+            kicks: if quick { 50 } else { 300 },
+        }
+    }
+
+    fn runs(&self, part: &str) -> bool {
+        self.parts.iter().any(|p| p == part)
     }
 }
 
-/// Flat sampling, one batch per sample, one warm-up batch: criterion's warm-up stops after
-/// the first call that takes longer than the warm-up time, and a flat sample gets a
-/// single iteration when the measurement time is below one iteration per sample.
-fn configure_drain(group: &mut BenchmarkGroup<'_, WallTime>, settings: &Settings) {
-    group
-        .sampling_mode(SamplingMode::Flat)
-        .sample_size(settings.samples)
-        .warm_up_time(Duration::from_millis(1))
-        .measurement_time(Duration::from_millis(10))
-        .throughput(Throughput::Elements(settings.batch as u64));
+// ---- what is measured ---------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Db {
+    Postgres,
+    Sqlite,
 }
 
-// ---- what was measured, for the summary ---------------------------------------------
+impl fmt::Display for Db {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Db::Postgres => "postgres",
+            Db::Sqlite => "sqlite",
+        })
+    }
+}
 
-/// Every sample each variant produced in this process (seconds per iteration), and a few
-/// side observations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum System {
+    JobhostPostgres,
+    JobhostSqlite,
+    Graphile,
+    GraphileBatched,
+}
+
+/// A system and how many processes of it run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Variant {
+    system: System,
+    procs: usize,
+}
+
+impl Variant {
+    /// The variants in the order of the summary.
+    const ALL: [Variant; 7] = [
+        Variant::of(System::JobhostPostgres, 1),
+        Variant::of(System::JobhostPostgres, 3),
+        Variant::of(System::Graphile, 1),
+        Variant::of(System::Graphile, 3),
+        Variant::of(System::GraphileBatched, 1),
+        Variant::of(System::GraphileBatched, 3),
+        Variant::of(System::JobhostSqlite, 1),
+    ];
+
+    const fn of(system: System, procs: usize) -> Variant {
+        Variant { system, procs }
+    }
+
+    fn label(self) -> &'static str {
+        match self.system {
+            System::JobhostPostgres => "jobhost postgres",
+            System::JobhostSqlite => "jobhost sqlite",
+            System::Graphile => "graphile-worker",
+            System::GraphileBatched => "graphile-worker batched",
+        }
+    }
+
+    /// Criterion's name for it.
+    fn id(self) -> String {
+        let system = match self.system {
+            System::JobhostPostgres => "jobhost_postgres",
+            System::JobhostSqlite => "jobhost_sqlite",
+            System::Graphile => "graphile",
+            System::GraphileBatched => "graphile_batched",
+        };
+        let unit = match self.system {
+            System::JobhostPostgres | System::JobhostSqlite => "host",
+            System::Graphile | System::GraphileBatched => "worker",
+        };
+        let plural = if self.procs == 1 { "" } else { "s" };
+        format!("{system}_{}_{unit}{plural}", self.procs)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Batch(Variant),
+    Backlog(Variant),
+    Curve(Db, usize),
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Key::Batch(v) => write!(f, "batch/{}", v.id()),
+            Key::Backlog(v) => write!(f, "backlog/{}", v.id()),
+            Key::Curve(db, runs) => write!(f, "curve/{db}/{runs}"),
+        }
+    }
+}
+
+/// One drain.
+#[derive(Clone, Copy)]
+struct Drain {
+    runs: usize,
+    elapsed: Duration,
+    /// CPU time of the system's processes (see the module comment for the window).
+    cpu: Duration,
+    /// The largest peak RSS of a process, in KiB (backlog drains).
+    peak_rss_kib: Option<u64>,
+    /// From spawning the processes to the first claim (backlog drains).
+    to_first_claim: Option<Duration>,
+}
+
+/// One kick: from sending it to its answer and to seeing its run claimed, and the run's
+/// own `started_at - created_at`.
+struct Kick {
+    answered: Duration,
+    client: Duration,
+    db_ms: i64,
+}
+
+/// What the counting proxy saw.
+#[derive(Clone, Copy)]
+struct Counted {
+    connections: u64,
+    queries: u64,
+    syncs: u64,
+}
+
+impl std::ops::Sub for Counted {
+    type Output = Counted;
+    fn sub(self, earlier: Counted) -> Counted {
+        Counted {
+            connections: self.connections - earlier.connections,
+            queries: self.queries - earlier.queries,
+            syncs: self.syncs - earlier.syncs,
+        }
+    }
+}
+
+struct Trips {
+    runs: usize,
+    start_up: Counted,
+    drain: Counted,
+    elapsed: Duration,
+}
+
+/// Everything measured, for the summary.
 #[derive(Default)]
 struct Record {
-    samples: Mutex<BTreeMap<&'static str, Vec<f64>>>,
-    notes: Mutex<BTreeMap<&'static str, Vec<f64>>>,
+    drains: Mutex<BTreeMap<Key, Vec<Drain>>>,
+    kicks: Mutex<BTreeMap<Db, Vec<Kick>>>,
+    trips: Mutex<Option<Trips>>,
+    /// What runs now (a criterion benchmark, a backlog drain...), for the log lines.
+    phase: Mutex<String>,
+    /// WARN and ERROR lines of the processes' logs, by system: how many in each phase, and
+    /// the first few distinct ones (numbers aside), with their phase.
+    logs: Mutex<BTreeMap<&'static str, Logged>>,
+}
+
+#[derive(Default)]
+struct Logged {
+    by_phase: BTreeMap<String, usize>,
+    /// Phase and line.
+    first: Vec<(String, String)>,
 }
 
 impl Record {
-    fn sample(&self, variant: &'static str, total: Duration, iters: u64) {
-        let per_iter = total.as_secs_f64() / iters.max(1) as f64;
-        self.samples
+    fn drain(&self, key: Key, drain: Drain) {
+        self.drains
             .lock()
             .unwrap()
-            .entry(variant)
+            .entry(key)
             .or_default()
-            .push(per_iter);
+            .push(drain);
     }
 
-    fn note(&self, what: &'static str, value: f64) {
-        self.notes
-            .lock()
-            .unwrap()
-            .entry(what)
-            .or_default()
-            .push(value);
+    fn enter(&self, phase: impl fmt::Display) {
+        *self.phase.lock().unwrap() = phase.to_string();
     }
 
-    /// The median of the last `n` samples: the measured ones (the warm-up came first).
-    fn median(&self, variant: &str, n: usize) -> Option<f64> {
-        let all = self.samples.lock().unwrap();
-        let v = all.get(variant)?;
-        let mut last: Vec<f64> = v[v.len().saturating_sub(n)..].to_vec();
-        median(&mut last)
+    fn log_lines(&self, system: &'static str, lines: Vec<String>) {
+        let phase = self.phase.lock().unwrap().clone();
+        let mut logs = self.logs.lock().unwrap();
+        let logged = logs.entry(system).or_default();
+        if !lines.is_empty() {
+            *logged.by_phase.entry(phase.clone()).or_default() += lines.len();
+        }
+        let shape = |line: &str| line.replace(|c: char| c.is_ascii_digit(), "#");
+        for line in lines {
+            if logged.first.len() < 5 && !logged.first.iter().any(|(_, l)| shape(l) == shape(&line))
+            {
+                logged.first.push((phase.clone(), line));
+            }
+        }
     }
 
-    fn note_median(&self, what: &str) -> Option<f64> {
-        let mut v = self.notes.lock().unwrap().get(what)?.clone();
-        median(&mut v)
+    /// The summary of the last `keep` drains of `key` (batch mode's first is criterion's
+    /// warm-up).
+    fn stats(&self, key: Key, keep: usize) -> Option<Stats> {
+        let drains = self.drains.lock().unwrap();
+        let all = drains.get(&key)?;
+        Stats::of(&all[all.len().saturating_sub(keep)..])
     }
 
-    fn print_summary(&self, settings: &Settings) {
-        let n = settings.samples;
-        let batch = settings.batch as f64;
-        let rate = |variant: &str| self.median(variant, n).map(|s| batch / s);
-        let fmt_rate = |r: Option<f64>| r.map_or("n/a".to_string(), |r| format!("{r:.0}"));
-        let fmt_ms = |s: Option<f64>| s.map_or("n/a".to_string(), |s| format!("{:.1} ms", s * 1e3));
-        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-            (Some(a), Some(b)) => format!("{:.2}", a / b),
-            _ => "n/a".to_string(),
+    fn print_summary(&self, s: &Settings, context: &Context) {
+        println!();
+        println!(
+            "==== serve benchmarks: summary ({} run) ====",
+            if s.quick { "quick" } else { "full" }
+        );
+        println!(
+            "{} cores; {}; load average before {}, after {}",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            context.server,
+            context.load_before,
+            load_average()
+        );
+        if s.runs("batch") {
+            self.print_mode(s, "batch");
+        }
+        if s.runs("backlog") {
+            self.print_mode(s, "backlog");
+        }
+        if s.runs("latency") {
+            self.print_latency(s);
+        }
+        if s.runs("curve") {
+            self.print_curve(s);
+        }
+        if let Some(trips) = &*self.trips.lock().unwrap() {
+            print_trips(trips);
+        }
+        self.print_logs();
+    }
+
+    fn print_mode(&self, s: &Settings, mode: &str) {
+        let batch = mode == "batch";
+        println!();
+        if batch {
+            println!(
+                "batch: {} runs made due at once to idle, listening processes ({BATCH_WORKERS} \
+                 workers / concurrency {BATCH_WORKERS} each); clock: from the return of the \
+                 statement that queues them to the first check that finds none left; n: \
+                 criterion samples",
+                s.batch
+            );
+        } else {
+            println!(
+                "backlog: {} runs queued before the processes start ({BACKLOG_WORKERS} workers \
+                 / concurrency {BACKLOG_WORKERS} each); clock: from the first claim to the first \
+                 check that finds none left; 'to 1st': spawn to first claim, not clocked",
+                s.backlog
+            );
+        }
+        println!(
+            "{:<24} {:>5} {:>3} {:>11} {:>8} {:>10} {:>7} {:>8}  comparison",
+            "system", "procs", "n", "median", "runs/s", "CPU µs/run", "RSS MiB", "to 1st"
+        );
+        let keep = if batch { s.samples } else { s.reps };
+        let key = |v: Variant| {
+            if batch {
+                Key::Batch(v)
+            } else {
+                Key::Backlog(v)
+            }
         };
+        let rate = |system: System, procs: usize| {
+            self.stats(key(Variant::of(system, procs)), keep)
+                .map(|st| st.runs_per_s)
+        };
+        for v in Variant::ALL {
+            let Some(st) = self.stats(key(v), keep) else {
+                println!("{:<24} {:>5} (not run)", v.label(), v.procs);
+                continue;
+            };
+            let comparison = match v.system {
+                System::JobhostPostgres => format!(
+                    "{} graphile, {} graphile batched",
+                    times(Some(st.runs_per_s), rate(System::Graphile, v.procs)),
+                    times(Some(st.runs_per_s), rate(System::GraphileBatched, v.procs)),
+                ),
+                System::JobhostSqlite => format!(
+                    "{} the goal of {SQLITE_GOAL_RUNS_PER_S:.0} runs/s",
+                    times(Some(st.runs_per_s), Some(SQLITE_GOAL_RUNS_PER_S))
+                ),
+                System::Graphile | System::GraphileBatched => String::new(),
+            };
+            println!(
+                "{:<24} {:>5} {:>3} {:>11} {:>8.0} {:>10.1} {:>7} {:>8}  {comparison}",
+                v.label(),
+                v.procs,
+                st.n,
+                fmt_duration(st.median),
+                st.runs_per_s,
+                st.cpu_us_per_run,
+                st.peak_rss_kib
+                    .map_or("-".to_string(), |k| format!("{:.0}", k as f64 / 1024.0)),
+                st.to_first_claim.map_or("-".to_string(), fmt_duration),
+            );
+        }
+        println!(
+            "CPU: user + system time of the system's own processes (hosts or node workers, \
+             not Postgres) per run; RSS: largest peak of one process"
+        );
+    }
 
+    fn print_latency(&self, s: &Settings) {
         println!();
         println!(
-            "serve benchmarks: batches of {} no-op runs, {} workers per host (concurrency {} per \
-             graphile-worker process), medians of {} samples",
-            settings.batch, WORKERS, WORKERS, n
+            "kick -> start: {} sequential kicks over the host's HTTP API (1 host, \
+             {BATCH_WORKERS} workers), after {KICK_WARM_UP} warm-up kicks",
+            s.kicks
         );
-        println!("{:<34} {:>12} {:>10}", "variant", "median", "runs/s");
-        for variant in [
-            "serve_sqlite/drain",
-            "fleet_postgres/drain_1_host",
-            "fleet_postgres/drain_3_hosts",
-            "graphile_worker/drain_1_worker",
-            "graphile_worker/drain_3_workers",
-        ] {
-            println!(
-                "{:<34} {:>12} {:>10}",
-                variant,
-                fmt_ms(self.median(variant, n)),
-                fmt_rate(rate(variant))
-            );
-        }
-        let latency = self.median("serve_sqlite/kick_to_start", KICK_SAMPLES);
         println!(
-            "{:<34} {:>12} {:>10}",
-            "serve_sqlite/kick_to_start",
-            latency.map_or("n/a".to_string(), |s| format!("{:.3} ms", s * 1e3)),
-            "(latency)"
+            "{:<9} {:>11} {:>11} {:>16} {:>11} {:>7} {:>7}",
+            "backend", "client p50", "client p99", "goal p50", "answer p50", "db p50", "db p99"
         );
-        if let Some(ms) = self.note_median("graphile enqueue_ms") {
+        let kicks = self.kicks.lock().unwrap();
+        for db in [Db::Sqlite, Db::Postgres] {
+            let Some(kicks) = kicks.get(&db).filter(|k| !k.is_empty()) else {
+                println!("{db:<9} (not run)");
+                continue;
+            };
+            let sorted = |values: Vec<f64>| {
+                let mut values = values;
+                values.sort_by(f64::total_cmp);
+                values
+            };
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            let client = sorted(kicks.iter().map(|k| ms(k.client)).collect());
+            let answered = sorted(kicks.iter().map(|k| ms(k.answered)).collect());
+            let db_ms = sorted(kicks.iter().map(|k| k.db_ms as f64).collect());
+            let goal = match db {
+                Db::Postgres => POSTGRES_KICK_GOAL_MS,
+                Db::Sqlite => SQLITE_KICK_GOAL_MS,
+            };
+            let p50 = percentile(&client, 0.50);
+            let verdict = if p50 <= goal { "met" } else { "missed" };
             println!(
-                "(graphile addJobs of one batch took {ms:.1} ms, median; not in the drain times)"
+                "{db:<9} {:>8.3} ms {:>8.3} ms {:>16} {:>8.3} ms {:>4.0} ms {:>4.0} ms",
+                p50,
+                percentile(&client, 0.99),
+                format!("<= {goal:.0} ms: {verdict}"),
+                percentile(&answered, 0.50),
+                percentile(&db_ms, 0.50),
+                percentile(&db_ms, 0.99),
             );
         }
-        if let Some(ms) = self.note_median("jobhost release_ms") {
-            println!(
-                "(jobhost's UPDATE releasing one batch took {ms:.1} ms, median; not in the drain times)"
-            );
-        }
+        println!(
+            "client: from sending the kick until this process first sees the run no longer \
+             queued (one query every {} µs); answer: until the kick's HTTP answer; db: \
+             started_at - created_at, whole ms",
+            KICK_POLL.as_micros()
+        );
+    }
 
-        let jh1 = rate("fleet_postgres/drain_1_host");
-        let jh3 = rate("fleet_postgres/drain_3_hosts");
-        let gw1 = rate("graphile_worker/drain_1_worker");
-        let gw3 = rate("graphile_worker/drain_3_workers");
+    fn print_curve(&self, s: &Settings) {
         println!();
-        println!("{:<52} {:>8}", "ratio (runs/s)", "");
         println!(
-            "{:<52} {:>8}",
-            "jobhost 1 host / graphile 1 worker",
-            ratio(jh1, gw1)
+            "backlog curve: jobhost, 1 host, {BACKLOG_WORKERS} workers, the backlog queued \
+             before it starts; clock as in backlog mode"
         );
         println!(
-            "{:<52} {:>8}",
-            "jobhost 3 hosts / graphile 3 workers",
-            ratio(jh3, gw3)
+            "{:<9} {:>8} {:>3} {:>11} {:>8} {:>10} {:>7} {:>8}",
+            "backend", "backlog", "n", "median", "runs/s", "CPU µs/run", "RSS MiB", "to 1st"
         );
-        println!(
-            "{:<52} {:>8}",
-            "jobhost scaling, 3 hosts / 1 host",
-            ratio(jh3, jh1)
-        );
-        println!(
-            "{:<52} {:>8}",
-            "graphile scaling, 3 workers / 1 worker",
-            ratio(gw3, gw1)
-        );
-        println!(
-            "{:<52} {:>8}",
-            "jobhost Postgres 1 host / SQLite 1 host",
-            ratio(jh1, rate("serve_sqlite/drain"))
-        );
+        for db in [Db::Postgres, Db::Sqlite] {
+            for &runs in &s.curve {
+                let Some(st) = self.stats(Key::Curve(db, runs), s.reps) else {
+                    println!("{db:<9} {runs:>8} (not run)");
+                    continue;
+                };
+                println!(
+                    "{db:<9} {runs:>8} {:>3} {:>11} {:>8.0} {:>10.1} {:>7} {:>8}",
+                    st.n,
+                    fmt_duration(st.median),
+                    st.runs_per_s,
+                    st.cpu_us_per_run,
+                    st.peak_rss_kib
+                        .map_or("-".to_string(), |k| format!("{:.0}", k as f64 / 1024.0)),
+                    st.to_first_claim.map_or("-".to_string(), fmt_duration),
+                );
+            }
+        }
+    }
+
+    fn print_logs(&self) {
+        println!();
+        for (system, logged) in self.logs.lock().unwrap().iter() {
+            if logged.by_phase.is_empty() {
+                println!("{system} logs: no WARN or ERROR line");
+                continue;
+            }
+            let phases: Vec<String> = logged
+                .by_phase
+                .iter()
+                .map(|(phase, n)| format!("{n} in {phase}"))
+                .collect();
+            println!(
+                "{system} logs: WARN/ERROR lines: {}; the first distinct ones:",
+                phases.join(", ")
+            );
+            for (phase, line) in &logged.first {
+                println!("  [{phase}] {line}");
+            }
+        }
     }
 }
 
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
+fn print_trips(trips: &Trips) {
+    let per_run = |n: u64| n as f64 / trips.runs as f64;
+    let drain = trips.drain;
+    println!();
+    println!(
+        "postgres round trips: 1 host, {BACKLOG_WORKERS} workers, a {}-run backlog, through a \
+         counting proxy (that drain took {}, slowed by the proxy)",
+        trips.runs,
+        fmt_duration(trips.elapsed)
+    );
+    println!(
+        "  drain (listening -> done): {} simple queries + {} syncs = {:.2} round trips per run, \
+         over {} new connections",
+        drain.queries,
+        drain.syncs,
+        per_run(drain.queries + drain.syncs),
+        drain.connections
+    );
+    println!(
+        "  start-up (spawn -> listening): {} simple queries + {} syncs, {} connections",
+        trips.start_up.queries, trips.start_up.syncs, trips.start_up.connections
+    );
+}
+
+/// The medians (and totals) of some drains of one key.
+struct Stats {
+    n: usize,
+    median: Duration,
+    runs_per_s: f64,
+    cpu_us_per_run: f64,
+    peak_rss_kib: Option<u64>,
+    to_first_claim: Option<Duration>,
+}
+
+impl Stats {
+    fn of(drains: &[Drain]) -> Option<Stats> {
+        let first = drains.first()?;
+        let median_of = |values: Vec<f64>| {
+            let mut values = values;
+            values.sort_by(f64::total_cmp);
+            let mid = values.len() / 2;
+            if values.len() % 2 == 1 {
+                values[mid]
+            } else {
+                (values[mid - 1] + values[mid]) / 2.0
+            }
+        };
+        let median = median_of(drains.iter().map(|d| d.elapsed.as_secs_f64()).collect());
+        let runs: usize = drains.iter().map(|d| d.runs).sum();
+        let cpu: f64 = drains.iter().map(|d| d.cpu.as_secs_f64()).sum();
+        let to_first: Vec<f64> = drains
+            .iter()
+            .filter_map(|d| d.to_first_claim.map(|t| t.as_secs_f64()))
+            .collect();
+        Some(Stats {
+            n: drains.len(),
+            median: Duration::from_secs_f64(median),
+            runs_per_s: first.runs as f64 / median,
+            cpu_us_per_run: cpu * 1e6 / runs as f64,
+            peak_rss_kib: drains.iter().filter_map(|d| d.peak_rss_kib).max(),
+            to_first_claim: (!to_first.is_empty())
+                .then(|| Duration::from_secs_f64(median_of(to_first))),
+        })
     }
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[mid]
+}
+
+/// The nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn times(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) => format!("{:.2}x", a / b),
+        _ => "n/a x".to_string(),
+    }
+}
+
+fn fmt_duration(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms < 10_000.0 {
+        format!("{ms:.1} ms")
     } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    })
+        format!("{:.2} s", ms / 1e3)
+    }
 }
 
-// ---- serve_sqlite -------------------------------------------------------------------
+// ---- batch mode (criterion) ----------------------------------------------------------
 
-fn bench_serve_sqlite(
-    c: &mut Criterion,
-    rt: &Runtime,
-    noop: &Path,
-    settings: &Settings,
-    record: &Record,
-) {
-    let mut group = c.benchmark_group("serve_sqlite");
-    let mut env: Option<Jobhost> = None;
-
-    // Latency first: the group's throughput setting (runs/s) applies to the drain only.
+fn batch_mode(c: &mut Criterion, rt: &Runtime, noop: &Path, s: &Settings, record: &Record) {
+    let mut group = c.benchmark_group("batch");
+    // Flat sampling, one batch per sample, one warm-up batch: criterion's warm-up stops
+    // after the first call that takes longer than the warm-up time, and a flat sample gets
+    // a single iteration when the measurement time is below one iteration per sample.
     group
         .sampling_mode(SamplingMode::Flat)
-        .sample_size(KICK_SAMPLES)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
-    group.bench_function("kick_to_start", |b| {
-        let env: &Jobhost = env.get_or_insert_with(|| rt.block_on(Jobhost::sqlite(noop, 1)));
-        b.to_async(rt).iter_custom(|iters| async move {
-            let total = env.kick_to_start(iters).await;
-            record.sample("serve_sqlite/kick_to_start", total, iters);
-            total
-        });
-    });
+        .sample_size(s.samples)
+        .warm_up_time(Duration::from_millis(1))
+        .measurement_time(Duration::from_millis(10))
+        .throughput(Throughput::Elements(s.batch as u64));
+    let batch = s.batch;
 
-    configure_drain(&mut group, settings);
-    let batch = settings.batch;
-    group.bench_function("drain", |b| {
-        let env: &Jobhost = env.get_or_insert_with(|| rt.block_on(Jobhost::sqlite(noop, 1)));
-        b.to_async(rt).iter_custom(|iters| async move {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                total += env.drain(batch, record).await;
-            }
-            record.sample("serve_sqlite/drain", total, iters);
-            total
-        });
-    });
-    group.finish();
-    if let Some(env) = env {
-        rt.block_on(env.stop());
-    }
-}
-
-// ---- fleet_postgres -----------------------------------------------------------------
-
-fn bench_fleet_postgres(
-    c: &mut Criterion,
-    rt: &Runtime,
-    noop: &Path,
-    settings: &Settings,
-    record: &Record,
-) {
-    let mut group = c.benchmark_group("fleet_postgres");
-    configure_drain(&mut group, settings);
-    let batch = settings.batch;
-    let mut env: Option<Jobhost> = None;
-    for (id, variant, hosts) in [
-        ("drain_1_host", "fleet_postgres/drain_1_host", 1),
-        ("drain_3_hosts", "fleet_postgres/drain_3_hosts", 3),
-    ] {
-        group.bench_function(id, |b| {
-            let env = env.get_or_insert_with(|| rt.block_on(Jobhost::postgres(noop)));
-            rt.block_on(env.scale_to(hosts));
+    let mut fleet: Option<Jobhost> = None;
+    for hosts in [1, 3] {
+        let variant = Variant::of(System::JobhostPostgres, hosts);
+        group.bench_function(variant.id(), |b| {
+            record.enter(Key::Batch(variant));
+            let env = fleet.get_or_insert_with(|| rt.block_on(Jobhost::postgres(noop, record)));
+            rt.block_on(env.scale_to(hosts, record));
             let env: &Jobhost = env;
             b.to_async(rt).iter_custom(|iters| async move {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    total += env.drain(batch, record).await;
+                    let drain = env.drain_batch(batch).await;
+                    total += drain.elapsed;
+                    record.drain(Key::Batch(variant), drain);
                 }
-                record.sample(variant, total, iters);
                 total
             });
         });
     }
+    if let Some(env) = fleet.take() {
+        rt.block_on(env.stop(record));
+    }
+
+    let mut graphile: Option<Graphile> = None;
+    for batched in [false, true] {
+        for procs in [1, 3] {
+            let system = if batched {
+                System::GraphileBatched
+            } else {
+                System::Graphile
+            };
+            let variant = Variant::of(system, procs);
+            group.bench_function(variant.id(), |b| {
+                record.enter(Key::Batch(variant));
+                let env = graphile.get_or_insert_with(|| rt.block_on(Graphile::start()));
+                rt.block_on(env.scale_to(procs, batched, record));
+                let env: &Graphile = env;
+                b.to_async(rt).iter_custom(|iters| async move {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let drain = env.drain_batch(batch).await;
+                        total += drain.elapsed;
+                        record.drain(Key::Batch(variant), drain);
+                    }
+                    total
+                });
+            });
+        }
+    }
+    if let Some(env) = graphile.take() {
+        rt.block_on(env.stop(record));
+    }
+
+    let mut sqlite: Option<Jobhost> = None;
+    let variant = Variant::of(System::JobhostSqlite, 1);
+    group.bench_function(variant.id(), |b| {
+        record.enter(Key::Batch(variant));
+        let env = sqlite.get_or_insert_with(|| rt.block_on(Jobhost::sqlite(noop, record)));
+        rt.block_on(env.scale_to(1, record));
+        let env: &Jobhost = env;
+        b.to_async(rt).iter_custom(|iters| async move {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let drain = env.drain_batch(batch).await;
+                total += drain.elapsed;
+                record.drain(Key::Batch(variant), drain);
+            }
+            total
+        });
+    });
     group.finish();
-    if let Some(env) = env {
-        rt.block_on(env.stop());
+    if let Some(env) = sqlite {
+        rt.block_on(env.stop(record));
     }
 }
 
-// ---- jobhost hosts ------------------------------------------------------------------
+// ---- the parts outside criterion ----------------------------------------------------
+
+/// The databases of the parts outside criterion, made on first use; no process runs on
+/// them between drains.
+#[derive(Default)]
+struct Envs {
+    postgres: Option<Jobhost>,
+    sqlite: Option<Jobhost>,
+    graphile: Option<Graphile>,
+}
+
+impl Envs {
+    fn jobhost(&mut self, rt: &Runtime, noop: &Path, db: Db, record: &Record) -> &mut Jobhost {
+        let slot = match db {
+            Db::Postgres => &mut self.postgres,
+            Db::Sqlite => &mut self.sqlite,
+        };
+        slot.get_or_insert_with(|| match db {
+            Db::Postgres => rt.block_on(Jobhost::postgres(noop, record)),
+            Db::Sqlite => rt.block_on(Jobhost::sqlite(noop, record)),
+        })
+    }
+
+    fn graphile(&mut self, rt: &Runtime) -> &mut Graphile {
+        self.graphile
+            .get_or_insert_with(|| rt.block_on(Graphile::start()))
+    }
+
+    async fn stop(self, record: &Record) {
+        for env in [self.postgres, self.sqlite].into_iter().flatten() {
+            env.stop(record).await;
+        }
+        if let Some(env) = self.graphile {
+            env.stop(record).await;
+        }
+    }
+}
+
+fn kick_latency(rt: &Runtime, noop: &Path, s: &Settings, record: &Record, envs: &mut Envs) {
+    for db in [Db::Sqlite, Db::Postgres] {
+        record.enter(format_args!("latency/{db}"));
+        let env = envs.jobhost(rt, noop, db, record);
+        rt.block_on(env.scale_to(1, record));
+        let kicks = rt.block_on(env.kicks(s.kicks));
+        rt.block_on(env.scale_to(0, record));
+        eprintln!("latency/{db}: {} kicks", kicks.len());
+        record.kicks.lock().unwrap().insert(db, kicks);
+    }
+}
+
+/// One untimed drain of at most `WARM_UP_RUNS`, then `s.reps` timed drains of `runs` (one
+/// fewer, but at least one, above `LONG_DRAIN`).
+fn repeat<F, Fut>(rt: &Runtime, s: &Settings, record: &Record, key: Key, runs: usize, drain: F)
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Drain>,
+{
+    let reps = if runs > LONG_DRAIN {
+        (s.reps - 1).max(1)
+    } else {
+        s.reps
+    };
+    record.enter(key);
+    rt.block_on(drain(runs.min(WARM_UP_RUNS)));
+    for rep in 1..=reps {
+        let d = rt.block_on(drain(runs));
+        eprintln!(
+            "{key} ({rep}/{reps}): {runs} runs in {} ({:.0} runs/s), {:.1} µs CPU per run",
+            fmt_duration(d.elapsed),
+            runs as f64 / d.elapsed.as_secs_f64(),
+            d.cpu.as_secs_f64() * 1e6 / runs as f64
+        );
+        record.drain(key, d);
+    }
+}
+
+fn backlog_mode(rt: &Runtime, noop: &Path, s: &Settings, record: &Record, envs: &mut Envs) {
+    let runs = s.backlog;
+    for (db, system, counts) in [
+        (Db::Postgres, System::JobhostPostgres, &[1, 3][..]),
+        (Db::Sqlite, System::JobhostSqlite, &[1][..]),
+    ] {
+        let env: &Jobhost = envs.jobhost(rt, noop, db, record);
+        for &hosts in counts {
+            let key = Key::Backlog(Variant::of(system, hosts));
+            repeat(rt, s, record, key, runs, move |n| {
+                env.drain_backlog(n, hosts, record)
+            });
+        }
+    }
+    let env: &Graphile = envs.graphile(rt);
+    for batched in [false, true] {
+        let system = if batched {
+            System::GraphileBatched
+        } else {
+            System::Graphile
+        };
+        for procs in [1, 3] {
+            let key = Key::Backlog(Variant::of(system, procs));
+            repeat(rt, s, record, key, runs, move |n| {
+                env.drain_backlog(n, procs, batched, record)
+            });
+        }
+    }
+}
+
+fn backlog_curve(rt: &Runtime, noop: &Path, s: &Settings, record: &Record, envs: &mut Envs) {
+    for db in [Db::Postgres, Db::Sqlite] {
+        let env: &Jobhost = envs.jobhost(rt, noop, db, record);
+        for &runs in &s.curve {
+            repeat(rt, s, record, Key::Curve(db, runs), runs, move |n| {
+                env.drain_backlog(n, 1, record)
+            });
+        }
+    }
+}
+
+fn round_trips(rt: &Runtime, noop: &Path, s: &Settings, record: &Record, envs: &mut Envs) {
+    record.enter("trips");
+    let env: &Jobhost = envs.jobhost(rt, noop, Db::Postgres, record);
+    let trips = rt.block_on(async {
+        let proxy = CountingProxy::start().await;
+        env.drain_counted(s.backlog, &proxy, record).await
+    });
+    *record.trips.lock().unwrap() = Some(trips);
+}
+
+// ---- jobhost ------------------------------------------------------------------------
 
 /// One database, one home, and the `host serve` processes on them.
 struct Jobhost {
@@ -400,36 +1038,38 @@ struct Jobhost {
     db_url: String,
     manifest: PathBuf,
     store: Store,
-    hosts: Vec<HostProcess>,
-    http: reqwest::Client,
     tenant: String,
+    /// The payload of the job's kicks.
+    payload: String,
+    /// Batch mode's long-lived hosts (backlog drains start their own).
+    hosts: Vec<Proc>,
+    http: reqwest::Client,
     /// The Postgres database, dropped at the end.
     database: Option<PgDatabase>,
-    started: usize,
 }
 
 impl Jobhost {
-    async fn sqlite(noop: &Path, hosts: usize) -> Jobhost {
+    async fn sqlite(noop: &Path, record: &Record) -> Jobhost {
         let home = tempfile::tempdir().expect("temp dir");
         let db_url = format!("sqlite://{}/jobhost.db", home.path().display());
-        let mut env = Jobhost::open(home, db_url, None, noop).await;
-        env.scale_to(hosts).await;
-        env
+        Jobhost::open(home, db_url, None, noop, record).await
     }
 
-    async fn postgres(noop: &Path) -> Jobhost {
+    async fn postgres(noop: &Path, record: &Record) -> Jobhost {
         let home = tempfile::tempdir().expect("temp dir");
         let database = PgDatabase::create().await;
         let db_url = database.url.clone();
-        Jobhost::open(home, db_url, Some(database), noop).await
+        Jobhost::open(home, db_url, Some(database), noop, record).await
     }
 
-    /// Writes the manifest; the first host registers the job and applies the migrations.
+    /// Writes the manifest; a first host registers the job, applies the migrations and
+    /// fills the compile cache, then stops.
     async fn open(
         home: TempDir,
         db_url: String,
         database: Option<PgDatabase>,
         noop: &Path,
+        record: &Record,
     ) -> Jobhost {
         let manifest = home.path().join("jobhost.toml");
         let component = toml::Value::String(noop.display().to_string());
@@ -438,61 +1078,65 @@ impl Jobhost {
             format!("[jobs.{JOB}]\ncomponent = {component}\n"),
         )
         .expect("write the manifest");
-        let first = HostProcess::start(home.path(), &db_url, &manifest, 0).await;
+        let first = spawn_host(home.path(), &manifest, &db_url, BATCH_WORKERS);
+        first.report("listening", START_TIMEOUT).await;
+        first.stop(record).await;
         let store = Store::open(&db_url).await.expect("open the store");
         let job = store
             .get_job(JOB)
             .await
             .expect("read the job")
             .expect("host serve registered the job");
+        let spec: JobSpec = serde_json::from_str(&job.spec).expect("the job's spec");
         Jobhost {
             home,
             db_url,
             manifest,
             store,
-            hosts: vec![first],
-            http: reqwest::Client::new(),
             tenant: job.tenant,
+            payload: spec.payload.to_string(),
+            hosts: Vec::new(),
+            http: reqwest::Client::new(),
             database,
-            started: 1,
         }
     }
 
-    /// Starts or stops hosts until `n` are serving.
-    async fn scale_to(&mut self, n: usize) {
+    fn spawn_host(&self, workers: usize, db_url: &str) -> Proc {
+        spawn_host(self.home.path(), &self.manifest, db_url, workers)
+    }
+
+    /// Starts or stops batch mode's hosts until `n` serve.
+    async fn scale_to(&mut self, n: usize, record: &Record) {
         while self.hosts.len() > n {
-            self.hosts.pop().expect("a host").stop().await;
+            self.hosts.pop().expect("a host").stop(record).await;
         }
         while self.hosts.len() < n {
-            let host =
-                HostProcess::start(self.home.path(), &self.db_url, &self.manifest, self.started)
-                    .await;
-            self.started += 1;
+            let host = self.spawn_host(BATCH_WORKERS, &self.db_url);
+            host.report("listening", START_TIMEOUT).await;
             self.hosts.push(host);
         }
     }
 
-    /// Queues `batch` runs, makes them due at once, and returns how long the hosts took
-    /// to finish them (see the module comment for where the clock starts).
-    async fn drain(&self, batch: usize, record: &Record) -> Duration {
-        assert_eq!(
-            self.count(NOT_DONE).await,
-            0,
-            "the previous batch is not done"
-        );
+    async fn busy(&self) -> bool {
+        on_pool!(self.store, p => sqlx::query_scalar(JOBHOST_BUSY).fetch_one(p).await)
+            .expect("check for runs left")
+    }
+
+    /// Queues `batch` runs due in a day, makes them due at once, and returns how long the
+    /// hosts took to finish them (see the module comment for where the clock starts).
+    async fn drain_batch(&self, batch: usize) -> Drain {
+        assert!(!self.busy().await, "the previous batch is not done");
         self.park(batch).await;
         // Let the hosts settle after the wake-ups the inserts caused (Postgres notifies on
         // every insert; the runs are not due, so they go back to waiting).
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let elapsed = match self.store.pool() {
+        let cpu_before: Duration;
+        let start = match self.store.pool() {
             Pool::Postgres(_) => {
-                let release = Instant::now();
                 let due = self.store.now().await.expect("database clock");
+                cpu_before = total_cpu(&self.hosts);
                 assert_eq!(self.release(due).await, batch as u64);
-                let start = Instant::now();
-                record.note("jobhost release_ms", (start - release).as_secs_f64() * 1e3);
-                self.wait_done().await;
-                start.elapsed()
+                SystemTime::now()
             }
             Pool::Sqlite(_) => {
                 let due = self.store.now().await.expect("database clock") + SQLITE_DUE_AHEAD_MS;
@@ -501,17 +1145,23 @@ impl Jobhost {
                 if let Ok(ahead) = due_at.duration_since(SystemTime::now()) {
                     tokio::time::sleep(ahead).await;
                 }
-                self.wait_done().await;
-                SystemTime::now().duration_since(due_at).unwrap_or_default()
+                cpu_before = total_cpu(&self.hosts);
+                due_at
             }
         };
-        assert_eq!(
-            self.count(NOT_SUCCEEDED).await,
-            0,
-            "every run succeeded (see the host logs in {})",
-            self.home.path().display()
-        );
-        elapsed
+        let done = wait_drained(|| self.busy(), &self.hosts).await;
+        let cpu = total_cpu(&self.hosts).saturating_sub(cpu_before);
+        let failed: i64 =
+            on_pool!(self.store, p => sqlx::query_scalar(NOT_SUCCEEDED).fetch_one(p).await)
+                .expect("count the runs");
+        assert_eq!(failed, 0, "every run succeeded");
+        Drain {
+            runs: batch,
+            elapsed: done.duration_since(start).unwrap_or_default(),
+            cpu,
+            peak_rss_kib: None,
+            to_first_claim: None,
+        }
     }
 
     /// Inserts `batch` queued runs of distinct instances, due in a day.
@@ -525,7 +1175,7 @@ impl Jobhost {
                 instance: format!("i{i}"),
                 tenant: self.tenant.clone(),
                 origin: Origin::Kick,
-                payload: "{}".to_string(),
+                payload: self.payload.clone(),
                 cursor: None,
                 component_digest: None,
                 scheduled_for: None,
@@ -541,71 +1191,156 @@ impl Jobhost {
 
     /// Makes every parked run due at `due` (database clock), in one statement.
     async fn release(&self, due: i64) -> u64 {
-        match self.store.pool() {
-            Pool::Sqlite(p) => sqlx::query(RELEASE_BATCH)
-                .bind(due)
-                .bind(JOB)
-                .execute(p)
-                .await
-                .map(|r| r.rows_affected()),
-            Pool::Postgres(p) => sqlx::query(RELEASE_BATCH)
-                .bind(due)
-                .bind(JOB)
-                .execute(p)
-                .await
-                .map(|r| r.rows_affected()),
-        }
+        on_pool!(self.store, p => sqlx::query(RELEASE_BATCH)
+            .bind(due)
+            .bind(JOB)
+            .execute(p)
+            .await
+            .map(|r| r.rows_affected()))
         .expect("release the batch")
     }
 
-    async fn count(&self, sql: &'static str) -> i64 {
-        match self.store.pool() {
-            Pool::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await,
-            Pool::Postgres(p) => sqlx::query_scalar(sql).fetch_one(p).await,
-        }
-        .expect("count runs")
+    /// Empties the run tables, then queues `runs` runs due now, in one statement.
+    async fn queue_backlog(&self, runs: usize) {
+        let prefix = &new_run_id()[..24];
+        let runs = runs as i64;
+        let queued = match self.store.pool() {
+            Pool::Postgres(p) => {
+                sqlx::raw_sql(CLEAR_POSTGRES)
+                    .execute(p)
+                    .await
+                    .expect("empty the tables");
+                let queued = sqlx::query(QUEUE_POSTGRES)
+                    .bind(runs)
+                    .bind(prefix)
+                    .bind(JOB)
+                    .bind(&self.tenant)
+                    .bind(&self.payload)
+                    .execute(p)
+                    .await
+                    .expect("queue the backlog")
+                    .rows_affected();
+                sqlx::raw_sql("ANALYZE jobhost_runs")
+                    .execute(p)
+                    .await
+                    .expect("analyze");
+                queued
+            }
+            Pool::Sqlite(p) => {
+                sqlx::raw_sql(CLEAR_SQLITE)
+                    .execute(p)
+                    .await
+                    .expect("empty the tables");
+                sqlx::query(QUEUE_SQLITE)
+                    .bind(runs)
+                    .bind(prefix)
+                    .bind(JOB)
+                    .bind(&self.tenant)
+                    .bind(&self.payload)
+                    .execute(p)
+                    .await
+                    .expect("queue the backlog")
+                    .rows_affected()
+            }
+        };
+        assert_eq!(queued, runs as u64);
     }
 
-    async fn wait_done(&self) {
-        let start = Instant::now();
-        while self.count(NOT_DONE).await > 0 {
-            assert!(
-                start.elapsed() < DRAIN_TIMEOUT,
-                "the hosts did not drain the batch within {DRAIN_TIMEOUT:?} (logs in {})",
-                self.home.path().display()
-            );
-            tokio::time::sleep(CHECK_EVERY).await;
+    /// That all `runs` runs succeeded; returns the first claim (database clock).
+    async fn check_backlog(&self, runs: usize) -> SystemTime {
+        let (total, succeeded, first): (i64, i64, Option<i64>) =
+            on_pool!(self.store, p => sqlx::query_as(BACKLOG_OUTCOME).fetch_one(p).await)
+                .expect("read the outcome");
+        assert_eq!(
+            (total, succeeded),
+            (runs as i64, runs as i64),
+            "every run succeeded (host logs in {})",
+            self.home.path().display()
+        );
+        UNIX_EPOCH + Duration::from_millis(first.expect("a first claim") as u64)
+    }
+
+    /// Queues `runs` runs, starts `hosts` hosts at once and times them from the first
+    /// claim to done.
+    async fn drain_backlog(&self, runs: usize, hosts: usize, record: &Record) -> Drain {
+        self.queue_backlog(runs).await;
+        let spawned = SystemTime::now();
+        let procs: Vec<Proc> = (0..hosts)
+            .map(|_| self.spawn_host(BACKLOG_WORKERS, &self.db_url))
+            .collect();
+        let done = wait_drained(|| self.busy(), &procs).await;
+        let (cpu, peak_rss_kib) = usage_since(&procs, "listening").await;
+        for host in procs {
+            host.stop(record).await;
+        }
+        let first = self.check_backlog(runs).await;
+        Drain {
+            runs,
+            elapsed: done.duration_since(first).unwrap_or_default(),
+            cpu,
+            peak_rss_kib: Some(peak_rss_kib),
+            to_first_claim: Some(first.duration_since(spawned).unwrap_or_default()),
         }
     }
 
-    /// Kicks one instance `iters` times over HTTP, one after the other, and returns the
-    /// summed time from queued to claimed (database clock).
-    async fn kick_to_start(&self, iters: u64) -> Duration {
-        let host = &self.hosts[0];
-        let mut total_ms = 0i64;
-        for _ in 0..iters {
-            let response = self
-                .http
-                .post(format!(
-                    "http://{}/jobs/{JOB}/kick?instance=latency",
-                    host.addr
-                ))
-                .send()
-                .await
-                .expect("kick");
+    /// A backlog drain of one host whose database connections go through `proxy`.
+    async fn drain_counted(&self, runs: usize, proxy: &CountingProxy, record: &Record) -> Trips {
+        self.queue_backlog(runs).await;
+        let host = self.spawn_host(BACKLOG_WORKERS, &proxy.url(&self.db_url));
+        host.report("listening", START_TIMEOUT).await;
+        let listening = proxy.counted();
+        let done = wait_drained(|| self.busy(), std::slice::from_ref(&host)).await;
+        let drained = proxy.counted();
+        host.stop(record).await;
+        let first = self.check_backlog(runs).await;
+        Trips {
+            runs,
+            start_up: listening,
+            drain: drained - listening,
+            elapsed: done.duration_since(first).unwrap_or_default(),
+        }
+    }
+
+    /// Kicks one instance over the first host's HTTP API, `KICK_WARM_UP + n` times, one
+    /// after the other, each waited for until its run succeeded.
+    async fn kicks(&self, n: usize) -> Vec<Kick> {
+        let listening = self.hosts[0].report("listening", START_TIMEOUT).await;
+        let addr = listening.value["listening"].as_str().expect("an address");
+        let url = format!("http://{addr}/jobs/{JOB}/kick?instance=latency");
+        let mut kicks = Vec::with_capacity(n);
+        for i in 0..KICK_WARM_UP + n {
+            let sent = Instant::now();
+            let response = self.http.post(&url).send().await.expect("kick");
             assert_eq!(response.status().as_u16(), 202, "kick refused");
-            let body: serde_json::Value = response.json().await.expect("kick body");
+            let body: Value = response.json().await.expect("kick body");
+            let answered = sent.elapsed();
             assert_eq!(
                 body["result"], "queued",
                 "the previous kick was still running: {body}"
             );
-            let id = body["run_id"].as_str().expect("run_id").to_string();
-            let start = Instant::now();
+            let id = body["run_id"].as_str().expect("run_id");
+            loop {
+                let status: String = on_pool!(self.store, p => sqlx::query_scalar(RUN_STATUS)
+                    .bind(id)
+                    .fetch_one(p)
+                    .await)
+                .expect("read the run's status");
+                if status != "queued" {
+                    break;
+                }
+                assert!(
+                    sent.elapsed() < DRAIN_TIMEOUT,
+                    "the kicked run never started"
+                );
+                // Finer than tokio's timer (1 ms); blocking this thread that briefly is
+                // harmless, and back-to-back queries would take a core from the host.
+                std::thread::sleep(KICK_POLL);
+            }
+            let client = sent.elapsed();
             let run = loop {
-                tokio::time::sleep(Duration::from_millis(2)).await;
                 let run = self
                     .store
-                    .get_run(&id)
+                    .get_run(id)
                     .await
                     .expect("read the run")
                     .expect("the run");
@@ -613,20 +1348,25 @@ impl Jobhost {
                     break run;
                 }
                 assert!(
-                    start.elapsed() < DRAIN_TIMEOUT,
+                    sent.elapsed() < DRAIN_TIMEOUT,
                     "the kicked run never finished: {run:?}"
                 );
+                tokio::time::sleep(Duration::from_millis(1)).await;
             };
             assert_eq!(run.status, "succeeded", "{run:?}");
-            total_ms += run.started_at.expect("started") - run.created_at;
+            if i >= KICK_WARM_UP {
+                kicks.push(Kick {
+                    answered,
+                    client,
+                    db_ms: run.started_at.expect("started") - run.created_at,
+                });
+            }
         }
-        Duration::from_millis(total_ms.max(0) as u64)
+        kicks
     }
 
-    async fn stop(self) {
-        for host in self.hosts {
-            host.stop().await;
-        }
+    async fn stop(mut self, record: &Record) {
+        self.scale_to(0, record).await;
         self.store.close().await;
         if let Some(database) = self.database {
             database.drop_now().await;
@@ -634,85 +1374,580 @@ impl Jobhost {
     }
 }
 
-/// A `host serve` child process, killed if dropped without `stop`.
-struct HostProcess {
-    child: Child,
-    addr: String,
+fn spawn_host(home: &Path, manifest: &Path, db_url: &str, workers: usize) -> Proc {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_host"));
+    command
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            &workers.to_string(),
+        ])
+        .arg("--manifest")
+        .arg(manifest)
+        .env("JOBHOST_HOME", home)
+        .env("JOBHOST_DB", db_url)
+        .env_remove("JOBHOST_LOG")
+        .current_dir(home);
+    Proc::spawn(command, "jobhost", home, |line| {
+        line.strip_prefix("listening on ")
+            .map(|addr| json!({ "listening": addr.trim() }))
+    })
 }
 
-impl HostProcess {
-    async fn start(home: &Path, db_url: &str, manifest: &Path, n: usize) -> HostProcess {
-        let log = home.join(format!("serve-{n}.log"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_host"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--workers",
-                &WORKERS.to_string(),
-            ])
-            .arg("--manifest")
-            .arg(manifest)
-            .env("JOBHOST_HOME", home)
-            .env("JOBHOST_DB", db_url)
-            .env_remove("JOBHOST_LOG")
-            .current_dir(home)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(File::create(&log).expect("host log file"))
-            .spawn()
-            .expect("spawn host serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        // Reads the first line, then keeps the pipe drained.
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next());
-            for _ in lines {}
-        });
-        let line = tokio::task::spawn_blocking(move || rx.recv_timeout(START_TIMEOUT))
+/// Checks every `CHECK_EVERY` until `busy` finds no work left; returns when it did.
+async fn wait_drained<F, Fut>(busy: F, procs: &[Proc]) -> SystemTime
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while busy().await {
+        for p in procs {
+            p.check_alive();
+        }
+        assert!(
+            start.elapsed() < DRAIN_TIMEOUT,
+            "not drained within {DRAIN_TIMEOUT:?}"
+        );
+        tokio::time::sleep(CHECK_EVERY).await;
+    }
+    SystemTime::now()
+}
+
+fn total_cpu(procs: &[Proc]) -> Duration {
+    procs.iter().map(Proc::cpu).sum()
+}
+
+/// The processes' CPU time now, less what each had used when it printed `key`, and the
+/// largest peak RSS among them (KiB).
+async fn usage_since(procs: &[Proc], key: &str) -> (Duration, u64) {
+    let now: Vec<Duration> = procs.iter().map(Proc::cpu).collect();
+    let mut cpu = Duration::ZERO;
+    let mut peak = 0;
+    for (p, now) in procs.iter().zip(now) {
+        cpu += now.saturating_sub(p.report(key, START_TIMEOUT).await.cpu);
+        peak = peak.max(p.peak_rss_kib());
+    }
+    (cpu, peak)
+}
+
+// ---- graphile-worker ----------------------------------------------------------------
+
+/// graphile-worker's database, the benchmark's connection to it, and batch mode's
+/// long-lived `node worker.js` processes (backlog drains start their own).
+struct Graphile {
+    dir: PathBuf,
+    logs: TempDir,
+    database: PgDatabase,
+    pool: sqlx::PgPool,
+    workers: Vec<Proc>,
+    batched: bool,
+}
+
+impl Graphile {
+    async fn start() -> Graphile {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("benches")
+            .join("graphile");
+        if let Err(message) = install_node_modules(&dir) {
+            panic!("graphile-worker benchmarks: {message}");
+        }
+        let database = PgDatabase::create().await;
+        let setup = tokio::process::Command::new("node")
+            .arg("setup.js")
+            .current_dir(&dir)
+            .env("DATABASE_URL", &database.url)
+            .stderr(Stdio::inherit())
+            .output()
             .await
-            .expect("join");
-        let addr = match line {
-            Ok(Some(Ok(line))) => line
-                .trim()
-                .strip_prefix("listening on ")
-                .map(str::to_string),
-            _ => None,
-        };
-        let Some(addr) = addr else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "host serve did not start; its log:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        };
-        HostProcess { child, addr }
+            .expect("run node setup.js");
+        assert!(
+            setup.status.success(),
+            "`node setup.js` failed: {}",
+            setup.status
+        );
+        let pool = sqlx::PgPool::connect(&database.url)
+            .await
+            .expect("connect to graphile-worker's database");
+        Graphile {
+            dir,
+            logs: tempfile::tempdir().expect("temp dir"),
+            database,
+            pool,
+            workers: Vec::new(),
+            batched: false,
+        }
     }
 
-    /// SIGTERM (a graceful drain, nothing is running), then SIGKILL after 10 s.
-    async fn stop(mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+    fn spawn_worker(&self, concurrency: usize, batched: bool) -> Proc {
+        let mut command = Command::new("node");
+        command
+            .args(["worker.js", "--concurrency", &concurrency.to_string()])
+            .current_dir(&self.dir)
+            .env("DATABASE_URL", &self.database.url);
+        if batched {
+            command.arg("--batched");
+        }
+        Proc::spawn(command, "graphile-worker", self.logs.path(), |line| {
+            line.strip_prefix("@bench ")
+                .and_then(|json| serde_json::from_str(json).ok())
+        })
+    }
+
+    /// Starts or stops batch mode's workers until `n` of the flavour run, idle and
+    /// listening.
+    async fn scale_to(&mut self, n: usize, batched: bool, record: &Record) {
+        if batched != self.batched {
+            for worker in self.workers.drain(..) {
+                worker.stop(record).await;
+            }
+            self.batched = batched;
+        }
+        while self.workers.len() > n {
+            self.workers.pop().expect("a worker").stop(record).await;
+        }
+        while self.workers.len() < n {
+            let worker = self.spawn_worker(BATCH_WORKERS, batched);
+            worker.report("ready", START_TIMEOUT).await;
+            self.workers.push(worker);
+        }
+    }
+
+    async fn busy(&self) -> bool {
+        sqlx::query_scalar(GRAPHILE_BUSY)
+            .fetch_one(&self.pool)
+            .await
+            .expect("check for jobs left")
+    }
+
+    async fn add_jobs(&self, count: usize) {
+        let added: i64 = sqlx::query_scalar(GRAPHILE_ADD_JOBS)
+            .bind(count as i64)
+            .fetch_one(&self.pool)
+            .await
+            .expect("add the jobs");
+        assert_eq!(added, count as i64);
+    }
+
+    async fn drain_batch(&self, batch: usize) -> Drain {
+        assert!(!self.busy().await, "the previous batch is not done");
+        let cpu_before = total_cpu(&self.workers);
+        self.add_jobs(batch).await;
+        let start = SystemTime::now();
+        let done = wait_drained(|| self.busy(), &self.workers).await;
+        Drain {
+            runs: batch,
+            elapsed: done.duration_since(start).unwrap_or_default(),
+            cpu: total_cpu(&self.workers).saturating_sub(cpu_before),
+            peak_rss_kib: None,
+            to_first_claim: None,
+        }
+    }
+
+    /// Queues `runs` jobs, starts `procs` workers at once and times them from the first
+    /// job's start to done.
+    async fn drain_backlog(
+        &self,
+        runs: usize,
+        procs: usize,
+        batched: bool,
+        record: &Record,
+    ) -> Drain {
+        assert!(!self.busy().await, "the previous backlog is not done");
+        self.add_jobs(runs).await;
+        sqlx::raw_sql("ANALYZE graphile_worker._private_jobs")
+            .execute(&self.pool)
+            .await
+            .expect("analyze");
+        let spawned = SystemTime::now();
+        let workers: Vec<Proc> = (0..procs)
+            .map(|_| self.spawn_worker(BACKLOG_WORKERS, batched))
+            .collect();
+        let done = wait_drained(|| self.busy(), &workers).await;
+        let (cpu, peak_rss_kib) = usage_since(&workers, "started").await;
+        let first = workers
+            .iter()
+            .filter_map(|w| w.found("first_job_at"))
+            .filter_map(|r| r.value["first_job_at"].as_f64())
+            .min_by(f64::total_cmp)
+            .expect("a first job");
+        for worker in workers {
+            worker.stop(record).await;
+        }
+        let first = UNIX_EPOCH + Duration::from_secs_f64(first / 1e3);
+        Drain {
+            runs,
+            elapsed: done.duration_since(first).unwrap_or_default(),
+            cpu,
+            peak_rss_kib: Some(peak_rss_kib),
+            to_first_claim: Some(first.duration_since(spawned).unwrap_or_default()),
+        }
+    }
+
+    async fn stop(self, record: &Record) {
+        for worker in self.workers {
+            worker.stop(record).await;
+        }
+        self.pool.close().await;
+        self.database.drop_now().await;
+    }
+}
+
+/// `npm ci` (or `npm install`, without a lock file) when `node_modules` is missing.
+fn install_node_modules(dir: &Path) -> Result<(), String> {
+    if dir.join("node_modules").join("graphile-worker").is_dir() {
+        return Ok(());
+    }
+    let args: &[&str] = if dir.join("package-lock.json").is_file() {
+        &["ci", "--no-audit", "--no-fund"]
+    } else {
+        &["install", "--no-audit", "--no-fund"]
+    };
+    eprintln!(
+        "serve benchmarks: running `npm {}` in {}",
+        args.join(" "),
+        dir.display()
+    );
+    let status = Command::new("npm")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|e| format!("cannot run npm (Node.js and npm are needed): {e}"))?;
+    if !status.success() {
+        return Err(format!(
+            "`npm {}` failed in {}: {status}",
+            args.join(" "),
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+// ---- child processes ----------------------------------------------------------------
+
+/// A line a process printed for the benchmark, and the process's CPU time when it came.
+#[derive(Clone)]
+struct Report {
+    value: Value,
+    cpu: Duration,
+}
+
+/// A child process (a host or a graphile-worker), its stderr and other output in log
+/// files; killed if dropped before `stop`.
+struct Proc {
+    system: &'static str,
+    child: Mutex<std::process::Child>,
+    pid: u32,
+    reports: Arc<Mutex<Vec<Report>>>,
+    logs: [PathBuf; 2],
+}
+
+impl Proc {
+    /// Spawns `command`; the lines of its stdout that `parse` turns into a value become
+    /// reports, the others go to the log.
+    fn spawn(
+        mut command: Command,
+        system: &'static str,
+        log_dir: &Path,
+        parse: fn(&str) -> Option<Value>,
+    ) -> Proc {
+        static SPAWNED: AtomicUsize = AtomicUsize::new(0);
+        let n = SPAWNED.fetch_add(1, Ordering::Relaxed);
+        let logs = [
+            log_dir.join(format!("process-{n}.err")),
+            log_dir.join(format!("process-{n}.out")),
+        ];
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(File::create(&logs[0]).expect("log file"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {command:?}: {e}"));
+        let pid = child.id();
+        let stdout = child.stdout.take().expect("stdout");
+        let mut out = File::create(&logs[1]).expect("log file");
+        let reports = Arc::new(Mutex::new(Vec::new()));
+        let sink = reports.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                match parse(&line) {
+                    Some(value) => sink.lock().unwrap().push(Report {
+                        value,
+                        cpu: cpu_time(pid),
+                    }),
+                    None => {
+                        let _ = writeln!(out, "{line}");
+                    }
+                }
+            }
+        });
+        Proc {
+            system,
+            child: Mutex::new(child),
+            pid,
+            reports,
+            logs,
+        }
+    }
+
+    /// The first report that has `key`, if it came.
+    fn found(&self, key: &str) -> Option<Report> {
+        let reports = self.reports.lock().unwrap();
+        reports.iter().find(|r| r.value.get(key).is_some()).cloned()
+    }
+
+    /// The first report that has `key`, waited for.
+    async fn report(&self, key: &str, within: Duration) -> Report {
+        let start = Instant::now();
+        loop {
+            if let Some(report) = self.found(key) {
+                return report;
+            }
+            self.check_alive();
+            assert!(
+                start.elapsed() < within,
+                "no {key:?} from {} within {within:?}; its logs:\n{}",
+                self.system,
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn check_alive(&self) {
+        if let Ok(Some(status)) = self.child.lock().unwrap().try_wait() {
+            panic!(
+                "a {} process exited ({status}); its logs:\n{}",
+                self.system,
+                self.log_text()
+            );
+        }
+    }
+
+    fn cpu(&self) -> Duration {
+        cpu_time(self.pid)
+    }
+
+    /// `VmHWM`, the peak resident set, in KiB.
+    fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .expect("read /proc/<pid>/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status")
+    }
+
+    fn log_text(&self) -> String {
+        self.logs
+            .iter()
+            .map(|path| std::fs::read_to_string(path).unwrap_or_default())
+            .collect()
+    }
+
+    /// SIGTERM (both systems stop gracefully on it), then SIGKILL after 10 s; the WARN and
+    /// ERROR lines of its logs go to the record.
+    async fn stop(self, record: &Record) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child,
+        // not yet reaped.
+        unsafe {
+            libc::kill(self.pid as libc::pid_t, libc::SIGTERM);
+        }
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+            if let Ok(Some(_)) = self.child.lock().unwrap().try_wait() {
+                break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let lines: Vec<String> = self
+            .log_text()
+            .lines()
+            .filter_map(|line| {
+                let at = line.find("WARN").or_else(|| line.find("ERROR"))?;
+                Some(line[at..].chars().take(200).collect())
+            })
+            .collect();
+        record.log_lines(self.system, lines);
     }
 }
 
-impl Drop for HostProcess {
+impl Drop for Proc {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap();
+        if let Ok(None) = child.try_wait() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// User + system CPU time of a process, from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/<pid>/stat");
+    // Fields after the command name (in parentheses; it may hold spaces) start at the
+    // third, the state: utime and stime, the 14th and 15th, are the 12th and 13th here.
+    let after_name = &stat[stat.rfind(')').expect("a command name") + 1..];
+    let fields: Vec<u64> = after_name
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|f| f.parse().expect("clock ticks"))
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Duration::from_secs_f64(fields.iter().sum::<u64>() as f64 / ticks_per_s)
+}
+
+// ---- the counting proxy -------------------------------------------------------------
+
+/// A TCP proxy in front of the Postgres server that counts what its clients send: simple
+/// queries (`Q`) and extended-protocol syncs (`S`), each a round trip.
+struct CountingProxy {
+    addr: SocketAddr,
+    counts: Arc<Counts>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Counts {
+    connections: AtomicU64,
+    queries: AtomicU64,
+    syncs: AtomicU64,
+}
+
+impl CountingProxy {
+    async fn start() -> CountingProxy {
+        let server = url::Url::parse(&postgres_admin_url()).expect("a Postgres URL");
+        let upstream = format!(
+            "{}:{}",
+            server.host_str().expect("a Postgres host"),
+            server.port().unwrap_or(5432)
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let addr = listener.local_addr().expect("the proxy's address");
+        let counts = Arc::new(Counts::default());
+        let shared = counts.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                shared.connections.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(relay(client, upstream.clone(), shared.clone()));
+            }
+        });
+        CountingProxy {
+            addr,
+            counts,
+            accept,
+        }
+    }
+
+    /// `db_url` through the proxy, without TLS (the proxy reads the protocol).
+    fn url(&self, db_url: &str) -> String {
+        let mut url = url::Url::parse(db_url).expect("a Postgres URL");
+        url.set_host(Some(&self.addr.ip().to_string()))
+            .expect("a host");
+        url.set_port(Some(self.addr.port())).expect("a port");
+        url.query_pairs_mut().append_pair("sslmode", "disable");
+        url.to_string()
+    }
+
+    fn counted(&self) -> Counted {
+        Counted {
+            connections: self.counts.connections.load(Ordering::Relaxed),
+            queries: self.counts.queries.load(Ordering::Relaxed),
+            syncs: self.counts.syncs.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for CountingProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// Relays one connection, counting the client's messages on the way.
+async fn relay(client: tokio::net::TcpStream, upstream: String, counts: Arc<Counts>) {
+    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    let back = tokio::spawn(async move {
+        let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+    });
+    let mut frontend = Frontend::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match client_read.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        frontend.feed(&buf[..n], &counts);
+        if server_write.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = server_write.shutdown().await;
+    let _ = back.await;
+}
+
+/// The client's side of the Postgres protocol, as far as counting needs: untyped packets
+/// (length, code) until the start-up message (an SSL or GSS request may come first), then
+/// typed messages (type byte, length).
+#[derive(Default)]
+struct Frontend {
+    started: bool,
+    header: Vec<u8>,
+    /// Bytes of the current message's body still to pass.
+    skip: usize,
+}
+
+impl Frontend {
+    const SSL_REQUEST: u32 = 80_877_103;
+    const GSSENC_REQUEST: u32 = 80_877_104;
+
+    fn feed(&mut self, mut data: &[u8], counts: &Counts) {
+        while !data.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(data.len());
+                self.skip -= n;
+                data = &data[n..];
+                continue;
+            }
+            let want = if self.started { 5 } else { 8 };
+            let n = (want - self.header.len()).min(data.len());
+            self.header.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            if self.header.len() < want {
+                return;
+            }
+            let word = |at: usize| {
+                u32::from_be_bytes(self.header[at..at + 4].try_into().expect("four bytes"))
+            };
+            if self.started {
+                match self.header[0] {
+                    b'Q' => counts.queries.fetch_add(1, Ordering::Relaxed),
+                    b'S' => counts.syncs.fetch_add(1, Ordering::Relaxed),
+                    _ => 0,
+                };
+                self.skip = (word(1) as usize).saturating_sub(4);
+            } else {
+                let code = word(4);
+                self.skip = (word(0) as usize).saturating_sub(8);
+                self.started = code != Self::SSL_REQUEST && code != Self::GSSENC_REQUEST;
+            }
+            self.header.clear();
         }
     }
 }
@@ -791,269 +2026,5 @@ impl Drop for PgDatabase {
             Some(())
         })
         .join();
-    }
-}
-
-// ---- graphile_worker ----------------------------------------------------------------
-
-fn bench_graphile(c: &mut Criterion, settings: &Settings, record: &Record) {
-    let mut group = c.benchmark_group("graphile_worker");
-    configure_drain(&mut group, settings);
-    let batch = settings.batch;
-    // Its own runtime: only for creating and dropping the database.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("start a tokio runtime");
-    let mut env: Option<Result<Graphile, String>> = None;
-    for (id, variant, workers) in [
-        ("drain_1_worker", "graphile_worker/drain_1_worker", 1),
-        ("drain_3_workers", "graphile_worker/drain_3_workers", 3),
-    ] {
-        group.bench_function(id, |b| {
-            let env = env.get_or_insert_with(|| Graphile::start(&rt));
-            let env = match env {
-                Ok(env) => env,
-                Err(message) => panic!("graphile-worker benchmarks: {message}"),
-            };
-            env.scale_to(workers);
-            let env: &Graphile = env;
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    total += env.drain(batch, record);
-                }
-                record.sample(variant, total, iters);
-                total
-            });
-        });
-    }
-    group.finish();
-    if let Some(Ok(env)) = env {
-        env.stop(&rt);
-    }
-}
-
-/// graphile-worker's database and the `node worker.js` processes on it.
-struct Graphile {
-    dir: PathBuf,
-    logs: TempDir,
-    database: PgDatabase,
-    workers: Vec<NodeWorker>,
-    started: usize,
-}
-
-impl Graphile {
-    fn start(rt: &Runtime) -> Result<Graphile, String> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("benches")
-            .join("graphile");
-        install_node_modules(&dir)?;
-        let database = rt.block_on(PgDatabase::create());
-        let setup = Command::new("node")
-            .args(["enqueue.js", "--setup"])
-            .current_dir(&dir)
-            .env("DATABASE_URL", &database.url)
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("cannot run node: {e}"))?;
-        if !setup.status.success() {
-            return Err(format!(
-                "`node enqueue.js --setup` failed: {}",
-                setup.status
-            ));
-        }
-        Ok(Graphile {
-            dir,
-            logs: tempfile::tempdir().expect("temp dir"),
-            database,
-            workers: Vec::new(),
-            started: 0,
-        })
-    }
-
-    fn scale_to(&mut self, n: usize) {
-        while self.workers.len() > n {
-            self.workers.pop().expect("a worker").stop();
-        }
-        while self.workers.len() < n {
-            let worker = NodeWorker::start(
-                &self.dir,
-                &self.database.url,
-                self.logs.path(),
-                self.started,
-            );
-            self.started += 1;
-            self.workers.push(worker);
-        }
-    }
-
-    /// Enqueues a batch with `enqueue.js` and returns how long the workers took to drain
-    /// it, from the moment `addJobs` resolved (the earliest worker's report).
-    fn drain(&self, batch: usize, record: &Record) -> Duration {
-        let mut enqueue = Command::new("node")
-            .args(["enqueue.js", "--count", &batch.to_string()])
-            .current_dir(&self.dir)
-            .env("DATABASE_URL", &self.database.url)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn node enqueue.js");
-        let mut line = String::new();
-        BufReader::new(enqueue.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read enqueue.js output");
-        let queued: serde_json::Value = serde_json::from_str(line.trim())
-            .unwrap_or_else(|_| panic!("enqueue.js printed {line:?}"));
-        let queued_at = queued["queued_at"].as_f64().expect("queued_at");
-        record.note(
-            "graphile enqueue_ms",
-            queued["enqueue_ms"].as_f64().unwrap_or(f64::NAN),
-        );
-        let go = format!("{{\"queued_at\":{queued_at}}}\n");
-        for worker in &self.workers {
-            worker.send(&go);
-        }
-        let mut fastest = f64::INFINITY;
-        let mut processed = 0;
-        for worker in &self.workers {
-            let report = worker.receive(DRAIN_TIMEOUT);
-            fastest = fastest.min(report["elapsed_ms"].as_f64().expect("elapsed_ms"));
-            processed += report["processed"].as_u64().expect("processed");
-        }
-        assert!(
-            enqueue.wait().expect("wait for enqueue.js").success(),
-            "enqueue.js failed"
-        );
-        assert_eq!(processed, batch as u64, "the workers ran every job once");
-        Duration::from_secs_f64(fastest.max(0.0) / 1e3)
-    }
-
-    fn stop(self, rt: &Runtime) {
-        for worker in self.workers {
-            worker.stop();
-        }
-        rt.block_on(self.database.drop_now());
-    }
-}
-
-/// `npm ci` (or `npm install`, without a lock file) when `node_modules` is missing.
-fn install_node_modules(dir: &Path) -> Result<(), String> {
-    if dir.join("node_modules").join("graphile-worker").is_dir() {
-        return Ok(());
-    }
-    let args: &[&str] = if dir.join("package-lock.json").is_file() {
-        &["ci", "--no-audit", "--no-fund"]
-    } else {
-        &["install", "--no-audit", "--no-fund"]
-    };
-    eprintln!(
-        "serve benchmarks: running `npm {}` in {}",
-        args.join(" "),
-        dir.display()
-    );
-    let status = Command::new("npm")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .status()
-        .map_err(|e| format!("cannot run npm (Node.js and npm are needed): {e}"))?;
-    if !status.success() {
-        return Err(format!(
-            "`npm {}` failed in {}: {status}",
-            args.join(" "),
-            dir.display()
-        ));
-    }
-    Ok(())
-}
-
-/// One `node worker.js` process: its stdin takes batches, its `@bench` lines come back
-/// through `reports`; graphile-worker's own output goes to a log file.
-struct NodeWorker {
-    child: Child,
-    stdin: Mutex<Option<ChildStdin>>,
-    reports: Mutex<mpsc::Receiver<serde_json::Value>>,
-}
-
-impl NodeWorker {
-    fn start(dir: &Path, db_url: &str, logs: &Path, n: usize) -> NodeWorker {
-        let mut child = Command::new("node")
-            .args(["worker.js", "--concurrency", &WORKERS.to_string()])
-            .current_dir(dir)
-            .env("DATABASE_URL", db_url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(File::create(logs.join(format!("worker-{n}.err"))).expect("log file"))
-            .spawn()
-            .expect("spawn node worker.js");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut log = File::create(logs.join(format!("worker-{n}.log"))).expect("log file");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                match line.strip_prefix("@bench ") {
-                    Some(json) => {
-                        let value = serde_json::from_str(json).unwrap_or(serde_json::Value::Null);
-                        if tx.send(value).is_err() {
-                            break;
-                        }
-                    }
-                    None => {
-                        let _ = writeln!(log, "{line}");
-                    }
-                }
-            }
-        });
-        let worker = NodeWorker {
-            stdin: Mutex::new(child.stdin.take()),
-            child,
-            reports: Mutex::new(rx),
-        };
-        let ready = worker.receive(START_TIMEOUT);
-        assert_eq!(ready["ready"], true, "worker.js did not start: {ready}");
-        worker
-    }
-
-    fn send(&self, line: &str) {
-        let mut stdin = self.stdin.lock().unwrap();
-        let stdin = stdin.as_mut().expect("the worker's stdin is open");
-        stdin
-            .write_all(line.as_bytes())
-            .expect("write to worker.js");
-        stdin.flush().expect("flush worker.js stdin");
-    }
-
-    fn receive(&self, within: Duration) -> serde_json::Value {
-        self.reports
-            .lock()
-            .unwrap()
-            .recv_timeout(within)
-            .unwrap_or_else(|e| panic!("no report from worker.js within {within:?}: {e}"))
-    }
-
-    /// Closes stdin: the worker stops gracefully; killed after 10 s.
-    fn stop(mut self) {
-        self.stdin.lock().unwrap().take();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for NodeWorker {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }

@@ -138,6 +138,8 @@ DECLARE
     v RECORD;
     v_now BIGINT;
     v_pending BIGINT;
+    v_run_status TEXT;
+    v_run_generation BIGINT;
     v_succeeded TEXT[] := '{}';
 BEGIN
     FOR v IN
@@ -180,10 +182,14 @@ BEGIN
                 duration_ms = excluded.duration_ms, log = excluded.log,
                 log_truncated = excluded.log_truncated, finished_at = excluded.finished_at;
         END IF;
-        PERFORM 1 FROM jobhost_runs r
-        WHERE r.id = v.run_id AND r.status = 'running' AND r.generation = v.generation
+        -- By the key alone, then checked: with `status` in the condition the planner
+        -- may take the partial index of running runs and filter it for the id.
+        SELECT r.status, r.generation INTO v_run_status, v_run_generation
+        FROM jobhost_runs r WHERE r.id = v.run_id
         FOR UPDATE;
-        IF NOT FOUND OR (v.kind <> 'finish' AND v_pending IS NULL) THEN
+        IF NOT FOUND OR v_run_status <> 'running'
+           OR v_run_generation IS DISTINCT FROM v.generation
+           OR (v.kind <> 'finish' AND v_pending IS NULL) THEN
             idx := v.idx; result := 'not_running'; follow_up := NULL;
             RETURN NEXT;
             CONTINUE;

@@ -1,0 +1,23 @@
+// Installs graphile-worker's schema for host/benches/serve.rs, which then queues jobs with
+// graphile-worker's own `add_jobs` SQL function (the statement `addJobs` runs):
+//
+//   DATABASE_URL=postgres://... node setup.js
+"use strict";
+
+const { makeWorkerUtils } = require("graphile-worker");
+
+async function main() {
+  const connectionString = process.env.DATABASE_URL;
+  if (!connectionString) throw new Error("set DATABASE_URL");
+  const utils = await makeWorkerUtils({ connectionString });
+  try {
+    await utils.migrate();
+  } finally {
+    await utils.release();
+  }
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
