@@ -1,15 +1,33 @@
-//! Benchmarks of the sandbox's fixed costs: what one call into a guest costs, what one
-//! whole attempt costs once the store is involved, and what fencing a guest's write with
-//! its lease adds over a plain SQL write.
+//! Benchmarks of the sandbox's fixed costs: what one call into a guest costs, what
+//! metering a guest's compute costs, what loading a component costs, what one whole
+//! attempt costs once the store is involved, and what fencing a guest's write with its
+//! lease adds over a plain SQL write.
 //!
 //! Run with `cargo bench -p jobhost --bench sandbox` (append `-- --quick` for a fast
-//! check). The `noop` and `ledger` guests are taken from the workspace's target
-//! directory (`target/wasm32-wasip2/guest/`), and built there first if they are missing.
+//! check, or a group's name to run only that group). The groups:
+//!
+//! - `instantiate`: a fresh store, the noop component instantiated and its handler called
+//!   (`on-demand`, `pooling`), and instantiation alone, not called (`alone/on-demand`,
+//!   `alone/pooling`), with each instance allocator.
+//! - `compute`: a bounded compute-bound guest call (`spin` looping a fixed number of
+//!   times) with the epoch deadline and fuel metering each on or off, on the same component
+//!   and host linker, in CPU time of the guest's thread: `epochs+fuel` is how jobs run by
+//!   default; against `fuel-only` (and `epochs-only` against `unmetered`) it shows the
+//!   epoch deadline's overhead, against `epochs-only` fuel metering's.
+//! - `load`: loading the noop component into an engine that has not loaded it yet, by
+//!   compiling it (`compile`) or from the on-disk compile cache (`compile-cache`, a second
+//!   `host run`), and from the engine's own map of loaded components (`in-memory`).
+//! - `attempt`: one run end to end on SQLite (insert, claim, lease, attempt, ending).
+//! - `db_write`: one guest write transaction fenced by the lease (`fenced`) against the same
+//!   write through a plain sqlx pool (`sqlx-direct`).
+//!
+//! The `noop`, `ledger` and `spin` guests are taken from the workspace's target directory
+//! (`target/wasm32-wasip2/guest/`), and built there first if they are missing.
 
 #[path = "support/guests.rs"]
 mod guests;
 
-use criterion::Criterion;
+use criterion::{BatchSize, Criterion, SamplingMode};
 use jobhost::app::{App, AppConfig};
 use jobhost::engine::attempt::{AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext};
 use jobhost::engine::{Engine, EngineSettings, Loaded};
@@ -32,6 +50,9 @@ const INSERT_LEDGER: &str = "INSERT INTO ledger (run_id, attempt, n) VALUES ($1,
 const GENEROUS: Duration = Duration::from_secs(30);
 /// How long a fenced write transaction may stay open (the runner's default bound).
 const TXN_BOUND: Duration = Duration::from_secs(5);
+/// The `compute` group's work: loop iterations of the `spin` guest per call (tens of
+/// milliseconds, so an attempt's fixed costs are noise beside it).
+const SPIN_ITERATIONS: u64 = 20_000_000;
 
 fn main() {
     let guests = match Guests::locate_or_build() {
@@ -51,6 +72,8 @@ fn main() {
         .configure_from_args();
 
     bench_instantiate(&mut c, &rt, &guests);
+    bench_compute(&mut c, &rt, &guests);
+    bench_load(&mut c, &guests);
     bench_attempt(&mut c, &rt, &guests);
     bench_db_write(&mut c, &rt);
 
@@ -63,14 +86,16 @@ fn main() {
 struct Guests {
     noop: PathBuf,
     ledger: PathBuf,
+    spin: PathBuf,
 }
 
 impl Guests {
     fn locate_or_build() -> Result<Guests, String> {
-        let mut found = guests::locate_or_build(&["noop", "ledger"])?.into_iter();
+        let mut found = guests::locate_or_build(&["noop", "ledger", "spin"])?.into_iter();
         Ok(Guests {
             noop: found.next().expect("one path per name"),
             ledger: found.next().expect("one path per name"),
+            spin: found.next().expect("one path per name"),
         })
     }
 }
@@ -89,13 +114,17 @@ fn never_cancelled() -> CancelToken {
 
 // ---- instantiate --------------------------------------------------------------------
 
-/// The fixed cost of every attempt: a fresh wasmtime store, instantiating the component
-/// and calling its handler, for a guest that does nothing. Compares on-demand allocation
-/// with the pooling allocator, which reserves address space up front to make exactly this
-/// cheaper.
+/// The fixed cost of every attempt, for a guest that does nothing, with each instance
+/// allocator: on demand, and the pooling allocator, which reserves address space up front
+/// to make exactly this cheaper (`host serve`'s default).
+///
+/// - `on-demand`, `pooling`: a fresh wasmtime store, instantiating the component and
+///   calling its handler, as an attempt does ([`noop_call`]).
+/// - `alone/on-demand`, `alone/pooling`: the instantiation alone, without the call
+///   ([`instantiate_alone`]).
 fn bench_instantiate(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
     let mut group = c.benchmark_group("instantiate");
-    for (id, pooling) in [("on-demand", false), ("pooling", true)] {
+    for (allocator, pooling) in [("on-demand", false), ("pooling", true)] {
         let engine = Engine::new(&EngineSettings {
             pooling,
             ..EngineSettings::default()
@@ -108,10 +137,14 @@ fn bench_instantiate(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
         assert_eq!(
             report.result,
             Ok(Outcome::Done),
-            "noop ({id}) failed: {report:?}"
+            "noop ({allocator}) failed: {report:?}"
         );
-        group.bench_function(id, |b| {
+        rt.block_on(instantiate_alone(&engine, &loaded));
+        group.bench_function(allocator, |b| {
             b.to_async(rt).iter(|| noop_call(&engine, &loaded));
+        });
+        group.bench_function(format!("alone/{allocator}"), |b| {
+            b.to_async(rt).iter(|| instantiate_alone(&engine, &loaded));
         });
     }
     group.finish();
@@ -119,30 +152,204 @@ fn bench_instantiate(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
 
 /// One sandbox call of the noop guest, without a database.
 async fn noop_call(engine: &Engine, loaded: &Loaded) -> AttemptReport {
+    guest_call(engine, loaded, "{}", Instant::now() + GENEROUS).await
+}
+
+/// The noop component instantiated in a fresh store set up as an attempt's (the engine's
+/// own path, `Engine::instantiate_only`), and the store dropped: no call.
+async fn instantiate_alone(engine: &Engine, loaded: &Loaded) {
+    engine
+        .instantiate_only(loaded, Limits::default().memory, Instant::now() + GENEROUS)
+        .await
+        .expect("instantiate the noop guest");
+}
+
+/// One attempt of a guest's handler with `payload`, without a database, under the
+/// default limits and `deadline`.
+async fn guest_call(
+    engine: &Engine,
+    loaded: &Loaded,
+    payload: &str,
+    deadline: Instant,
+) -> AttemptReport {
     let limits = Limits::default();
     engine
         .run_attempt(AttemptSpec {
             loaded,
             cancel: never_cancelled(),
             context: PassContext {
-                job: "noop".into(),
+                job: "bench".into(),
                 run_id: "bench".into(),
                 instance: "default".into(),
                 tenant: "default".into(),
                 attempt: 1,
                 pass: 0,
-                payload: "{}".into(),
+                payload: payload.into(),
                 cursor: None,
                 counters: Vec::new(),
             },
             memory: limits.memory,
             fuel: limits.fuel,
-            deadline: Instant::now() + GENEROUS,
+            deadline,
             db: None,
             files: None,
             links: None,
         })
         .await
+}
+
+// ---- compute ------------------------------------------------------------------------
+
+/// What metering costs a compute-bound guest: one attempt of `spin` looping
+/// [`SPIN_ITERATIONS`] times (a tight loop, so the worst case: a check per iteration)
+/// ([`spin_call`]), with the same component and host linker on four engines:
+///
+/// - `epochs+fuel`: the default engine, how every job runs today.
+/// - `fuel-only`: no epoch interruption (`Engine::without_epochs`; no deadline can stop
+///   the guest, so never for jobs): against `epochs+fuel`, the epoch deadline's overhead.
+/// - `epochs-only`: `EngineSettings::fuel` off: against `epochs+fuel`, fuel metering's
+///   overhead.
+/// - `unmetered`: neither, the floor.
+///
+/// On-demand allocation throughout: instantiation is the same small constant in each.
+/// Measured as CPU time of the thread the guest runs on ([`thread_cpu_time`]), not wall
+/// time: the comparison is of compute, and wall time on a shared machine is mostly noise
+/// at this length.
+fn bench_compute(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
+    let metered = EngineSettings::default();
+    let unfueled = EngineSettings {
+        fuel: false,
+        ..EngineSettings::default()
+    };
+    let engines = [
+        ("epochs+fuel", Engine::new(&metered)),
+        ("fuel-only", Engine::without_epochs(&metered)),
+        ("epochs-only", Engine::new(&unfueled)),
+        ("unmetered", Engine::without_epochs(&unfueled)),
+    ];
+    let mut group = c.benchmark_group("compute");
+    // Each call takes tens of milliseconds: fewer samples of equal size, a longer
+    // measurement.
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(10));
+    for (id, engine) in engines {
+        let engine = engine.expect("configure the engine");
+        let loaded = engine
+            .load(&guests.spin, &Grants::default())
+            .expect("load the spin guest");
+        if id == "epochs+fuel" {
+            // A guest built before `iterations` loops forever: stopped by the deadline
+            // here (this engine has epochs), rather than hanging an engine without them.
+            let report = rt.block_on(guest_call(
+                &engine,
+                &loaded,
+                &spin_payload(),
+                Instant::now() + Duration::from_secs(10),
+            ));
+            if report.result != Ok(Outcome::Done) {
+                eprintln!(
+                    "sandbox benchmarks: spin did not finish its bounded loop ({:?}); rebuild \
+                     it: cargo build --profile guest --target wasm32-wasip2 -p spin",
+                    report.result
+                );
+                std::process::exit(1);
+            }
+        }
+        let report = rt.block_on(spin_call(&engine, &loaded));
+        assert_eq!(report.result, Ok(Outcome::Done), "spin ({id}): {report:?}");
+        assert_eq!(report.fuel_used > 0, engine.meters_fuel(), "{report:?}");
+        group.bench_function(id, |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = thread_cpu_time();
+                    for _ in 0..iters {
+                        spin_call(&engine, &loaded).await;
+                    }
+                    thread_cpu_time() - start
+                })
+            });
+        });
+    }
+    group.finish();
+}
+
+/// The calling thread's CPU time. A guest runs on the thread that polls its attempt
+/// (`block_on` here), epoch yields included, so this is the attempt's compute, which other
+/// processes on the machine cannot inflate as they do wall time.
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write to.
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    assert_eq!(status, 0, "read the thread's CPU time");
+    Duration::new(
+        u64::try_from(now.tv_sec).expect("a non-negative time"),
+        u32::try_from(now.tv_nsec).expect("nanoseconds below a second"),
+    )
+}
+
+/// The payload that bounds `spin` to [`SPIN_ITERATIONS`] iterations.
+fn spin_payload() -> String {
+    format!(r#"{{"iterations": {SPIN_ITERATIONS}}}"#)
+}
+
+/// One attempt of `spin` looping [`SPIN_ITERATIONS`] times, then returning `done`.
+async fn spin_call(engine: &Engine, loaded: &Loaded) -> AttemptReport {
+    guest_call(engine, loaded, &spin_payload(), Instant::now() + GENEROUS).await
+}
+
+// ---- load ---------------------------------------------------------------------------
+
+/// What loading the noop component costs an engine that has not loaded it yet (read,
+/// hash, compile or deserialize, check the contract, link it: `Engine::load`):
+///
+/// - `compile`: no compile cache: Cranelift compiles it.
+/// - `compile-cache`: the on-disk compile cache holds it: a second `host run` (or a
+///   restarted `host serve`) of the same component.
+/// - `in-memory`: the engine loaded it before: only read and hashed (a reload or a second
+///   job on the same component).
+fn bench_load(c: &mut Criterion, guests: &Guests) {
+    let dir = tempfile::tempdir().expect("create a temporary directory");
+    let cached = Engine::new(&EngineSettings {
+        cache_dir: Some(dir.path().join("cache")),
+        ..EngineSettings::default()
+    })
+    .expect("configure the engine");
+    // Compiles, and writes the cache entry every later load reads.
+    cached
+        .load(&guests.noop, &Grants::default())
+        .expect("load the noop guest");
+    let uncached = Engine::new(&EngineSettings::default()).expect("configure the engine");
+
+    let mut group = c.benchmark_group("load");
+    // A compilation takes a good part of a second: few samples of equal size, a longer
+    // measurement.
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(10));
+    for (id, engine) in [("compile", &uncached), ("compile-cache", &cached)] {
+        group.bench_function(id, |b| {
+            b.iter_batched(
+                || engine.forget_loaded(),
+                |()| load_noop(engine, guests),
+                BatchSize::PerIteration,
+            );
+        });
+    }
+    group.bench_function("in-memory", |b| b.iter(|| load_noop(&cached, guests)));
+    group.finish();
+}
+
+/// `Engine::load` of the noop component with no grants.
+fn load_noop(engine: &Engine, guests: &Guests) -> Arc<Loaded> {
+    engine
+        .load(&guests.noop, &Grants::default())
+        .expect("load the noop guest")
 }
 
 // ---- attempt ------------------------------------------------------------------------
@@ -184,8 +391,8 @@ impl Host {
         (spec, loaded)
     }
 
-    /// One run from queue to finish: insert it, claim it, and let the runner take the
-    /// lease, run the attempt, record it and finish the run.
+    /// One run from queue to finish: insert it, claim it (taking the lease, starting the
+    /// attempt), run the attempt, and wait until its ending is recorded.
     async fn run_once(&self, spec: &JobSpec, loaded: &Loaded) {
         let store = &self.app.store;
         let run = store
@@ -204,15 +411,17 @@ impl Host {
             })
             .await
             .expect("insert a run");
-        let claimed = store
-            .claim_run(&run.id, self.app.runner.host_id())
+        let claimed = self
+            .app
+            .runner
+            .claim_one(&run.id, spec, &loaded.digest)
             .await
             .expect("claim the run")
             .expect("a run just inserted is queued");
         let step = self
             .app
             .runner
-            .step(&claimed, spec, loaded, never_cancelled())
+            .step(claimed, spec, loaded, never_cancelled())
             .await
             .expect("step the run");
         assert!(

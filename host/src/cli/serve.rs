@@ -65,9 +65,17 @@ pub struct ServeArgs {
     /// Reruns a crashed run gets.
     #[arg(long, default_value_t = 3)]
     pub max_reruns: i64,
-    /// Pre-reserve instance slots (faster instantiation, more address space).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// Pre-reserve instance slots for the workers (faster instantiation, more address
+    /// space reserved); `--pooling=false` allocates each instance on demand.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
     pub pooling: bool,
+    /// Meter fuel in every attempt (enforces jobs' `fuel` caps, reports `fuel_used`);
+    /// `--fuel-metering=false` runs guest code faster, bounded by its deadline only, and
+    /// refuses a manifest whose jobs set `fuel`.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub fuel_metering: bool,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy)]
@@ -89,6 +97,27 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             .unwrap_or("UTC"),
     )?;
     let workers = args.workers.or(host.workers).unwrap_or(4).max(1);
+    if !args.fuel_metering
+        && let Some(m) = &manifest
+    {
+        let capped: Vec<&str> = m
+            .jobs
+            .iter()
+            .filter(|j| j.limits.fuel.is_some())
+            .map(|j| j.name.as_str())
+            .collect();
+        if !capped.is_empty() {
+            let (jobs, their) = if capped.len() == 1 {
+                ("job", "its")
+            } else {
+                ("jobs", "their")
+            };
+            return Err(Failure::usage(format!(
+                "--fuel-metering=false cannot keep the fuel cap of {jobs} {}: remove {their} `fuel` or meter fuel",
+                capped.join(", ")
+            )));
+        }
+    }
     let db_url = global.db_url(host.db.as_deref());
     let _serving = match Backend::from_url(&db_url) {
         Some(Backend::Sqlite) => Some(crate::store::claim_for_serving(&db_url)?),
@@ -99,8 +128,10 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
         operator_migrations: host.migrations.clone(),
         engine: EngineSettings {
             pooling: args.pooling,
+            // One slot per worker's attempt, with room to spare.
             max_instances: (workers as u32 * 2).max(16),
             cache_dir: Some(global.cache_dir()),
+            fuel: args.fuel_metering,
         },
         runner: RunnerSettings {
             lease: LeaseTerms {

@@ -99,26 +99,28 @@ impl Engine {
     pub async fn run_attempt(&self, spec: AttemptSpec<'_>) -> AttemptReport {
         let started = Instant::now();
         let log = AttemptLog::new(MAX_LOG_BYTES);
+        if spec.fuel.is_some() && !self.fuel {
+            // A fuel cap this engine cannot meter is not kept by running unmetered.
+            return AttemptReport {
+                result: Err(AttemptFailure {
+                    code: FailureCode::OutOfFuel,
+                    message: None,
+                }),
+                fuel_used: 0,
+                peak_memory: 0,
+                duration: started.elapsed(),
+                log: String::new(),
+                log_truncated: false,
+            };
+        }
         let capabilities = Capabilities {
             db: DbCapability::new(spec.db),
             files: FilesCapability::new(spec.files),
             links: LinksCapability::new(spec.links),
         };
         let state = GuestState::new(spec.memory, log.clone(), capabilities);
-        let mut store = wasmtime::Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limiter);
         let fuel = spec.fuel.unwrap_or(u64::MAX);
-        store.set_fuel(fuel).expect("fuel is enabled on the engine");
-        // Every tick: yield to the runtime, or trap once the deadline has passed.
-        let deadline = spec.deadline.into_std();
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if std::time::Instant::now() >= deadline {
-                Err(wasmtime::Error::new(DeadlineReached))
-            } else {
-                Ok(UpdateDeadline::Yield(1))
-            }
-        });
+        let mut store = self.attempt_store(state, fuel, spec.deadline);
         let context = to_wit(spec.context);
         // A host call in flight at the deadline (or at cancellation) is cancelled by
         // dropping the call.
@@ -132,7 +134,11 @@ impl Engine {
             }) => Some(called),
             () = cancelled(&mut cancel) => None,
         };
-        let fuel_used = fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        let fuel_used = if self.fuel {
+            fuel.saturating_sub(store.get_fuel().unwrap_or(0))
+        } else {
+            0
+        };
         let state = store.data();
         let result = classify(called, state, spec.deadline);
         let (log_text, log_truncated) = log.contents();
@@ -144,6 +150,53 @@ impl Engine {
             log: log_text,
             log_truncated,
         }
+    }
+
+    /// Instantiates `loaded` in a fresh store set up as an attempt's (memory cap, fuel,
+    /// epoch deadline; no `db`, `files` or `links` session), without calling it: the
+    /// fixed cost every attempt pays before its handler runs. Only for measuring it (the
+    /// `sandbox` benchmark).
+    #[doc(hidden)]
+    pub async fn instantiate_only(
+        &self,
+        loaded: &Loaded,
+        memory: u64,
+        deadline: Instant,
+    ) -> wasmtime::Result<()> {
+        let capabilities = Capabilities {
+            db: DbCapability::new(None),
+            files: FilesCapability::new(None),
+            links: LinksCapability::new(None),
+        };
+        let state = GuestState::new(memory, AttemptLog::new(MAX_LOG_BYTES), capabilities);
+        let mut store = self.attempt_store(state, u64::MAX, deadline);
+        loaded.pre.instantiate_async(&mut store).await?;
+        Ok(())
+    }
+
+    /// A store for one attempt: the memory limiter, the fuel (if metered), and an epoch
+    /// deadline callback that yields to the runtime every tick and traps at `deadline`.
+    fn attempt_store(
+        &self,
+        state: GuestState,
+        fuel: u64,
+        deadline: Instant,
+    ) -> wasmtime::Store<GuestState> {
+        let mut store = wasmtime::Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        if self.fuel {
+            store.set_fuel(fuel).expect("fuel is enabled on the engine");
+        }
+        let deadline = deadline.into_std();
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if std::time::Instant::now() >= deadline {
+                Err(wasmtime::Error::new(DeadlineReached))
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store
     }
 }
 
@@ -197,6 +250,9 @@ fn classify(
             } else if error
                 .downcast_ref::<wasmtime::component::ResourceTableError>()
                 .is_some()
+                || error
+                    .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                    .is_some()
             {
                 FailureCode::ResourceLimit
             } else {

@@ -32,6 +32,11 @@ pub const MAX_COMPONENT_BYTES: u64 = 64 << 20;
 pub const MAX_LOG_BYTES: usize = 64 << 10;
 /// The guest's wasm stack; async fiber stacks are sized above it.
 const WASM_STACK: usize = 1 << 20;
+/// Of a pooled memory, what is kept resident between instances (at most, per slot): a
+/// small job's stack, data and heap.
+const KEEP_RESIDENT_MEMORY: usize = 2 << 20;
+/// Of a pooled table, what is kept resident between instances (at most, per slot).
+const KEEP_RESIDENT_TABLE: usize = 64 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -73,10 +78,17 @@ pub enum LoadError {
 pub struct EngineSettings {
     /// Pre-reserve instance slots (faster instantiation, more address space reserved).
     pub pooling: bool,
-    /// Instances that may exist at once (pooling slots).
+    /// Instances that may exist at once (pooling slots): at least the attempts the host
+    /// runs at once.
     pub max_instances: u32,
     /// Where compiled components are kept; `None` compiles in memory only.
     pub cache_dir: Option<PathBuf>,
+    /// Meter fuel in every attempt: what enforces a job's `fuel` cap (a deterministic
+    /// bound on the instructions an attempt executes) and measures `fuel_used`. Off, guest
+    /// code runs faster; the deadline still bounds every attempt's wall time (epochs are
+    /// always on), an attempt reports `fuel_used` 0, and a job with a `fuel` cap fails
+    /// every attempt `out_of_fuel` without running, since its cap cannot be kept.
+    pub fuel: bool,
 }
 
 impl Default for EngineSettings {
@@ -85,6 +97,7 @@ impl Default for EngineSettings {
             pooling: false,
             max_instances: 64,
             cache_dir: None,
+            fuel: true,
         }
     }
 }
@@ -102,27 +115,35 @@ pub struct Engine {
     cache: Option<CompileCache>,
     loaded: Mutex<HashMap<String, Arc<Loaded>>>,
     ticker_stop: Arc<AtomicBool>,
+    /// Fuel is metered (`EngineSettings::fuel`).
+    fuel: bool,
 }
 
 impl Engine {
     pub fn new(settings: &EngineSettings) -> Result<Engine, EngineError> {
+        Engine::build(settings, true)
+    }
+
+    /// An engine whose guests are never interrupted by the epoch, so no deadline stops a
+    /// guest that does not call the host. Only for measuring what the epoch deadline costs
+    /// (the `sandbox` benchmark); never for running jobs.
+    #[doc(hidden)]
+    pub fn without_epochs(settings: &EngineSettings) -> Result<Engine, EngineError> {
+        Engine::build(settings, false)
+    }
+
+    fn build(settings: &EngineSettings, epochs: bool) -> Result<Engine, EngineError> {
         let mut config = wasmtime::Config::new();
         config
             .wasm_component_model(true)
-            .epoch_interruption(true)
-            .consume_fuel(true)
+            .epoch_interruption(epochs)
+            .consume_fuel(settings.fuel)
             .max_wasm_stack(WASM_STACK)
             .async_stack_size(WASM_STACK * 2);
         if settings.pooling {
-            let n = settings.max_instances;
-            let mut pool = PoolingAllocationConfig::default();
-            pool.total_component_instances(n)
-                .total_core_instances(n * 8)
-                .total_memories(n * 2)
-                .total_tables(n * 8)
-                .total_stacks(n)
-                .max_memory_size(4 << 30);
-            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool(
+                settings.max_instances,
+            )));
         }
         let engine = wasmtime::Engine::new(&config).map_err(EngineError::Config)?;
         let mut linker = Linker::new(&engine);
@@ -139,14 +160,29 @@ impl Engine {
             })
             .transpose()?;
         let ticker_stop = Arc::new(AtomicBool::new(false));
-        spawn_ticker(engine.clone(), ticker_stop.clone());
+        if epochs {
+            spawn_ticker(engine.clone(), ticker_stop.clone());
+        }
         Ok(Engine {
             engine,
             linker,
             cache,
             loaded: Mutex::default(),
             ticker_stop,
+            fuel: settings.fuel,
         })
+    }
+
+    /// Whether attempts meter fuel (`EngineSettings::fuel`).
+    pub fn meters_fuel(&self) -> bool {
+        self.fuel
+    }
+
+    /// Forgets the components loaded so far, so the next load of each reads the compile
+    /// cache (or compiles). Only for measuring loads (the `sandbox` benchmark).
+    #[doc(hidden)]
+    pub fn forget_loaded(&self) {
+        self.loaded.lock().expect("loaded map").clear();
     }
 
     /// Reads, validates and compiles a component (or takes it from the caches), and
@@ -236,6 +272,33 @@ impl Drop for Engine {
     fn drop(&mut self) {
         self.ticker_stop.store(true, Ordering::Release);
     }
+}
+
+/// The pooling allocator's slots for `n` instances at once. A slot's memory may grow to the
+/// largest cap a job may set ([`limits::MAX_JOB_MEMORY`]), so the job's own cap, enforced
+/// by the store's limiter, is always the one that binds; growth the pool refuses anyway
+/// fails the attempt `memory_limit` like growth past the cap. Instantiating with every slot
+/// taken fails the attempt `resource_limit`.
+fn pool(n: u32) -> PoolingAllocationConfig {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(n)
+        .total_core_instances(n * 8)
+        .total_memories(n * 2)
+        .total_tables(n * 8)
+        .total_stacks(n)
+        .max_memory_size(usize::try_from(limits::MAX_JOB_MEMORY).unwrap_or(usize::MAX));
+    if PoolingAllocationConfig::is_pagemap_scan_available() {
+        // Between two instances a slot is reset by `memset` of only the pages the first
+        // dirtied (found by the kernel's page-map scan), up to these sizes, rather than
+        // by `madvise`: no system call to drop them, no page faults to bring them back.
+        // The next instance still starts from the component's initial memory. Without
+        // the scan, keeping pages resident would `memset` all of them, slower than
+        // `madvise`, so it is not done.
+        pool.pagemap_scan(wasmtime::Enabled::Yes)
+            .linear_memory_keep_resident(KEEP_RESIDENT_MEMORY)
+            .table_keep_resident(KEEP_RESIDENT_TABLE);
+    }
+    pool
 }
 
 /// One thread per engine advances the epoch; every store's deadline counts its ticks.
