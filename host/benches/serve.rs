@@ -414,6 +414,40 @@ impl fmt::Display for Key {
     }
 }
 
+/// A system that drains a batch of runs made visible at once (batch mode).
+trait DrainsBatches {
+    async fn drain_batch(&self, batch: usize) -> Drain;
+}
+
+impl DrainsBatches for Jobhost {
+    async fn drain_batch(&self, batch: usize) -> Drain {
+        Jobhost::drain_batch(self, batch).await
+    }
+}
+
+impl DrainsBatches for Graphile {
+    async fn drain_batch(&self, batch: usize) -> Drain {
+        Graphile::drain_batch(self, batch).await
+    }
+}
+
+/// Criterion's sample of `iters` batch drains: their clocked time, each recorded.
+async fn timed_batches(
+    env: &impl DrainsBatches,
+    batch: usize,
+    iters: u64,
+    record: &Record,
+    variant: Variant,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let drain = env.drain_batch(batch).await;
+        total += drain.elapsed;
+        record.drain(Key::Batch(variant), drain);
+    }
+    total
+}
+
 /// One drain.
 #[derive(Clone, Copy)]
 struct Drain {
@@ -835,15 +869,8 @@ fn batch_mode(c: &mut Criterion, rt: &Runtime, noop: &Path, s: &Settings, record
             let env = fleet.get_or_insert_with(|| rt.block_on(Jobhost::postgres(noop, record)));
             rt.block_on(env.scale_to(hosts, record));
             let env: &Jobhost = env;
-            b.to_async(rt).iter_custom(|iters| async move {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let drain = env.drain_batch(batch).await;
-                    total += drain.elapsed;
-                    record.drain(Key::Batch(variant), drain);
-                }
-                total
-            });
+            b.to_async(rt)
+                .iter_custom(|iters| timed_batches(env, batch, iters, record, variant));
         });
     }
     if let Some(env) = fleet.take() {
@@ -864,15 +891,8 @@ fn batch_mode(c: &mut Criterion, rt: &Runtime, noop: &Path, s: &Settings, record
                 let env = graphile.get_or_insert_with(|| rt.block_on(Graphile::start()));
                 rt.block_on(env.scale_to(procs, batched, record));
                 let env: &Graphile = env;
-                b.to_async(rt).iter_custom(|iters| async move {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let drain = env.drain_batch(batch).await;
-                        total += drain.elapsed;
-                        record.drain(Key::Batch(variant), drain);
-                    }
-                    total
-                });
+                b.to_async(rt)
+                    .iter_custom(|iters| timed_batches(env, batch, iters, record, variant));
             });
         }
     }
@@ -887,15 +907,8 @@ fn batch_mode(c: &mut Criterion, rt: &Runtime, noop: &Path, s: &Settings, record
         let env = sqlite.get_or_insert_with(|| rt.block_on(Jobhost::sqlite(noop, record)));
         rt.block_on(env.scale_to(1, record));
         let env: &Jobhost = env;
-        b.to_async(rt).iter_custom(|iters| async move {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let drain = env.drain_batch(batch).await;
-                total += drain.elapsed;
-                record.drain(Key::Batch(variant), drain);
-            }
-            total
-        });
+        b.to_async(rt)
+            .iter_custom(|iters| timed_batches(env, batch, iters, record, variant));
     });
     group.finish();
     if let Some(env) = sqlite {
