@@ -167,6 +167,15 @@ on_every_backend! {
         let (exit, out, _) = measure(rows);
         assert_eq!(exit, 1);
         assert_eq!(json_of(&out)["error"], "invalid call: result-too-large");
+        // A result refused at its bound is not read to its end: a statement that would
+        // stream a billion rows ends with the refusal, not at the attempt's deadline.
+        let endless = "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 1000000000) \
+                       SELECT i FROM c";
+        let started = std::time::Instant::now();
+        let (exit, out, _) = measure(endless);
+        let took = started.elapsed();
+        assert_eq!((exit, json_of(&out)["error"].as_str()), (1, Some("invalid call: result-too-large")), "{out}");
+        assert!(took < Duration::from_secs(20), "the refused result was drained for {took:?}");
     }
 }
 

@@ -29,6 +29,51 @@ impl Storage {
     }
 }
 
+/// How many objects of tenant `acme` in `collection` the storage itself holds (a local
+/// directory read, or an S3 listing), whatever the database says.
+async fn stored_objects(home: &Home, manifest: &str, storage: Storage, collection: &str) -> usize {
+    match storage {
+        Storage::Local => std::fs::read_dir(home.path().join(format!("files/{collection}/acme")))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        Storage::S3 => {
+            use futures_util::TryStreamExt;
+            use object_store::ObjectStore;
+            let text = std::fs::read_to_string(manifest).unwrap();
+            let suffix = format!("/{collection}\"");
+            let prefix = text
+                .lines()
+                .find_map(|l| {
+                    l.trim()
+                        .strip_prefix(&format!("url = \"s3://{}/", common::S3_BUCKET))
+                })
+                .filter(|rest| rest.ends_with(&suffix))
+                .map(|rest| rest.trim_end_matches('"').to_string())
+                .expect("the collection's S3 URL");
+            let mut s3 =
+                object_store::aws::AmazonS3Builder::new().with_bucket_name(common::S3_BUCKET);
+            for (key, value) in common::s3_environment() {
+                s3 = match key {
+                    "AWS_ENDPOINT" => s3.with_endpoint(value),
+                    "AWS_ACCESS_KEY_ID" => s3.with_access_key_id(value),
+                    "AWS_SECRET_ACCESS_KEY" => s3.with_secret_access_key(value),
+                    "AWS_REGION" => s3.with_region(value),
+                    _ => s3.with_allow_http(true),
+                };
+            }
+            let s3 = s3.build().unwrap();
+            let listed: Vec<_> = s3
+                .list(Some(&object_store::path::Path::from(format!(
+                    "{prefix}/acme"
+                ))))
+                .try_collect()
+                .await
+                .unwrap();
+            listed.len()
+        }
+    }
+}
+
 macro_rules! on_every_backend_and_storage {
     ($(async fn $name:ident($home:ident, $storage:ident) $body:block)*) => {
         on_every_backend_and_storage!(@ sqlite_local, Backend::Sqlite, Storage::Local; $(async fn $name($home, $storage) $body)*);
@@ -196,8 +241,22 @@ on_every_backend_and_storage! {
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
         let after = read(&home, &m, "files", "doc").expect("the new file");
         assert!(after.contains("read 200000 bytes, first Some('n')"), "{after}");
-        // The replaced object is garbage, for the collector.
+        // The replaced object is garbage, for the collector: once its grace is over, it is
+        // deleted from the storage itself, and the visible file's object is kept.
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_file_garbage").await, 1);
+        assert_eq!(stored_objects(&home, &m, storage, "docs").await, 2);
+        let server = home
+            .serve(&["--manifest", &m, "--collect-interval", "300ms", "--file-grace", "1s"])
+            .await;
+        let started = Instant::now();
+        while home.scalar("SELECT COUNT(*) FROM jobhost_file_garbage").await > 0 {
+            assert!(started.elapsed() < Duration::from_secs(40), "garbage was never collected");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        drop(server);
+        assert_eq!(stored_objects(&home, &m, storage, "docs").await, 1);
+        let kept = read(&home, &m, "files", "doc").expect("the new file");
+        assert!(kept.contains("read 200000 bytes, first Some('n')"), "{kept}");
     }
 
     async fn an_attach_inside_a_transaction_commits_with_its_rows_or_not_at_all(home, storage) {

@@ -710,7 +710,8 @@ async fn hold_lease(world: &World, url: &str, instance: &str, ms: u64) {
 }
 
 /// Nothing may hold the database once every operation is over: a write must get through
-/// promptly, and no session may sit inside a transaction.
+/// within the busy timeout every host writer waits for SQLite's lock (so no host write
+/// would fail), and no session may sit inside a transaction.
 async fn check_settled(world: &World, url: &str) {
     tokio::time::sleep(Duration::from_millis(150)).await;
     match world.backend {
@@ -719,7 +720,7 @@ async fn check_settled(world: &World, url: &str) {
             let options = url
                 .parse::<sqlx::sqlite::SqliteConnectOptions>()
                 .unwrap()
-                .busy_timeout(Duration::from_secs(3));
+                .busy_timeout(jobhost::store::SQLITE_BUSY_TIMEOUT);
             let got = async {
                 let mut conn = options.connect().await?;
                 sqlx::raw_sql("BEGIN IMMEDIATE; ROLLBACK")
@@ -728,8 +729,10 @@ async fn check_settled(world: &World, url: &str) {
                 Ok::<_, sqlx::Error>(())
             }
             .await;
-            if got.is_err() {
-                world.violation("the write lock is still held after every operation ended".into());
+            if let Err(e) = got {
+                world.violation(format!(
+                    "the write lock is still held after every operation ended: {e}"
+                ));
             }
         }
         Backend::Postgres => {

@@ -84,6 +84,32 @@ fn call(home: &Home, m: &str, job: &str, payload: Value) -> (i32, Value, String)
 }
 
 on_every_backend! {
+    async fn the_notify_example_posts_its_message_with_the_mounts_credential(home) {
+        let service = Service::start().await;
+        let m = manifest(&home, &service, r#"
+            [jobs.notify]
+            component = "{guest:notify}"
+            tenant = "acme"
+            timeout = "5s"
+            grants.links = ["api"]
+        "#);
+        let message = json!({"event": "ready", "n": 3});
+        let (code, run, everything) = call(&home, &m, "notify", json!({"mount": "api", "path": "reports", "message": message}));
+        assert_eq!(code, 0, "{run}");
+        let seen = service.seen();
+        assert_eq!(seen.len(), 1);
+        assert_eq!((seen[0].method.as_str(), seen[0].path.as_str()), ("POST", "/api/reports"));
+        assert_eq!(serde_json::from_slice::<Value>(&seen[0].body).unwrap(), message);
+        assert_eq!(seen[0].headers["authorization"], format!("Bearer {TOKEN}"));
+        assert!(!seen[0].headers["idempotency-key"].is_empty());
+        assert!(!everything.contains(TOKEN), "the credential leaked: {everything}");
+        assert!(everything.contains("api answered 202"), "{everything}");
+        // A service that refuses fails the run with the guest's own words, nothing more.
+        let (code, run, _) = call(&home, &m, "notify", json!({"mount": "api", "path": "fail", "message": message}));
+        assert_eq!((code, run["code"].as_str()), (1, Some("handler_failed")), "{run}");
+        assert_eq!(run["error"], "api answered 500");
+    }
+
     async fn the_host_adds_its_credential_which_the_guest_and_logs_never_see(home) {
         let service = Service::start().await;
         let m = manifest(&home, &service, "");
@@ -235,164 +261,160 @@ on_every_backend! {
         forged.replace_range(forged.len() - 4.., "AAAA");
         assert!(verify(&forged, &jwks).is_none());
     }
-}
 
-/// The fleet publishes its keys, rotates them, and an IAM checks workload tokens against
-/// them to issue, expire and revoke membership links.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn membership_links_are_issued_expire_and_are_revoked_through_iam() {
-    let home = Home::new(common::Backend::Sqlite).await;
-    home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
-    let service = Service::start().await;
-    let m = home.manifest(
-        "",
-        &format!(
-            r#"
-            [links.iam]
-            url = "{url}/iam/"
-            methods = ["POST", "DELETE"]
-            credential = {{ header = "Authorization", prefix = "Bearer ", token = "attempt", audience = "iam" }}
+    // The fleet publishes its keys, rotates them, and an IAM checks workload tokens
+    // against them to issue, expire and revoke membership links.
+    async fn membership_links_are_issued_expire_and_are_revoked_through_iam(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let service = Service::start().await;
+        let m = home.manifest(
+            "",
+            &format!(
+                r#"
+                [links.iam]
+                url = "{url}/iam/"
+                methods = ["POST", "DELETE"]
+                credential = {{ header = "Authorization", prefix = "Bearer ", token = "attempt", audience = "iam" }}
 
-            [jobs.invite]
-            component = "{{guest:invite}}"
-            tenant = "acme"
-            actions = ["membership.issue", "membership.revoke"]
-            payload = {{ mount = "iam", dimension = "workspace", container = "acme-ws", role = "viewer", expires_in_s = 2 }}
-            grants.links = ["iam"]
+                [jobs.invite]
+                component = "{{guest:invite}}"
+                tenant = "acme"
+                actions = ["membership.issue", "membership.revoke"]
+                payload = {{ mount = "iam", dimension = "workspace", container = "acme-ws", role = "viewer", expires_in_s = 2 }}
+                grants.links = ["iam"]
 
-            [jobs.revoker]
-            component = "{{guest:invite}}"
-            tenant = "acme"
-            actions = ["membership.issue", "membership.revoke"]
-            payload = {{ mount = "iam", dimension = "workspace", container = "acme-ws", role = "editor", revoke = true }}
-            grants.links = ["iam"]
+                [jobs.revoker]
+                component = "{{guest:invite}}"
+                tenant = "acme"
+                actions = ["membership.issue", "membership.revoke"]
+                payload = {{ mount = "iam", dimension = "workspace", container = "acme-ws", role = "editor", revoke = true }}
+                grants.links = ["iam"]
 
-            [jobs.undeclared]
-            component = "{{guest:invite}}"
-            tenant = "acme"
-            payload = {{ mount = "iam", dimension = "workspace", container = "acme-ws", role = "viewer" }}
-            grants.links = ["iam"]
+                [jobs.undeclared]
+                component = "{{guest:invite}}"
+                tenant = "acme"
+                payload = {{ mount = "iam", dimension = "workspace", container = "acme-ws", role = "viewer" }}
+                grants.links = ["iam"]
 
-            [jobs.evil]
-            component = "{{guest:invite}}"
-            tenant = "evil"
-            actions = ["membership.issue"]
-            payload = {{ mount = "iam", dimension = "workspace", container = "acme-ws", role = "owner" }}
-            grants.links = ["iam"]
-        "#,
-            url = service.url
-        ),
-    );
-    let server = home
-        .serve(&["--manifest", m.to_str().unwrap(), "--key-rotation", "3s"])
-        .await;
-    service.trust(&format!("{}/.well-known/jwks.json", server.url));
-    service.refuse_tenant("evil");
-    let (status, jwks) = server.get("/.well-known/jwks.json").await;
-    assert_eq!(status, 200);
-    assert_eq!(jwks["keys"][0]["kty"], "OKP");
-    assert_eq!(jwks["keys"][0]["alg"], "EdDSA");
-    for job in ["invite", "revoker", "undeclared", "evil"] {
-        assert_eq!(server.post(&format!("/jobs/{job}/kick")).await.0, 202);
-    }
-    let outcome = |job: &'static str| {
-        let server = &server;
-        async move {
-            server
-                .wait_runs(job, Duration::from_secs(30), |runs| {
-                    runs.iter()
-                        .any(|r| r["status"] == "succeeded" || r["status"] == "failed")
-                })
-                .await[0]
-                .clone()
-        }
-    };
-    assert_eq!(outcome("invite").await["status"], "succeeded");
-    assert_eq!(outcome("revoker").await["status"], "succeeded");
-    let undeclared = outcome("undeclared").await;
-    assert_eq!(
-        (undeclared["code"].as_str(), undeclared["error"].as_str()),
-        (
-            Some("capability_refused"),
-            Some("capability refused: action-not-declared")
-        ),
-        "{undeclared}"
-    );
-    let evil = outcome("evil").await;
-    assert_eq!(evil["error"], "iam: unauthorized", "{evil}");
-    // The invite's link works until it expires; the revoked one does not.
-    assert!(service.link_valid("m-1").await || service.link_valid("m-2").await);
-    let revoked = service
-        .seen()
-        .iter()
-        .find(|s| s.method == "DELETE")
-        .map(|s| s.path.trim_start_matches("/iam/memberships/").to_string())
-        .expect("a revocation");
-    assert!(!service.link_valid(&revoked).await);
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        !service.link_valid("m-1").await && !service.link_valid("m-2").await,
-        "expired"
-    );
-    // Keys rotate: a new one is published beside the old.
-    let started = Instant::now();
-    loop {
-        let (_, jwks) = server.get("/.well-known/jwks.json").await;
-        if jwks["keys"].as_array().unwrap().len() >= 2 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "no rotation: {jwks}"
+                [jobs.evil]
+                component = "{{guest:invite}}"
+                tenant = "evil"
+                actions = ["membership.issue"]
+                payload = {{ mount = "iam", dimension = "workspace", container = "acme-ws", role = "owner" }}
+                grants.links = ["iam"]
+            "#,
+                url = service.url
+            ),
         );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let server = home
+            .serve(&["--manifest", m.to_str().unwrap(), "--key-rotation", "3s"])
+            .await;
+        service.trust(&format!("{}/.well-known/jwks.json", server.url));
+        service.refuse_tenant("evil");
+        let (status, jwks) = server.get("/.well-known/jwks.json").await;
+        assert_eq!(status, 200);
+        assert_eq!(jwks["keys"][0]["kty"], "OKP");
+        assert_eq!(jwks["keys"][0]["alg"], "EdDSA");
+        for job in ["invite", "revoker", "undeclared", "evil"] {
+            assert_eq!(server.post(&format!("/jobs/{job}/kick")).await.0, 202);
+        }
+        let outcome = |job: &'static str| {
+            let server = &server;
+            async move {
+                server
+                    .wait_runs(job, Duration::from_secs(30), |runs| {
+                        runs.iter()
+                            .any(|r| r["status"] == "succeeded" || r["status"] == "failed")
+                    })
+                    .await[0]
+                    .clone()
+            }
+        };
+        assert_eq!(outcome("invite").await["status"], "succeeded");
+        assert_eq!(outcome("revoker").await["status"], "succeeded");
+        let undeclared = outcome("undeclared").await;
+        assert_eq!(
+            (undeclared["code"].as_str(), undeclared["error"].as_str()),
+            (
+                Some("capability_refused"),
+                Some("capability refused: action-not-declared")
+            ),
+            "{undeclared}"
+        );
+        let evil = outcome("evil").await;
+        assert_eq!(evil["error"], "iam: unauthorized", "{evil}");
+        // The invite's link works until it expires; the revoked one does not.
+        assert!(service.link_valid("m-1").await || service.link_valid("m-2").await);
+        let revoked = service
+            .seen()
+            .iter()
+            .find(|s| s.method == "DELETE")
+            .map(|s| s.path.trim_start_matches("/iam/memberships/").to_string())
+            .expect("a revocation");
+        assert!(!service.link_valid(&revoked).await);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(
+            !service.link_valid("m-1").await && !service.link_valid("m-2").await,
+            "expired"
+        );
+        // Keys rotate: a new one is published beside the old.
+        let started = Instant::now();
+        loop {
+            let (_, jwks) = server.get("/.well-known/jwks.json").await;
+            if jwks["keys"].as_array().unwrap().len() >= 2 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "no rotation: {jwks}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
-}
 
-/// A worked tenant job using all three capabilities: rows in, a CSV file out, a service
-/// told about it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_report_example_reads_rows_writes_a_file_and_notifies() {
-    let home = Home::new(common::Backend::Sqlite).await;
-    home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
-    home.exec("INSERT INTO ledger (run_id, attempt, n) VALUES ('r1', 1, 7)")
-        .await;
-    let service = Service::start().await;
-    let m = home.manifest(
-        "",
-        &format!(
-            r#"
-            [collections.reports]
-            [links.hooks]
-            url = "{url}/api/"
-            methods = ["POST"]
-            [jobs.report]
-            component = "{{guest:report}}"
-            tenant = "acme"
-            payload = {{ collection = "reports", name = "ledger.csv", notify = "hooks" }}
-            grants.db = {{ read = ["ledger"] }}
-            grants.files = {{ write = ["reports"] }}
-            grants.links = ["hooks"]
-        "#,
-            url = service.url
-        ),
-    );
-    let (code, run) = home.run_json(&["report", "--manifest", m.to_str().unwrap()]);
-    assert_eq!(code, 0, "{run}");
-    let seen = service.seen();
-    assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].path, "/api/reports");
-    let body: Value = serde_json::from_slice(&seen[0].body).unwrap();
-    assert_eq!(body["report"], "ledger.csv");
-    assert_eq!(body["tenant"], "acme");
-    let csv = std::fs::read_dir(home.path().join("files/reports/acme"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    assert_eq!(
-        std::fs::read_to_string(csv).unwrap(),
-        "run_id,attempt,n\nr1,1,7\n"
-    );
+    // A worked tenant job using all three capabilities: rows in, a CSV file out, a
+    // service told about it.
+    async fn the_report_example_reads_rows_writes_a_file_and_notifies(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        home.exec("INSERT INTO ledger (run_id, attempt, n) VALUES ('r1', 1, 7)")
+            .await;
+        let service = Service::start().await;
+        let m = home.manifest(
+            "",
+            &format!(
+                r#"
+                [collections.reports]
+                [links.hooks]
+                url = "{url}/api/"
+                methods = ["POST"]
+                [jobs.report]
+                component = "{{guest:report}}"
+                tenant = "acme"
+                payload = {{ collection = "reports", name = "ledger.csv", notify = "hooks" }}
+                grants.db = {{ read = ["ledger"] }}
+                grants.files = {{ write = ["reports"] }}
+                grants.links = ["hooks"]
+            "#,
+                url = service.url
+            ),
+        );
+        let (code, run) = home.run_json(&["report", "--manifest", m.to_str().unwrap()]);
+        assert_eq!(code, 0, "{run}");
+        let seen = service.seen();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].path, "/api/reports");
+        let body: Value = serde_json::from_slice(&seen[0].body).unwrap();
+        assert_eq!(body["report"], "ledger.csv");
+        assert_eq!(body["tenant"], "acme");
+        let csv = std::fs::read_dir(home.path().join("files/reports/acme"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        assert_eq!(
+            std::fs::read_to_string(csv).unwrap(),
+            "run_id,attempt,n\nr1,1,7\n"
+        );
+    }
 }

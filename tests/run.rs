@@ -233,6 +233,11 @@ on_every_backend! {
                 ("SELECT rolname FROM pg_roles", not_granted),
                 ("SET idle_in_transaction_session_timeout = 0", forbidden),
                 ("COPY secrets TO STDOUT", forbidden),
+                // The host's own functions its job roles may execute (for the host's
+                // statements on their connections) are not the guest's to call.
+                ("SELECT jobhost_attach_file('acme', 'docs', 'x', 'k', 1, 'd', 'clean', 'r')", forbidden),
+                ("SELECT jobhost_remove_file('acme', 'docs', 'x')", forbidden),
+                ("SELECT jobhost_fence('probe', 'default', 1, 'r')", forbidden),
             ],
         };
         for (sql, expected) in engine_specific {

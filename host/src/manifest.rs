@@ -181,14 +181,39 @@ pub struct Manifest {
 
 impl Manifest {
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+        let (manifest, problems) = Self::load_with_problems(path)?;
+        if problems.is_empty() {
+            Ok(manifest)
+        } else {
+            Err(ManifestError::problems(path, problems))
+        }
+    }
+
+    /// The manifest's sound parts and the problems of the rest, so that a checker can add
+    /// what it finds in those parts (schedules, components, tables) and report every
+    /// problem at once. Fails outright only on a file that cannot be read or is not TOML
+    /// of the manifest's shape.
+    pub fn load_with_problems(path: &Path) -> Result<(Manifest, Vec<String>), ManifestError> {
         let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(path, &text)
+        Self::parse_with_problems(path, &text)
     }
 
     pub fn parse(path: &Path, text: &str) -> Result<Manifest, ManifestError> {
+        let (manifest, problems) = Self::parse_with_problems(path, text)?;
+        if problems.is_empty() {
+            Ok(manifest)
+        } else {
+            Err(ManifestError::problems(path, problems))
+        }
+    }
+
+    fn parse_with_problems(
+        path: &Path,
+        text: &str,
+    ) -> Result<(Manifest, Vec<String>), ManifestError> {
         let file: File = toml::from_str(text).map_err(|e| ManifestError::Parse {
             path: path.to_path_buf(),
             message: e.message().to_string(),
@@ -241,18 +266,16 @@ impl Manifest {
                 ));
             }
         }
-        if !problems.is_empty() {
-            return Err(ManifestError::problems(path, problems));
-        }
         let mut host = file.host;
         host.migrations = host.migrations.map(|p| resolve(&p));
-        Ok(Manifest {
+        let manifest = Manifest {
             path: path.to_path_buf(),
             host,
             collections,
             mounts,
             jobs,
-        })
+        };
+        Ok((manifest, problems))
     }
 
     pub fn job(&self, name: &str) -> Option<&JobSpec> {

@@ -51,6 +51,12 @@ BEGIN
             FOR UPDATE SKIP LOCKED
         ) d;
     ELSE
+        -- One run by id: its lease row before the run row, the order every writer that
+        -- waits takes (surveillance marks this same run crashed holding its lease).
+        PERFORM 1 FROM jobhost_leases l JOIN jobhost_runs r
+            ON l.job = r.job AND l.instance = r.instance
+        WHERE r.id = p_run
+        FOR UPDATE OF l;
         SELECT array_agg(d.id) INTO v_ids FROM (
             SELECT r.id FROM jobhost_runs r
             WHERE r.id = p_run

@@ -94,6 +94,7 @@ impl GuestState {
             FilesError::InvalidName => HostError::Invalid("invalid-name".into()),
             FilesError::ObjectTooLarge => HostError::Invalid("object-too-large".into()),
             FilesError::ChunkTooLarge => HostError::Invalid("chunk-too-large".into()),
+            FilesError::PageTooLarge => HostError::Invalid("page-too-large".into()),
             FilesError::NotFound => HostError::Invalid("not-found".into()),
             FilesError::Open { .. } | FilesError::Objects(_) | FilesError::Store(_) => {
                 tracing::warn!(code = "driver_failed", error = %error, "a files call failed");
@@ -459,6 +460,12 @@ mod tests {
             Host::read(&mut guest, "docs".into(), "a.txt".into(), 0, 2 << 20).await,
             Err(HostError::Invalid(r)) if r == "chunk-too-large"
         ));
+        for limit in [0, 1001] {
+            assert!(matches!(
+                Host::list_objects(&mut guest, "docs".into(), String::new(), None, limit).await,
+                Err(HostError::Invalid(r)) if r == "page-too-large"
+            ));
+        }
         // A removal says whether there was such an object.
         let upload = Host::start_upload(&mut guest, "docs".into()).await.unwrap();
         Host::attach(&mut guest, upload, "gone.txt".into())

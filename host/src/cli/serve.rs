@@ -6,7 +6,7 @@ use crate::catalog::Catalog;
 use crate::engine::{Engine, EngineSettings};
 use crate::kick::{self, KickError, Kicked};
 use crate::lease::LeaseTerms;
-use crate::manifest::{CatchUp, HostSection, Manifest};
+use crate::manifest::{CatchUp, Manifest, ManifestError};
 use crate::runner::RunnerSettings;
 use crate::schedule::cron::{Cron, parse_tz};
 use crate::serve::{ServeConfig, serve};
@@ -85,7 +85,11 @@ pub enum CatchUpArg {
 }
 
 pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> {
-    let manifest = args.manifest.as_deref().map(Manifest::load).transpose()?;
+    let manifest = args
+        .manifest
+        .as_deref()
+        .map(|path| serving_manifest(global, path))
+        .transpose()?;
     let host = manifest
         .as_ref()
         .map(|m| m.host.clone())
@@ -263,24 +267,9 @@ pub async fn kick_cmd(
 /// time zone, component and grants, and — when a database is named (`--db`, `JOBHOST_DB`
 /// or the manifest's `[host] db`) — that the tables its jobs were granted exist.
 pub async fn check(global: &Global, manifest: PathBuf) -> Result<u8, Failure> {
-    let manifest = Manifest::load(&manifest)?;
-    let HostSection { timezone, db, .. } = &manifest.host;
-    let tz = parse_tz(timezone.as_deref().unwrap_or("UTC"))?;
-    let engine = Engine::new(&EngineSettings {
-        cache_dir: Some(global.cache_dir()),
-        ..EngineSettings::default()
-    })?;
-    let mut problems = Vec::new();
-    for spec in &manifest.jobs {
-        if let Some(expr) = &spec.schedule
-            && let Err(e) = Cron::parse(expr, tz)
-        {
-            problems.push(format!("job {}: {e}", spec.name));
-        }
-        if let Err(e) = engine.load(&spec.component, &spec.grants) {
-            problems.push(format!("job {}: {e}", spec.name));
-        }
-    }
+    let (manifest, mut problems) = Manifest::load_with_problems(&manifest)?;
+    problems.extend(job_problems(global, &manifest)?);
+    let db = &manifest.host.db;
     if global.db.is_some() || db.is_some() {
         let store = Store::open(&global.db_url(db.as_deref())).await?;
         for spec in &manifest.jobs {
@@ -296,14 +285,42 @@ pub async fn check(global: &Global, manifest: PathBuf) -> Result<u8, Failure> {
         store.close().await;
     }
     if !problems.is_empty() {
-        return Err(Failure::usage(format!(
-            "manifest {}: {} problem{}:\n  {}",
-            manifest.path.display(),
-            problems.len(),
-            if problems.len() == 1 { "" } else { "s" },
-            problems.join("\n  ")
-        )));
+        return Err(ManifestError::problems(&manifest.path, problems).into());
     }
     println!("ok: {} jobs", manifest.jobs.len());
     Ok(0)
+}
+
+/// The problems of a manifest's sound jobs that need no database: schedules that do not
+/// parse, components that do not load or import what their job was not granted.
+fn job_problems(global: &Global, manifest: &Manifest) -> Result<Vec<String>, Failure> {
+    let tz = parse_tz(manifest.host.timezone.as_deref().unwrap_or("UTC"))?;
+    let engine = Engine::new(&EngineSettings {
+        cache_dir: Some(global.cache_dir()),
+        ..EngineSettings::default()
+    })?;
+    let mut problems = Vec::new();
+    for spec in &manifest.jobs {
+        if let Some(expr) = &spec.schedule
+            && let Err(e) = Cron::parse(expr, tz)
+        {
+            problems.push(format!("job {}: {e}", spec.name));
+        }
+        if let Err(e) = engine.load(&spec.component, &spec.grants) {
+            problems.push(format!("job {}: {e}", spec.name));
+        }
+    }
+    Ok(problems)
+}
+
+/// The manifest `host serve` starts with: refused with every problem that can be found
+/// without a database when its own settings have any (the database's are found once it
+/// is open, by the catalog).
+fn serving_manifest(global: &Global, path: &std::path::Path) -> Result<Manifest, Failure> {
+    let (manifest, mut problems) = Manifest::load_with_problems(path)?;
+    if problems.is_empty() {
+        return Ok(manifest);
+    }
+    problems.extend(job_problems(global, &manifest)?);
+    Err(ManifestError::problems(path, problems).into())
 }

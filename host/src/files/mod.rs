@@ -83,6 +83,8 @@ pub enum FilesError {
     ObjectTooLarge,
     #[error("the chunk is larger than 1 MiB")]
     ChunkTooLarge,
+    #[error("a page of objects is 1 to 1000 long")]
+    PageTooLarge,
     #[error("no such object")]
     NotFound,
     #[error("the object store failed: {0}")]
@@ -322,7 +324,9 @@ impl Files {
         if prefix.len() > MAX_NAME_BYTES || prefix.chars().any(char::is_control) {
             return Err(FilesError::InvalidName);
         }
-        let limit = limit.clamp(1, MAX_PAGE);
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(FilesError::PageTooLarge);
+        }
         let files = self
             .store
             .list_files(tenant, collection, prefix, after, i64::from(limit) + 1)
@@ -469,9 +473,12 @@ impl Files {
         limit: u32,
     ) -> Result<Vec<PendingFile>, FilesError> {
         self.collection(collection)?;
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(FilesError::PageTooLarge);
+        }
         Ok(self
             .store
-            .pending_files(collection, i64::from(limit.clamp(1, MAX_PAGE)))
+            .pending_files(collection, i64::from(limit))
             .await?)
     }
 

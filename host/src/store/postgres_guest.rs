@@ -185,7 +185,8 @@ struct Conn {
     /// The task driving the connection; aborting it closes the socket.
     driver: tokio::task::JoinHandle<()>,
     cancel: tokio_postgres::CancelToken,
-    /// Set when the server announced a message over the bound: the connection is dead.
+    /// Set when the server announced a message over the bound, or a result went past
+    /// its bounds: the connection is dead, and what it was sent is never read.
     oversized: Arc<AtomicBool>,
     owner: Option<String>,
     idle_since: Instant,
@@ -275,6 +276,13 @@ impl Conn {
     /// Closes the connection without reading what may still be coming, and stops what it
     /// may still be running on the server.
     fn abandon(self) {
+        self.poison();
+    }
+
+    /// Marks the connection dead (it is never pooled again), closes its socket without
+    /// reading what may still be coming, and cancels what it may still be running.
+    fn poison(&self) {
+        self.oversized.store(true, Ordering::Release);
         self.driver.abort();
         let cancel = self.cancel.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -474,10 +482,10 @@ impl Session {
         let mut stream = std::pin::pin!(stream);
         let mut out = SqlRows::default();
         let mut bytes = 0usize;
-        loop {
+        let too_large = loop {
             let row = match stream.try_next().await {
                 Ok(Some(row)) => row,
-                Ok(None) => break,
+                Ok(None) => break false,
                 Err(e) => return Err(self.classify(&e)),
             };
             if out.columns.is_empty() {
@@ -486,10 +494,15 @@ impl Session {
             let values = decode_row(&row)?;
             bytes += values.iter().map(SqlValue::size).sum::<usize>();
             if out.rows.len() >= super::guest::MAX_ROWS || bytes > MAX_RESULT_BYTES {
-                // Stop here: the rest is never read (the connection is closed instead).
-                return Err(GuestDbError::Invalid("result-too-large"));
+                break true;
             }
             out.rows.push(values);
+        };
+        if too_large {
+            // Stop here: the rest is never read. The connection is closed and the
+            // statement cancelled now; the session's later calls fail with the same code.
+            self.conn().poison();
+            return Err(GuestDbError::Invalid("result-too-large"));
         }
         let changed = stream.rows_affected().unwrap_or(0);
         Ok((out, changed))

@@ -64,17 +64,12 @@ impl SqliteWriter {
     /// Opens the writer's connection to the database at `path` (which the pools created
     /// and migrated) and starts its thread; it stops when the store is dropped.
     pub(crate) fn open(path: &Path, q: &'static Queries) -> Result<SqliteWriter> {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).map_err(sqlite_error)?;
-        conn.busy_timeout(SQLITE_BUSY_TIMEOUT)
-            .map_err(sqlite_error)?;
-        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
-            .map_err(sqlite_error)?;
-        conn.set_prepared_statement_cache_capacity(32);
+        let conn = connect(path).map_err(sqlite_error)?;
         let (jobs, queue) = mpsc::channel();
+        let path = path.to_path_buf();
         std::thread::Builder::new()
             .name("jobhost-sqlite-writer".into())
-            .spawn(move || serve(&conn, q, &queue))
+            .spawn(move || serve(conn, &path, q, &queue))
             .map_err(|_| StoreError::WriterStopped)?;
         Ok(SqliteWriter { jobs })
     }
@@ -105,36 +100,72 @@ impl SqliteWriter {
     }
 }
 
+fn connect(path: &Path) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(SQLITE_BUSY_TIMEOUT)?;
+    conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
 /// The writer thread: a batch of jobs per transaction, until every sender is gone.
-fn serve(conn: &Connection, q: &'static Queries, queue: &mpsc::Receiver<Job>) {
+///
+/// Whatever a batch ends with, the connection is never left inside a transaction (it
+/// would hold the file's one write lock for every other process): one that cannot be
+/// rolled back is closed, which rolls back, and opened anew.
+fn serve(mut conn: Connection, path: &Path, q: &'static Queries, queue: &mpsc::Receiver<Job>) {
     while let Ok(first) = queue.recv() {
-        let mut size = first.size();
-        let mut batch = vec![first];
-        while size < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => {
-                    size += job.size();
-                    batch.push(job);
-                }
-                Err(_) => break,
+        serve_batch(&conn, q, queue, first);
+        if conn.is_autocommit() {
+            continue;
+        }
+        let _ = conn.execute_batch("ROLLBACK");
+        if conn.is_autocommit() {
+            continue;
+        }
+        tracing::error!(
+            code = "driver_failed",
+            "the SQLite writer could not end its transaction; reopening it"
+        );
+        match connect(path) {
+            Ok(fresh) => drop(std::mem::replace(&mut conn, fresh)),
+            Err(e) => {
+                tracing::error!(code = "driver_failed", error = %sqlite_error_ref(&e), "cannot reopen the SQLite writer");
+                return;
             }
         }
-        let answers = match conn.execute_batch("BEGIN IMMEDIATE") {
-            Ok(()) => {
-                let answers: Vec<Answer> = batch.into_iter().map(|job| run(conn, q, job)).collect();
-                match conn.execute_batch("COMMIT") {
-                    Ok(()) => answers,
-                    Err(e) => {
-                        let _ = conn.execute_batch("ROLLBACK");
-                        answers.into_iter().map(|a| a.failed(&e)).collect()
-                    }
+    }
+}
+
+/// One batch: the jobs queued behind `first`, in one transaction.
+fn serve_batch(conn: &Connection, q: &'static Queries, queue: &mpsc::Receiver<Job>, first: Job) {
+    let mut size = first.size();
+    let mut batch = vec![first];
+    while size < MAX_BATCH {
+        match queue.try_recv() {
+            Ok(job) => {
+                size += job.size();
+                batch.push(job);
+            }
+            Err(_) => break,
+        }
+    }
+    let answers = match conn.execute_batch("BEGIN IMMEDIATE") {
+        Ok(()) => {
+            let answers: Vec<Answer> = batch.into_iter().map(|job| run(conn, q, job)).collect();
+            match conn.execute_batch("COMMIT") {
+                Ok(()) => answers,
+                Err(e) => {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    answers.into_iter().map(|a| a.failed(&e)).collect()
                 }
             }
-            Err(e) => batch.into_iter().map(|job| job.failed(&e)).collect(),
-        };
-        for answer in answers {
-            answer.send();
         }
+        Err(e) => batch.into_iter().map(|job| job.failed(&e)).collect(),
+    };
+    for answer in answers {
+        answer.send();
     }
 }
 
