@@ -123,6 +123,36 @@ on_every_backend! {
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_leases WHERE holder IS NOT NULL").await, 0);
     }
 
+    async fn an_ending_the_database_refuses_is_recorded_as_a_fixed_failure(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        // The database refuses any attempt row carrying this text (as it would a value it
+        // cannot store): the ending is recorded again as `record_failed`, without the
+        // guest's output, and the run ends rather than staying `running`.
+        let refuse = match home.backend {
+            common::Backend::Sqlite => "CREATE TRIGGER refuse_record BEFORE INSERT ON jobhost_attempts \
+                WHEN NEW.log LIKE '%refuse-this-record%' BEGIN SELECT RAISE(ABORT, 'refused'); END",
+            common::Backend::Postgres => "CREATE FUNCTION refuse_record() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                BEGIN IF NEW.log LIKE '%refuse-this-record%' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$; \
+                CREATE TRIGGER refuse_record BEFORE INSERT OR UPDATE ON jobhost_attempts \
+                FOR EACH ROW EXECUTE FUNCTION refuse_record()",
+        };
+        home.exec(refuse).await;
+        let hello = guest("hello").display().to_string();
+        let (exit, run) = home.run_json(&["--job", &hello, "--payload", r#"{"name":"refuse-this-record"}"#]);
+        assert_eq!((exit, run["status"].as_str(), run["code"].as_str()), (1, Some("failed"), Some("record_failed")), "{run}");
+        let shown = json_of(&String::from_utf8_lossy(
+            &home.run(&["runs", "show", run["run_id"].as_str().unwrap(), "--json"]).stdout,
+        ));
+        let attempts = shown["attempt_records"].as_array().unwrap();
+        assert_eq!(attempts.len(), 1, "{shown}");
+        assert_eq!((attempts[0]["code"].as_str(), attempts[0]["log"].as_str()), (Some("record_failed"), Some("")), "{shown}");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE status IN ('queued', 'running')").await, 0);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_leases WHERE holder IS NOT NULL").await, 0);
+        // Other runs are recorded as ever.
+        let (exit, run) = home.run_json(&["--job", &hello, "--payload", r#"{"name":"operator"}"#]);
+        assert_eq!((exit, run["status"].as_str()), (0, Some("succeeded")), "{run}");
+    }
+
     async fn guest_text_cannot_drive_the_operators_terminal(home) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
         let out = home.run(&["run", "--job", &adversary(), "--payload", r#"{"mode":"escapes"}"#, "--grant", "db.read=ledger"]);

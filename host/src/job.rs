@@ -131,6 +131,12 @@ pub fn validate_payload(text: &str) -> Result<String, JobError> {
     Ok(value.to_string())
 }
 
+/// Whether a cursor a guest hands back (`continue`) may be stored and given to its next
+/// pass: JSON, at most `MAX_CURSOR_BYTES`.
+pub fn is_valid_cursor(text: &str) -> bool {
+    text.len() <= MAX_CURSOR_BYTES && serde_json::from_str::<serde_json::Value>(text).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +180,23 @@ mod tests {
                     prop_assert_eq!(validate_payload(&canonical), Ok(value.to_string()));
                 }
                 Err(e) => prop_assert!(!e.to_string().contains('\n')),
+            }
+        }
+
+        /// Whatever a guest hands back as a cursor, the verdict is reached without a
+        /// panic, and only bounded JSON passes.
+        #[test]
+        fn cursors_are_bounded_json_or_refused(text in prop_oneof![
+            crate::fuzzing::text(),
+            any::<u16>().prop_map(|n| format!("{}0{}", "[".repeat(n as usize), "]".repeat(n as usize))),
+            (0usize..3).prop_map(|k| format!("\"{}\"", "x".repeat(MAX_CURSOR_BYTES - 2 + k))),
+            Just("NaN".to_string()),
+            Just("\"a\\u0000b\"".to_string()),
+            Just("\"\\udc00\"".to_string()),
+        ]) {
+            if is_valid_cursor(&text) {
+                prop_assert!(text.len() <= MAX_CURSOR_BYTES);
+                prop_assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok());
             }
         }
 

@@ -10,7 +10,7 @@ use crate::capability::db::{DbCapability, DbSession};
 use crate::capability::files::{FilesCapability, FilesSession};
 use crate::capability::links::{LinksCapability, LinksSession};
 use crate::failure::FailureCode;
-use crate::job::MAX_CURSOR_BYTES;
+use crate::job::is_valid_cursor;
 use std::time::Duration;
 use tokio::time::Instant;
 use wasmtime::{Trap, UpdateDeadline};
@@ -268,9 +268,7 @@ fn classify(
     match returned {
         Ok(handler::Outcome::Done) => Ok(Outcome::Done),
         Ok(handler::Outcome::Continue(cursor)) => {
-            let valid = cursor.len() <= MAX_CURSOR_BYTES
-                && serde_json::from_str::<serde_json::Value>(&cursor).is_ok();
-            if valid {
+            if is_valid_cursor(&cursor) {
                 Ok(Outcome::Continue { cursor })
             } else {
                 Err(fail(FailureCode::InvalidOutcome, None))
