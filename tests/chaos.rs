@@ -283,11 +283,12 @@ async fn check(home: &Home, kicks: &[(String, i64)]) -> Vec<String> {
         .fetch_all(pool)
         .await
         .unwrap();
-    let crashed_reports: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM jobhost_reports WHERE kind = 'crashed'")
-            .fetch_one(pool)
-            .await
-            .unwrap();
+    let crash_reports: Vec<(Option<String>, i64)> = sqlx::query_as(
+        "SELECT run_id, COUNT(*) FROM jobhost_reports WHERE kind = 'crashed' GROUP BY run_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
     store.close().await;
     let mut violations = Vec::new();
     let run_instance: HashMap<&str, &str> = runs
@@ -364,11 +365,22 @@ async fn check(home: &Home, kicks: &[(String, i64)]) -> Vec<String> {
     if live > 0 {
         violations.push(format!("{live} runs never ended"));
     }
-    let crashed = runs.iter().filter(|r| r.status == "crashed").count() as i64;
-    if crashed != crashed_reports {
-        violations.push(format!(
-            "{crashed} runs crashed but {crashed_reports} crash reports"
-        ));
+    let reported: HashMap<&str, i64> = crash_reports
+        .iter()
+        .map(|(run, n)| (run.as_deref().unwrap_or(""), *n))
+        .collect();
+    for r in runs.iter().filter(|r| r.status == "crashed") {
+        let n = reported.get(r.id.as_str()).copied().unwrap_or(0);
+        if n != 1 {
+            violations.push(format!("crashed run {} has {n} crash reports", r.id));
+        }
+    }
+    for (run, n) in &reported {
+        if !runs.iter().any(|r| r.id == *run && r.status == "crashed") {
+            violations.push(format!(
+                "{n} crash reports of run {run:?}, which did not crash"
+            ));
+        }
     }
     violations
 }

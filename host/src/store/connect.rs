@@ -43,6 +43,8 @@ pub(crate) async fn open_sqlite(url: &str, max: u32) -> Result<SqlitePool, Store
     }
     sqlx::sqlite::SqlitePoolOptions::new()
         .max_connections(max)
+        // An embedded connection does not go stale like a socket: no ping per acquire.
+        .test_before_acquire(false)
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(options)
         .await

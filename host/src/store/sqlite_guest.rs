@@ -209,6 +209,7 @@ impl SqliteGuest {
             .log_slow_statements(log::LevelFilter::Off, std::time::Duration::MAX);
         let pool = sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(4)
+            .test_before_acquire(false)
             .acquire_timeout(std::time::Duration::from_secs(30))
             .after_connect(|conn, _| {
                 Box::pin(async move {
