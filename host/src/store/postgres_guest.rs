@@ -20,6 +20,7 @@ use super::guest::{
     TxSession,
 };
 use super::pg_wire::{FrameGuard, Socket};
+use super::pool::Exclusive;
 use super::{FileWrite, FileWritten};
 use crate::grants::DbGrant;
 use bytes::BytesMut;
@@ -273,8 +274,7 @@ impl RolePool {
 }
 
 impl Conn {
-    /// Closes the connection without reading what may still be coming, and stops what it
-    /// may still be running on the server.
+    /// Drops the connection for good (see `poison`).
     fn abandon(self) {
         self.poison();
     }
@@ -319,7 +319,23 @@ async fn provision(
     grant: &DbGrant,
     fingerprint: &str,
 ) -> Result<String, sqlx::Error> {
-    let mut tx = admin.begin().await?;
+    // Provisioning runs inside a guest's first call and is cancelled with it (its
+    // deadline): a connection dropped half-way is closed, never pooled inside the
+    // transaction, which would keep the role's advisory lock from every host.
+    let mut conn = Exclusive::acquire(admin).await?;
+    let password = provision_on(&mut conn, role, grant, fingerprint).await?;
+    conn.release();
+    Ok(password)
+}
+
+async fn provision_on(
+    conn: &mut sqlx::PgConnection,
+    role: &str,
+    grant: &DbGrant,
+    fingerprint: &str,
+) -> Result<String, sqlx::Error> {
+    use sqlx::Connection;
+    let mut tx = conn.begin().await?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
         .bind(role)
         .execute(&mut *tx)
