@@ -242,10 +242,12 @@ fn in_savepoint<T>(
     conn: &Connection,
     step: impl FnOnce() -> rusqlite::Result<T>,
 ) -> rusqlite::Result<T> {
-    conn.execute_batch("SAVEPOINT step")?;
+    // Cached statements: parsing these two for every item costs the writer a tenth of
+    // its time in a drain.
+    conn.prepare_cached("SAVEPOINT step")?.raw_execute()?;
     match step() {
         Ok(value) => {
-            conn.execute_batch("RELEASE step")?;
+            conn.prepare_cached("RELEASE step")?.raw_execute()?;
             Ok(value)
         }
         Err(e) => {
