@@ -52,14 +52,10 @@ async fn stored_objects(home: &Home, manifest: &str, storage: Storage, collectio
                 .expect("the collection's S3 URL");
             let mut s3 =
                 object_store::aws::AmazonS3Builder::new().with_bucket_name(common::S3_BUCKET);
+            // The host reads these from its environment; the same keys, read as
+            // object_store reads them.
             for (key, value) in common::s3_environment() {
-                s3 = match key {
-                    "AWS_ENDPOINT" => s3.with_endpoint(value),
-                    "AWS_ACCESS_KEY_ID" => s3.with_access_key_id(value),
-                    "AWS_SECRET_ACCESS_KEY" => s3.with_secret_access_key(value),
-                    "AWS_REGION" => s3.with_region(value),
-                    _ => s3.with_allow_http(true),
-                };
+                s3 = s3.with_config(key.to_ascii_lowercase().parse().unwrap(), value);
             }
             let s3 = s3.build().unwrap();
             let listed: Vec<_> = s3
