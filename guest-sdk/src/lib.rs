@@ -3,7 +3,8 @@
 //! A job is a type implementing [`Job`], exported with [`export_job!`], compiled for
 //! `wasm32-wasip2`. The host calls it once per pass with the run's [`Context`]; it returns
 //! an [`Outcome`] or a [`JobError`]. Host calls return [`HostError`], which converts into
-//! [`JobError`], so `?` works throughout.
+//! [`JobError`], so `?` works throughout. A run in several passes, or one whose retries
+//! must not redo work, records its progress with [`steps`].
 //!
 //! ```no_run
 //! use jobhost_guest::{Context, Job, JobError, Outcome, db, log};
@@ -278,6 +279,15 @@ pub mod db {
             raw::Transaction::commit(self.inner)
         }
 
+        /// Commits, with the pass's end and its counter changes ([`crate::steps`]), if the
+        /// attempt still holds its lease: all of it or none (`HostError::LeaseLost`). Returns
+        /// the outcome for the handler to return; once this succeeds the pass is over, and
+        /// the host keeps this end whatever the handler returns.
+        pub fn commit_pass(self, end: crate::steps::PassEnd) -> Result<crate::Outcome, HostError> {
+            crate::steps::commit_pass(self.inner, &end)?;
+            Ok(end.into())
+        }
+
         pub fn rollback(self) {
             raw::Transaction::rollback(self.inner)
         }
@@ -360,6 +370,8 @@ pub mod db {
         }
     }
 }
+
+pub mod steps;
 
 /// Named objects in the collections the job was granted.
 ///

@@ -200,6 +200,7 @@ fn bench_links(c: &mut Criterion, rt: &Runtime, medians: &Mutex<Vec<(String, f64
         job: "bench".into(),
         tenant: "acme".into(),
         run_id: "run".into(),
+        run_root: "run".into(),
         pass: 1,
         fence: fence(&lease),
         deadline: tokio::time::Instant::now() + Duration::from_secs(3600),

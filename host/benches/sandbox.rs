@@ -19,7 +19,10 @@
 //!   `host run`), and from the engine's own map of loaded components (`in-memory`).
 //! - `attempt`: one run end to end on SQLite (insert, claim, lease, attempt, ending).
 //! - `db_write`: one guest write transaction fenced by the lease (`fenced`) against the same
-//!   write through a plain sqlx pool (`sqlx-direct`).
+//!   write through a plain sqlx pool (`sqlx-direct`); and, through the `steps` capability
+//!   as a guest calls it, a step hit (`step-hit`: an attempt's first `start` finds the
+//!   recorded result — one read of the ledger) and a step miss (`step-miss`: `start`, then
+//!   `record` in a fenced transaction of its own), each in a fresh attempt's state.
 //!
 //! The `noop`, `ledger` and `spin` guests are taken from the workspace's target directory
 //! (`target/wasm32-wasip2/guest/`), and built there first if they are missing.
@@ -29,7 +32,14 @@ mod guests;
 
 use criterion::{BatchSize, Criterion, SamplingMode};
 use jobhost::app::{App, AppConfig};
+use jobhost::capability::db::DbCapability;
+use jobhost::capability::files::FilesCapability;
+use jobhost::capability::links::LinksCapability;
+use jobhost::capability::steps::{StepsCapability, StepsSession};
 use jobhost::engine::attempt::{AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext};
+use jobhost::engine::bindings::jobhost::job::steps::Host as StepsHost;
+use jobhost::engine::output::AttemptLog;
+use jobhost::engine::state::{Capabilities, GuestState};
 use jobhost::engine::{Engine, EngineSettings, Loaded};
 use jobhost::grants::{DbGrant, Grants};
 use jobhost::job::{JobSpec, Limits, RetryPolicy};
@@ -194,6 +204,7 @@ async fn guest_call(
             db: None,
             files: None,
             links: None,
+            steps: None,
         })
         .await
 }
@@ -558,6 +569,69 @@ fn bench_db_write(c: &mut Criterion, rt: &Runtime) {
             n += 1;
             direct_write(&direct, n)
         });
+    });
+    let fence = access.fence.clone();
+    let attempt = |pass: i64| {
+        let session = StepsSession {
+            store: store.clone(),
+            fence: fence.clone(),
+            run_id: "bench".into(),
+            pass,
+            counters: Default::default(),
+        };
+        GuestState::new(
+            64 << 20,
+            AttemptLog::new(1024),
+            Capabilities {
+                db: DbCapability::new(None),
+                files: FilesCapability::new(None),
+                links: LinksCapability::new(None),
+                steps: StepsCapability::new(Some(session)),
+            },
+        )
+    };
+    rt.block_on(async {
+        let mut recorded = attempt(0);
+        let first = StepsHost::start(&mut recorded, "page".into()).await;
+        assert!(matches!(first, Ok(None)));
+        StepsHost::record(
+            &mut recorded,
+            "page".into(),
+            r#"{"last":500,"count":500}"#.into(),
+        )
+        .await
+        .expect("record the step every hit finds");
+    });
+    group.bench_function("step-hit", |b| {
+        b.to_async(rt).iter_batched(
+            || attempt(0),
+            |mut state| async move {
+                let hit = StepsHost::start(&mut state, "page".into()).await;
+                assert!(matches!(hit, Ok(Some(_))));
+            },
+            BatchSize::SmallInput,
+        );
+    });
+    let mut pass = 0_i64;
+    group.bench_function("step-miss", |b| {
+        b.to_async(rt).iter_batched(
+            || {
+                pass += 1;
+                attempt(pass)
+            },
+            |mut state| async move {
+                let miss = StepsHost::start(&mut state, "page".into()).await;
+                assert!(matches!(miss, Ok(None)));
+                StepsHost::record(
+                    &mut state,
+                    "page".into(),
+                    r#"{"last":500,"count":500}"#.into(),
+                )
+                .await
+                .expect("record the step");
+            },
+            BatchSize::SmallInput,
+        );
     });
     group.finish();
     rt.block_on(async {

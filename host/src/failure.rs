@@ -26,11 +26,12 @@ pub enum FailureCode {
     RecordFailed,
     Crashed,
     Cancelled,
+    StepReused,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 15] = [
+    pub const ALL: [(FailureCode, &'static str); 16] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -91,6 +92,10 @@ impl FailureCode {
             FailureCode::Cancelled,
             "the host shut down and cancelled the attempt after the grace period",
         ),
+        (
+            FailureCode::StepReused,
+            "the guest reached one step name twice in one attempt (a bug in the job); never retried",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -110,6 +115,7 @@ impl FailureCode {
             FailureCode::RecordFailed => "record_failed",
             FailureCode::Crashed => "crashed",
             FailureCode::Cancelled => "cancelled",
+            FailureCode::StepReused => "step_reused",
         }
     }
 
@@ -130,6 +136,7 @@ impl FailureCode {
                 | FailureCode::InvalidOutcome
                 | FailureCode::RecordFailed
                 | FailureCode::Cancelled
+                | FailureCode::StepReused
         )
     }
 }

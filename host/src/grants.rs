@@ -2,9 +2,9 @@
 //!
 //! A job starts with nothing. Each capability it is given gets its own section, written
 //! in a manifest (`[jobs.NAME.grants] db = { read = [...], write = [...] }`,
-//! `files = { read = [...], write = [...], scan = [...] }`, `links = ["billing"]`) or as
-//! `--grant CAP.MODE=NAME` flags for ad-hoc runs (`db.write=ledger`, `files.read=reports`,
-//! `links=billing`). Table grants are enforced by the database itself (see
+//! `files = { read = [...], write = [...], scan = [...] }`, `links = ["billing"]`,
+//! `steps = true`) or as `--grant CAP.MODE=NAME` flags for ad-hoc runs (`db.write=ledger`,
+//! `files.read=reports`, `links=billing`, `steps=on`). Table grants are enforced by the database itself (see
 //! `store::sqlite_guest`), never by matching SQL text; collection and mount grants by the
 //! capabilities, at every call.
 
@@ -14,10 +14,10 @@ use std::collections::BTreeSet;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GrantError {
     #[error(
-        "invalid grant {0:?}: use CAP.MODE=NAME[,NAME...], e.g. db.write=ledger, files.read=reports, links=billing"
+        "invalid grant {0:?}: use CAP.MODE=NAME[,NAME...], e.g. db.write=ledger, files.read=reports, links=billing, steps=on"
     )]
     Syntax(String),
-    #[error("unknown capability {0:?} in grant (known: db, files, links)")]
+    #[error("unknown capability {0:?} in grant (known: db, files, links, steps)")]
     UnknownCapability(String),
     #[error("unknown mode {mode:?} for capability {capability:?} (known: {known})")]
     UnknownMode {
@@ -46,6 +46,9 @@ pub struct Grants {
     /// Link mounts the job may call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub links: Option<BTreeSet<String>>,
+    /// Memoised steps, counters and a pass's end committed with its writes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub steps: bool,
 }
 
 /// Tables a job may read, and tables it may write (writing implies reading).
@@ -162,6 +165,11 @@ impl Grants {
                 self.links.get_or_insert_with(BTreeSet::new).extend(names)
             }
             ("links", Some(_)) => return Err(unknown_mode("call")),
+            ("steps", None) => match names.as_slice() {
+                [on] if on == "on" => self.steps = true,
+                _ => return Err(syntax()),
+            },
+            ("steps", Some(_)) => return Err(syntax()),
             ("db" | "files", None) => return Err(syntax()),
             (other, _) => return Err(GrantError::UnknownCapability(other.into())),
         }
@@ -248,6 +256,13 @@ mod tests {
             files.may_write("reports") && files.may_read("reports") && !files.may_scan("reports")
         );
         assert_eq!(g.links.clone().unwrap().len(), 2);
+        assert!(!g.steps);
+        g.add_flag("steps=on").unwrap();
+        assert!(g.steps);
+        assert_eq!(
+            Grants::default().add_flag("steps=yes"),
+            Err(GrantError::Syntax("steps=yes".into()))
+        );
         let db = g.db.unwrap();
         assert!(db.may_write("ledger") && db.may_read("LEDGER"));
         assert!(db.may_read("accounts") && !db.may_write("accounts"));

@@ -1,9 +1,13 @@
-//! Kicks: run a job now, without waiting for any lock, and never lose the request.
+//! Kicks and starts: run a job now, without waiting for any lock, and never lose the
+//! request.
 //!
 //! If a run holds the job's lease, the kick sets the lease's pending flag and the holder
 //! queues exactly one follow-up run when it ends, however many kicks arrived meanwhile.
 //! Otherwise the kick queues a run. A queued kick that finds the lease taken by the time
 //! it runs folds itself into the pending flag instead (see `Runner::skip`).
+//!
+//! A start means "this work, once": it joins the live run of the job and instance if
+//! there is one, or queues one (`Store::start_or_join`, atomic across hosts).
 
 use crate::job::JobSpec;
 use crate::runner::new_run_id;
@@ -20,10 +24,19 @@ pub enum Kicked {
     Queued { run_id: String },
 }
 
+/// What a start led to: the live run it joined, or the run it queued.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Started {
+    pub run_id: String,
+    pub joined: bool,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum KickError {
     #[error("unknown job {0:?}")]
     UnknownJob(String),
+    #[error(transparent)]
+    Payload(crate::job::JobError),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -38,6 +51,27 @@ pub async fn kick(store: &Store, job: &str, instance: &str) -> Result<Kicked, Ki
     }
     let run = store.insert_run(&new_kick_run(&record, instance)).await?;
     Ok(Kicked::Queued { run_id: run.id })
+}
+
+/// Joins the live run of `job` and `instance`, or queues one with `payload` (the job's
+/// own if none is given), checked by the queue-safety rule.
+pub async fn start(
+    store: &Store,
+    job: &str,
+    instance: &str,
+    payload: Option<&str>,
+) -> Result<Started, KickError> {
+    let record = store
+        .get_job(job)
+        .await?
+        .ok_or_else(|| KickError::UnknownJob(job.to_string()))?;
+    let mut run = new_kick_run(&record, instance);
+    if let Some(payload) = payload {
+        run.payload = crate::job::validate_payload(payload).map_err(KickError::Payload)?;
+    }
+    run.origin = Origin::Start;
+    let (run_id, joined) = store.start_or_join(&run).await?;
+    Ok(Started { run_id, joined })
 }
 
 fn new_kick_run(record: &JobRecord, instance: &str) -> NewRun {

@@ -1,6 +1,6 @@
 //! The JSON shapes of runs, attempts and jobs, shared by the CLI and the HTTP API.
 
-use crate::store::{AttemptRecord, JobRecord, LeaseRecord, RunRecord};
+use crate::store::{AttemptRecord, JobRecord, LeaseRecord, RunRecord, StepRecord};
 use serde_json::{Value, json};
 
 pub fn time(ms: i64) -> String {
@@ -13,7 +13,32 @@ pub fn duration_ms(run: &RunRecord) -> Option<i64> {
     Some(run.finished_at? - run.started_at?)
 }
 
+/// Stored JSON text as a value; what does not decode (a row written by hand, or by an
+/// older host) is shown as null and named in `problems`, never an error for the page.
+fn decoded(text: Option<&str>, field: &str, problems: &mut Vec<String>) -> Value {
+    match text.map(serde_json::from_str::<Value>) {
+        None => Value::Null,
+        Some(Ok(value)) => value,
+        Some(Err(_)) => {
+            problems.push(format!("{field}: not JSON"));
+            Value::Null
+        }
+    }
+}
+
+fn decode_error(problems: Vec<String>) -> Value {
+    if problems.is_empty() {
+        Value::Null
+    } else {
+        Value::String(problems.join("; "))
+    }
+}
+
 pub fn run(run: &RunRecord) -> Value {
+    let mut problems = Vec::new();
+    let payload = decoded(Some(&run.payload), "payload", &mut problems);
+    let cursor = decoded(run.cursor.as_deref(), "cursor", &mut problems);
+    let counters = decoded(Some(&run.counters), "counters", &mut problems);
     json!({
         "run_id": run.id,
         "job": run.job,
@@ -25,7 +50,10 @@ pub fn run(run: &RunRecord) -> Value {
         "passes": run.pass,
         "code": run.last_code,
         "error": run.last_error,
-        "cursor": run.cursor.as_deref().and_then(|c| serde_json::from_str::<Value>(c).ok()),
+        "payload": payload,
+        "cursor": cursor,
+        "counters": counters,
+        "decode_error": decode_error(problems),
         "scheduled_for": run.scheduled_for.map(time),
         "rerun_of": run.rerun_of,
         "created_at": time(run.created_at),
@@ -58,10 +86,26 @@ pub fn attempt(a: &AttemptRecord) -> Value {
     })
 }
 
-/// A run with its attempts.
-pub fn run_detail(r: &RunRecord, attempts: &[AttemptRecord]) -> Value {
+/// A recorded step of a run's ledger.
+pub fn step(s: &StepRecord) -> Value {
+    let mut problems = Vec::new();
+    let result = decoded(Some(&s.result), "result", &mut problems);
+    json!({
+        "pass": s.pass,
+        "name": s.name,
+        "result": result,
+        "generation": s.generation,
+        "recorded_at": time(s.recorded_at),
+        "decode_error": decode_error(problems),
+    })
+}
+
+/// A run with its attempts and its ledger (the steps its current pass recorded; after a
+/// failure, the evidence of how far the last pass got).
+pub fn run_detail(r: &RunRecord, attempts: &[AttemptRecord], steps: &[StepRecord]) -> Value {
     let mut value = run(r);
     value["attempt_records"] = Value::Array(attempts.iter().map(attempt).collect());
+    value["steps"] = Value::Array(steps.iter().map(step).collect());
     value
 }
 

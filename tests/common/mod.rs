@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const GUESTS: [&str; 16] = [
+pub const GUESTS: [&str; 18] = [
     "hello",
     "flaky",
     "spin",
@@ -28,6 +28,8 @@ pub const GUESTS: [&str; 16] = [
     "invite",
     "notify",
     "scanner",
+    "import",
+    "stepper",
 ];
 
 pub fn workspace() -> PathBuf {

@@ -7,6 +7,7 @@
 //! - `/api/big`: 2 MiB;
 //! - `/api/fail`: 500;
 //! - `/api/reports`: 202;
+//! - `/api/effect`: 200 (a side effect whose repeats the steps tests count);
 //! - `/iam/memberships` (POST) and `/iam/memberships/{id}` (DELETE): a small IAM that
 //!   issues and revokes membership links, checking the caller's per-attempt token against
 //!   the host's published keys (`jwks_url`) and its actions; `/iam/links/{id}` answers 200
@@ -29,6 +30,8 @@ pub struct Seen {
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: Vec<u8>,
+    /// When it arrived, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -137,6 +140,10 @@ async fn answer(
             .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
             .collect(),
         body: body.to_vec(),
+        at_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
     };
     inner.lock().unwrap().seen.push(seen.clone());
     match path.as_str() {
@@ -154,6 +161,7 @@ async fn answer(
         "/api/big" => vec![b'x'; 2 << 20].into_response(),
         "/api/fail" => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         "/api/reports" => StatusCode::ACCEPTED.into_response(),
+        "/api/effect" => StatusCode::OK.into_response(),
         "/iam/memberships" if method == Method::POST => issue(&inner, &seen).await,
         p if p.starts_with("/iam/memberships/") && method == Method::DELETE => {
             let id = p.trim_start_matches("/iam/memberships/").to_string();

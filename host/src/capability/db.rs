@@ -55,7 +55,8 @@ impl GuestState {
         }
     }
 
-    fn translate<T>(&mut self, result: Result<T, GuestDbError>) -> Result<T, HostError> {
+    /// A port failure as the guest sees it, noted in the attempt's signals.
+    pub(crate) fn translate<T>(&mut self, result: Result<T, GuestDbError>) -> Result<T, HostError> {
         result.map_err(|error| match error {
             GuestDbError::LeaseLost => {
                 self.signals.lease_lost = true;
@@ -75,7 +76,35 @@ impl GuestState {
         })
     }
 
-    fn tx(&mut self, tx: &Resource<TxHandle>) -> Result<&mut GuestTx, HostError> {
+    /// Takes the guest's transaction out of its table, to end it.
+    pub(crate) fn take_tx(&mut self, tx: Resource<TxHandle>) -> Result<GuestTx, HostError> {
+        let handle = self
+            .table
+            .delete(tx)
+            .map_err(|_| HostError::Invalid("unknown-transaction".into()))?;
+        self.db.open_tx = false;
+        Ok(handle.0)
+    }
+
+    /// Commits a transaction taken out of the table (fenced), and tells the other
+    /// capabilities whose writes it carried.
+    pub(crate) async fn commit_taken(&mut self, tx: GuestTx) -> Result<(), HostError> {
+        let result = tx.commit().await;
+        if result.is_ok() {
+            self.files.committed().await;
+        } else {
+            self.files.rolled_back();
+        }
+        self.translate(result)
+    }
+
+    /// Rolls back a transaction taken out of the table.
+    pub(crate) async fn roll_back_taken(&mut self, tx: GuestTx) {
+        self.files.rolled_back();
+        tx.rollback().await;
+    }
+
+    pub(crate) fn tx(&mut self, tx: &Resource<TxHandle>) -> Result<&mut GuestTx, HostError> {
         self.table
             .get_mut(tx)
             .map(|h| &mut h.0)
@@ -128,18 +157,8 @@ impl HostTransaction for GuestState {
     }
 
     async fn commit(&mut self, tx: Resource<TxHandle>) -> Result<(), HostError> {
-        let handle = self
-            .table
-            .delete(tx)
-            .map_err(|_| HostError::Invalid("unknown-transaction".into()))?;
-        self.db.open_tx = false;
-        let result = handle.0.commit().await;
-        if result.is_ok() {
-            self.files.committed().await;
-        } else {
-            self.files.rolled_back();
-        }
-        self.translate(result)
+        let tx = self.take_tx(tx)?;
+        self.commit_taken(tx).await
     }
 
     async fn rollback(&mut self, tx: Resource<TxHandle>) {

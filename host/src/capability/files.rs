@@ -418,6 +418,7 @@ mod tests {
             db: DbCapability::new(None),
             files: FilesCapability::new(Some(session)),
             links: LinksCapability::new(None),
+            steps: crate::capability::steps::StepsCapability::new(None),
         };
         (
             GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),

@@ -162,6 +162,7 @@ mod tests {
                 job: "j".into(),
                 tenant: "acme".into(),
                 run_id: "run-1".into(),
+                run_root: "run-1".into(),
                 pass: 1,
                 fence: Fence {
                     job: lease.job,
@@ -179,6 +180,7 @@ mod tests {
             db: DbCapability::new(None),
             files: FilesCapability::new(None),
             links: LinksCapability::new(Some(session)),
+            steps: crate::capability::steps::StepsCapability::new(None),
         };
         (
             GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),

@@ -4,6 +4,7 @@
 //! Exit codes: 0 success, 1 the run failed, 2 usage or load error, 3 the run was skipped,
 //! 4 another process held SQLite's write lock for longer than the busy timeout.
 
+mod drive;
 mod output;
 mod run;
 mod runs;
@@ -73,6 +74,19 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Join the live run of a job and instance, or start one if there is none.
+    Start {
+        job: String,
+        #[arg(long, default_value = "default")]
+        instance: String,
+        /// The payload of a new run: JSON text, or @FILE (the job's own if not given).
+        #[arg(long)]
+        payload: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a bounded sweep of due runs and exit (for an outside scheduler).
+    Drive(Box<drive::DriveArgs>),
     /// Check a manifest: schedules, time zone, components and grants.
     Check {
         #[arg(long)]
@@ -167,6 +181,13 @@ pub fn main() -> ExitCode {
                 instance,
                 json,
             } => serve::kick_cmd(&cli.global, &job, &instance, json).await,
+            Command::Start {
+                job,
+                instance,
+                payload,
+                json,
+            } => serve::start_cmd(&cli.global, &job, &instance, payload.as_deref(), json).await,
+            Command::Drive(args) => drive::drive(&cli.global, *args).await,
             Command::Check { manifest } => serve::check(&cli.global, manifest).await,
             Command::Migrate {
                 migrations,

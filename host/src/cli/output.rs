@@ -35,6 +35,27 @@ pub fn run_result(run: &RunRecord, as_json: bool) {
     }
 }
 
+/// A run's counters and ledger, indented under the run; guest text made safe for a
+/// terminal.
+pub fn progress(run: &RunRecord, steps: &[crate::store::StepRecord]) {
+    let view = views::run(run);
+    if let Some(counters) = view["counters"].as_object().filter(|c| !c.is_empty()) {
+        let counters: Vec<String> = counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("  counters: {}", for_terminal(&counters.join(", ")));
+    }
+    if let Some(problem) = view["decode_error"].as_str() {
+        println!("  decode error: {problem}");
+    }
+    for step in steps {
+        println!(
+            "  step {} (pass {}): {}",
+            for_terminal(&step.name),
+            step.pass,
+            for_terminal(&step.result)
+        );
+    }
+}
+
 /// An attempt's log, indented under what was printed about it.
 pub fn log(attempt: &AttemptRecord) {
     for line in attempt.log.lines() {

@@ -284,7 +284,7 @@ fn name_from_path(path: &Path) -> Result<String, Failure> {
     Ok(stem)
 }
 
-fn read_payload(text: &str) -> Result<String, Failure> {
+pub(super) fn read_payload(text: &str) -> Result<String, Failure> {
     match text.strip_prefix('@') {
         Some(file) => std::fs::read_to_string(file)
             .map_err(|e| Failure::usage(format!("cannot read payload file {file}: {e}"))),

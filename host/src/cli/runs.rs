@@ -95,10 +95,12 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                 return Err(Failure::usage(format!("no run with id {id:?}")));
             };
             let attempts = store.list_attempts(&id).await?;
+            let steps = store.run_steps(&id).await?;
             if json {
-                println!("{}", views::run_detail(&run, &attempts));
+                println!("{}", views::run_detail(&run, &attempts, &steps));
             } else {
                 output::run_result(&run, false);
+                output::progress(&run, &steps);
                 for a in &attempts {
                     println!(
                         "  attempt {} (pass {}, try {}, generation {}): {}{} in {} ms, fuel {}, peak memory {}",

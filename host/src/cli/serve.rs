@@ -189,7 +189,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
 }
 
 /// SIGTERM or SIGINT.
-async fn shutdown_signal() {
+pub(super) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("install a SIGTERM handler");
     tokio::select! {
@@ -250,6 +250,7 @@ pub async fn kick_cmd(
                 "unknown job {job:?} (see `host jobs`)"
             )));
         }
+        Err(KickError::Payload(e)) => return Err(Failure::usage(e)),
         Err(KickError::Store(e)) => return Err(e.into()),
     };
     if json {
@@ -259,6 +260,39 @@ pub async fn kick_cmd(
             Kicked::Pending => println!("{job} is running: it will run once more when it ends"),
             Kicked::Queued { run_id } => println!("queued run {run_id} of {job}"),
         }
+    }
+    Ok(0)
+}
+
+/// Joins the live run of a job and instance, or starts one.
+pub async fn start_cmd(
+    global: &Global,
+    job: &str,
+    instance: &str,
+    payload: Option<&str>,
+    json: bool,
+) -> Result<u8, Failure> {
+    crate::job::validate_instance(instance)?;
+    let payload = payload.map(super::run::read_payload).transpose()?;
+    let store = Store::open(&global.db_url(None)).await?;
+    let result = kick::start(&store, job, instance, payload.as_deref()).await;
+    store.close().await;
+    let started = match result {
+        Ok(started) => started,
+        Err(KickError::UnknownJob(_)) => {
+            return Err(Failure::usage(format!(
+                "unknown job {job:?} (see `host jobs`)"
+            )));
+        }
+        Err(KickError::Payload(e)) => return Err(Failure::usage(e)),
+        Err(KickError::Store(e)) => return Err(e.into()),
+    };
+    if json {
+        println!("{}", serde_json::to_value(&started).expect("serialisable"));
+    } else if started.joined {
+        println!("joined run {} of {job}", started.run_id);
+    } else {
+        println!("started run {} of {job}", started.run_id);
     }
     Ok(0)
 }
@@ -316,7 +350,10 @@ fn job_problems(global: &Global, manifest: &Manifest) -> Result<Vec<String>, Fai
 /// The manifest `host serve` starts with: refused with every problem that can be found
 /// without a database when its own settings have any (the database's are found once it
 /// is open, by the catalog).
-fn serving_manifest(global: &Global, path: &std::path::Path) -> Result<Manifest, Failure> {
+pub(super) fn serving_manifest(
+    global: &Global,
+    path: &std::path::Path,
+) -> Result<Manifest, Failure> {
     let (manifest, mut problems) = Manifest::load_with_problems(path)?;
     if problems.is_empty() {
         return Ok(manifest);

@@ -9,8 +9,9 @@ use super::{Engine, Loaded, MAX_LOG_BYTES};
 use crate::capability::db::{DbCapability, DbSession};
 use crate::capability::files::{FilesCapability, FilesSession};
 use crate::capability::links::{LinksCapability, LinksSession};
+use crate::capability::steps::{CommittedEnd, StepsCapability, StepsSession};
 use crate::failure::FailureCode;
-use crate::job::is_valid_cursor;
+use crate::json_rule;
 use std::time::Duration;
 use tokio::time::Instant;
 use wasmtime::{Trap, UpdateDeadline};
@@ -47,6 +48,7 @@ pub struct AttemptSpec<'a> {
     pub db: Option<DbSession>,
     pub files: Option<FilesSession>,
     pub links: Option<LinksSession>,
+    pub steps: Option<StepsSession>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +83,25 @@ pub struct AttemptReport {
     pub duration: Duration,
     pub log: String,
     pub log_truncated: bool,
+    /// The run's counters after the pass (JSON), if the attempt changed them: kept only
+    /// with an outcome.
+    pub counters: Option<String>,
+}
+
+impl AttemptReport {
+    /// The attempt of a run whose last pass already committed `done` with its writes:
+    /// nothing runs, the run only ends.
+    pub fn committed_done() -> AttemptReport {
+        AttemptReport {
+            result: Ok(Outcome::Done),
+            fuel_used: 0,
+            peak_memory: 0,
+            duration: Duration::ZERO,
+            log: String::new(),
+            log_truncated: false,
+            counters: None,
+        }
+    }
 }
 
 /// The error the epoch callback raises at the deadline.
@@ -111,12 +132,14 @@ impl Engine {
                 duration: started.elapsed(),
                 log: String::new(),
                 log_truncated: false,
+                counters: None,
             };
         }
         let capabilities = Capabilities {
             db: DbCapability::new(spec.db),
             files: FilesCapability::new(spec.files),
             links: LinksCapability::new(spec.links),
+            steps: StepsCapability::new(spec.steps),
         };
         let state = GuestState::new(spec.memory, log.clone(), capabilities);
         let fuel = spec.fuel.unwrap_or(u64::MAX);
@@ -149,6 +172,7 @@ impl Engine {
             duration: started.elapsed(),
             log: log_text,
             log_truncated,
+            counters: state.steps.changed_counters(),
         }
     }
 
@@ -167,6 +191,7 @@ impl Engine {
             db: DbCapability::new(None),
             files: FilesCapability::new(None),
             links: LinksCapability::new(None),
+            steps: StepsCapability::new(None),
         };
         let state = GuestState::new(memory, AttemptLog::new(MAX_LOG_BYTES), capabilities);
         let mut store = self.attempt_store(state, u64::MAX, deadline);
@@ -217,7 +242,9 @@ type Called = Option<
 
 /// How an attempt ended, as one fixed code: the only place that decides it.
 ///
-/// A lost lease wins over everything (nothing the attempt wrote committed); then a
+/// A pass's end the guest committed with its writes (`steps.commit-pass`) is fixed: it
+/// wins over whatever happened after. Otherwise a lost lease wins over everything
+/// (nothing the attempt wrote committed); then a
 /// cancellation, then the deadline — also when it showed only as a host call cut off at
 /// the deadline that the guest then failed over (a statement interrupted by SQLite's
 /// progress handler or Postgres' statement timeout, rather than by the host's timer) —
@@ -231,6 +258,15 @@ fn classify(
         code,
         message: message.map(|m| crate::guest_text::for_storage(&m, MAX_MESSAGE_BYTES)),
     };
+    match state.steps.committed() {
+        Some(CommittedEnd::Done) => return Ok(Outcome::Done),
+        Some(CommittedEnd::Continue { cursor }) => {
+            return Ok(Outcome::Continue {
+                cursor: cursor.clone(),
+            });
+        }
+        None => {}
+    }
     // Whatever the guest returned, a lost lease means its writes did not commit.
     if state.signals.lease_lost {
         return Err(fail(FailureCode::LeaseLost, None));
@@ -268,10 +304,12 @@ fn classify(
     match returned {
         Ok(handler::Outcome::Done) => Ok(Outcome::Done),
         Ok(handler::Outcome::Continue(cursor)) => {
-            if is_valid_cursor(&cursor) {
-                Ok(Outcome::Continue { cursor })
-            } else {
-                Err(fail(FailureCode::InvalidOutcome, None))
+            match json_rule::canonical(cursor.as_bytes(), json_rule::CURSOR) {
+                Ok(cursor) => Ok(Outcome::Continue { cursor }),
+                Err(refusal) => Err(fail(
+                    FailureCode::InvalidOutcome,
+                    Some(format!("the cursor was refused: {refusal}")),
+                )),
             }
         }
         Ok(handler::Outcome::Defer(ms)) => {
@@ -281,6 +319,12 @@ fn classify(
             } else {
                 Err(fail(FailureCode::InvalidOutcome, None))
             }
+        }
+        // Reusing a step name is a bug in the job, whatever it made of the refusal.
+        Err(handler::JobError::Unrecoverable(message) | handler::JobError::Failed(message))
+            if state.signals.refused == Some(FailureCode::StepReused) =>
+        {
+            Err(fail(FailureCode::StepReused, Some(message)))
         }
         Err(handler::JobError::Unrecoverable(message)) => {
             Err(fail(FailureCode::Unrecoverable, Some(message)))

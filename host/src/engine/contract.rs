@@ -100,6 +100,7 @@ pub struct Imports {
     pub db: bool,
     pub files: bool,
     pub links: bool,
+    pub steps: bool,
 }
 
 /// Checks a component's imports and exports against what any job may use.
@@ -128,6 +129,7 @@ pub fn check<'a>(
                 "db" => found.db = true,
                 "files" => found.files = true,
                 "links" => found.links = true,
+                "steps" => found.steps = true,
                 _ => return Err(ContractError::Forbidden(import.to_string())),
             }
         } else if let Some(wasi) = name.package.strip_prefix("wasi:") {
@@ -149,6 +151,7 @@ pub fn check_grants(imports: &Imports, grants: &Grants) -> Result<(), ContractEr
         (imports.db && grants.db.is_none(), "db"),
         (imports.files && grants.files.is_none(), "files"),
         (imports.links && grants.links.is_none(), "links"),
+        (imports.steps && !grants.steps, "steps"),
     ];
     match missing.iter().find(|(missing, _)| *missing) {
         Some((_, capability)) => Err(ContractError::NotGranted((*capability).into())),
@@ -160,7 +163,7 @@ pub fn check_grants(imports: &Imports, grants: &Grants) -> Result<(), ContractEr
 mod tests {
     use super::*;
 
-    const HANDLER: &str = "jobhost:job/handler@0.1.1";
+    const HANDLER: &str = "jobhost:job/handler@0.1.2";
 
     fn db_grant() -> Grants {
         let mut g = Grants::default();
@@ -185,6 +188,20 @@ mod tests {
             check_grants(&got, &Grants::default()),
             Err(ContractError::NotGranted("db".into()))
         );
+    }
+
+    #[test]
+    fn steps_must_be_granted() {
+        let imports = ["jobhost:job/steps@0.1.2", "jobhost:job/db@0.1.2"];
+        let got = check(imports.into_iter(), [HANDLER].into_iter()).unwrap();
+        assert!(got.steps && got.db);
+        assert_eq!(
+            check_grants(&got, &db_grant()),
+            Err(ContractError::NotGranted("steps".into()))
+        );
+        let mut granted = db_grant();
+        granted.steps = true;
+        assert_eq!(check_grants(&got, &granted), Ok(()));
     }
 
     #[test]

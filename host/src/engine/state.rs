@@ -5,6 +5,7 @@ use super::output::AttemptLog;
 use crate::capability::db::DbCapability;
 use crate::capability::files::FilesCapability;
 use crate::capability::links::LinksCapability;
+use crate::capability::steps::StepsCapability;
 use crate::failure::FailureCode;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -33,6 +34,7 @@ pub struct GuestState {
     pub(crate) db: DbCapability,
     pub(crate) files: FilesCapability,
     pub(crate) links: LinksCapability,
+    pub(crate) steps: StepsCapability,
     pub(crate) signals: Signals,
 }
 
@@ -41,6 +43,7 @@ pub struct Capabilities {
     pub db: DbCapability,
     pub files: FilesCapability,
     pub links: LinksCapability,
+    pub steps: StepsCapability,
 }
 
 impl GuestState {
@@ -61,6 +64,7 @@ impl GuestState {
             db: capabilities.db,
             files: capabilities.files,
             links: capabilities.links,
+            steps: capabilities.steps,
             signals: Signals::default(),
         }
     }

@@ -33,6 +33,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/jobs", get(list_jobs))
         .route("/jobs/{name}", get(get_job))
         .route("/jobs/{name}/kick", post(kick_job))
+        .route("/jobs/{name}/runs", post(start_run))
         .route("/runs", get(list_runs))
         .route("/runs/{id}", get(get_run))
         .route("/reports", get(list_reports))
@@ -209,6 +210,67 @@ async fn kick_job(
             ))
         }
         Err(KickError::UnknownJob(_)) => Err(unknown_job(&name)),
+        Err(KickError::Payload(e)) => Err(ApiError::invalid(e.to_string())),
+        Err(KickError::Store(e)) => Err(e.into()),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartBody {
+    instance: Option<String>,
+    payload: Option<Box<serde_json::value::RawValue>>,
+}
+
+/// Joins the live run of the job and instance, or starts one: 200 with `joined: true`,
+/// or 201.
+async fn start_run(
+    State(s): State<Arc<Shared>>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if s.draining.load(Ordering::Acquire) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "this host is shutting down; start on another",
+        ));
+    }
+    let body: StartBody = if body.is_empty() {
+        StartBody {
+            instance: None,
+            payload: None,
+        }
+    } else {
+        // The rule first, so a refusal names the JSON path (`$.payload.items[3]`).
+        let limits = crate::json_rule::JsonLimits {
+            max_bytes: crate::json_rule::PAYLOAD.max_bytes + 1024,
+            max_depth: crate::json_rule::PAYLOAD.max_depth + 1,
+        };
+        crate::json_rule::check(&body, limits)
+            .map_err(|refusal| ApiError::invalid(format!("body refused: {refusal}")))?;
+        serde_json::from_slice(&body).map_err(|_| {
+            ApiError::invalid("the body must be a JSON object with `instance` and `payload`")
+        })?
+    };
+    let instance = body.instance.as_deref().unwrap_or(kick::DEFAULT_INSTANCE);
+    crate::job::validate_instance(instance).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let payload = body.payload.as_ref().map(|p| p.get());
+    match kick::start(&s.app.store, &name, instance, payload).await {
+        Ok(started) => {
+            s.app.wake.notify_one();
+            let status = if started.joined {
+                StatusCode::OK
+            } else {
+                StatusCode::CREATED
+            };
+            Ok((
+                status,
+                Json(serde_json::to_value(started).expect("serialisable")),
+            ))
+        }
+        Err(KickError::UnknownJob(_)) => Err(unknown_job(&name)),
+        Err(KickError::Payload(e)) => Err(ApiError::invalid(e.to_string())),
         Err(KickError::Store(e)) => Err(e.into()),
     }
 }
@@ -299,7 +361,8 @@ async fn get_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiRes
         ));
     };
     let attempts = s.app.store.list_attempts(&id).await?;
-    Ok(Json(views::run_detail(&run, &attempts)))
+    let steps = s.app.store.run_steps(&id).await?;
+    Ok(Json(views::run_detail(&run, &attempts, &steps)))
 }
 
 #[derive(Deserialize)]

@@ -159,6 +159,9 @@ pub struct Caller {
     pub job: String,
     pub tenant: String,
     pub run_id: String,
+    /// The first run of the run's chain of reruns: a rerun resumes its crashed run's pass,
+    /// so its calls carry the same idempotency keys.
+    pub run_root: String,
     pub pass: i64,
     pub fence: Fence,
     /// When the attempt must stop (host clock), and its lease deadline (database clock,
@@ -291,7 +294,7 @@ impl Links {
             .timeout(m.spec.timeout.min(left))
             .header(
                 "idempotency-key",
-                idempotency_key(&caller.run_id, caller.pass, &request.step),
+                idempotency_key(&caller.run_root, caller.pass, &request.step),
             )
             .body(request.body);
         for (name, value) in headers {

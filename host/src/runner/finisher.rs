@@ -299,6 +299,7 @@ fn record_failed(pending: Pending) -> Pending {
         code: Some(code.as_str()),
         error: None,
         cursor: run.cursor.clone(),
+        counters: None,
         pass: run.pass,
         failures: run.failures + 1,
         follow_up: follow_up.or_else(|| {

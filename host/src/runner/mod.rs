@@ -14,6 +14,7 @@ mod finisher;
 use crate::capability::db::DbSession;
 use crate::capability::files::FilesSession;
 use crate::capability::links::LinksSession;
+use crate::capability::steps::StepsSession;
 use crate::engine::attempt::{
     AttemptFailure, AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext,
 };
@@ -226,22 +227,29 @@ impl Runner {
         // record what happened (retrying if the database is briefly unreachable).
         let until = deadline + self.settings.lease.grace;
         let attempt = run.failures + 1;
-        let report = self
-            .engine
-            .run_attempt(AttemptSpec {
-                loaded,
-                cancel,
-                context: pass_context(&run, attempt),
-                memory: spec.limits.memory,
-                fuel: spec.limits.fuel,
-                deadline,
-                db: self.db_session(spec, &lease, deadline),
-                files: self.files_session(&run, spec, &lease),
-                links: self.links_session(&run, spec, &lease, deadline),
-            })
-            .await;
+        let report = if run.work_done == 1 {
+            // The last pass committed `done` with its writes before its host stopped:
+            // only the run's end is left to record, and the guest is not run again.
+            AttemptReport::committed_done()
+        } else {
+            self.engine
+                .run_attempt(AttemptSpec {
+                    loaded,
+                    cancel,
+                    context: pass_context(&run, attempt),
+                    memory: spec.limits.memory,
+                    fuel: spec.limits.fuel,
+                    deadline,
+                    db: self.db_session(spec, &lease, deadline),
+                    files: self.files_session(&run, spec, &lease),
+                    links: self.links_session(&run, spec, &lease, deadline),
+                    steps: self.steps_session(&run, spec, &lease),
+                })
+                .await
+        };
+        let counters = report.counters.clone();
         let (ending, result) = self.attempt_ending(&run, attempt, report);
-        let decided = decide(&run, spec, result);
+        let decided = decide(&run, spec, result, counters);
         let change = self.change(&run, spec, decided, true);
         self.finisher
             .hand_over(Handover {
@@ -326,6 +334,7 @@ impl Runner {
             let decided = Decided::Finish {
                 failure,
                 failures: run.failures,
+                counters: None,
             };
             let change = self.change(&run, spec, decided, false);
             let until = Instant::now() + self.settings.lease.grace;
@@ -345,7 +354,10 @@ impl Runner {
                 .await?;
             return Ok(Resolved::Done(concluding));
         }
-        let is_kick = run.origin == Origin::Kick.as_str();
+        // A start that raced a kick to the lease counts as a kick: it must not be lost.
+        let is_kick = [Origin::Kick, Origin::Start]
+            .iter()
+            .any(|origin| run.origin == origin.as_str());
         for _ in 0..TRIES {
             if !is_kick {
                 break;
@@ -411,6 +423,21 @@ impl Runner {
         })
     }
 
+    fn steps_session(
+        &self,
+        run: &RunRecord,
+        spec: &JobSpec,
+        lease: &Lease,
+    ) -> Option<StepsSession> {
+        spec.grants.steps.then(|| StepsSession {
+            store: self.store.clone(),
+            fence: fence_of(lease),
+            run_id: run.id.clone(),
+            pass: run.pass,
+            counters: serde_json::from_str(&run.counters).unwrap_or_default(),
+        })
+    }
+
     fn links_session(
         &self,
         run: &RunRecord,
@@ -426,6 +453,7 @@ impl Runner {
                 job: run.job.clone(),
                 tenant: run.tenant.clone(),
                 run_id: run.id.clone(),
+                run_root: run.rerun_of.clone().unwrap_or_else(|| run.id.clone()),
                 pass: run.pass,
                 fence: fence_of(lease),
                 deadline,
@@ -488,6 +516,7 @@ impl Runner {
                 delay,
                 pass,
                 cursor,
+                counters,
                 failures,
                 failure,
             } => RunChange::Requeue {
@@ -498,11 +527,16 @@ impl Runner {
                     .park_for(delay, self.settings.claim_slack),
                 pass,
                 cursor,
+                counters,
                 failures,
                 code: failure.code.map(FailureCode::as_str),
                 error: failure.message,
             },
-            Decided::Finish { failure, failures } => {
+            Decided::Finish {
+                failure,
+                failures,
+                counters,
+            } => {
                 let status = if failure.code.is_some() {
                     RunStatus::Failed
                 } else {
@@ -514,6 +548,7 @@ impl Runner {
                     code: failure.code.map(FailureCode::as_str),
                     error: failure.message,
                     cursor: run.cursor.clone(),
+                    counters,
                     pass: run.pass,
                     failures,
                     follow_up: Some(Box::new(crate::kick::follow_up(
@@ -544,43 +579,65 @@ enum Decided {
         delay: Duration,
         pass: i64,
         cursor: Option<String>,
+        /// The counters the pass leaves (JSON), `None`: unchanged.
+        counters: Option<String>,
         failures: i64,
         failure: Failure,
     },
     /// The run is over.
-    Finish { failure: Failure, failures: i64 },
+    Finish {
+        failure: Failure,
+        failures: i64,
+        counters: Option<String>,
+    },
 }
 
-/// The rules: an outcome ends the run or queues its next pass; a failure is retried
-/// after backoff while retries remain and its code allows; a cancelled attempt (host
-/// shutdown) is requeued without counting against the job.
-fn decide(run: &RunRecord, spec: &JobSpec, result: Result<Outcome, AttemptFailure>) -> Decided {
-    let requeue = |delay, pass, cursor: Option<String>, failures, failure| Decided::Requeue {
-        delay,
-        pass,
-        cursor,
-        failures,
-        failure,
-    };
+/// The rules: an outcome ends the run or queues its next pass, and commits the pass's
+/// counters with it; a failure is retried after backoff while retries remain and its
+/// code allows, and its counter changes are dropped with the rest of the attempt; a
+/// cancelled attempt (host shutdown) is requeued without counting against the job.
+fn decide(
+    run: &RunRecord,
+    spec: &JobSpec,
+    result: Result<Outcome, AttemptFailure>,
+    counters: Option<String>,
+) -> Decided {
+    let requeue =
+        |delay, pass, cursor: Option<String>, counters, failures, failure| Decided::Requeue {
+            delay,
+            pass,
+            cursor,
+            counters,
+            failures,
+            failure,
+        };
     match result {
         Ok(Outcome::Done) => Decided::Finish {
             failure: Failure::none(),
             failures: 0,
+            counters,
         },
         Ok(Outcome::Continue { cursor }) => requeue(
             Duration::ZERO,
             run.pass + 1,
             Some(cursor),
+            counters,
             0,
             Failure::none(),
         ),
-        Ok(Outcome::Defer { delay }) => {
-            requeue(delay, run.pass + 1, run.cursor.clone(), 0, Failure::none())
-        }
+        Ok(Outcome::Defer { delay }) => requeue(
+            delay,
+            run.pass + 1,
+            run.cursor.clone(),
+            counters,
+            0,
+            Failure::none(),
+        ),
         Err(f) if f.code == FailureCode::Cancelled => requeue(
             Duration::ZERO,
             run.pass,
             run.cursor.clone(),
+            None,
             run.failures,
             Failure::code(FailureCode::Cancelled),
         ),
@@ -593,9 +650,13 @@ fn decide(run: &RunRecord, spec: &JobSpec, result: Result<Outcome, AttemptFailur
             let allowed = i64::from(spec.retry.retries) + 1;
             if f.code.is_retryable() && failures < allowed {
                 let delay = backoff::delay(&spec.retry, failures as u32, &mut rand::rng());
-                requeue(delay, run.pass, run.cursor.clone(), failures, failure)
+                requeue(delay, run.pass, run.cursor.clone(), None, failures, failure)
             } else {
-                Decided::Finish { failure, failures }
+                Decided::Finish {
+                    failure,
+                    failures,
+                    counters: None,
+                }
             }
         }
     }

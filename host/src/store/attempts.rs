@@ -125,6 +125,8 @@ pub enum RunChange {
         code: Option<&'static str>,
         error: Option<String>,
         cursor: Option<String>,
+        /// The run's counters after the pass (JSON), `None`: unchanged.
+        counters: Option<String>,
         pass: i64,
         failures: i64,
         follow_up: Option<Box<NewRun>>,
@@ -137,6 +139,8 @@ pub enum RunChange {
         hold_ms: i64,
         pass: i64,
         cursor: Option<String>,
+        /// The run's counters after the pass (JSON), `None`: unchanged.
+        counters: Option<String>,
         failures: i64,
         code: Option<&'static str>,
         error: Option<String>,
@@ -195,6 +199,7 @@ struct WireItem<'a> {
     code: Option<&'a str>,
     error: Option<&'a str>,
     cursor: Option<&'a str>,
+    counters: Option<&'a str>,
     pass: Option<i64>,
     failures: Option<i64>,
     delay_ms: Option<i64>,
@@ -242,6 +247,7 @@ impl<'a> WireItem<'a> {
             code: None,
             error: None,
             cursor: None,
+            counters: None,
             pass: None,
             failures: None,
             delay_ms: None,
@@ -266,12 +272,14 @@ impl<'a> WireItem<'a> {
                 code,
                 error,
                 cursor,
+                counters,
                 pass,
                 failures,
                 follow_up,
                 report,
             } => {
                 item.kind = "finish";
+                item.counters = counters.as_deref();
                 item.require_lease = *require_lease;
                 item.status = Some(status.as_str());
                 item.code = *code;
@@ -301,11 +309,13 @@ impl<'a> WireItem<'a> {
                 hold_ms,
                 pass,
                 cursor,
+                counters,
                 failures,
                 code,
                 error,
             } => {
                 item.kind = "requeue";
+                item.counters = counters.as_deref();
                 item.delay_ms = Some(*delay_ms);
                 item.hold_ms = Some(*hold_ms);
                 item.pass = Some(*pass);

@@ -6,7 +6,7 @@
 
 use super::postgres_guest::PgGuest;
 use super::sqlite_guest::SqliteGuest;
-use super::{FileWrite, FileWritten};
+use super::{FileWrite, FileWritten, ProgressWrite};
 use crate::grants::DbGrant;
 use std::sync::Arc;
 use tokio::sync::Mutex;
@@ -160,6 +160,9 @@ pub(crate) trait TxSession: Send {
     /// Applies one of the host's row changes in the transaction (it commits with the
     /// guest's writes, fenced, or not at all).
     async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError>;
+    /// Applies a change to the run's progress in the transaction, likewise; whether it
+    /// changed a row.
+    async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError>;
     /// Rolls back whatever is open and gives the connection back.
     async fn release(self: Box<Self>);
 }
@@ -213,6 +216,15 @@ impl GuestTx {
             .as_mut()
             .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
         session.file_write(write).await
+    }
+
+    /// Applies a change to the run's progress inside the transaction.
+    pub async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError> {
+        let mut guard = self.session.lock().await;
+        let session = guard
+            .as_mut()
+            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
+        session.progress_write(write).await
     }
 
     /// Checks the fence and commits, both in the transaction: all or nothing.

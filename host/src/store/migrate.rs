@@ -51,12 +51,14 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     2 => "0002_files_and_links",
     3 => "0003_file_triggers",
     4 => "0004_batched_attempts",
+    5 => "0005_resumable_runs",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
     2 => "0002_files_and_links",
     3 => "0003_file_triggers",
     4 => "0004_batched_attempts",
+    5 => "0005_resumable_runs",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -19,6 +19,7 @@ pub mod postgres_guest;
 mod probe;
 mod queries;
 pub mod records;
+mod resumable;
 pub mod sqlite_guest;
 mod sqlite_writer;
 
@@ -512,6 +513,17 @@ impl Store {
                     .fetch_one(&mut *tx)
                     .await?;
             }
+            if let Some(rerun) = &c.rerun {
+                // The rerun resumes the crashed run's pass: its counters, and the steps
+                // that pass already recorded, which it does not do again.
+                for sql in [&q.resume_rerun, &q.copy_ledger] {
+                    sqlx::query(sql.as_str())
+                        .bind(&rerun.id)
+                        .bind(&c.run.id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
             bind_report(sqlx::query(q.insert_report.as_str()), &c.report).execute(&mut *tx).await?;
             tx.commit().await?;
             conn.release();
@@ -647,7 +659,7 @@ impl Store {
     }
 }
 
-fn bind_new_run<'q, DB, O>(
+pub(super) fn bind_new_run<'q, DB, O>(
     query: sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments>,
     run: &'q NewRun,
 ) -> sqlx::query::QueryAs<'q, DB, O, <DB as sqlx::Database>::Arguments>

@@ -21,7 +21,7 @@ use super::guest::{
 };
 use super::pg_wire::{FrameGuard, Socket};
 use super::pool::Exclusive;
-use super::{FileWrite, FileWritten};
+use super::{FileWrite, FileWritten, ProgressWrite};
 use crate::grants::DbGrant;
 use bytes::BytesMut;
 use futures_util::TryStreamExt;
@@ -306,9 +306,15 @@ fn role_name(database: &str, job: &str) -> String {
     format!("jobhost_job_{safe}_{hash}")
 }
 
+/// Which host functions a role is granted: a role provisioned by a host that granted
+/// fewer is granted again (the fingerprint changes with it).
+const HOST_FUNCTIONS: &str = "0005";
+
 fn grant_fingerprint(grant: &DbGrant) -> String {
     let text = serde_json::to_string(grant).expect("a grant serialises");
-    hex::encode(Sha256::digest(text.as_bytes()))
+    hex::encode(Sha256::digest(
+        format!("{HOST_FUNCTIONS}:{text}").as_bytes(),
+    ))
 }
 
 /// Creates (or updates) the job's role with exactly the grant's privileges, under an
@@ -412,6 +418,8 @@ async fn provision_on(
         "jobhost_attach_file(text, text, text, text, bigint, text, text, text)",
         "jobhost_remove_file(text, text, text)",
         "jobhost_mark_file(text, text, text)",
+        "jobhost_record_step(text, bigint, text, text, bigint)",
+        "jobhost_end_pass(text, bigint, bigint, text, text, boolean)",
     ] {
         ddl.push(format!(
             "GRANT EXECUTE ON FUNCTION {function} TO \"{role}\""
@@ -631,6 +639,54 @@ impl TxSession for Session {
             },
             _ => FileWritten::Changed(row.try_get(0).map_err(failed)?),
         })
+    }
+
+    async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError> {
+        type Argument<'a> = (&'a (dyn ToSql + Sync), Type);
+        let client = &self.conn().client;
+        let (sql, arguments): (&str, Vec<Argument>) = match write {
+            ProgressWrite::Step {
+                run_id,
+                pass,
+                name,
+                result,
+                generation,
+            } => (
+                "SELECT jobhost_record_step($1, $2, $3, $4, $5)",
+                vec![
+                    (run_id, Type::TEXT),
+                    (pass, Type::INT8),
+                    (name, Type::TEXT),
+                    (result, Type::TEXT),
+                    (generation, Type::INT8),
+                ],
+            ),
+            ProgressWrite::EndPass {
+                run_id,
+                generation,
+                pass,
+                cursor,
+                counters,
+                done,
+            } => (
+                "SELECT jobhost_end_pass($1, $2, $3, $4, $5, $6)",
+                vec![
+                    (run_id, Type::TEXT),
+                    (generation, Type::INT8),
+                    (pass, Type::INT8),
+                    (cursor, Type::TEXT),
+                    (counters, Type::TEXT),
+                    (done, Type::BOOL),
+                ],
+            ),
+        };
+        let rows = match client.query_typed(sql, &arguments).await {
+            Ok(rows) => rows,
+            Err(e) => return Err(self.classify(&e)),
+        };
+        rows.first()
+            .and_then(|row| row.try_get::<_, bool>(0).ok())
+            .ok_or(GuestDbError::Refused(Refusal::Failed))
     }
 
     /// Cancel-safe: the session keeps its connection until the rollback has answered, so

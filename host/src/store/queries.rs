@@ -41,7 +41,8 @@ pub(crate) const POSTGRES: Dialect = Dialect {
 
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
     counters, attempts, failures, generation, host, last_code, last_error, component_digest, \
-    scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at";
+    scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at, \
+    work_done";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
     next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at";
@@ -154,10 +155,12 @@ queries! {
         finished_at = {now}, updated_at = {now} WHERE id = $1 AND status = 'running'";
     list_attempts = "SELECT {attempt_columns} FROM jobhost_attempts WHERE run_id = $1 ORDER BY seq";
     requeue_run = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now} + $3, \
-        pass = $4, cursor = $5, failures = $6, last_code = $7, last_error = $8, updated_at = {now} \
+        pass = $4, cursor = $5, failures = $6, last_code = $7, last_error = $8, \
+        counters = COALESCE($9, counters), updated_at = {now} \
         WHERE id = $1 AND status = 'running' AND generation = $2";
     finish_run = "UPDATE jobhost_runs SET status = $3, last_code = $4, last_error = $5, \
-        cursor = $6, pass = $7, failures = $8, finished_at = {now}, updated_at = {now} \
+        cursor = $6, pass = $7, failures = $8, counters = COALESCE($9, counters), \
+        finished_at = {now}, updated_at = {now} \
         WHERE id = $1 AND status = 'running' AND generation = $2";
     // The steps of a batched claim and of recording attempts' ends, as the SQLite writer
     // runs them in one transaction (`store::sqlite_writer`); on Postgres the functions of
@@ -213,6 +216,36 @@ queries! {
         deadline_at = {now}, expires_at = {now}, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND holder = $3";
     count_reruns = "SELECT COUNT(*) FROM jobhost_runs WHERE rerun_of = $1";
+    // `host drive`'s candidates: due runs in claim order, a page after the last one seen.
+    due_candidates = "SELECT id, job, next_attempt_at FROM jobhost_runs \
+        WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
+        AND (next_attempt_at > $1 OR (next_attempt_at = $1 AND id > $2)) \
+        ORDER BY next_attempt_at, id LIMIT $3";
+    // Start-or-join: the lease row (created free if there is none) is locked first, so
+    // starts of one job and instance take turns; then its live run, if any.
+    ensure_lease = "INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
+        expires_at, pending, updated_at) VALUES ($1, $2, 0, NULL, 0, 0, 0, {now}) \
+        ON CONFLICT (job, instance) DO NOTHING";
+    lock_lease = "SELECT generation FROM jobhost_leases WHERE job = $1 AND instance = $2 {for_update}";
+    live_run = "SELECT id FROM jobhost_runs WHERE job = $1 AND instance = $2 \
+        AND status IN ('queued', 'running') ORDER BY created_at, id LIMIT 1";
+    // A rerun resumes where its crashed run was: the same pass, counters and ledger.
+    resume_rerun = "UPDATE jobhost_runs SET (pass, counters, work_done) = \
+        (SELECT pass, counters, work_done FROM jobhost_runs WHERE id = $2) WHERE id = $1";
+    copy_ledger = "INSERT INTO jobhost_steps (run_id, pass, name, result, generation, recorded_at) \
+        SELECT $1, s.pass, s.name, s.result, s.generation, s.recorded_at FROM jobhost_steps s \
+        JOIN jobhost_runs r ON r.id = s.run_id AND r.pass = s.pass WHERE s.run_id = $2";
+    // The ledger of a run's pass, and of a run for operators.
+    pass_steps = "SELECT name, result FROM jobhost_steps WHERE run_id = $1 AND pass = $2";
+    run_steps = "SELECT pass, name, result, generation, recorded_at FROM jobhost_steps \
+        WHERE run_id = $1 ORDER BY pass, recorded_at, name";
+    record_step_fenced = "INSERT INTO jobhost_steps (run_id, pass, name, result, generation, recorded_at) \
+        SELECT $5, $6, $7, $8, $3, {now} WHERE {lease_held}";
+    record_step = "INSERT INTO jobhost_steps (run_id, pass, name, result, generation, recorded_at) \
+        VALUES ($1, $2, $3, $4, $5, {now})";
+    end_pass = "UPDATE jobhost_runs SET cursor = CASE WHEN $6 = 1 THEN cursor ELSE $4 END, \
+        pass = CASE WHEN $6 = 1 THEN pass ELSE $3 + 1 END, work_done = $6, counters = $5, \
+        updated_at = {now} WHERE id = $1 AND status = 'running' AND generation = $2 AND pass = $3";
 
     acquire_lease = "INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
         expires_at, pending, updated_at) VALUES ($1, $2, 1, $3, {now} + $4, {now} + $5, 0, {now}) \

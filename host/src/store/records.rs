@@ -55,6 +55,8 @@ pub enum Origin {
     Kick,
     /// A rerun of a crashed run.
     Rerun,
+    /// A start (`host start`, `POST /jobs/{name}/runs`) that found no live run to join.
+    Start,
 }
 
 impl Origin {
@@ -64,6 +66,7 @@ impl Origin {
             Origin::Cron => "cron",
             Origin::Kick => "kick",
             Origin::Rerun => "rerun",
+            Origin::Start => "start",
         }
     }
 }
@@ -94,6 +97,9 @@ pub struct RunRecord {
     pub started_at: Option<i64>,
     pub finished_at: Option<i64>,
     pub updated_at: i64,
+    /// 1 once a pass committed `done` with its writes: only the run's end is left to
+    /// record.
+    pub work_done: i64,
 }
 
 impl RunRecord {
@@ -364,6 +370,39 @@ pub enum FileWrite {
         object_key: String,
         status: &'static str,
     },
+}
+
+/// A change to a run's progress that commits with the guest's writes (inside its
+/// transaction) or in a fenced transaction of the host's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgressWrite {
+    /// A step's result, recorded in the pass's ledger.
+    Step {
+        run_id: String,
+        pass: i64,
+        name: String,
+        result: String,
+        generation: i64,
+    },
+    /// The pass's end: the next pass's cursor, or that the run is done; and its counters.
+    EndPass {
+        run_id: String,
+        generation: i64,
+        pass: i64,
+        cursor: Option<String>,
+        counters: String,
+        done: bool,
+    },
+}
+
+/// A step of a run's ledger, as operators see it.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct StepRecord {
+    pub pass: i64,
+    pub name: String,
+    pub result: String,
+    pub generation: i64,
+    pub recorded_at: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use super::guest::{
     SqlValue, TxSession, collect_rows,
 };
 use super::queries::Queries;
-use super::{FileWrite, FileWritten};
+use super::{FileWrite, FileWritten, ProgressWrite};
 use crate::grants::DbGrant;
 use libsqlite3_sys as ffi;
 use sqlx::pool::PoolConnection;
@@ -538,6 +538,20 @@ impl TxSession for Session {
         let auth = self.auth.clone();
         let mode = auth.mode.swap(MODE_HOST, Ordering::AcqRel);
         let written = super::files::apply_sqlite(self.conn(), q, write)
+            .await
+            .map_err(|e| classify(&e, &auth));
+        auth.mode.store(mode, Ordering::Release);
+        written
+    }
+
+    async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError> {
+        self.ensure_begun().await?;
+        let q = self
+            .host_queries
+            .expect("a write session has the host's statements");
+        let auth = self.auth.clone();
+        let mode = auth.mode.swap(MODE_HOST, Ordering::AcqRel);
+        let written = super::resumable::apply_sqlite(self.conn(), q, write)
             .await
             .map_err(|e| classify(&e, &auth));
         auth.mode.store(mode, Ordering::Release);

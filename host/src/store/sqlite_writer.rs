@@ -421,6 +421,7 @@ fn record(
             code,
             error,
             cursor,
+            counters,
             pass,
             failures,
             follow_up,
@@ -439,6 +440,7 @@ fn record(
                     cursor,
                     pass,
                     failures,
+                    counters,
                 ],
             )?;
             execute(
@@ -498,6 +500,7 @@ fn record(
             hold_ms,
             pass,
             cursor,
+            counters,
             failures,
             code,
             error,
@@ -515,6 +518,7 @@ fn record(
                     failures,
                     code,
                     error,
+                    counters,
                 ],
             )?;
             Ok(Recorded::Requeued)
@@ -602,6 +606,7 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         started_at: row.get("started_at")?,
         finished_at: row.get("finished_at")?,
         updated_at: row.get("updated_at")?,
+        work_done: row.get("work_done")?,
     })
 }
 

@@ -1,0 +1,206 @@
+//! The rows of resumable runs: a pass's step ledger and its end (`ProgressWrite`), the
+//! start that joins a live run, and the candidates of a bounded sweep (`host drive`).
+//!
+//! A `ProgressWrite` commits inside a guest's transaction (on SQLite by the statements
+//! here, on Postgres by the functions of migration 0005, which the job's role may call),
+//! or — a step recorded on its own — in a fenced transaction of the host's own.
+
+use super::guest::Fence;
+use super::queries::Queries;
+use super::{Exclusive, NewRun, ProgressWrite, Result, RunRecord, StepRecord, Store};
+use sqlx::{Connection, SqliteConnection};
+
+/// Applies a `ProgressWrite` on a SQLite connection inside an open write transaction (a
+/// guest's, which checks the lease as it commits). Whether it changed a row.
+pub(crate) async fn apply_sqlite(
+    conn: &mut SqliteConnection,
+    q: &'static Queries,
+    write: &ProgressWrite,
+) -> std::result::Result<bool, sqlx::Error> {
+    let changed = match write {
+        ProgressWrite::Step {
+            run_id,
+            pass,
+            name,
+            result,
+            generation,
+        } => sqlx::query(q.record_step.as_str())
+            .persistent(false)
+            .bind(run_id)
+            .bind(pass)
+            .bind(name)
+            .bind(result)
+            .bind(generation)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected(),
+        ProgressWrite::EndPass {
+            run_id,
+            generation,
+            pass,
+            cursor,
+            counters,
+            done,
+        } => sqlx::query(q.end_pass.as_str())
+            .persistent(false)
+            .bind(run_id)
+            .bind(generation)
+            .bind(pass)
+            .bind(cursor)
+            .bind(counters)
+            .bind(i64::from(*done))
+            .execute(&mut *conn)
+            .await?
+            .rows_affected(),
+    };
+    Ok(changed == 1)
+}
+
+impl Store {
+    /// The live (queued or running) run of the new run's job and instance, or the new run
+    /// queued: atomically, under the lease row's lock, so concurrent starts from any
+    /// number of hosts give one run. `true` when it joined a live run.
+    pub async fn start_or_join(&self, run: &NewRun) -> Result<(String, bool)> {
+        self.retrying(|| self.start_or_join_once(run)).await
+    }
+
+    async fn start_or_join_once(&self, run: &NewRun) -> Result<(String, bool)> {
+        let q = self.q;
+        with_pool!(self.pool, p => {
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+            for sql in [&q.ensure_lease, &q.lock_lease] {
+                sqlx::query(sql.as_str())
+                    .bind(&run.job)
+                    .bind(&run.instance)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let live: Option<String> = sqlx::query_scalar(q.live_run.as_str())
+                .bind(&run.job)
+                .bind(&run.instance)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let started = match live {
+                Some(id) => (id, true),
+                None => {
+                    let queued: RunRecord =
+                        super::bind_new_run(sqlx::query_as(q.insert_run.as_str()), run)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                    (queued.id, false)
+                }
+            };
+            tx.commit().await?;
+            conn.release();
+            Ok(started)
+        })
+    }
+
+    /// Due runs in claim order after `after` (due time, id): a page of candidates for a
+    /// bounded sweep, read without claiming them.
+    pub async fn due_candidates(
+        &self,
+        after: &(i64, String),
+        limit: i64,
+    ) -> Result<Vec<(String, String, i64)>> {
+        let q = &self.q.due_candidates;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(after.0)
+            .bind(after.1.as_str())
+            .bind(limit)
+            .fetch_all(p)
+            .await?))
+    }
+
+    /// The results recorded in a pass's ledger, by step name.
+    pub async fn pass_steps(&self, run_id: &str, pass: i64) -> Result<Vec<(String, String)>> {
+        let q = &self.q.pass_steps;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(run_id)
+            .bind(pass)
+            .fetch_all(p)
+            .await?))
+    }
+
+    /// A run's ledger, for operators: the steps its current (or last) pass recorded.
+    pub async fn run_steps(&self, run_id: &str) -> Result<Vec<StepRecord>> {
+        let q = &self.q.run_steps;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(run_id)
+            .fetch_all(p)
+            .await?))
+    }
+
+    /// Records a step's result in a transaction of its own, fenced by the attempt's
+    /// lease: false when the lease was lost (nothing recorded).
+    pub async fn record_step_fenced(
+        &self,
+        fence: &Fence,
+        run_id: &str,
+        pass: i64,
+        name: &str,
+        result: &str,
+    ) -> Result<bool> {
+        self.retrying(|| self.record_step_fenced_once(fence, run_id, pass, name, result))
+            .await
+    }
+
+    async fn record_step_fenced_once(
+        &self,
+        fence: &Fence,
+        run_id: &str,
+        pass: i64,
+        name: &str,
+        result: &str,
+    ) -> Result<bool> {
+        let q = self.q;
+        let p = match &self.pool {
+            // One statement with the lease check inside: SQLite's write lock makes the
+            // check and the insert one step.
+            super::Pool::Sqlite(p) => {
+                let recorded = sqlx::query(q.record_step_fenced.as_str())
+                    .bind(&fence.job)
+                    .bind(&fence.instance)
+                    .bind(fence.generation)
+                    .bind(&fence.holder)
+                    .bind(run_id)
+                    .bind(pass)
+                    .bind(name)
+                    .bind(result)
+                    .execute(p)
+                    .await?
+                    .rows_affected();
+                return Ok(recorded == 1);
+            }
+            super::Pool::Postgres(p) => p,
+        };
+        let mut conn = Exclusive::acquire(p).await?;
+        let mut tx = conn.begin().await?;
+        // The lease row first, as in every transaction; locked, so no renewal or takeover
+        // slips between the check and the commit.
+        let held = sqlx::query(q.fence.as_str())
+            .bind(&fence.job)
+            .bind(&fence.instance)
+            .bind(fence.generation)
+            .bind(&fence.holder)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if held.is_none() {
+            tx.rollback().await?;
+            conn.release();
+            return Ok(false);
+        }
+        sqlx::query(q.record_step.as_str())
+            .bind(run_id)
+            .bind(pass)
+            .bind(name)
+            .bind(result)
+            .bind(fence.generation)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        conn.release();
+        Ok(true)
+    }
+}
