@@ -316,7 +316,7 @@ on_every_backend! {
             (vec!["--job", "missing.wasm"], "cannot read missing.wasm"),
             (vec!["--job", &hello, "--timeout", "30x"], "invalid duration \"30x\""),
             (vec!["--job", &hello, "--memory", "lots"], "invalid size \"lots\""),
-            (vec!["--job", &hello, "--payload", "{not json"], "payload is not valid JSON"),
+            (vec!["--job", &hello, "--payload", "{not json"], "payload refused: at $: not JSON"),
             (vec!["--job", &hello, "--grant", "net.read=x"], "unknown capability \"net\""),
             (vec!["--job", &hello, "--grant", "db.read=jobhost_leases"], "belongs to the host"),
             (vec!["--job", &ledger], "imports the `db` capability, which this job was not granted"),
@@ -336,7 +336,7 @@ on_every_backend! {
         std::fs::write(dir.join("big.json"), big).unwrap();
         let out = home.run(&["run", "--job", &hello, "--payload", "@big.json"]);
         assert_eq!(out.status.code(), Some(2));
-        assert!(stderr(&out).contains("payload is"), "{}", stderr(&out));
+        assert!(stderr(&out).contains("payload refused: 307208 bytes; the limit is 262144"), "{}", stderr(&out));
         // Nothing was recorded.
         let listed: Value = serde_json::from_slice(&home.run(&["runs", "list", "--json"]).stdout).unwrap();
         assert_eq!(listed, serde_json::json!([]));

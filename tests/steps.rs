@@ -158,6 +158,15 @@ on_every_backend! {
             "SELECT COUNT(*) FROM jobhost_runs WHERE id = '{}' AND payload = '{{\"name\":\"a\"}}'",
             started["run_id"].as_str().unwrap())).await;
         assert_eq!(payload, 1, "the joined start did not change the live run");
+        // A kick keeps its meaning, once more after the live run; a start then still joins
+        // the oldest live run.
+        kick(&home, "hello");
+        let live = "SELECT COUNT(*) FROM jobhost_runs WHERE job = 'hello' AND instance = 'default' \
+            AND status IN ('queued', 'running')";
+        assert_eq!(home.scalar(live).await, 2);
+        let joined = start_json(&home, &["hello"]);
+        assert_eq!((&joined["run_id"], &joined["joined"]), (&started["run_id"], &true.into()));
+        assert_eq!(home.scalar(live).await, 2);
         // A bad payload is refused in words, with its path, and changes nothing.
         let out = home.run(&["start", "hello", "--instance", "third", "--payload", r#"{"x":[Infinity]}"#]);
         assert_eq!(out.status.code(), Some(2));
@@ -339,153 +348,155 @@ mod kills {
     use super::*;
 
     on_every_backend! {
-        // The `import` example copies 100 000 source rows in bounded passes, with a step per page
-        // whose rows commit with it and the cursor committed with each pass's last page; hosts
-        // serving it (and sweeps driving it) are killed at random points at least 20 times. Every
-        // row is copied exactly once, the counter is exact, and no run's ledger ever holds more
-        // than one pass's steps.
-    async fn an_import_killed_twenty_times_copies_every_row_once(home) {
-        const ITEMS: i64 = 100_000;
-        const PAGES_PER_PASS: i64 = 5;
-        let manifest = home.manifest("", &format!(
-            "[jobs.import]\ncomponent = \"{{guest:import}}\"\ntimeout = \"1s\"\n\
-             payload = {{ page_size = 200, pages_per_pass = {PAGES_PER_PASS}, pause_ms = 15 }}\n\
-             grants.db = {{ read = [\"import_source\"], write = [\"import_items\"] }}\ngrants.steps = true\n"));
-        let manifest = manifest.to_str().unwrap().to_string();
-        let out = home.run(&["migrate", "--manifest", &manifest]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        home.exec(&format!(
-            "INSERT INTO import_source (id, value) \
-             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ITEMS}) \
-             SELECT i, 'item-' || i FROM n")).await;
-        register(&home, std::path::Path::new(&manifest)).await;
-        kick(&home, "import");
-        let serve_args = ["--manifest", manifest.as_str(), "--workers", "2", "--lease-grace", "1s",
-            "--surveillance-interval", "1s", "--max-reruns", "100"];
-        let drive_args = ["drive", "--manifest", manifest.as_str(), "--limit", "1", "--max-passes", "100000",
-            "--lease-grace", "1s", "--surveillance-interval", "1s", "--max-reruns", "100"];
-        let started = Instant::now();
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut kills = 0;
-        while kills < 20 && started.elapsed() < KILL_BUDGET {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let alive = Duration::from_millis(800 + seed % 1500);
-            // The next host resumes what surveillance finds once the killed attempt's lease
-            // has expired: start it then, so the kill after it lands mid-run.
-            wait_for_expired_leases(&home, "import").await;
-            let mut child = if kills % 2 == 0 {
-                home.spawn(&[&["serve"][..], &serve_args[..]].concat())
-            } else {
-                home.spawn(&drive_args)
-            };
-            tokio::time::sleep(alive).await;
-            let _ = child.kill();
-            let _ = child.wait();
-            kills += 1;
-            // The ledger of a run never holds more than one pass's steps.
-            let widest = home.scalar(
-                "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM jobhost_steps GROUP BY run_id) s").await;
-            assert!(widest <= PAGES_PER_PASS, "a ledger of {widest} steps");
-            let passes = home.scalar(
-                "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(DISTINCT pass) AS n FROM jobhost_steps GROUP BY run_id) s").await;
-            assert!(passes <= 1, "a ledger spans {passes} passes");
-            // The rows copied are exactly those the cursor and the ledger account for: the
-            // committed passes, and the pages of the current one.
-            if let Some((after, in_ledger)) = progress(&home).await {
-                let rows = home.scalar("SELECT COUNT(*) FROM import_items").await;
-                assert_eq!(rows, after + in_ledger, "the cursor and ledger do not match the rows");
+        // The `import` example copies 100 000 source rows in bounded passes, with a step per
+        // page whose rows commit with it and the cursor committed with each pass's last page;
+        // hosts serving it (and sweeps driving it) are killed at random points at least 20
+        // times. Every row is copied exactly once, the cursor and the ledger always match the
+        // rows, the counter is exact, and no run's ledger ever holds more than one pass's
+        // steps.
+        async fn an_import_killed_twenty_times_copies_every_row_once(home) {
+            const ITEMS: i64 = 100_000;
+            const PAGES_PER_PASS: i64 = 5;
+            let manifest = home.manifest("", &format!(
+                "[jobs.import]\ncomponent = \"{{guest:import}}\"\ntimeout = \"1s\"\n\
+                 retries = 100\nbackoff = \"10ms\"\n\
+                 payload = {{ page_size = 200, pages_per_pass = {PAGES_PER_PASS}, pause_ms = 15 }}\n\
+                 grants.db = {{ read = [\"import_source\"], write = [\"import_items\"] }}\ngrants.steps = true\n"));
+            let manifest = manifest.to_str().unwrap().to_string();
+            let out = home.run(&["migrate", "--manifest", &manifest]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            home.exec(&format!(
+                "INSERT INTO import_source (id, value) \
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ITEMS}) \
+                 SELECT i, 'item-' || i FROM n")).await;
+            register(&home, std::path::Path::new(&manifest)).await;
+            kick(&home, "import");
+            let serve_args = ["--manifest", manifest.as_str(), "--workers", "2", "--lease-grace", "1s",
+                "--surveillance-interval", "1s", "--max-reruns", "100"];
+            let drive_args = ["drive", "--manifest", manifest.as_str(), "--limit", "1", "--max-passes", "100000",
+                "--lease-grace", "1s", "--surveillance-interval", "1s", "--max-reruns", "100"];
+            let started = Instant::now();
+            let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+            let mut kills = 0;
+            while kills < 20 && started.elapsed() < KILL_BUDGET {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let alive = Duration::from_millis(800 + seed % 1500);
+                // The next host resumes what surveillance finds once the killed attempt's lease
+                // has expired: start it then, so the kill after it lands mid-run.
+                wait_for_expired_leases(&home, "import").await;
+                let mut child = if kills % 2 == 0 {
+                    home.spawn(&[&["serve"][..], &serve_args[..]].concat())
+                } else {
+                    home.spawn(&drive_args)
+                };
+                tokio::time::sleep(alive).await;
+                let _ = child.kill();
+                let _ = child.wait();
+                kills += 1;
+                // The ledger of a run never holds more than one pass's steps.
+                let widest = home.scalar(
+                    "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(*) AS n FROM jobhost_steps GROUP BY run_id) s").await;
+                assert!(widest <= PAGES_PER_PASS, "a ledger of {widest} steps");
+                let passes = home.scalar(
+                    "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(DISTINCT pass) AS n FROM jobhost_steps GROUP BY run_id) s").await;
+                assert!(passes <= 1, "a ledger spans {passes} passes");
+                // The rows copied are exactly those the cursor and the ledger account for: the
+                // committed passes, and the pages of the current one.
+                if let Some((after, in_ledger)) = progress(&home).await {
+                    let rows = home.scalar("SELECT COUNT(*) FROM import_items").await;
+                    assert_eq!(rows, after + in_ledger, "the cursor and ledger do not match the rows");
+                }
             }
+            assert!(kills >= 20, "only {kills} kills in {KILL_BUDGET:?}");
+            let server = home.serve(&serve_args).await;
+            home.wait_for("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'import' AND status = 'succeeded'",
+                Duration::from_secs(300)).await;
+            drop(server);
+            assert_eq!(home.scalar("SELECT COUNT(*) FROM import_items").await, ITEMS);
+            assert_eq!(home.scalar("SELECT COUNT(*) FROM import_items i JOIN import_source s ON s.id = i.id AND s.value = i.value").await, ITEMS);
+            let done = home.store().await;
+            let runs = done.list_runs(&jobhost::store::RunFilter { job: Some("import".into()), status: None,
+                since: None, until: None, before: None, limit: 500 }).await.unwrap();
+            let finished = runs.iter().find(|r| r.status == "succeeded").expect("a succeeded run");
+            let counters: Value = serde_json::from_str(&finished.counters).unwrap();
+            assert_eq!(counters["imported"], ITEMS, "{counters}");
+            assert!(runs.iter().filter(|r| r.status == "crashed").count() >= 1, "no kill landed mid-run");
+            done.close().await;
         }
-        assert!(kills >= 20, "only {kills} kills in {KILL_BUDGET:?}");
-        let server = home.serve(&serve_args).await;
-        home.wait_for("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'import' AND status = 'succeeded'",
-            Duration::from_secs(300)).await;
-        drop(server);
-        assert_eq!(home.scalar("SELECT COUNT(*) FROM import_items").await, ITEMS);
-        assert_eq!(home.scalar("SELECT COUNT(*) FROM import_items i JOIN import_source s ON s.id = i.id AND s.value = i.value").await, ITEMS);
-        let done = home.store().await;
-        let runs = done.list_runs(&jobhost::store::RunFilter { job: Some("import".into()), status: None,
-            since: None, until: None, before: None, limit: 500 }).await.unwrap();
-        let finished = runs.iter().find(|r| r.status == "succeeded").expect("a succeeded run");
-        let counters: Value = serde_json::from_str(&finished.counters).unwrap();
-        assert_eq!(counters["imported"], ITEMS, "{counters}");
-        assert!(runs.iter().filter(|r| r.status == "crashed").count() >= 1, "no kill landed mid-run");
-        done.close().await;
-    }
 
-        // The stepper guest calls an outside service in steps (`links`); hosts running it are
-        // killed at random points. No call of a step is made again after the step was recorded,
-        // and every repeat of a call made before carries the same idempotency key — across
-        // attempts and across the reruns of crashed runs.
-    async fn a_killed_run_never_calls_again_for_a_recorded_step(home) {
-        const CALLS: usize = 30;
-        const KILLS: usize = 10;
-        let service = common::service::Service::start().await;
-        let manifest = home.manifest("", &format!(
-            "[jobs.stepper]\ncomponent = \"{{guest:stepper}}\"\ntimeout = \"2s\"\n\
-             retries = 100\nbackoff = \"10ms\"\n\
-             payload = {{ scenario = \"links\", mount = \"svc\", calls = {CALLS}, pause_ms = 60 }}\n\
-             grants.db = {{ write = [\"step_effects\"] }}\ngrants.steps = true\ngrants.links = [\"svc\"]\n\
-             [links.svc]\nurl = \"{}/api/\"\nmethods = [\"POST\"]\n", service.url));
-        let manifest = manifest.to_str().unwrap().to_string();
-        let out = home.run(&["migrate", "--manifest", &manifest]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        // Every step the ledger ever recorded, with when (reruns copy a ledger: the first
-        // time a name was recorded is what counts).
-        home.exec("CREATE TABLE steps_audit (name TEXT NOT NULL, recorded_at BIGINT NOT NULL)").await;
-        match home.backend {
-            common::Backend::Sqlite => {
-                home.exec("CREATE TRIGGER steps_audit AFTER INSERT ON jobhost_steps BEGIN \
-                    INSERT INTO steps_audit VALUES (NEW.name, NEW.recorded_at); END").await;
+        // The stepper guest calls an outside service in steps (`links`); hosts running it
+        // are killed at random points. No call of a step is made again after the step was
+        // recorded, and every repeat of a call made before carries the same idempotency key:
+        // across attempts, and across the reruns of crashed runs.
+        async fn a_killed_run_never_calls_again_for_a_recorded_step(home) {
+            const CALLS: usize = 30;
+            const KILLS: usize = 10;
+            let service = common::service::Service::start().await;
+            let manifest = home.manifest("", &format!(
+                "[jobs.stepper]\ncomponent = \"{{guest:stepper}}\"\ntimeout = \"2s\"\n\
+                 retries = 100\nbackoff = \"10ms\"\n\
+                 payload = {{ scenario = \"links\", mount = \"svc\", calls = {CALLS}, pause_ms = 60 }}\n\
+                 grants.db = {{ write = [\"step_effects\"] }}\ngrants.steps = true\ngrants.links = [\"svc\"]\n\
+                 [links.svc]\nurl = \"{}/api/\"\nmethods = [\"POST\"]\n", service.url));
+            let manifest = manifest.to_str().unwrap().to_string();
+            let out = home.run(&["migrate", "--manifest", &manifest]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            // Every step the ledger ever recorded, with when (reruns copy a ledger: the first
+            // time a name was recorded is what counts).
+            home.exec("CREATE TABLE steps_audit (name TEXT NOT NULL, recorded_at BIGINT NOT NULL)").await;
+            match home.backend {
+                common::Backend::Sqlite => {
+                    home.exec("CREATE TRIGGER steps_audit AFTER INSERT ON jobhost_steps BEGIN \
+                        INSERT INTO steps_audit VALUES (NEW.name, NEW.recorded_at); END").await;
+                }
+                common::Backend::Postgres => {
+                    home.exec("CREATE FUNCTION steps_audit() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                        BEGIN INSERT INTO steps_audit VALUES (NEW.name, NEW.recorded_at); RETURN NULL; END $$").await;
+                    home.exec("CREATE TRIGGER steps_audit AFTER INSERT ON jobhost_steps \
+                        FOR EACH ROW EXECUTE FUNCTION steps_audit()").await;
+                }
             }
-            common::Backend::Postgres => {
-                home.exec("CREATE FUNCTION steps_audit() RETURNS trigger LANGUAGE plpgsql AS $$ \
-                    BEGIN INSERT INTO steps_audit VALUES (NEW.name, NEW.recorded_at); RETURN NULL; END $$").await;
-                home.exec("CREATE TRIGGER steps_audit AFTER INSERT ON jobhost_steps \
-                    FOR EACH ROW EXECUTE FUNCTION steps_audit()").await;
+            register(&home, std::path::Path::new(&manifest)).await;
+            kick(&home, "stepper");
+            let serve_args = ["serve", "--manifest", manifest.as_str(), "--workers", "1", "--lease-grace", "1s",
+                "--surveillance-interval", "1s", "--max-reruns", "100"];
+            let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+            for _ in 0..KILLS {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                wait_for_expired_leases(&home, "stepper").await;
+                let mut child = home.spawn(&serve_args);
+                tokio::time::sleep(Duration::from_millis(700 + seed % 1200)).await;
+                let _ = child.kill();
+                let _ = child.wait();
             }
-        }
-        register(&home, std::path::Path::new(&manifest)).await;
-        kick(&home, "stepper");
-        let serve_args = ["serve", "--manifest", manifest.as_str(), "--workers", "1", "--lease-grace", "1s",
-            "--surveillance-interval", "1s", "--max-reruns", "100"];
-        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-        for _ in 0..KILLS {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
             wait_for_expired_leases(&home, "stepper").await;
-            let mut child = home.spawn(&serve_args);
-            tokio::time::sleep(Duration::from_millis(700 + seed % 1200)).await;
-            let _ = child.kill();
-            let _ = child.wait();
+            let server = home.serve(&serve_args[1..]).await;
+            home.wait_for("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'stepper' AND status = 'succeeded'",
+                Duration::from_secs(180)).await;
+            drop(server);
+            let seen = service.seen();
+            let store = home.store().await;
+            for i in 0..CALLS {
+                let name = format!("call-{i}");
+                let calls: Vec<_> = seen.iter().filter(|s| s.body == name.as_bytes()).collect();
+                assert!(!calls.is_empty(), "{name} was never called");
+                let keys: std::collections::BTreeSet<_> =
+                    calls.iter().map(|c| c.headers.get("idempotency-key").cloned()).collect();
+                assert_eq!(keys.len(), 1, "{name} was called with several keys: {keys:?}");
+                assert!(keys.iter().next().unwrap().is_some());
+                let recorded = home.scalar(&format!(
+                    "SELECT MIN(recorded_at) FROM steps_audit WHERE name = '{name}'")).await;
+                let late: Vec<_> = calls.iter().filter(|c| c.at_ms as i64 > recorded).collect();
+                assert!(late.is_empty(), "{name} was called again after it was recorded at {recorded}: {late:?}");
+            }
+            let crashed = home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'stepper' AND status = 'crashed'").await;
+            assert!(crashed >= 1, "no kill landed mid-run");
+            store.close().await;
         }
-        wait_for_expired_leases(&home, "stepper").await;
-        let server = home.serve(&serve_args[1..]).await;
-        home.wait_for("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'stepper' AND status = 'succeeded'",
-            Duration::from_secs(180)).await;
-        drop(server);
-        let seen = service.seen();
-        let store = home.store().await;
-        for i in 0..CALLS {
-            let name = format!("call-{i}");
-            let calls: Vec<_> = seen.iter().filter(|s| s.body == name.as_bytes()).collect();
-            assert!(!calls.is_empty(), "{name} was never called");
-            let keys: std::collections::BTreeSet<_> =
-                calls.iter().map(|c| c.headers.get("idempotency-key").cloned()).collect();
-            assert_eq!(keys.len(), 1, "{name} was called with several keys: {keys:?}");
-            assert!(keys.iter().next().unwrap().is_some());
-            let recorded = home.scalar(&format!(
-                "SELECT MIN(recorded_at) FROM steps_audit WHERE name = '{name}'")).await;
-            let late: Vec<_> = calls.iter().filter(|c| c.at_ms as i64 > recorded).collect();
-            assert!(late.is_empty(), "{name} was called again after it was recorded at {recorded}: {late:?}");
-        }
-        let crashed = home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'stepper' AND status = 'crashed'").await;
-        assert!(crashed >= 1, "no kill landed mid-run");
-        store.close().await;
-    }
     }
 }
 

@@ -244,11 +244,11 @@ type Called = Option<
 ///
 /// A pass's end the guest committed with its writes (`steps.commit-pass`) is fixed: it
 /// wins over whatever happened after. Otherwise a lost lease wins over everything
-/// (nothing the attempt wrote committed); then a
-/// cancellation, then the deadline — also when it showed only as a host call cut off at
-/// the deadline that the guest then failed over (a statement interrupted by SQLite's
-/// progress handler or Postgres' statement timeout, rather than by the host's timer) —
-/// then fuel, memory, host resources and traps; then what the guest returned.
+/// (nothing the attempt wrote committed); then a cancellation, then the deadline — also
+/// when it showed only as a host call cut off at the deadline that the guest then failed
+/// over (a statement interrupted by SQLite's progress handler or Postgres' statement
+/// timeout, rather than by the host's timer) — then fuel, memory, host resources and
+/// traps; then what the guest returned.
 fn classify(
     called: Called,
     state: &GuestState,
