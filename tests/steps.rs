@@ -101,6 +101,18 @@ on_every_backend! {
         assert!(log.contains("s2: {\"i\":2}"), "{log}");
     }
 
+    async fn a_step_retries_inside_the_attempt_by_its_own_policy(home) {
+        let (code, run) = stepper(&home, r#"{"scenario":"retry","fail_times":2,"attempts":3}"#, &[]);
+        assert_eq!((code, &run["attempts"]), (0, &1.into()), "{run}");
+        let log = logs(&show(&home, run["run_id"].as_str().unwrap()));
+        assert!(log.contains("flaky: 3 tries"), "{log}");
+        // Past its own tries the step fails the attempt, and the job's policy takes over.
+        let (code, run) = stepper(&home, r#"{"scenario":"retry","fail_times":5,"attempts":3}"#,
+            &["--retries", "1", "--backoff", "10ms"]);
+        assert_eq!((code, &run["code"], &run["attempts"]), (1, &"handler_failed".into(), &2.into()), "{run}");
+        assert_eq!(run["error"], "try 3 failed");
+    }
+
     async fn step_bounds_are_refused_with_fixed_reasons(home) {
         let (code, run) = stepper(&home, r#"{"scenario":"bounds"}"#, &[]);
         assert_eq!(code, 0, "{run}");

@@ -21,6 +21,9 @@
 //!   (defaults): a step named by `name_bytes` bytes, one whose result is a string of
 //!   `result_bytes` bytes, one whose result nests `depth` arrays deep. Logs `refused
 //!   {name|result|depth}: {reason}` or `accepted {...}` for each. Ends `done`.
+//! - `{"scenario": "retry", "fail_times": f, "attempts": a}`: the step `flaky`, whose work
+//!   fails its first `f` tries, run with `step_with` for up to `a` tries 5 ms apart; logs
+//!   `flaky: {tries} tries` when it succeeds, or fails the attempt with its error.
 //! - `{"scenario": "bad_cursor", "depth": 40, "commit_pass": false}`: returns `continue`
 //!   with a cursor nesting `depth` arrays deep; with `commit_pass`, ends the pass with it
 //!   through `commit-pass` instead, logs `refused cursor: {reason}` and ends `done`. A
@@ -71,6 +74,10 @@ enum Scenario {
         depth: usize,
         #[serde(default)]
         commit_pass: bool,
+    },
+    Retry {
+        fail_times: u32,
+        attempts: u32,
     },
 }
 
@@ -134,6 +141,10 @@ impl Job for Stepper {
                 depth,
             } => bounds(*name_bytes, *result_bytes, *depth),
             Scenario::BadCursor { depth, commit_pass } => bad_cursor(&ctx, *depth, *commit_pass),
+            Scenario::Retry {
+                fail_times,
+                attempts,
+            } => retry(*fail_times, *attempts),
         }
     }
 }
@@ -193,6 +204,24 @@ fn plain(steps: u32) -> Result<Outcome, JobError> {
         let result = steps::step(&name, || Ok(Index { i }))?;
         log::info(&format!("{name}: {}", serde_json::to_string(&result)?));
     }
+    Ok(Outcome::Done)
+}
+
+fn retry(fail_times: u32, attempts: u32) -> Result<Outcome, JobError> {
+    let mut tries = 0;
+    let policy = steps::Retry {
+        attempts,
+        backoff: Duration::from_millis(5),
+    };
+    let done = steps::step_with("flaky", policy, || {
+        tries += 1;
+        if tries <= fail_times {
+            Err(JobError::failed(format!("try {tries} failed")))
+        } else {
+            Ok(tries)
+        }
+    })?;
+    log::info(&format!("flaky: {done} tries"));
     Ok(Outcome::Done)
 }
 
