@@ -48,6 +48,8 @@ pub struct StepsCapability {
     /// The pass's recorded results, read when the attempt reaches its first step.
     ledger: Option<HashMap<String, String>>,
     ledger_bytes: usize,
+    /// Steps this attempt recorded (not in the ledger as it was read).
+    new_records: usize,
     /// Names this attempt reached, and those it recorded.
     reached: HashSet<String>,
     recorded: HashSet<String>,
@@ -66,6 +68,7 @@ impl StepsCapability {
             session,
             ledger: None,
             ledger_bytes: 0,
+            new_records: 0,
             reached: HashSet::new(),
             recorded: HashSet::new(),
             counters,
@@ -132,6 +135,7 @@ impl GuestState {
 
     fn step_recorded(&mut self, name: String, size: usize) {
         self.steps.ledger_bytes += size;
+        self.steps.new_records += 1;
         self.steps.recorded.insert(name);
     }
 
@@ -172,7 +176,10 @@ impl Host for GuestState {
         }
         let ledger = self.steps.ledger.as_ref().expect("read above");
         let hit = ledger.get(&name).cloned();
-        if hit.is_none() && ledger.len() + self.steps.recorded.len() >= MAX_STEPS_PER_PASS {
+        // Names reached are held in memory too: bounded like the ledger.
+        let full = self.steps.reached.len() >= MAX_STEPS_PER_PASS
+            || (hit.is_none() && ledger.len() + self.steps.new_records >= MAX_STEPS_PER_PASS);
+        if full {
             return Err(invalid("too-many-steps"));
         }
         if hit.is_some() {
@@ -426,6 +433,14 @@ mod tests {
         assert_eq!(
             reason(state.counter_add("near".into(), 1).await),
             "counter-overflow"
+        );
+        // Names reached without being recorded are bounded too (`r` was the first).
+        for i in 1..MAX_STEPS_PER_PASS {
+            assert!(matches!(state.start(format!("n{i}")).await, Ok(None)));
+        }
+        assert_eq!(
+            reason(state.start("one-more".into()).await),
+            "too-many-steps"
         );
         assert_eq!(
             reason(state.counter_add("\n".into(), 1).await),
