@@ -65,6 +65,28 @@ on_every_backend! {
         assert_eq!(skipped["code"], Value::Null);
     }
 
+    async fn a_host_leaves_the_runs_of_jobs_it_does_not_have_queued(home) {
+        // Both jobs registered (by a host that had both), then a host with only `hello`.
+        let both = "[jobs.hello]\ncomponent = \"{guest:hello}\"\n[jobs.other]\ncomponent = \"{guest:noop}\"\n";
+        let m = home.manifest("", both);
+        drop(home.serve(&["--manifest", m.to_str().unwrap()]).await);
+        let out = home.run(&["kick", "other"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let only = home.manifest("", "[jobs.hello]\ncomponent = \"{guest:hello}\"\n");
+        let server = home.serve(&["--manifest", only.to_str().unwrap(), "--poll", "100ms"]).await;
+        let (code, _) = server.post("/jobs/hello/kick").await;
+        assert_eq!(code, 202);
+        server.wait_runs("hello", Duration::from_secs(20), |runs| count(runs, |r| status(r) == "succeeded") == 1).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let other = server.runs(Some("other")).await;
+        assert_eq!((other.len(), status(&other[0])), (1, "queued"), "{other:#?}");
+        drop(server);
+        // A host that has it runs it.
+        let m = home.manifest("", both);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        server.wait_runs("other", Duration::from_secs(20), |runs| count(runs, |r| status(r) == "succeeded") == 1).await;
+    }
+
     async fn ten_kicks_during_a_run_cause_exactly_one_follow_up(home) {
         let m = home.manifest("", r#"
             [jobs.busy]

@@ -84,7 +84,9 @@ END
 $$;
 REVOKE ALL ON FUNCTION jobhost_end_pass(TEXT, BIGINT, BIGINT, TEXT, TEXT, BOOLEAN) FROM PUBLIC;
 
--- The claim of migration 0004, returning `work_done` too.
+-- The claim of migration 0004, returning `work_done` too, and taking only runs of the jobs
+-- in `p_terms`: a run of a job this host does not serve stays queued for a host that does
+-- (during a rolling deploy that adds a job, say), instead of being claimed and skipped.
 DROP FUNCTION jobhost_claim_runs(TEXT, INTEGER, JSONB, TEXT);
 CREATE FUNCTION jobhost_claim_runs(p_host TEXT, p_limit INTEGER, p_terms JSONB, p_run TEXT)
 RETURNS TABLE (
@@ -113,6 +115,7 @@ BEGIN
             SELECT r.id FROM jobhost_runs r
             WHERE r.status = 'queued' AND r.origin <> 'manual'
               AND r.next_attempt_at <= CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)
+              AND p_terms ? r.job
             ORDER BY r.next_attempt_at, r.id
             LIMIT p_limit
             FOR UPDATE SKIP LOCKED

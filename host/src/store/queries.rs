@@ -167,6 +167,7 @@ queries! {
     // migration 0004 run the same steps.
     due_runs = "SELECT id, job, instance, generation FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
+        AND job IN (SELECT value FROM json_each($2)) \
         ORDER BY next_attempt_at, id LIMIT $1";
     claimable_run = "SELECT id, job, instance, generation FROM jobhost_runs WHERE id = $1 \
         AND (status = 'queued' OR (status = 'running' AND host = $2 AND generation IS NULL))";

@@ -276,7 +276,12 @@ fn claim(
     let candidates: Vec<Candidate> = {
         let mut statement = match run_id {
             Some(id) => prepared(conn, &q.claimable_run, &[&id, &host])?,
-            None => prepared(conn, &q.due_runs, &[&limit])?,
+            // Only runs of the jobs this host serves (the others stay queued).
+            None => {
+                let jobs = serde_json::to_string(&terms.keys().collect::<Vec<_>>())
+                    .expect("job names serialise");
+                prepared(conn, &q.due_runs, &[&limit, &jobs])?
+            }
         };
         let mut rows = statement.raw_query();
         let mut candidates = Vec::new();
