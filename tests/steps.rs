@@ -353,7 +353,7 @@ async fn queue(store: &jobhost::store::Store, job: &str, instance: &str) {
 }
 
 /// How long a kill-and-resume test may take, at most, per backend.
-const KILL_BUDGET: Duration = Duration::from_secs(240);
+const KILL_BUDGET: Duration = Duration::from_secs(420);
 
 /// The kill-and-resume tests, on both backends.
 mod kills {
