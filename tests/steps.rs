@@ -293,12 +293,13 @@ on_every_backend! {
     async fn a_run_with_undecodable_rows_is_still_listed_and_shown(home) {
         let (_, run) = home.run_json(&["--job", &path("hello")]);
         let id = run["run_id"].as_str().unwrap();
-        home.exec(&format!("UPDATE jobhost_runs SET cursor = 'not json', counters = '{{' WHERE id = '{id}'")).await;
+        home.exec(&format!("UPDATE jobhost_runs SET payload = 'nope', cursor = 'not json', counters = '{{' WHERE id = '{id}'")).await;
         let listed: Value = serde_json::from_slice(&home.run(&["runs", "list", "--json"]).stdout).unwrap();
-        assert_eq!(listed[0]["decode_error"], "cursor: not JSON; counters: not JSON", "{listed}");
+        assert_eq!(listed[0]["decode_error"], "payload: not JSON; cursor: not JSON; counters: not JSON", "{listed}");
+        assert!(listed[0].get("payload").is_none(), "a list does not carry payloads");
         let shown = show(&home, id);
-        assert_eq!(shown["cursor"], Value::Null);
-        assert_eq!(shown["decode_error"], "cursor: not JSON; counters: not JSON");
+        assert_eq!((&shown["cursor"], &shown["payload"]), (&Value::Null, &Value::Null));
+        assert_eq!(shown["decode_error"], "payload: not JSON; cursor: not JSON; counters: not JSON");
     }
 }
 
