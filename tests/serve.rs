@@ -87,6 +87,50 @@ on_every_backend! {
         server.wait_runs("other", Duration::from_secs(20), |runs| count(runs, |r| status(r) == "succeeded") == 1).await;
     }
 
+    async fn retention_prunes_finished_history_and_never_a_live_run(home) {
+        let hello = guest("hello").display().to_string();
+        for _ in 0..3 {
+            let (code, run) = home.run_json(&["--job", &hello]);
+            assert_eq!(code, 0, "{run}");
+        }
+        let store = home.store().await;
+        let live = store
+            .insert_run(&jobhost::store::NewRun {
+                id: jobhost::runner::new_run_id(),
+                job: "hello".into(),
+                instance: "later".into(),
+                tenant: "default".into(),
+                origin: jobhost::store::Origin::Kick,
+                payload: "{}".into(),
+                cursor: None,
+                component_digest: None,
+                scheduled_for: None,
+                rerun_of: None,
+                delay_ms: 86_400_000,
+            })
+            .await
+            .unwrap();
+        store.close().await;
+        // Everything so far is two hours old; then one recent run.
+        home.exec("UPDATE jobhost_runs SET created_at = created_at - 7200000").await;
+        let (_, recent) = home.run_json(&["--job", &hello]);
+        home.exec("INSERT INTO jobhost_reports (kind, job, code, body, created_at, next_try_at, delivered_at) \
+            VALUES ('run_failed', 'hello', 'trap', '{}', 0, 0, 0), ('run_failed', 'hello', 'trap', '{}', 0, 0, NULL)").await;
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_attempts").await, 4);
+        let m = home.manifest("", "[jobs.hello]\ncomponent = \"{guest:hello}\"\n");
+        let server = home.serve(&["--manifest", m.to_str().unwrap(), "--retention", "1h",
+            "--webhook", "http://127.0.0.1:9/hook",
+            "--surveillance-interval", "1s"]).await;
+        home.wait_for("SELECT COUNT(*) FROM (SELECT COUNT(*) AS n FROM jobhost_runs) c WHERE n = 2", Duration::from_secs(20)).await;
+        drop(server);
+        let kept = home.scalar(&format!(
+            "SELECT COUNT(*) FROM jobhost_runs WHERE id IN ('{}', '{}')", live.id, recent["run_id"].as_str().unwrap())).await;
+        assert_eq!(kept, 2, "the live run and the recent one are kept");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_attempts").await, 1, "only the recent run's attempt");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_reports WHERE created_at = 0").await, 1,
+            "an undelivered report (its webhook refuses) is kept");
+    }
+
     async fn ten_kicks_during_a_run_cause_exactly_one_follow_up(home) {
         let m = home.manifest("", r#"
             [jobs.busy]

@@ -23,6 +23,7 @@ pub mod links;
 pub mod manifest;
 pub mod metrics;
 pub mod report;
+pub mod retention;
 pub mod runner;
 pub mod schedule;
 pub mod serve;

@@ -82,6 +82,9 @@ pub struct HostSection {
     pub surveillance_interval: Option<Duration>,
     #[serde(default, with = "opt_duration")]
     pub shutdown_grace: Option<Duration>,
+    /// How long finished runs and delivered reports are kept (none: for ever).
+    #[serde(default, with = "opt_duration")]
+    pub retention: Option<Duration>,
     pub webhook: Option<String>,
     /// `one` (default): after downtime, run each schedule at most once to catch up;
     /// `none`: skip what was missed.

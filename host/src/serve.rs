@@ -43,6 +43,8 @@ pub struct ServeConfig {
     pub max_reruns: i64,
     /// How long a run may sit past its lease before surveillance calls it crashed.
     pub stale: Duration,
+    /// How long history is kept (none: for ever); pruned on the surveillance interval.
+    pub retention: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +110,14 @@ pub async fn serve(
     loops.spawn(report_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(reload_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(collect_loop(shared.clone(), config.clone(), stop.clone()));
+    if let Some(keep) = config.retention {
+        loops.spawn(retention_loop(
+            shared.clone(),
+            config.clone(),
+            keep,
+            stop.clone(),
+        ));
+    }
     loops.spawn(signing_keys_loop(
         shared.clone(),
         config.clone(),
@@ -445,6 +455,29 @@ async fn collect_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch:
         }
         tokio::select! {
             _ = tokio::time::sleep(config.collect_interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+async fn retention_loop(
+    shared: Arc<Shared>,
+    config: ServeConfig,
+    keep: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let retention = crate::retention::Retention {
+        store: shared.app.store.clone(),
+        host_id: shared.app.runner.host_id().to_string(),
+        interval: config.surveillance_interval,
+        keep,
+    };
+    loop {
+        if let Err(e) = retention.prune().await {
+            tracing::warn!(code = "driver_failed", error = %e, "pruning history failed");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(config.surveillance_interval) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
     }

@@ -41,6 +41,10 @@ pub struct ServeArgs {
     /// How often the fleet deletes objects nothing can see.
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
     pub collect_interval: Duration,
+    /// Delete finished runs (with their attempts, logs and ledgers) and delivered reports
+    /// older than this, checked on the surveillance interval (default: keep everything).
+    #[arg(long, value_parser = parse_duration)]
+    pub retention: Option<Duration>,
     /// How long an object no name points at any more is kept for readers still reading it.
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
     pub file_grace: Duration,
@@ -183,6 +187,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
         webhook: args.webhook.or(host.webhook),
         max_reruns: args.max_reruns,
         stale: args.lease_grace,
+        retention: args.retention.or(host.retention),
     };
     serve(app, catalog, config, shutdown_signal()).await?;
     Ok(0)

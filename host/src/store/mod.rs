@@ -20,6 +20,7 @@ mod probe;
 mod queries;
 pub mod records;
 mod resumable;
+mod retention;
 pub mod sqlite_guest;
 mod sqlite_writer;
 
@@ -33,6 +34,7 @@ pub(crate) use connect::sqlite_options;
 use pool::Exclusive;
 pub use pool::{Backend, Pool};
 pub use records::*;
+pub use retention::Pruned;
 
 use queries::{Dialect, Queries};
 use sqlx::Connection;

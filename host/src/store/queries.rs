@@ -4,7 +4,8 @@
 //! differences between the engines are tokens a [`Dialect`] renders: `{now}` is the
 //! database's clock in milliseconds (Postgres' `clock_timestamp()`, not the transaction's
 //! start time), `{skip_locked}` and `{for_update}` are row locks Postgres needs and SQLite's
-//! single writer makes unnecessary.
+//! single writer makes unnecessary, `{json_ids}` is the set of strings in the JSON array
+//! `$1`.
 
 pub(crate) struct Dialect {
     pub now: &'static str,
@@ -17,6 +18,8 @@ pub(crate) struct Dialect {
     pub migration_lock: Option<&'static str>,
     /// How many tables or views named `$1` the operator's schema has.
     pub table_exists: &'static str,
+    /// The strings of the JSON array bound to `$1`, as a subquery.
+    pub json_ids: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -26,6 +29,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     begin_write: "BEGIN IMMEDIATE",
     migration_lock: None,
     table_exists: "SELECT COUNT(*) FROM sqlite_schema WHERE type IN ('table', 'view') AND name = $1",
+    json_ids: "(SELECT value FROM json_each($1))",
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -37,6 +41,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     table_exists: "SELECT COUNT(*) FROM pg_catalog.pg_class c \
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
         WHERE c.relname = $1 AND n.nspname = current_schema()",
+    json_ids: "(SELECT jsonb_array_elements_text(CAST($1 AS JSONB)))",
 };
 
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
@@ -80,6 +85,7 @@ impl Dialect {
             .replace("{file_upsert}", FILE_UPSERT)
             .replace("{now}", self.now)
             .replace("{skip_locked}", self.skip_locked)
+            .replace("{json_ids}", self.json_ids)
             .replace("{for_update}", self.for_update)
             .replace("{run_columns}", RUN_COLUMNS)
             .replace("{job_columns}", JOB_COLUMNS)
@@ -217,6 +223,16 @@ queries! {
         deadline_at = {now}, expires_at = {now}, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND holder = $3";
     count_reruns = "SELECT COUNT(*) FROM jobhost_runs WHERE rerun_of = $1";
+    // Retention: finished runs created before the cut-off, oldest first (never a queued or
+    // running one), then their attempts, ledgers and rows; delivered reports.
+    old_runs = "SELECT id FROM jobhost_runs WHERE created_at < {now} - $1 \
+        AND status NOT IN ('queued', 'running') ORDER BY created_at LIMIT $2";
+    prune_attempts = "DELETE FROM jobhost_attempts WHERE run_id IN {json_ids}";
+    prune_steps = "DELETE FROM jobhost_steps WHERE run_id IN {json_ids}";
+    prune_runs = "DELETE FROM jobhost_runs WHERE id IN {json_ids} \
+        AND status NOT IN ('queued', 'running')";
+    prune_reports = "DELETE FROM jobhost_reports WHERE id IN (SELECT id FROM jobhost_reports \
+        WHERE delivered_at IS NOT NULL AND created_at < {now} - $1 ORDER BY id LIMIT $2)";
     // `host drive`'s candidates: due runs in claim order, a page after the last one seen.
     due_candidates = "SELECT id, job, next_attempt_at FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \

@@ -1,0 +1,62 @@
+//! Retention: the history older than the operator's `--retention` is deleted — finished
+//! runs with their attempts, logs and ledgers, and delivered reports — once per period
+//! across the fleet, under a lease of its own (like surveillance), in bounded batches so
+//! a large backlog of history never holds a long transaction. A queued or running run is
+//! never touched, however old.
+
+use crate::store::{LeaseRequest, Pruned, Store, StoreError};
+use std::time::Duration;
+
+const LEASE_JOB: &str = "jobhost:retention";
+const LEASE_INSTANCE: &str = "fleet";
+/// Rows of each kind deleted per transaction.
+const BATCH: i64 = 500;
+/// Most batches per period (the rest wait for the next).
+const BATCHES: usize = 20;
+
+pub struct Retention {
+    pub store: Store,
+    pub host_id: String,
+    pub interval: Duration,
+    /// History older than this is deleted.
+    pub keep: Duration,
+}
+
+impl Retention {
+    /// Deletes what is past the retention age, if this host holds this period's lease;
+    /// what it deleted.
+    pub async fn prune(&self) -> Result<Pruned, StoreError> {
+        let hold = (self.interval.as_millis() as i64 * 9 / 10).max(1);
+        let lease = self
+            .store
+            .acquire_lease(&LeaseRequest {
+                job: LEASE_JOB,
+                instance: LEASE_INSTANCE,
+                holder: &self.host_id,
+                deadline_ms: hold,
+                expires_ms: hold,
+            })
+            .await?;
+        let mut total = Pruned::default();
+        if lease.is_none() {
+            return Ok(total);
+        }
+        let keep_ms = i64::try_from(self.keep.as_millis()).unwrap_or(i64::MAX);
+        for _ in 0..BATCHES {
+            let pruned = self.store.prune(keep_ms, BATCH).await?;
+            total.runs += pruned.runs;
+            total.reports += pruned.reports;
+            if pruned.runs < BATCH as u64 && pruned.reports < BATCH as u64 {
+                break;
+            }
+        }
+        if total != Pruned::default() {
+            tracing::info!(
+                runs = total.runs,
+                reports = total.reports,
+                "pruned history past the retention age"
+            );
+        }
+        Ok(total)
+    }
+}

@@ -1,0 +1,53 @@
+//! The rows retention deletes: finished runs older than the cut-off with their attempts
+//! and ledgers, and delivered reports. What is old enough, and when, is `retention`'s.
+
+use super::{Exclusive, Result, Store};
+use sqlx::Connection;
+
+/// What one batch deleted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    pub runs: u64,
+    pub reports: u64,
+}
+
+impl Store {
+    /// Deletes up to `limit` finished runs created more than `older_than_ms` ago (never a
+    /// queued or running one) with their attempts and steps, and up to `limit` delivered
+    /// reports as old, in one transaction.
+    pub async fn prune(&self, older_than_ms: i64, limit: i64) -> Result<Pruned> {
+        self.retrying(|| self.prune_once(older_than_ms, limit))
+            .await
+    }
+
+    async fn prune_once(&self, older_than_ms: i64, limit: i64) -> Result<Pruned> {
+        let q = self.q;
+        with_pool!(self.pool, p => {
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+            let ids: Vec<String> = sqlx::query_scalar(q.old_runs.as_str())
+                .bind(older_than_ms)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+            let ids = serde_json::to_string(&ids).expect("ids serialise");
+            for sql in [&q.prune_attempts, &q.prune_steps] {
+                sqlx::query(sql.as_str()).bind(&ids).execute(&mut *tx).await?;
+            }
+            let runs = sqlx::query(q.prune_runs.as_str())
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            let reports = sqlx::query(q.prune_reports.as_str())
+                .bind(older_than_ms)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            conn.release();
+            Ok(Pruned { runs, reports })
+        })
+    }
+}
