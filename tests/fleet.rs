@@ -451,22 +451,7 @@ async fn a_host_killed_with_endings_unrecorded_loses_none_it_acknowledged() {
     .await;
     let store = home.store().await;
     for i in 0..RUNS {
-        store
-            .insert_run(&jobhost::store::NewRun {
-                id: jobhost::runner::new_run_id(),
-                job: "unit".into(),
-                instance: format!("i{i}"),
-                tenant: "default".into(),
-                origin: jobhost::store::Origin::Kick,
-                payload: "{}".into(),
-                cursor: None,
-                component_digest: None,
-                scheduled_for: None,
-                rerun_of: None,
-                delay_ms: 0,
-            })
-            .await
-            .unwrap();
+        common::queue_run(&store, "unit", &format!("i{i}"), 0).await;
     }
     // Endings cannot be recorded at all at first: the finisher's backlog (1 024) fills
     // and the workers wait on it, while claims go on.

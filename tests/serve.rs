@@ -94,22 +94,7 @@ on_every_backend! {
             assert_eq!(code, 0, "{run}");
         }
         let store = home.store().await;
-        let live = store
-            .insert_run(&jobhost::store::NewRun {
-                id: jobhost::runner::new_run_id(),
-                job: "hello".into(),
-                instance: "later".into(),
-                tenant: "default".into(),
-                origin: jobhost::store::Origin::Kick,
-                payload: "{}".into(),
-                cursor: None,
-                component_digest: None,
-                scheduled_for: None,
-                rerun_of: None,
-                delay_ms: 86_400_000,
-            })
-            .await
-            .unwrap();
+        let live = common::queue_run(&store, "hello", "later", 86_400_000).await;
         store.close().await;
         // Everything so far is two hours old; then one recent run.
         home.exec("UPDATE jobhost_runs SET created_at = created_at - 7200000").await;

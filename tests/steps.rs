@@ -250,9 +250,9 @@ on_every_backend! {
         register(&home, &manifest).await;
         let store = home.store().await;
         // A run of a job this sweep does not have comes first in claim order.
-        queue(&store, "elsewhere", "first").await;
+        common::queue_run(&store, "elsewhere", "first", 0).await;
         for i in 0..1000 {
-            queue(&store, "noop", &format!("i{i}")).await;
+            common::queue_run(&store, "noop", &format!("i{i}"), 0).await;
         }
         store.close().await;
         let out = home.run(&["drive", "--manifest", manifest.to_str().unwrap(), "--limit", "50", "--json"]);
@@ -332,25 +332,6 @@ fn kick(home: &Home, job: &str) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-async fn queue(store: &jobhost::store::Store, job: &str, instance: &str) {
-    store
-        .insert_run(&jobhost::store::NewRun {
-            id: jobhost::runner::new_run_id(),
-            job: job.into(),
-            instance: instance.into(),
-            tenant: "default".into(),
-            origin: jobhost::store::Origin::Kick,
-            payload: "{}".into(),
-            cursor: None,
-            component_digest: None,
-            scheduled_for: None,
-            rerun_of: None,
-            delay_ms: 0,
-        })
-        .await
-        .expect("queue a run");
 }
 
 /// How long a kill-and-resume test may take, at most, per backend.

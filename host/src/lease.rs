@@ -18,8 +18,30 @@
 //! after a deadline to record the outcome before another host may take the lease (and
 //! surveillance reports the run `crashed`).
 
-use crate::store::{AttemptTerms, Lease, RunRecord};
+use crate::store::{AttemptTerms, Lease, LeaseRequest, RunRecord, Store, StoreError};
 use std::time::Duration;
+
+/// Takes this period's turn of a fleet-wide chore (surveillance, collecting objects,
+/// retention): a lease of its own held for 0.9 × `interval`, so the chore runs once per
+/// period whichever host's timer fires first. Whether this host has the turn.
+pub async fn fleet_turn(
+    store: &Store,
+    chore: &str,
+    host: &str,
+    interval: Duration,
+) -> Result<bool, StoreError> {
+    let hold = (ms(interval) * 9 / 10).max(1);
+    let lease = store
+        .acquire_lease(&LeaseRequest {
+            job: chore,
+            instance: "fleet",
+            holder: host,
+            deadline_ms: hold,
+            expires_ms: hold,
+        })
+        .await?;
+    Ok(lease.is_some())
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseTerms {

@@ -4,11 +4,11 @@
 //! a large backlog of history never holds a long transaction. A queued or running run is
 //! never touched, however old.
 
-use crate::store::{LeaseRequest, Pruned, Store, StoreError};
+use crate::lease::fleet_turn;
+use crate::store::{Pruned, Store, StoreError};
 use std::time::Duration;
 
-const LEASE_JOB: &str = "jobhost:retention";
-const LEASE_INSTANCE: &str = "fleet";
+const CHORE: &str = "jobhost:retention";
 /// Rows of each kind deleted per transaction.
 const BATCH: i64 = 500;
 /// Most batches per period (the rest wait for the next).
@@ -26,19 +26,8 @@ impl Retention {
     /// Deletes what is past the retention age, if this host holds this period's lease;
     /// what it deleted.
     pub async fn prune(&self) -> Result<Pruned, StoreError> {
-        let hold = (self.interval.as_millis() as i64 * 9 / 10).max(1);
-        let lease = self
-            .store
-            .acquire_lease(&LeaseRequest {
-                job: LEASE_JOB,
-                instance: LEASE_INSTANCE,
-                holder: &self.host_id,
-                deadline_ms: hold,
-                expires_ms: hold,
-            })
-            .await?;
         let mut total = Pruned::default();
-        if lease.is_none() {
+        if !fleet_turn(&self.store, CHORE, &self.host_id, self.interval).await? {
             return Ok(total);
         }
         let keep_ms = i64::try_from(self.keep.as_millis()).unwrap_or(i64::MAX);

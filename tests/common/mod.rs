@@ -97,6 +97,32 @@ pub fn postgres_admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
 }
 
+/// Queues a run of `job` as a kick would (the job's instance `instance`, an empty
+/// payload), due in `delay_ms`, straight through the library.
+pub async fn queue_run(
+    store: &jobhost::store::Store,
+    job: &str,
+    instance: &str,
+    delay_ms: i64,
+) -> jobhost::store::RunRecord {
+    store
+        .insert_run(&jobhost::store::NewRun {
+            id: jobhost::runner::new_run_id(),
+            job: job.into(),
+            instance: instance.into(),
+            tenant: "default".into(),
+            origin: jobhost::store::Origin::Kick,
+            payload: "{}".into(),
+            cursor: None,
+            component_digest: None,
+            scheduled_for: None,
+            rerun_of: None,
+            delay_ms,
+        })
+        .await
+        .expect("queue a run")
+}
+
 /// One test's world: a home directory and a database of its own.
 pub struct Home {
     pub dir: tempfile::TempDir,

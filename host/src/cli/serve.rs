@@ -248,16 +248,7 @@ pub async fn kick_cmd(
     let store = Store::open(&global.db_url(None)).await?;
     let result = kick::kick(&store, job, instance).await;
     store.close().await;
-    let kicked = match result {
-        Ok(kicked) => kicked,
-        Err(KickError::UnknownJob(_)) => {
-            return Err(Failure::usage(format!(
-                "unknown job {job:?} (see `host jobs`)"
-            )));
-        }
-        Err(KickError::Payload(e)) => return Err(Failure::usage(e)),
-        Err(KickError::Store(e)) => return Err(e.into()),
-    };
+    let kicked = result.map_err(|e| refused(job, e))?;
     if json {
         println!("{}", serde_json::to_value(&kicked).expect("serialisable"));
     } else {
@@ -267,6 +258,17 @@ pub async fn kick_cmd(
         }
     }
     Ok(0)
+}
+
+/// A kick or start that could not be taken, in words.
+fn refused(job: &str, error: KickError) -> Failure {
+    match error {
+        KickError::UnknownJob(_) => {
+            Failure::usage(format!("unknown job {job:?} (see `host jobs`)"))
+        }
+        KickError::Payload(e) => Failure::usage(e),
+        KickError::Store(e) => e.into(),
+    }
 }
 
 /// Joins the live run of a job and instance, or starts one.
@@ -282,16 +284,7 @@ pub async fn start_cmd(
     let store = Store::open(&global.db_url(None)).await?;
     let result = kick::start(&store, job, instance, payload.as_deref()).await;
     store.close().await;
-    let started = match result {
-        Ok(started) => started,
-        Err(KickError::UnknownJob(_)) => {
-            return Err(Failure::usage(format!(
-                "unknown job {job:?} (see `host jobs`)"
-            )));
-        }
-        Err(KickError::Payload(e)) => return Err(Failure::usage(e)),
-        Err(KickError::Store(e)) => return Err(e.into()),
-    };
+    let started = result.map_err(|e| refused(job, e))?;
     if json {
         println!("{}", serde_json::to_value(&started).expect("serialisable"));
     } else if started.joined {

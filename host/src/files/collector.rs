@@ -17,12 +17,11 @@
 //!   that resolved the name just before time to finish their read.
 
 use super::{Files, FilesError};
-use crate::store::{DeadObject, LeaseRequest, Store};
+use crate::store::{DeadObject, Store};
 use std::sync::Arc;
 use std::time::Duration;
 
-const LEASE_JOB: &str = "jobhost:collector";
-const LEASE_INSTANCE: &str = "fleet";
+const CHORE: &str = "jobhost:collector";
 /// Most objects of each kind deleted per period (the rest wait for the next).
 const BATCH: i64 = 1000;
 
@@ -47,18 +46,7 @@ pub struct Collected {
 
 impl Collector {
     pub async fn collect(&self) -> Result<Collected, FilesError> {
-        let hold = (self.interval.as_millis() as i64 * 9 / 10).max(1);
-        let lease = self
-            .store
-            .acquire_lease(&LeaseRequest {
-                job: LEASE_JOB,
-                instance: LEASE_INSTANCE,
-                holder: &self.host_id,
-                deadline_ms: hold,
-                expires_ms: hold,
-            })
-            .await?;
-        if lease.is_none() {
+        if !crate::lease::fleet_turn(&self.store, CHORE, &self.host_id, self.interval).await? {
             return Ok(Collected::default());
         }
         let grace = |d: Duration| d.as_millis() as i64;

@@ -9,12 +9,11 @@ use super::cron::Cron;
 use crate::catalog::Catalog;
 use crate::failure::FailureCode;
 use crate::runner::new_run_id;
-use crate::store::{Crash, LeaseRequest, NewReport, NewRun, Origin, ReportKind, Store, StoreError};
+use crate::store::{Crash, NewReport, NewRun, Origin, ReportKind, Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 
-const LEASE_JOB: &str = "jobhost:surveillance";
-const LEASE_INSTANCE: &str = "fleet";
+const CHORE: &str = "jobhost:surveillance";
 
 /// Whether a schedule counts as missed at `now`: no success for twice its period, and
 /// not already reported within the last period.
@@ -45,18 +44,7 @@ pub struct Surveillance {
 
 impl Surveillance {
     pub async fn check(&self) -> Result<Findings, StoreError> {
-        let hold = (self.interval.as_millis() as i64 * 9 / 10).max(1);
-        let lease = self
-            .store
-            .acquire_lease(&LeaseRequest {
-                job: LEASE_JOB,
-                instance: LEASE_INSTANCE,
-                holder: &self.host_id,
-                deadline_ms: hold,
-                expires_ms: hold,
-            })
-            .await?;
-        if lease.is_none() {
+        if !crate::lease::fleet_turn(&self.store, CHORE, &self.host_id, self.interval).await? {
             return Ok(Findings::default());
         }
         let crashed = self.find_crashed(false).await?;

@@ -230,15 +230,27 @@ impl Store {
         fence: &Fence,
         write: &FileWrite,
     ) -> Result<Option<FileWritten>> {
-        let q = self.q;
         let p = match &self.pool {
             super::Pool::Sqlite(p) => return self.file_write_fenced_sqlite(p, fence, write).await,
             super::Pool::Postgres(p) => p,
         };
-        let mut conn = Exclusive::acquire(p).await?;
+        self.fenced_postgres(p, fence, async |conn| apply_postgres(conn, write).await)
+            .await
+    }
+
+    /// Runs `apply` in a transaction of its own on Postgres, fenced by the attempt's
+    /// lease: the lease row locked first (as in every transaction), so no renewal or
+    /// takeover slips between the check and the commit. `None` when the lease was lost
+    /// (nothing applied).
+    pub(super) async fn fenced_postgres<T>(
+        &self,
+        pool: &sqlx::PgPool,
+        fence: &Fence,
+        apply: impl AsyncFnOnce(&mut PgConnection) -> std::result::Result<T, sqlx::Error>,
+    ) -> Result<Option<T>> {
+        let mut conn = Exclusive::acquire(pool).await?;
         let mut tx = conn.begin().await?;
-        // The lease row first, as in every transaction.
-        let held = sqlx::query(q.fence.as_str())
+        let held = sqlx::query(self.q.fence.as_str())
             .bind(&fence.job)
             .bind(&fence.instance)
             .bind(fence.generation)
@@ -250,10 +262,10 @@ impl Store {
             conn.release();
             return Ok(None);
         }
-        let written = apply_postgres(&mut tx, write).await?;
+        let applied = apply(&mut tx).await?;
         tx.commit().await?;
         conn.release();
-        Ok(Some(written))
+        Ok(Some(applied))
     }
 
     /// One statement with the lease check inside (see `upsert_file_fenced`). Nothing

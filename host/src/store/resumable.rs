@@ -175,32 +175,18 @@ impl Store {
             }
             super::Pool::Postgres(p) => p,
         };
-        let mut conn = Exclusive::acquire(p).await?;
-        let mut tx = conn.begin().await?;
-        // The lease row first, as in every transaction; locked, so no renewal or takeover
-        // slips between the check and the commit.
-        let held = sqlx::query(q.fence.as_str())
-            .bind(&fence.job)
-            .bind(&fence.instance)
-            .bind(fence.generation)
-            .bind(&fence.holder)
-            .fetch_optional(&mut *tx)
+        let recorded = self
+            .fenced_postgres(p, fence, async |conn| {
+                sqlx::query(q.record_step.as_str())
+                    .bind(run_id)
+                    .bind(pass)
+                    .bind(name)
+                    .bind(result)
+                    .bind(fence.generation)
+                    .execute(conn)
+                    .await
+            })
             .await?;
-        if held.is_none() {
-            tx.rollback().await?;
-            conn.release();
-            return Ok(false);
-        }
-        sqlx::query(q.record_step.as_str())
-            .bind(run_id)
-            .bind(pass)
-            .bind(name)
-            .bind(result)
-            .bind(fence.generation)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        conn.release();
-        Ok(true)
+        Ok(recorded.is_some())
     }
 }

@@ -345,15 +345,20 @@ impl Session {
 
     /// Runs one of the host's own statements, unchecked by the grant.
     async fn host_statement(&mut self, sql: &'static str) -> Result<(), GuestDbError> {
-        let auth = self.auth.clone();
-        let mode = auth.mode.swap(MODE_HOST, Ordering::AcqRel);
-        let result = sqlx::raw_sql(sql)
-            .execute(&mut **self.conn())
-            .await
-            .map(drop)
-            .map_err(|e| classify(&e, &auth));
-        auth.mode.store(mode, Ordering::Release);
-        result
+        let host = HostMode::enter(&self.auth);
+        let result = sqlx::raw_sql(sql).execute(&mut **self.conn()).await;
+        host.classify(result.map(drop))
+    }
+
+    /// Readies one of the host's own row changes inside the transaction: the write lock
+    /// taken, the host's statements, the authorizer in the host's mode until the returned
+    /// guard is dropped.
+    async fn as_host(&mut self) -> Result<(&'static Queries, HostMode), GuestDbError> {
+        self.ensure_begun().await?;
+        let q = self
+            .host_queries
+            .expect("a write session has the host's statements");
+        Ok((q, HostMode::enter(&self.auth)))
     }
 
     /// Takes the write lock, once, before the transaction's first statement.
@@ -531,31 +536,15 @@ impl TxSession for Session {
     }
 
     async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError> {
-        self.ensure_begun().await?;
-        let q = self
-            .host_queries
-            .expect("a write session has the host's statements");
-        let auth = self.auth.clone();
-        let mode = auth.mode.swap(MODE_HOST, Ordering::AcqRel);
-        let written = super::files::apply_sqlite(self.conn(), q, write)
-            .await
-            .map_err(|e| classify(&e, &auth));
-        auth.mode.store(mode, Ordering::Release);
-        written
+        let (q, host) = self.as_host().await?;
+        let written = super::files::apply_sqlite(self.conn(), q, write).await;
+        host.classify(written)
     }
 
     async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError> {
-        self.ensure_begun().await?;
-        let q = self
-            .host_queries
-            .expect("a write session has the host's statements");
-        let auth = self.auth.clone();
-        let mode = auth.mode.swap(MODE_HOST, Ordering::AcqRel);
-        let written = super::resumable::apply_sqlite(self.conn(), q, write)
-            .await
-            .map_err(|e| classify(&e, &auth));
-        auth.mode.store(mode, Ordering::Release);
-        written
+        let (q, host) = self.as_host().await?;
+        let written = super::resumable::apply_sqlite(self.conn(), q, write).await;
+        host.classify(written)
     }
 
     async fn release(self: Box<Self>) {
@@ -628,6 +617,33 @@ fn decode_row(row: &SqliteRow) -> Result<Vec<SqlValue>, GuestDbError> {
 
 /// Maps a driver error to a fixed code, using what the authorizer recorded. A table that
 /// does not exist is `not-granted` like one that does, so a guest cannot probe for names.
+/// The authorizer in the host's mode, for the host's own statements; back to the mode it
+/// was in when dropped, also when the call is cancelled half-way.
+struct HostMode {
+    auth: Arc<AuthState>,
+    previous: u8,
+}
+
+impl HostMode {
+    fn enter(auth: &Arc<AuthState>) -> HostMode {
+        HostMode {
+            auth: auth.clone(),
+            previous: auth.mode.swap(MODE_HOST, Ordering::AcqRel),
+        }
+    }
+
+    /// A host statement's failure as the guest sees it.
+    fn classify<T>(&self, result: Result<T, sqlx::Error>) -> Result<T, GuestDbError> {
+        result.map_err(|e| classify(&e, &self.auth))
+    }
+}
+
+impl Drop for HostMode {
+    fn drop(&mut self) {
+        self.auth.mode.store(self.previous, Ordering::Release);
+    }
+}
+
 fn classify(error: &sqlx::Error, auth: &AuthState) -> GuestDbError {
     match auth.denied.load(Ordering::Acquire) {
         DENIED_NOT_GRANTED | DENIED_AMBIGUOUS => {
