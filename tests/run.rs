@@ -211,6 +211,10 @@ on_every_backend! {
         assert_eq!(refused(&write("INSERT INTO ledger VALUES ('x', 1, 1)"), "db.read=ledger"), not_granted);
         assert_eq!(refused(&read("DELETE FROM ledger"), "db.write=ledger"), "query refused: read-only");
         assert_eq!(refused(&write("UPDATE secrets SET value = 'pwned'"), "db.write=ledger"), not_granted);
+        // A run's ledger and progress are the host's rows: a guest cannot forge a step or
+        // move its own cursor.
+        assert_eq!(refused(&write("INSERT INTO jobhost_steps VALUES ('r', 1, 's', '1', 1, 0)"), "db.write=ledger"), not_granted);
+        assert_eq!(refused(&write("UPDATE jobhost_runs SET cursor = '1', work_done = 1"), "db.write=ledger"), not_granted);
         assert_eq!(refused(&write("DROP TABLE ledger"), "db.write=ledger"), forbidden);
         assert_eq!(refused(&write("CREATE TABLE mine (a INTEGER)"), "db.write=ledger"), forbidden);
         assert_eq!(refused(&write("COMMIT"), "db.write=ledger"), forbidden);
@@ -238,6 +242,8 @@ on_every_backend! {
                 ("SELECT jobhost_attach_file('acme', 'docs', 'x', 'k', 1, 'd', 'clean', 'r')", forbidden),
                 ("SELECT jobhost_remove_file('acme', 'docs', 'x')", forbidden),
                 ("SELECT jobhost_fence('probe', 'default', 1, 'r')", forbidden),
+                ("SELECT jobhost_record_step('r', 1, 's', '1', 1)", forbidden),
+                ("SELECT jobhost_end_pass('r', 1, 1, '1', '{}', true)", forbidden),
             ],
         };
         for (sql, expected) in engine_specific {

@@ -401,6 +401,13 @@ mod tests {
             reason(second.record("a".into(), "2".into()).await),
             "step-recorded"
         );
+        // After the pass's end is committed nothing more belongs to it.
+        second.steps.committed = Some(CommittedEnd::Done);
+        assert_eq!(reason(second.start("b".into()).await), "pass-committed");
+        assert_eq!(
+            reason(second.counter_add("c".into(), 1).await),
+            "pass-committed"
+        );
         // Another pass has a ledger of its own.
         let (mut other, _) = attempt(&dir, 2).await;
         assert!(matches!(other.start("a".into()).await, Ok(None)));
