@@ -32,9 +32,6 @@ mod guests;
 
 use criterion::{BatchSize, Criterion, SamplingMode};
 use jobhost::app::{App, AppConfig};
-use jobhost::capability::db::DbCapability;
-use jobhost::capability::files::FilesCapability;
-use jobhost::capability::links::LinksCapability;
 use jobhost::capability::steps::{StepsCapability, StepsSession};
 use jobhost::engine::attempt::{AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext};
 use jobhost::engine::bindings::jobhost::job::steps::Host as StepsHost;
@@ -583,10 +580,8 @@ fn bench_db_write(c: &mut Criterion, rt: &Runtime) {
             64 << 20,
             AttemptLog::new(1024),
             Capabilities {
-                db: DbCapability::new(None),
-                files: FilesCapability::new(None),
-                links: LinksCapability::new(None),
                 steps: StepsCapability::new(Some(session)),
+                ..Capabilities::none()
             },
         )
     };

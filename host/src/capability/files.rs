@@ -368,8 +368,6 @@ impl HostUpload for GuestState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capability::db::DbCapability;
-    use crate::capability::links::LinksCapability;
     use crate::engine::output::AttemptLog;
     use crate::engine::state::Capabilities;
     use crate::files::CollectionSpec;
@@ -415,10 +413,8 @@ mod tests {
             },
         };
         let capabilities = Capabilities {
-            db: DbCapability::new(None),
             files: FilesCapability::new(Some(session)),
-            links: LinksCapability::new(None),
-            steps: crate::capability::steps::StepsCapability::new(None),
+            ..Capabilities::none()
         };
         (
             GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),

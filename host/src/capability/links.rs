@@ -93,8 +93,6 @@ impl Host for GuestState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capability::db::DbCapability;
-    use crate::capability::files::FilesCapability;
     use crate::engine::output::AttemptLog;
     use crate::engine::state::Capabilities;
     use crate::links::token::{ROTATE_AFTER, Signer};
@@ -177,10 +175,8 @@ mod tests {
             },
         };
         let capabilities = Capabilities {
-            db: DbCapability::new(None),
-            files: FilesCapability::new(None),
             links: LinksCapability::new(Some(session)),
-            steps: crate::capability::steps::StepsCapability::new(None),
+            ..Capabilities::none()
         };
         (
             GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),

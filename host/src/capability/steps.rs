@@ -314,9 +314,6 @@ impl Host for GuestState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capability::db::DbCapability;
-    use crate::capability::files::FilesCapability;
-    use crate::capability::links::LinksCapability;
     use crate::engine::output::AttemptLog;
     use crate::engine::state::Capabilities;
     use crate::store::LeaseRequest;
@@ -358,10 +355,8 @@ mod tests {
             counters: BTreeMap::from([("near".to_string(), i64::MAX - 1)]),
         };
         let capabilities = Capabilities {
-            db: DbCapability::new(None),
-            files: FilesCapability::new(None),
-            links: LinksCapability::new(None),
             steps: StepsCapability::new(Some(session)),
+            ..Capabilities::none()
         };
         (
             GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),
@@ -467,13 +462,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_job_without_the_grant_is_refused() {
-        let capabilities = Capabilities {
-            db: DbCapability::new(None),
-            files: FilesCapability::new(None),
-            links: LinksCapability::new(None),
-            steps: StepsCapability::new(None),
-        };
-        let mut state = GuestState::new(64 << 20, AttemptLog::new(1024), capabilities);
+        let mut state = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
         assert!(matches!(
             state.start("a".into()).await,
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"

@@ -187,13 +187,7 @@ impl Engine {
         memory: u64,
         deadline: Instant,
     ) -> wasmtime::Result<()> {
-        let capabilities = Capabilities {
-            db: DbCapability::new(None),
-            files: FilesCapability::new(None),
-            links: LinksCapability::new(None),
-            steps: StepsCapability::new(None),
-        };
-        let state = GuestState::new(memory, AttemptLog::new(MAX_LOG_BYTES), capabilities);
+        let state = GuestState::new(memory, AttemptLog::new(MAX_LOG_BYTES), Capabilities::none());
         let mut store = self.attempt_store(state, u64::MAX, deadline);
         loaded.pre.instantiate_async(&mut store).await?;
         Ok(())

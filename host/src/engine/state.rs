@@ -46,6 +46,19 @@ pub struct Capabilities {
     pub steps: StepsCapability,
 }
 
+impl Capabilities {
+    /// No capability granted (each session `None`): start from this and set the ones a
+    /// job was given.
+    pub fn none() -> Capabilities {
+        Capabilities {
+            db: DbCapability::new(None),
+            files: FilesCapability::new(None),
+            links: LinksCapability::new(None),
+            steps: StepsCapability::new(None),
+        }
+    }
+}
+
 impl GuestState {
     pub fn new(memory_cap: u64, log: AttemptLog, capabilities: Capabilities) -> Self {
         // No preopens, no environment, no arguments, no network: stdout and stderr go to
