@@ -348,36 +348,28 @@ async fn hosts_starting_together_migrate_once() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    // Each of the host's migrations applied once.
-    let host_migrations = std::fs::read_dir(common::workspace().join("migrations/postgres"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "sql")
-        })
-        .count() as i64;
+    // Each migration applied once: the host's and the operator's.
+    let sql_files = |dir: std::path::PathBuf| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "sql")
+            })
+            .count() as i64
+    };
     assert_eq!(
         home.scalar("SELECT COUNT(*) FROM jobhost_migrations WHERE scope = 'host'")
             .await,
-        host_migrations
+        sql_files(common::workspace().join("migrations/postgres"))
     );
-    let operator_migrations = std::fs::read_dir(common::migrations())
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "sql")
-        })
-        .count() as i64;
     assert_eq!(
         home.scalar("SELECT COUNT(*) FROM jobhost_migrations WHERE scope = 'operator'")
             .await,
-        operator_migrations
+        sql_files(common::migrations())
     );
     assert_eq!(home.scalar("SELECT COUNT(*) FROM secrets").await, 1);
 }
