@@ -5,8 +5,6 @@ use crate::app::{App, AppConfig};
 use crate::catalog::Catalog;
 use crate::drive::{DriveLimits, drive as sweep};
 use crate::engine::EngineSettings;
-use crate::lease::LeaseTerms;
-use crate::runner::RunnerSettings;
 use crate::schedule::cron::parse_tz;
 use crate::schedule::surveillance::Surveillance;
 use crate::units::parse_duration;
@@ -34,10 +32,9 @@ pub struct DriveArgs {
     /// (or another sweep) checked within this interval.
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
     pub surveillance_interval: Duration,
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    pub lease_grace: Duration,
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    pub txn_timeout: Duration,
+    #[command(flatten)]
+    pub attempts: super::AttemptArgs,
+    /// Reruns a crashed run gets.
     #[arg(long, default_value_t = 3)]
     pub max_reruns: i64,
     #[arg(long)]
@@ -59,13 +56,7 @@ pub async fn drive(global: &Global, args: DriveArgs) -> Result<u8, Failure> {
             cache_dir: Some(global.cache_dir()),
             fuel: true,
         },
-        runner: RunnerSettings {
-            lease: LeaseTerms {
-                grace: args.lease_grace,
-            },
-            txn_bound: args.txn_timeout,
-            ..RunnerSettings::default()
-        },
+        runner: args.attempts.runner(),
         home: global.home.clone(),
         collections: manifest.collections.clone(),
         mounts: manifest.mounts.clone(),
@@ -78,7 +69,7 @@ pub async fn drive(global: &Global, args: DriveArgs) -> Result<u8, Failure> {
         catalog: Some(catalog.clone()),
         host_id: app.runner.host_id().to_string(),
         interval: args.surveillance_interval,
-        stale: args.lease_grace,
+        stale: args.attempts.lease_grace,
         max_reruns: args.max_reruns,
     };
     surveillance.check().await?;

@@ -107,6 +107,31 @@ pub enum Command {
     },
 }
 
+/// How the attempts of a process that runs jobs (`run`, `serve`, `drive`) hold their
+/// leases and write transactions: the same flags, defaults and meaning in each.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct AttemptArgs {
+    /// Time after an attempt's deadline before its lease may be taken over.
+    #[arg(long, value_parser = crate::units::parse_duration, default_value = "5s")]
+    pub lease_grace: std::time::Duration,
+    /// Longest a guest write transaction may stay open.
+    #[arg(long, value_parser = crate::units::parse_duration, default_value = "5s")]
+    pub txn_timeout: std::time::Duration,
+}
+
+impl AttemptArgs {
+    /// The runner's settings these flags give, the rest at their defaults.
+    pub fn runner(&self) -> crate::runner::RunnerSettings {
+        crate::runner::RunnerSettings {
+            lease: crate::lease::LeaseTerms {
+                grace: self.lease_grace,
+            },
+            txn_bound: self.txn_timeout,
+            ..crate::runner::RunnerSettings::default()
+        }
+    }
+}
+
 impl Global {
     pub fn db_url(&self, manifest_db: Option<&str>) -> String {
         self.db

@@ -57,12 +57,8 @@ pub struct RunArgs {
     /// The operator's migrations to apply first.
     #[arg(long)]
     pub migrations: Option<PathBuf>,
-    /// Time after an attempt's deadline before its lease may be taken over.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    pub lease_grace: Duration,
-    /// Longest a guest write transaction may stay open.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    pub txn_timeout: Duration,
+    #[command(flatten)]
+    pub attempts: super::AttemptArgs,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -89,16 +85,12 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
             ..EngineSettings::default()
         },
         runner: RunnerSettings {
-            lease: crate::lease::LeaseTerms {
-                grace: args.lease_grace,
-            },
-            txn_bound: args.txn_timeout,
             // This process claims its run again the moment it is due: a short slack, so
             // that a run left waiting by a killed `host run` is found soon after.
             claim_slack: Duration::from_secs(1),
             // The run is claimed when it is about to start: no room for waiting.
             start_within: Duration::ZERO,
-            ..RunnerSettings::default()
+            ..args.attempts.runner()
         },
         home: global.home.clone(),
         collections: run_collections(&spec, manifest.as_ref()),
@@ -115,7 +107,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         catalog: None,
         host_id: app.runner.host_id().to_string(),
         interval: Duration::ZERO,
-        stale: args.lease_grace,
+        stale: args.attempts.lease_grace,
         max_reruns: 0,
     }
     .sweep_crashed()

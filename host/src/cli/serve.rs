@@ -5,7 +5,6 @@ use crate::app::{App, AppConfig};
 use crate::catalog::Catalog;
 use crate::engine::{Engine, EngineSettings};
 use crate::kick::{self, KickError, Kicked};
-use crate::lease::LeaseTerms;
 use crate::manifest::{CatchUp, Manifest, ManifestError};
 use crate::runner::RunnerSettings;
 use crate::schedule::cron::{Cron, parse_tz};
@@ -60,12 +59,8 @@ pub struct ServeArgs {
     /// Time zone of cron schedules (IANA name).
     #[arg(long)]
     pub timezone: Option<String>,
-    /// Time after an attempt's deadline before its lease may be taken over.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    pub lease_grace: Duration,
-    /// Longest a guest write transaction may stay open.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
-    pub txn_timeout: Duration,
+    #[command(flatten)]
+    pub attempts: super::AttemptArgs,
     /// Reruns a crashed run gets.
     #[arg(long, default_value_t = 3)]
     pub max_reruns: i64,
@@ -142,12 +137,8 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             fuel: args.fuel_metering,
         },
         runner: RunnerSettings {
-            lease: LeaseTerms {
-                grace: args.lease_grace,
-            },
-            txn_bound: args.txn_timeout,
             claim_slack: args.poll * 5 + Duration::from_secs(10),
-            ..RunnerSettings::default()
+            ..args.attempts.runner()
         },
         home: global.home.clone(),
         collections: manifest
@@ -186,7 +177,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
         },
         webhook: args.webhook.or(host.webhook),
         max_reruns: args.max_reruns,
-        stale: args.lease_grace,
+        stale: args.attempts.lease_grace,
         retention: args.retention.or(host.retention),
     };
     serve(app, catalog, config, shutdown_signal()).await?;
