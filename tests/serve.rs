@@ -258,6 +258,18 @@ on_every_backend! {
         assert_eq!(runs[0].status, "succeeded");
     }
 
+    async fn a_sigterm_right_after_the_listening_line_drains_the_host(home) {
+        let m = home.manifest("", "[jobs.noop]\ncomponent = \"{guest:noop}\"\n");
+        // The handlers must be in place before the host says it listens: a signal in the
+        // gap would otherwise kill it with the default action (no exit code).
+        for _ in 0..3 {
+            let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+            server.signal("TERM");
+            let (code, _) = server.wait_exit(Duration::from_secs(30)).await;
+            assert_eq!(code, Some(0));
+        }
+    }
+
     async fn sigterm_cancels_attempts_past_the_grace_and_another_host_resumes_them(home) {
         let m = home.manifest("", r#"
             [jobs.long]

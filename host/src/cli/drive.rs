@@ -74,8 +74,9 @@ pub async fn drive(global: &Global, args: DriveArgs) -> Result<u8, Failure> {
     };
     surveillance.check().await?;
     let (stop, cancel) = tokio::sync::watch::channel(false);
+    let signalled = super::serve::shutdown_signal();
     let stopping = tokio::spawn(async move {
-        super::serve::shutdown_signal().await;
+        signalled.await;
         let _ = stop.send(true);
     });
     let limits = DriveLimits {

@@ -184,13 +184,18 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
     Ok(0)
 }
 
-/// SIGTERM or SIGINT.
-pub(super) async fn shutdown_signal() {
+/// SIGTERM or SIGINT. The handlers are installed when this is called, not when the
+/// future is first polled: a signal that arrives right after the host said it is
+/// listening must drain it, not kill it with the default action.
+pub(super) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("install a SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    let mut interrupt = signal(SignalKind::interrupt()).expect("install a SIGINT handler");
+    async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = interrupt.recv() => {}
+        }
     }
 }
 
