@@ -160,6 +160,7 @@ async fn the_fleet_keeps_its_invariants_under_kills_freezes_and_cuts() {
             let before = wall_ms();
             let kicked = client
                 .post(format!("{}/jobs/writer/kick?instance={instance}", host.url))
+                .bearer_auth(&host.token)
                 .send()
                 .await;
             if kicked.is_ok_and(|r| r.status().as_u16() == 202) {

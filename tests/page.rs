@@ -52,6 +52,9 @@ async fn the_page_shows_jobs_and_recent_runs_and_what_is_failing() {
         [jobs.broken]
         component = "{guest:flaky}"
         payload = { fail_times = 9 }
+        [jobs.acme-report]
+        component = "{guest:hello}"
+        tenant = "acme"
     "#,
     );
     let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
@@ -68,7 +71,11 @@ async fn the_page_shows_jobs_and_recent_runs_and_what_is_failing() {
         })
         .await;
 
-    let dom = render(&format!("{}/", server.url), &home.path().join("chromium"));
+    // The token rides in the fragment, which the browser never sends to the server.
+    let dom = render(
+        &format!("{}/#token={}", server.url, server.token),
+        &home.path().join("chromium"),
+    );
     assert!(
         dom.contains(r#"<tr class="failing" data-job="broken">"#),
         "the failing job stands out:\n{dom}"
@@ -82,9 +89,30 @@ async fn the_page_shows_jobs_and_recent_runs_and_what_is_failing() {
         dom.contains("handler_failed"),
         "the failure code is shown:\n{dom}"
     );
-    assert!(dom.contains("2 jobs · 1 failing · 2 recent runs"), "{dom}");
+    assert!(dom.contains("3 jobs · 1 failing · 2 recent runs"), "{dom}");
     assert!(
         dom.contains(r#"<span id="error"></span>"#),
         "no error shown:\n{dom}"
     );
+
+    // A tenant's token shows that tenant's jobs only.
+    let acme = home.create_token(Some("acme"));
+    let dom = render(
+        &format!("{}/#token={acme}", server.url),
+        &home.path().join("chromium-acme"),
+    );
+    assert!(dom.contains(r#"data-job="acme-report""#), "{dom}");
+    assert!(
+        !dom.contains(r#"data-job="greeter""#) && !dom.contains("handler_failed"),
+        "{dom}"
+    );
+    assert!(dom.contains("1 jobs · 0 failing · 0 recent runs"), "{dom}");
+
+    // Without a token the page asks for one and shows nothing.
+    let dom = render(
+        &format!("{}/", server.url),
+        &home.path().join("chromium-none"),
+    );
+    assert!(dom.contains(r#"<form id="signin">"#), "{dom}");
+    assert!(!dom.contains(r#"data-job="#), "{dom}");
 }

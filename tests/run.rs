@@ -215,6 +215,10 @@ on_every_backend! {
         // move its own cursor.
         assert_eq!(refused(&write("INSERT INTO jobhost_steps VALUES ('r', 1, 's', '1', 1, 0)"), "db.write=ledger"), not_granted);
         assert_eq!(refused(&write("UPDATE jobhost_runs SET cursor = '1', work_done = 1"), "db.write=ledger"), not_granted);
+        // The API's tokens and the tenant registry are the host's too.
+        assert_eq!(refused(&read("SELECT secret_hash FROM jobhost_tokens"), "db.write=ledger"), not_granted);
+        assert_eq!(refused(&write("INSERT INTO jobhost_tokens (id, secret_hash, created_at) VALUES ('x', 'y', 0)"), "db.write=ledger"), not_granted);
+        assert_eq!(refused(&write("UPDATE jobhost_tenants SET active = 1"), "db.write=ledger"), not_granted);
         assert_eq!(refused(&write("DROP TABLE ledger"), "db.write=ledger"), forbidden);
         assert_eq!(refused(&write("CREATE TABLE mine (a INTEGER)"), "db.write=ledger"), forbidden);
         assert_eq!(refused(&write("COMMIT"), "db.write=ledger"), forbidden);

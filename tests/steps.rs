@@ -187,16 +187,7 @@ on_every_backend! {
         // The API: 201 for a new run, 200 joined (the run is running: `spin` runs until
         // its deadline); a refused payload is a 400 with its path.
         let server = home.serve(&["--manifest", manifest.to_str().unwrap(), "--workers", "1"]).await;
-        let client = reqwest::Client::new();
-        let post = |body: &'static str| {
-            let client = client.clone();
-            let url = format!("{}/jobs/spin/runs", server.url);
-            async move {
-                let response = client.post(url).body(body).send().await.unwrap();
-                let status = response.status().as_u16();
-                (status, response.json::<Value>().await.unwrap())
-            }
-        };
+        let post = |body: &'static str| server.post_as(Some(&server.token), "/jobs/spin/runs", Some(body));
         let (status, body) = post(r#"{"instance":"api","payload":{"name":"x"}}"#).await;
         assert_eq!(status, 201, "{body}");
         home.wait_for(&format!("SELECT COUNT(*) FROM jobhost_runs WHERE id = '{}' AND status = 'running'",
@@ -209,10 +200,7 @@ on_every_backend! {
         assert!(refused["error"]["message"].as_str().unwrap().contains("$.payload.n[2].x"), "{refused}");
         let (status, _) = post(r#"{"instance":"api","unknown":1}"#).await;
         assert_eq!(status, 400);
-        let (status, unknown) = {
-            let response = client.post(format!("{}/jobs/nope/runs", server.url)).send().await.unwrap();
-            (response.status().as_u16(), response.json::<Value>().await.unwrap())
-        };
+        let (status, unknown) = server.post("/jobs/nope/runs").await;
         assert_eq!((status, &unknown["error"]["code"]), (404, &"unknown_job".into()));
         drop(server);
     }
@@ -411,8 +399,8 @@ mod kills {
             assert_eq!(home.scalar("SELECT COUNT(*) FROM import_items").await, ITEMS);
             assert_eq!(home.scalar("SELECT COUNT(*) FROM import_items i JOIN import_source s ON s.id = i.id AND s.value = i.value").await, ITEMS);
             let done = home.store().await;
-            let runs = done.list_runs(&jobhost::store::RunFilter { job: Some("import".into()), status: None,
-                since: None, until: None, before: None, limit: 500 }).await.unwrap();
+            let runs = done.list_runs(&jobhost::store::RunFilter { job: Some("import".into()), limit: 500,
+                ..Default::default() }).await.unwrap();
             let finished = runs.iter().find(|r| r.status == "succeeded").expect("a succeeded run");
             let counters: Value = serde_json::from_str(&finished.counters).unwrap();
             assert_eq!(counters["imported"], ITEMS, "{counters}");
@@ -501,11 +489,8 @@ async fn progress(home: &Home) -> Option<(i64, i64)> {
     let runs = store
         .list_runs(&jobhost::store::RunFilter {
             job: Some("import".into()),
-            status: None,
-            since: None,
-            until: None,
-            before: None,
             limit: 1,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -1057,6 +1057,8 @@ struct Jobhost {
     /// Batch mode's long-lived hosts (backlog drains start their own).
     hosts: Vec<Proc>,
     http: reqwest::Client,
+    /// An operator's API token for the kicks.
+    token: String,
     /// The Postgres database, dropped at the end.
     database: Option<PgDatabase>,
 }
@@ -1101,6 +1103,11 @@ impl Jobhost {
             .expect("read the job")
             .expect("host serve registered the job");
         let spec: JobSpec = serde_json::from_str(&job.spec).expect("the job's spec");
+        let operator = jobhost::tenant::issue();
+        store
+            .insert_token(&operator.id, &operator.secret_hash, None, "bench")
+            .await
+            .expect("create an API token");
         Jobhost {
             home,
             db_url,
@@ -1110,6 +1117,7 @@ impl Jobhost {
             payload: spec.payload.to_string(),
             hosts: Vec::new(),
             http: reqwest::Client::new(),
+            token: operator.token,
             database,
         }
     }
@@ -1323,7 +1331,13 @@ impl Jobhost {
         let mut kicks = Vec::with_capacity(n);
         for i in 0..KICK_WARM_UP + n {
             let sent = Instant::now();
-            let response = self.http.post(&url).send().await.expect("kick");
+            let response = self
+                .http
+                .post(&url)
+                .bearer_auth(&self.token)
+                .send()
+                .await
+                .expect("kick");
             assert_eq!(response.status().as_u16(), 202, "kick refused");
             let body: Value = response.json().await.expect("kick body");
             let answered = sent.elapsed();

@@ -115,6 +115,7 @@ impl App {
         next_fire_at: Option<i64>,
     ) -> Result<JobRecord, StoreError> {
         let definition = serde_json::to_string(spec).expect("a job spec serialises");
+        self.store.add_tenant(&spec.tenant).await?;
         self.store
             .upsert_job(&JobUpsert {
                 name: &spec.name,

@@ -35,6 +35,8 @@ pub struct Started {
 pub enum KickError {
     #[error("unknown job {0:?}")]
     UnknownJob(String),
+    #[error("the tenant {0:?} is disabled: its jobs take no new runs")]
+    TenantDisabled(String),
     #[error(transparent)]
     Payload(crate::job::JobError),
     #[error(transparent)]
@@ -42,10 +44,7 @@ pub enum KickError {
 }
 
 pub async fn kick(store: &Store, job: &str, instance: &str) -> Result<Kicked, KickError> {
-    let record = store
-        .get_job(job)
-        .await?
-        .ok_or_else(|| KickError::UnknownJob(job.to_string()))?;
+    let record = runnable_job(store, job).await?;
     if store.set_pending(job, instance).await? {
         return Ok(Kicked::Pending);
     }
@@ -61,10 +60,7 @@ pub async fn start(
     instance: &str,
     payload: Option<&str>,
 ) -> Result<Started, KickError> {
-    let record = store
-        .get_job(job)
-        .await?
-        .ok_or_else(|| KickError::UnknownJob(job.to_string()))?;
+    let record = runnable_job(store, job).await?;
     let mut run = new_kick_run(&record, instance);
     if let Some(payload) = payload {
         run.payload = crate::job::validate_payload(payload).map_err(KickError::Payload)?;
@@ -72,6 +68,22 @@ pub async fn start(
     run.origin = Origin::Start;
     let (run_id, joined) = store.start_or_join(&run).await?;
     Ok(Started { run_id, joined })
+}
+
+/// The job, if it exists and its tenant takes new runs.
+async fn runnable_job(store: &Store, job: &str) -> Result<JobRecord, KickError> {
+    let record = store
+        .get_job(job)
+        .await?
+        .ok_or_else(|| KickError::UnknownJob(job.to_string()))?;
+    if store
+        .get_tenant(&record.tenant)
+        .await?
+        .is_some_and(|t| t.active == 0)
+    {
+        return Err(KickError::TenantDisabled(record.tenant));
+    }
+    Ok(record)
 }
 
 fn new_kick_run(record: &JobRecord, instance: &str) -> NewRun {

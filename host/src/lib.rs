@@ -28,5 +28,6 @@ pub mod runner;
 pub mod schedule;
 pub mod serve;
 pub mod store;
+pub mod tenant;
 pub mod units;
 pub mod views;

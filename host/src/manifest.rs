@@ -408,13 +408,15 @@ fn job(
             ));
         }
     }
+    let tenant = section
+        .tenant
+        .clone()
+        .or(defaults.tenant.clone())
+        .unwrap_or_else(|| "default".into());
+    crate::tenant::validate_tenant(&tenant).map_err(|e| e.to_string())?;
     let spec = JobSpec {
         name: name.to_string(),
-        tenant: section
-            .tenant
-            .clone()
-            .or(defaults.tenant.clone())
-            .unwrap_or_else(|| "default".into()),
+        tenant,
         component,
         limits: Limits {
             timeout: pick(|s| s.timeout, limits.timeout),

@@ -145,6 +145,11 @@ pub async fn serve(
             })
             .into_future(),
     );
+    if let Ok(0) = shared.app.store.live_tokens().await {
+        tracing::warn!(
+            "no API tokens: the API refuses every request until one is created with `host tokens create`"
+        );
+    }
     tracing::info!(%addr, jobs = shared.catalog.all().len(), workers = config.workers, "serving");
     println!("listening on {addr}");
 

@@ -1,6 +1,9 @@
 //! The JSON shapes of runs, attempts and jobs, shared by the CLI and the HTTP API.
 
-use crate::store::{AttemptRecord, JobRecord, LeaseRecord, RunRecord, StepRecord};
+use crate::store::{
+    AttemptRecord, JobRecord, LeaseRecord, RunRecord, RunStatus, StepRecord, TenantRecord,
+    TokenRecord,
+};
 use serde_json::{Value, json};
 
 pub fn time(ms: i64) -> String {
@@ -147,4 +150,102 @@ pub fn jobs(jobs: &[JobRecord], leases: &[LeaseRecord], now: i64) -> Vec<Value> 
             job(j, lease, now)
         })
         .collect()
+}
+
+pub fn tenant(t: &TenantRecord) -> Value {
+    json!({
+        "name": t.name,
+        "active": t.active != 0,
+        "created_at": time(t.created_at),
+        "updated_at": time(t.updated_at),
+    })
+}
+
+pub fn token(t: &TokenRecord) -> Value {
+    json!({
+        "id": t.id,
+        "tenant": t.tenant,
+        "label": t.label,
+        "created_at": time(t.created_at),
+        "revoked_at": t.revoked_at.map(time),
+    })
+}
+
+/// What a tenant's token sees of a job or run view: no host paths or host ids, and the
+/// statuses a tenant is told (`dropped` for a run the host skipped, `failed` for one
+/// that crashed). One place, so each API answer to a tenant goes through it.
+pub fn for_tenant(mut view: Value) -> Value {
+    if let Some(object) = view.as_object_mut() {
+        for key in ["component", "host"] {
+            object.remove(key);
+        }
+        if let Some(lease) = object.get_mut("lease").and_then(Value::as_object_mut) {
+            lease.remove("holder");
+        }
+        if let Some(status) = object.get("status").and_then(Value::as_str) {
+            let told = tenant_status(status);
+            object.insert("status".into(), told.into());
+        }
+        if let Some(attempts) = object
+            .get_mut("attempt_records")
+            .and_then(Value::as_array_mut)
+        {
+            for attempt in attempts {
+                if let Some(attempt) = attempt.as_object_mut() {
+                    attempt.remove("host");
+                }
+            }
+        }
+    }
+    view
+}
+
+/// The status a tenant is told for a run's status.
+pub fn tenant_status(status: &str) -> &str {
+    match status {
+        "skipped" => "dropped",
+        "crashed" => "failed",
+        other => other,
+    }
+}
+
+/// The run statuses a tenant's status filter stands for.
+pub fn tenant_statuses(told: &str) -> Option<Vec<RunStatus>> {
+    Some(match told {
+        "queued" => vec![RunStatus::Queued],
+        "running" => vec![RunStatus::Running],
+        "succeeded" => vec![RunStatus::Succeeded],
+        "failed" => vec![RunStatus::Failed, RunStatus::Crashed],
+        "dropped" => vec![RunStatus::Skipped],
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_view_drops_host_details_and_tells_five_statuses() {
+        let view = json!({
+            "name": "x", "component": "/srv/jobs/x.wasm", "host": "box-1",
+            "lease": {"held": true, "holder": "box-1"},
+            "status": "skipped",
+            "attempt_records": [{"seq": 1, "host": "box-1", "log": "mine"}],
+        });
+        let told = for_tenant(view);
+        assert_eq!(
+            told,
+            json!({
+                "name": "x", "lease": {"held": true}, "status": "dropped",
+                "attempt_records": [{"seq": 1, "log": "mine"}],
+            })
+        );
+        for status in RunStatus::ALL {
+            let told = tenant_status(status.as_str());
+            let back = tenant_statuses(told).expect("a told status filters");
+            assert!(back.contains(&status), "{told}");
+        }
+        assert_eq!(tenant_statuses("crashed"), None);
+    }
 }

@@ -128,6 +128,7 @@ pub struct Home {
     pub dir: tempfile::TempDir,
     pub backend: Backend,
     pub db_url: String,
+    operator_token: std::sync::OnceLock<String>,
 }
 
 impl Home {
@@ -141,7 +142,29 @@ impl Home {
             dir,
             backend,
             db_url,
+            operator_token: std::sync::OnceLock::new(),
         }
+    }
+
+    /// An operator's API token for this home's database, created on first use.
+    pub fn operator_token(&self) -> String {
+        self.operator_token
+            .get_or_init(|| self.create_token(None))
+            .clone()
+    }
+
+    /// `host tokens create`, of a tenant or (with `None`) an operator's.
+    pub fn create_token(&self, tenant: Option<&str>) -> String {
+        let mut args = vec!["tokens", "create", "--json"];
+        args.extend(tenant.map(|t| ["--tenant", t]).into_iter().flatten());
+        let out = self.run(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let created: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        created["token"].as_str().expect("a token").to_string()
     }
 
     pub fn path(&self) -> &Path {
@@ -248,6 +271,8 @@ impl Home {
 pub struct Server {
     pub child: std::process::Child,
     pub url: String,
+    /// The operator's token `get`, `post` and `text` send.
+    pub token: String,
     client: reqwest::Client,
 }
 
@@ -298,6 +323,7 @@ impl Home {
 
     async fn try_serve_logging(&self, db_url: &str, log: &str, args: &[&str]) -> Option<Server> {
         use std::io::BufRead;
+        let token = self.operator_token();
         let mut child = self
             .host()
             .env("JOBHOST_DB", db_url)
@@ -326,6 +352,7 @@ impl Home {
         Some(Server {
             url: format!("http://{addr}"),
             child,
+            token,
             client: reqwest::Client::new(),
         })
     }
@@ -357,12 +384,17 @@ impl Home {
 
 impl Server {
     pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
-        let r = self
-            .client
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .expect("GET");
+        self.get_as(Some(&self.token), path).await
+    }
+
+    pub async fn post(&self, path: &str) -> (u16, serde_json::Value) {
+        self.post_as(Some(&self.token), path, None).await
+    }
+
+    /// A GET with this bearer token, or none.
+    pub async fn get_as(&self, token: Option<&str>, path: &str) -> (u16, serde_json::Value) {
+        let request = self.client.get(format!("{}{path}", self.url));
+        let r = with_token(request, token).send().await.expect("GET");
         let status = r.status().as_u16();
         let text = r.text().await.expect("body");
         (
@@ -371,20 +403,27 @@ impl Server {
         )
     }
 
-    pub async fn post(&self, path: &str) -> (u16, serde_json::Value) {
-        let r = self
-            .client
-            .post(format!("{}{path}", self.url))
-            .send()
-            .await
-            .expect("POST");
+    /// A POST with this bearer token (or none) and JSON body (or none).
+    pub async fn post_as(
+        &self,
+        token: Option<&str>,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, serde_json::Value) {
+        let mut request = self.client.post(format!("{}{path}", self.url));
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let r = with_token(request, token).send().await.expect("POST");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
     pub async fn text(&self, path: &str) -> String {
-        self.client
-            .get(format!("{}{path}", self.url))
+        let request = self.client.get(format!("{}{path}", self.url));
+        with_token(request, Some(&self.token))
             .send()
             .await
             .expect("GET")
@@ -445,6 +484,13 @@ impl Server {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+fn with_token(request: reqwest::RequestBuilder, token: Option<&str>) -> reqwest::RequestBuilder {
+    match token {
+        Some(token) => request.bearer_auth(token),
+        None => request,
     }
 }
 

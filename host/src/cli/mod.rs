@@ -9,6 +9,7 @@ mod output;
 mod run;
 mod runs;
 mod serve;
+mod tenants;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -100,6 +101,12 @@ pub enum Command {
         #[arg(long)]
         manifest: Option<PathBuf>,
     },
+    /// Register, list, disable and enable tenants.
+    #[command(subcommand)]
+    Tenants(tenants::TenantsCommand),
+    /// Create, list and revoke the HTTP API's bearer tokens.
+    #[command(subcommand)]
+    Tokens(tenants::TokensCommand),
     /// List the failure codes and what each means.
     Codes {
         #[arg(long)]
@@ -218,6 +225,8 @@ pub fn main() -> ExitCode {
                 migrations,
                 manifest,
             } => run::migrate(&cli.global, migrations, manifest).await,
+            Command::Tenants(cmd) => tenants::tenants(&cli.global, cmd).await,
+            Command::Tokens(cmd) => tenants::tokens(&cli.global, cmd).await,
             Command::Codes { json } => Ok(output::codes(json)),
         }
     });

@@ -59,11 +59,10 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             let runs = store
                 .list_runs(&RunFilter {
                     job,
-                    status,
+                    statuses: status.into_iter().collect(),
                     since,
-                    until: None,
-                    before: None,
                     limit: limit.clamp(1, MAX_LIMIT),
+                    ..Default::default()
                 })
                 .await?;
             if json {

@@ -262,6 +262,9 @@ fn refused(job: &str, error: KickError) -> Failure {
         KickError::UnknownJob(_) => {
             Failure::usage(format!("unknown job {job:?} (see `host jobs`)"))
         }
+        KickError::TenantDisabled(_) => {
+            Failure::usage(format!("{error} (see `host tenants list`)"))
+        }
         KickError::Payload(e) => Failure::usage(e),
         KickError::Store(e) => e.into(),
     }

@@ -1,16 +1,25 @@
 //! The HTTP API, the metrics endpoint and the operator's web page.
 //!
 //! Errors are JSON `{"error": {"code": ..., "message": ...}}` with a fixed code:
-//! `unknown_job`, `unknown_run`, `invalid_parameter`, `shutting_down`, `unavailable`.
+//! `unauthenticated`, `unknown_job`, `unknown_run`, `unknown_tenant`, `not_found`,
+//! `tenant_exists`, `tenant_disabled`, `invalid_parameter`, `shutting_down`, `unavailable`.
+//!
+//! Everything but the page, the probes, `/metrics` and the links key set needs a bearer
+//! token (`auth`). A tenant's token sees only its tenant's jobs, runs and reports, through
+//! `views::for_tenant`; what belongs to another tenant answers 404, as if it did not exist.
+
+mod auth;
+mod tenants;
 
 use crate::kick::{self, KickError};
 use crate::metrics::Gauge;
 use crate::serve::Shared;
-use crate::store::{RunFilter, RunStatus, StoreError};
+use crate::store::{JobRecord, RunFilter, RunStatus, StoreError};
+use crate::tenant::Principal;
 use crate::views;
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -24,12 +33,7 @@ pub const MAX_PAGE: i64 = 500;
 const DEFAULT_PAGE: i64 = 50;
 
 pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/", get(page))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/.well-known/jwks.json", get(jwks))
+    let api = Router::new()
         .route("/jobs", get(list_jobs))
         .route("/jobs/{name}", get(get_job))
         .route("/jobs/{name}/kick", post(kick_job))
@@ -37,6 +41,20 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/runs", get(list_runs))
         .route("/runs/{id}", get(get_run))
         .route("/reports", get(list_reports))
+        .route("/tenants", get(tenants::list).post(tenants::add))
+        .route("/tenants/{name}/disable", post(tenants::disable))
+        .route("/tenants/{name}/enable", post(tenants::enable))
+        .route_layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            auth::authenticate,
+        ));
+    Router::new()
+        .route("/", get(page))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/.well-known/jwks.json", get(jwks))
+        .merge(api)
         .with_state(shared)
 }
 
@@ -47,7 +65,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             code,
@@ -55,7 +73,7 @@ impl ApiError {
         }
     }
 
-    fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_parameter", message)
     }
 }
@@ -146,27 +164,46 @@ fn runs_gauge(status: RunStatus, code: &str, n: i64) -> Gauge {
     }
 }
 
-async fn job_view(s: &Shared, name: &str, now: i64) -> Result<Option<Value>, ApiError> {
-    let Some(job) = s.app.store.get_job(name).await? else {
-        return Ok(None);
-    };
-    let lease = s.app.store.get_lease(name, kick::DEFAULT_INSTANCE).await?;
-    Ok(Some(views::job(&job, lease.as_ref(), now)))
+/// A view as `who` may see it.
+fn present(who: &Principal, view: Value) -> Value {
+    match who {
+        Principal::Operator => view,
+        Principal::Tenant(_) => views::for_tenant(view),
+    }
 }
 
-async fn list_jobs(State(s): State<Arc<Shared>>) -> ApiResult {
+/// The job, if it exists and `who` may see it; another tenant's job does not exist.
+async fn visible_job(s: &Shared, who: &Principal, name: &str) -> Result<JobRecord, ApiError> {
+    match s.app.store.get_job(name).await? {
+        Some(job) if who.sees(&job.tenant) => Ok(job),
+        _ => Err(unknown_job(name)),
+    }
+}
+
+async fn list_jobs(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+) -> ApiResult {
     let store = &s.app.store;
     let now = store.now().await?;
-    let jobs = views::jobs(&store.list_jobs().await?, &store.list_leases().await?, now);
+    let mut jobs = store.list_jobs().await?;
+    jobs.retain(|job| who.sees(&job.tenant));
+    let jobs: Vec<Value> = views::jobs(&jobs, &store.list_leases().await?, now)
+        .into_iter()
+        .map(|view| present(&who, view))
+        .collect();
     Ok(Json(json!({ "jobs": jobs })))
 }
 
-async fn get_job(State(s): State<Arc<Shared>>, Path(name): Path<String>) -> ApiResult {
+async fn get_job(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    Path(name): Path<String>,
+) -> ApiResult {
     let now = s.app.store.now().await?;
-    job_view(&s, &name, now)
-        .await?
-        .map(Json)
-        .ok_or_else(|| unknown_job(&name))
+    let job = visible_job(&s, &who, &name).await?;
+    let lease = s.app.store.get_lease(&name, kick::DEFAULT_INSTANCE).await?;
+    Ok(Json(present(&who, views::job(&job, lease.as_ref(), now))))
 }
 
 fn unknown_job(name: &str) -> ApiError {
@@ -184,6 +221,7 @@ struct KickQuery {
 
 async fn kick_job(
     State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
     Path(name): Path<String>,
     Query(q): Query<KickQuery>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -194,6 +232,7 @@ async fn kick_job(
             "this host is shutting down; kick another",
         ));
     }
+    visible_job(&s, &who, &name).await?;
     let instance = q.instance.as_deref().unwrap_or(kick::DEFAULT_INSTANCE);
     crate::job::validate_instance(instance).map_err(|e| ApiError::invalid(e.to_string()))?;
     match kick::kick(&s.app.store, &name, instance).await {
@@ -209,9 +248,18 @@ async fn kick_job(
                 Json(serde_json::to_value(kicked).expect("serialisable")),
             ))
         }
-        Err(KickError::UnknownJob(_)) => Err(unknown_job(&name)),
-        Err(KickError::Payload(e)) => Err(ApiError::invalid(e.to_string())),
-        Err(KickError::Store(e)) => Err(e.into()),
+        Err(e) => Err(kick_refused(&name, e)),
+    }
+}
+
+fn kick_refused(name: &str, error: KickError) -> ApiError {
+    match error {
+        KickError::UnknownJob(_) => unknown_job(name),
+        KickError::TenantDisabled(_) => {
+            ApiError::new(StatusCode::CONFLICT, "tenant_disabled", error.to_string())
+        }
+        KickError::Payload(e) => ApiError::invalid(e.to_string()),
+        KickError::Store(e) => e.into(),
     }
 }
 
@@ -226,6 +274,7 @@ struct StartBody {
 /// or 201.
 async fn start_run(
     State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -236,6 +285,7 @@ async fn start_run(
             "this host is shutting down; start on another",
         ));
     }
+    visible_job(&s, &who, &name).await?;
     let body: StartBody = if body.is_empty() {
         StartBody {
             instance: None,
@@ -269,9 +319,7 @@ async fn start_run(
                 Json(serde_json::to_value(started).expect("serialisable")),
             ))
         }
-        Err(KickError::UnknownJob(_)) => Err(unknown_job(&name)),
-        Err(KickError::Payload(e)) => Err(ApiError::invalid(e.to_string())),
-        Err(KickError::Store(e)) => Err(e.into()),
+        Err(e) => Err(kick_refused(&name, e)),
     }
 }
 
@@ -300,15 +348,26 @@ fn parse_time(text: &str, now: i64, field: &str) -> Result<i64, ApiError> {
         })
 }
 
-async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> ApiResult {
+/// The statuses a status filter stands for: a run status for the operator, one of the
+/// statuses a tenant is told for a tenant.
+fn statuses(who: &Principal, text: &str) -> Result<Vec<RunStatus>, ApiError> {
+    let found = match who {
+        Principal::Operator => RunStatus::parse(text).map(|s| vec![s]),
+        Principal::Tenant(_) => views::tenant_statuses(text),
+    };
+    found.ok_or_else(|| ApiError::invalid(format!("unknown status {text:?}")))
+}
+
+async fn list_runs(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    Query(q): Query<RunsQuery>,
+) -> ApiResult {
     let now = s.app.store.now().await?;
-    let status = q
-        .status
-        .as_deref()
-        .map(|t| {
-            RunStatus::parse(t).ok_or_else(|| ApiError::invalid(format!("unknown status {t:?}")))
-        })
-        .transpose()?;
+    let statuses = match q.status.as_deref() {
+        Some(text) => statuses(&who, text)?,
+        None => Vec::new(),
+    };
     let before = q
         .before
         .as_deref()
@@ -327,7 +386,8 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> 
         .store
         .list_runs(&RunFilter {
             job: q.job,
-            status,
+            statuses,
+            tenant: who.tenant().map(str::to_string),
             since: q
                 .since
                 .as_deref()
@@ -346,14 +406,19 @@ async fn list_runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> 
         .then(|| runs.last().map(|r| format!("{}_{}", r.created_at, r.id)))
         .flatten();
     Ok(Json(json!({
-        "runs": runs.iter().map(views::run).collect::<Vec<_>>(),
+        "runs": runs.iter().map(|r| present(&who, views::run(r))).collect::<Vec<_>>(),
         "limit": limit,
         "next": next,
     })))
 }
 
-async fn get_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiResult {
-    let Some(run) = s.app.store.get_run(&id).await? else {
+async fn get_run(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    Path(id): Path<String>,
+) -> ApiResult {
+    let run = s.app.store.get_run(&id).await?;
+    let Some(run) = run.filter(|r| who.sees(&r.tenant)) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_run",
@@ -362,7 +427,10 @@ async fn get_run(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> ApiRes
     };
     let attempts = s.app.store.list_attempts(&id).await?;
     let steps = s.app.store.run_steps(&id).await?;
-    Ok(Json(views::run_detail(&run, &attempts, &steps)))
+    Ok(Json(present(
+        &who,
+        views::run_detail(&run, &attempts, &steps),
+    )))
 }
 
 #[derive(Deserialize)]
@@ -371,9 +439,17 @@ struct ReportsQuery {
     limit: Option<i64>,
 }
 
-async fn list_reports(State(s): State<Arc<Shared>>, Query(q): Query<ReportsQuery>) -> ApiResult {
+async fn list_reports(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    Query(q): Query<ReportsQuery>,
+) -> ApiResult {
     let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
-    let reports = s.app.store.list_reports(q.job.as_deref(), limit).await?;
+    let reports = s
+        .app
+        .store
+        .list_reports(q.job.as_deref(), who.tenant(), limit)
+        .await?;
     let reports: Vec<Value> = reports.iter().map(crate::report::payload).collect();
     Ok(Json(json!({ "reports": reports })))
 }

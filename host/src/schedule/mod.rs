@@ -84,13 +84,21 @@ impl Scheduler {
     pub async fn tick(&self, now: i64) -> Result<Option<i64>, StoreError> {
         let mut earliest: Option<i64> = None;
         let mut fired = false;
+        let disabled = self.store.disabled_tenants().await?;
         for record in self.store.list_jobs().await? {
             let Some(job) = self.catalog.get(&record.name) else {
                 continue;
             };
             let Some(cron) = &job.cron else { continue };
             let expected = record.next_fire_at;
-            let (next, run) = match decide(cron, expected, now, self.policy) {
+            let decision = match decide(cron, expected, now, self.policy) {
+                Decision::Fire { next, .. } if disabled.contains(&record.tenant) => {
+                    tracing::info!(job = %job.spec.name, tenant = %record.tenant, "tenant disabled: skipping a scheduled fire");
+                    Decision::Skip { next }
+                }
+                decision => decision,
+            };
+            let (next, run) = match decision {
                 Decision::Wait => {
                     earliest = min_some(earliest, expected);
                     continue;

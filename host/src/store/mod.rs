@@ -23,6 +23,7 @@ mod resumable;
 mod retention;
 pub mod sqlite_guest;
 mod sqlite_writer;
+mod tenants;
 
 pub use attempts::{
     AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Recorded, Recording, RunChange,
@@ -366,14 +367,19 @@ impl Store {
             Some((created, id)) => (Some(*created), Some(id.as_str())),
             None => (None, None),
         };
+        let statuses = (!filter.statuses.is_empty()).then(|| {
+            let names: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+            serde_json::to_string(&names).expect("statuses serialise")
+        });
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
             .bind(filter.job.as_deref())
-            .bind(filter.status.map(RunStatus::as_str))
+            .bind(statuses.as_deref())
             .bind(filter.since)
             .bind(filter.until)
             .bind(after_created)
             .bind(after_id)
             .bind(filter.limit)
+            .bind(filter.tenant.as_deref())
             .fetch_all(p)
             .await?))
     }
@@ -653,10 +659,16 @@ impl Store {
         Ok(())
     }
 
-    pub async fn list_reports(&self, job: Option<&str>, limit: i64) -> Result<Vec<ReportRecord>> {
+    /// The newest reports, of one job and of one tenant's runs and jobs if given.
+    pub async fn list_reports(
+        &self,
+        job: Option<&str>,
+        tenant: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<ReportRecord>> {
         let q = &self.q.list_reports;
         Ok(
-            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(job).bind(limit).fetch_all(p).await?),
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(job).bind(limit).bind(tenant).fetch_all(p).await?),
         )
     }
 }

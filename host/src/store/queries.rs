@@ -5,7 +5,7 @@
 //! database's clock in milliseconds (Postgres' `clock_timestamp()`, not the transaction's
 //! start time), `{skip_locked}` and `{for_update}` are row locks Postgres needs and SQLite's
 //! single writer makes unnecessary, `{json_ids}` is the set of strings in the JSON array
-//! `$1`.
+//! `$1` (`{json_strings_2}` the same of `$2`).
 
 pub(crate) struct Dialect {
     pub now: &'static str,
@@ -86,6 +86,7 @@ impl Dialect {
             .replace("{now}", self.now)
             .replace("{skip_locked}", self.skip_locked)
             .replace("{json_ids}", self.json_ids)
+            .replace("{json_strings_2}", &self.json_ids.replace("$1", "$2"))
             .replace("{for_update}", self.for_update)
             .replace("{run_columns}", RUN_COLUMNS)
             .replace("{job_columns}", JOB_COLUMNS)
@@ -151,9 +152,10 @@ queries! {
         WHERE status = 'queued' AND next_attempt_at <= {now}";
     get_run = "SELECT {run_columns} FROM jobhost_runs WHERE id = $1";
     list_runs = "SELECT {run_columns} FROM jobhost_runs \
-        WHERE ($1 IS NULL OR job = $1) AND ($2 IS NULL OR status = $2) \
+        WHERE ($1 IS NULL OR job = $1) AND ($2 IS NULL OR status IN {json_strings_2}) \
         AND ($3 IS NULL OR created_at >= $3) AND ($4 IS NULL OR created_at < $4) \
         AND ($5 IS NULL OR created_at < $5 OR (created_at = $5 AND id < $6)) \
+        AND ($8 IS NULL OR tenant = $8) \
         ORDER BY created_at DESC, id DESC LIMIT $7";
     count_runs = "SELECT status, COALESCE(last_code, ''), COUNT(*) FROM jobhost_runs \
         GROUP BY status, COALESCE(last_code, '')";
@@ -347,7 +349,28 @@ queries! {
     report_retry = "UPDATE jobhost_reports SET webhook_attempts = webhook_attempts + 1, \
         next_try_at = {now} + $2 WHERE id = $1";
     list_reports = "SELECT {report_columns} FROM jobhost_reports \
-        WHERE ($1 IS NULL OR job = $1) ORDER BY id DESC LIMIT $2";
+        WHERE ($1 IS NULL OR job = $1) \
+        AND ($3 IS NULL OR run_id IN (SELECT id FROM jobhost_runs WHERE tenant = $3) \
+            OR (run_id IS NULL AND job IN (SELECT name FROM jobhost_jobs WHERE tenant = $3))) \
+        ORDER BY id DESC LIMIT $2";
+
+    add_tenant = "INSERT INTO jobhost_tenants (name, active, created_at, updated_at) \
+        VALUES ($1, 1, {now}, {now}) ON CONFLICT (name) DO NOTHING";
+    list_tenants = "SELECT name, active, created_at, updated_at FROM jobhost_tenants ORDER BY name";
+    get_tenant = "SELECT name, active, created_at, updated_at FROM jobhost_tenants WHERE name = $1";
+    set_tenant_active = "UPDATE jobhost_tenants SET active = $2, updated_at = {now} WHERE name = $1";
+    disabled_tenants = "SELECT name FROM jobhost_tenants WHERE active = 0";
+    insert_token = "INSERT INTO jobhost_tokens (id, secret_hash, tenant, label, created_at) \
+        VALUES ($1, $2, $3, $4, {now})";
+    list_tokens = "SELECT id, tenant, label, created_at, revoked_at FROM jobhost_tokens \
+        ORDER BY created_at, id";
+    revoke_token = "UPDATE jobhost_tokens SET revoked_at = {now} WHERE id = $1 AND revoked_at IS NULL";
+    // A token of a tenant that is not registered any more counts as disabled.
+    check_token = "SELECT k.secret_hash, k.tenant, \
+        CASE WHEN k.tenant IS NULL THEN 1 ELSE COALESCE(t.active, 0) END AS tenant_active \
+        FROM jobhost_tokens k LEFT JOIN jobhost_tenants t ON t.name = k.tenant \
+        WHERE k.id = $1 AND k.revoked_at IS NULL";
+    live_tokens = "SELECT COUNT(*) FROM jobhost_tokens WHERE revoked_at IS NULL";
 }
 
 #[cfg(test)]

@@ -214,6 +214,34 @@ pub struct ReportRecord {
     pub delivered_at: Option<i64>,
 }
 
+/// A registered tenant (`jobhost_tenants`).
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, PartialEq, Eq)]
+pub struct TenantRecord {
+    pub name: String,
+    pub active: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// An API token as listed: never its secret, nor the secret's hash.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize, PartialEq, Eq)]
+pub struct TokenRecord {
+    pub id: String,
+    pub tenant: Option<String>,
+    pub label: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+/// What checking a presented token needs: the stored hash and whom it speaks for.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TokenCheck {
+    pub secret_hash: String,
+    pub tenant: Option<String>,
+    /// 0 if the token's tenant is disabled or no longer registered.
+    pub tenant_active: i64,
+}
+
 pub struct JobUpsert<'a> {
     pub name: &'a str,
     pub tenant: &'a str,
@@ -302,7 +330,10 @@ impl NewReport {
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub job: Option<String>,
-    pub status: Option<RunStatus>,
+    /// Any of these statuses; all if empty.
+    pub statuses: Vec<RunStatus>,
+    /// Only this tenant's runs.
+    pub tenant: Option<String>,
     pub since: Option<i64>,
     pub until: Option<i64>,
     /// Keyset paging: only runs older than this (created_at, id).
