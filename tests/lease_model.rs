@@ -906,6 +906,7 @@ async fn run_case(backend: Backend, rounds: Vec<Vec<Timed>>) -> Vec<String> {
             spec: &serde_json::json!({"payload": {}}).to_string(),
             schedule: None,
             next_fire_at: None,
+            per_tenant: false,
         })
         .await
         .unwrap();

@@ -241,4 +241,101 @@ on_every_backend! {
         let bad = home.manifest("", "[jobs.x]\ncomponent = \"{guest:hello}\"\ntenant = \"../etc\"\n");
         assert!(cli_refused(&home, &["check", "--manifest", bad.to_str().unwrap()]).contains("invalid tenant name"));
     }
+
+    async fn a_per_tenant_schedule_fans_out_to_each_active_tenant_once_per_tick(home) {
+        for tenant in ["acme", "globex", "initech", "umbrella"] {
+            cli_ok(&home, &["tenants", "add", tenant]);
+        }
+        cli_ok(&home, &["tenants", "disable", "umbrella"]);
+        let m = home.manifest("", r#"
+            [jobs.nightly]
+            component = "{guest:hello}"
+            per_tenant = true
+            schedule = "* * * * * *"
+        "#);
+        let mut servers = vec![home.serve(&["--manifest", m.to_str().unwrap()]).await];
+        if home.backend == common::Backend::Postgres {
+            // Two hosts race every tick.
+            servers.push(home.serve(&["--manifest", m.to_str().unwrap()]).await);
+        }
+        home.wait_for("SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_runs WHERE job = 'nightly' AND status = 'succeeded' \
+            LIMIT 1 OFFSET 8) AS enough", Duration::from_secs(30)).await;
+        for server in servers {
+            server.signal("TERM");
+            assert_eq!(server.wait_exit(Duration::from_secs(30)).await.0, Some(0));
+        }
+        let doubled = home.scalar("SELECT COUNT(*) FROM (SELECT scheduled_for, tenant FROM jobhost_runs \
+            WHERE job = 'nightly' GROUP BY scheduled_for, tenant HAVING COUNT(*) > 1) AS d").await;
+        assert_eq!(doubled, 0, "one child per tenant and tick");
+        let partial = home.scalar("SELECT COUNT(*) FROM (SELECT scheduled_for FROM jobhost_runs \
+            WHERE job = 'nightly' GROUP BY scheduled_for HAVING COUNT(*) <> 3) AS p").await;
+        assert_eq!(partial, 0, "every tick reached the three active tenants");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE tenant = 'umbrella' OR tenant = 'default'").await, 0);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE instance <> tenant").await, 0);
+        let store = home.store().await;
+        let runs = store.list_runs(&jobhost::store::RunFilter {
+            tenant: Some("globex".into()), statuses: vec![jobhost::store::RunStatus::Succeeded], limit: 1,
+            ..Default::default() }).await.unwrap();
+        let attempts = store.list_attempts(&runs[0].id).await.unwrap();
+        assert!(attempts[0].log.contains("tenant globex"), "the child runs as its tenant: {}", attempts[0].log);
+
+        // A fan-out retried for the same tick inserts nothing new: the ids are the tick's.
+        let job = store.get_job("nightly").await.unwrap().unwrap();
+        let template = jobhost::store::NewRun {
+            id: String::new(), job: "nightly".into(), instance: "default".into(), tenant: "default".into(),
+            origin: jobhost::store::Origin::Cron, payload: "{}".into(), cursor: None,
+            component_digest: None, scheduled_for: Some(42), rerun_of: None, delay_ms: 0,
+        };
+        let tenants = store.active_tenants().await.unwrap();
+        let children = jobhost::fan_out::children(&template, &jobhost::fan_out::tick_occasion(42), &tenants);
+        assert!(store.fire_schedule("nightly", job.next_fire_at, Some(1), &children).await.unwrap());
+        assert!(store.fire_schedule("nightly", Some(1), Some(2), &children).await.unwrap());
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE scheduled_for = 42").await, 3);
+        store.close().await;
+    }
+
+    async fn a_per_tenant_kick_reaches_each_active_tenant_and_a_tenant_kicks_its_own_child(home) {
+        for tenant in ["acme", "globex"] {
+            cli_ok(&home, &["tenants", "add", tenant]);
+        }
+        let m = home.manifest("", "[jobs.fan]\ncomponent = \"{guest:hello}\"\nper_tenant = true\n");
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let (status, kicked) = server.post("/jobs/fan/kick").await;
+        assert_eq!((status, &kicked["result"]), (202, &"fanned_out".into()), "{kicked}");
+        let children = kicked["children"].as_array().unwrap();
+        let tenants: Vec<&str> = children.iter().map(|c| c["tenant"].as_str().unwrap()).collect();
+        assert_eq!(tenants, ["acme", "globex"]);
+        assert!(children.iter().all(|c| c["result"] == "queued"), "{kicked}");
+        server.wait_runs("fan", Duration::from_secs(20), |runs| runs.len() == 2 && runs.iter().all(|r| r["status"] == "succeeded")).await;
+
+        // A tenant sees the job and kicks and starts only its own child.
+        let acme = home.create_token(Some("acme"));
+        let acme = Some(acme.as_str());
+        let (_, job) = server.get_as(acme, "/jobs/fan").await;
+        assert_eq!(job["per_tenant"], true, "{job}");
+        let (status, own) = server.post_as(acme, "/jobs/fan/kick", None).await;
+        assert_eq!((status, &own["result"]), (202, &"queued".into()), "{own}");
+        let (status, _) = server.post_as(acme, "/jobs/fan/kick?instance=globex", None).await;
+        assert_eq!(status, 400);
+        let (status, started) = server.post_as(acme, "/jobs/fan/runs", Some("{}")).await;
+        assert!(status == 200 || status == 201, "{started}");
+        server.wait_runs("fan", Duration::from_secs(20), |runs| runs.iter().all(|r| r["status"] == "succeeded") && runs.len() >= 3).await;
+        let (_, runs) = server.get_as(acme, "/runs?job=fan").await;
+        assert!(runs["runs"].as_array().unwrap().iter().all(|r| r["tenant"] == "acme"), "{runs}");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE tenant = 'globex'").await, 1);
+
+        // The operator kicks one tenant's child by naming it; a tenant that is not
+        // registered, or is disabled, is refused.
+        let (status, one) = server.post("/jobs/fan/kick?instance=globex").await;
+        assert_eq!((status, &one["result"]), (202, &"queued".into()), "{one}");
+        assert_eq!(server.post("/jobs/fan/kick?instance=nobody").await.1["error"]["code"], "unknown_tenant");
+        assert_eq!(server.post_as(Some(&server.token), "/jobs/fan/runs", Some("{}")).await.1["error"]["code"], "unknown_tenant");
+        cli_ok(&home, &["tenants", "disable", "globex"]);
+        assert_eq!(server.post("/jobs/fan/kick?instance=globex").await.0, 409);
+        let (_, kicked) = server.post("/jobs/fan/kick").await;
+        assert_eq!(kicked["children"].as_array().unwrap().len(), 1, "only acme is active: {kicked}");
+        assert!(cli_refused(&home, &["tenants", "add", "default"]).contains("operator"));
+        let bad = home.manifest("", "[jobs.x]\ncomponent = \"{guest:hello}\"\nper_tenant = true\ntenant = \"acme\"\n");
+        assert!(cli_refused(&home, &["check", "--manifest", bad.to_str().unwrap()]).contains("per_tenant"));
+    }
 }

@@ -457,6 +457,7 @@ fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::V
         actions: Default::default(),
         schedule: None,
         payload,
+        per_tenant: false,
     }
 }
 

@@ -115,7 +115,9 @@ impl App {
         next_fire_at: Option<i64>,
     ) -> Result<JobRecord, StoreError> {
         let definition = serde_json::to_string(spec).expect("a job spec serialises");
-        self.store.add_tenant(&spec.tenant).await?;
+        if spec.tenant != crate::tenant::OPERATOR_TENANT {
+            self.store.add_tenant(&spec.tenant).await?;
+        }
         self.store
             .upsert_job(&JobUpsert {
                 name: &spec.name,
@@ -125,6 +127,7 @@ impl App {
                 spec: &definition,
                 schedule: spec.schedule.as_deref(),
                 next_fire_at,
+                per_tenant: spec.per_tenant,
             })
             .await
     }

@@ -76,6 +76,9 @@ pub struct JobSpec {
     pub schedule: Option<String>,
     /// Payload of scheduled and kicked runs.
     pub payload: serde_json::Value,
+    /// Each fire or kick queues one child run per active tenant, run as that tenant.
+    #[serde(default)]
+    pub per_tenant: bool,
 }
 
 impl JobSpec {

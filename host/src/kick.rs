@@ -8,6 +8,10 @@
 //!
 //! A start means "this work, once": it joins the live run of the job and instance if
 //! there is one, or queues one (`Store::start_or_join`, atomic across hosts).
+//!
+//! A `per_tenant` job's instances are its tenants (`fan_out`): a kick of its default
+//! instance kicks every active tenant's child, a kick or start of instance `acme` only
+//! acme's.
 
 use crate::job::JobSpec;
 use crate::runner::new_run_id;
@@ -22,6 +26,15 @@ pub enum Kicked {
     Pending,
     /// A run was queued.
     Queued { run_id: String },
+    /// A per-tenant job's kick: what it did for each active tenant's child.
+    FannedOut { children: Vec<ChildKick> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ChildKick {
+    pub tenant: String,
+    #[serde(flatten)]
+    pub kicked: Kicked,
 }
 
 /// What a start led to: the live run it joined, or the run it queued.
@@ -37,6 +50,8 @@ pub enum KickError {
     UnknownJob(String),
     #[error("the tenant {0:?} is disabled: its jobs take no new runs")]
     TenantDisabled(String),
+    #[error("a per-tenant job's instances are its tenants: no registered tenant {0:?}")]
+    UnknownTenant(String),
     #[error(transparent)]
     Payload(crate::job::JobError),
     #[error(transparent)]
@@ -45,10 +60,43 @@ pub enum KickError {
 
 pub async fn kick(store: &Store, job: &str, instance: &str) -> Result<Kicked, KickError> {
     let record = runnable_job(store, job).await?;
+    if record.per_tenant == 0 {
+        return kick_instance(store, &record, instance, &record.tenant).await;
+    }
+    if instance != DEFAULT_INSTANCE {
+        let tenant = child_tenant(store, instance).await?;
+        return kick_instance(store, &record, instance, &tenant).await;
+    }
+    let mut children = Vec::new();
+    for tenant in store.active_tenants().await? {
+        let kicked = kick_instance(store, &record, &tenant, &tenant).await?;
+        children.push(ChildKick { tenant, kicked });
+    }
+    Ok(Kicked::FannedOut { children })
+}
+
+/// The tenant whose child of a per-tenant job `instance` names, if it may run.
+async fn child_tenant(store: &Store, instance: &str) -> Result<String, KickError> {
+    match store.get_tenant(instance).await? {
+        None => Err(KickError::UnknownTenant(instance.to_string())),
+        Some(t) if t.active == 0 => Err(KickError::TenantDisabled(t.name)),
+        Some(t) => Ok(t.name),
+    }
+}
+
+async fn kick_instance(
+    store: &Store,
+    record: &JobRecord,
+    instance: &str,
+    tenant: &str,
+) -> Result<Kicked, KickError> {
+    let job = record.name.as_str();
     if store.set_pending(job, instance).await? {
         return Ok(Kicked::Pending);
     }
-    let run = store.insert_run(&new_kick_run(&record, instance)).await?;
+    let run = store
+        .insert_run(&new_kick_run(record, instance, tenant))
+        .await?;
     Ok(Kicked::Queued { run_id: run.id })
 }
 
@@ -61,7 +109,11 @@ pub async fn start(
     payload: Option<&str>,
 ) -> Result<Started, KickError> {
     let record = runnable_job(store, job).await?;
-    let mut run = new_kick_run(&record, instance);
+    let tenant = match record.per_tenant {
+        0 => record.tenant.clone(),
+        _ => child_tenant(store, instance).await?,
+    };
+    let mut run = new_kick_run(&record, instance, &tenant);
     if let Some(payload) = payload {
         run.payload = crate::job::validate_payload(payload).map_err(KickError::Payload)?;
     }
@@ -86,11 +138,11 @@ async fn runnable_job(store: &Store, job: &str) -> Result<JobRecord, KickError> 
     Ok(record)
 }
 
-fn new_kick_run(record: &JobRecord, instance: &str) -> NewRun {
+fn new_kick_run(record: &JobRecord, instance: &str, tenant: &str) -> NewRun {
     let payload = serde_json::from_str::<JobSpec>(&record.spec)
         .map(|spec| spec.payload.to_string())
         .unwrap_or_else(|_| "{}".into());
-    kick_run(&record.name, instance, &record.tenant, payload)
+    kick_run(&record.name, instance, tenant, payload)
 }
 
 /// The run queued after `run` ends, if kicks arrived while it held the lease: a kick

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod drive;
 pub mod engine;
 pub mod failure;
+pub mod fan_out;
 pub mod files;
 #[cfg(test)]
 pub(crate) mod fuzzing;

@@ -116,6 +116,8 @@ struct JobSection {
     memory: Option<u64>,
     schedule: Option<String>,
     payload: Option<toml::Value>,
+    /// One child run per active tenant for each fire or kick.
+    per_tenant: Option<bool>,
     grants: Option<Grants>,
     /// The actions the job may name in `links` calls (put in its tokens).
     actions: Option<BTreeSet<String>>,
@@ -408,11 +410,20 @@ fn job(
             ));
         }
     }
-    let tenant = section
-        .tenant
-        .clone()
-        .or(defaults.tenant.clone())
-        .unwrap_or_else(|| "default".into());
+    let per_tenant = section.per_tenant.unwrap_or(false);
+    if per_tenant && section.tenant.is_some() {
+        return Err(
+            "a per_tenant job runs as each active tenant: it has no `tenant` of its own".into(),
+        );
+    }
+    let tenant = match per_tenant {
+        true => crate::tenant::OPERATOR_TENANT.to_string(),
+        false => section
+            .tenant
+            .clone()
+            .or(defaults.tenant.clone())
+            .unwrap_or_else(|| crate::tenant::OPERATOR_TENANT.into()),
+    };
     crate::tenant::validate_tenant(&tenant).map_err(|e| e.to_string())?;
     let spec = JobSpec {
         name: name.to_string(),
@@ -435,6 +446,7 @@ fn job(
         actions,
         schedule: section.schedule.clone(),
         payload,
+        per_tenant,
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)

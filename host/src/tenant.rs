@@ -9,6 +9,10 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+/// The tenant of jobs that name none: the operator's own. It is never registered, so a
+/// per-tenant fan-out never includes it, and it cannot be disabled.
+pub const OPERATOR_TENANT: &str = "default";
+
 /// Whose request this is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
@@ -42,12 +46,23 @@ pub enum TenantError {
         "invalid tenant name {0:?}: use 1-64 lowercase letters, digits and . _ -, starting with a letter or digit"
     )]
     Name(String),
+    #[error("{OPERATOR_TENANT:?} is the operator's own tenant: it is not registered")]
+    Reserved,
 }
 
 /// The rule for tenant names, the same as for job names: they appear in object keys,
 /// labels and URLs.
 pub fn validate_tenant(name: &str) -> Result<(), TenantError> {
     crate::job::validate_name(name).map_err(|_| TenantError::Name(name.to_string()))
+}
+
+/// The rule for a tenant to register: a valid name that is not the operator's own.
+pub fn validate_new_tenant(name: &str) -> Result<(), TenantError> {
+    validate_tenant(name)?;
+    if name == OPERATOR_TENANT {
+        return Err(TenantError::Reserved);
+    }
+    Ok(())
 }
 
 /// A token as it is handed out once, and what is kept of it.
@@ -140,6 +155,11 @@ mod tests {
     #[test]
     fn tenant_names_follow_the_job_name_rule() {
         assert!(validate_tenant("acme-2.eu_west").is_ok());
+        assert!(validate_tenant(OPERATOR_TENANT).is_ok());
+        assert_eq!(
+            validate_new_tenant(OPERATOR_TENANT),
+            Err(TenantError::Reserved)
+        );
         for bad in ["", "Acme", "-acme", "a/b", "a b", "a\0", &"a".repeat(65)] {
             assert!(validate_tenant(bad).is_err(), "{bad:?}");
         }

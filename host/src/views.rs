@@ -130,6 +130,7 @@ pub fn job(job: &JobRecord, lease: Option<&LeaseRecord>, now: i64) -> Value {
     json!({
         "name": job.name,
         "tenant": job.tenant,
+        "per_tenant": job.per_tenant != 0,
         "schedule": job.schedule,
         "next_fire_at": job.next_fire_at.map(time),
         "last_success_at": job.last_success_at.map(time),

@@ -11,6 +11,9 @@ CREATE TABLE jobhost_tenants (
     updated_at BIGINT NOT NULL
 );
 
+-- 1 for a job whose fires and kicks queue one child run per active tenant.
+ALTER TABLE jobhost_jobs ADD COLUMN per_tenant BIGINT NOT NULL DEFAULT 0;
+
 -- A token is `jh_<id>_<secret>`; only the SHA-256 of the secret is kept. A token without a
 -- tenant is an operator's.
 CREATE TABLE jobhost_tokens (

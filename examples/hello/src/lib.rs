@@ -21,8 +21,8 @@ impl Job for Hello {
     fn run(ctx: Context<Payload>) -> Result<Outcome, JobError> {
         let name = ctx.payload.name.as_deref().unwrap_or("world");
         log::info(&format!(
-            "hello, {name}, from {} (run {})",
-            ctx.job, ctx.run_id
+            "hello, {name}, from {} (run {}, tenant {})",
+            ctx.job, ctx.run_id, ctx.tenant
         ));
         println!("attempt {} of pass {}", ctx.attempt, ctx.pass);
         if ctx.payload.sleep_ms > 0 {

@@ -204,7 +204,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                     Some(name) => name.clone(),
                     None => name_from_path(&path)?,
                 },
-                tenant: "default".into(),
+                tenant: crate::tenant::OPERATOR_TENANT.into(),
                 component: path,
                 limits: Limits::default(),
                 retry: RetryPolicy::default(),
@@ -212,6 +212,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                 actions: Default::default(),
                 schedule: None,
                 payload: serde_json::json!({}),
+                per_tenant: false,
             }
         }
     };

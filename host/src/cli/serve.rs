@@ -251,6 +251,22 @@ pub async fn kick_cmd(
         match kicked {
             Kicked::Pending => println!("{job} is running: it will run once more when it ends"),
             Kicked::Queued { run_id } => println!("queued run {run_id} of {job}"),
+            Kicked::FannedOut { children } if children.is_empty() => {
+                println!("{job} runs per tenant, and no tenant is active (see `host tenants`)")
+            }
+            Kicked::FannedOut { children } => {
+                for child in children {
+                    match child.kicked {
+                        Kicked::Queued { run_id } => {
+                            println!("queued run {run_id} of {job} for {}", child.tenant)
+                        }
+                        _ => println!(
+                            "{job} is running for {}: it will run once more when it ends",
+                            child.tenant
+                        ),
+                    }
+                }
+            }
         }
     }
     Ok(0)
@@ -262,7 +278,7 @@ fn refused(job: &str, error: KickError) -> Failure {
         KickError::UnknownJob(_) => {
             Failure::usage(format!("unknown job {job:?} (see `host jobs`)"))
         }
-        KickError::TenantDisabled(_) => {
+        KickError::TenantDisabled(_) | KickError::UnknownTenant(_) => {
             Failure::usage(format!("{error} (see `host tenants list`)"))
         }
         KickError::Payload(e) => Failure::usage(e),

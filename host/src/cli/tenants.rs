@@ -51,7 +51,7 @@ pub async fn tenants(global: &Global, cmd: TenantsCommand) -> Result<u8, Failure
     let store = Store::open(&global.db_url(None)).await?;
     match cmd {
         TenantsCommand::Add { name } => {
-            tenant::validate_tenant(&name).map_err(Failure::usage)?;
+            tenant::validate_new_tenant(&name).map_err(Failure::usage)?;
             if store.add_tenant(&name).await? {
                 println!("added tenant {name}");
             } else {

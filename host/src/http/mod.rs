@@ -173,9 +173,10 @@ fn present(who: &Principal, view: Value) -> Value {
 }
 
 /// The job, if it exists and `who` may see it; another tenant's job does not exist.
+/// Every tenant sees a per-tenant job (and, through the run filter, only its own children).
 async fn visible_job(s: &Shared, who: &Principal, name: &str) -> Result<JobRecord, ApiError> {
     match s.app.store.get_job(name).await? {
-        Some(job) if who.sees(&job.tenant) => Ok(job),
+        Some(job) if job.per_tenant != 0 || who.sees(&job.tenant) => Ok(job),
         _ => Err(unknown_job(name)),
     }
 }
@@ -187,7 +188,7 @@ async fn list_jobs(
     let store = &s.app.store;
     let now = store.now().await?;
     let mut jobs = store.list_jobs().await?;
-    jobs.retain(|job| who.sees(&job.tenant));
+    jobs.retain(|job| job.per_tenant != 0 || who.sees(&job.tenant));
     let jobs: Vec<Value> = views::jobs(&jobs, &store.list_leases().await?, now)
         .into_iter()
         .map(|view| present(&who, view))
@@ -232,14 +233,14 @@ async fn kick_job(
             "this host is shutting down; kick another",
         ));
     }
-    visible_job(&s, &who, &name).await?;
-    let instance = q.instance.as_deref().unwrap_or(kick::DEFAULT_INSTANCE);
-    crate::job::validate_instance(instance).map_err(|e| ApiError::invalid(e.to_string()))?;
-    match kick::kick(&s.app.store, &name, instance).await {
+    let job = visible_job(&s, &who, &name).await?;
+    let instance = instance_for(&who, &job, q.instance.as_deref())?;
+    match kick::kick(&s.app.store, &name, &instance).await {
         Ok(kicked) => {
             let result = match &kicked {
                 kick::Kicked::Pending => "pending",
                 kick::Kicked::Queued { .. } => "queued",
+                kick::Kicked::FannedOut { .. } => "fanned_out",
             };
             s.app.metrics.kick(&name, result);
             s.app.wake.notify_one();
@@ -252,9 +253,30 @@ async fn kick_job(
     }
 }
 
+/// The instance a kick or start of `job` by `who` is for. A tenant's kick or start of a
+/// per-tenant job is for its own child, whatever it asked.
+fn instance_for(who: &Principal, job: &JobRecord, asked: Option<&str>) -> Result<String, ApiError> {
+    let asked = asked.unwrap_or(kick::DEFAULT_INSTANCE);
+    crate::job::validate_instance(asked).map_err(|e| ApiError::invalid(e.to_string()))?;
+    match who.tenant() {
+        Some(own) if job.per_tenant != 0 => {
+            if asked != kick::DEFAULT_INSTANCE && asked != own {
+                return Err(ApiError::invalid(
+                    "a tenant kicks and starts its own child of a per-tenant job: leave out the instance",
+                ));
+            }
+            Ok(own.to_string())
+        }
+        _ => Ok(asked.to_string()),
+    }
+}
+
 fn kick_refused(name: &str, error: KickError) -> ApiError {
     match error {
         KickError::UnknownJob(_) => unknown_job(name),
+        KickError::UnknownTenant(_) => {
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", error.to_string())
+        }
         KickError::TenantDisabled(_) => {
             ApiError::new(StatusCode::CONFLICT, "tenant_disabled", error.to_string())
         }
@@ -285,7 +307,7 @@ async fn start_run(
             "this host is shutting down; start on another",
         ));
     }
-    visible_job(&s, &who, &name).await?;
+    let job = visible_job(&s, &who, &name).await?;
     let body: StartBody = if body.is_empty() {
         StartBody {
             instance: None,
@@ -303,10 +325,9 @@ async fn start_run(
             ApiError::invalid("the body must be a JSON object with `instance` and `payload`")
         })?
     };
-    let instance = body.instance.as_deref().unwrap_or(kick::DEFAULT_INSTANCE);
-    crate::job::validate_instance(instance).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let instance = instance_for(&who, &job, body.instance.as_deref())?;
     let payload = body.payload.as_ref().map(|p| p.get());
-    match kick::start(&s.app.store, &name, instance, payload).await {
+    match kick::start(&s.app.store, &name, &instance, payload).await {
         Ok(started) => {
             s.app.wake.notify_one();
             let status = if started.joined {

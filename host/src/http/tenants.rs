@@ -53,7 +53,7 @@ pub(super) async fn add(
     operator_only(&who)?;
     let NewTenant { name } = serde_json::from_slice(&body)
         .map_err(|_| ApiError::invalid("the body must be a JSON object {\"name\": ...}"))?;
-    tenant::validate_tenant(&name).map_err(|e| ApiError::invalid(e.to_string()))?;
+    tenant::validate_new_tenant(&name).map_err(|e| ApiError::invalid(e.to_string()))?;
     if !s.app.store.add_tenant(&name).await? {
         return Err(ApiError::new(
             StatusCode::CONFLICT,

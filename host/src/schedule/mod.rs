@@ -98,12 +98,12 @@ impl Scheduler {
                 }
                 decision => decision,
             };
-            let (next, run) = match decision {
+            let (next, runs) = match decision {
                 Decision::Wait => {
                     earliest = min_some(earliest, expected);
                     continue;
                 }
-                Decision::Start { next } | Decision::Skip { next } => (next, None),
+                Decision::Start { next } | Decision::Skip { next } => (next, Vec::new()),
                 Decision::Fire {
                     scheduled_for,
                     next,
@@ -125,14 +125,20 @@ impl Scheduler {
                         rerun_of: None,
                         delay_ms: 0,
                     };
-                    (next, Some(run))
+                    if job.spec.per_tenant {
+                        let tenants = self.store.active_tenants().await?;
+                        let occasion = crate::fan_out::tick_occasion(scheduled_for);
+                        (next, crate::fan_out::children(&run, &occasion, &tenants))
+                    } else {
+                        (next, vec![run])
+                    }
                 }
             };
             if self
                 .store
-                .fire_schedule(&record.name, expected, next, run.as_ref())
+                .fire_schedule(&record.name, expected, next, &runs)
                 .await?
-                && run.is_some()
+                && !runs.is_empty()
             {
                 fired = true;
             }

@@ -322,6 +322,7 @@ impl Store {
             .bind(job.spec)
             .bind(job.schedule)
             .bind(job.next_fire_at)
+            .bind(i64::from(job.per_tenant))
             .fetch_one(p)
             .await?))
     }
@@ -410,16 +411,17 @@ impl Store {
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))
     }
 
-    /// Advances a job's schedule from `expected` to `next` and, if given, queues the run it
-    /// fired — both or neither, and only if no other host advanced it first.
+    /// Advances a job's schedule from `expected` to `next` and queues the runs it fired
+    /// (none, one, or a fan-out's children) — all or nothing, and only if no other host
+    /// advanced it first. A run whose id is queued already is left as it is.
     pub async fn fire_schedule(
         &self,
         job: &str,
         expected: Option<i64>,
         next: Option<i64>,
-        run: Option<&NewRun>,
+        runs: &[NewRun],
     ) -> Result<bool> {
-        self.retrying(|| self.fire_schedule_once(job, expected, next, run))
+        self.retrying(|| self.fire_schedule_once(job, expected, next, runs))
             .await
     }
 
@@ -428,7 +430,7 @@ impl Store {
         job: &str,
         expected: Option<i64>,
         next: Option<i64>,
-        run: Option<&NewRun>,
+        runs: &[NewRun],
     ) -> Result<bool> {
         let q = self.q;
         with_pool!(self.pool, p => {
@@ -446,10 +448,11 @@ impl Store {
                 conn.release();
                 return Ok(false);
             }
-            if let Some(run) = run {
-                let _: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), run)
-                    .fetch_one(&mut *tx)
-                    .await?;
+            for run in runs {
+                let _: Option<RunRecord> =
+                    bind_new_run(sqlx::query_as(q.insert_run_once.as_str()), run)
+                        .fetch_optional(&mut *tx)
+                        .await?;
             }
             tx.commit().await?;
             conn.release();

@@ -50,7 +50,7 @@ const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, p
     work_done";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
-    next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at";
+    next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant";
 
 const LEASE_COLUMNS: &str =
     "job, instance, generation, holder, deadline_at, expires_at, pending, updated_at";
@@ -121,9 +121,10 @@ queries! {
     now = "SELECT {now}";
 
     upsert_job = "INSERT INTO jobhost_jobs (name, tenant, component_path, component_digest, spec, \
-        schedule, next_fire_at, registered_at, updated_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, {now}, {now}) \
+        schedule, next_fire_at, per_tenant, registered_at, updated_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {now}, {now}) \
         ON CONFLICT (name) DO UPDATE SET tenant = excluded.tenant, \
+        per_tenant = excluded.per_tenant, \
         component_path = excluded.component_path, component_digest = excluded.component_digest, \
         spec = excluded.spec, updated_at = excluded.updated_at, \
         next_fire_at = CASE WHEN jobhost_jobs.schedule IS NOT DISTINCT FROM excluded.schedule \
@@ -146,6 +147,11 @@ queries! {
         cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at) \
         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}) \
         RETURNING {run_columns}";
+    // A derived id (a per-tenant fan-out's child) inserted a second time changes nothing.
+    insert_run_once = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+        cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}) \
+        ON CONFLICT (id) DO NOTHING RETURNING {run_columns}";
     next_due_in = "SELECT MIN(next_attempt_at) - {now} FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual'";
     queue_lag = "SELECT COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) FROM jobhost_runs \
@@ -360,6 +366,7 @@ queries! {
     get_tenant = "SELECT name, active, created_at, updated_at FROM jobhost_tenants WHERE name = $1";
     set_tenant_active = "UPDATE jobhost_tenants SET active = $2, updated_at = {now} WHERE name = $1";
     disabled_tenants = "SELECT name FROM jobhost_tenants WHERE active = 0";
+    active_tenants = "SELECT name FROM jobhost_tenants WHERE active = 1 ORDER BY name";
     insert_token = "INSERT INTO jobhost_tokens (id, secret_hash, tenant, label, created_at) \
         VALUES ($1, $2, $3, $4, {now})";
     list_tokens = "SELECT id, tenant, label, created_at, revoked_at FROM jobhost_tokens \

@@ -141,6 +141,7 @@ pub struct JobRecord {
     pub updated_at: i64,
     pub last_success_at: Option<i64>,
     pub missed_reported_at: Option<i64>,
+    pub per_tenant: i64,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
@@ -251,6 +252,7 @@ pub struct JobUpsert<'a> {
     pub schedule: Option<&'a str>,
     /// Used only when the job is new or its schedule changed.
     pub next_fire_at: Option<i64>,
+    pub per_tenant: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

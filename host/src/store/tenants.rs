@@ -41,6 +41,12 @@ impl Store {
         Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).fetch_all(p).await?))
     }
 
+    /// The names of the active tenants, in order: whom a per-tenant fan-out reaches.
+    pub async fn active_tenants(&self) -> Result<Vec<String>> {
+        let q = &self.q.active_tenants;
+        Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).fetch_all(p).await?))
+    }
+
     pub async fn insert_token(
         &self,
         id: &str,
