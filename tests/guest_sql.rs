@@ -231,6 +231,7 @@ fn check(backend: Backend) {
                     generation: 1,
                     holder: "r".into(),
                 },
+                tenant: "default".into(),
                 deadline: tokio::time::Instant::now() + Duration::from_secs(20),
             };
             let granted = |t: &str| t == "ledger" || (read_secrets && t == "secrets");

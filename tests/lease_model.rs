@@ -580,6 +580,7 @@ async fn apply(world: Arc<World>, op: Op) {
                     generation: held.lease.generation,
                     holder: held.lease.holder.clone(),
                 },
+                tenant: "default".into(),
                 deadline: tokio::time::Instant::now() + TIMEOUT,
             };
             let until = tokio::time::Instant::now() + Duration::from_secs(2);

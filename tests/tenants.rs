@@ -339,3 +339,98 @@ on_every_backend! {
         assert!(cli_refused(&home, &["check", "--manifest", bad.to_str().unwrap()]).contains("per_tenant"));
     }
 }
+
+/// On Postgres a run's transactions carry its tenant as `jobhost.tenant`, so the
+/// operator's row-level security policies limit a per-tenant job's grant to the rows of
+/// the tenant it runs for. (SQLite has no row-level security: see docs/security.md.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_child_reads_and_writes_only_its_tenants_rows() {
+    let home = Home::new(common::Backend::Postgres).await;
+    home.exec("CREATE TABLE tenant_notes (tenant TEXT NOT NULL, body TEXT NOT NULL)")
+        .await;
+    home.exec(
+        "INSERT INTO tenant_notes VALUES ('acme', 'a1'), ('acme', 'a2'), \
+         ('globex', 'g1'), ('globex', 'g2'), ('globex', 'g3')",
+    )
+    .await;
+    home.exec("ALTER TABLE tenant_notes ENABLE ROW LEVEL SECURITY")
+        .await;
+    home.exec(
+        "CREATE POLICY own_rows ON tenant_notes \
+         USING (tenant = current_setting('jobhost.tenant', true)) \
+         WITH CHECK (tenant = current_setting('jobhost.tenant', true))",
+    )
+    .await;
+    for tenant in ["acme", "globex"] {
+        cli_ok(&home, &["tenants", "add", tenant]);
+    }
+    let m = home.manifest(
+        "",
+        r#"
+        [jobs.notes]
+        component = "{guest:probe}"
+        per_tenant = true
+        grants.db = { write = ["tenant_notes"] }
+        payload = { read = ["SELECT body FROM tenant_notes"] }
+    "#,
+    );
+    let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+    assert_eq!(server.post("/jobs/notes/kick").await.0, 202);
+    let runs = server
+        .wait_runs("notes", Duration::from_secs(20), |runs| {
+            runs.len() == 2 && runs.iter().all(|r| r["finished_at"].is_string())
+        })
+        .await;
+    for (tenant, rows) in [("acme", 2), ("globex", 3)] {
+        let run = runs
+            .iter()
+            .find(|r| r["tenant"] == tenant)
+            .expect("a child");
+        let (_, detail) = server
+            .get(&format!("/runs/{}", run["run_id"].as_str().unwrap()))
+            .await;
+        assert_eq!(detail["status"], "succeeded", "{detail}");
+        let log = detail["attempt_records"][0]["log"].as_str().unwrap();
+        assert!(
+            log.contains(&format!("read ok: {rows} rows")),
+            "{tenant}: {log}"
+        );
+    }
+    // acme's child may write acme's rows, never globex's.
+    let server = &server;
+    let start = |payload: &str| {
+        let body = format!(r#"{{"instance":"acme","payload":{payload}}}"#);
+        async move {
+            let (status, started) = server
+                .post_as(Some(&server.token), "/jobs/notes/runs", Some(&body))
+                .await;
+            assert_eq!(status, 201, "{started}");
+            let id = started["run_id"].as_str().unwrap().to_string();
+            let runs = server
+                .wait_runs("notes", Duration::from_secs(20), |runs| {
+                    runs.iter()
+                        .any(|r| r["run_id"] == id.as_str() && r["finished_at"].is_string())
+                })
+                .await;
+            runs.into_iter()
+                .find(|r| r["run_id"] == id.as_str())
+                .unwrap()
+        }
+    };
+    let forged =
+        start(r#"{"write":["INSERT INTO tenant_notes VALUES ('globex', 'forged')"]}"#).await;
+    assert_eq!(forged["status"], "failed", "{forged}");
+    assert_eq!(forged["code"], "query_refused", "{forged}");
+    let own = start(r#"{"write":["INSERT INTO tenant_notes VALUES ('acme', 'mine')"]}"#).await;
+    assert_eq!(own["status"], "succeeded", "{own}");
+    assert_eq!(
+        home.scalar("SELECT COUNT(*) FROM tenant_notes WHERE body = 'forged'")
+            .await,
+        0
+    );
+    assert_eq!(
+        home.scalar("SELECT COUNT(*) FROM tenant_notes WHERE tenant = 'acme'")
+            .await,
+        3
+    );
+}

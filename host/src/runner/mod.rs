@@ -240,7 +240,7 @@ impl Runner {
                     memory: spec.limits.memory,
                     fuel: spec.limits.fuel,
                     deadline,
-                    db: self.db_session(spec, &lease, deadline),
+                    db: self.db_session(&run, spec, &lease, deadline),
                     files: self.files_session(&run, spec, &lease),
                     links: self.links_session(&run, spec, &lease, deadline),
                     steps: self.steps_session(&run, spec, &lease),
@@ -391,13 +391,20 @@ impl Runner {
         Ok(())
     }
 
-    fn db_session(&self, spec: &JobSpec, lease: &Lease, deadline: Instant) -> Option<DbSession> {
+    fn db_session(
+        &self,
+        run: &RunRecord,
+        spec: &JobSpec,
+        lease: &Lease,
+        deadline: Instant,
+    ) -> Option<DbSession> {
         let grant = spec.grants.db.clone()?;
         Some(DbSession {
             db: self.guest_db.clone(),
             access: Access {
                 grant: Arc::new(grant),
                 fence: fence_of(lease),
+                tenant: run.tenant.clone(),
                 deadline,
             },
             txn_bound: self.settings.txn_bound,

@@ -101,6 +101,9 @@ pub struct Fence {
 pub struct Access {
     pub grant: Arc<DbGrant>,
     pub fence: Fence,
+    /// The run's tenant: on Postgres the transaction's `jobhost.tenant` setting, which
+    /// the operator's row-level security policies may compare a tenant column with.
+    pub tenant: String,
     /// Statements are interrupted at this instant.
     pub deadline: Instant,
 }

@@ -116,10 +116,12 @@ impl PgGuest {
             .as_mut()
             .expect("a new session has its connection");
         // In one round trip: reset the connection if another attempt used it last, open
-        // the transaction, and bound its statements and its idle time by the deadline.
+        // the transaction, bound its statements and its idle time by the deadline, and say
+        // whose run it is (a guest statement can neither `SET` nor call `set_config`).
         let reset = conn.owner.as_deref().is_some_and(|o| o != owner);
         let client = &conn.client;
-        let open = format!("{begin}; {bounds}");
+        let tenant = access.tenant.replace('\'', "''");
+        let open = format!("{begin}; {bounds}; SET LOCAL jobhost.tenant = '{tenant}'");
         let opened = if reset {
             tokio::try_join!(
                 client.batch_execute("DISCARD ALL"),

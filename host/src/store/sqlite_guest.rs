@@ -725,6 +725,7 @@ mod tests {
                 generation: 1,
                 holder: "r".into(),
             },
+            tenant: "t".into(),
             deadline: Instant::now() + std::time::Duration::from_secs(10),
         }
     }
