@@ -401,6 +401,7 @@ fn retrying(host: &SimHost, held: &Held) -> Recording {
             cursor: None,
             counters: None,
             failures: held.run.failures + 1,
+            defers: held.run.defers,
             code: Some("handler_failed"),
             error: None,
         },

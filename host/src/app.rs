@@ -124,6 +124,7 @@ impl App {
                 spec: &definition,
                 schedule: spec.schedule.as_deref(),
                 next_fire_at,
+                sequential: spec.flow.sequential,
             })
             .await
     }

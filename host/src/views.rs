@@ -52,6 +52,7 @@ pub fn run(run: &RunRecord) -> Value {
         "status": run.status,
         "attempts": run.attempts,
         "passes": run.pass,
+        "defers": run.defers,
         "code": run.last_code,
         "error": run.last_error,
         "cursor": cursor,

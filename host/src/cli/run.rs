@@ -212,6 +212,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                 actions: Default::default(),
                 schedule: None,
                 payload: serde_json::json!({}),
+                flow: Default::default(),
             }
         }
     };

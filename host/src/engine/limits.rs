@@ -111,6 +111,7 @@ mod tests {
             actions: Default::default(),
             schedule: None,
             payload: serde_json::json!({}),
+            flow: Default::default(),
         };
         assert_eq!(spec.validate(), Ok(()));
         spec.limits.memory = MAX_JOB_MEMORY + 1;

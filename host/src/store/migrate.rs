@@ -52,6 +52,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     3 => "0003_file_triggers",
     4 => "0004_batched_attempts",
     5 => "0005_resumable_runs",
+    7 => "0007_limits",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -59,6 +60,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     3 => "0003_file_triggers",
     4 => "0004_batched_attempts",
     5 => "0005_resumable_runs",
+    7 => "0007_limits",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -321,6 +321,7 @@ impl Store {
             .bind(job.spec)
             .bind(job.schedule)
             .bind(job.next_fire_at)
+            .bind(i64::from(job.sequential))
             .fetch_one(p)
             .await?))
     }
