@@ -401,6 +401,7 @@ fn retrying(host: &SimHost, held: &Held) -> Recording {
             cursor: None,
             counters: None,
             failures: held.run.failures + 1,
+            defers: held.run.defers,
             code: Some("handler_failed"),
             error: None,
         },
@@ -908,6 +909,7 @@ async fn run_case(backend: Backend, rounds: Vec<Vec<Timed>>) -> Vec<String> {
             schedule: None,
             next_fire_at: None,
             per_tenant: false,
+            sequential: false,
         })
         .await
         .unwrap();

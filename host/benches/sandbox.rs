@@ -458,6 +458,7 @@ fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::V
         schedule: None,
         payload,
         per_tenant: false,
+        flow: Default::default(),
     }
 }
 
@@ -549,6 +550,7 @@ fn bench_db_write(c: &mut Criterion, rt: &Runtime) {
                 generation: lease.generation,
                 holder: lease.holder,
             },
+            tenant: "default".into(),
             deadline: Instant::now() + Duration::from_secs(24 * 3600),
         };
         (store, guest_db, access, direct_pool(&url).await)

@@ -128,6 +128,7 @@ impl App {
                 schedule: spec.schedule.as_deref(),
                 next_fire_at,
                 per_tenant: spec.per_tenant,
+                sequential: spec.flow.sequential,
             })
             .await
     }

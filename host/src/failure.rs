@@ -27,11 +27,12 @@ pub enum FailureCode {
     Crashed,
     Cancelled,
     StepReused,
+    TooManyDefers,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 16] = [
+    pub const ALL: [(FailureCode, &'static str); 17] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -96,6 +97,10 @@ impl FailureCode {
             FailureCode::StepReused,
             "the guest reached one step name twice in one attempt (a bug in the job); never retried",
         ),
+        (
+            FailureCode::TooManyDefers,
+            "the handler returned `defer` once more than its job's `max_defers` allows; never retried",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -116,6 +121,7 @@ impl FailureCode {
             FailureCode::Crashed => "crashed",
             FailureCode::Cancelled => "cancelled",
             FailureCode::StepReused => "step_reused",
+            FailureCode::TooManyDefers => "too_many_defers",
         }
     }
 
@@ -137,6 +143,7 @@ impl FailureCode {
                 | FailureCode::RecordFailed
                 | FailureCode::Cancelled
                 | FailureCode::StepReused
+                | FailureCode::TooManyDefers
         )
     }
 }

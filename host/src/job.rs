@@ -61,6 +61,20 @@ impl Default for RetryPolicy {
     }
 }
 
+/// How a job's runs share the fleet. The claim keeps `sequential` (it is stored with the
+/// job's registration, so every host's claim sees it); the runner keeps `max_defers`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Flow {
+    /// At most one run of the job (of any instance) running at a time, across the fleet:
+    /// the others wait in the queue, unclaimed, without using an attempt.
+    #[serde(default)]
+    pub sequential: bool,
+    /// How many times a run may end a pass with `defer`; one more ends it
+    /// `too_many_defers`. `None`: unbounded.
+    #[serde(default)]
+    pub max_defers: Option<u32>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
     pub name: String,
@@ -79,6 +93,9 @@ pub struct JobSpec {
     /// Each fire or kick queues one child run per active tenant, run as that tenant.
     #[serde(default)]
     pub per_tenant: bool,
+    /// Absent from definitions registered before flow control.
+    #[serde(default)]
+    pub flow: Flow,
 }
 
 impl JobSpec {

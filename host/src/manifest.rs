@@ -35,7 +35,7 @@
 
 use crate::files::{CollectionSpec, DEFAULT_MAX_OBJECT, Location};
 use crate::grants::Grants;
-use crate::job::{JobSpec, Limits, RetryPolicy};
+use crate::job::{Flow, JobSpec, Limits, RetryPolicy};
 use crate::links::{Credential, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, MountSpec, SecretSource};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -121,6 +121,8 @@ struct JobSection {
     grants: Option<Grants>,
     /// The actions the job may name in `links` calls (put in its tokens).
     actions: Option<BTreeSet<String>>,
+    sequential: Option<bool>,
+    max_defers: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -447,6 +449,13 @@ fn job(
         schedule: section.schedule.clone(),
         payload,
         per_tenant,
+        flow: Flow {
+            sequential: section
+                .sequential
+                .or(defaults.sequential)
+                .unwrap_or_default(),
+            max_defers: section.max_defers.or(defaults.max_defers),
+        },
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
@@ -512,6 +521,7 @@ mod tests {
             [defaults]
             timeout = "5s"
             retries = 1
+            max_defers = 4
             [jobs.ledger]
             component = "ledger.wasm"
             memory = "32MiB"
@@ -521,6 +531,8 @@ mod tests {
             [jobs.hello]
             component = "/abs/hello.wasm"
             timeout = "1m"
+            sequential = true
+            max_defers = 0
             "#,
         )
         .unwrap();
@@ -535,10 +547,24 @@ mod tests {
         assert_eq!(ledger.retry.retries, 1);
         assert_eq!(ledger.payload, serde_json::json!({"rows": 3}));
         assert!(ledger.grants.db.as_ref().unwrap().may_write("ledger"));
+        assert_eq!(
+            ledger.flow,
+            Flow {
+                sequential: false,
+                max_defers: Some(4)
+            }
+        );
         let hello = m.job("hello").unwrap();
         assert_eq!(hello.component, Path::new("/abs/hello.wasm"));
         assert_eq!(hello.limits.timeout, Duration::from_secs(60));
         assert!(hello.grants.db.is_none());
+        assert_eq!(
+            hello.flow,
+            Flow {
+                sequential: true,
+                max_defers: Some(0)
+            }
+        );
     }
 
     #[test]

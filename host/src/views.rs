@@ -55,6 +55,7 @@ pub fn run(run: &RunRecord) -> Value {
         "status": run.status,
         "attempts": run.attempts,
         "passes": run.pass,
+        "defers": run.defers,
         "code": run.last_code,
         "error": run.last_error,
         "cursor": cursor,

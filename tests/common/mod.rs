@@ -57,7 +57,10 @@ pub fn guest(name: &str) -> PathBuf {
             status.success(),
             "building the guests failed (is wasm32-wasip2 installed?)"
         );
-        workspace().join("target/wasm32-wasip2/guest")
+        // Where that cargo puts them: the build's target directory, wherever it is set.
+        std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| workspace().join("target"), |dir| workspace().join(dir))
+            .join("wasm32-wasip2/guest")
     });
     let path = dir.join(format!("{name}.wasm"));
     assert!(path.exists(), "no guest {name} at {}", path.display());

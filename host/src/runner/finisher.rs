@@ -36,6 +36,9 @@ pub(super) struct Handover {
     pub until: Instant,
     /// The job's payload: a follow-up run's, should the ending become `record_failed`.
     pub job_payload: String,
+    /// The run's job is sequential: once its ending is recorded another of the job's runs
+    /// may be claimed, and nothing else would wake the dispatcher for it.
+    pub sequential: bool,
 }
 
 struct Pending {
@@ -198,7 +201,15 @@ impl Loop {
 
     /// A recorded ending: its metrics, log line and wake-ups, and the waiter's answer.
     fn done(&self, pending: Pending, recorded: Recorded) {
-        let Handover { recording, run, .. } = pending.handover;
+        let Handover {
+            recording,
+            run,
+            sequential,
+            ..
+        } = pending.handover;
+        if sequential {
+            self.wake.notify_one();
+        }
         let step = match (recorded, recording.change) {
             (Recorded::Finished { follow_up }, RunChange::Finish { status, code, .. }) => {
                 self.metrics.run_finished(&run.job, status.as_str(), code);

@@ -262,6 +262,7 @@ impl Runner {
                 run,
                 until,
                 job_payload: spec.payload.to_string(),
+                sequential: spec.flow.sequential,
             })
             .await
     }
@@ -305,6 +306,8 @@ impl Runner {
                 run: claimed.run,
                 until,
                 job_payload: String::new(),
+                // Given back due at once: the dispatcher's next look at the queue finds it.
+                sequential: false,
             })
             .await
     }
@@ -350,6 +353,7 @@ impl Runner {
                     run,
                     until,
                     job_payload: spec.payload.to_string(),
+                    sequential: spec.flow.sequential,
                 })
                 .await?;
             return Ok(Resolved::Done(concluding));
@@ -525,6 +529,7 @@ impl Runner {
                 cursor,
                 counters,
                 failures,
+                defers,
                 failure,
             } => RunChange::Requeue {
                 delay_ms: i64::try_from(delay.as_millis()).unwrap_or(i64::MAX),
@@ -536,6 +541,7 @@ impl Runner {
                 cursor,
                 counters,
                 failures,
+                defers,
                 code: failure.code.map(FailureCode::as_str),
                 error: failure.message,
             },
@@ -589,6 +595,8 @@ enum Decided {
         /// The counters the pass leaves (JSON), `None`: unchanged.
         counters: Option<String>,
         failures: i64,
+        /// The run's deferred passes, this one included.
+        defers: i64,
         failure: Failure,
     },
     /// The run is over.
@@ -600,9 +608,12 @@ enum Decided {
 }
 
 /// The rules: an outcome ends the run or queues its next pass, and commits the pass's
-/// counters with it; a failure is retried after backoff while retries remain and its
-/// code allows, and its counter changes are dropped with the rest of the attempt; a
-/// cancelled attempt (host shutdown) is requeued without counting against the job.
+/// counters with it; a `defer` is a pass that ends without using an attempt (the failures
+/// start again from none, as after any pass), counted on the run, and the one past the
+/// job's `max_defers` ends the run `too_many_defers` with the pass's counters dropped; a
+/// failure is retried after backoff while retries remain and its code allows, and its
+/// counter changes are dropped with the rest of the attempt; a cancelled attempt (host
+/// shutdown) is requeued without counting against the job.
 fn decide(
     run: &RunRecord,
     spec: &JobSpec,
@@ -616,6 +627,7 @@ fn decide(
             cursor,
             counters,
             failures,
+            defers: run.defers,
             failure,
         };
     match result {
@@ -632,14 +644,27 @@ fn decide(
             0,
             Failure::none(),
         ),
-        Ok(Outcome::Defer { delay }) => requeue(
+        Ok(Outcome::Defer { .. })
+            if spec
+                .flow
+                .max_defers
+                .is_some_and(|max| run.defers >= i64::from(max)) =>
+        {
+            Decided::Finish {
+                failure: Failure::code(FailureCode::TooManyDefers),
+                failures: run.failures,
+                counters: None,
+            }
+        }
+        Ok(Outcome::Defer { delay }) => Decided::Requeue {
             delay,
-            run.pass + 1,
-            run.cursor.clone(),
+            pass: run.pass + 1,
+            cursor: run.cursor.clone(),
             counters,
-            0,
-            Failure::none(),
-        ),
+            failures: 0,
+            defers: run.defers + 1,
+            failure: Failure::none(),
+        },
         Err(f) if f.code == FailureCode::Cancelled => requeue(
             Duration::ZERO,
             run.pass,

@@ -142,6 +142,8 @@ pub enum RunChange {
         /// The run's counters after the pass (JSON), `None`: unchanged.
         counters: Option<String>,
         failures: i64,
+        /// The run's passes that ended `defer`, this one included.
+        defers: i64,
         code: Option<&'static str>,
         error: Option<String>,
     },
@@ -202,6 +204,7 @@ struct WireItem<'a> {
     counters: Option<&'a str>,
     pass: Option<i64>,
     failures: Option<i64>,
+    defers: Option<i64>,
     delay_ms: Option<i64>,
     hold_ms: Option<i64>,
     f_id: Option<&'a str>,
@@ -250,6 +253,7 @@ impl<'a> WireItem<'a> {
             counters: None,
             pass: None,
             failures: None,
+            defers: None,
             delay_ms: None,
             hold_ms: None,
             f_id: None,
@@ -311,10 +315,12 @@ impl<'a> WireItem<'a> {
                 cursor,
                 counters,
                 failures,
+                defers,
                 code,
                 error,
             } => {
                 item.kind = "requeue";
+                item.defers = Some(*defers);
                 item.counters = counters.as_deref();
                 item.delay_ms = Some(*delay_ms);
                 item.hold_ms = Some(*hold_ms);

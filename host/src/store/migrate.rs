@@ -53,6 +53,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     4 => "0004_batched_attempts",
     5 => "0005_resumable_runs",
     6 => "0006_tenants_and_tokens",
+    7 => "0007_limits",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -61,6 +62,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     4 => "0004_batched_attempts",
     5 => "0005_resumable_runs",
     6 => "0006_tenants_and_tokens",
+    7 => "0007_limits",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -323,6 +323,7 @@ impl Store {
             .bind(job.schedule)
             .bind(job.next_fire_at)
             .bind(i64::from(job.per_tenant))
+            .bind(i64::from(job.sequential))
             .fetch_one(p)
             .await?))
     }

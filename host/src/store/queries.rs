@@ -47,7 +47,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
     counters, attempts, failures, generation, host, last_code, last_error, component_digest, \
     scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at, \
-    work_done";
+    work_done, defers";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
     next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant";
@@ -74,6 +74,15 @@ const FILE_UPSERT: &str = "ON CONFLICT (tenant, collection, name) DO UPDATE SET 
 const FENCE_MATCH: &str = "job = $1 AND instance = $2 AND generation = $3 AND holder = $4 \
     AND deadline_at > {now}";
 
+/// The run (of the unaliased `jobhost_runs`) may start: its job is not sequential, or none
+/// of the job's runs is running. Only an optimisation in a claim's choice of candidates,
+/// which checks each again as it claims it (`sequential_busy`; the Postgres claim under its
+/// lock): the runs of a busy sequential job would fill a batch and be passed over, ahead of
+/// every other job, and keep an idle dispatcher waking for runs it cannot claim.
+const SEQUENTIAL_FREE: &str = "NOT EXISTS (SELECT 1 FROM jobhost_jobs j \
+    WHERE j.name = jobhost_runs.job AND j.sequential = 1 AND EXISTS (SELECT 1 FROM jobhost_runs o \
+        WHERE o.job = jobhost_runs.job AND o.status = 'running'))";
+
 /// The attempt whose fence is `$1`..`$4` holds its lease.
 const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM jobhost_leases WHERE {fence_match})";
 
@@ -81,6 +90,7 @@ impl Dialect {
     fn render(&self, template: &str) -> String {
         template
             .replace("{lease_held}", LEASE_HELD)
+            .replace("{sequential_free}", SEQUENTIAL_FREE)
             .replace("{fence_match}", FENCE_MATCH)
             .replace("{file_upsert}", FILE_UPSERT)
             .replace("{now}", self.now)
@@ -121,10 +131,10 @@ queries! {
     now = "SELECT {now}";
 
     upsert_job = "INSERT INTO jobhost_jobs (name, tenant, component_path, component_digest, spec, \
-        schedule, next_fire_at, per_tenant, registered_at, updated_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {now}, {now}) \
+        schedule, next_fire_at, per_tenant, sequential, registered_at, updated_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, {now}, {now}) \
         ON CONFLICT (name) DO UPDATE SET tenant = excluded.tenant, \
-        per_tenant = excluded.per_tenant, \
+        per_tenant = excluded.per_tenant, sequential = excluded.sequential, \
         component_path = excluded.component_path, component_digest = excluded.component_digest, \
         spec = excluded.spec, updated_at = excluded.updated_at, \
         next_fire_at = CASE WHEN jobhost_jobs.schedule IS NOT DISTINCT FROM excluded.schedule \
@@ -153,7 +163,7 @@ queries! {
         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}) \
         ON CONFLICT (id) DO NOTHING RETURNING {run_columns}";
     next_due_in = "SELECT MIN(next_attempt_at) - {now} FROM jobhost_runs \
-        WHERE status = 'queued' AND origin <> 'manual'";
+        WHERE status = 'queued' AND origin <> 'manual' AND {sequential_free}";
     queue_lag = "SELECT COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) FROM jobhost_runs \
         WHERE status = 'queued' AND next_attempt_at <= {now}";
     get_run = "SELECT {run_columns} FROM jobhost_runs WHERE id = $1";
@@ -170,7 +180,7 @@ queries! {
     list_attempts = "SELECT {attempt_columns} FROM jobhost_attempts WHERE run_id = $1 ORDER BY seq";
     requeue_run = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now} + $3, \
         pass = $4, cursor = $5, failures = $6, last_code = $7, last_error = $8, \
-        counters = COALESCE($9, counters), updated_at = {now} \
+        counters = COALESCE($9, counters), defers = $10, updated_at = {now} \
         WHERE id = $1 AND status = 'running' AND generation = $2";
     finish_run = "UPDATE jobhost_runs SET status = $3, last_code = $4, last_error = $5, \
         cursor = $6, pass = $7, failures = $8, counters = COALESCE($9, counters), \
@@ -181,8 +191,12 @@ queries! {
     // migration 0004 run the same steps.
     due_runs = "SELECT id, job, instance, generation FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
-        AND job IN (SELECT value FROM json_each($2)) \
+        AND job IN (SELECT value FROM json_each($2)) AND {sequential_free} \
         ORDER BY next_attempt_at, id LIMIT $1";
+    // A claim starts a sequential job's run only while no other run of the job is running.
+    sequential_busy = "SELECT COUNT(*) FROM jobhost_jobs j WHERE j.name = $1 AND j.sequential = 1 \
+        AND EXISTS (SELECT 1 FROM jobhost_runs o WHERE o.job = $1 AND o.status = 'running' \
+            AND o.id <> $2)";
     claimable_run = "SELECT id, job, instance, generation FROM jobhost_runs WHERE id = $1 \
         AND (status = 'queued' OR (status = 'running' AND host = $2 AND generation IS NULL))";
     start_run = "UPDATE jobhost_runs SET status = 'running', host = $2, \
@@ -244,6 +258,7 @@ queries! {
     // `host drive`'s candidates: due runs in claim order, a page after the last one seen.
     due_candidates = "SELECT id, job, next_attempt_at FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
+        AND {sequential_free} \
         AND (next_attempt_at > $1 OR (next_attempt_at = $1 AND id > $2)) \
         ORDER BY next_attempt_at, id LIMIT $3";
     // Start-or-join: the lease row (created free if there is none) is locked first, so
@@ -255,8 +270,8 @@ queries! {
     live_run = "SELECT id FROM jobhost_runs WHERE job = $1 AND instance = $2 \
         AND status IN ('queued', 'running') ORDER BY created_at, id LIMIT 1";
     // A rerun resumes where its crashed run was: the same pass, counters and ledger.
-    resume_rerun = "UPDATE jobhost_runs SET (pass, counters, work_done) = \
-        (SELECT pass, counters, work_done FROM jobhost_runs WHERE id = $2) WHERE id = $1";
+    resume_rerun = "UPDATE jobhost_runs SET (pass, counters, work_done, defers) = \
+        (SELECT pass, counters, work_done, defers FROM jobhost_runs WHERE id = $2) WHERE id = $1";
     copy_ledger = "INSERT INTO jobhost_steps (run_id, pass, name, result, generation, recorded_at) \
         SELECT $1, s.pass, s.name, s.result, s.generation, s.recorded_at FROM jobhost_steps s \
         JOIN jobhost_runs r ON r.id = s.run_id AND r.pass = s.pass WHERE s.run_id = $2";

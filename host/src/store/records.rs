@@ -100,6 +100,8 @@ pub struct RunRecord {
     /// 1 once a pass committed `done` with its writes: only the run's end is left to
     /// record.
     pub work_done: i64,
+    /// How many passes ended `defer` (the job's `max_defers` bounds them).
+    pub defers: i64,
 }
 
 impl RunRecord {
@@ -253,6 +255,8 @@ pub struct JobUpsert<'a> {
     /// Used only when the job is new or its schedule changed.
     pub next_fire_at: Option<i64>,
     pub per_tenant: bool,
+    /// Its runs run one at a time (the claim reads it from the job's row).
+    pub sequential: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -297,6 +297,17 @@ fn claim(
     };
     let mut claimed = Vec::with_capacity(candidates.len());
     for run in candidates {
+        // Checked per run, after the runs claimed before it in this batch started: the
+        // single writer orders every claim, so this sees each running run.
+        let busy: i64 = prepared(conn, &q.sequential_busy, &[&run.job, &run.id])?
+            .raw_query()
+            .next()?
+            .map(|row| row.get(0))
+            .transpose()?
+            .unwrap_or(0);
+        if busy > 0 {
+            continue;
+        }
         let terms = terms.get(&run.job);
         let lease: Option<(i64, i64, i64)> = match (terms, run.generation) {
             (None, _) => None,
@@ -507,6 +518,7 @@ fn record(
             cursor,
             counters,
             failures,
+            defers,
             code,
             error,
         } => {
@@ -524,6 +536,7 @@ fn record(
                     code,
                     error,
                     counters,
+                    defers,
                 ],
             )?;
             Ok(Recorded::Requeued)
@@ -612,6 +625,7 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         finished_at: row.get("finished_at")?,
         updated_at: row.get("updated_at")?,
         work_done: row.get("work_done")?,
+        defers: row.get("defers")?,
     })
 }
 
