@@ -458,6 +458,7 @@ fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::V
         schedule: None,
         payload,
         per_tenant: false,
+        on: Default::default(),
         flow: Default::default(),
     }
 }

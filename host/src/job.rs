@@ -93,6 +93,9 @@ pub struct JobSpec {
     /// Each fire or kick queues one child run per active tenant, run as that tenant.
     #[serde(default)]
     pub per_tenant: bool,
+    /// The events each of which queues a run of the job (`events`).
+    #[serde(default)]
+    pub on: std::collections::BTreeSet<String>,
     /// Absent from definitions registered before flow control.
     #[serde(default)]
     pub flow: Flow,

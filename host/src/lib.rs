@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod cli;
 pub mod drive;
 pub mod engine;
+pub mod events;
 pub mod failure;
 pub mod fan_out;
 pub mod files;

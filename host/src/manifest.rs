@@ -118,6 +118,8 @@ struct JobSection {
     payload: Option<toml::Value>,
     /// One child run per active tenant for each fire or kick.
     per_tenant: Option<bool>,
+    /// The events that queue a run of the job.
+    on: Option<BTreeSet<String>>,
     grants: Option<Grants>,
     /// The actions the job may name in `links` calls (put in its tokens).
     actions: Option<BTreeSet<String>>,
@@ -413,6 +415,10 @@ fn job(
         }
     }
     let per_tenant = section.per_tenant.unwrap_or(false);
+    let on = section.on.clone().unwrap_or_default();
+    for event in &on {
+        crate::events::validate_event(event).map_err(|e| e.to_string())?;
+    }
     if per_tenant && section.tenant.is_some() {
         return Err(
             "a per_tenant job runs as each active tenant: it has no `tenant` of its own".into(),
@@ -449,6 +455,7 @@ fn job(
         schedule: section.schedule.clone(),
         payload,
         per_tenant,
+        on,
         flow: Flow {
             sequential: section
                 .sequential

@@ -1,7 +1,6 @@
 -- Flow control (see docs/architecture.md, "Flow control"): sequential jobs and a bound on
 -- a run's defers, with the batched claim and ending of migration 0005 carrying them. The
--- SQLite migration of the same number has the same tables and columns. (0006 belongs to
--- another change; migrations apply by version, so either may be applied first.)
+-- SQLite migration of the same number has the same tables and columns.
 
 -- 1 for a job whose runs run one at a time across the fleet (`sequential = true`), set by
 -- its registration: the claim, which must see it on every host alike, reads it here.

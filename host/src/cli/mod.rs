@@ -86,6 +86,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Emit an event: queue a run of each job that subscribes to it, once per key.
+    Emit {
+        event: String,
+        /// The dedup key: emitting the same event and key again queues nothing more.
+        #[arg(long)]
+        key: String,
+        /// The runs' payload: JSON text, or @FILE (each job's own if not given).
+        #[arg(long)]
+        payload: Option<String>,
+        /// Only this tenant's subscribers (and its child of per-tenant ones).
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a bounded sweep of due runs and exit (for an outside scheduler).
     Drive(Box<drive::DriveArgs>),
     /// Check a manifest: schedules, time zone, components and grants.
@@ -219,6 +234,23 @@ pub fn main() -> ExitCode {
                 payload,
                 json,
             } => serve::start_cmd(&cli.global, &job, &instance, payload.as_deref(), json).await,
+            Command::Emit {
+                event,
+                key,
+                payload,
+                tenant,
+                json,
+            } => {
+                serve::emit_cmd(
+                    &cli.global,
+                    &event,
+                    &key,
+                    tenant.as_deref(),
+                    payload.as_deref(),
+                    json,
+                )
+                .await
+            }
             Command::Drive(args) => drive::drive(&cli.global, *args).await,
             Command::Check { manifest } => serve::check(&cli.global, manifest).await,
             Command::Migrate {

@@ -213,6 +213,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                 schedule: None,
                 payload: serde_json::json!({}),
                 per_tenant: false,
+                on: Default::default(),
                 flow: Default::default(),
             }
         }

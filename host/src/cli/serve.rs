@@ -310,6 +310,44 @@ pub async fn start_cmd(
     Ok(0)
 }
 
+/// Emits an event and says which runs it queued (or had queued before).
+pub async fn emit_cmd(
+    global: &Global,
+    event: &str,
+    key: &str,
+    tenant: Option<&str>,
+    payload: Option<&str>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let payload = payload.map(super::run::read_payload).transpose()?;
+    let store = Store::open(&global.db_url(None)).await?;
+    let result = crate::events::emit(&store, event, key, tenant, payload.as_deref()).await;
+    store.close().await;
+    let runs = result.map_err(|e| match e {
+        crate::events::EmitError::Store(e) => e.into(),
+        e => Failure::usage(e),
+    })?;
+    if json {
+        let view = serde_json::json!({ "event": event, "key": key, "runs": runs });
+        println!("{view}");
+    } else if runs.is_empty() {
+        println!("no active job subscribes to {event}");
+    } else {
+        for run in &runs {
+            let state = if run.duplicate {
+                "already queued"
+            } else {
+                "queued"
+            };
+            println!(
+                "{state} run {} of {} for {}",
+                run.run_id, run.job, run.tenant
+            );
+        }
+    }
+    Ok(0)
+}
+
 /// Checks a manifest: its own settings (every problem at once), each job's schedule,
 /// time zone, component and grants, and — when a database is named (`--db`, `JOBHOST_DB`
 /// or the manifest's `[host] db`) — that the tables its jobs were granted exist.

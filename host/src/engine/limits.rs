@@ -112,6 +112,7 @@ mod tests {
             schedule: None,
             payload: serde_json::json!({}),
             per_tenant: false,
+            on: Default::default(),
             flow: Default::default(),
         };
         assert_eq!(spec.validate(), Ok(()));

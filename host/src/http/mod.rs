@@ -9,6 +9,7 @@
 //! `views::for_tenant`; what belongs to another tenant answers 404, as if it did not exist.
 
 mod auth;
+mod events;
 mod tenants;
 
 use crate::kick::{self, KickError};
@@ -41,6 +42,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/runs", get(list_runs))
         .route("/runs/{id}", get(get_run))
         .route("/reports", get(list_reports))
+        .route("/events/{name}", post(events::emit))
         .route("/tenants", get(tenants::list).post(tenants::add))
         .route("/tenants/{name}/disable", post(tenants::disable))
         .route("/tenants/{name}/enable", post(tenants::enable))
@@ -314,16 +316,10 @@ async fn start_run(
             payload: None,
         }
     } else {
-        // The rule first, so a refusal names the JSON path (`$.payload.items[3]`).
-        let limits = crate::json_rule::JsonLimits {
-            max_bytes: crate::json_rule::PAYLOAD.max_bytes + 1024,
-            max_depth: crate::json_rule::PAYLOAD.max_depth + 1,
-        };
-        crate::json_rule::check(&body, limits)
-            .map_err(|refusal| ApiError::invalid(format!("body refused: {refusal}")))?;
-        serde_json::from_slice(&body).map_err(|_| {
-            ApiError::invalid("the body must be a JSON object with `instance` and `payload`")
-        })?
+        json_body(
+            &body,
+            "the body must be a JSON object with `instance` and `payload`",
+        )?
     };
     let instance = instance_for(&who, &job, body.instance.as_deref())?;
     let payload = body.payload.as_ref().map(|p| p.get());
@@ -342,6 +338,18 @@ async fn start_run(
         }
         Err(e) => Err(kick_refused(&name, e)),
     }
+}
+
+/// A request body that carries a payload: checked by the queue-safety rule first, so a
+/// refusal names the JSON path (`$.payload.items[3]`), then read as `T`.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, ApiError> {
+    let limits = crate::json_rule::JsonLimits {
+        max_bytes: crate::json_rule::PAYLOAD.max_bytes + 1024,
+        max_depth: crate::json_rule::PAYLOAD.max_depth + 1,
+    };
+    crate::json_rule::check(body, limits)
+        .map_err(|refusal| ApiError::invalid(format!("body refused: {refusal}")))?;
+    serde_json::from_slice(body).map_err(|_| ApiError::invalid(shape))
 }
 
 #[derive(Deserialize)]

@@ -461,6 +461,31 @@ impl Store {
         })
     }
 
+    /// Queues runs whose ids may have been queued before, in one transaction, leaving
+    /// those alone; says of each whether it was queued now.
+    pub async fn insert_runs_once(&self, runs: &[NewRun]) -> Result<Vec<bool>> {
+        self.retrying(|| self.insert_runs_once_tx(runs)).await
+    }
+
+    async fn insert_runs_once_tx(&self, runs: &[NewRun]) -> Result<Vec<bool>> {
+        let q = self.q;
+        with_pool!(self.pool, p => {
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+            let mut inserted = Vec::with_capacity(runs.len());
+            for run in runs {
+                let row: Option<RunRecord> =
+                    bind_new_run(sqlx::query_as(q.insert_run_once.as_str()), run)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                inserted.push(row.is_some());
+            }
+            tx.commit().await?;
+            conn.release();
+            Ok(inserted)
+        })
+    }
+
     /// Runs marked running whose lease is gone or expired (not renewed by their host),
     /// untouched for at least `stale_ms`.
     pub async fn lost_runs(&self, stale_ms: i64) -> Result<Vec<LostRun>> {

@@ -57,6 +57,8 @@ pub enum Origin {
     Rerun,
     /// A start (`host start`, `POST /jobs/{name}/runs`) that found no live run to join.
     Start,
+    /// An event the job subscribes to (`POST /events/{name}`, `host emit`).
+    Event,
 }
 
 impl Origin {
@@ -67,6 +69,7 @@ impl Origin {
             Origin::Kick => "kick",
             Origin::Rerun => "rerun",
             Origin::Start => "start",
+            Origin::Event => "event",
         }
     }
 }

@@ -1,0 +1,65 @@
+//! `POST /events/{name}` `{"key", "payload", "tenant"}`: queues a run of each subscriber
+//! (`crate::events`). A tenant's token emits its own tenant's events only.
+
+use super::{ApiError, json_body};
+use crate::events::{self, EmitError};
+use crate::serve::Shared;
+use crate::tenant::Principal;
+use axum::Json;
+use axum::extract::{Extension, Path, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmitBody {
+    key: String,
+    payload: Option<Box<serde_json::value::RawValue>>,
+    tenant: Option<String>,
+}
+
+pub(super) async fn emit(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    Path(name): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if s.draining.load(Ordering::Acquire) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "this host is shutting down; emit on another",
+        ));
+    }
+    let body: EmitBody = json_body(
+        &body,
+        "the body must be a JSON object with `key`, and optionally `payload` and `tenant`",
+    )?;
+    let tenant = match (&who, body.tenant) {
+        (Principal::Operator, tenant) => tenant,
+        (Principal::Tenant(own), None) => Some(own.clone()),
+        (Principal::Tenant(own), Some(asked)) if &asked == own => Some(asked),
+        (Principal::Tenant(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "a tenant emits its own events: leave out `tenant`",
+            ));
+        }
+    };
+    let payload = body.payload.as_ref().map(|p| p.get());
+    match events::emit(&s.app.store, &name, &body.key, tenant.as_deref(), payload).await {
+        Ok(runs) => {
+            if runs.iter().any(|r| !r.duplicate) {
+                s.app.wake.notify_one();
+            }
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({ "event": name, "key": body.key, "runs": runs })),
+            ))
+        }
+        Err(EmitError::Store(e)) => Err(e.into()),
+        Err(e) => Err(ApiError::invalid(e.to_string())),
+    }
+}
