@@ -120,6 +120,12 @@ impl Catalog {
             None => None,
         };
         app.register(&job.spec, &job.loaded, next).await?;
+        if job.spec.run_on_boot
+            && crate::kick::boot(&app.store, &job.spec, &job.loaded.digest).await?
+        {
+            tracing::info!(job = %job.spec.name, digest = %job.loaded.digest, "queued the boot run of a new version");
+            app.wake.notify_one();
+        }
         Ok(())
     }
 

@@ -93,6 +93,10 @@ pub struct JobSpec {
     /// Each fire or kick queues one child run per active tenant, run as that tenant.
     #[serde(default)]
     pub per_tenant: bool,
+    /// A new version of the job (component) queues one run when the fleet first
+    /// registers it.
+    #[serde(default)]
+    pub run_on_boot: bool,
     /// The events each of which queues a run of the job (`events`).
     #[serde(default)]
     pub on: std::collections::BTreeSet<String>,

@@ -52,6 +52,8 @@ pub enum KickError {
     TenantDisabled(String),
     #[error("a per-tenant job's instances are its tenants: no registered tenant {0:?}")]
     UnknownTenant(String),
+    #[error("the job {0:?} is orphaned: no serving host's manifest names it")]
+    Orphaned(String),
     #[error(transparent)]
     Payload(crate::job::JobError),
     #[error(transparent)]
@@ -128,6 +130,9 @@ async fn runnable_job(store: &Store, job: &str) -> Result<JobRecord, KickError> 
         .get_job(job)
         .await?
         .ok_or_else(|| KickError::UnknownJob(job.to_string()))?;
+    if record.orphaned_at.is_some() {
+        return Err(KickError::Orphaned(record.name));
+    }
     if store
         .get_tenant(&record.tenant)
         .await?
@@ -143,6 +148,27 @@ fn new_kick_run(record: &JobRecord, instance: &str, tenant: &str) -> NewRun {
         .map(|spec| spec.payload.to_string())
         .unwrap_or_else(|_| "{}".into());
     kick_run(&record.name, instance, tenant, payload)
+}
+
+/// Queues the run a `run_on_boot` job's new version owes (one per active tenant for a
+/// per-tenant job), once fleet-wide: the first registration of the version takes it.
+pub async fn boot(store: &Store, spec: &JobSpec, digest: &str) -> Result<bool, StoreError> {
+    let occasion = format!("boot:{digest}");
+    let mut template = kick_run(
+        &spec.name,
+        DEFAULT_INSTANCE,
+        &spec.tenant,
+        spec.payload.to_string(),
+    );
+    template.origin = Origin::Boot;
+    template.id = crate::fan_out::child_id(&spec.name, &occasion, &spec.tenant);
+    let runs = if spec.per_tenant {
+        let tenants = store.active_tenants().await?;
+        crate::fan_out::children(&template, &occasion, &tenants)
+    } else {
+        vec![template]
+    };
+    store.boot_once(&spec.name, digest, &runs).await
 }
 
 /// The run queued after `run` ends, if kicks arrived while it held the lease: a kick

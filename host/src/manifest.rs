@@ -120,6 +120,8 @@ struct JobSection {
     per_tenant: Option<bool>,
     /// The events that queue a run of the job.
     on: Option<BTreeSet<String>>,
+    /// One run when the fleet first registers a new version of the job.
+    run_on_boot: Option<bool>,
     grants: Option<Grants>,
     /// The actions the job may name in `links` calls (put in its tokens).
     actions: Option<BTreeSet<String>>,
@@ -456,6 +458,7 @@ fn job(
         payload,
         per_tenant,
         on,
+        run_on_boot: section.run_on_boot.unwrap_or(false),
         flow: Flow {
             sequential: section
                 .sequential

@@ -35,6 +35,7 @@ impl Retention {
             let pruned = self.store.prune(keep_ms, BATCH).await?;
             total.runs += pruned.runs;
             total.reports += pruned.reports;
+            total.jobs += pruned.jobs;
             if pruned.runs < BATCH as u64 && pruned.reports < BATCH as u64 {
                 break;
             }
@@ -43,6 +44,7 @@ impl Retention {
             tracing::info!(
                 runs = total.runs,
                 reports = total.reports,
+                jobs = total.jobs,
                 "pruned history past the retention age"
             );
         }

@@ -132,6 +132,8 @@ pub fn job(job: &JobRecord, lease: Option<&LeaseRecord>, now: i64) -> Value {
         "name": job.name,
         "tenant": job.tenant,
         "per_tenant": job.per_tenant != 0,
+        "orphaned": job.orphaned_at.is_some(),
+        "orphaned_at": job.orphaned_at.map(time),
         "schedule": job.schedule,
         "next_fire_at": job.next_fire_at.map(time),
         "last_success_at": job.last_success_at.map(time),

@@ -214,6 +214,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                 payload: serde_json::json!({}),
                 per_tenant: false,
                 on: Default::default(),
+                run_on_boot: false,
                 flow: Default::default(),
             }
         }

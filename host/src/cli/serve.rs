@@ -154,6 +154,14 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
     .await?;
     let specs = manifest.map(|m| m.jobs).unwrap_or_default();
     let catalog = Catalog::load(&app, specs, tz).await?;
+    let serving: Vec<String> = catalog.all().iter().map(|j| j.spec.name.clone()).collect();
+    let orphaned = app.store.mark_orphans(&serving).await?;
+    if orphaned > 0 {
+        tracing::info!(
+            jobs = orphaned,
+            "jobs no longer in the manifest are orphaned: not scheduled or kicked"
+        );
+    }
     let config = ServeConfig {
         listen: args.listen,
         workers,
@@ -218,7 +226,9 @@ pub async fn jobs(global: &Global, json: bool) -> Result<u8, Failure> {
     );
     for v in views {
         let text = |key: &str| v[key].as_str().unwrap_or("-").to_string();
-        let lease = if v["lease"]["held"].as_bool() == Some(true) {
+        let lease = if v["orphaned"].as_bool() == Some(true) {
+            "orphaned"
+        } else if v["lease"]["held"].as_bool() == Some(true) {
             "held"
         } else {
             "free"
@@ -281,6 +291,7 @@ fn refused(job: &str, error: KickError) -> Failure {
         KickError::TenantDisabled(_) | KickError::UnknownTenant(_) => {
             Failure::usage(format!("{error} (see `host tenants list`)"))
         }
+        KickError::Orphaned(_) => Failure::usage(format!("{error} (see `host jobs`)")),
         KickError::Payload(e) => Failure::usage(e),
         KickError::Store(e) => e.into(),
     }

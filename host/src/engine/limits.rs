@@ -113,6 +113,7 @@ mod tests {
             payload: serde_json::json!({}),
             per_tenant: false,
             on: Default::default(),
+            run_on_boot: false,
             flow: Default::default(),
         };
         assert_eq!(spec.validate(), Ok(()));

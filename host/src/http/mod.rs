@@ -2,7 +2,8 @@
 //!
 //! Errors are JSON `{"error": {"code": ..., "message": ...}}` with a fixed code:
 //! `unauthenticated`, `unknown_job`, `unknown_run`, `unknown_tenant`, `not_found`,
-//! `tenant_exists`, `tenant_disabled`, `invalid_parameter`, `shutting_down`, `unavailable`.
+//! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `invalid_parameter`, `shutting_down`,
+//! `unavailable`.
 //!
 //! Everything but the page, the probes, `/metrics` and the links key set needs a bearer
 //! token (`auth`). A tenant's token sees only its tenant's jobs, runs and reports, through
@@ -278,6 +279,9 @@ fn kick_refused(name: &str, error: KickError) -> ApiError {
         KickError::UnknownJob(_) => unknown_job(name),
         KickError::UnknownTenant(_) => {
             ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", error.to_string())
+        }
+        KickError::Orphaned(_) => {
+            ApiError::new(StatusCode::CONFLICT, "job_orphaned", error.to_string())
         }
         KickError::TenantDisabled(_) => {
             ApiError::new(StatusCode::CONFLICT, "tenant_disabled", error.to_string())

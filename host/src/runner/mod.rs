@@ -358,8 +358,9 @@ impl Runner {
                 .await?;
             return Ok(Resolved::Done(concluding));
         }
-        // A start that raced a kick to the lease counts as a kick: it must not be lost.
-        let is_kick = [Origin::Kick, Origin::Start]
+        // A start (or a boot run) that raced a kick to the lease counts as a kick: it must
+        // not be lost.
+        let is_kick = [Origin::Kick, Origin::Start, Origin::Boot]
             .iter()
             .any(|origin| run.origin == origin.as_str());
         for _ in 0..TRIES {

@@ -90,6 +90,9 @@ impl Scheduler {
                 continue;
             };
             let Some(cron) = &job.cron else { continue };
+            if record.orphaned_at.is_some() {
+                continue;
+            }
             let expected = record.next_fire_at;
             let decision = match decide(cron, expected, now, self.policy) {
                 Decision::Fire { next, .. } if disabled.contains(&record.tenant) => {

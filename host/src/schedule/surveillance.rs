@@ -123,7 +123,12 @@ impl Surveillance {
     async fn find_missed(&self) -> Result<usize, StoreError> {
         let now = self.store.now().await?;
         let mut missed = 0;
+        // Jobs that are not meant to fire are not missing their schedule.
+        let disabled = self.store.disabled_tenants().await?;
         for record in self.store.list_jobs().await? {
+            if record.orphaned_at.is_some() || disabled.contains(&record.tenant) {
+                continue;
+            }
             let Some(cron) = self
                 .catalog
                 .as_ref()

@@ -54,6 +54,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     5 => "0005_resumable_runs",
     6 => "0006_tenants_and_tokens",
     7 => "0007_limits",
+    8 => "0008_boot_and_orphans",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -63,6 +64,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     5 => "0005_resumable_runs",
     6 => "0006_tenants_and_tokens",
     7 => "0007_limits",
+    8 => "0008_boot_and_orphans",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -461,6 +461,47 @@ impl Store {
         })
     }
 
+    /// Marks the jobs not in `serving` (the names a serving host's manifest has) orphaned;
+    /// how many it marked.
+    pub async fn mark_orphans(&self, serving: &[String]) -> Result<u64> {
+        let q = &self.q.mark_orphans;
+        let names = serde_json::to_string(serving).expect("names serialise");
+        Ok(
+            with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(&names).execute(p).await?.rows_affected()),
+        )
+    }
+
+    /// Queues the boot runs of `job`'s version `digest` if no registration of that
+    /// version queued them yet (fleet-wide, in one transaction); whether it did.
+    pub async fn boot_once(&self, job: &str, digest: &str, runs: &[NewRun]) -> Result<bool> {
+        self.retrying(|| self.boot_once_tx(job, digest, runs)).await
+    }
+
+    async fn boot_once_tx(&self, job: &str, digest: &str, runs: &[NewRun]) -> Result<bool> {
+        let q = self.q;
+        with_pool!(self.pool, p => {
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+            let taken = sqlx::query(q.take_boot.as_str())
+                .bind(job)
+                .bind(digest)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if taken == 1 {
+                for run in runs {
+                    let _: Option<RunRecord> =
+                        bind_new_run(sqlx::query_as(q.insert_run_once.as_str()), run)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                }
+            }
+            tx.commit().await?;
+            conn.release();
+            Ok(taken == 1)
+        })
+    }
+
     /// Queues runs whose ids may have been queued before, in one transaction, leaving
     /// those alone; says of each whether it was queued now.
     pub async fn insert_runs_once(&self, runs: &[NewRun]) -> Result<Vec<bool>> {

@@ -50,7 +50,8 @@ const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, p
     work_done, defers";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
-    next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant";
+    next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant, \
+    orphaned_at";
 
 const LEASE_COLUMNS: &str =
     "job, instance, generation, holder, deadline_at, expires_at, pending, updated_at";
@@ -134,7 +135,7 @@ queries! {
         schedule, next_fire_at, per_tenant, sequential, registered_at, updated_at) \
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, {now}, {now}) \
         ON CONFLICT (name) DO UPDATE SET tenant = excluded.tenant, \
-        per_tenant = excluded.per_tenant, sequential = excluded.sequential, \
+        per_tenant = excluded.per_tenant, sequential = excluded.sequential, orphaned_at = NULL, \
         component_path = excluded.component_path, component_digest = excluded.component_digest, \
         spec = excluded.spec, updated_at = excluded.updated_at, \
         next_fire_at = CASE WHEN jobhost_jobs.schedule IS NOT DISTINCT FROM excluded.schedule \
@@ -253,6 +254,11 @@ queries! {
     prune_steps = "DELETE FROM jobhost_steps WHERE run_id IN {json_ids}";
     prune_runs = "DELETE FROM jobhost_runs WHERE id IN {json_ids} \
         AND status NOT IN ('queued', 'running')";
+    // An orphaned job once it has no runs left (and its leases).
+    prune_orphan_leases = "DELETE FROM jobhost_leases WHERE job IN (SELECT name FROM jobhost_jobs \
+        WHERE orphaned_at < {now} - $1 AND NOT EXISTS (SELECT 1 FROM jobhost_runs r WHERE r.job = name))";
+    prune_orphans = "DELETE FROM jobhost_jobs WHERE orphaned_at < {now} - $1 \
+        AND NOT EXISTS (SELECT 1 FROM jobhost_runs r WHERE r.job = name)";
     prune_reports = "DELETE FROM jobhost_reports WHERE id IN (SELECT id FROM jobhost_reports \
         WHERE delivered_at IS NOT NULL AND created_at < {now} - $1 ORDER BY id LIMIT $2)";
     // `host drive`'s candidates: due runs in claim order, a page after the last one seen.
@@ -381,6 +387,12 @@ queries! {
     get_tenant = "SELECT name, active, created_at, updated_at FROM jobhost_tenants WHERE name = $1";
     set_tenant_active = "UPDATE jobhost_tenants SET active = $2, updated_at = {now} WHERE name = $1";
     disabled_tenants = "SELECT name FROM jobhost_tenants WHERE active = 0";
+    // Jobs no longer named by a serving host's manifest (`$1`: the names it serves).
+    mark_orphans = "UPDATE jobhost_jobs SET orphaned_at = {now} \
+        WHERE orphaned_at IS NULL AND name NOT IN {json_ids}";
+    // The first registration of a version of a run_on_boot job takes its boot.
+    take_boot = "UPDATE jobhost_jobs SET boot_digest = $2 \
+        WHERE name = $1 AND boot_digest IS DISTINCT FROM $2";
     active_tenants = "SELECT name FROM jobhost_tenants WHERE active = 1 ORDER BY name";
     insert_token = "INSERT INTO jobhost_tokens (id, secret_hash, tenant, label, created_at) \
         VALUES ($1, $2, $3, $4, {now})";

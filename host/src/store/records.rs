@@ -59,6 +59,8 @@ pub enum Origin {
     Start,
     /// An event the job subscribes to (`POST /events/{name}`, `host emit`).
     Event,
+    /// The first registration of a new version of a `run_on_boot` job.
+    Boot,
 }
 
 impl Origin {
@@ -70,6 +72,7 @@ impl Origin {
             Origin::Rerun => "rerun",
             Origin::Start => "start",
             Origin::Event => "event",
+            Origin::Boot => "boot",
         }
     }
 }
@@ -147,6 +150,8 @@ pub struct JobRecord {
     pub last_success_at: Option<i64>,
     pub missed_reported_at: Option<i64>,
     pub per_tenant: i64,
+    /// Set while no serving host's manifest names the job.
+    pub orphaned_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]

@@ -1,5 +1,5 @@
 //! The rows retention deletes: finished runs older than the cut-off with their attempts
-//! and ledgers, and delivered reports. What is old enough, and when, is `retention`'s.
+//! and ledgers, delivered reports, and orphaned jobs whose runs are all gone. What is old enough, and when, is `retention`'s.
 
 use super::{Exclusive, Result, Store};
 use sqlx::Connection;
@@ -9,6 +9,8 @@ use sqlx::Connection;
 pub struct Pruned {
     pub runs: u64,
     pub reports: u64,
+    /// Orphaned jobs whose history was gone.
+    pub jobs: u64,
 }
 
 impl Store {
@@ -45,9 +47,22 @@ impl Store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+            sqlx::query(q.prune_orphan_leases.as_str())
+                .bind(older_than_ms)
+                .execute(&mut *tx)
+                .await?;
+            let jobs = sqlx::query(q.prune_orphans.as_str())
+                .bind(older_than_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
             tx.commit().await?;
             conn.release();
-            Ok(Pruned { runs, reports })
+            Ok(Pruned {
+                runs,
+                reports,
+                jobs,
+            })
         })
     }
 }
