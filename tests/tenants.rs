@@ -176,6 +176,19 @@ on_every_backend! {
         let (_, tenants) = server.get("/tenants").await;
         let names: Vec<&str> = tenants["tenants"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["acme", "globex"], "a job's tenant is registered with the job");
+
+        // What each tenant used, and what it has waiting, is exported per tenant.
+        let store = home.store().await;
+        common::queue_run(&store, "not-served", "waiting", 0).await;
+        store.close().await;
+        let metrics = server.get_as(None, "/metrics").await.1;
+        let metrics = metrics.as_str().unwrap();
+        for tenant in ["acme", "globex"] {
+            assert!(metrics.contains(&format!("jobhost_tenant_fuel_used_total{{tenant=\"{tenant}\"}}")), "{metrics}");
+            assert!(metrics.contains(&format!("jobhost_tenant_attempt_seconds_total{{tenant=\"{tenant}\"}}")), "{metrics}");
+        }
+        assert!(metrics.contains("jobhost_tenant_queue_due{tenant=\"default\"} 1"), "{metrics}");
+        assert!(metrics.contains("jobhost_tenant_queue_lag_seconds{tenant=\"default\"}"), "{metrics}");
     }
 
     async fn a_disabled_tenant_takes_no_new_runs_and_its_tokens_stop_working(home) {

@@ -76,9 +76,12 @@ impl Metrics {
         family.series.entry(labels).or_default().observe(value);
     }
 
+    /// An attempt's end, and what it used, by job and by its run's tenant (what a tenant's
+    /// use of the fleet over any window is computed from).
     pub fn attempt_finished(
         &self,
         job: &str,
+        tenant: &str,
         status: &str,
         code: Option<&str>,
         duration: Duration,
@@ -106,6 +109,18 @@ impl Metrics {
             "Wasm fuel consumed by attempts, by job.",
             vec![("job", job.to_string())],
             fuel as f64,
+        );
+        self.add(
+            "jobhost_tenant_fuel_used_total",
+            "Wasm fuel consumed by attempts, by their run's tenant.",
+            vec![("tenant", tenant.to_string())],
+            fuel as f64,
+        );
+        self.add(
+            "jobhost_tenant_attempt_seconds_total",
+            "Wall time of attempts, by their run's tenant.",
+            vec![("tenant", tenant.to_string())],
+            duration.as_secs_f64(),
         );
     }
 
@@ -242,6 +257,7 @@ mod tests {
         let m = Metrics::default();
         m.attempt_finished(
             "a\"b",
+            "acme",
             "failed",
             Some("timeout"),
             Duration::from_millis(30),
@@ -249,6 +265,7 @@ mod tests {
         );
         m.attempt_finished(
             "a\"b",
+            "acme",
             "failed",
             Some("timeout"),
             Duration::from_secs(2),
@@ -266,6 +283,14 @@ mod tests {
         );
         assert!(
             text.contains(r#"jobhost_fuel_used_total{job="a\"b"} 150"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"jobhost_tenant_fuel_used_total{tenant="acme"} 150"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"jobhost_tenant_attempt_seconds_total{tenant="acme"} 2.03"#),
             "{text}"
         );
         assert!(

@@ -151,6 +151,20 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Result<Response, ApiError> {
         labels: Vec::new(),
         value: lag_ms as f64 / 1000.0,
     });
+    for (tenant, due, lag_ms) in store.tenant_queue_lag().await? {
+        gauges.push(Gauge {
+            name: "jobhost_tenant_queue_due",
+            help: "Queued runs that are due now, by tenant.",
+            labels: vec![("tenant", tenant.clone())],
+            value: due as f64,
+        });
+        gauges.push(Gauge {
+            name: "jobhost_tenant_queue_lag_seconds",
+            help: "How long the oldest due run of each tenant has waited.",
+            labels: vec![("tenant", tenant)],
+            value: lag_ms as f64 / 1000.0,
+        });
+    }
     let text = s.app.metrics.render(&gauges);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }

@@ -488,8 +488,14 @@ impl Runner {
             Ok(outcome) => ("succeeded", Some(outcome.name()), None),
             Err(failure) => ("failed", None, Some(failure.code.as_str())),
         };
-        self.metrics
-            .attempt_finished(&run.job, status, code, report.duration, report.fuel_used);
+        self.metrics.attempt_finished(
+            &run.job,
+            &run.tenant,
+            status,
+            code,
+            report.duration,
+            report.fuel_used,
+        );
         let duration_ms = report.duration.as_millis() as u64;
         if code.is_some() {
             tracing::info!(job = %run.job, run_id = %run.id, pass = run.pass, attempt, status, code, duration_ms, fuel_used = report.fuel_used, peak_memory = report.peak_memory, "attempt finished");

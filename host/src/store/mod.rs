@@ -407,6 +407,12 @@ impl Store {
     }
 
     /// Waiting and overdue runs: how many are due now, and how late the oldest is (ms).
+    /// Per tenant with due runs: how many, and how long the oldest has waited (ms).
+    pub async fn tenant_queue_lag(&self) -> Result<Vec<(String, i64, i64)>> {
+        let q = &self.q.tenant_queue_lag;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+    }
+
     pub async fn queue_lag(&self) -> Result<(i64, i64)> {
         let q = &self.q.queue_lag;
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))

@@ -167,6 +167,9 @@ queries! {
         WHERE status = 'queued' AND origin <> 'manual' AND {sequential_free}";
     queue_lag = "SELECT COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) FROM jobhost_runs \
         WHERE status = 'queued' AND next_attempt_at <= {now}";
+    tenant_queue_lag = "SELECT tenant, COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) \
+        FROM jobhost_runs WHERE status = 'queued' AND next_attempt_at <= {now} \
+        GROUP BY tenant ORDER BY tenant";
     get_run = "SELECT {run_columns} FROM jobhost_runs WHERE id = $1";
     list_runs = "SELECT {run_columns} FROM jobhost_runs \
         WHERE ($1 IS NULL OR job = $1) AND ($2 IS NULL OR status IN {json_strings_2}) \
