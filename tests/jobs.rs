@@ -46,6 +46,18 @@ on_every_backend! {
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'boot'").await, 1);
     }
 
+    async fn a_disabled_tenants_new_version_boots_once_it_is_enabled(home) {
+        for args in [["tenants", "add", "acme"], ["tenants", "disable", "acme"]] {
+            assert!(home.run(&args).status.success());
+        }
+        let m = home.manifest("", "[jobs.boot]\ncomponent = \"{guest:hello}\"\ntenant = \"acme\"\nrun_on_boot = true\n");
+        serve_and_stop_once(&home, &m, "SELECT COUNT(*) FROM jobhost_jobs WHERE name = 'boot'").await;
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs").await, 0, "no new runs while disabled");
+        assert!(home.run(&["tenants", "enable", "acme"]).status.success());
+        serve_and_stop_once(&home, &m, "SELECT COUNT(*) FROM jobhost_runs WHERE job = 'boot' AND status = 'succeeded'").await;
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE origin = 'boot'").await, 1);
+    }
+
     async fn a_job_left_out_of_the_manifest_is_orphaned_until_its_history_is_pruned(home) {
         let all = "[jobs.ticker]\ncomponent = \"{guest:noop}\"\nschedule = \"* * * * * *\"\n\
                    [jobs.gone]\ncomponent = \"{guest:noop}\"\n[jobs.kept]\ncomponent = \"{guest:noop}\"\n";

@@ -151,8 +151,18 @@ fn new_kick_run(record: &JobRecord, instance: &str, tenant: &str) -> NewRun {
 }
 
 /// Queues the run a `run_on_boot` job's new version owes (one per active tenant for a
-/// per-tenant job), once fleet-wide: the first registration of the version takes it.
+/// per-tenant job), once fleet-wide: the first registration of the version takes it. A
+/// disabled tenant's job owes it still: the first registration after it is enabled again
+/// (a host's start, a reloaded component) takes it.
 pub async fn boot(store: &Store, spec: &JobSpec, digest: &str) -> Result<bool, StoreError> {
+    if !spec.per_tenant
+        && store
+            .get_tenant(&spec.tenant)
+            .await?
+            .is_some_and(|t| t.active == 0)
+    {
+        return Ok(false);
+    }
     let occasion = format!("boot:{digest}");
     let mut template = kick_run(
         &spec.name,

@@ -1,7 +1,7 @@
 //! `POST /events/{name}` `{"key", "payload", "tenant"}`: queues a run of each subscriber
 //! (`crate::events`). A tenant's token emits its own tenant's events only.
 
-use super::{ApiError, json_body};
+use super::{ApiError, json_body, refuse_if_draining};
 use crate::events::{self, EmitError};
 use crate::serve::Shared;
 use crate::tenant::Principal;
@@ -11,7 +11,6 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,13 +26,7 @@ pub(super) async fn emit(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    if s.draining.load(Ordering::Acquire) {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "this host is shutting down; emit on another",
-        ));
-    }
+    refuse_if_draining(&s, "emit on another")?;
     let body: EmitBody = json_body(
         &body,
         "the body must be a JSON object with `key`, and optionally `payload` and `tenant`",

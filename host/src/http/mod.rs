@@ -243,13 +243,7 @@ async fn kick_job(
     Path(name): Path<String>,
     Query(q): Query<KickQuery>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    if s.draining.load(Ordering::Acquire) {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "this host is shutting down; kick another",
-        ));
-    }
+    refuse_if_draining(&s, "kick another")?;
     let job = visible_job(&s, &who, &name).await?;
     let instance = instance_for(&who, &job, q.instance.as_deref())?;
     match kick::kick(&s.app.store, &name, &instance).await {
@@ -268,6 +262,18 @@ async fn kick_job(
         }
         Err(e) => Err(kick_refused(&name, e)),
     }
+}
+
+/// A draining host takes no new work: the caller is told to `elsewhere` (another host).
+fn refuse_if_draining(s: &Shared, elsewhere: &str) -> Result<(), ApiError> {
+    if s.draining.load(Ordering::Acquire) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            format!("this host is shutting down; {elsewhere}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The instance a kick or start of `job` by `who` is for. A tenant's kick or start of a
@@ -320,13 +326,7 @@ async fn start_run(
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    if s.draining.load(Ordering::Acquire) {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "this host is shutting down; start on another",
-        ));
-    }
+    refuse_if_draining(&s, "start on another")?;
     let job = visible_job(&s, &who, &name).await?;
     let body: StartBody = if body.is_empty() {
         StartBody {
