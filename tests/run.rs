@@ -70,7 +70,10 @@ on_every_backend! {
         assert_eq!(code, 1);
         assert_eq!(run["code"], "timeout");
         assert!(took < Duration::from_secs(5), "took {took:?}");
-        assert!(run["duration_ms"].as_i64().unwrap() >= 1000);
+        // The deadline counts from the claim, and the run's start is stamped in the claim's
+        // own transaction: on a loaded machine the claim's latency comes off the second.
+        let ran = run["duration_ms"].as_i64().unwrap();
+        assert!((500..5000).contains(&ran), "ran {ran} ms");
         // Fuel stops it too, deterministically.
         let (_, run) = home.run_json(&["--job", &path("spin"), "--fuel", "5000000"]);
         assert_eq!(run["code"], "out_of_fuel");
