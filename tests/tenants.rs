@@ -434,6 +434,27 @@ async fn on_postgres_a_child_reads_and_writes_only_its_tenants_rows() {
         start(r#"{"write":["INSERT INTO tenant_notes VALUES ('globex', 'forged')"]}"#).await;
     assert_eq!(forged["status"], "failed", "{forged}");
     assert_eq!(forged["code"], "query_refused", "{forged}");
+    // Nor can it claim to be another tenant: the setting is the host's.
+    for hostile in [
+        r#"{"write":["SET LOCAL jobhost.tenant = 'globex'", "INSERT INTO tenant_notes VALUES ('globex', 'forged')"]}"#,
+        r#"{"write":["SELECT set_config('jobhost.tenant', 'globex', true)", "INSERT INTO tenant_notes VALUES ('globex', 'forged')"]}"#,
+        r#"{"write":["RESET jobhost.tenant", "INSERT INTO tenant_notes VALUES ('globex', 'forged')"]}"#,
+        r#"{"read":["SELECT body FROM tenant_notes WHERE tenant = 'globex' OR current_setting('jobhost.tenant', true) IS NOT NULL"]}"#,
+    ] {
+        let refused = start(hostile).await;
+        let detail = server
+            .get(&format!("/runs/{}", refused["run_id"].as_str().unwrap()))
+            .await
+            .1;
+        let log = detail["attempt_records"][0]["log"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            refused["code"] == "query_refused" || log.contains("read ok: 2 rows"),
+            "{hostile}: {refused} {log}"
+        );
+    }
     let own = start(r#"{"write":["INSERT INTO tenant_notes VALUES ('acme', 'mine')"]}"#).await;
     assert_eq!(own["status"], "succeeded", "{own}");
     assert_eq!(
