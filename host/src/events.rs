@@ -71,8 +71,13 @@ pub async fn emit(
         .map(crate::job::validate_payload)
         .transpose()
         .map_err(EmitError::Payload)?;
-    let active = store.active_tenants().await?;
-    let disabled: HashSet<String> = store.disabled_tenants().await?.into_iter().collect();
+    let (active, disabled): (Vec<_>, Vec<_>) = store
+        .list_tenants()
+        .await?
+        .into_iter()
+        .partition(|t| t.active != 0);
+    let active: Vec<String> = active.into_iter().map(|t| t.name).collect();
+    let disabled: HashSet<String> = disabled.into_iter().map(|t| t.name).collect();
     let occasion = format!("event:{name}:{}:{key}", tenant.unwrap_or("*"));
     let mut runs = Vec::new();
     for job in store.list_jobs().await? {

@@ -61,17 +61,26 @@ pub enum KickError {
 }
 
 pub async fn kick(store: &Store, job: &str, instance: &str) -> Result<Kicked, KickError> {
-    let record = runnable_job(store, job).await?;
+    kick_job(store, &find_job(store, job).await?, instance).await
+}
+
+/// A kick of a job whose row the caller has read already.
+pub async fn kick_job(
+    store: &Store,
+    record: &JobRecord,
+    instance: &str,
+) -> Result<Kicked, KickError> {
+    check_runnable(store, record).await?;
     if record.per_tenant == 0 {
-        return kick_instance(store, &record, instance, &record.tenant).await;
+        return kick_instance(store, record, instance, &record.tenant).await;
     }
     if instance != DEFAULT_INSTANCE {
         let tenant = child_tenant(store, instance).await?;
-        return kick_instance(store, &record, instance, &tenant).await;
+        return kick_instance(store, record, instance, &tenant).await;
     }
     let mut children = Vec::new();
     for tenant in store.active_tenants().await? {
-        let kicked = kick_instance(store, &record, &tenant, &tenant).await?;
+        let kicked = kick_instance(store, record, &tenant, &tenant).await?;
         children.push(ChildKick { tenant, kicked });
     }
     Ok(Kicked::FannedOut { children })
@@ -110,12 +119,22 @@ pub async fn start(
     instance: &str,
     payload: Option<&str>,
 ) -> Result<Started, KickError> {
-    let record = runnable_job(store, job).await?;
+    start_job(store, &find_job(store, job).await?, instance, payload).await
+}
+
+/// A start of a job whose row the caller has read already.
+pub async fn start_job(
+    store: &Store,
+    record: &JobRecord,
+    instance: &str,
+    payload: Option<&str>,
+) -> Result<Started, KickError> {
+    check_runnable(store, record).await?;
     let tenant = match record.per_tenant {
         0 => record.tenant.clone(),
         _ => child_tenant(store, instance).await?,
     };
-    let mut run = new_kick_run(&record, instance, &tenant);
+    let mut run = new_kick_run(record, instance, &tenant);
     if let Some(payload) = payload {
         run.payload = crate::job::validate_payload(payload).map_err(KickError::Payload)?;
     }
@@ -124,23 +143,30 @@ pub async fn start(
     Ok(Started { run_id, joined })
 }
 
-/// The job, if it exists and its tenant takes new runs.
-async fn runnable_job(store: &Store, job: &str) -> Result<JobRecord, KickError> {
-    let record = store
+async fn find_job(store: &Store, job: &str) -> Result<JobRecord, KickError> {
+    store
         .get_job(job)
         .await?
-        .ok_or_else(|| KickError::UnknownJob(job.to_string()))?;
+        .ok_or_else(|| KickError::UnknownJob(job.to_string()))
+}
+
+/// Whether the job takes new runs: not orphaned, and its tenant not disabled.
+async fn check_runnable(store: &Store, record: &JobRecord) -> Result<(), KickError> {
     if record.orphaned_at.is_some() {
-        return Err(KickError::Orphaned(record.name));
+        return Err(KickError::Orphaned(record.name.clone()));
     }
-    if store
-        .get_tenant(&record.tenant)
+    if tenant_disabled(store, &record.tenant).await? {
+        return Err(KickError::TenantDisabled(record.tenant.clone()));
+    }
+    Ok(())
+}
+
+/// A tenant that is not registered (the operator's own) is never disabled.
+async fn tenant_disabled(store: &Store, tenant: &str) -> Result<bool, StoreError> {
+    Ok(store
+        .get_tenant(tenant)
         .await?
-        .is_some_and(|t| t.active == 0)
-    {
-        return Err(KickError::TenantDisabled(record.tenant));
-    }
-    Ok(record)
+        .is_some_and(|t| t.active == 0))
 }
 
 fn new_kick_run(record: &JobRecord, instance: &str, tenant: &str) -> NewRun {
@@ -155,12 +181,7 @@ fn new_kick_run(record: &JobRecord, instance: &str, tenant: &str) -> NewRun {
 /// disabled tenant's job owes it still: the first registration after it is enabled again
 /// (a host's start, a reloaded component) takes it.
 pub async fn boot(store: &Store, spec: &JobSpec, digest: &str) -> Result<bool, StoreError> {
-    if !spec.per_tenant
-        && store
-            .get_tenant(&spec.tenant)
-            .await?
-            .is_some_and(|t| t.active == 0)
-    {
+    if !spec.per_tenant && tenant_disabled(store, &spec.tenant).await? {
         return Ok(false);
     }
     let occasion = format!("boot:{digest}");

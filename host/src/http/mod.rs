@@ -246,7 +246,7 @@ async fn kick_job(
     refuse_if_draining(&s, "kick another")?;
     let job = visible_job(&s, &who, &name).await?;
     let instance = instance_for(&who, &job, q.instance.as_deref())?;
-    match kick::kick(&s.app.store, &name, &instance).await {
+    match kick::kick_job(&s.app.store, &job, &instance).await {
         Ok(kicked) => {
             let result = match &kicked {
                 kick::Kicked::Pending => "pending",
@@ -341,7 +341,7 @@ async fn start_run(
     };
     let instance = instance_for(&who, &job, body.instance.as_deref())?;
     let payload = body.payload.as_ref().map(|p| p.get());
-    match kick::start(&s.app.store, &name, &instance, payload).await {
+    match kick::start_job(&s.app.store, &job, &instance, payload).await {
         Ok(started) => {
             s.app.wake.notify_one();
             let status = if started.joined {

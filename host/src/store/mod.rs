@@ -455,12 +455,7 @@ impl Store {
                 conn.release();
                 return Ok(false);
             }
-            for run in runs {
-                let _: Option<RunRecord> =
-                    bind_new_run(sqlx::query_as(q.insert_run_once.as_str()), run)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-            }
+            insert_once(&mut tx, q.insert_run_once.as_str(), runs).await?;
             tx.commit().await?;
             conn.release();
             Ok(true)
@@ -495,12 +490,7 @@ impl Store {
                 .await?
                 .rows_affected();
             if taken == 1 {
-                for run in runs {
-                    let _: Option<RunRecord> =
-                        bind_new_run(sqlx::query_as(q.insert_run_once.as_str()), run)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                }
+                insert_once(&mut tx, q.insert_run_once.as_str(), runs).await?;
             }
             tx.commit().await?;
             conn.release();
@@ -519,14 +509,7 @@ impl Store {
         with_pool!(self.pool, p => {
             let mut conn = Exclusive::acquire(p).await?;
             let mut tx = conn.begin_with(self.dialect.begin_write).await?;
-            let mut inserted = Vec::with_capacity(runs.len());
-            for run in runs {
-                let row: Option<RunRecord> =
-                    bind_new_run(sqlx::query_as(q.insert_run_once.as_str()), run)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                inserted.push(row.is_some());
-            }
+            let inserted = insert_once(&mut tx, q.insert_run_once.as_str(), runs).await?;
             tx.commit().await?;
             conn.release();
             Ok(inserted)
@@ -747,6 +730,34 @@ impl Store {
             with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(job).bind(limit).bind(tenant).fetch_all(p).await?),
         )
     }
+}
+
+/// Queues `runs` with `insert_run_once` (`sql`) in a transaction, leaving ids already
+/// queued alone; whether each was queued now. One loop for every statement that queues
+/// runs with derived ids (schedule fires, boot runs, events).
+async fn insert_once<DB>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    sql: &'static str,
+    runs: &[NewRun],
+) -> Result<Vec<bool>>
+where
+    DB: sqlx::Database,
+    for<'e> &'e mut DB::Connection: sqlx::Executor<'e, Database = DB>,
+    RunRecord: for<'r> sqlx::FromRow<'r, DB::Row> + Send + Unpin,
+    <DB as sqlx::Database>::Arguments: sqlx::IntoArguments<DB>,
+    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    let mut inserted = Vec::with_capacity(runs.len());
+    for run in runs {
+        let row: Option<RunRecord> = bind_new_run(sqlx::query_as(sql), run)
+            .fetch_optional(&mut **tx)
+            .await?;
+        inserted.push(row.is_some());
+    }
+    Ok(inserted)
 }
 
 pub(super) fn bind_new_run<'q, DB, O>(
