@@ -274,6 +274,7 @@ async fn claim(
             limit,
             run_id,
             terms: &terms,
+            paused: &[],
         })
         .await;
     trace(|| {
@@ -910,6 +911,8 @@ async fn run_case(backend: Backend, rounds: Vec<Vec<Timed>>) -> Vec<String> {
             next_fire_at: None,
             per_tenant: false,
             sequential: false,
+            max_per_tenant: None,
+            over_limit: Default::default(),
         })
         .await
         .unwrap();

@@ -53,6 +53,7 @@ fn endpoints(job: &str, run: &str) -> Vec<(&'static str, String)> {
         ("POST", "/tenants".into()),
         ("POST", "/tenants/acme/disable".into()),
         ("POST", "/tenants/acme/enable".into()),
+        ("GET", "/usage".into()),
     ]
 }
 
@@ -128,7 +129,7 @@ on_every_backend! {
 
         // Every endpoint with another tenant's job or run is a 404, as if it did not exist.
         for (method, path) in endpoints("ledger", &foreign_run) {
-            if ["/jobs", "/runs", "/reports"].contains(&path.as_str()) {
+            if ["/jobs", "/runs", "/reports", "/usage"].contains(&path.as_str()) {
                 continue;
             }
             let (status, body) = call(&server, acme, method, &path).await;
@@ -140,7 +141,14 @@ on_every_backend! {
         assert_eq!(server.get_as(acme, &format!("/runs/{foreign_run}")).await.1["error"]["code"], "unknown_run");
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'ledger'").await, 1, "nothing kicked or started");
 
-        // Lists hold only its own.
+        // Lists hold only its own: the operator sees both tenants' usage, acme its own.
+        let tenants_of = |usage: &Value| -> Vec<String> {
+            usage["tenants"].as_array().unwrap().iter().map(|u| u["tenant"].as_str().unwrap().to_string()).collect()
+        };
+        let (_, all_usage) = server.get("/usage").await;
+        assert!(tenants_of(&all_usage).len() >= 2, "{all_usage}");
+        let (_, own_usage) = server.get_as(acme, "/usage").await;
+        assert_eq!(tenants_of(&own_usage), ["acme"], "{own_usage}");
         let (_, jobs) = server.get_as(acme, "/jobs").await;
         let names: Vec<&str> = jobs["jobs"].as_array().unwrap().iter().map(|j| j["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["greeter"]);

@@ -461,6 +461,7 @@ fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::V
         on: Default::default(),
         run_on_boot: false,
         flow: Default::default(),
+        lane: jobhost::job::DEFAULT_LANE.into(),
     }
 }
 

@@ -129,6 +129,8 @@ impl App {
                 next_fire_at,
                 per_tenant: spec.per_tenant,
                 sequential: spec.flow.sequential,
+                max_per_tenant: spec.flow.max_per_tenant,
+                over_limit: spec.flow.over_limit,
             })
             .await
     }

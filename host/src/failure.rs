@@ -28,11 +28,13 @@ pub enum FailureCode {
     Cancelled,
     StepReused,
     TooManyDefers,
+    TenantLimit,
+    QuotaExceeded,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 17] = [
+    pub const ALL: [(FailureCode, &'static str); 19] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -101,6 +103,14 @@ impl FailureCode {
             FailureCode::TooManyDefers,
             "the handler returned `defer` once more than its job's `max_defers` allows; never retried",
         ),
+        (
+            FailureCode::TenantLimit,
+            "the run was not queued: its job already had `max_per_tenant` runs queued or running for its tenant (policy `skip`)",
+        ),
+        (
+            FailureCode::QuotaExceeded,
+            "the run was not started: its tenant used its fuel or time quota for the last hour (policy `fail`)",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -122,6 +132,8 @@ impl FailureCode {
             FailureCode::Cancelled => "cancelled",
             FailureCode::StepReused => "step_reused",
             FailureCode::TooManyDefers => "too_many_defers",
+            FailureCode::TenantLimit => "tenant_limit",
+            FailureCode::QuotaExceeded => "quota_exceeded",
         }
     }
 
@@ -144,6 +156,8 @@ impl FailureCode {
                 | FailureCode::Cancelled
                 | FailureCode::StepReused
                 | FailureCode::TooManyDefers
+                | FailureCode::TenantLimit
+                | FailureCode::QuotaExceeded
         )
     }
 }

@@ -17,6 +17,8 @@ pub enum JobError {
     TimeoutTooShort,
     #[error("memory cap must be at least 1MiB and at most 4GiB")]
     MemoryOutOfRange,
+    #[error("max_per_tenant must be at least 1")]
+    MaxPerTenantZero,
     #[error("invalid instance key {0:?}: use 1-128 printable characters")]
     Instance(String),
 }
@@ -61,8 +63,9 @@ impl Default for RetryPolicy {
     }
 }
 
-/// How a job's runs share the fleet. The claim keeps `sequential` (it is stored with the
-/// job's registration, so every host's claim sees it); the runner keeps `max_defers`.
+/// How a job's runs share the fleet. The claim keeps `sequential`, and the statement that
+/// queues runs `max_per_tenant` (both are stored with the job's registration, so every
+/// host sees them); the runner keeps `max_defers`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Flow {
     /// At most one run of the job (of any instance) running at a time, across the fleet:
@@ -73,6 +76,32 @@ pub struct Flow {
     /// `too_many_defers`. `None`: unbounded.
     #[serde(default)]
     pub max_defers: Option<u32>,
+    /// At most this many runs of the job queued or running per tenant (across its
+    /// instances); a new run over it does what `over_limit` says. `None`: no cap.
+    #[serde(default)]
+    pub max_per_tenant: Option<u32>,
+    #[serde(default)]
+    pub over_limit: OverLimit,
+}
+
+/// What a run queued over its job's `max_per_tenant` does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OverLimit {
+    /// It is not run: recorded skipped with code `tenant_limit`, and reported.
+    #[default]
+    Skip,
+    /// It waits in the queue for a slot, each wait longer (jittered), using no attempt.
+    Defer,
+}
+
+impl OverLimit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverLimit::Skip => "skip",
+            OverLimit::Defer => "defer",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,6 +132,17 @@ pub struct JobSpec {
     /// Absent from definitions registered before flow control.
     #[serde(default)]
     pub flow: Flow,
+    /// The lane whose workers run the job: a host serves a lane with workers of its own,
+    /// so one lane's runs never take another's slots.
+    #[serde(default = "default_lane")]
+    pub lane: String,
+}
+
+/// The lane of jobs that name none; its workers are `--workers`.
+pub const DEFAULT_LANE: &str = "default";
+
+fn default_lane() -> String {
+    DEFAULT_LANE.to_string()
 }
 
 impl JobSpec {
@@ -113,6 +153,9 @@ impl JobSpec {
         }
         if !(1 << 20..=4 << 30).contains(&self.limits.memory) {
             return Err(JobError::MemoryOutOfRange);
+        }
+        if self.flow.max_per_tenant == Some(0) {
+            return Err(JobError::MaxPerTenantZero);
         }
         validate_payload(&self.payload.to_string())?;
         Ok(())

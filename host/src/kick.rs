@@ -26,6 +26,12 @@ pub enum Kicked {
     Pending,
     /// A run was queued.
     Queued { run_id: String },
+    /// The job already had `max_per_tenant` runs queued or running for the tenant: the
+    /// run was recorded skipped with this code, and reported (policy `skip`).
+    Dropped {
+        run_id: String,
+        code: crate::failure::FailureCode,
+    },
     /// A per-tenant job's kick: what it did for each active tenant's child.
     FannedOut { children: Vec<ChildKick> },
 }
@@ -37,11 +43,14 @@ pub struct ChildKick {
     pub kicked: Kicked,
 }
 
-/// What a start led to: the live run it joined, or the run it queued.
+/// What a start led to: the live run it joined, or the run it queued (or, over its
+/// job's `max_per_tenant` with policy `skip`, recorded skipped and reported).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Started {
     pub run_id: String,
     pub joined: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<crate::failure::FailureCode>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,9 +115,20 @@ async fn kick_instance(
         return Ok(Kicked::Pending);
     }
     let run = store
-        .insert_run(&new_kick_run(record, instance, tenant))
+        .queue_run(&new_kick_run(record, instance, tenant))
         .await?;
-    Ok(Kicked::Queued { run_id: run.id })
+    Ok(match dropped(&run) {
+        Some(code) => Kicked::Dropped {
+            run_id: run.id,
+            code,
+        },
+        None => Kicked::Queued { run_id: run.id },
+    })
+}
+
+fn dropped(run: &RunRecord) -> Option<crate::failure::FailureCode> {
+    run.dropped_by_limit()
+        .then_some(crate::failure::FailureCode::TenantLimit)
 }
 
 /// Joins the live run of `job` and `instance`, or queues one with `payload` (the job's
@@ -139,8 +159,12 @@ pub async fn start_job(
         run.payload = crate::job::validate_payload(payload).map_err(KickError::Payload)?;
     }
     run.origin = Origin::Start;
-    let (run_id, joined) = store.start_or_join(&run).await?;
-    Ok(Started { run_id, joined })
+    let (run_id, queued) = store.start_or_join(&run).await?;
+    Ok(Started {
+        run_id,
+        joined: queued.is_none(),
+        dropped: queued.as_ref().and_then(dropped),
+    })
 }
 
 async fn find_job(store: &Store, job: &str) -> Result<JobRecord, KickError> {

@@ -24,6 +24,7 @@ pub mod lease;
 pub mod links;
 pub mod manifest;
 pub mod metrics;
+pub mod quota;
 pub mod report;
 pub mod retention;
 pub mod runner;

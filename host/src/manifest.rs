@@ -35,8 +35,9 @@
 
 use crate::files::{CollectionSpec, DEFAULT_MAX_OBJECT, Location};
 use crate::grants::Grants;
-use crate::job::{Flow, JobSpec, Limits, RetryPolicy};
+use crate::job::{Flow, JobSpec, Limits, OverLimit, RetryPolicy};
 use crate::links::{Credential, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, MountSpec, SecretSource};
+use crate::quota::{OverQuota, Quota, Quotas};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -127,6 +128,40 @@ struct JobSection {
     actions: Option<BTreeSet<String>>,
     sequential: Option<bool>,
     max_defers: Option<u32>,
+    /// At most this many runs queued or running per tenant; `over_limit` says what a run
+    /// over it does (`skip`, the default, or `defer`).
+    max_per_tenant: Option<u32>,
+    over_limit: Option<OverLimit>,
+    /// The lane whose workers run the job (`[lanes.NAME]`; `default` otherwise).
+    lane: Option<String>,
+}
+
+/// `[tenants.NAME]` (or `[tenant_defaults]`, for every tenant not named): the tenant's
+/// quota per rolling hour.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantSection {
+    fuel_per_hour: Option<u64>,
+    #[serde(default, with = "opt_duration")]
+    time_per_hour: Option<Duration>,
+    over_quota: Option<OverQuota>,
+}
+
+impl TenantSection {
+    fn quota(&self) -> Quota {
+        Quota {
+            fuel_per_hour: self.fuel_per_hour,
+            time_per_hour: self.time_per_hour,
+            over_quota: self.over_quota.unwrap_or_default(),
+        }
+    }
+}
+
+/// `[lanes.NAME] workers = N`: a lane's own workers on each host that serves it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LaneSection {
+    workers: usize,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -178,6 +213,11 @@ struct File {
     #[serde(default)]
     links: BTreeMap<String, MountSection>,
     #[serde(default)]
+    lanes: BTreeMap<String, LaneSection>,
+    #[serde(default)]
+    tenants: BTreeMap<String, TenantSection>,
+    tenant_defaults: Option<TenantSection>,
+    #[serde(default)]
     jobs: BTreeMap<String, JobSection>,
 }
 
@@ -185,6 +225,11 @@ struct File {
 pub struct Manifest {
     pub path: PathBuf,
     pub host: HostSection,
+    /// The declared lanes and their workers per host (the `default` lane's come from
+    /// `--workers` unless declared here).
+    pub lanes: BTreeMap<String, usize>,
+    /// The tenants' quotas per rolling hour.
+    pub quotas: Quotas,
     pub collections: BTreeMap<String, CollectionSpec>,
     pub mounts: BTreeMap<String, MountSpec>,
     pub jobs: Vec<JobSpec>,
@@ -268,6 +313,38 @@ impl Manifest {
                 Err(problem) => problems.push(format!("job {name}: {problem}")),
             }
         }
+        let mut lanes = BTreeMap::new();
+        for (name, section) in &file.lanes {
+            if crate::job::validate_name(name).is_err() {
+                problems.push(format!(
+                    "lane {name:?}: use 1-64 lower-case letters, digits, '-', '_' or '.'"
+                ));
+            } else if !(1..=1024).contains(&section.workers) {
+                problems.push(format!("lane {name}: workers must be 1 to 1024"));
+            } else {
+                lanes.insert(name.clone(), section.workers);
+            }
+        }
+        for spec in &jobs {
+            if spec.lane != crate::job::DEFAULT_LANE && !file.lanes.contains_key(&spec.lane) {
+                problems.push(format!(
+                    "job {}: its lane {:?} is not declared ([lanes.{}])",
+                    spec.name, spec.lane, spec.lane
+                ));
+            }
+        }
+        let mut quotas = Quotas {
+            tenants: BTreeMap::new(),
+            default: file.tenant_defaults.as_ref().map(TenantSection::quota),
+        };
+        for (name, section) in &file.tenants {
+            match crate::tenant::validate_tenant(name) {
+                Ok(()) => {
+                    quotas.tenants.insert(name.clone(), section.quota());
+                }
+                Err(e) => problems.push(format!("tenant {name:?}: {e}")),
+            }
+        }
         for (name, spec) in &collections {
             if let Some(scan) = &spec.scan
                 && !jobs.iter().any(|j| &j.name == scan)
@@ -282,6 +359,8 @@ impl Manifest {
         let manifest = Manifest {
             path: path.to_path_buf(),
             host,
+            lanes,
+            quotas,
             collections,
             mounts,
             jobs,
@@ -465,7 +544,17 @@ fn job(
                 .or(defaults.sequential)
                 .unwrap_or_default(),
             max_defers: section.max_defers.or(defaults.max_defers),
+            max_per_tenant: section.max_per_tenant.or(defaults.max_per_tenant),
+            over_limit: section
+                .over_limit
+                .or(defaults.over_limit)
+                .unwrap_or_default(),
         },
+        lane: section
+            .lane
+            .clone()
+            .or_else(|| defaults.lane.clone())
+            .unwrap_or_else(|| crate::job::DEFAULT_LANE.to_string()),
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
@@ -543,9 +632,38 @@ mod tests {
             timeout = "1m"
             sequential = true
             max_defers = 0
+            max_per_tenant = 2
+            over_limit = "defer"
+            lane = "bulk"
+            [lanes.bulk]
+            workers = 2
             "#,
         )
         .unwrap();
+        assert_eq!(m.lanes, BTreeMap::from([("bulk".to_string(), 2)]));
+        assert_eq!(m.job("ledger").unwrap().lane, "default");
+        assert_eq!(m.job("hello").unwrap().lane, "bulk");
+        assert_eq!(m.quotas, Quotas::default());
+        let with_quotas = Manifest::parse(
+            Path::new("m.toml"),
+            "[tenant_defaults]\ntime_per_hour = '10m'\n[tenants.acme]\nfuel_per_hour = 1000\nover_quota = 'fail'",
+        )
+        .unwrap();
+        assert_eq!(
+            with_quotas.quotas.of("acme"),
+            Some(&Quota {
+                fuel_per_hour: Some(1000),
+                time_per_hour: None,
+                over_quota: OverQuota::Fail,
+            })
+        );
+        assert_eq!(
+            with_quotas
+                .quotas
+                .of("globex")
+                .and_then(|q| q.time_per_hour),
+            Some(Duration::from_secs(600))
+        );
         assert_eq!(
             m.host.migrations.as_deref(),
             Some(Path::new("/srv/jobs/migrations"))
@@ -561,7 +679,9 @@ mod tests {
             ledger.flow,
             Flow {
                 sequential: false,
-                max_defers: Some(4)
+                max_defers: Some(4),
+                max_per_tenant: None,
+                over_limit: OverLimit::Skip,
             }
         );
         let hello = m.job("hello").unwrap();
@@ -572,7 +692,9 @@ mod tests {
             hello.flow,
             Flow {
                 sequential: true,
-                max_defers: Some(0)
+                max_defers: Some(0),
+                max_per_tenant: Some(2),
+                over_limit: OverLimit::Defer,
             }
         );
     }
@@ -606,6 +728,15 @@ mod tests {
                 .contains("belongs to the host")
         );
         assert!(err("[jobs.x]\ncomponent='a'\ngrants.net={}").contains("unknown field"));
+        assert!(
+            err("[jobs.x]\ncomponent='a'\nlane='bulk'")
+                .contains("its lane \"bulk\" is not declared")
+        );
+        assert!(err("[lanes.bulk]\nworkers=0").contains("workers must be 1 to 1024"));
+        assert!(err("[jobs.x]\ncomponent='a'\nmax_per_tenant=0").contains("at least 1"));
+        assert!(err("[jobs.x]\ncomponent='a'\nover_limit='maybe'").contains("unknown variant"));
+        assert!(err("[tenants.acme]\nover_quota='later'").contains("unknown variant"));
+        assert!(err("[tenants.\"a b\"]\nfuel_per_hour=1").contains("tenant \"a b\""));
     }
 
     proptest! {

@@ -209,19 +209,21 @@ impl Metrics {
                 );
             }
         }
-        let mut last = "";
+        // Each family once, with all its series, in the order families first appear.
+        let mut names: Vec<&str> = Vec::new();
         for g in gauges {
-            if g.name != last {
-                let _ = writeln!(out, "# HELP {} {}\n# TYPE {} gauge", g.name, g.help, g.name);
-                last = g.name;
+            if !names.contains(&g.name) {
+                names.push(g.name);
             }
-            let _ = writeln!(
-                out,
-                "{}{} {}",
-                g.name,
-                render_labels(&g.labels, None),
-                g.value
-            );
+        }
+        for name in names {
+            let mut family = gauges.iter().filter(|g| g.name == name).peekable();
+            if let Some(first) = family.peek() {
+                let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} gauge", first.help);
+            }
+            for g in family {
+                let _ = writeln!(out, "{name}{} {}", render_labels(&g.labels, None), g.value);
+            }
         }
         out
     }
@@ -271,12 +273,28 @@ mod tests {
             Duration::from_secs(2),
             50,
         );
-        let text = m.render(&[Gauge {
-            name: "jobhost_runs",
-            help: "Runs by status.",
-            labels: vec![("status", "queued".into())],
-            value: 3.0,
-        }]);
+        let gauge = |name, labels: Labels, value| Gauge {
+            name,
+            help: "Help.",
+            labels,
+            value,
+        };
+        let text = m.render(&[
+            gauge("jobhost_runs", vec![("status", "queued".into())], 3.0),
+            gauge("jobhost_due", vec![("tenant", "a".into())], 1.0),
+            gauge("jobhost_lag", vec![("tenant", "a".into())], 0.5),
+            gauge("jobhost_due", vec![("tenant", "b".into())], 2.0),
+        ]);
+        // Interleaved families are rendered each once, with all their series.
+        assert_eq!(
+            text.matches("# TYPE jobhost_due gauge").count(),
+            1,
+            "{text}"
+        );
+        assert!(
+            text.contains("jobhost_due{tenant=\"a\"} 1\njobhost_due{tenant=\"b\"} 2\n"),
+            "{text}"
+        );
         assert!(
             text.contains(r#"jobhost_attempts_total{job="a\"b",status="failed",code="timeout"} 2"#),
             "{text}"

@@ -1,5 +1,6 @@
 //! `host serve`: the long-running host. It claims due runs and runs them on a bounded
-//! set of workers, fires schedules, checks for crashed runs and missed schedules, delivers
+//! set of workers per lane (each lane claims only its own jobs' runs, so one lane's
+//! backlog never takes another's slots), fires schedules, checks for crashed runs and missed schedules, delivers
 //! reports, reloads changed components and answers the HTTP API — until it is told to
 //! stop, when it drains: no new runs, running attempts get a grace period, then are
 //! cancelled (their writes are fenced) and put back in the queue for any host.
@@ -26,7 +27,8 @@ use tokio::time::Instant;
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: SocketAddr,
-    pub workers: usize,
+    /// The lanes this host serves, with the workers of each.
+    pub lanes: BTreeMap<String, usize>,
     /// Longest wait between looks at the queue when nothing wakes the host.
     pub poll: Duration,
     pub surveillance_interval: Duration,
@@ -64,11 +66,13 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// The terms this host claims runs under: every job of its catalog, as loaded now.
-    fn terms(&self) -> BTreeMap<String, AttemptTerms> {
+    /// The terms this host claims runs of `lane` under: every job of its catalog in the
+    /// lane, as loaded now.
+    fn terms(&self, lane: &str) -> BTreeMap<String, AttemptTerms> {
         self.catalog
             .all()
             .iter()
+            .filter(|job| job.spec.lane == lane)
             .map(|job| {
                 (
                     job.spec.name.clone(),
@@ -130,13 +134,28 @@ pub async fn serve(
             stop.clone(),
         ));
     }
-    let dispatcher = tokio::spawn(dispatch(
-        shared.clone(),
-        config.clone(),
-        cancel,
+    let mut lane_wakes = Vec::new();
+    let mut dispatchers = JoinSet::new();
+    for (lane, &workers) in &config.lanes {
+        let wake = Arc::new(Notify::new());
+        lane_wakes.push(wake.clone());
+        dispatchers.spawn(dispatch(
+            shared.clone(),
+            config.clone(),
+            Lane {
+                name: lane.clone(),
+                workers,
+                wake,
+            },
+            cancel.clone(),
+            stop.clone(),
+        ));
+    }
+    loops.spawn(wake_lanes(
+        shared.app.wake.clone(),
+        lane_wakes,
         stop.clone(),
     ));
-
     let mut http_stop = stop.clone();
     let http = tokio::spawn(
         axum::serve(listener, crate::http::router(shared.clone()))
@@ -150,7 +169,12 @@ pub async fn serve(
             "no API tokens: the API refuses every request until one is created with `host tokens create`"
         );
     }
-    tracing::info!(%addr, jobs = shared.catalog.all().len(), workers = config.workers, "serving");
+    let lanes: Vec<String> = config
+        .lanes
+        .iter()
+        .map(|(lane, workers)| format!("{lane}={workers}"))
+        .collect();
+    tracing::info!(%addr, jobs = shared.catalog.all().len(), lanes = %lanes.join(","), "serving");
     println!("listening on {addr}");
 
     shutdown.await;
@@ -160,8 +184,9 @@ pub async fn serve(
     );
     shared.draining.store(true, Ordering::Release);
     let _ = stop_tx.send(true);
-    let mut dispatcher = dispatcher;
-    if tokio::time::timeout(config.shutdown_grace, &mut dispatcher)
+    let drained = async { while dispatchers.join_next().await.is_some() {} };
+    tokio::pin!(drained);
+    if tokio::time::timeout(config.shutdown_grace, &mut drained)
         .await
         .is_err()
     {
@@ -170,7 +195,7 @@ pub async fn serve(
             "grace period over: cancelling running attempts"
         );
         let _ = cancel_tx.send(true);
-        let _ = dispatcher.await;
+        drained.await;
     }
     while loops.join_next().await.is_some() {}
     let _ = http.await;
@@ -208,17 +233,36 @@ impl Pace {
     }
 }
 
-/// Claims runs for the workers, one round trip per batch: as many as fit a queue of
-/// `workers` runs ready to start (so a worker that finishes finds the next run waiting,
+/// One lane a host serves: its name, its workers, and what wakes its dispatcher.
+struct Lane {
+    name: String,
+    workers: usize,
+    wake: Arc<Notify>,
+}
+
+/// Passes each wake-up of the host (a run queued, a requeued run due soon) to every
+/// lane's dispatcher: a permit each, so none misses one while it claims.
+async fn wake_lanes(wake: Arc<Notify>, lanes: Vec<Arc<Notify>>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = wake.notified() => lanes.iter().for_each(|lane| lane.notify_one()),
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Claims runs of one lane's jobs for its workers, one round trip per batch: as many as
+/// fit a queue of `workers` runs ready to start (so a worker that finishes finds the next run waiting,
 /// without a claim's round trip), or, when claiming ahead is paused, as many as workers
 /// are idle.
 async fn dispatch(
     shared: Arc<Shared>,
     config: ServeConfig,
+    lane: Lane,
     cancel: CancelToken,
     mut stop: watch::Receiver<bool>,
 ) {
-    let (ready, queue) = mpsc::channel::<Claimed>(config.workers);
+    let (ready, queue) = mpsc::channel::<Claimed>(lane.workers);
     let queue = Arc::new(tokio::sync::Mutex::new(queue));
     let pace = Arc::new(Pace {
         idle: AtomicUsize::new(0),
@@ -226,7 +270,7 @@ async fn dispatch(
         prefetch_paused_until: Mutex::new(None),
     });
     let mut workers = JoinSet::new();
-    for _ in 0..config.workers {
+    for _ in 0..lane.workers {
         workers.spawn(work(
             shared.clone(),
             queue.clone(),
@@ -242,7 +286,7 @@ async fn dispatch(
         let room = pace.room.notified();
         tokio::pin!(room);
         room.as_mut().enable();
-        let queued = config.workers - ready.capacity();
+        let queued = lane.workers - ready.capacity();
         let want = if pace.prefetch() {
             ready.capacity()
         } else {
@@ -255,7 +299,15 @@ async fn dispatch(
             }
             continue;
         }
-        let terms = shared.terms();
+        let terms = shared.terms(&lane.name);
+        if terms.is_empty() {
+            // No job of this host is in the lane (yet: a reload may add one).
+            tokio::select! {
+                _ = tokio::time::sleep(config.poll) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            continue;
+        }
         match shared.app.runner.claim(&terms, want).await {
             Ok(runs) if !runs.is_empty() => {
                 for claimed in runs {
@@ -268,7 +320,7 @@ async fn dispatch(
                     }
                 }
             }
-            Ok(_) => wait_for_work(&shared, &config, &mut stop).await,
+            Ok(_) => wait_for_work(&shared, &config, &lane, &terms, &mut stop).await,
             Err(e) => {
                 tracing::warn!(code = "driver_failed", error = %e, "cannot claim runs");
                 tokio::select! {
@@ -320,13 +372,20 @@ async fn give_back(shared: &Shared, claimed: Claimed) {
     }
 }
 
-async fn wait_for_work(shared: &Shared, config: &ServeConfig, stop: &mut watch::Receiver<bool>) {
-    let until_due = match shared.app.store.next_due_in().await {
+async fn wait_for_work(
+    shared: &Shared,
+    config: &ServeConfig,
+    lane: &Lane,
+    terms: &BTreeMap<String, AttemptTerms>,
+    stop: &mut watch::Receiver<bool>,
+) {
+    let jobs: Vec<&str> = terms.keys().map(String::as_str).collect();
+    let until_due = match shared.app.store.next_due_in(&jobs).await {
         Ok(Some(ms)) => Duration::from_millis(ms.max(10) as u64),
         _ => config.poll,
     };
     tokio::select! {
-        _ = shared.app.wake.notified() => {}
+        _ = lane.wake.notified() => {}
         _ = tokio::time::sleep(until_due.min(config.poll)) => {}
         _ = stop.wait_for(|s| *s) => {}
     }

@@ -216,6 +216,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                 on: Default::default(),
                 run_on_boot: false,
                 flow: Default::default(),
+                lane: crate::job::DEFAULT_LANE.into(),
             }
         }
     };

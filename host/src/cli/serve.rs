@@ -13,6 +13,7 @@ use crate::store::{Backend, Store};
 use crate::units::parse_duration;
 use crate::views;
 use clap::Args;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,9 +26,13 @@ pub struct ServeArgs {
     /// The jobs to run; without one the host serves its API with no jobs.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
-    /// Runs executed at once.
+    /// Runs of the `default` lane executed at once (a lane declared in the manifest,
+    /// `[lanes.NAME] workers = N`, has its own).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Serve only these lanes (comma-separated; default: every lane).
+    #[arg(long, value_delimiter = ',')]
+    pub lanes: Option<Vec<String>>,
     /// Longest wait between looks at the queue.
     #[arg(long, value_parser = parse_duration, default_value = "1s")]
     pub poll: Duration,
@@ -100,6 +105,12 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             .unwrap_or("UTC"),
     )?;
     let workers = args.workers.or(host.workers).unwrap_or(4).max(1);
+    let lanes = served_lanes(
+        manifest.as_ref().map(|m| &m.lanes),
+        workers,
+        args.lanes.as_deref(),
+    )?;
+    let all_workers: usize = lanes.values().sum();
     if !args.fuel_metering
         && let Some(m) = &manifest
     {
@@ -132,12 +143,16 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
         engine: EngineSettings {
             pooling: args.pooling,
             // One slot per worker's attempt, with room to spare.
-            max_instances: (workers as u32 * 2).max(16),
+            max_instances: (all_workers as u32 * 2).max(16),
             cache_dir: Some(global.cache_dir()),
             fuel: args.fuel_metering,
         },
         runner: RunnerSettings {
             claim_slack: args.poll * 5 + Duration::from_secs(10),
+            quotas: manifest
+                .as_ref()
+                .map(|m| m.quotas.clone())
+                .unwrap_or_default(),
             ..args.attempts.runner()
         },
         home: global.home.clone(),
@@ -164,7 +179,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
     }
     let config = ServeConfig {
         listen: args.listen,
-        workers,
+        lanes,
         poll: args.poll,
         surveillance_interval: args
             .surveillance_interval
@@ -190,6 +205,30 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
     };
     serve(app, catalog, config, shutdown_signal()).await?;
     Ok(0)
+}
+
+/// The lanes this host serves and their workers: the manifest's, and `default` with
+/// `workers` unless the manifest declares it; only those named by `--lanes` if given.
+fn served_lanes(
+    declared: Option<&BTreeMap<String, usize>>,
+    workers: usize,
+    only: Option<&[String]>,
+) -> Result<BTreeMap<String, usize>, Failure> {
+    let mut lanes = declared.cloned().unwrap_or_default();
+    lanes
+        .entry(crate::job::DEFAULT_LANE.to_string())
+        .or_insert(workers);
+    let Some(only) = only else {
+        return Ok(lanes);
+    };
+    if let Some(unknown) = only.iter().find(|l| !lanes.contains_key(l.as_str())) {
+        return Err(Failure::usage(format!(
+            "--lanes: no lane {unknown:?} (the manifest declares: {})",
+            lanes.keys().cloned().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    lanes.retain(|lane, _| only.contains(lane));
+    Ok(lanes)
 }
 
 /// SIGTERM or SIGINT. The handlers are installed when this is called, not when the
@@ -261,6 +300,9 @@ pub async fn kick_cmd(
         match kicked {
             Kicked::Pending => println!("{job} is running: it will run once more when it ends"),
             Kicked::Queued { run_id } => println!("queued run {run_id} of {job}"),
+            Kicked::Dropped { run_id, code } => println!(
+                "dropped run {run_id} of {job} ({code}): it already has max_per_tenant runs queued or running"
+            ),
             Kicked::FannedOut { children } if children.is_empty() => {
                 println!("{job} runs per tenant, and no tenant is active (see `host tenants`)")
             }
@@ -270,6 +312,10 @@ pub async fn kick_cmd(
                         Kicked::Queued { run_id } => {
                             println!("queued run {run_id} of {job} for {}", child.tenant)
                         }
+                        Kicked::Dropped { run_id, code } => println!(
+                            "dropped run {run_id} of {job} for {} ({code})",
+                            child.tenant
+                        ),
                         _ => println!(
                             "{job} is running for {}: it will run once more when it ends",
                             child.tenant
@@ -315,6 +361,11 @@ pub async fn start_cmd(
         println!("{}", serde_json::to_value(&started).expect("serialisable"));
     } else if started.joined {
         println!("joined run {} of {job}", started.run_id);
+    } else if let Some(code) = started.dropped {
+        println!(
+            "dropped run {} of {job} ({code}): it already has max_per_tenant runs queued or running",
+            started.run_id
+        );
     } else {
         println!("started run {} of {job}", started.run_id);
     }

@@ -115,6 +115,7 @@ mod tests {
             on: Default::default(),
             run_on_boot: false,
             flow: Default::default(),
+            lane: crate::job::DEFAULT_LANE.into(),
         };
         assert_eq!(spec.validate(), Ok(()));
         spec.limits.memory = MAX_JOB_MEMORY + 1;

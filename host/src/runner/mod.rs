@@ -25,6 +25,7 @@ use crate::job::JobSpec;
 use crate::lease::LeaseTerms;
 use crate::links::{Caller, Links};
 use crate::metrics::Metrics;
+use crate::quota::{OverQuota, QuotaBook, Quotas};
 use crate::store::guest::{Access, Fence, GuestDb};
 use crate::store::{
     AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Lease, NewReport, Origin, Recording,
@@ -52,6 +53,8 @@ pub struct RunnerSettings {
     /// Most endings handed to the finisher and not yet recorded: beyond that, a worker
     /// waits to hand over.
     pub finisher_backlog: usize,
+    /// The tenants' limits per rolling hour.
+    pub quotas: Quotas,
 }
 
 impl Default for RunnerSettings {
@@ -62,6 +65,7 @@ impl Default for RunnerSettings {
             claim_slack: Duration::from_secs(30),
             start_within: Duration::from_secs(2),
             finisher_backlog: 1024,
+            quotas: Quotas::default(),
         }
     }
 }
@@ -97,6 +101,7 @@ pub struct Runner {
     files: Arc<Files>,
     links: Arc<Links>,
     finisher: Finisher,
+    quotas: QuotaBook,
 }
 
 /// A claimed run without a lease, resolved.
@@ -127,6 +132,7 @@ impl Runner {
             settings.finisher_backlog,
         );
         Runner {
+            quotas: QuotaBook::new(settings.quotas.clone(), store.clone()),
             store,
             engine,
             guest_db,
@@ -151,6 +157,11 @@ impl Runner {
         &self.settings
     }
 
+    /// The fleet's usage against the tenants' quotas, as this host decides on it.
+    pub fn quotas(&self) -> &QuotaBook {
+        &self.quotas
+    }
+
     /// The terms this host starts attempts of `spec`'s job under.
     pub fn terms(&self, spec: &JobSpec, digest: &str) -> AttemptTerms {
         self.settings
@@ -158,18 +169,21 @@ impl Runner {
             .attempt(spec.limits.timeout, self.settings.start_within, digest)
     }
 
-    /// Claims, leases and starts up to `limit` due runs of the jobs in `terms`.
+    /// Claims, leases and starts up to `limit` due runs of the jobs in `terms`, passing
+    /// over the runs of tenants whose quota holds them.
     pub async fn claim(
         &self,
         terms: &BTreeMap<String, AttemptTerms>,
         limit: usize,
     ) -> Result<Vec<Claimed>, StoreError> {
+        let paused = self.quotas.over(OverQuota::Wait).await?;
         self.store
             .claim_runs(&ClaimRequest {
                 host: &self.host_id,
                 limit: i64::try_from(limit).unwrap_or(i64::MAX),
                 run_id: None,
                 terms,
+                paused: &paused,
             })
             .await
     }
@@ -190,6 +204,7 @@ impl Runner {
                 limit: 1,
                 run_id: Some(run_id),
                 terms: &terms,
+                paused: &[],
             })
             .await?;
         Ok(claimed.pop())
@@ -218,6 +233,9 @@ impl Runner {
             stamped_after,
         } = claimed;
         let lease = lease.expect("resolved to a leased claim");
+        if self.quotas.fails(&run.tenant).await? {
+            return self.over_quota(run, spec, lease).await;
+        }
         let timeout = spec.limits.timeout;
         // Never later than the database's deadline, however long the run waited for a
         // worker (the claim stamped `timeout + start_within` after `stamped_after`).
@@ -257,6 +275,38 @@ impl Runner {
                     run_id: run.id.clone(),
                     lease,
                     attempt: Some(ending),
+                    change,
+                },
+                run,
+                until,
+                job_payload: spec.payload.to_string(),
+                sequential: spec.flow.sequential,
+            })
+            .await
+    }
+
+    /// Ends a run whose tenant is over a quota with policy `fail`, without running it:
+    /// `failed` with code `quota_exceeded`, reported.
+    async fn over_quota(
+        &self,
+        run: RunRecord,
+        spec: &JobSpec,
+        lease: Lease,
+    ) -> Result<Concluding, StoreError> {
+        let decided = Decided::Finish {
+            failure: Failure::code(FailureCode::QuotaExceeded),
+            failures: run.failures,
+            counters: None,
+        };
+        let change = self.change(&run, spec, decided, true);
+        let until = Instant::now() + self.settings.lease.grace;
+        tracing::info!(job = %run.job, run_id = %run.id, tenant = %run.tenant, code = "quota_exceeded", "run not started: its tenant is over its quota");
+        self.finisher
+            .hand_over(Handover {
+                recording: Recording {
+                    run_id: run.id.clone(),
+                    lease,
+                    attempt: None,
                     change,
                 },
                 run,

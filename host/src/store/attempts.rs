@@ -35,6 +35,8 @@ pub struct ClaimRequest<'a> {
     pub run_id: Option<&'a str>,
     /// The jobs this host runs. A run of another job is claimed without a lease.
     pub terms: &'a BTreeMap<String, AttemptTerms>,
+    /// Tenants whose runs are passed over: held by their quota (`quota`).
+    pub paused: &'a [String],
 }
 
 /// A run a claim moved to `running`.
@@ -365,12 +367,13 @@ impl Store {
             super::Pool::Postgres(p) => {
                 self.retrying(|| async {
                     Ok(sqlx::query_as::<_, ClaimedRow>(
-                        "SELECT * FROM jobhost_claim_runs($1, $2, $3, $4)",
+                        "SELECT * FROM jobhost_claim_runs($1, $2, $3, $4, $5)",
                     )
                     .bind(request.host)
                     .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
                     .bind(sqlx::types::Json(request.terms))
                     .bind(request.run_id)
+                    .bind(request.paused)
                     .fetch_all(p)
                     .await?)
                 })

@@ -324,6 +324,8 @@ impl Store {
             .bind(job.next_fire_at)
             .bind(i64::from(job.per_tenant))
             .bind(i64::from(job.sequential))
+            .bind(job.max_per_tenant.map(i64::from))
+            .bind(job.max_per_tenant.map(|_| job.over_limit.as_str()))
             .fetch_one(p)
             .await?))
     }
@@ -349,11 +351,32 @@ impl Store {
         )
     }
 
-    /// Milliseconds until the earliest queued run is due (negative if overdue), if any
-    /// run is queued.
-    pub async fn next_due_in(&self) -> Result<Option<i64>> {
+    /// Queues new work (a kick or a start that joined nothing) under its job's
+    /// `max_per_tenant`: the run comes back skipped with code `tenant_limit` if it was over
+    /// the cap with policy `skip`, reported in the same transaction.
+    pub async fn queue_run(&self, run: &NewRun) -> Result<RunRecord> {
+        self.retrying(|| async {
+            let q = self.q;
+            with_pool!(self.pool, p => {
+                let mut conn = Exclusive::acquire(p).await?;
+                let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+                let queued = queue(&mut tx, q, q.queue_run.as_str(), run).await?;
+                tx.commit().await?;
+                conn.release();
+                queued.ok_or(StoreError::Unreadable)
+            })
+        })
+        .await
+    }
+
+    /// Milliseconds until the earliest queued run of `jobs` is due (negative if
+    /// overdue), if one is queued.
+    pub async fn next_due_in(&self, jobs: &[&str]) -> Result<Option<i64>> {
         let q = &self.q.next_due_in;
-        Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).fetch_one(p).await?))
+        let jobs = serde_json::to_string(jobs).expect("names serialise");
+        Ok(
+            with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).bind(&jobs).fetch_one(p).await?),
+        )
     }
 
     pub async fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
@@ -408,9 +431,24 @@ impl Store {
 
     /// Waiting and overdue runs: how many are due now, and how late the oldest is (ms).
     /// Per tenant with due runs: how many, and how long the oldest has waited (ms).
-    pub async fn tenant_queue_lag(&self) -> Result<Vec<(String, i64, i64)>> {
-        let q = &self.q.tenant_queue_lag;
+    /// Due queued runs and the oldest one's wait (ms), by tenant and job.
+    pub async fn queue_lag_by_tenant_and_job(&self) -> Result<Vec<(String, String, i64, i64)>> {
+        let q = &self.q.queue_lag_by_tenant_and_job;
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+    }
+
+    /// What each tenant's attempts that ended in the last `window_ms` used.
+    pub async fn tenant_usage(&self, window_ms: i64) -> Result<Vec<TenantUsage>> {
+        let q = &self.q.tenant_usage;
+        Ok(
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(window_ms).fetch_all(p).await?),
+        )
+    }
+
+    /// Runs waiting for a slot now; all slot waits and all guest defers of kept runs.
+    pub async fn deferrals(&self) -> Result<(i64, i64, i64)> {
+        let q = &self.q.deferrals;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))
     }
 
     pub async fn queue_lag(&self) -> Result<(i64, i64)> {
@@ -455,7 +493,7 @@ impl Store {
                 conn.release();
                 return Ok(false);
             }
-            insert_once(&mut tx, q.insert_run_once.as_str(), runs).await?;
+            insert_once(&mut tx, q, runs).await?;
             tx.commit().await?;
             conn.release();
             Ok(true)
@@ -490,7 +528,7 @@ impl Store {
                 .await?
                 .rows_affected();
             if taken == 1 {
-                insert_once(&mut tx, q.insert_run_once.as_str(), runs).await?;
+                insert_once(&mut tx, q, runs).await?;
             }
             tx.commit().await?;
             conn.release();
@@ -509,7 +547,7 @@ impl Store {
         with_pool!(self.pool, p => {
             let mut conn = Exclusive::acquire(p).await?;
             let mut tx = conn.begin_with(self.dialect.begin_write).await?;
-            let inserted = insert_once(&mut tx, q.insert_run_once.as_str(), runs).await?;
+            let inserted = insert_once(&mut tx, q, runs).await?;
             tx.commit().await?;
             conn.release();
             Ok(inserted)
@@ -733,11 +771,12 @@ impl Store {
 }
 
 /// Queues `runs` with `insert_run_once` (`sql`) in a transaction, leaving ids already
-/// queued alone; whether each was queued now. One loop for every statement that queues
-/// runs with derived ids (schedule fires, boot runs, events).
+/// queued alone; whether each was queued now (or dropped by its job's `max_per_tenant`).
+/// One loop for every statement that queues runs with derived ids (schedule fires, boot
+/// runs, events).
 async fn insert_once<DB>(
     tx: &mut sqlx::Transaction<'_, DB>,
-    sql: &'static str,
+    q: &'static Queries,
     runs: &[NewRun],
 ) -> Result<Vec<bool>>
 where
@@ -752,12 +791,44 @@ where
 {
     let mut inserted = Vec::with_capacity(runs.len());
     for run in runs {
-        let row: Option<RunRecord> = bind_new_run(sqlx::query_as(sql), run)
-            .fetch_optional(&mut **tx)
-            .await?;
-        inserted.push(row.is_some());
+        let queued = queue(tx, q, q.insert_run_once.as_str(), run).await?;
+        inserted.push(queued.is_some());
     }
     Ok(inserted)
+}
+
+/// Queues one run with `sql` (`queue_run` or `insert_run_once`) and, if its job's
+/// `max_per_tenant` dropped it, writes its report in the same transaction.
+async fn queue<DB>(
+    tx: &mut sqlx::Transaction<'_, DB>,
+    q: &'static Queries,
+    sql: &'static str,
+    run: &NewRun,
+) -> Result<Option<RunRecord>>
+where
+    DB: sqlx::Database,
+    for<'e> &'e mut DB::Connection: sqlx::Executor<'e, Database = DB>,
+    RunRecord: for<'r> sqlx::FromRow<'r, DB::Row> + Send + Unpin,
+    <DB as sqlx::Database>::Arguments: sqlx::IntoArguments<DB>,
+    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    let row: Option<RunRecord> = bind_new_run(sqlx::query_as(sql), run)
+        .fetch_optional(&mut **tx)
+        .await?;
+    if let Some(dropped) = row.as_ref().filter(|r| r.dropped_by_limit()) {
+        let report = NewReport::about_run(
+            ReportKind::Dropped,
+            dropped,
+            crate::failure::FailureCode::TenantLimit,
+        );
+        bind_report(sqlx::query(q.insert_report.as_str()), &report)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(row)
 }
 
 pub(super) fn bind_new_run<'q, DB, O>(

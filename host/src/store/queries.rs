@@ -20,6 +20,15 @@ pub(crate) struct Dialect {
     pub table_exists: &'static str,
     /// The strings of the JSON array bound to `$1`, as a subquery.
     pub json_ids: &'static str,
+    /// How many runs of job `$2` and tenant `$4` are queued or running, counted so that
+    /// two transactions queueing runs of one job and tenant are ordered (on Postgres,
+    /// under a lock: `jobhost_active_runs` of migration 0009; SQLite has one writer).
+    pub active_runs: &'static str,
+    /// A random number in [0, 1).
+    pub random_unit: &'static str,
+    /// Makes a statement over queued runs by tenant read the index made for it: SQLite's
+    /// planner, without statistics, would sort every queued run instead.
+    pub by_tenant_index: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -30,6 +39,10 @@ pub(crate) const SQLITE: Dialect = Dialect {
     migration_lock: None,
     table_exists: "SELECT COUNT(*) FROM sqlite_schema WHERE type IN ('table', 'view') AND name = $1",
     json_ids: "(SELECT value FROM json_each($1))",
+    active_runs: "(SELECT COUNT(*) FROM jobhost_runs a WHERE a.job = $2 AND a.tenant = $4 \
+        AND a.status IN ('queued', 'running'))",
+    random_unit: "((abs(random()) % 1000000) / 1000000.0)",
+    by_tenant_index: "INDEXED BY jobhost_runs_queued_by_tenant",
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -42,6 +55,9 @@ pub(crate) const POSTGRES: Dialect = Dialect {
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
         WHERE c.relname = $1 AND n.nspname = current_schema()",
     json_ids: "(SELECT jsonb_array_elements_text(CAST($1 AS JSONB)))",
+    active_runs: "jobhost_active_runs($2, $4)",
+    random_unit: "random()",
+    by_tenant_index: "",
 };
 
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
@@ -84,6 +100,27 @@ const SEQUENTIAL_FREE: &str = "NOT EXISTS (SELECT 1 FROM jobhost_jobs j \
     WHERE j.name = jobhost_runs.job AND j.sequential = 1 AND EXISTS (SELECT 1 FROM jobhost_runs o \
         WHERE o.job = jobhost_runs.job AND o.status = 'running'))";
 
+/// Whether a new run of job `$2` for tenant `$4` is over the job's `max_per_tenant`: the
+/// job's `over_limit` (`skip` or `defer`) if it is, NULL if not (or the job has no cap).
+/// The one place the cap is checked as runs are queued; a claim checks a deferred run's
+/// slot again (`slot_taken`, and the Postgres claim of migration 0009). Queued runs that
+/// wait for a slot count too, so a new run never overtakes them.
+const OVER_LIMIT: &str = "(SELECT CASE WHEN j.max_per_tenant IS NOT NULL \
+        AND {active_runs} >= j.max_per_tenant THEN j.over_limit END AS over \
+    FROM (SELECT 1 AS one) x LEFT JOIN jobhost_jobs j ON j.name = $2)";
+
+/// The columns a queued run is inserted with, and their values (`$1`..`$11`, and `o.over`
+/// of [`OVER_LIMIT`]): a run over its job's cap is recorded skipped with code
+/// `tenant_limit` (policy `skip`), or queued waiting for a slot (policy `defer`).
+const QUEUE_RUN: &str = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, \
+        status, cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, \
+        updated_at, waiting, last_code, finished_at) \
+    SELECT $1, $2, $3, $4, $5, $6, CASE WHEN o.over = 'skip' THEN 'skipped' ELSE 'queued' END, \
+        $7, $8, $9, $10, {now} + $11, {now}, {now}, CASE WHEN o.over = 'defer' THEN 1 ELSE 0 END, \
+        CASE WHEN o.over = 'skip' THEN 'tenant_limit' END, \
+        CASE WHEN o.over = 'skip' THEN {now} END \
+    FROM {over_limit} o WHERE 1 = 1";
+
 /// The attempt whose fence is `$1`..`$4` holds its lease.
 const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM jobhost_leases WHERE {fence_match})";
 
@@ -92,6 +129,11 @@ impl Dialect {
         template
             .replace("{lease_held}", LEASE_HELD)
             .replace("{sequential_free}", SEQUENTIAL_FREE)
+            .replace("{queue_run}", QUEUE_RUN)
+            .replace("{over_limit}", OVER_LIMIT)
+            .replace("{active_runs}", self.active_runs)
+            .replace("{random_unit}", self.random_unit)
+            .replace("{by_tenant_index}", self.by_tenant_index)
             .replace("{fence_match}", FENCE_MATCH)
             .replace("{file_upsert}", FILE_UPSERT)
             .replace("{now}", self.now)
@@ -132,10 +174,13 @@ queries! {
     now = "SELECT {now}";
 
     upsert_job = "INSERT INTO jobhost_jobs (name, tenant, component_path, component_digest, spec, \
-        schedule, next_fire_at, per_tenant, sequential, registered_at, updated_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, {now}, {now}) \
+        schedule, next_fire_at, per_tenant, sequential, max_per_tenant, over_limit, registered_at, \
+        updated_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, {now}, {now}) \
         ON CONFLICT (name) DO UPDATE SET tenant = excluded.tenant, \
-        per_tenant = excluded.per_tenant, sequential = excluded.sequential, orphaned_at = NULL, \
+        per_tenant = excluded.per_tenant, sequential = excluded.sequential, \
+        max_per_tenant = excluded.max_per_tenant, over_limit = excluded.over_limit, \
+        orphaned_at = NULL, \
         component_path = excluded.component_path, component_digest = excluded.component_digest, \
         spec = excluded.spec, updated_at = excluded.updated_at, \
         next_fire_at = CASE WHEN jobhost_jobs.schedule IS NOT DISTINCT FROM excluded.schedule \
@@ -158,18 +203,33 @@ queries! {
         cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at) \
         VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}) \
         RETURNING {run_columns}";
-    // A derived id (a per-tenant fan-out's child) inserted a second time changes nothing.
-    insert_run_once = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
-        cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}) \
-        ON CONFLICT (id) DO NOTHING RETURNING {run_columns}";
+    // New work (a kick or a start), under its job's `max_per_tenant`.
+    queue_run = "{queue_run} RETURNING {run_columns}";
+    // The same with a derived id (a schedule fire, a fan-out's child, an event's run, a
+    // boot run): inserted a second time, it changes nothing.
+    insert_run_once = "{queue_run} ON CONFLICT (id) DO NOTHING RETURNING {run_columns}";
+    // Of the runs of the jobs in the JSON array `$1` (a lane's).
     next_due_in = "SELECT MIN(next_attempt_at) - {now} FROM jobhost_runs \
-        WHERE status = 'queued' AND origin <> 'manual' AND {sequential_free}";
+        WHERE status = 'queued' AND origin <> 'manual' AND job IN {json_ids} \
+        AND {sequential_free}";
     queue_lag = "SELECT COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) FROM jobhost_runs \
         WHERE status = 'queued' AND next_attempt_at <= {now}";
-    tenant_queue_lag = "SELECT tenant, COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) \
+    // By tenant and job: the host sums the jobs of each lane.
+    queue_lag_by_tenant_and_job = "SELECT tenant, job, COUNT(*), \
+        COALESCE({now} - MIN(next_attempt_at), 0) \
         FROM jobhost_runs WHERE status = 'queued' AND next_attempt_at <= {now} \
-        GROUP BY tenant ORDER BY tenant";
+        GROUP BY tenant, job ORDER BY tenant, job";
+    // Runs waiting for a slot of their job's `max_per_tenant` now, and the waits and
+    // guest defers of every run kept.
+    deferrals = "SELECT \
+        CAST(COALESCE(SUM(CASE WHEN status = 'queued' AND waiting = 1 THEN 1 ELSE 0 END), 0) AS BIGINT), \
+        CAST(COALESCE(SUM(slot_waits), 0) AS BIGINT), CAST(COALESCE(SUM(defers), 0) AS BIGINT) \
+        FROM jobhost_runs";
+    // What each tenant's attempts that ended in the last `$1` ms used (quotas).
+    tenant_usage = "SELECT r.tenant, CAST(COALESCE(SUM(a.fuel_used), 0) AS BIGINT) AS fuel_used, \
+        CAST(COALESCE(SUM(a.duration_ms), 0) AS BIGINT) AS wall_ms, COUNT(*) AS attempts \
+        FROM jobhost_attempts a JOIN jobhost_runs r ON r.id = a.run_id \
+        WHERE a.finished_at > {now} - $1 GROUP BY r.tenant ORDER BY r.tenant";
     get_run = "SELECT {run_columns} FROM jobhost_runs WHERE id = $1";
     list_runs = "SELECT {run_columns} FROM jobhost_runs \
         WHERE ($1 IS NULL OR job = $1) AND ($2 IS NULL OR status IN {json_strings_2}) \
@@ -193,17 +253,40 @@ queries! {
     // The steps of a batched claim and of recording attempts' ends, as the SQLite writer
     // runs them in one transaction (`store::sqlite_writer`); on Postgres the functions of
     // migration 0004 run the same steps.
-    due_runs = "SELECT id, job, instance, generation FROM jobhost_runs \
-        WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
-        AND job IN (SELECT value FROM json_each($2)) AND {sequential_free} \
+    // A claim walks the tenants with queued runs (`first_queued_tenant`, then
+    // `queued_tenant_after`: one probe of the index each) and takes up to `$1` due runs of
+    // each (`due_runs`, tenant `$3`), in turns: fair across tenants (the Postgres claim of
+    // migration 0009 does the same).
+    first_queued_tenant = "SELECT tenant FROM jobhost_runs {by_tenant_index} \
+        WHERE status = 'queued' ORDER BY tenant LIMIT 1";
+    queued_tenant_after = "SELECT tenant FROM jobhost_runs {by_tenant_index} \
+        WHERE status = 'queued' AND tenant > $1 ORDER BY tenant LIMIT 1";
+    due_runs = "SELECT id, job, instance, generation, tenant, waiting, next_attempt_at \
+        FROM jobhost_runs {by_tenant_index} \
+        WHERE status = 'queued' AND tenant = $3 AND origin <> 'manual' \
+        AND next_attempt_at <= {now} AND job IN (SELECT value FROM json_each($2)) \
+        AND {sequential_free} \
         ORDER BY next_attempt_at, id LIMIT $1";
+    // A run waiting for a slot (job `$1`, tenant `$2`, run `$3`) starts only while fewer
+    // than the job's `max_per_tenant` runs hold one; otherwise it waits again, longer
+    // each time (0.5 s doubling to 60 s, up to half of it taken off at random), without
+    // using an attempt.
+    slot_taken = "SELECT COUNT(*) FROM jobhost_jobs j WHERE j.name = $1 \
+        AND j.max_per_tenant IS NOT NULL AND j.max_per_tenant <= (SELECT COUNT(*) \
+            FROM jobhost_runs o WHERE o.job = $1 AND o.tenant = $2 AND o.id <> $3 \
+            AND (o.status = 'running' OR (o.status = 'queued' AND o.waiting = 0)))";
+    wait_for_slot = "UPDATE jobhost_runs SET slot_waits = slot_waits + 1, \
+        next_attempt_at = {now} + CAST((CASE WHEN slot_waits >= 7 THEN 60000 \
+            ELSE 500 * (1 << slot_waits) END) * (1 - {random_unit} / 2) AS BIGINT), \
+        updated_at = {now} WHERE id = $1";
     // A claim starts a sequential job's run only while no other run of the job is running.
     sequential_busy = "SELECT COUNT(*) FROM jobhost_jobs j WHERE j.name = $1 AND j.sequential = 1 \
         AND EXISTS (SELECT 1 FROM jobhost_runs o WHERE o.job = $1 AND o.status = 'running' \
             AND o.id <> $2)";
-    claimable_run = "SELECT id, job, instance, generation FROM jobhost_runs WHERE id = $1 \
+    claimable_run = "SELECT id, job, instance, generation, tenant, waiting, next_attempt_at \
+        FROM jobhost_runs WHERE id = $1 \
         AND (status = 'queued' OR (status = 'running' AND host = $2 AND generation IS NULL))";
-    start_run = "UPDATE jobhost_runs SET status = 'running', host = $2, \
+    start_run = "UPDATE jobhost_runs SET status = 'running', host = $2, waiting = 0, \
         generation = COALESCE($3, generation), \
         attempts = attempts + CASE WHEN $3 IS NULL THEN 0 ELSE 1 END, \
         component_digest = CASE WHEN $3 IS NULL THEN component_digest ELSE $4 END, \

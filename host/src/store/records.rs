@@ -114,6 +114,12 @@ impl RunRecord {
     pub fn status(&self) -> Option<RunStatus> {
         RunStatus::parse(&self.status)
     }
+
+    /// Recorded skipped as it was queued: its job's `max_per_tenant` was reached.
+    pub fn dropped_by_limit(&self) -> bool {
+        self.status() == Some(RunStatus::Skipped)
+            && self.last_code.as_deref() == Some(crate::failure::FailureCode::TenantLimit.as_str())
+    }
 }
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
@@ -265,6 +271,10 @@ pub struct JobUpsert<'a> {
     pub per_tenant: bool,
     /// Its runs run one at a time (the claim reads it from the job's row).
     pub sequential: bool,
+    /// Its cap on queued and running runs per tenant, and what a run over it does (the
+    /// statement that queues runs reads them from the job's row).
+    pub max_per_tenant: Option<u32>,
+    pub over_limit: crate::job::OverLimit,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -298,6 +308,8 @@ pub enum ReportKind {
     Crashed,
     Missed,
     LeaseLost,
+    /// A run its job's `max_per_tenant` refused (policy `skip`).
+    Dropped,
 }
 
 impl ReportKind {
@@ -307,8 +319,18 @@ impl ReportKind {
             ReportKind::Crashed => "crashed",
             ReportKind::Missed => "missed",
             ReportKind::LeaseLost => "lease_lost",
+            ReportKind::Dropped => "dropped",
         }
     }
+}
+
+/// What one tenant's attempts used in a window (quotas, metrics, the API).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
+pub struct TenantUsage {
+    pub tenant: String,
+    pub fuel_used: i64,
+    pub wall_ms: i64,
+    pub attempts: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 
 use super::guest::Fence;
 use super::queries::Queries;
-use super::{Exclusive, NewRun, ProgressWrite, Result, RunRecord, StepRecord, Store};
+use super::{Exclusive, NewRun, ProgressWrite, Result, RunRecord, StepRecord, Store, StoreError};
 use sqlx::{Connection, SqliteConnection};
 
 /// Applies a `ProgressWrite` on a SQLite connection inside an open write transaction (a
@@ -59,12 +59,13 @@ pub(crate) async fn apply_sqlite(
 impl Store {
     /// The live (queued or running) run of the new run's job and instance, or the new run
     /// queued: atomically, under the lease row's lock, so concurrent starts from any
-    /// number of hosts give one run. `true` when it joined a live run.
-    pub async fn start_or_join(&self, run: &NewRun) -> Result<(String, bool)> {
+    /// number of hosts give one run. The id of the run it joined, or the run it queued
+    /// (which its job's `max_per_tenant` may have dropped).
+    pub async fn start_or_join(&self, run: &NewRun) -> Result<(String, Option<RunRecord>)> {
         self.retrying(|| self.start_or_join_once(run)).await
     }
 
-    async fn start_or_join_once(&self, run: &NewRun) -> Result<(String, bool)> {
+    async fn start_or_join_once(&self, run: &NewRun) -> Result<(String, Option<RunRecord>)> {
         let q = self.q;
         with_pool!(self.pool, p => {
             let mut conn = Exclusive::acquire(p).await?;
@@ -82,13 +83,12 @@ impl Store {
                 .fetch_optional(&mut *tx)
                 .await?;
             let started = match live {
-                Some(id) => (id, true),
+                Some(id) => (id, None),
                 None => {
-                    let queued: RunRecord =
-                        super::bind_new_run(sqlx::query_as(q.insert_run.as_str()), run)
-                            .fetch_one(&mut *tx)
-                            .await?;
-                    (queued.id, false)
+                    let queued = super::queue(&mut tx, q, q.queue_run.as_str(), run)
+                        .await?
+                        .ok_or(StoreError::Unreadable)?;
+                    (queued.id.clone(), Some(queued))
                 }
             };
             tx.commit().await?;

@@ -27,10 +27,7 @@ pub(crate) struct SqliteWriter {
 
 enum Job {
     Claim {
-        host: String,
-        limit: i64,
-        run_id: Option<String>,
-        terms: BTreeMap<String, AttemptTerms>,
+        order: ClaimOrder,
         reply: oneshot::Sender<Result<Vec<ClaimedRow>>>,
     },
     Record {
@@ -42,7 +39,7 @@ enum Job {
 impl Job {
     fn size(&self) -> usize {
         match self {
-            Job::Claim { limit, .. } => usize::try_from(*limit).unwrap_or(1).max(1),
+            Job::Claim { order, .. } => usize::try_from(order.limit).unwrap_or(1).max(1),
             Job::Record { items, .. } => items.len().max(1),
         }
     }
@@ -78,10 +75,13 @@ impl SqliteWriter {
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job::Claim {
-                host: request.host.to_string(),
-                limit: request.limit,
-                run_id: request.run_id.map(str::to_string),
-                terms: request.terms.clone(),
+                order: ClaimOrder {
+                    host: request.host.to_string(),
+                    limit: request.limit,
+                    run_id: request.run_id.map(str::to_string),
+                    terms: request.terms.clone(),
+                    paused: request.paused.to_vec(),
+                },
                 reply,
             })
             .map_err(|_| StoreError::WriterStopped)?;
@@ -204,16 +204,8 @@ impl Answer {
 
 fn run(conn: &Connection, q: &'static Queries, job: Job) -> Answer {
     match job {
-        Job::Claim {
-            host,
-            limit,
-            run_id,
-            terms,
-            reply,
-        } => {
-            let claimed = in_savepoint(conn, || {
-                claim(conn, q, &host, limit, run_id.as_deref(), &terms)
-            });
+        Job::Claim { order, reply } => {
+            let claimed = in_savepoint(conn, || claim(conn, q, &order));
             Answer::Claim(reply, claimed.map_err(sqlite_error))
         }
         Job::Record { items, reply } => {
@@ -257,55 +249,118 @@ fn in_savepoint<T>(
     }
 }
 
+/// A [`ClaimRequest`] as the writer thread takes it.
+struct ClaimOrder {
+    host: String,
+    limit: i64,
+    run_id: Option<String>,
+    terms: BTreeMap<String, AttemptTerms>,
+    paused: Vec<String>,
+}
+
 /// A due run, or the one asked for.
 struct Candidate {
     id: String,
     job: String,
     instance: String,
     generation: Option<i64>,
+    tenant: String,
+    waiting: bool,
+    next_attempt_at: i64,
+}
+
+fn candidate(row: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
+    Ok(Candidate {
+        id: row.get(0)?,
+        job: row.get(1)?,
+        instance: row.get(2)?,
+        generation: row.get(3)?,
+        tenant: row.get(4)?,
+        waiting: row.get::<_, i64>(5)? != 0,
+        next_attempt_at: row.get(6)?,
+    })
+}
+
+/// Up to `limit` due runs of the jobs in `order`, fair across tenants: an equal share
+/// of the batch from each tenant with queued runs (but those `paused`), taken in turns
+/// (every tenant's first run, then every tenant's second...), as the Postgres claim of
+/// migration 0009 does.
+fn fair_due_runs(
+    conn: &Connection,
+    q: &'static Queries,
+    order: &ClaimOrder,
+) -> rusqlite::Result<Vec<Candidate>> {
+    let limit = order.limit;
+    let mut tenants: Vec<String> = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut statement = match &after {
+            None => prepared(conn, &q.first_queued_tenant, &[])?,
+            Some(tenant) => prepared(conn, &q.queued_tenant_after, &[tenant])?,
+        };
+        let next: Option<String> = statement
+            .raw_query()
+            .next()?
+            .map(|row| row.get(0))
+            .transpose()?;
+        let Some(tenant) = next else { break };
+        if !order.paused.contains(&tenant) {
+            tenants.push(tenant.clone());
+        }
+        after = Some(tenant);
+    }
+    if tenants.is_empty() {
+        return Ok(Vec::new());
+    }
+    let share = (limit.max(1) as usize).div_ceil(tenants.len()).max(1) as i64;
+    let jobs = serde_json::to_string(&order.terms.keys().collect::<Vec<_>>())
+        .expect("job names serialise");
+    let mut turns: Vec<(usize, Candidate)> = Vec::new();
+    for tenant in &tenants {
+        let mut statement = prepared(conn, &q.due_runs, &[&share, &jobs, tenant])?;
+        let mut rows = statement.raw_query();
+        let mut turn = 0;
+        while let Some(row) = rows.next()? {
+            turns.push((turn, candidate(row)?));
+            turn += 1;
+        }
+    }
+    turns.sort_by(|(ta, a), (tb, b)| {
+        (ta, a.next_attempt_at, &a.id).cmp(&(tb, b.next_attempt_at, &b.id))
+    });
+    turns.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    Ok(turns.into_iter().map(|(_, c)| c).collect())
 }
 
 fn claim(
     conn: &Connection,
     q: &'static Queries,
-    host: &str,
-    limit: i64,
-    run_id: Option<&str>,
-    terms: &BTreeMap<String, AttemptTerms>,
+    order: &ClaimOrder,
 ) -> rusqlite::Result<Vec<ClaimedRow>> {
-    let candidates: Vec<Candidate> = {
-        let mut statement = match run_id {
-            Some(id) => prepared(conn, &q.claimable_run, &[&id, &host])?,
-            // Only runs of the jobs this host serves (the others stay queued).
-            None => {
-                let jobs = serde_json::to_string(&terms.keys().collect::<Vec<_>>())
-                    .expect("job names serialise");
-                prepared(conn, &q.due_runs, &[&limit, &jobs])?
+    let (host, terms) = (order.host.as_str(), &order.terms);
+    let candidates: Vec<Candidate> = match &order.run_id {
+        Some(id) => {
+            let mut statement = prepared(conn, &q.claimable_run, &[id, &host])?;
+            let mut rows = statement.raw_query();
+            let mut candidates = Vec::new();
+            while let Some(row) = rows.next()? {
+                candidates.push(candidate(row)?);
             }
-        };
-        let mut rows = statement.raw_query();
-        let mut candidates = Vec::new();
-        while let Some(row) = rows.next()? {
-            candidates.push(Candidate {
-                id: row.get(0)?,
-                job: row.get(1)?,
-                instance: row.get(2)?,
-                generation: row.get(3)?,
-            });
+            candidates
         }
-        candidates
+        // Only runs of the jobs this host serves (the others stay queued).
+        None => fair_due_runs(conn, q, order)?,
     };
     let mut claimed = Vec::with_capacity(candidates.len());
     for run in candidates {
         // Checked per run, after the runs claimed before it in this batch started: the
         // single writer orders every claim, so this sees each running run.
-        let busy: i64 = prepared(conn, &q.sequential_busy, &[&run.job, &run.id])?
-            .raw_query()
-            .next()?
-            .map(|row| row.get(0))
-            .transpose()?
-            .unwrap_or(0);
+        let busy = count(conn, &q.sequential_busy, &[&run.job, &run.id])?;
         if busy > 0 {
+            continue;
+        }
+        if run.waiting && count(conn, &q.slot_taken, &[&run.job, &run.tenant, &run.id])? > 0 {
+            prepared(conn, &q.wait_for_slot, &[&run.id])?.raw_execute()?;
             continue;
         }
         let terms = terms.get(&run.job);
@@ -354,6 +409,16 @@ fn claim(
         }
     }
     Ok(claimed)
+}
+
+/// The one number a `SELECT COUNT(*)` answers.
+fn count(conn: &Connection, sql: &str, params: &[&dyn ToSql]) -> rusqlite::Result<i64> {
+    Ok(prepared(conn, sql, params)?
+        .raw_query()
+        .next()?
+        .map(|row| row.get(0))
+        .transpose()?
+        .unwrap_or(0))
 }
 
 /// The lease a statement returning `{lease_columns}` took: generation, deadline, expiry.
