@@ -302,4 +302,42 @@ on_every_backend! {
         assert!(metrics.contains("jobhost_tenant_over_quota{tenant=\"acme\"} 1"), "{metrics}");
         assert!(metrics.contains("jobhost_tenant_over_quota{tenant=\"beta\"} 0"), "{metrics}");
     }
+
+    async fn a_drive_sweep_leaves_the_runs_of_a_tenant_its_quota_holds_queued(home) {
+        let m = home.manifest(r#"
+            [tenants.acme]
+            time_per_hour = "1s"
+        "#, r#"
+            [jobs.acme-job]
+            component = "{guest:hello}"
+            tenant = "acme"
+            payload = { sleep_ms = 1200 }
+            [jobs.beta-job]
+            component = "{guest:hello}"
+            tenant = "beta"
+        "#);
+        let m = m.to_str().unwrap();
+        let drive = || {
+            let out = home.run(&["drive", "--manifest", m, "--json"]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            serde_json::from_slice::<Value>(&out.stdout).unwrap()
+        };
+        let kick = |job: &str, instance: &str| {
+            let out = home.run(&["kick", job, "--instance", instance]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        };
+        // Registers the jobs; nothing is due yet.
+        assert_eq!(drive()["attempted"], 0);
+        kick("acme-job", "first");
+        assert_eq!(drive()["completed"], 1, "acme's first run uses more than its hour");
+        kick("acme-job", "second");
+        kick("beta-job", "first");
+        let report = drive();
+        let driven: Vec<&str> = report["runs"].as_array().unwrap().iter().map(|r| r["job"].as_str().unwrap()).collect();
+        assert_eq!(driven, ["beta-job"], "{report}");
+        assert_eq!(
+            home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'acme-job' AND status = 'queued' AND attempts = 0").await,
+            1
+        );
+    }
 }

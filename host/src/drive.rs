@@ -3,12 +3,13 @@
 //!
 //! It reads due runs in claim order, a page at a time, and passes over those whose job
 //! is not loaded here (they stay queued for a host that has it, and never starve the
-//! others); it claims each of the rest by id and runs up to `max_passes` passes of it,
+//! others) and those of tenants their quota holds; it claims each of the rest by id and runs up to `max_passes` passes of it,
 //! one attempt at a time, through the same runner, leases and fences as `host serve`, so
 //! the two can share a database.
 
 use crate::catalog::Catalog;
 use crate::engine::attempt::CancelToken;
+use crate::quota::OverQuota;
 use crate::runner::{Runner, Step};
 use crate::store::{RunStatus, Store, StoreError};
 use serde::Serialize;
@@ -68,14 +69,20 @@ pub async fn drive(
     while report.attempted < limits.runs && report.scanned < limits.scan && !*cancel.borrow() {
         let page = PAGE.min((limits.scan - report.scanned) as i64);
         let candidates = store.due_candidates(&after, page).await?;
-        let Some((last_id, _, last_due)) = candidates.last() else {
+        let Some((last_id, _, last_due, _)) = candidates.last() else {
             break;
         };
         after = (*last_due, last_id.clone());
-        for (run_id, job, _) in candidates {
+        // Runs of tenants their quota holds stay queued, as a serving host's claim
+        // leaves them.
+        let paused = runner.quotas().over(OverQuota::Wait).await?;
+        for (run_id, job, _, tenant) in candidates {
             report.scanned += 1;
             if report.attempted >= limits.runs || *cancel.borrow() {
                 break;
+            }
+            if paused.contains(&tenant) {
+                continue;
             }
             let Some(job) = catalog.get(&job) else {
                 continue;

@@ -1,9 +1,10 @@
 //! `host serve`: the long-running host. It claims due runs and runs them on a bounded
 //! set of workers per lane (each lane claims only its own jobs' runs, so one lane's
-//! backlog never takes another's slots), fires schedules, checks for crashed runs and missed schedules, delivers
-//! reports, reloads changed components and answers the HTTP API — until it is told to
-//! stop, when it drains: no new runs, running attempts get a grace period, then are
-//! cancelled (their writes are fenced) and put back in the queue for any host.
+//! backlog never takes another's slots), fires schedules, checks for crashed runs and
+//! missed schedules, delivers reports, reloads changed components and answers the HTTP
+//! API — until it is told to stop, when it drains: no new runs, running attempts get a
+//! grace period, then are cancelled (their writes are fenced) and put back in the queue
+//! for any host.
 
 use crate::app::App;
 use crate::catalog::Catalog;
@@ -252,9 +253,9 @@ async fn wake_lanes(wake: Arc<Notify>, lanes: Vec<Arc<Notify>>, mut stop: watch:
 }
 
 /// Claims runs of one lane's jobs for its workers, one round trip per batch: as many as
-/// fit a queue of `workers` runs ready to start (so a worker that finishes finds the next run waiting,
-/// without a claim's round trip), or, when claiming ahead is paused, as many as workers
-/// are idle.
+/// fit a queue of `workers` runs ready to start (so a worker that finishes finds the next
+/// run waiting, without a claim's round trip), or, when claiming ahead is paused, as many
+/// as workers are idle.
 async fn dispatch(
     shared: Arc<Shared>,
     config: ServeConfig,

@@ -5,6 +5,7 @@ use crate::app::{App, AppConfig};
 use crate::catalog::Catalog;
 use crate::drive::{DriveLimits, drive as sweep};
 use crate::engine::EngineSettings;
+use crate::runner::RunnerSettings;
 use crate::schedule::cron::parse_tz;
 use crate::schedule::surveillance::Surveillance;
 use crate::units::parse_duration;
@@ -56,7 +57,10 @@ pub async fn drive(global: &Global, args: DriveArgs) -> Result<u8, Failure> {
             cache_dir: Some(global.cache_dir()),
             fuel: true,
         },
-        runner: args.attempts.runner(),
+        runner: RunnerSettings {
+            quotas: manifest.quotas.clone(),
+            ..args.attempts.runner()
+        },
         home: global.home.clone(),
         collections: manifest.collections.clone(),
         mounts: manifest.mounts.clone(),

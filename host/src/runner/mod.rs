@@ -300,7 +300,13 @@ impl Runner {
         };
         let change = self.change(&run, spec, decided, true);
         let until = Instant::now() + self.settings.lease.grace;
-        tracing::info!(job = %run.job, run_id = %run.id, tenant = %run.tenant, code = "quota_exceeded", "run not started: its tenant is over its quota");
+        tracing::info!(
+            job = %run.job,
+            run_id = %run.id,
+            tenant = %run.tenant,
+            code = "quota_exceeded",
+            "run not started: its tenant is over its quota"
+        );
         self.finisher
             .hand_over(Handover {
                 recording: Recording {

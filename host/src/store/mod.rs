@@ -429,8 +429,6 @@ impl Store {
         )
     }
 
-    /// Waiting and overdue runs: how many are due now, and how late the oldest is (ms).
-    /// Per tenant with due runs: how many, and how long the oldest has waited (ms).
     /// Due queued runs and the oldest one's wait (ms), by tenant and job.
     pub async fn queue_lag_by_tenant_and_job(&self) -> Result<Vec<(String, String, i64, i64)>> {
         let q = &self.q.queue_lag_by_tenant_and_job;
@@ -451,6 +449,7 @@ impl Store {
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))
     }
 
+    /// Waiting and overdue runs: how many are due now, and how late the oldest is (ms).
     pub async fn queue_lag(&self) -> Result<(i64, i64)> {
         let q = &self.q.queue_lag;
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))
@@ -770,8 +769,8 @@ impl Store {
     }
 }
 
-/// Queues `runs` with `insert_run_once` (`sql`) in a transaction, leaving ids already
-/// queued alone; whether each was queued now (or dropped by its job's `max_per_tenant`).
+/// Queues `runs` with `insert_run_once` in a transaction, leaving ids already queued
+/// alone; whether each was queued now (or dropped by its job's `max_per_tenant`).
 /// One loop for every statement that queues runs with derived ids (schedule fires, boot
 /// runs, events).
 async fn insert_once<DB>(

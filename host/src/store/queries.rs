@@ -348,7 +348,7 @@ queries! {
     prune_reports = "DELETE FROM jobhost_reports WHERE id IN (SELECT id FROM jobhost_reports \
         WHERE delivered_at IS NOT NULL AND created_at < {now} - $1 ORDER BY id LIMIT $2)";
     // `host drive`'s candidates: due runs in claim order, a page after the last one seen.
-    due_candidates = "SELECT id, job, next_attempt_at FROM jobhost_runs \
+    due_candidates = "SELECT id, job, next_attempt_at, tenant FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
         AND {sequential_free} \
         AND (next_attempt_at > $1 OR (next_attempt_at = $1 AND id > $2)) \

@@ -98,12 +98,12 @@ impl Store {
     }
 
     /// Due runs in claim order after `after` (due time, id): a page of candidates for a
-    /// bounded sweep, read without claiming them.
+    /// bounded sweep, read without claiming them (id, job, due time, tenant).
     pub async fn due_candidates(
         &self,
         after: &(i64, String),
         limit: i64,
-    ) -> Result<Vec<(String, String, i64)>> {
+    ) -> Result<Vec<(String, String, i64, String)>> {
         let q = &self.q.due_candidates;
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
             .bind(after.0)
