@@ -363,18 +363,22 @@ impl Store {
         let stamped_after = Instant::now();
         let rows = match &self.pool {
             super::Pool::Postgres(p) => {
-                self.retrying(|| async {
-                    Ok(sqlx::query_as::<_, ClaimedRow>(
-                        "SELECT * FROM jobhost_claim_runs($1, $2, $3, $4)",
-                    )
-                    .bind(request.host)
-                    .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
-                    .bind(sqlx::types::Json(request.terms))
-                    .bind(request.run_id)
-                    .fetch_all(p)
-                    .await?)
-                })
-                .await?
+                let mut rows = self
+                    .retrying(|| async {
+                        Ok(sqlx::query_as::<_, ClaimedRow>(
+                            "SELECT * FROM jobhost_claim_runs($1, $2, $3, $4)",
+                        )
+                        .bind(request.host)
+                        .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
+                        .bind(sqlx::types::Json(request.terms))
+                        .bind(request.run_id)
+                        .fetch_all(p)
+                        .await?)
+                    })
+                    .await?;
+                self.read_traces(rows.iter_mut().map(|r| &mut r.run))
+                    .await?;
+                rows
             }
             super::Pool::Sqlite(_) => self.writer().claim(request).await?,
         };

@@ -55,6 +55,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     6 => "0006_tenants_and_tokens",
     7 => "0007_limits",
     8 => "0008_boot_and_orphans",
+    10 => "0010_trace",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -65,6 +66,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     6 => "0006_tenants_and_tokens",
     7 => "0007_limits",
     8 => "0008_boot_and_orphans",
+    10 => "0010_trace",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -363,6 +363,29 @@ impl Store {
         )
     }
 
+    /// Fills in the trace contexts of `runs`, which the Postgres claim function (of
+    /// migration 0007, older than the column) returns without them: one statement per
+    /// claimed batch.
+    pub(super) async fn read_traces<'r>(
+        &self,
+        runs: impl IntoIterator<Item = &'r mut RunRecord>,
+    ) -> Result<()> {
+        let runs: Vec<&mut RunRecord> = runs.into_iter().collect();
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+        let ids = serde_json::to_string(&ids).expect("ids serialise");
+        let q = &self.q.run_traces;
+        let found: Vec<(String, Option<String>)> =
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(&ids).fetch_all(p).await?);
+        let found: std::collections::HashMap<String, Option<String>> = found.into_iter().collect();
+        for run in runs {
+            run.trace_parent = found.get(&run.id).cloned().flatten();
+        }
+        Ok(())
+    }
+
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>> {
         let q = &self.q.list_runs;
         let (after_created, after_id) = match &filter.before {
@@ -748,6 +771,7 @@ where
     for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<String>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
 {
     let mut inserted = Vec::with_capacity(runs.len());
@@ -769,6 +793,7 @@ where
     for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<String>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
 {
     query
@@ -783,6 +808,7 @@ where
         .bind(run.scheduled_for)
         .bind(run.rerun_of.as_deref())
         .bind(run.delay_ms)
+        .bind(run.trace_parent.map(|t| t.to_string()))
 }
 
 fn bind_report<'q, DB>(

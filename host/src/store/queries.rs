@@ -47,7 +47,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
     counters, attempts, failures, generation, host, last_code, last_error, component_digest, \
     scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at, \
-    work_done, defers";
+    work_done, defers, trace_parent";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
     next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant, \
@@ -155,13 +155,15 @@ queries! {
         AND missed_reported_at IS NOT DISTINCT FROM $2";
 
     insert_run = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
-        cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}) \
+        cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at, \
+        trace_parent) \
+        VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}, $12) \
         RETURNING {run_columns}";
     // A derived id (a per-tenant fan-out's child) inserted a second time changes nothing.
     insert_run_once = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
-        cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}) \
+        cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at, \
+        trace_parent) \
+        VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}, $12) \
         ON CONFLICT (id) DO NOTHING RETURNING {run_columns}";
     next_due_in = "SELECT MIN(next_attempt_at) - {now} FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual' AND {sequential_free}";
@@ -171,6 +173,8 @@ queries! {
         FROM jobhost_runs WHERE status = 'queued' AND next_attempt_at <= {now} \
         GROUP BY tenant ORDER BY tenant";
     get_run = "SELECT {run_columns} FROM jobhost_runs WHERE id = $1";
+    // The trace contexts of the runs `$1` (a JSON array of ids).
+    run_traces = "SELECT id, trace_parent FROM jobhost_runs WHERE id IN {json_ids}";
     list_runs = "SELECT {run_columns} FROM jobhost_runs \
         WHERE ($1 IS NULL OR job = $1) AND ($2 IS NULL OR status IN {json_strings_2}) \
         AND ($3 IS NULL OR created_at >= $3) AND ($4 IS NULL OR created_at < $4) \

@@ -108,11 +108,21 @@ pub struct RunRecord {
     pub work_done: i64,
     /// How many passes ended `defer` (the job's `max_defers` bounds them).
     pub defers: i64,
+    /// The `traceparent` it was queued with, if any (see `RunRecord::trace`). The
+    /// Postgres claim function (migration 0007) does not return it: `claim_runs` reads it
+    /// after.
+    #[sqlx(default)]
+    pub trace_parent: Option<String>,
 }
 
 impl RunRecord {
     pub fn status(&self) -> Option<RunStatus> {
         RunStatus::parse(&self.status)
+    }
+
+    /// The run's trace context: decided when it was queued, or derived from its id.
+    pub fn trace(&self) -> crate::trace::TraceParent {
+        crate::trace::TraceParent::of_run(self.trace_parent.as_deref(), &self.id)
     }
 }
 
@@ -281,6 +291,8 @@ pub struct NewRun {
     pub rerun_of: Option<String>,
     /// Due this many milliseconds from now (database clock).
     pub delay_ms: i64,
+    /// The trace it belongs to; `None` for a run whose trace derives from its id.
+    pub trace_parent: Option<crate::trace::TraceParent>,
 }
 
 pub struct LeaseRequest<'a> {
@@ -322,7 +334,8 @@ pub struct NewReport {
 }
 
 impl NewReport {
-    /// A report about one run: its job, instance, id and a fixed code, never free text.
+    /// A report about one run: its job, instance, id, trace id and a fixed code, never
+    /// free text.
     pub fn about_run(kind: ReportKind, run: &RunRecord, code: crate::failure::FailureCode) -> Self {
         NewReport {
             kind,
@@ -334,6 +347,7 @@ impl NewReport {
                 "job": run.job,
                 "instance": run.instance,
                 "run_id": run.id,
+                "trace_id": run.trace().trace_id(),
                 "code": code.as_str(),
             })
             .to_string(),

@@ -472,6 +472,7 @@ fn record(
                 let scheduled_for = run.scheduled_for;
                 let rerun_of = run.rerun_of.as_deref();
                 let cursor = run.cursor.as_deref();
+                let trace_parent = run.trace_parent.map(|t| t.to_string());
                 prepared(
                     conn,
                     &q.insert_run,
@@ -487,6 +488,7 @@ fn record(
                         &scheduled_for,
                         &rerun_of,
                         &run.delay_ms,
+                        &trace_parent,
                     ],
                 )?
                 .raw_query()
@@ -626,6 +628,7 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         updated_at: row.get("updated_at")?,
         work_done: row.get("work_done")?,
         defers: row.get("defers")?,
+        trace_parent: row.get("trace_parent")?,
     })
 }
 
