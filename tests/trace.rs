@@ -308,6 +308,60 @@ on_every_backend! {
         assert_eq!(run["trace_id"], TRACE);
     }
 
+    async fn fan_out_children_and_an_events_runs_share_one_trace(home) {
+        for tenant in ["acme", "globex"] {
+            let out = home.run(&["tenants", "add", tenant]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+        let m = home.manifest("", r#"
+            [jobs.fan]
+            component = "{guest:noop}"
+            per_tenant = true
+            on = ["fan.event"]
+
+            [jobs.ticker]
+            component = "{guest:noop}"
+            per_tenant = true
+            schedule = "* * * * * *"
+        "#);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let (status, kicked) = post_traced(&server, "/jobs/fan/kick", &[GIVEN], None).await;
+        assert_eq!(status, 202, "{kicked}");
+        let children = kicked["children"].as_array().unwrap();
+        assert_eq!(children.len(), 2, "{kicked}");
+        for child in children {
+            let run = wait_run(&server, child["run_id"].as_str().unwrap(), |_| true).await;
+            assert_eq!(run["trace_id"], TRACE, "{run:#}");
+        }
+        let (status, emitted) =
+            post_traced(&server, "/events/fan.event", &[GIVEN], Some(json!({"key": "e1"}))).await;
+        assert_eq!(status, 202, "{emitted}");
+        assert_eq!(emitted["runs"].as_array().unwrap().len(), 2, "{emitted}");
+        for queued in emitted["runs"].as_array().unwrap() {
+            let run = wait_run(&server, queued["run_id"].as_str().unwrap(), |_| true).await;
+            assert_eq!(run["trace_id"], TRACE, "{run:#}");
+        }
+        // Each tick starts a trace of its own, which its children share.
+        let runs = server
+            .wait_runs("ticker", Duration::from_secs(20), |runs| {
+                let ticks: std::collections::HashSet<&str> =
+                    runs.iter().filter_map(|r| r["scheduled_for"].as_str()).collect();
+                ticks.len() >= 2 && runs.len() >= 2 * ticks.len()
+            })
+            .await;
+        let mut by_tick: std::collections::HashMap<String, std::collections::HashSet<String>> =
+            Default::default();
+        for run in &runs {
+            let trace = run["trace_id"].as_str().unwrap().to_string();
+            assert!(ids(&format!("00-{trace}-{PARENT}-01")).is_some() && trace != TRACE, "{run:#}");
+            by_tick.entry(run["scheduled_for"].as_str().unwrap().to_string()).or_default().insert(trace);
+        }
+        let traces: Vec<&std::collections::HashSet<String>> = by_tick.values().collect();
+        assert!(traces.iter().all(|t| t.len() == 1), "one trace per tick: {by_tick:?}");
+        let distinct: std::collections::HashSet<&String> = traces.iter().flat_map(|t| t.iter()).collect();
+        assert_eq!(distinct.len(), by_tick.len(), "a trace per tick: {by_tick:?}");
+    }
+
     async fn a_guest_cannot_set_traceparent_on_a_links_call(home) {
         let service = Service::start().await;
         let m = manifest(&home, &service);
