@@ -248,6 +248,7 @@ fn new_run(instance: &str, origin: Origin) -> NewRun {
         scheduled_for: None,
         rerun_of: None,
         delay_ms: 0,
+        trace_parent: None,
     }
 }
 
@@ -537,7 +538,7 @@ async fn apply(world: Arc<World>, op: Op) {
             let Some(before) = world.check("now", host.store.now().await) else {
                 return;
             };
-            match jobhost::kick::kick(&host.store, JOB, INSTANCES[instance]).await {
+            match jobhost::kick::kick(&host.store, JOB, INSTANCES[instance], None).await {
                 Ok(kicked) => {
                     trace(|| format!("kicked at {before}: {kicked:?}"));
                     world

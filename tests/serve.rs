@@ -234,7 +234,7 @@ on_every_backend! {
         assert!(report["id"].is_i64() && report["at"].is_string() && report["run_id"].is_string());
         let mut keys: Vec<&str> = report.as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort();
-        assert_eq!(keys, ["at", "code", "id", "instance", "job", "kind", "run_id"]);
+        assert_eq!(keys, ["at", "code", "id", "instance", "job", "kind", "run_id", "trace_id"]);
         assert!(!report.to_string().contains("flaky: failing"), "no guest text in reports");
         // The first POST was refused with a 500: the report was retried, not lost.
         assert_eq!(hook.attempts(), 2);

@@ -305,7 +305,7 @@ on_every_backend! {
         let template = jobhost::store::NewRun {
             id: String::new(), job: "nightly".into(), instance: "default".into(), tenant: "default".into(),
             origin: jobhost::store::Origin::Cron, payload: "{}".into(), cursor: None,
-            component_digest: None, scheduled_for: Some(42), rerun_of: None, delay_ms: 0,
+            component_digest: None, scheduled_for: Some(42), rerun_of: None, delay_ms: 0, trace_parent: None,
         };
         let tenants = store.active_tenants().await.unwrap();
         let children = jobhost::fan_out::children(&template, &jobhost::fan_out::tick_occasion(42), &tenants);

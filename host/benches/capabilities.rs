@@ -206,7 +206,7 @@ fn bench_links(c: &mut Criterion, rt: &Runtime, medians: &Mutex<Vec<(String, f64
         deadline: tokio::time::Instant::now() + Duration::from_secs(3600),
         lease_deadline_ms: lease.deadline_at,
         actions: Arc::new(BTreeSet::new()),
-        traceparent: None,
+        trace: jobhost::trace::TraceParent::start(),
     };
     let direct = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

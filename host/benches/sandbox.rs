@@ -416,6 +416,7 @@ impl Host {
                 scheduled_for: None,
                 rerun_of: None,
                 delay_ms: 0,
+                trace_parent: None,
             })
             .await
             .expect("insert a run");

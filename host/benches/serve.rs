@@ -1202,6 +1202,7 @@ impl Jobhost {
                 scheduled_for: None,
                 rerun_of: None,
                 delay_ms: PARKED_MS,
+                trace_parent: None,
             };
             inserts.spawn(async move { store.insert_run(&run).await.map(drop) });
         }

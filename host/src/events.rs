@@ -57,16 +57,19 @@ fn validate_key(key: &str) -> Result<(), EmitError> {
 }
 
 /// Queues the runs of event `name` with dedup `key`, of `tenant` (`None`: the
-/// operator's), with `payload` (each job's own if none is given).
+/// operator's), with `payload` (each job's own if none is given), all in the caller's
+/// trace (`trace`, if it gave a valid one) or one new trace.
 pub async fn emit(
     store: &Store,
     name: &str,
     key: &str,
     tenant: Option<&str>,
     payload: Option<&str>,
+    trace: Option<crate::trace::TraceParent>,
 ) -> Result<Vec<EventRun>, EmitError> {
     validate_event(name)?;
     validate_key(key)?;
+    let trace = crate::trace::TraceParent::given_or_start(trace);
     let payload = payload
         .map(crate::job::validate_payload)
         .transpose()
@@ -107,6 +110,7 @@ pub async fn emit(
                 scheduled_for: None,
                 rerun_of: None,
                 delay_ms: 0,
+                trace_parent: Some(trace),
             });
         }
     }

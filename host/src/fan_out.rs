@@ -5,6 +5,7 @@
 //! one tenant's long run never makes another's skip. A child's id is derived from the job,
 //! the occasion (a schedule tick, or one kick) and the tenant: a fan-out that is retried,
 //! or raced by two hosts, inserts the same ids, and the second insert changes nothing.
+//! Children share the template's trace: one fire or kick, one trace.
 
 use crate::store::NewRun;
 use sha2::{Digest, Sha256};
@@ -55,6 +56,9 @@ mod tests {
             scheduled_for: Some(1000),
             rerun_of: None,
             delay_ms: 0,
+            trace_parent: crate::trace::TraceParent::parse(
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
         }
     }
 
@@ -66,6 +70,10 @@ mod tests {
         assert_eq!(first, again, "a retried or raced fan-out has the same ids");
         assert_eq!(first[0].tenant, "acme");
         assert_eq!(first[0].instance, "acme");
+        assert_eq!(
+            first[0].trace_parent, first[1].trace_parent,
+            "one fan-out, one trace"
+        );
         assert_ne!(first[0].id, first[1].id);
         let later = children(&template(), &tick_occasion(2000), &tenants);
         assert_ne!(first[0].id, later[0].id);

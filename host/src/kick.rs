@@ -16,6 +16,7 @@
 use crate::job::JobSpec;
 use crate::runner::new_run_id;
 use crate::store::{JobRecord, NewRun, Origin, RunRecord, Store, StoreError};
+use crate::trace::TraceParent;
 
 pub const DEFAULT_INSTANCE: &str = "default";
 
@@ -69,27 +70,36 @@ pub enum KickError {
     Store(#[from] StoreError),
 }
 
-pub async fn kick(store: &Store, job: &str, instance: &str) -> Result<Kicked, KickError> {
-    kick_job(store, &find_job(store, job).await?, instance).await
+/// A kick in the caller's trace (`trace`, if it gave a valid one) or a new one.
+pub async fn kick(
+    store: &Store,
+    job: &str,
+    instance: &str,
+    trace: Option<TraceParent>,
+) -> Result<Kicked, KickError> {
+    kick_job(store, &find_job(store, job).await?, instance, trace).await
 }
 
-/// A kick of a job whose row the caller has read already.
+/// A kick of a job whose row the caller has read already. A fanned-out kick's children
+/// share its trace.
 pub async fn kick_job(
     store: &Store,
     record: &JobRecord,
     instance: &str,
+    trace: Option<TraceParent>,
 ) -> Result<Kicked, KickError> {
     check_runnable(store, record).await?;
+    let trace = TraceParent::given_or_start(trace);
     if record.per_tenant == 0 {
-        return kick_instance(store, record, instance, &record.tenant).await;
+        return kick_instance(store, record, instance, &record.tenant, trace).await;
     }
     if instance != DEFAULT_INSTANCE {
         let tenant = child_tenant(store, instance).await?;
-        return kick_instance(store, record, instance, &tenant).await;
+        return kick_instance(store, record, instance, &tenant, trace).await;
     }
     let mut children = Vec::new();
     for tenant in store.active_tenants().await? {
-        let kicked = kick_instance(store, record, &tenant, &tenant).await?;
+        let kicked = kick_instance(store, record, &tenant, &tenant, trace).await?;
         children.push(ChildKick { tenant, kicked });
     }
     Ok(Kicked::FannedOut { children })
@@ -109,13 +119,14 @@ async fn kick_instance(
     record: &JobRecord,
     instance: &str,
     tenant: &str,
+    trace: TraceParent,
 ) -> Result<Kicked, KickError> {
     let job = record.name.as_str();
     if store.set_pending(job, instance).await? {
         return Ok(Kicked::Pending);
     }
     let run = store
-        .queue_run(&new_kick_run(record, instance, tenant))
+        .queue_run(&new_kick_run(record, instance, tenant, trace))
         .await?;
     Ok(match dropped(&run) {
         Some(code) => Kicked::Dropped {
@@ -132,14 +143,23 @@ fn dropped(run: &RunRecord) -> Option<crate::failure::FailureCode> {
 }
 
 /// Joins the live run of `job` and `instance`, or queues one with `payload` (the job's
-/// own if none is given), checked by the queue-safety rule.
+/// own if none is given), checked by the queue-safety rule. A run it queues is in the
+/// caller's trace (`trace`) or a new one; a run it joins keeps its own.
 pub async fn start(
     store: &Store,
     job: &str,
     instance: &str,
     payload: Option<&str>,
+    trace: Option<TraceParent>,
 ) -> Result<Started, KickError> {
-    start_job(store, &find_job(store, job).await?, instance, payload).await
+    start_job(
+        store,
+        &find_job(store, job).await?,
+        instance,
+        payload,
+        trace,
+    )
+    .await
 }
 
 /// A start of a job whose row the caller has read already.
@@ -148,13 +168,19 @@ pub async fn start_job(
     record: &JobRecord,
     instance: &str,
     payload: Option<&str>,
+    trace: Option<TraceParent>,
 ) -> Result<Started, KickError> {
     check_runnable(store, record).await?;
     let tenant = match record.per_tenant {
         0 => record.tenant.clone(),
         _ => child_tenant(store, instance).await?,
     };
-    let mut run = new_kick_run(record, instance, &tenant);
+    let mut run = new_kick_run(
+        record,
+        instance,
+        &tenant,
+        TraceParent::given_or_start(trace),
+    );
     if let Some(payload) = payload {
         run.payload = crate::job::validate_payload(payload).map_err(KickError::Payload)?;
     }
@@ -193,11 +219,11 @@ async fn tenant_disabled(store: &Store, tenant: &str) -> Result<bool, StoreError
         .is_some_and(|t| t.active == 0))
 }
 
-fn new_kick_run(record: &JobRecord, instance: &str, tenant: &str) -> NewRun {
+fn new_kick_run(record: &JobRecord, instance: &str, tenant: &str, trace: TraceParent) -> NewRun {
     let payload = serde_json::from_str::<JobSpec>(&record.spec)
         .map(|spec| spec.payload.to_string())
         .unwrap_or_else(|_| "{}".into());
-    kick_run(&record.name, instance, tenant, payload)
+    kick_run(&record.name, instance, tenant, payload, Some(trace))
 }
 
 /// Queues the run a `run_on_boot` job's new version owes (one per active tenant for a
@@ -214,6 +240,7 @@ pub async fn boot(store: &Store, spec: &JobSpec, digest: &str) -> Result<bool, S
         DEFAULT_INSTANCE,
         &spec.tenant,
         spec.payload.to_string(),
+        Some(TraceParent::start()),
     );
     template.origin = Origin::Boot;
     template.id = crate::fan_out::child_id(&spec.name, &occasion, &spec.tenant);
@@ -227,12 +254,19 @@ pub async fn boot(store: &Store, spec: &JobSpec, digest: &str) -> Result<bool, S
 }
 
 /// The run queued after `run` ends, if kicks arrived while it held the lease: a kick
-/// of the same job and instance, with the job's payload.
+/// of the same job and instance, with the job's payload. The kicks' own traces were
+/// folded into a flag: its trace derives from its id.
 pub fn follow_up(run: &RunRecord, payload: String) -> NewRun {
-    kick_run(&run.job, &run.instance, &run.tenant, payload)
+    kick_run(&run.job, &run.instance, &run.tenant, payload, None)
 }
 
-fn kick_run(job: &str, instance: &str, tenant: &str, payload: String) -> NewRun {
+fn kick_run(
+    job: &str,
+    instance: &str,
+    tenant: &str,
+    payload: String,
+    trace: Option<TraceParent>,
+) -> NewRun {
     NewRun {
         id: new_run_id(),
         job: job.to_string(),
@@ -245,5 +279,6 @@ fn kick_run(job: &str, instance: &str, tenant: &str, payload: String) -> NewRun 
         scheduled_for: None,
         rerun_of: None,
         delay_ms: 0,
+        trace_parent: trace,
     }
 }

@@ -4,10 +4,12 @@
 //! Reports are written in the same transaction as what they report (a failed run, a
 //! crash, a missed schedule), so none is lost; delivery is at least once, and each carries
 //! its `id` for the receiver to drop duplicates. A report carries a job, fixed codes and
-//! times, never host-internal error text.
+//! times, never host-internal error text. A report about a run names its trace
+//! (`trace_id`), and its webhook call carries a `traceparent` in that trace.
 
 use crate::metrics::Metrics;
 use crate::store::{ReportRecord, Store, StoreError};
+use crate::trace::TraceParent;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,13 +75,15 @@ impl Reporter {
         let Some(webhook) = &self.webhook else {
             return self.store.report_delivered(report.id, 0).await;
         };
-        let sent = webhook
-            .client
-            .post(&webhook.url)
-            .json(&payload(report))
-            .send()
-            .await
-            .map(|r| r.status().is_success());
+        let body = payload(report);
+        let mut post = webhook.client.post(&webhook.url).json(&body);
+        if let Some(trace) = body["trace_id"]
+            .as_str()
+            .and_then(TraceParent::child_of_trace)
+        {
+            post = post.header("traceparent", trace.to_string());
+        }
+        let sent = post.send().await.map(|r| r.status().is_success());
         if sent.is_ok_and(|ok| ok) {
             self.metrics.report(&report.kind, "webhook", "delivered");
             return self.store.report_delivered(report.id, 1).await;

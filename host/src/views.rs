@@ -70,6 +70,7 @@ pub fn run(run: &RunRecord) -> Value {
         "duration_ms": duration_ms(run),
         "component_digest": run.component_digest,
         "host": run.host,
+        "trace_id": run.trace().trace_id(),
     })
 }
 
@@ -108,11 +109,18 @@ pub fn step(s: &StepRecord) -> Value {
 }
 
 /// A run with its attempts and its ledger (the steps its current pass recorded; after a
-/// failure, the evidence of how far the last pass got).
+/// failure, the evidence of how far the last pass got). Each attempt names the run's
+/// trace, which its log lines, its span and its calls belong to.
 pub fn run_detail(r: &RunRecord, attempts: &[AttemptRecord], steps: &[StepRecord]) -> Value {
     let mut value = run(r);
     value["payload"] = decoded(Some(&r.payload), "payload", &mut Vec::new());
-    value["attempt_records"] = Value::Array(attempts.iter().map(attempt).collect());
+    let trace_id = r.trace().trace_id();
+    let attempts = attempts.iter().map(|a| {
+        let mut view = attempt(a);
+        view["trace_id"] = trace_id.clone().into();
+        view
+    });
+    value["attempt_records"] = Value::Array(attempts.collect());
     value["steps"] = Value::Array(steps.iter().map(step).collect());
     value
 }

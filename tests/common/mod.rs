@@ -121,6 +121,7 @@ pub async fn queue_run(
             scheduled_for: None,
             rerun_of: None,
             delay_ms,
+            trace_parent: None,
         })
         .await
         .expect("queue a run")

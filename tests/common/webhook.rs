@@ -1,5 +1,5 @@
 //! A local webhook receiver for report tests: it refuses the first `failures` POSTs with
-//! a 500, then keeps every JSON body it accepts.
+//! a 500, then keeps every JSON body it accepts (and its `traceparent` header).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 struct Seen {
     attempts: usize,
     bodies: Vec<serde_json::Value>,
+    traceparents: Vec<Option<String>>,
 }
 
 pub struct Hook {
@@ -24,6 +25,7 @@ impl Hook {
                 "/hook",
                 post(
                     move |State(seen): State<Arc<Mutex<Seen>>>,
+                          headers: axum::http::HeaderMap,
                           Json(body): Json<serde_json::Value>| async move {
                         let mut seen = seen.lock().unwrap();
                         seen.attempts += 1;
@@ -31,6 +33,11 @@ impl Hook {
                             return StatusCode::INTERNAL_SERVER_ERROR;
                         }
                         seen.bodies.push(body);
+                        let traceparent = headers
+                            .get("traceparent")
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_string);
+                        seen.traceparents.push(traceparent);
                         StatusCode::NO_CONTENT
                     },
                 ),
@@ -43,6 +50,11 @@ impl Hook {
             url: format!("http://{addr}/hook"),
             seen,
         }
+    }
+
+    /// The `traceparent` of each accepted report, in order.
+    pub fn traceparents(&self) -> Vec<Option<String>> {
+        self.seen.lock().unwrap().traceparents.clone()
     }
 
     pub fn attempts(&self) -> usize {

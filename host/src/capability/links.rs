@@ -171,7 +171,7 @@ mod tests {
                 deadline: tokio::time::Instant::now() + Duration::from_secs(30),
                 lease_deadline_ms: lease.deadline_at,
                 actions: Arc::new(BTreeSet::new()),
-                traceparent: None,
+                trace: crate::trace::TraceParent::start(),
             },
         };
         let capabilities = Capabilities {

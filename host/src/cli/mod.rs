@@ -11,6 +11,7 @@ mod runs;
 mod serve;
 mod tenants;
 
+use crate::trace::TraceParent;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -72,6 +73,9 @@ pub enum Command {
         job: String,
         #[arg(long, default_value = "default")]
         instance: String,
+        /// Queue the run in this W3C trace (`00-<trace id>-<parent id>-<flags>`).
+        #[arg(long, value_parser = traceparent)]
+        traceparent: Option<TraceParent>,
         #[arg(long)]
         json: bool,
     },
@@ -83,6 +87,9 @@ pub enum Command {
         /// The payload of a new run: JSON text, or @FILE (the job's own if not given).
         #[arg(long)]
         payload: Option<String>,
+        /// Queue a new run in this W3C trace (`00-<trace id>-<parent id>-<flags>`).
+        #[arg(long, value_parser = traceparent)]
+        traceparent: Option<TraceParent>,
         #[arg(long)]
         json: bool,
     },
@@ -98,6 +105,9 @@ pub enum Command {
         /// Only this tenant's subscribers (and its child of per-tenant ones).
         #[arg(long)]
         tenant: Option<String>,
+        /// Queue the runs in this W3C trace (`00-<trace id>-<parent id>-<flags>`).
+        #[arg(long, value_parser = traceparent)]
+        traceparent: Option<TraceParent>,
         #[arg(long)]
         json: bool,
     },
@@ -209,7 +219,13 @@ impl<E: std::error::Error + 'static> From<E> for Failure {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(&cli);
+    let exporter = match init_tracing(&cli) {
+        Ok(exporter) => exporter,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -226,19 +242,25 @@ pub fn main() -> ExitCode {
             Command::Kick {
                 job,
                 instance,
+                traceparent,
                 json,
-            } => serve::kick_cmd(&cli.global, &job, &instance, json).await,
+            } => serve::kick_cmd(&cli.global, &job, &instance, traceparent, json).await,
             Command::Start {
                 job,
                 instance,
                 payload,
+                traceparent,
                 json,
-            } => serve::start_cmd(&cli.global, &job, &instance, payload.as_deref(), json).await,
+            } => {
+                let payload = payload.as_deref();
+                serve::start_cmd(&cli.global, &job, &instance, payload, traceparent, json).await
+            }
             Command::Emit {
                 event,
                 key,
                 payload,
                 tenant,
+                traceparent,
                 json,
             } => {
                 serve::emit_cmd(
@@ -247,6 +269,7 @@ pub fn main() -> ExitCode {
                     &key,
                     tenant.as_deref(),
                     payload.as_deref(),
+                    traceparent,
                     json,
                 )
                 .await
@@ -262,6 +285,9 @@ pub fn main() -> ExitCode {
             Command::Codes { json } => Ok(output::codes(json)),
         }
     });
+    if let Some(exporter) = exporter {
+        exporter.shutdown();
+    }
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
@@ -271,8 +297,19 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(cli: &Cli) {
-    use tracing_subscriber::EnvFilter;
+/// `--traceparent`: the operator typed it, so a malformed one is a usage error (the API
+/// ignores a client's instead).
+fn traceparent(text: &str) -> Result<TraceParent, &'static str> {
+    TraceParent::parse(text).ok_or(
+        "not a W3C traceparent: 00-<32 lowercase hex>-<16 lowercase hex>-<2 lowercase hex>, ids not all zero",
+    )
+}
+
+/// The log on stderr, filtered by `JOBHOST_LOG`; and for `host serve` with an OTLP
+/// endpoint, the span exporter (filtered on its own, see `otlp`).
+fn init_tracing(cli: &Cli) -> Result<Option<crate::otlp::Exporter>, crate::otlp::OtlpError> {
+    use tracing_subscriber::prelude::*;
+    use tracing_subscriber::{EnvFilter, fmt};
     let default = match cli.command {
         Command::Serve(_) | Command::Migrate { .. } => "info",
         _ => "warn",
@@ -284,12 +321,24 @@ fn init_tracing(cli: &Cli) {
     let filter = EnvFilter::try_from_env("JOBHOST_LOG")
         .unwrap_or_else(|_| EnvFilter::new(default))
         .add_directive("tokio_postgres=off".parse().expect("a valid directive"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match cli.global.log_format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
+    let log = match cli.global.log_format {
+        LogFormat::Text => log.boxed(),
+        LogFormat::Json => log.json().boxed(),
+    };
+    let exporter = match &cli.command {
+        Command::Serve(args) => args
+            .otlp_endpoint
+            .as_deref()
+            .map(crate::otlp::Exporter::start)
+            .transpose()?,
+        _ => None,
+    };
+    tracing_subscriber::registry()
+        .with(log.with_filter(filter))
+        .with(exporter.as_ref().map(crate::otlp::Exporter::layer))
+        .init();
+    Ok(exporter)
 }

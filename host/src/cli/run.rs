@@ -135,6 +135,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
             scheduled_for: None,
             rerun_of: None,
             delay_ms: 0,
+            trace_parent: Some(crate::trace::TraceParent::start()),
         })
         .await?;
     // `host run` stops at Ctrl-C like any foreground command; nothing cancels an attempt.

@@ -99,6 +99,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                 println!("{}", views::run_detail(&run, &attempts, &steps));
             } else {
                 output::run_result(&run, false);
+                println!("  trace {}", run.trace().trace_id());
                 output::progress(&run, &steps);
                 for a in &attempts {
                     println!(

@@ -10,6 +10,7 @@ use crate::runner::RunnerSettings;
 use crate::schedule::cron::{Cron, parse_tz};
 use crate::serve::{ServeConfig, serve};
 use crate::store::{Backend, Store};
+use crate::trace::TraceParent;
 use crate::units::parse_duration;
 use crate::views;
 use clap::Args;
@@ -58,6 +59,10 @@ pub struct ServeArgs {
     /// POST every report to this URL (JSON).
     #[arg(long)]
     pub webhook: Option<String>,
+    /// Export spans with OpenTelemetry (OTLP over HTTP, protobuf) to this collector
+    /// (its base URL: `/v1/traces` is added).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// After downtime: `one` catch-up run per schedule, or `none`.
     #[arg(long, value_enum)]
     pub catch_up: Option<CatchUpArg>,
@@ -287,11 +292,12 @@ pub async fn kick_cmd(
     global: &Global,
     job: &str,
     instance: &str,
+    trace: Option<TraceParent>,
     json: bool,
 ) -> Result<u8, Failure> {
     crate::job::validate_instance(instance)?;
     let store = Store::open(&global.db_url(None)).await?;
-    let result = kick::kick(&store, job, instance).await;
+    let result = kick::kick(&store, job, instance, trace).await;
     store.close().await;
     let kicked = result.map_err(|e| refused(job, e))?;
     if json {
@@ -349,12 +355,13 @@ pub async fn start_cmd(
     job: &str,
     instance: &str,
     payload: Option<&str>,
+    trace: Option<TraceParent>,
     json: bool,
 ) -> Result<u8, Failure> {
     crate::job::validate_instance(instance)?;
     let payload = payload.map(super::run::read_payload).transpose()?;
     let store = Store::open(&global.db_url(None)).await?;
-    let result = kick::start(&store, job, instance, payload.as_deref()).await;
+    let result = kick::start(&store, job, instance, payload.as_deref(), trace).await;
     store.close().await;
     let started = result.map_err(|e| refused(job, e))?;
     if json {
@@ -379,11 +386,12 @@ pub async fn emit_cmd(
     key: &str,
     tenant: Option<&str>,
     payload: Option<&str>,
+    trace: Option<TraceParent>,
     json: bool,
 ) -> Result<u8, Failure> {
     let payload = payload.map(super::run::read_payload).transpose()?;
     let store = Store::open(&global.db_url(None)).await?;
-    let result = crate::events::emit(&store, event, key, tenant, payload.as_deref()).await;
+    let result = crate::events::emit(&store, event, key, tenant, payload.as_deref(), trace).await;
     store.close().await;
     let runs = result.map_err(|e| match e {
         crate::events::EmitError::Store(e) => e.into(),

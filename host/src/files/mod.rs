@@ -525,7 +525,9 @@ impl Files {
     /// Kicks a collection's scan job: files wait for it. A failed kick is only logged —
     /// the scan job's own schedule finds the files too.
     pub async fn kick_scan(&self, job: &str) {
-        if let Err(e) = crate::kick::kick(&self.store, job, crate::kick::DEFAULT_INSTANCE).await {
+        if let Err(e) =
+            crate::kick::kick(&self.store, job, crate::kick::DEFAULT_INSTANCE, None).await
+        {
             tracing::warn!(job, code = "driver_failed", error = %e, "could not kick the scan job");
         }
     }

@@ -1,13 +1,13 @@
 //! `POST /events/{name}` `{"key", "payload", "tenant"}`: queues a run of each subscriber
 //! (`crate::events`). A tenant's token emits its own tenant's events only.
 
-use super::{ApiError, json_body, refuse_if_draining};
+use super::{ApiError, json_body, refuse_if_draining, trace_of};
 use crate::events::{self, EmitError};
 use crate::serve::Shared;
 use crate::tenant::Principal;
 use axum::Json;
 use axum::extract::{Extension, Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -24,6 +24,7 @@ pub(super) async fn emit(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     refuse_if_draining(&s, "emit on another")?;
@@ -42,7 +43,17 @@ pub(super) async fn emit(
         }
     };
     let payload = body.payload.as_ref().map(|p| p.get());
-    match events::emit(&s.app.store, &name, &body.key, tenant.as_deref(), payload).await {
+    let trace = trace_of(&headers);
+    match events::emit(
+        &s.app.store,
+        &name,
+        &body.key,
+        tenant.as_deref(),
+        payload,
+        trace,
+    )
+    .await
+    {
         Ok(runs) => {
             if runs.iter().any(|r| !r.duplicate) {
                 s.app.wake.notify_one();

@@ -8,6 +8,9 @@
 //! Everything but the page, the probes, `/metrics` and the links key set needs a bearer
 //! token (`auth`). A tenant's token sees only its tenant's jobs, runs and reports, through
 //! `views::for_tenant`; what belongs to another tenant answers 404, as if it did not exist.
+//!
+//! A kick, start or emit takes the caller's `traceparent` header (`trace_of`); one that is
+//! not well formed is ignored (the host starts a trace), never stored or echoed.
 
 mod auth;
 mod events;
@@ -23,7 +26,7 @@ use crate::views;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -345,11 +348,12 @@ async fn kick_job(
     Extension(who): Extension<Principal>,
     Path(name): Path<String>,
     Query(q): Query<KickQuery>,
+    headers: HeaderMap,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     refuse_if_draining(&s, "kick another")?;
     let job = visible_job(&s, &who, &name).await?;
     let instance = instance_for(&who, &job, q.instance.as_deref())?;
-    match kick::kick_job(&s.app.store, &job, &instance).await {
+    match kick::kick_job(&s.app.store, &job, &instance, trace_of(&headers)).await {
         Ok(kicked) => {
             let result = match &kicked {
                 kick::Kicked::Pending => "pending",
@@ -366,6 +370,13 @@ async fn kick_job(
         }
         Err(e) => Err(kick_refused(&name, e)),
     }
+}
+
+/// The request's trace context: its one `traceparent` header if well formed, else `None`
+/// (the host starts a trace). Sent by an untrusted client, so never echoed.
+fn trace_of(headers: &HeaderMap) -> Option<crate::trace::TraceParent> {
+    let values = headers.get_all("traceparent").into_iter();
+    crate::trace::TraceParent::from_headers(values.map(|v| v.as_bytes()))
 }
 
 /// A draining host takes no new work: the caller is told to `elsewhere` (another host).
@@ -428,6 +439,7 @@ async fn start_run(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     Path(name): Path<String>,
+    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     refuse_if_draining(&s, "start on another")?;
@@ -445,7 +457,8 @@ async fn start_run(
     };
     let instance = instance_for(&who, &job, body.instance.as_deref())?;
     let payload = body.payload.as_ref().map(|p| p.get());
-    match kick::start_job(&s.app.store, &job, &instance, payload).await {
+    let trace = trace_of(&headers);
+    match kick::start_job(&s.app.store, &job, &instance, payload, trace).await {
         Ok(started) => {
             s.app.wake.notify_one();
             let status = if started.joined {

@@ -8,8 +8,10 @@
 //! (no effect may leave the host for an attempt that lost it), adds the credential — a
 //! secret from the host's environment or a file, or a token it signs for this attempt —
 //! and an `Idempotency-Key` derived from the run, the pass and the guest's step name, so a
-//! retried attempt repeats the same request rather than a new one. Redirects are not
-//! followed; the response body is read up to the mount's bound and no further.
+//! retried attempt repeats the same request rather than a new one, and a `traceparent` in
+//! the run's trace (a new span id per call; the guest can neither set nor see it).
+//! Redirects are not followed; the response body is read up to the mount's bound and no
+//! further.
 
 pub mod token;
 
@@ -170,8 +172,8 @@ pub struct Caller {
     pub lease_deadline_ms: i64,
     /// The actions the job declared.
     pub actions: Arc<BTreeSet<String>>,
-    /// The run's W3C trace context, passed on to the service.
-    pub traceparent: Option<String>,
+    /// The run's trace: each call carries it to the service as a new span of it.
+    pub trace: crate::trace::TraceParent,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -300,9 +302,7 @@ impl Links {
         for (name, value) in headers {
             call = call.header(name, value);
         }
-        if let Some(traceparent) = &caller.traceparent {
-            call = call.header("traceparent", traceparent);
-        }
+        call = call.header("traceparent", caller.trace.child().to_string());
         match (&m.spec.credential, &m.secret) {
             (Some(Credential::Secret { header, prefix, .. }), Some(secret)) => {
                 call = call.header(header, format!("{prefix}{}", secret.0));

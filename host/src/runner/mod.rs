@@ -38,6 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 #[derive(Debug, Clone)]
 pub struct RunnerSettings {
@@ -245,6 +246,7 @@ impl Runner {
         // record what happened (retrying if the database is briefly unreachable).
         let until = deadline + self.settings.lease.grace;
         let attempt = run.failures + 1;
+        let span = crate::trace::attempt_span(&run);
         let report = if run.work_done == 1 {
             // The last pass committed `done` with its writes before its host stopped:
             // only the run's end is left to record, and the guest is not run again.
@@ -263,10 +265,11 @@ impl Runner {
                     links: self.links_session(&run, spec, &lease, deadline),
                     steps: self.steps_session(&run, spec, &lease),
                 })
+                .instrument(span.clone())
                 .await
         };
         let counters = report.counters.clone();
-        let (ending, result) = self.attempt_ending(&run, attempt, report);
+        let (ending, result) = span.in_scope(|| self.attempt_ending(&run, attempt, report));
         let decided = decide(&run, spec, result, counters);
         let change = self.change(&run, spec, decided, true);
         self.finisher
@@ -527,7 +530,7 @@ impl Runner {
                 deadline,
                 lease_deadline_ms: lease.deadline_at,
                 actions: Arc::new(spec.actions.clone()),
-                traceparent: None,
+                trace: run.trace(),
             },
         })
     }

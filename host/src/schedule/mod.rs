@@ -127,6 +127,8 @@ impl Scheduler {
                         scheduled_for: Some(scheduled_for),
                         rerun_of: None,
                         delay_ms: 0,
+                        // A fire starts a trace; a fan-out's children share it.
+                        trace_parent: Some(crate::trace::TraceParent::start()),
                     };
                     if job.spec.per_tenant {
                         let tenants = self.store.active_tenants().await?;

@@ -92,6 +92,8 @@ impl Surveillance {
                     scheduled_for: run.scheduled_for,
                     rerun_of: Some(root),
                     delay_ms: 0,
+                    // The same work, resumed: the same trace.
+                    trace_parent: Some(run.trace()),
                 })
             } else {
                 None

@@ -55,7 +55,8 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     6 => "0006_tenants_and_tokens",
     7 => "0007_limits",
     8 => "0008_boot_and_orphans",
-    9 => "0009_fair_claims_and_tenant_limits",
+    9 => "0009_trace",
+    10 => "0010_fair_claims_and_tenant_limits",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -66,7 +67,8 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     6 => "0006_tenants_and_tokens",
     7 => "0007_limits",
     8 => "0008_boot_and_orphans",
-    9 => "0009_fair_claims_and_tenant_limits",
+    9 => "0009_trace",
+    10 => "0010_fair_claims_and_tenant_limits",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -786,6 +786,7 @@ where
     for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<String>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
 {
     let mut inserted = Vec::with_capacity(runs.len());
@@ -812,6 +813,7 @@ where
     for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<String>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
 {
     let row: Option<RunRecord> = bind_new_run(sqlx::query_as(sql), run)
@@ -839,6 +841,7 @@ where
     for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     Option<i64>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    Option<String>: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
     i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
 {
     query
@@ -853,6 +856,7 @@ where
         .bind(run.scheduled_for)
         .bind(run.rerun_of.as_deref())
         .bind(run.delay_ms)
+        .bind(run.trace_parent.map(|t| t.to_string()))
 }
 
 fn bind_report<'q, DB>(

@@ -22,7 +22,7 @@ pub(crate) struct Dialect {
     pub json_ids: &'static str,
     /// How many runs of job `$2` and tenant `$4` are queued or running, counted so that
     /// two transactions queueing runs of one job and tenant are ordered (on Postgres,
-    /// under a lock: `jobhost_active_runs` of migration 0009; SQLite has one writer).
+    /// under a lock: `jobhost_active_runs` of migration 0010; SQLite has one writer).
     pub active_runs: &'static str,
     /// A random number in [0, 1).
     pub random_unit: &'static str,
@@ -63,7 +63,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
     counters, attempts, failures, generation, host, last_code, last_error, component_digest, \
     scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at, \
-    work_done, defers";
+    work_done, defers, trace_parent";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
     next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant, \
@@ -103,22 +103,22 @@ const SEQUENTIAL_FREE: &str = "NOT EXISTS (SELECT 1 FROM jobhost_jobs j \
 /// Whether a new run of job `$2` for tenant `$4` is over the job's `max_per_tenant`: the
 /// job's `over_limit` (`skip` or `defer`) if it is, NULL if not (or the job has no cap).
 /// The one place the cap is checked as runs are queued; a claim checks a deferred run's
-/// slot again (`slot_taken`, and the Postgres claim of migration 0009). Queued runs that
+/// slot again (`slot_taken`, and the Postgres claim of migration 0010). Queued runs that
 /// wait for a slot count too, so a new run never overtakes them.
 const OVER_LIMIT: &str = "(SELECT CASE WHEN j.max_per_tenant IS NOT NULL \
         AND {active_runs} >= j.max_per_tenant THEN j.over_limit END AS over \
     FROM (SELECT 1 AS one) x LEFT JOIN jobhost_jobs j ON j.name = $2)";
 
-/// The columns a queued run is inserted with, and their values (`$1`..`$11`, and `o.over`
+/// The columns a queued run is inserted with, and their values (`$1`..`$12`, and `o.over`
 /// of [`OVER_LIMIT`]): a run over its job's cap is recorded skipped with code
 /// `tenant_limit` (policy `skip`), or queued waiting for a slot (policy `defer`).
 const QUEUE_RUN: &str = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, \
         status, cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, \
-        updated_at, waiting, last_code, finished_at) \
+        updated_at, waiting, last_code, finished_at, trace_parent) \
     SELECT $1, $2, $3, $4, $5, $6, CASE WHEN o.over = 'skip' THEN 'skipped' ELSE 'queued' END, \
         $7, $8, $9, $10, {now} + $11, {now}, {now}, CASE WHEN o.over = 'defer' THEN 1 ELSE 0 END, \
         CASE WHEN o.over = 'skip' THEN 'tenant_limit' END, \
-        CASE WHEN o.over = 'skip' THEN {now} END \
+        CASE WHEN o.over = 'skip' THEN {now} END, $12 \
     FROM {over_limit} o WHERE 1 = 1";
 
 /// The attempt whose fence is `$1`..`$4` holds its lease.
@@ -200,8 +200,9 @@ queries! {
         AND missed_reported_at IS NOT DISTINCT FROM $2";
 
     insert_run = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
-        cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}) \
+        cursor, component_digest, scheduled_for, rerun_of, next_attempt_at, created_at, updated_at, \
+        trace_parent) \
+        VALUES ($1, $2, $3, $4, $5, $6, 'queued', $7, $8, $9, $10, {now} + $11, {now}, {now}, $12) \
         RETURNING {run_columns}";
     // New work (a kick or a start), under its job's `max_per_tenant`.
     queue_run = "{queue_run} RETURNING {run_columns}";
@@ -256,7 +257,7 @@ queries! {
     // A claim walks the tenants with queued runs (`first_queued_tenant`, then
     // `queued_tenant_after`: one probe of the index each) and takes up to `$1` due runs of
     // each (`due_runs`, tenant `$3`), in turns: fair across tenants (the Postgres claim of
-    // migration 0009 does the same).
+    // migration 0010 does the same).
     first_queued_tenant = "SELECT tenant FROM jobhost_runs {by_tenant_index} \
         WHERE status = 'queued' ORDER BY tenant LIMIT 1";
     queued_tenant_after = "SELECT tenant FROM jobhost_runs {by_tenant_index} \

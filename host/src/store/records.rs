@@ -108,6 +108,8 @@ pub struct RunRecord {
     pub work_done: i64,
     /// How many passes ended `defer` (the job's `max_defers` bounds them).
     pub defers: i64,
+    /// The `traceparent` it was queued with, if any (see `RunRecord::trace`).
+    pub trace_parent: Option<String>,
 }
 
 impl RunRecord {
@@ -119,6 +121,11 @@ impl RunRecord {
     pub fn dropped_by_limit(&self) -> bool {
         self.status() == Some(RunStatus::Skipped)
             && self.last_code.as_deref() == Some(crate::failure::FailureCode::TenantLimit.as_str())
+    }
+
+    /// The run's trace context: decided when it was queued, or derived from its id.
+    pub fn trace(&self) -> crate::trace::TraceParent {
+        crate::trace::TraceParent::of_run(self.trace_parent.as_deref(), &self.id)
     }
 }
 
@@ -291,6 +298,8 @@ pub struct NewRun {
     pub rerun_of: Option<String>,
     /// Due this many milliseconds from now (database clock).
     pub delay_ms: i64,
+    /// The trace it belongs to; `None` for a run whose trace derives from its id.
+    pub trace_parent: Option<crate::trace::TraceParent>,
 }
 
 pub struct LeaseRequest<'a> {
@@ -344,7 +353,8 @@ pub struct NewReport {
 }
 
 impl NewReport {
-    /// A report about one run: its job, instance, id and a fixed code, never free text.
+    /// A report about one run: its job, instance, id, trace id and a fixed code, never
+    /// free text.
     pub fn about_run(kind: ReportKind, run: &RunRecord, code: crate::failure::FailureCode) -> Self {
         NewReport {
             kind,
@@ -356,6 +366,7 @@ impl NewReport {
                 "job": run.job,
                 "instance": run.instance,
                 "run_id": run.id,
+                "trace_id": run.trace().trace_id(),
                 "code": code.as_str(),
             })
             .to_string(),

@@ -284,7 +284,7 @@ fn candidate(row: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
 /// Up to `limit` due runs of the jobs in `order`, fair across tenants: an equal share
 /// of the batch from each tenant with queued runs (but those `paused`), taken in turns
 /// (every tenant's first run, then every tenant's second...), as the Postgres claim of
-/// migration 0009 does.
+/// migration 0010 does.
 fn fair_due_runs(
     conn: &Connection,
     q: &'static Queries,
@@ -537,6 +537,7 @@ fn record(
                 let scheduled_for = run.scheduled_for;
                 let rerun_of = run.rerun_of.as_deref();
                 let cursor = run.cursor.as_deref();
+                let trace_parent = run.trace_parent.map(|t| t.to_string());
                 prepared(
                     conn,
                     &q.insert_run,
@@ -552,6 +553,7 @@ fn record(
                         &scheduled_for,
                         &rerun_of,
                         &run.delay_ms,
+                        &trace_parent,
                     ],
                 )?
                 .raw_query()
@@ -691,6 +693,7 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         updated_at: row.get("updated_at")?,
         work_done: row.get("work_done")?,
         defers: row.get("defers")?,
+        trace_parent: row.get("trace_parent")?,
     })
 }
 

@@ -50,7 +50,7 @@ RETURNS TABLE (
     generation BIGINT, host TEXT, last_code TEXT, last_error TEXT, component_digest TEXT,
     scheduled_for BIGINT, rerun_of TEXT, next_attempt_at BIGINT, created_at BIGINT,
     started_at BIGINT, finished_at BIGINT, updated_at BIGINT, work_done BIGINT, defers BIGINT,
-    lease_deadline_at BIGINT, lease_expires_at BIGINT
+    trace_parent TEXT, lease_deadline_at BIGINT, lease_expires_at BIGINT
 )
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -227,7 +227,8 @@ BEGIN
         RETURNING r.id, r.job, r.instance, r.tenant, r.origin, r.payload, r.status, r.pass,
             r.cursor, r.counters, r.attempts, r.failures, r.generation, r.host, r.last_code,
             r.last_error, r.component_digest, r.scheduled_for, r.rerun_of, r.next_attempt_at,
-            r.created_at, r.started_at, r.finished_at, r.updated_at, r.work_done, r.defers, v_deadline,
+            r.created_at, r.started_at, r.finished_at, r.updated_at, r.work_done, r.defers,
+            r.trace_parent, v_deadline,
             v_expires;
     END LOOP;
 END
