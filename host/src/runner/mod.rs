@@ -272,12 +272,26 @@ impl Runner {
         let (ending, result) = span.in_scope(|| self.attempt_ending(&run, attempt, report));
         let decided = decide(&run, spec, result, counters);
         let change = self.change(&run, spec, decided, true);
+        self.hand_over(run, spec, lease, Some(ending), change, until)
+            .await
+    }
+
+    /// Hands what a run's attempt (or a decision without one) led to to the finisher.
+    async fn hand_over(
+        &self,
+        run: RunRecord,
+        spec: &JobSpec,
+        lease: Lease,
+        attempt: Option<AttemptEnding>,
+        change: RunChange,
+        until: Instant,
+    ) -> Result<Concluding, StoreError> {
         self.finisher
             .hand_over(Handover {
                 recording: Recording {
                     run_id: run.id.clone(),
                     lease,
-                    attempt: Some(ending),
+                    attempt,
                     change,
                 },
                 run,
@@ -310,20 +324,7 @@ impl Runner {
             code = "quota_exceeded",
             "run not started: its tenant is over its quota"
         );
-        self.finisher
-            .hand_over(Handover {
-                recording: Recording {
-                    run_id: run.id.clone(),
-                    lease,
-                    attempt: None,
-                    change,
-                },
-                run,
-                until,
-                job_payload: spec.payload.to_string(),
-                sequential: spec.flow.sequential,
-            })
-            .await
+        self.hand_over(run, spec, lease, None, change, until).await
     }
 
     /// Runs one attempt of a claimed run and waits until it is recorded.
@@ -401,19 +402,7 @@ impl Runner {
             let change = self.change(&run, spec, decided, false);
             let until = Instant::now() + self.settings.lease.grace;
             let concluding = self
-                .finisher
-                .hand_over(Handover {
-                    recording: Recording {
-                        run_id: run.id.clone(),
-                        lease: previous,
-                        attempt: None,
-                        change,
-                    },
-                    run,
-                    until,
-                    job_payload: spec.payload.to_string(),
-                    sequential: spec.flow.sequential,
-                })
+                .hand_over(run, spec, previous, None, change, until)
                 .await?;
             return Ok(Resolved::Done(concluding));
         }
