@@ -1,0 +1,196 @@
+//! `/metrics`: this host's counters and the fleet's gauges, read from the database when
+//! scraped (off the runs' path): runs by status and code, the queue by tenant and by lane,
+//! runs dropped and put off by reason, and each tenant's use of the last hour.
+
+use super::ApiError;
+use crate::metrics::Gauge;
+use crate::serve::Shared;
+use crate::store::{RunStatus, Store};
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub(super) async fn metrics(State(s): State<Arc<Shared>>) -> Result<Response, ApiError> {
+    let store = &s.app.store;
+    let counts = store.count_runs().await?;
+    let mut gauges = run_gauges(&counts);
+    queue_gauges(&s, store, &mut gauges).await?;
+    deferral_gauges(store, &mut gauges).await?;
+    usage_gauges(&s, &mut gauges).await?;
+    let text = s.app.metrics.render(&gauges);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+/// Runs in the database by status and failure code (every status, 0 if none), and the
+/// skipped ones again by why they were not run.
+fn run_gauges(counts: &[(String, String, i64)]) -> Vec<Gauge> {
+    let mut gauges = Vec::new();
+    for status in RunStatus::ALL {
+        let mut seen = false;
+        for (_, code, n) in counts.iter().filter(|(s, _, _)| s == status.as_str()) {
+            seen = true;
+            gauges.push(runs_gauge(status, code, *n));
+        }
+        if !seen {
+            gauges.push(runs_gauge(status, "", 0));
+        }
+    }
+    for (_, code, n) in counts
+        .iter()
+        .filter(|(s, _, _)| s == RunStatus::Skipped.as_str())
+    {
+        gauges.push(Gauge {
+            name: "jobhost_runs_dropped",
+            help: "Runs kept that were not run (status skipped), by reason: `tenant_limit` (max_per_tenant), or none (their instance was running).",
+            labels: vec![("reason", code.clone())],
+            value: *n as f64,
+        });
+    }
+    gauges
+}
+
+fn runs_gauge(status: RunStatus, code: &str, n: i64) -> Gauge {
+    Gauge {
+        name: "jobhost_runs",
+        help: "Runs in the database, by status and failure code.",
+        labels: vec![
+            ("status", status.as_str().to_string()),
+            ("code", code.to_string()),
+        ],
+        value: n as f64,
+    }
+}
+
+/// Due runs and the oldest one's wait: in all, by tenant, and by lane (every lane of this
+/// host's jobs, idle ones at 0).
+async fn queue_gauges(s: &Shared, store: &Store, gauges: &mut Vec<Gauge>) -> Result<(), ApiError> {
+    let (due, lag_ms) = store.queue_lag().await?;
+    gauges.push(Gauge {
+        name: "jobhost_queue_due",
+        help: "Queued runs that are due now.",
+        labels: Vec::new(),
+        value: due as f64,
+    });
+    gauges.push(Gauge {
+        name: "jobhost_queue_lag_seconds",
+        help: "How long the oldest due run has waited.",
+        labels: Vec::new(),
+        value: lag_ms as f64 / 1000.0,
+    });
+    let mut by_tenant: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    let mut by_lane: BTreeMap<String, (i64, i64)> = s
+        .catalog
+        .all()
+        .iter()
+        .map(|j| (j.spec.lane.clone(), (0, 0)))
+        .collect();
+    for (tenant, job, due, lag_ms) in store.queue_lag_by_tenant_and_job().await? {
+        let lane = s
+            .catalog
+            .get(&job)
+            .map(|j| j.spec.lane.clone())
+            .unwrap_or_else(|| crate::job::DEFAULT_LANE.to_string());
+        for (key, map) in [(tenant, &mut by_tenant), (lane, &mut by_lane)] {
+            let entry = map.entry(key).or_default();
+            entry.0 += due;
+            entry.1 = entry.1.max(lag_ms);
+        }
+    }
+    let families = [
+        (
+            "tenant",
+            &by_tenant,
+            (
+                "jobhost_tenant_queue_due",
+                "Queued runs that are due now, by tenant.",
+            ),
+            (
+                "jobhost_tenant_queue_lag_seconds",
+                "How long the oldest due run of each tenant has waited.",
+            ),
+        ),
+        (
+            "lane",
+            &by_lane,
+            (
+                "jobhost_lane_queue_due",
+                "Queued runs that are due now, by lane.",
+            ),
+            (
+                "jobhost_lane_queue_lag_seconds",
+                "How long the oldest due run of each lane has waited.",
+            ),
+        ),
+    ];
+    for (label, map, (due_name, due_help), (lag_name, lag_help)) in families {
+        for (key, (due, lag_ms)) in map {
+            gauges.push(Gauge {
+                name: due_name,
+                help: due_help,
+                labels: vec![(label, key.clone())],
+                value: *due as f64,
+            });
+            gauges.push(Gauge {
+                name: lag_name,
+                help: lag_help,
+                labels: vec![(label, key.clone())],
+                value: *lag_ms as f64 / 1000.0,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Runs waiting for a slot of `max_per_tenant` now, and how often runs were put off
+/// without using an attempt, by reason.
+async fn deferral_gauges(store: &Store, gauges: &mut Vec<Gauge>) -> Result<(), ApiError> {
+    let (waiting, slot_waits, guest_defers) = store.deferrals().await?;
+    gauges.push(Gauge {
+        name: "jobhost_runs_waiting_for_slot",
+        help: "Queued runs waiting for a slot of their job's max_per_tenant.",
+        labels: Vec::new(),
+        value: waiting as f64,
+    });
+    for (reason, n) in [("max_per_tenant", slot_waits), ("guest", guest_defers)] {
+        gauges.push(Gauge {
+            name: "jobhost_run_deferrals",
+            help: "Times runs kept were put off without using an attempt, by reason: no slot of max_per_tenant, or the guest's defer.",
+            labels: vec![("reason", reason.to_string())],
+            value: n as f64,
+        });
+    }
+    Ok(())
+}
+
+/// Each tenant's use of the last hour (what its quota measures) and whether it is over.
+async fn usage_gauges(s: &Shared, gauges: &mut Vec<Gauge>) -> Result<(), ApiError> {
+    let book = s.app.runner.quotas();
+    for u in book.usage().await?.values() {
+        let tenant = vec![("tenant", u.tenant.clone())];
+        gauges.push(Gauge {
+            name: "jobhost_tenant_fuel_used_last_hour",
+            help: "Fuel used by each tenant's attempts that ended in the last hour (its quota's measure).",
+            labels: tenant.clone(),
+            value: u.fuel_used as f64,
+        });
+        gauges.push(Gauge {
+            name: "jobhost_tenant_attempt_seconds_last_hour",
+            help: "Wall time of each tenant's attempts that ended in the last hour (its quota's measure).",
+            labels: tenant.clone(),
+            value: u.wall_ms as f64 / 1000.0,
+        });
+        let over = book
+            .quotas()
+            .of(&u.tenant)
+            .is_some_and(|q| q.exceeded_by(u));
+        gauges.push(Gauge {
+            name: "jobhost_tenant_over_quota",
+            help: "1 while a tenant is over its quota: its runs wait or fail by its policy.",
+            labels: tenant,
+            value: f64::from(u8::from(over)),
+        });
+    }
+    Ok(())
+}
