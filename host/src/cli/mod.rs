@@ -336,9 +336,13 @@ fn init_tracing(cli: &Cli) -> Result<Option<crate::otlp::Exporter>, crate::otlp:
             .transpose()?,
         _ => None,
     };
-    tracing_subscriber::registry()
-        .with(log.with_filter(filter))
-        .with(exporter.as_ref().map(crate::otlp::Exporter::layer))
-        .init();
+    let registry = tracing_subscriber::registry().with(log.with_filter(filter));
+    // Without an exporter no second layer at all: an empty one would make every callsite
+    // of every crate interesting to the registry, so each filtered-out event and span
+    // would still be built and offered to it.
+    match &exporter {
+        Some(exporter) => registry.with(exporter.layer()).init(),
+        None => registry.init(),
+    }
     Ok(exporter)
 }
