@@ -19,6 +19,15 @@
 //! methods = ["GET", "POST"]
 //! credential = { header = "Authorization", prefix = "Bearer ", env = "BILLING_TOKEN" }
 //!
+//! [lanes.bulk]                          # workers of its own on each host serving it
+//! workers = 2
+//!
+//! [tenant_defaults]                     # each tenant's quota per rolling hour
+//! time_per_hour = "1h"
+//! [tenants.trial]
+//! fuel_per_hour = 1_000_000_000
+//! over_quota = "fail"                   # default "wait"
+//!
 //! [jobs.ledger]
 //! component = "ledger.wasm"
 //! schedule = "*/5 * * * *"
@@ -28,6 +37,9 @@
 //! grants.db = { write = ["ledger"] }
 //! grants.files = { write = ["reports"] }
 //! grants.links = ["billing"]
+//! lane = "bulk"
+//! max_per_tenant = 3                    # queued or running per tenant
+//! over_limit = "defer"                  # default "skip"
 //! ```
 //!
 //! Relative paths are resolved against the manifest's own directory. Every problem of a

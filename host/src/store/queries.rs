@@ -253,7 +253,7 @@ queries! {
         WHERE id = $1 AND status = 'running' AND generation = $2";
     // The steps of a batched claim and of recording attempts' ends, as the SQLite writer
     // runs them in one transaction (`store::sqlite_writer`); on Postgres the functions of
-    // migration 0004 run the same steps.
+    // the migrations run the same steps (the claim's latest: 0010; the ending's: 0007).
     // A claim walks the tenants with queued runs (`first_queued_tenant`, then
     // `queued_tenant_after`: one probe of the index each) and takes up to `$1` due runs of
     // each (`due_runs`, tenant `$3`), in turns: fair across tenants (the Postgres claim of
