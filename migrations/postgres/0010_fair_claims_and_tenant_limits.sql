@@ -43,7 +43,7 @@ REVOKE ALL ON FUNCTION jobhost_active_runs(TEXT, TEXT) FROM PUBLIC;
 
 DROP FUNCTION jobhost_claim_runs(TEXT, INTEGER, JSONB, TEXT);
 CREATE FUNCTION jobhost_claim_runs(p_host TEXT, p_limit INTEGER, p_terms JSONB, p_run TEXT,
-    p_paused TEXT[])
+    p_paused TEXT[], p_tenants TEXT[])
 RETURNS TABLE (
     id TEXT, job TEXT, instance TEXT, tenant TEXT, origin TEXT, payload TEXT, status TEXT,
     pass BIGINT, cursor TEXT, counters TEXT, attempts BIGINT, failures BIGINT,
@@ -69,50 +69,61 @@ DECLARE
     v_max BIGINT;
 BEGIN
     IF p_run IS NULL THEN
-        -- Fair across tenants: the tenants with queued runs, one index probe each, then
-        -- an equal share of the batch from each one's due runs, taken in turns (every
-        -- tenant's first run, then every tenant's second...). A tenant with a backlog of
-        -- thousands delays another's single run by one turn, not by its backlog.
-        WITH RECURSIVE t(tenant) AS (
-            (SELECT r.tenant FROM jobhost_runs r WHERE r.status = 'queued'
-             ORDER BY r.tenant LIMIT 1)
-            UNION ALL
-            SELECT (SELECT r.tenant FROM jobhost_runs r
-                    WHERE r.status = 'queued' AND r.tenant > t.tenant
-                    ORDER BY r.tenant LIMIT 1)
-            FROM t WHERE t.tenant IS NOT NULL
-        )
-        -- Not the tenants whose quota holds their runs (`p_paused`, `quota`).
-        SELECT array_agg(t.tenant) INTO v_tenants FROM t
-        WHERE t.tenant IS NOT NULL AND NOT (t.tenant = ANY (p_paused));
-        IF v_tenants IS NULL THEN
-            RETURN;
-        END IF;
-        v_share := GREATEST(1, CEIL(p_limit::NUMERIC / cardinality(v_tenants)))::INTEGER;
+        -- Fair across tenants: of the tenants the host last saw with queued runs
+        -- (`p_tenants`, read at most once a second: enumerating them in every claim costs
+        -- more than the claim), an equal share of the batch from each one's due runs, taken
+        -- in turns (every tenant's first run, then every tenant's second...). A tenant with
+        -- a backlog of thousands delays another's single run by one turn, not by its
+        -- backlog. Not the tenants whose quota holds their runs (`p_paused`).
+        v_tenants := ARRAY(SELECT unnest(p_tenants) EXCEPT SELECT unnest(p_paused));
         v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
-        SELECT array_agg(f.id) INTO v_ids FROM (
-            SELECT d.id FROM (
-                SELECT c.id, c.next_attempt_at, row_number() OVER (
-                    PARTITION BY c.tenant ORDER BY c.next_attempt_at, c.id) AS turn
-                FROM unnest(v_tenants) AS q(tenant)
-                CROSS JOIN LATERAL (
-                    SELECT r.id, r.tenant, r.next_attempt_at FROM jobhost_runs r
-                    WHERE r.status = 'queued' AND r.tenant = q.tenant
-                      AND r.origin <> 'manual' AND r.next_attempt_at <= v_now
-                      AND p_terms ? r.job
-                      -- Not the runs of a sequential job one of whose runs is running:
-                      -- they would fill the batch and be passed over.
-                      AND NOT EXISTS (SELECT 1 FROM jobhost_jobs j WHERE j.name = r.job
-                          AND j.sequential = 1 AND EXISTS (SELECT 1 FROM jobhost_runs o
-                              WHERE o.job = r.job AND o.status = 'running'))
-                    ORDER BY r.next_attempt_at, r.id
-                    LIMIT v_share
-                    FOR UPDATE SKIP LOCKED
-                ) c
-            ) d
-            ORDER BY d.turn, d.next_attempt_at, d.id
-            LIMIT p_limit
-        ) f;
+        IF cardinality(v_tenants) > 1 THEN
+            v_share := GREATEST(1, CEIL(p_limit::NUMERIC / cardinality(v_tenants)))::INTEGER;
+            SELECT array_agg(f.id) INTO v_ids FROM (
+                SELECT d.id FROM (
+                    SELECT c.id, c.next_attempt_at, row_number() OVER (
+                        PARTITION BY c.tenant ORDER BY c.next_attempt_at, c.id) AS turn
+                    FROM unnest(v_tenants) AS q(tenant)
+                    CROSS JOIN LATERAL (
+                        SELECT r.id, r.tenant, r.next_attempt_at FROM jobhost_runs r
+                        WHERE r.status = 'queued' AND r.tenant = q.tenant
+                          AND r.origin <> 'manual' AND r.next_attempt_at <= v_now
+                          AND p_terms ? r.job
+                          -- Not the runs of a sequential job one of whose runs is running:
+                          -- they would fill the batch and be passed over.
+                          AND NOT EXISTS (SELECT 1 FROM jobhost_jobs j WHERE j.name = r.job
+                              AND j.sequential = 1 AND EXISTS (SELECT 1 FROM jobhost_runs o
+                                  WHERE o.job = r.job AND o.status = 'running'))
+                        ORDER BY r.next_attempt_at, r.id
+                        LIMIT v_share
+                        FOR UPDATE SKIP LOCKED
+                    ) c
+                ) d
+                ORDER BY d.turn, d.next_attempt_at, d.id
+                LIMIT p_limit
+            ) f;
+        END IF;
+        -- The rest of the batch (all of it for one tenant): the most overdue runs of any
+        -- tenant not held, so a tenant the host has not seen yet is served too.
+        IF COALESCE(cardinality(v_ids), 0) < p_limit THEN
+            SELECT COALESCE(v_ids, '{}') || COALESCE(array_agg(d.id), '{}') INTO v_ids FROM (
+                SELECT r.id FROM jobhost_runs r
+                WHERE r.status = 'queued' AND r.origin <> 'manual'
+                  AND r.next_attempt_at <= v_now
+                  AND p_terms ? r.job
+                  AND NOT (r.tenant = ANY (p_paused))
+                  AND NOT (r.id = ANY (COALESCE(v_ids, '{}')))
+                  AND NOT EXISTS (SELECT 1 FROM jobhost_jobs j WHERE j.name = r.job
+                      AND j.sequential = 1 AND EXISTS (SELECT 1 FROM jobhost_runs o
+                          WHERE o.job = r.job AND o.status = 'running'))
+                ORDER BY r.next_attempt_at, r.id
+                LIMIT p_limit - COALESCE(cardinality(v_ids), 0)
+                FOR UPDATE SKIP LOCKED
+            ) d;
+            IF cardinality(v_ids) = 0 THEN
+                v_ids := NULL;
+            END IF;
+        END IF;
     ELSE
         -- One run by id: its lease row before the run row, the order every writer that
         -- waits takes (surveillance marks this same run crashed holding its lease).
@@ -233,4 +244,5 @@ BEGIN
     END LOOP;
 END
 $$;
-REVOKE ALL ON FUNCTION jobhost_claim_runs(TEXT, INTEGER, JSONB, TEXT, TEXT[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobhost_claim_runs(TEXT, INTEGER, JSONB, TEXT, TEXT[], TEXT[])
+    FROM PUBLIC;

@@ -341,6 +341,37 @@ impl<'a> WireItem<'a> {
     }
 }
 
+/// The tenants with queued runs, for the Postgres claim's fair share (migration 0010),
+/// read at most once a second: enumerating them costs more than a claim, and a tenant
+/// not read yet is still served, by the claim's most overdue runs, just not in turn.
+/// (The SQLite claim enumerates them itself, in the writer thread.)
+#[derive(Default)]
+pub(crate) struct QueuedTenants {
+    read: tokio::sync::Mutex<Option<(Instant, Vec<String>)>>,
+}
+
+impl QueuedTenants {
+    const FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+
+    async fn read(
+        &self,
+        q: &'static super::queries::Queries,
+        pool: &sqlx::PgPool,
+    ) -> Result<Vec<String>> {
+        let mut last = self.read.lock().await;
+        if let Some((at, tenants)) = last.as_ref()
+            && at.elapsed() < Self::FRESH_FOR
+        {
+            return Ok(tenants.clone());
+        }
+        let tenants: Vec<String> = sqlx::query_scalar(q.queued_tenants.as_str())
+            .fetch_all(pool)
+            .await?;
+        *last = Some((Instant::now(), tenants.clone()));
+        Ok(tenants)
+    }
+}
+
 /// What the Postgres function answers per item.
 #[derive(sqlx::FromRow)]
 struct WireResult {
@@ -365,15 +396,20 @@ impl Store {
         let stamped_after = Instant::now();
         let rows = match &self.pool {
             super::Pool::Postgres(p) => {
+                let tenants = match request.run_id {
+                    Some(_) => Vec::new(),
+                    None => self.queued_tenants.read(self.q, p).await?,
+                };
                 self.retrying(|| async {
                     Ok(sqlx::query_as::<_, ClaimedRow>(
-                        "SELECT * FROM jobhost_claim_runs($1, $2, $3, $4, $5)",
+                        "SELECT * FROM jobhost_claim_runs($1, $2, $3, $4, $5, $6)",
                     )
                     .bind(request.host)
                     .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
                     .bind(sqlx::types::Json(request.terms))
                     .bind(request.run_id)
                     .bind(request.paused)
+                    .bind(&tenants)
                     .fetch_all(p)
                     .await?)
                 })

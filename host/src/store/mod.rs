@@ -185,6 +185,9 @@ pub struct Store {
     dialect: &'static Dialect,
     pub(crate) q: &'static Queries,
     url: String,
+    /// On Postgres, the tenants with queued runs as last read, and when: the fair claim's
+    /// tenants (`attempts::QueuedTenants`).
+    queued_tenants: Arc<attempts::QueuedTenants>,
 }
 
 impl std::fmt::Debug for Store {
@@ -236,6 +239,7 @@ impl Store {
             dialect,
             q,
             url: url.to_string(),
+            queued_tenants: Arc::default(),
         })
     }
 

@@ -258,6 +258,14 @@ queries! {
     // `queued_tenant_after`: one probe of the index each) and takes up to `$1` due runs of
     // each (`due_runs`, tenant `$3`), in turns: fair across tenants (the Postgres claim of
     // migration 0010 does the same).
+    // The same walk in one statement, for the Postgres claim's tenants.
+    queued_tenants = "WITH RECURSIVE t(tenant) AS ( \
+            (SELECT tenant FROM jobhost_runs WHERE status = 'queued' ORDER BY tenant LIMIT 1) \
+            UNION ALL \
+            SELECT (SELECT r.tenant FROM jobhost_runs r WHERE r.status = 'queued' \
+                AND r.tenant > t.tenant ORDER BY r.tenant LIMIT 1) \
+            FROM t WHERE t.tenant IS NOT NULL) \
+        SELECT tenant FROM t WHERE tenant IS NOT NULL";
     first_queued_tenant = "SELECT tenant FROM jobhost_runs {by_tenant_index} \
         WHERE status = 'queued' ORDER BY tenant LIMIT 1";
     queued_tenant_after = "SELECT tenant FROM jobhost_runs {by_tenant_index} \
