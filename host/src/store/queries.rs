@@ -254,22 +254,18 @@ queries! {
     // The steps of a batched claim and of recording attempts' ends, as the SQLite writer
     // runs them in one transaction (`store::sqlite_writer`); on Postgres the functions of
     // the migrations run the same steps (the claim's latest: 0010; the ending's: 0007).
-    // A claim walks the tenants with queued runs (`first_queued_tenant`, then
-    // `queued_tenant_after`: one probe of the index each) and takes up to `$1` due runs of
-    // each (`due_runs`, tenant `$3`), in turns: fair across tenants (the Postgres claim of
-    // migration 0010 does the same).
-    // The same walk in one statement, for the Postgres claim's tenants.
+    // A claim takes the tenants with queued runs (`queued_tenants`: one probe of the index
+    // per tenant) and up to `$1` due runs of each (`due_runs`, tenant `$3`), in turns: fair
+    // across tenants. The SQLite writer walks them in every claim; a Postgres host at most
+    // once a second, for its claims (migration 0010).
     queued_tenants = "WITH RECURSIVE t(tenant) AS ( \
-            (SELECT tenant FROM jobhost_runs WHERE status = 'queued' ORDER BY tenant LIMIT 1) \
+            SELECT (SELECT tenant FROM jobhost_runs {by_tenant_index} WHERE status = 'queued' \
+                ORDER BY tenant LIMIT 1) \
             UNION ALL \
-            SELECT (SELECT r.tenant FROM jobhost_runs r WHERE r.status = 'queued' \
-                AND r.tenant > t.tenant ORDER BY r.tenant LIMIT 1) \
+            SELECT (SELECT r.tenant FROM jobhost_runs r {by_tenant_index} \
+                WHERE r.status = 'queued' AND r.tenant > t.tenant ORDER BY r.tenant LIMIT 1) \
             FROM t WHERE t.tenant IS NOT NULL) \
         SELECT tenant FROM t WHERE tenant IS NOT NULL";
-    first_queued_tenant = "SELECT tenant FROM jobhost_runs {by_tenant_index} \
-        WHERE status = 'queued' ORDER BY tenant LIMIT 1";
-    queued_tenant_after = "SELECT tenant FROM jobhost_runs {by_tenant_index} \
-        WHERE status = 'queued' AND tenant > $1 ORDER BY tenant LIMIT 1";
     due_runs = "SELECT id, job, instance, generation, tenant, waiting, next_attempt_at \
         FROM jobhost_runs {by_tenant_index} \
         WHERE status = 'queued' AND tenant = $3 AND origin <> 'manual' \

@@ -292,22 +292,15 @@ fn fair_due_runs(
 ) -> rusqlite::Result<Vec<Candidate>> {
     let limit = order.limit;
     let mut tenants: Vec<String> = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let mut statement = match &after {
-            None => prepared(conn, &q.first_queued_tenant, &[])?,
-            Some(tenant) => prepared(conn, &q.queued_tenant_after, &[tenant])?,
-        };
-        let next: Option<String> = statement
-            .raw_query()
-            .next()?
-            .map(|row| row.get(0))
-            .transpose()?;
-        let Some(tenant) = next else { break };
-        if !order.paused.contains(&tenant) {
-            tenants.push(tenant.clone());
+    {
+        let mut statement = prepared(conn, &q.queued_tenants, &[])?;
+        let mut rows = statement.raw_query();
+        while let Some(row) = rows.next()? {
+            let tenant: String = row.get(0)?;
+            if !order.paused.contains(&tenant) {
+                tenants.push(tenant);
+            }
         }
-        after = Some(tenant);
     }
     if tenants.is_empty() {
         return Ok(Vec::new());
