@@ -45,7 +45,7 @@ pub struct Quota {
 }
 
 impl Quota {
-    pub fn exceeded_by(&self, usage: &TenantUsage) -> bool {
+    fn exceeded_by(&self, usage: &TenantUsage) -> bool {
         let fuel = self
             .fuel_per_hour
             .is_some_and(|max| u64::try_from(usage.fuel_used).unwrap_or(0) >= max);
@@ -66,6 +66,11 @@ pub struct Quotas {
 impl Quotas {
     pub fn of(&self, tenant: &str) -> Option<&Quota> {
         self.tenants.get(tenant).or(self.default.as_ref())
+    }
+
+    /// The quota `usage` is over, if its tenant has one and it is.
+    pub fn exceeded_by(&self, usage: &TenantUsage) -> Option<&Quota> {
+        self.of(&usage.tenant).filter(|q| q.exceeded_by(usage))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -124,8 +129,8 @@ impl QuotaBook {
             .values()
             .filter(|u| {
                 self.quotas
-                    .of(&u.tenant)
-                    .is_some_and(|q| q.over_quota == policy && q.exceeded_by(u))
+                    .exceeded_by(u)
+                    .is_some_and(|q| q.over_quota == policy)
             })
             .map(|u| u.tenant.clone())
             .collect())
@@ -133,17 +138,18 @@ impl QuotaBook {
 
     /// Whether `tenant` is over a quota whose policy is `fail`.
     pub async fn fails(&self, tenant: &str) -> Result<bool, StoreError> {
-        let Some(quota) = self.quotas.of(tenant) else {
-            return Ok(false);
-        };
-        if quota.over_quota != OverQuota::Fail {
+        if self
+            .quotas
+            .of(tenant)
+            .is_none_or(|q| q.over_quota != OverQuota::Fail)
+        {
             return Ok(false);
         }
         Ok(self
             .usage()
             .await?
             .get(tenant)
-            .is_some_and(|u| quota.exceeded_by(u)))
+            .is_some_and(|u| self.quotas.exceeded_by(u).is_some()))
     }
 }
 

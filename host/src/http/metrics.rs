@@ -181,10 +181,7 @@ async fn usage_gauges(s: &Shared, gauges: &mut Vec<Gauge>) -> Result<(), ApiErro
             labels: tenant.clone(),
             value: u.wall_ms as f64 / 1000.0,
         });
-        let over = book
-            .quotas()
-            .of(&u.tenant)
-            .is_some_and(|q| q.exceeded_by(u));
+        let over = book.quotas().exceeded_by(u).is_some();
         gauges.push(Gauge {
             name: "jobhost_tenant_over_quota",
             help: "1 while a tenant is over its quota: its runs wait or fail by its policy.",

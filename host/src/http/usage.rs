@@ -2,7 +2,7 @@
 //! operator sees every tenant; a tenant's token sees only its own.
 
 use super::ApiResult;
-use crate::quota::{OverQuota, Quota, WINDOW};
+use crate::quota::{OverQuota, Quotas, WINDOW};
 use crate::serve::Shared;
 use crate::store::TenantUsage;
 use crate::tenant::Principal;
@@ -20,7 +20,7 @@ pub(super) async fn usage(
     let tenants: Vec<Value> = usage
         .values()
         .filter(|u| who.sees(&u.tenant))
-        .map(|u| view(u, book.quotas().of(&u.tenant)))
+        .map(|u| view(u, book.quotas()))
         .collect();
     Ok(Json(json!({
         "window_seconds": WINDOW.as_secs(),
@@ -28,7 +28,8 @@ pub(super) async fn usage(
     })))
 }
 
-fn view(usage: &TenantUsage, quota: Option<&Quota>) -> Value {
+fn view(usage: &TenantUsage, quotas: &Quotas) -> Value {
+    let quota = quotas.of(&usage.tenant);
     json!({
         "tenant": usage.tenant,
         "fuel_used": usage.fuel_used,
@@ -42,6 +43,6 @@ fn view(usage: &TenantUsage, quota: Option<&Quota>) -> Value {
                 OverQuota::Fail => "fail",
             },
         })),
-        "over": quota.is_some_and(|q| q.exceeded_by(usage)),
+        "over": quotas.exceeded_by(usage).is_some(),
     })
 }
