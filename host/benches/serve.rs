@@ -69,6 +69,9 @@
 //!   Postgres) from `/proc/<pid>/stat`, per run: in batch mode over the drain's clock; in
 //!   backlog modes from each process's start-up line (the host's `listening on`, printed as
 //!   its dispatcher starts; the worker's `started`) to done.
+//! - DB CPU (backlog drains on Postgres): user + system time of every `postgres` process
+//!   on this machine from spawning the processes to done, per run (the benchmark's own
+//!   checks included; a backend that exits within the window takes its time with it).
 //! - RSS: the largest `VmHWM` (peak resident set) of a process, read at the end of a backlog
 //!   drain (each process lives for one drain).
 //! - round trips (`trips`): one 20 000-run backlog drain of one Postgres host whose database
@@ -455,6 +458,9 @@ struct Drain {
     elapsed: Duration,
     /// CPU time of the system's processes (see the module comment for the window).
     cpu: Duration,
+    /// CPU time of the Postgres server's processes over the same window (backlog drains
+    /// on Postgres).
+    db_cpu: Option<Duration>,
     /// The largest peak RSS of a process, in KiB (backlog drains).
     peak_rss_kib: Option<u64>,
     /// From spawning the processes to the first claim (backlog drains).
@@ -604,8 +610,16 @@ impl Record {
             );
         }
         println!(
-            "{:<24} {:>5} {:>3} {:>11} {:>8} {:>10} {:>7} {:>8}  comparison",
-            "system", "procs", "n", "median", "runs/s", "CPU µs/run", "RSS MiB", "to 1st"
+            "{:<24} {:>5} {:>3} {:>11} {:>8} {:>10} {:>9} {:>7} {:>8}  comparison",
+            "system",
+            "procs",
+            "n",
+            "median",
+            "runs/s",
+            "CPU µs/run",
+            "DB µs/run",
+            "RSS MiB",
+            "to 1st"
         );
         let keep = if batch { s.samples } else { s.reps };
         let key = |v: Variant| {
@@ -637,13 +651,15 @@ impl Record {
                 System::Graphile | System::GraphileBatched => String::new(),
             };
             println!(
-                "{:<24} {:>5} {:>3} {:>11} {:>8.0} {:>10.1} {:>7} {:>8}  {comparison}",
+                "{:<24} {:>5} {:>3} {:>11} {:>8.0} {:>10.1} {:>9} {:>7} {:>8}  {comparison}",
                 v.label(),
                 v.procs,
                 st.n,
                 fmt_duration(st.median),
                 st.runs_per_s,
                 st.cpu_us_per_run,
+                st.db_cpu_us_per_run
+                    .map_or("-".to_string(), |us| format!("{us:.1}")),
                 st.peak_rss_kib
                     .map_or("-".to_string(), |k| format!("{:.0}", k as f64 / 1024.0)),
                 st.to_first_claim.map_or("-".to_string(), fmt_duration),
@@ -651,7 +667,8 @@ impl Record {
         }
         println!(
             "CPU: user + system time of the system's own processes (hosts or node workers, \
-             not Postgres) per run; RSS: largest peak of one process"
+             not Postgres) per run; DB: the Postgres server's processes, spawn to done \
+             (backlog drains); RSS: largest peak of one process"
         );
     }
 
@@ -712,8 +729,16 @@ impl Record {
              before it starts; clock as in backlog mode"
         );
         println!(
-            "{:<9} {:>8} {:>3} {:>11} {:>8} {:>10} {:>7} {:>8}",
-            "backend", "backlog", "n", "median", "runs/s", "CPU µs/run", "RSS MiB", "to 1st"
+            "{:<9} {:>8} {:>3} {:>11} {:>8} {:>10} {:>9} {:>7} {:>8}",
+            "backend",
+            "backlog",
+            "n",
+            "median",
+            "runs/s",
+            "CPU µs/run",
+            "DB µs/run",
+            "RSS MiB",
+            "to 1st"
         );
         for db in [Db::Postgres, Db::Sqlite] {
             for &runs in &s.curve {
@@ -722,11 +747,13 @@ impl Record {
                     continue;
                 };
                 println!(
-                    "{db:<9} {runs:>8} {:>3} {:>11} {:>8.0} {:>10.1} {:>7} {:>8}",
+                    "{db:<9} {runs:>8} {:>3} {:>11} {:>8.0} {:>10.1} {:>9} {:>7} {:>8}",
                     st.n,
                     fmt_duration(st.median),
                     st.runs_per_s,
                     st.cpu_us_per_run,
+                    st.db_cpu_us_per_run
+                        .map_or("-".to_string(), |us| format!("{us:.1}")),
                     st.peak_rss_kib
                         .map_or("-".to_string(), |k| format!("{:.0}", k as f64 / 1024.0)),
                     st.to_first_claim.map_or("-".to_string(), fmt_duration),
@@ -788,6 +815,7 @@ struct Stats {
     median: Duration,
     runs_per_s: f64,
     cpu_us_per_run: f64,
+    db_cpu_us_per_run: Option<f64>,
     peak_rss_kib: Option<u64>,
     to_first_claim: Option<Duration>,
 }
@@ -817,6 +845,11 @@ impl Stats {
             median: Duration::from_secs_f64(median),
             runs_per_s: first.runs as f64 / median,
             cpu_us_per_run: cpu * 1e6 / runs as f64,
+            db_cpu_us_per_run: drains
+                .iter()
+                .map(|d| d.db_cpu.map(|c| c.as_secs_f64()))
+                .sum::<Option<f64>>()
+                .map(|db| db * 1e6 / runs as f64),
             peak_rss_kib: drains.iter().filter_map(|d| d.peak_rss_kib).max(),
             to_first_claim: (!to_first.is_empty())
                 .then(|| Duration::from_secs_f64(median_of(to_first))),
@@ -1180,6 +1213,7 @@ impl Jobhost {
             runs: batch,
             elapsed: done.duration_since(start).unwrap_or_default(),
             cpu,
+            db_cpu: None,
             peak_rss_kib: None,
             to_first_claim: None,
         }
@@ -1286,11 +1320,16 @@ impl Jobhost {
     /// claim to done.
     async fn drain_backlog(&self, runs: usize, hosts: usize, record: &Record) -> Drain {
         self.queue_backlog(runs).await;
+        let db_before = postgres_cpu();
         let spawned = SystemTime::now();
         let procs: Vec<Proc> = (0..hosts)
             .map(|_| self.spawn_host(BACKLOG_WORKERS, &self.db_url))
             .collect();
         let done = wait_drained(|| self.busy(), &procs).await;
+        let db_cpu = self
+            .database
+            .is_some()
+            .then(|| postgres_cpu().saturating_sub(db_before));
         let (cpu, peak_rss_kib) = usage_since(&procs, "listening").await;
         for host in procs {
             host.stop(record).await;
@@ -1300,6 +1339,7 @@ impl Jobhost {
             runs,
             elapsed: done.duration_since(first).unwrap_or_default(),
             cpu,
+            db_cpu,
             peak_rss_kib: Some(peak_rss_kib),
             to_first_claim: Some(first.duration_since(spawned).unwrap_or_default()),
         }
@@ -1569,6 +1609,7 @@ impl Graphile {
             runs: batch,
             elapsed: done.duration_since(start).unwrap_or_default(),
             cpu: total_cpu(&self.workers).saturating_sub(cpu_before),
+            db_cpu: None,
             peak_rss_kib: None,
             to_first_claim: None,
         }
@@ -1589,11 +1630,13 @@ impl Graphile {
             .execute(&self.pool)
             .await
             .expect("analyze");
+        let db_before = postgres_cpu();
         let spawned = SystemTime::now();
         let workers: Vec<Proc> = (0..procs)
             .map(|_| self.spawn_worker(BACKLOG_WORKERS, batched))
             .collect();
         let done = wait_drained(|| self.busy(), &workers).await;
+        let db_cpu = Some(postgres_cpu().saturating_sub(db_before));
         let (cpu, peak_rss_kib) = usage_since(&workers, "started").await;
         let first = workers
             .iter()
@@ -1609,6 +1652,7 @@ impl Graphile {
             runs,
             elapsed: done.duration_since(first).unwrap_or_default(),
             cpu,
+            db_cpu,
             peak_rss_kib: Some(peak_rss_kib),
             to_first_claim: Some(first.duration_since(spawned).unwrap_or_default()),
         }
@@ -1816,9 +1860,33 @@ impl Drop for Proc {
     }
 }
 
+/// User + system CPU time of the Postgres server's processes on this machine (a backend
+/// that exits within a window takes its time with it: the hosts and workers keep theirs).
+fn postgres_cpu() -> Duration {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Duration::ZERO;
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim_end() == "postgres")
+        })
+        .filter_map(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .map(|stat| stat_cpu(&stat))
+        })
+        .sum()
+}
+
 /// User + system CPU time of a process, from `/proc/<pid>/stat`.
 fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/<pid>/stat");
+    stat_cpu(&std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/<pid>/stat"))
+}
+
+/// User + system CPU time from the text of a `/proc/<pid>/stat`.
+fn stat_cpu(stat: &str) -> Duration {
     // Fields after the command name (in parentheses; it may hold spaces) start at the
     // third, the state: utime and stime, the 14th and 15th, are the 12th and 13th here.
     let after_name = &stat[stat.rfind(')').expect("a command name") + 1..];

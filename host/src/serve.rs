@@ -30,6 +30,10 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// The lanes this host serves, with the workers of each.
     pub lanes: BTreeMap<String, usize>,
+    /// Claimed runs each lane keeps ready per worker. A deeper queue means fewer, larger
+    /// claims (a claim's round trip and commit cost about as much for 12 runs as for 96);
+    /// a run that waits in it longer than `start_within` is given back.
+    pub prefetch: usize,
     /// Longest wait between looks at the queue when nothing wakes the host.
     pub poll: Duration,
     pub surveillance_interval: Duration,
@@ -146,6 +150,7 @@ pub async fn serve(
             Lane {
                 name: lane.clone(),
                 workers,
+                ready: workers * config.prefetch.max(1),
                 wake,
             },
             cancel.clone(),
@@ -234,10 +239,12 @@ impl Pace {
     }
 }
 
-/// One lane a host serves: its name, its workers, and what wakes its dispatcher.
+/// One lane a host serves: its name, its workers, how many claimed runs it keeps ready
+/// for them, and what wakes its dispatcher.
 struct Lane {
     name: String,
     workers: usize,
+    ready: usize,
     wake: Arc<Notify>,
 }
 
@@ -253,8 +260,9 @@ async fn wake_lanes(wake: Arc<Notify>, lanes: Vec<Arc<Notify>>, mut stop: watch:
 }
 
 /// Claims runs of one lane's jobs for its workers, one round trip per batch: as many as
-/// fit a queue of `workers` runs ready to start (so a worker that finishes finds the next
-/// run waiting, without a claim's round trip), or, when claiming ahead is paused, as many
+/// fit a queue of `prefetch × workers` runs ready to start (so a worker that finishes
+/// finds the next run waiting, without a claim's round trip, and claims come in batches
+/// large enough to pay for their round trip), or, when claiming ahead is paused, as many
 /// as workers are idle.
 async fn dispatch(
     shared: Arc<Shared>,
@@ -263,7 +271,7 @@ async fn dispatch(
     cancel: CancelToken,
     mut stop: watch::Receiver<bool>,
 ) {
-    let (ready, queue) = mpsc::channel::<Claimed>(lane.workers);
+    let (ready, queue) = mpsc::channel::<Claimed>(lane.ready);
     let queue = Arc::new(tokio::sync::Mutex::new(queue));
     let pace = Arc::new(Pace {
         idle: AtomicUsize::new(0),
@@ -287,7 +295,7 @@ async fn dispatch(
         let room = pace.room.notified();
         tokio::pin!(room);
         room.as_mut().enable();
-        let queued = lane.workers - ready.capacity();
+        let queued = lane.ready - ready.capacity();
         let want = if pace.prefetch() {
             ready.capacity()
         } else {

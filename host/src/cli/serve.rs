@@ -31,6 +31,11 @@ pub struct ServeArgs {
     /// `[lanes.NAME] workers = N`, has its own).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Claimed runs each lane keeps ready per worker, so a free worker starts its next run
+    /// at once and claims come in batches; a run that waits there longer than its
+    /// start window (2 s) is given back, and claiming ahead pauses for a while.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub prefetch: u16,
     /// Serve only these lanes (comma-separated; default: every lane).
     #[arg(long, value_delimiter = ',')]
     pub lanes: Option<Vec<String>>,
@@ -185,6 +190,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
     let config = ServeConfig {
         listen: args.listen,
         lanes,
+        prefetch: usize::from(args.prefetch),
         poll: args.poll,
         surveillance_interval: args
             .surveillance_interval
