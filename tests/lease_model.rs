@@ -901,32 +901,10 @@ async fn run_case(backend: Backend, rounds: Vec<Vec<Timed>>) -> Vec<String> {
         }
     };
     home.exec(schema).await;
-    admin
-        .upsert_job(&JobUpsert {
-            name: JOB,
-            tenant: "default",
-            component_path: "model.wasm",
-            component_digest: "model",
-            spec: &serde_json::json!({"payload": {}}).to_string(),
-            schedule: None,
-            next_fire_at: None,
-            per_tenant: false,
-            sequential: false,
-            max_per_tenant: None,
-            over_limit: Default::default(),
-        })
-        .await
-        .unwrap();
+    register_job(&admin).await;
     let mut hosts = Vec::new();
     for n in 0..HOSTS {
-        let store = home.store().await;
-        let guest = GuestDb::open(&store).await.unwrap();
-        hosts.push(Arc::new(SimHost {
-            id: format!("model-{n}"),
-            store,
-            guest,
-            held: Mutex::default(),
-        }));
+        hosts.push(Arc::new(sim_host(&home, format!("model-{n}")).await));
     }
     let mut grant = DbGrant::default();
     grant.write.insert("model_writes".into());
@@ -972,6 +950,50 @@ async fn run_case(backend: Backend, rounds: Vec<Vec<Timed>>) -> Vec<String> {
     violations
 }
 
+async fn register_job(store: &Store) {
+    store
+        .upsert_job(&JobUpsert {
+            name: JOB,
+            tenant: "default",
+            component_path: "model.wasm",
+            component_digest: "model",
+            spec: &serde_json::json!({"payload": {}}).to_string(),
+            schedule: None,
+            next_fire_at: None,
+            per_tenant: false,
+            sequential: false,
+            max_per_tenant: None,
+            over_limit: Default::default(),
+        })
+        .await
+        .unwrap();
+}
+
+async fn sim_host(home: &Home, id: String) -> SimHost {
+    let store = home.store().await;
+    let guest = GuestDb::open(&store).await.unwrap();
+    SimHost {
+        id,
+        store,
+        guest,
+        held: Mutex::default(),
+    }
+}
+
+/// Claims due runs for `host` outside the model (no world to record violations in).
+async fn claim_due(host: &SimHost) -> Vec<Claimed> {
+    host.store
+        .claim_runs(&ClaimRequest {
+            host: &host.id,
+            limit: 10,
+            run_id: None,
+            terms: &terms(),
+            paused: &[],
+        })
+        .await
+        .unwrap()
+}
+
 fn config() -> Config {
     let cases = std::env::var("JOBHOST_MODEL_CASES")
         .ok()
@@ -1008,4 +1030,80 @@ fn the_lease_protocol_holds_on_sqlite() {
 #[test]
 fn the_lease_protocol_holds_on_postgres() {
     check_backend(Backend::Postgres);
+}
+
+on_every_backend! {
+    // A retry whose parked lease outlived its hold (a fleet too busy to claim it in time)
+    // keeps it: a kick of its instance meanwhile folds into the pending flag, a scheduled
+    // run of the instance gets no lease, and the retry, claimed late, moves the lease on
+    // and queues the kick's follow-up when it ends.
+    async fn a_parked_lease_stays_with_its_retry_past_its_hold(home) {
+        register_job(&home.store().await).await;
+        let host = sim_host(&home, "late".into()).await;
+        let retry = new_run("a", Origin::Kick);
+        host.store.insert_run(&retry).await.unwrap();
+        let mut claimed = claim_due(&host).await;
+        assert_eq!(claimed.len(), 1);
+        let first = claimed.remove(0);
+        let held = Held {
+            lease: first.lease.expect("a first attempt takes the free lease"),
+            run: first.run,
+        };
+        let mut requeue = retrying(&host, &held);
+        let RunChange::Requeue {
+            delay_ms, hold_ms, ..
+        } = &mut requeue.change
+        else {
+            unreachable!("a retry requeues")
+        };
+        // Due in 500 ms, its lease parked with no hold left at all.
+        (*delay_ms, *hold_ms) = (500, 0);
+        let answers = host.store.record_attempts(&[requeue]).await;
+        assert!(matches!(answers[..], [Ok(Recorded::Requeued)]), "{answers:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+
+        let kicked = jobhost::kick::kick(&host.store, JOB, "a", None).await.unwrap();
+        assert!(
+            matches!(kicked, jobhost::kick::Kicked::Pending),
+            "the kick folds into the parked lease's pending flag: {kicked:?}"
+        );
+        let scheduled = new_run("a", Origin::Cron);
+        host.store.insert_run(&scheduled).await.unwrap();
+        let claimed = claim_due(&host).await;
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].run.id, scheduled.id);
+        assert!(
+            claimed[0].lease.is_none(),
+            "a scheduled run takes no lease parked for a queued retry"
+        );
+        host.store.skip_run(&scheduled.id, "held").await.unwrap();
+
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let mut claimed = claim_due(&host).await;
+        assert_eq!(claimed.len(), 1);
+        let late = claimed.remove(0);
+        assert_eq!(late.run.id, retry.id);
+        let lease = late.lease.expect("the retry keeps its parked lease");
+        assert_eq!(lease.generation, held.lease.generation + 1);
+        let answers = host
+            .store
+            .record_attempts(&[finishing(
+                &host,
+                &Held {
+                    run: late.run,
+                    lease,
+                },
+                RunStatus::Succeeded,
+            )])
+            .await;
+        assert!(
+            matches!(
+                answers[..],
+                [Ok(Recorded::Finished {
+                    follow_up: Some(_)
+                })]
+            ),
+            "the retry's end queues the folded kick's follow-up: {answers:?}"
+        );
+    }
 }

@@ -610,16 +610,10 @@ impl Record {
             );
         }
         println!(
-            "{:<24} {:>5} {:>3} {:>11} {:>8} {:>10} {:>9} {:>7} {:>8}  comparison",
+            "{:<24} {:>5} {}  comparison",
             "system",
             "procs",
-            "n",
-            "median",
-            "runs/s",
-            "CPU µs/run",
-            "DB µs/run",
-            "RSS MiB",
-            "to 1st"
+            Stats::HEADER
         );
         let keep = if batch { s.samples } else { s.reps };
         let key = |v: Variant| {
@@ -651,18 +645,10 @@ impl Record {
                 System::Graphile | System::GraphileBatched => String::new(),
             };
             println!(
-                "{:<24} {:>5} {:>3} {:>11} {:>8.0} {:>10.1} {:>9} {:>7} {:>8}  {comparison}",
+                "{:<24} {:>5} {}  {comparison}",
                 v.label(),
                 v.procs,
-                st.n,
-                fmt_duration(st.median),
-                st.runs_per_s,
-                st.cpu_us_per_run,
-                st.db_cpu_us_per_run
-                    .map_or("-".to_string(), |us| format!("{us:.1}")),
-                st.peak_rss_kib
-                    .map_or("-".to_string(), |k| format!("{:.0}", k as f64 / 1024.0)),
-                st.to_first_claim.map_or("-".to_string(), fmt_duration),
+                st.columns()
             );
         }
         println!(
@@ -728,36 +714,14 @@ impl Record {
             "backlog curve: jobhost, 1 host, {BACKLOG_WORKERS} workers, the backlog queued \
              before it starts; clock as in backlog mode"
         );
-        println!(
-            "{:<9} {:>8} {:>3} {:>11} {:>8} {:>10} {:>9} {:>7} {:>8}",
-            "backend",
-            "backlog",
-            "n",
-            "median",
-            "runs/s",
-            "CPU µs/run",
-            "DB µs/run",
-            "RSS MiB",
-            "to 1st"
-        );
+        println!("{:<9} {:>8} {}", "backend", "backlog", Stats::HEADER);
         for db in [Db::Postgres, Db::Sqlite] {
             for &runs in &s.curve {
                 let Some(st) = self.stats(Key::Curve(db, runs), s.reps) else {
                     println!("{db:<9} {runs:>8} (not run)");
                     continue;
                 };
-                println!(
-                    "{db:<9} {runs:>8} {:>3} {:>11} {:>8.0} {:>10.1} {:>9} {:>7} {:>8}",
-                    st.n,
-                    fmt_duration(st.median),
-                    st.runs_per_s,
-                    st.cpu_us_per_run,
-                    st.db_cpu_us_per_run
-                        .map_or("-".to_string(), |us| format!("{us:.1}")),
-                    st.peak_rss_kib
-                        .map_or("-".to_string(), |k| format!("{:.0}", k as f64 / 1024.0)),
-                    st.to_first_claim.map_or("-".to_string(), fmt_duration),
-                );
+                println!("{db:<9} {runs:>8} {}", st.columns());
             }
         }
     }
@@ -821,6 +785,26 @@ struct Stats {
 }
 
 impl Stats {
+    /// The names of [`Stats::columns`], aligned with them.
+    const HEADER: &str = "  n      median   runs/s CPU µs/run DB µs/run RSS MiB   to 1st";
+
+    /// One row of a table: samples, median, rate, CPU, database CPU, RSS, time to the
+    /// first claim.
+    fn columns(&self) -> String {
+        format!(
+            "{:>3} {:>11} {:>8.0} {:>10.1} {:>9} {:>7} {:>8}",
+            self.n,
+            fmt_duration(self.median),
+            self.runs_per_s,
+            self.cpu_us_per_run,
+            self.db_cpu_us_per_run
+                .map_or("-".to_string(), |us| format!("{us:.1}")),
+            self.peak_rss_kib
+                .map_or("-".to_string(), |k| format!("{:.0}", k as f64 / 1024.0)),
+            self.to_first_claim.map_or("-".to_string(), fmt_duration),
+        )
+    }
+
     fn of(drains: &[Drain]) -> Option<Stats> {
         let first = drains.first()?;
         let median_of = |values: Vec<f64>| {

@@ -31,8 +31,8 @@ pub struct ServeConfig {
     /// The lanes this host serves, with the workers of each.
     pub lanes: BTreeMap<String, usize>,
     /// Claimed runs each lane keeps ready per worker. A deeper queue means fewer, larger
-    /// claims (a claim's round trip and commit cost about as much for 12 runs as for 96);
-    /// a run that waits in it longer than `start_within` is given back.
+    /// claims and endings (much of their cost is per call and per commit, not per run); a
+    /// run that waits in it longer than `start_within` is given back.
     pub prefetch: usize,
     /// Longest wait between looks at the queue when nothing wakes the host.
     pub poll: Duration,

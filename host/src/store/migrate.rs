@@ -57,6 +57,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     8 => "0008_boot_and_orphans",
     9 => "0009_trace",
     10 => "0010_fair_claims_and_tenant_limits",
+    11 => "0011_parked_leases_kept",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -69,6 +70,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     8 => "0008_boot_and_orphans",
     9 => "0009_trace",
     10 => "0010_fair_claims_and_tenant_limits",
+    11 => "0011_parked_leases_kept",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -124,10 +124,21 @@ const QUEUE_RUN: &str = "INSERT INTO jobhost_runs (id, job, instance, tenant, or
 /// The attempt whose fence is `$1`..`$4` holds its lease.
 const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM jobhost_leases WHERE {fence_match})";
 
+/// The lease row (of the unaliased `jobhost_leases`) is parked for its holder: a run queued
+/// for a retry, its next pass or after a give-back, at the lease's generation. It stays
+/// that run's past its hold, however late a busy fleet claims it: another run of the
+/// instance never takes it (a kick folds into its pending flag instead), so a retry never
+/// loses its lease to a kick that came while it waited. Not `host run`'s own runs (origin
+/// `manual`): they belong to their process, and surveillance calls them crashed once their
+/// lease expires. The Postgres claim (migration 0011) has the same condition.
+const PARKED: &str = "EXISTS (SELECT 1 FROM jobhost_runs h WHERE h.id = jobhost_leases.holder \
+    AND h.status = 'queued' AND h.origin <> 'manual' AND h.generation = jobhost_leases.generation)";
+
 impl Dialect {
     fn render(&self, template: &str) -> String {
         template
             .replace("{lease_held}", LEASE_HELD)
+            .replace("{parked}", PARKED)
             .replace("{sequential_free}", SEQUENTIAL_FREE)
             .replace("{queue_run}", QUEUE_RUN)
             .replace("{over_limit}", OVER_LIMIT)
@@ -389,7 +400,8 @@ queries! {
         ON CONFLICT (job, instance) DO UPDATE SET generation = jobhost_leases.generation + 1, \
         holder = excluded.holder, deadline_at = {now} + $4, \
         expires_at = {now} + $5, pending = 0, updated_at = {now} \
-        WHERE jobhost_leases.holder IS NULL OR jobhost_leases.expires_at <= {now} \
+        WHERE jobhost_leases.holder IS NULL \
+            OR (jobhost_leases.expires_at <= {now} AND NOT {parked}) \
         RETURNING {lease_columns}";
     renew_lease = "UPDATE jobhost_leases SET generation = generation + 1, \
         deadline_at = {now} + $5, expires_at = {now} + $6, updated_at = {now} \
@@ -403,7 +415,8 @@ queries! {
         expires_at = {now}, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND generation = $3";
     set_pending = "UPDATE jobhost_leases SET pending = 1, updated_at = {now} \
-        WHERE job = $1 AND instance = $2 AND holder IS NOT NULL AND expires_at > {now}";
+        WHERE job = $1 AND instance = $2 AND holder IS NOT NULL \
+        AND (expires_at > {now} OR {parked})";
     get_lease = "SELECT {lease_columns} FROM jobhost_leases WHERE job = $1 AND instance = $2";
     list_leases = "SELECT {lease_columns} FROM jobhost_leases ORDER BY job, instance";
     fence = "SELECT 1 FROM jobhost_leases WHERE {fence_match} {for_update}";
