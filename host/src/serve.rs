@@ -19,7 +19,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
@@ -30,9 +30,10 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// The lanes this host serves, with the workers of each.
     pub lanes: BTreeMap<String, usize>,
-    /// Claimed runs each lane keeps ready per worker. A deeper queue means fewer, larger
-    /// claims and endings (much of their cost is per call and per commit, not per run); a
-    /// run that waits in it longer than `start_within` is given back.
+    /// Claimed runs each lane keeps ready per worker while its runs are short (under
+    /// `SHORT_RUN` on average; one per worker otherwise). A deeper queue means fewer,
+    /// larger claims and endings (much of their cost is per call and per commit, not per
+    /// run); a run that waits in it longer than `start_within` is given back.
     pub prefetch: usize,
     /// Longest wait between looks at the queue when nothing wakes the host.
     pub poll: Duration,
@@ -216,6 +217,15 @@ pub async fn serve(
 /// from other hosts), in multiples of `start_within`.
 const PREFETCH_PAUSE: u32 = 10;
 
+/// Runs that keep a worker busy for less than this (on average, lately) are claimed
+/// `--prefetch` deep: their workers would otherwise wait on claims, and large claims pay
+/// for their round trip. Longer runs are claimed one ahead per worker: a deeper queue
+/// would only hold them from other hosts, which could start them at once.
+const SHORT_RUN: Duration = Duration::from_millis(10);
+
+/// `Pace::busy_us` before any attempt of the lane ended: taken as long.
+const BUSY_UNKNOWN: u64 = u64::MAX;
+
 /// What the dispatcher and the workers share to pace claims.
 struct Pace {
     /// Workers waiting for a run.
@@ -224,9 +234,44 @@ struct Pace {
     room: Notify,
     /// Until when only idle workers are claimed for.
     prefetch_paused_until: Mutex<Option<Instant>>,
+    /// How long the lane's recent runs kept a worker busy, in µs: a moving average of
+    /// the last eight or so.
+    busy_us: AtomicU64,
 }
 
 impl Pace {
+    fn new() -> Pace {
+        Pace {
+            idle: AtomicUsize::new(0),
+            room: Notify::new(),
+            prefetch_paused_until: Mutex::new(None),
+            busy_us: AtomicU64::new(BUSY_UNKNOWN),
+        }
+    }
+
+    /// A worker spent `took` on one run.
+    fn ran(&self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(BUSY_UNKNOWN - 1);
+        let _ = self
+            .busy_us
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |mean| {
+                Some(if mean == BUSY_UNKNOWN {
+                    us
+                } else {
+                    mean - mean / 8 + us / 8
+                })
+            });
+    }
+
+    /// How many claimed runs `lane` keeps ready for its workers now.
+    fn depth(&self, lane: &Lane) -> usize {
+        if self.busy_us.load(Ordering::Acquire) < SHORT_RUN.as_micros() as u64 {
+            lane.ready
+        } else {
+            lane.workers
+        }
+    }
+
     fn prefetch(&self) -> bool {
         self.prefetch_paused_until
             .lock()
@@ -260,10 +305,11 @@ async fn wake_lanes(wake: Arc<Notify>, lanes: Vec<Arc<Notify>>, mut stop: watch:
 }
 
 /// Claims runs of one lane's jobs for its workers, one round trip per batch: as many as
-/// fit a queue of `prefetch × workers` runs ready to start (so a worker that finishes
-/// finds the next run waiting, without a claim's round trip, and claims come in batches
-/// large enough to pay for their round trip), or, when claiming ahead is paused, as many
-/// as workers are idle.
+/// fit a queue of runs ready to start (so a worker that finishes finds the next run
+/// waiting, without a claim's round trip) — `prefetch × workers` deep while the lane's
+/// runs are short, so claims come in batches large enough to pay for their round trip,
+/// one per worker otherwise — or, when claiming ahead is paused, as many as workers are
+/// idle.
 async fn dispatch(
     shared: Arc<Shared>,
     config: ServeConfig,
@@ -273,11 +319,7 @@ async fn dispatch(
 ) {
     let (ready, queue) = mpsc::channel::<Claimed>(lane.ready);
     let queue = Arc::new(tokio::sync::Mutex::new(queue));
-    let pace = Arc::new(Pace {
-        idle: AtomicUsize::new(0),
-        room: Notify::new(),
-        prefetch_paused_until: Mutex::new(None),
-    });
+    let pace = Arc::new(Pace::new());
     let mut workers = JoinSet::new();
     for _ in 0..lane.workers {
         workers.spawn(work(
@@ -297,7 +339,7 @@ async fn dispatch(
         room.as_mut().enable();
         let queued = lane.ready - ready.capacity();
         let want = if pace.prefetch() {
-            ready.capacity()
+            pace.depth(&lane).saturating_sub(queued)
         } else {
             pace.idle.load(Ordering::Acquire).saturating_sub(queued)
         };
@@ -370,7 +412,9 @@ async fn work(
             give_back(&shared, claimed).await;
             continue;
         }
+        let began = Instant::now();
         process(&shared, claimed, cancel.clone()).await;
+        pace.ran(began.elapsed());
     }
 }
 
@@ -600,5 +644,35 @@ async fn listen_loop(pool: sqlx::PgPool, wake: Arc<Notify>, mut stop: watch::Rec
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lane() -> Lane {
+        Lane {
+            name: "default".into(),
+            workers: 4,
+            ready: 16,
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    #[test]
+    fn short_runs_are_claimed_deep_and_long_ones_one_per_worker() {
+        let (pace, lane) = (Pace::new(), lane());
+        assert_eq!(pace.depth(&lane), 4, "nothing ended yet: taken as long");
+        pace.ran(Duration::from_micros(200));
+        assert_eq!(pace.depth(&lane), 16);
+        for _ in 0..3 {
+            pace.ran(Duration::from_secs(1));
+        }
+        assert_eq!(pace.depth(&lane), 4, "runs became long");
+        for _ in 0..60 {
+            pace.ran(Duration::from_micros(200));
+        }
+        assert_eq!(pace.depth(&lane), 16, "and short again");
     }
 }

@@ -31,9 +31,10 @@ pub struct ServeArgs {
     /// `[lanes.NAME] workers = N`, has its own).
     #[arg(long)]
     pub workers: Option<usize>,
-    /// Claimed runs each lane keeps ready per worker, so a free worker starts its next run
-    /// at once and claims come in batches; a run that waits there longer than its
-    /// start window (2 s) is given back, and claiming ahead pauses for a while.
+    /// Claimed runs each lane keeps ready per worker while its runs take under 10 ms (one
+    /// per worker for longer runs), so a free worker starts its next run at once and
+    /// claims come in batches; a run that waits there longer than its start window (2 s)
+    /// is given back, and claiming ahead pauses for a while.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub prefetch: u16,
     /// Serve only these lanes (comma-separated; default: every lane).
