@@ -107,6 +107,40 @@ on_every_backend! {
         assert_eq!((exit, run["passes"].as_i64()), (0, Some(2)), "{run}");
     }
 
+    async fn a_log_of_nul_and_invalid_bytes_is_stored_within_its_cap(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let (exit, run) = home.run_json(&["--job", &adversary(), "--payload", r#"{"mode":"nul-flood"}"#, "--grant", "db.read=ledger"]);
+        assert_eq!(exit, 0, "{run}");
+        let shown = json_of(&String::from_utf8_lossy(
+            &home.run(&["runs", "show", run["run_id"].as_str().unwrap(), "--json"]).stdout,
+        ));
+        let attempt = &shown["attempt_records"][0];
+        let log = attempt["log"].as_str().unwrap();
+        assert!(log.len() <= 64 << 10, "{} bytes stored", log.len());
+        assert!(log.starts_with('\u{2400}'), "{:?}", &log[..12]);
+        assert_eq!(attempt["log_truncated"], true);
+    }
+
+    async fn a_run_of_many_passes_shows_only_its_last_attempts(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let (exit, run) = home.run_json(&["--job", &adversary(), "--payload", r#"{"mode":"passes","passes":103}"#, "--grant", "db.read=ledger"]);
+        assert_eq!((exit, run["passes"].as_i64()), (0, Some(103)), "{run}");
+        let shown = json_of(&String::from_utf8_lossy(
+            &home.run(&["runs", "show", run["run_id"].as_str().unwrap(), "--json"]).stdout,
+        ));
+        let attempts = shown["attempt_records"].as_array().unwrap();
+        assert_eq!(attempts.len(), 100);
+        let seqs: Vec<i64> = attempts.iter().map(|a| a["seq"].as_i64().unwrap()).collect();
+        assert_eq!(seqs, (4..=103).collect::<Vec<_>>());
+        assert_eq!(shown["earlier_attempts_omitted"], true);
+        let (_, short) = home.run_json(&["--job", &adversary(), "--instance", "short", "--payload", r#"{"mode":"passes","passes":2}"#, "--grant", "db.read=ledger"]);
+        let shown = json_of(&String::from_utf8_lossy(
+            &home.run(&["runs", "show", short["run_id"].as_str().unwrap(), "--json"]).stdout,
+        ));
+        assert_eq!(shown["attempt_records"].as_array().unwrap().len(), 2);
+        assert_eq!(shown["earlier_attempts_omitted"], false);
+    }
+
     async fn nul_and_invalid_text_are_recorded_safely(home) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
         let (exit, run) = home.run_json(&["--job", &adversary(), "--payload", r#"{"mode":"nul"}"#, "--grant", "db.read=ledger"]);

@@ -300,7 +300,7 @@ async fn a_host_that_loses_the_database_fails_the_attempt_and_recovers() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let attempts = store.list_attempts(&run.id).await.unwrap();
+    let attempts = store.list_attempts(&run.id, 100).await.unwrap();
     assert_eq!(attempts.len(), 2, "{attempts:?}");
     assert_eq!(attempts[0].status, "failed");
     assert_eq!(attempts[0].code.as_deref(), Some("driver_failed"));

@@ -10,7 +10,7 @@ mod common;
 
 use common::{Backend, Home};
 use jobhost::grants::DbGrant;
-use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, Refusal};
+use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, Refusal, SqlValue};
 use jobhost::store::{Pool, Store};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
@@ -265,4 +265,58 @@ fn guest_sql_never_touches_a_table_outside_its_grant_on_sqlite() {
 #[test]
 fn guest_sql_never_touches_a_table_outside_its_grant_on_postgres() {
     check(Backend::Postgres);
+}
+
+/// Values at the ends of Postgres' date and time types reach the guest as the server
+/// spells them, and a cast to an array of a catalog lookup type is refused like the type.
+#[test]
+fn postgres_edge_values_decode_and_catalog_array_casts_are_refused() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let home = Home::new(Backend::Postgres).await;
+        let store = home.store().await;
+        let guest = GuestDb::open(&store).await.unwrap();
+        let access = Access {
+            grant: Arc::new(DbGrant::default()),
+            fence: Fence {
+                job: "edges".into(),
+                instance: "i".into(),
+                generation: 1,
+                holder: "r".into(),
+            },
+            tenant: "default".into(),
+            deadline: tokio::time::Instant::now() + Duration::from_secs(20),
+        };
+        let rows = guest
+            .query(
+                &access,
+                "SELECT 'infinity'::timestamptz, '-infinity'::timestamp, 'infinity'::date, \
+                 '-infinity'::date, '2024-02-29T12:00:00Z'::timestamptz",
+                &[],
+            )
+            .await
+            .expect("edge values decode");
+        let text = |s: &str| SqlValue::Text(s.into());
+        assert_eq!(
+            rows.rows,
+            vec![vec![
+                text("infinity"),
+                text("-infinity"),
+                text("infinity"),
+                text("-infinity"),
+                text("2024-02-29T12:00:00+00:00"),
+            ]]
+        );
+        for sql in [
+            "SELECT ARRAY[1::oid]::_regclass::text",
+            "SELECT 'r=r/postgres'::aclitem",
+        ] {
+            assert_eq!(
+                guest.query(&access, sql, &[]).await.map(drop),
+                Err(GuestDbError::Refused(Refusal::Forbidden)),
+                "{sql}"
+            );
+        }
+        store.close().await;
+    });
 }

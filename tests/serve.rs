@@ -290,7 +290,7 @@ on_every_backend! {
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].status, "queued");
         assert_eq!(runs[0].last_code.as_deref(), Some("cancelled"));
-        let attempts = store.list_attempts(&runs[0].id).await.unwrap();
+        let attempts = store.list_attempts(&runs[0].id, 100).await.unwrap();
         assert_eq!(attempts[0].code.as_deref(), Some("cancelled"));
         let next = home.serve(&["--manifest", manifest]).await;
         let runs = next

@@ -297,7 +297,7 @@ on_every_backend! {
         let runs = store.list_runs(&jobhost::store::RunFilter {
             tenant: Some("globex".into()), statuses: vec![jobhost::store::RunStatus::Succeeded], limit: 1,
             ..Default::default() }).await.unwrap();
-        let attempts = store.list_attempts(&runs[0].id).await.unwrap();
+        let attempts = store.list_attempts(&runs[0].id, 100).await.unwrap();
         assert!(attempts[0].log.contains("tenant globex"), "the child runs as its tenant: {}", attempts[0].log);
 
         // A fan-out retried for the same tick inserts nothing new: the ids are the tick's.

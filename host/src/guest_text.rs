@@ -11,13 +11,29 @@
 
 use std::borrow::Cow;
 
-/// `text` cut to at most `max` bytes on a character boundary, with NUL shown as U+2400.
+/// `text` with NUL shown as U+2400, cut to at most `max` bytes (after the replacement,
+/// which takes three bytes for one) on a character boundary.
 pub fn for_storage(text: &str, max: usize) -> String {
+    for_storage_cut(text, max).0
+}
+
+/// [`for_storage`], and whether it cut anything.
+pub fn for_storage_cut(text: &str, max: usize) -> (String, bool) {
+    let kept = cut(text, max);
+    let mut shown = kept.replace('\0', "\u{2400}");
+    let end = cut(&shown, max).len();
+    let was_cut = kept.len() < text.len() || end < shown.len();
+    shown.truncate(end);
+    (shown, was_cut)
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
     let mut end = text.len().min(max);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    text[..end].replace('\0', "\u{2400}")
+    &text[..end]
 }
 
 /// Whether the terminal could act on `c` rather than print it.
@@ -54,6 +70,13 @@ mod tests {
         assert_eq!(for_storage("héllo", 3), "hé");
         assert_eq!(for_storage("a\0b", 10), "a\u{2400}b");
         assert_eq!(for_storage("abc", 10), "abc");
+        // NUL takes three bytes once shown: the bound holds after the replacement.
+        assert_eq!(
+            for_storage_cut("\0\0\0\0", 7),
+            ("\u{2400}\u{2400}".into(), true)
+        );
+        assert_eq!(for_storage_cut("a\0", 4), ("a\u{2400}".into(), false));
+        assert_eq!(for_storage_cut("abc", 2), ("ab".into(), true));
     }
 
     #[test]

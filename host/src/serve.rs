@@ -14,9 +14,11 @@ use crate::report::Reporter;
 use crate::schedule::Scheduler;
 use crate::schedule::surveillance::Surveillance;
 use crate::store::{AttemptTerms, Claimed, Pool};
+use futures_util::FutureExt;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -413,7 +415,15 @@ async fn work(
             continue;
         }
         let began = Instant::now();
-        process(&shared, claimed, cancel.clone()).await;
+        let run_id = claimed.run.id.clone();
+        // A defect in the host that a guest reaches (a panic in a host call) ends its
+        // attempt, never the worker: the host keeps all its workers whatever a guest does.
+        let processed = AssertUnwindSafe(process(&shared, claimed, cancel.clone()))
+            .catch_unwind()
+            .await;
+        if processed.is_err() {
+            tracing::error!(run_id = %run_id, code = "host_defect", "an attempt stopped on a defect in the host; surveillance will report its run when its lease expires");
+        }
         pace.ran(began.elapsed());
     }
 }

@@ -108,19 +108,26 @@ pub fn step(s: &StepRecord) -> Value {
     })
 }
 
-/// A run with its attempts and its ledger (the steps its current pass recorded; after a
+/// The most attempts a run's detail shows: its last ones (a run that continues pass after
+/// pass may have any number).
+pub const ATTEMPTS_SHOWN: i64 = 100;
+
+/// A run with its last attempts (`ATTEMPTS_SHOWN` of them; `earlier_attempts_omitted` says
+/// whether it had more) and its ledger (the steps its current pass recorded; after a
 /// failure, the evidence of how far the last pass got). Each attempt names the run's
 /// trace, which its log lines, its span and its calls belong to.
 pub fn run_detail(r: &RunRecord, attempts: &[AttemptRecord], steps: &[StepRecord]) -> Value {
     let mut value = run(r);
     value["payload"] = decoded(Some(&r.payload), "payload", &mut Vec::new());
     let trace_id = r.trace().trace_id();
-    let attempts = attempts.iter().map(|a| {
+    let views = attempts.iter().map(|a| {
         let mut view = attempt(a);
         view["trace_id"] = trace_id.clone().into();
         view
     });
-    value["attempt_records"] = Value::Array(attempts.collect());
+    value["attempt_records"] = Value::Array(views.collect());
+    // Attempts are numbered from 1 without gaps: a first one shown past 1 had others before.
+    value["earlier_attempts_omitted"] = attempts.first().is_some_and(|a| a.seq > 1).into();
     value["steps"] = Value::Array(steps.iter().map(step).collect());
     value
 }

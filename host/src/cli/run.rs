@@ -167,7 +167,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         .get_run(&run.id)
         .await?
         .expect("the run we inserted exists");
-    let attempts = app.store.list_attempts(&run.id).await?;
+    let attempts = app.store.list_attempts(&run.id, 1).await?;
     app.store.close().await;
     output::run_result(&record, args.json);
     if !args.json

@@ -93,7 +93,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             let Some(run) = store.get_run(&id).await? else {
                 return Err(Failure::usage(format!("no run with id {id:?}")));
             };
-            let attempts = store.list_attempts(&id).await?;
+            let attempts = store.list_attempts(&id, views::ATTEMPTS_SHOWN).await?;
             let steps = store.run_steps(&id).await?;
             if json {
                 println!("{}", views::run_detail(&run, &attempts, &steps));

@@ -7,13 +7,28 @@
 /// every memory, pooled or not, so a pool sized to it reserves no more address space.)
 pub const MAX_JOB_MEMORY: u64 = 4 << 30;
 
-/// A `ResourceLimiter` that refuses memory growth past the job's cap (the guest sees a
-/// failed `memory.grow`, as the spec says) and remembers that it did, so the trap that
-/// usually follows is reported as `memory_limit` rather than a bare trap. Growth the
-/// engine refuses after the cap allowed it (past the pooling allocator's per-memory size,
-/// or the system out of memory) counts the same way.
+/// Most linear memories, tables and core instances one attempt's store may create. A
+/// component is several core modules, each of which may define memories and tables; these
+/// match what the pooling allocator reserves per attempt (`pool`), so an attempt is bound
+/// the same with pooling or without.
+pub const MAX_MEMORIES: usize = 2;
+pub const MAX_TABLES: usize = 8;
+pub const MAX_CORE_INSTANCES: usize = 8;
+
+/// A `ResourceLimiter` that refuses memory growth that would take the attempt's linear
+/// memories, together, past the job's cap (the guest sees a failed `memory.grow`, as the
+/// spec says) and remembers that it did, so the trap that usually follows is reported as
+/// `memory_limit` rather than a bare trap. Growth the engine refuses after the cap allowed
+/// it (past the pooling allocator's per-memory size, or the system out of memory) counts
+/// the same way. Tables are bound together too, at a pointer per element, to the same cap.
 pub struct MemoryLimiter {
     cap: usize,
+    /// Bytes of all the store's memories now.
+    memory: usize,
+    /// What the last growth allowed added, taken back if the engine then refused it.
+    granted: usize,
+    /// Elements of all the store's tables now.
+    table_elements: usize,
     peak: usize,
     hit: bool,
 }
@@ -22,11 +37,15 @@ impl MemoryLimiter {
     pub fn new(cap: u64) -> Self {
         MemoryLimiter {
             cap: usize::try_from(cap).unwrap_or(usize::MAX),
+            memory: 0,
+            granted: 0,
+            table_elements: 0,
             peak: 0,
             hit: false,
         }
     }
 
+    /// The most bytes the attempt's memories held together.
     pub fn peak(&self) -> usize {
         self.peak
     }
@@ -39,34 +58,58 @@ impl MemoryLimiter {
 impl wasmtime::ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.cap || maximum.is_some_and(|m| desired > m) {
+        let added = desired.saturating_sub(current);
+        let total = self.memory.saturating_add(added);
+        if total > self.cap || maximum.is_some_and(|m| desired > m) {
             self.hit = true;
             return Ok(false);
         }
-        self.peak = self.peak.max(desired);
+        self.memory = total;
+        self.granted = added;
+        self.peak = self.peak.max(total);
         Ok(true)
     }
 
     fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
         // The cap allowed it, the engine did not: the guest still sees a failed
         // `memory.grow`, and the attempt, if it fails, fails `memory_limit`.
+        self.memory -= std::mem::take(&mut self.granted);
         self.hit = true;
         Ok(())
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
         // Tables cost a pointer per element: bound them like a slice of the memory cap.
         let limit = self.cap / std::mem::size_of::<usize>();
-        Ok(desired <= limit && maximum.is_none_or(|m| desired <= m))
+        let total = self
+            .table_elements
+            .saturating_add(desired.saturating_sub(current));
+        if total > limit || maximum.is_some_and(|m| desired > m) {
+            return Ok(false);
+        }
+        self.table_elements = total;
+        Ok(true)
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+
+    fn instances(&self) -> usize {
+        MAX_CORE_INSTANCES
     }
 }
 
@@ -88,12 +131,73 @@ mod tests {
 
     #[test]
     fn growth_the_engine_refuses_counts_as_the_memory_limit() {
-        let mut l = MemoryLimiter::new(1 << 30);
+        let mut l = MemoryLimiter::new(4 << 20);
         assert!(l.memory_growing(0, 2 << 20, None).unwrap());
         assert!(!l.hit());
         l.memory_grow_failed(wasmtime::Error::msg("Memory maximum size exceeded"))
             .unwrap();
         assert!(l.hit());
+        // What was refused does not count: the cap still has room for it.
+        assert!(l.memory_growing(0, 4 << 20, None).unwrap());
+    }
+
+    #[test]
+    fn memories_and_tables_count_together_against_the_cap() {
+        let mut l = MemoryLimiter::new(1 << 20);
+        assert!(l.memory_growing(0, 512 << 10, None).unwrap());
+        assert!(l.memory_growing(0, 512 << 10, None).unwrap());
+        assert!(
+            !l.memory_growing(0, 65536, None).unwrap(),
+            "a third memory past the cap"
+        );
+        assert!(
+            !l.memory_growing(512 << 10, (512 << 10) + 65536, None)
+                .unwrap()
+        );
+        assert!(l.hit());
+        assert_eq!(l.peak(), 1 << 20);
+        let elements = (1 << 20) / std::mem::size_of::<usize>();
+        assert!(l.table_growing(0, elements / 2, None).unwrap());
+        assert!(l.table_growing(0, elements / 2, None).unwrap());
+        assert!(
+            !l.table_growing(0, 1, None).unwrap(),
+            "a third table past the cap"
+        );
+    }
+
+    /// Instantiates each module (WAT) in turn in one store under a cap of `cap` bytes:
+    /// how many of them instantiated.
+    fn instantiated(cap: u64, modules: &[&str]) -> usize {
+        let engine = wasmtime::Engine::default();
+        let mut store = wasmtime::Store::new(&engine, MemoryLimiter::new(cap));
+        store.limiter(|l| l);
+        modules
+            .iter()
+            .map(|text| wasmtime::Module::new(&engine, wat::parse_str(text).unwrap()).unwrap())
+            .take_while(|module| wasmtime::Instance::new(&mut store, module, &[]).is_ok())
+            .count()
+    }
+
+    #[test]
+    fn an_attempt_cannot_spread_past_its_cap_over_several_memories() {
+        let ten_pages = "(module (memory 10))";
+        assert_eq!(instantiated(1 << 20, &[ten_pages, ten_pages]), 1);
+        assert_eq!(instantiated(2 << 20, &[ten_pages, ten_pages]), 2);
+        // Many small memories, in one module or many: refused by count.
+        assert_eq!(
+            instantiated(64 << 20, &["(module (memory 1) (memory 1) (memory 1))"]),
+            0
+        );
+        assert_eq!(
+            instantiated(64 << 20, &["(module (memory 1))"; 4]),
+            MAX_MEMORIES
+        );
+        assert_eq!(
+            instantiated(64 << 20, &["(module)"; 20]),
+            MAX_CORE_INSTANCES
+        );
+        let big_table = "(module (table 100000 funcref))";
+        assert_eq!(instantiated(1 << 20, &[big_table, big_table]), 1);
     }
 
     #[test]

@@ -282,9 +282,9 @@ impl Drop for Engine {
 fn pool(n: u32) -> PoolingAllocationConfig {
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(n)
-        .total_core_instances(n * 8)
-        .total_memories(n * 2)
-        .total_tables(n * 8)
+        .total_core_instances(n * limits::MAX_CORE_INSTANCES as u32)
+        .total_memories(n * limits::MAX_MEMORIES as u32)
+        .total_tables(n * limits::MAX_TABLES as u32)
         .total_stacks(n)
         .max_memory_size(usize::try_from(limits::MAX_JOB_MEMORY).unwrap_or(usize::MAX));
     if PoolingAllocationConfig::is_pagemap_scan_available() {

@@ -46,15 +46,13 @@ impl AttemptLog {
         self.append(b"\n");
     }
 
-    /// The text so far, safe to store (invalid UTF-8 and NUL replaced), and whether some
-    /// was dropped.
+    /// The text so far, safe to store (invalid UTF-8 and NUL replaced) and still within
+    /// the cap once replaced, and whether some was dropped.
     pub fn contents(&self) -> (String, bool) {
         let buf = self.inner.lock().expect("log buffer lock");
         let text = String::from_utf8_lossy(&buf.bytes);
-        (
-            crate::guest_text::for_storage(&text, usize::MAX),
-            buf.truncated,
-        )
+        let (stored, cut) = crate::guest_text::for_storage_cut(&text, self.cap);
+        (stored, buf.truncated || cut)
     }
 }
 
@@ -98,6 +96,18 @@ mod tests {
         let log = AttemptLog::new(64);
         log.append(b"a\0b\xff\n");
         assert_eq!(log.contents().0, "a\u{2400}b\u{fffd}\n");
+    }
+
+    #[test]
+    fn what_is_stored_stays_within_the_cap_once_replaced() {
+        let log = AttemptLog::new(64);
+        log.append(&[0u8; 64]);
+        let (text, truncated) = log.contents();
+        assert!(text.len() <= 64 && text.starts_with('\u{2400}'), "{text:?}");
+        assert!(truncated);
+        let log = AttemptLog::new(64);
+        log.append(&[0xff; 64]);
+        assert!(log.contents().0.len() <= 64);
     }
 
     #[test]

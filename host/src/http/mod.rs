@@ -431,7 +431,11 @@ async fn get_run(
             format!("no run with id {id:?}"),
         ));
     };
-    let attempts = s.app.store.list_attempts(&id).await?;
+    let attempts = s
+        .app
+        .store
+        .list_attempts(&id, views::ATTEMPTS_SHOWN)
+        .await?;
     let steps = s.app.store.run_steps(&id).await?;
     Ok(Json(present(
         &who,

@@ -381,9 +381,7 @@ fn join(base: &url::Url, path: &str) -> Result<url::Url, LinkError> {
             .next()
             .is_some_and(|first| first.contains(':'))
         || decoded.contains(['\\', '@'])
-        || decoded
-            .split(['/', '?', '&', '='])
-            .any(|segment| segment == ".." || segment == ".");
+        || decoded.split(['/', '?', '&', '=']).any(dot_segment);
     if refused {
         return Err(LinkError::BadPath);
     }
@@ -397,6 +395,15 @@ fn join(base: &url::Url, path: &str) -> Result<url::Url, LinkError> {
     } else {
         Err(LinkError::BadPath)
     }
+}
+
+/// Whether a path segment is `.` or `..` to some server: servers differ in what they strip
+/// before they resolve dot segments (Tomcat and Spring a `;parameter`, Windows servers
+/// trailing dots and spaces), so a segment of only dots and spaces before its first `;`
+/// is one.
+fn dot_segment(segment: &str) -> bool {
+    let name = segment.split(';').next().unwrap_or_default();
+    name.contains('.') && name.chars().all(|c| c == '.' || c == ' ')
 }
 
 /// `text` with its percent escapes decoded (twice: a double-encoded `..` is a `..` to some
@@ -480,6 +487,8 @@ mod tests {
             "invoices/7",
             "invoices?limit=10&after=x",
             "a.b/c_d-e",
+            "report.v2;format=csv",
+            "a/.hidden/b",
             "",
         ] {
             let url = join(&base, ok).unwrap_or_else(|_| panic!("{ok}"));
@@ -504,6 +513,12 @@ mod tests {
             "mailto:x",
             "a\r\nHost: evil",
             "./x",
+            "a/..;/..;/admin",
+            "a/%2e%2e%3b/admin",
+            "a/..;jsessionid=1/admin",
+            "a/..%20/admin",
+            "a/.../admin",
+            "a/. ./admin",
         ] {
             assert!(join(&base, bad).is_err(), "{bad:?}");
         }

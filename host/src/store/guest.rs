@@ -22,6 +22,28 @@ pub enum SqlValue {
     Blob(Vec<u8>),
 }
 
+impl SqlValue {
+    /// Bytes of its text or blob (none for a number or NULL): what `MAX_VALUE_BYTES`
+    /// bounds.
+    pub fn content_bytes(&self) -> usize {
+        match self {
+            SqlValue::Text(s) => s.len(),
+            SqlValue::Blob(b) => b.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// Bytes a row of values takes in the host's memory, each value's own size included
+/// (a NULL costs as much as an integer): what `MAX_RESULT_BYTES` bounds.
+pub(crate) fn row_bytes(values: &[SqlValue]) -> usize {
+    std::mem::size_of::<Vec<SqlValue>>()
+        + values
+            .iter()
+            .map(|v| std::mem::size_of::<SqlValue>() + v.content_bytes())
+            .sum::<usize>()
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SqlRows {
     pub columns: Vec<String>,
@@ -30,7 +52,7 @@ pub struct SqlRows {
 
 /// Most rows one statement may return to a guest.
 pub const MAX_ROWS: usize = 10_000;
-/// Most bytes of values one statement may return to a guest.
+/// Most bytes one statement's result may take in the host's memory (`row_bytes`).
 pub const MAX_RESULT_BYTES: usize = 8 << 20;
 /// Most bytes of any one value (text or blob) a guest statement may make the database
 /// build, return or store.
@@ -258,12 +280,7 @@ fn check_statement(sql: &str, params: &[SqlValue]) -> Result<(), GuestDbError> {
     if params.len() > MAX_PARAMS {
         return Err(GuestDbError::Invalid("too-many-params"));
     }
-    let too_large = params.iter().any(|p| match p {
-        SqlValue::Text(s) => s.len() > MAX_VALUE_BYTES,
-        SqlValue::Blob(b) => b.len() > MAX_VALUE_BYTES,
-        _ => false,
-    });
-    if too_large {
+    if params.iter().any(|p| p.content_bytes() > MAX_VALUE_BYTES) {
         return Err(GuestDbError::Invalid("value-too-large"));
     }
     Ok(())
@@ -286,14 +303,7 @@ pub(crate) async fn collect_rows<R: sqlx::Row>(
         }
         let values = decode(&row)?;
         count += 1;
-        bytes += values
-            .iter()
-            .map(|v| match v {
-                SqlValue::Text(s) => s.len(),
-                SqlValue::Blob(b) => b.len(),
-                _ => 8,
-            })
-            .sum::<usize>();
+        bytes += row_bytes(&values);
         if count > MAX_ROWS || bytes > MAX_RESULT_BYTES {
             return Err(GuestDbError::Invalid("result-too-large"));
         }

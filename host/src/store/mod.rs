@@ -426,11 +426,17 @@ impl Store {
         Ok(done == 1)
     }
 
-    pub async fn list_attempts(&self, run_id: &str) -> Result<Vec<AttemptRecord>> {
+    /// The last `limit` attempts of a run, in order. A run that continues pass after pass
+    /// has no bound on its attempts, so no reader takes them all.
+    pub async fn list_attempts(&self, run_id: &str, limit: i64) -> Result<Vec<AttemptRecord>> {
         let q = &self.q.list_attempts;
-        Ok(
-            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(run_id).fetch_all(p).await?),
-        )
+        let mut attempts: Vec<AttemptRecord> = with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(run_id)
+            .bind(limit)
+            .fetch_all(p)
+            .await?);
+        attempts.reverse();
+        Ok(attempts)
     }
 
     /// Due queued runs and the oldest one's wait (ms), by tenant and job.

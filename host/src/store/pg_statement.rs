@@ -41,7 +41,10 @@ static PARSER: LazyLock<Mutex<mpsc::Sender<Request>>> = LazyLock::new(|| {
         .stack_size(PARSER_STACK)
         .spawn(move || {
             for (sql, reply) in receive {
-                let _ = reply.send(verdict(&sql));
+                // A caller that stopped waiting (its deadline) needs no verdict.
+                if !reply.is_closed() {
+                    let _ = reply.send(verdict(&sql));
+                }
             }
         })
         .expect("start the statement parser");
@@ -421,10 +424,13 @@ fn check_relation(range: &Value) -> Result<(), GuestDbError> {
 }
 
 fn check_type(names_list: Option<&Value>) -> Result<(), GuestDbError> {
-    // The `reg*` types look names up in the catalog: a cast probes for tables and roles.
-    let catalog_lookup = names(names_list)
-        .last()
-        .is_some_and(|t| t.starts_with("reg"));
+    // The `reg*` types, and their arrays (`_regclass`), look names up in the catalog: a
+    // cast probes for tables and roles, or lists them. So does `aclitem`, whose input
+    // names roles.
+    let catalog_lookup = names(names_list).last().is_some_and(|t| {
+        let element = t.strip_prefix('_').unwrap_or(t);
+        element.starts_with("reg") || element == "aclitem"
+    });
     if catalog_lookup {
         Err(GuestDbError::Refused(Refusal::Forbidden))
     } else {
@@ -448,6 +454,7 @@ mod tests {
             "SELECT jsonb_build_object('a', 1)::text, now(), gen_random_uuid()",
             "SELECT n FROM ledger ORDER BY n LIMIT 5 FOR UPDATE",
             "SELECT pg_catalog.lower('X')",
+            "SELECT ARRAY[n]::_int8, '{}'::text[], 'r'::char FROM ledger",
             "SELECT * FROM jsonb_to_record('{\"a\":1}') AS r(a int)",
             "SELECT EXTRACT(EPOCH FROM now())",
             "INSERT INTO ledger SELECT * FROM ledger ON CONFLICT DO NOTHING",
@@ -500,6 +507,14 @@ mod tests {
             ),
             ("SELECT 'secrets'::regclass", &forbidden),
             ("SELECT CAST('postgres' AS pg_catalog.regrole)", &forbidden),
+            (
+                "SELECT ARRAY[n::oid]::_regclass::text FROM ledger",
+                &forbidden,
+            ),
+            ("SELECT '{secrets}'::pg_catalog._regclass", &forbidden),
+            ("SELECT CAST(ARRAY[1] AS _regrole)", &forbidden),
+            ("SELECT 'r=r/postgres'::aclitem", &forbidden),
+            ("SELECT '{}'::_aclitem", &forbidden),
             ("SELECT * INTO TEMP t FROM ledger", &forbidden),
             ("SELECT xmlparse(document '<a/>')", &forbidden),
             ("SELECT public.evil()", &forbidden),

@@ -518,7 +518,7 @@ impl Session {
                 out.columns = row.columns().iter().map(|c| c.name().to_string()).collect();
             }
             let values = decode_row(&row)?;
-            bytes += values.iter().map(SqlValue::size).sum::<usize>();
+            bytes += super::guest::row_bytes(&values);
             if out.rows.len() >= super::guest::MAX_ROWS || bytes > MAX_RESULT_BYTES {
                 break true;
             }
@@ -733,14 +733,6 @@ impl SqlValue {
             SqlValue::Blob(_) => Type::BYTEA,
         }
     }
-
-    fn size(&self) -> usize {
-        match self {
-            SqlValue::Text(s) => s.len(),
-            SqlValue::Blob(b) => b.len(),
-            _ => 8,
-        }
-    }
 }
 
 impl ToSql for SqlValue {
@@ -798,7 +790,14 @@ impl<'a> FromSql<'a> for Cell {
             Type::UUID => text(&uuid::Uuid::from_bytes(wire::uuid_from_sql(raw)?).to_string()),
             Type::TIMESTAMPTZ | Type::TIMESTAMP => {
                 let micros = wire::timestamp_from_sql(raw)?;
-                let at = chrono::DateTime::from_timestamp_micros(PG_EPOCH * 1_000_000 + micros)
+                match micros {
+                    i64::MAX => return Ok(Cell(text("infinity"))),
+                    i64::MIN => return Ok(Cell(text("-infinity"))),
+                    _ => {}
+                }
+                let at = (PG_EPOCH * 1_000_000)
+                    .checked_add(micros)
+                    .and_then(chrono::DateTime::from_timestamp_micros)
                     .ok_or("timestamp out of range")?;
                 if *ty == Type::TIMESTAMPTZ {
                     text(&at.to_rfc3339())
@@ -808,6 +807,11 @@ impl<'a> FromSql<'a> for Cell {
             }
             Type::DATE => {
                 let days = wire::date_from_sql(raw)?;
+                match days {
+                    i32::MAX => return Ok(Cell(text("infinity"))),
+                    i32::MIN => return Ok(Cell(text("-infinity"))),
+                    _ => {}
+                }
                 let date = chrono::DateTime::from_timestamp(PG_EPOCH + i64::from(days) * 86_400, 0)
                     .ok_or("date out of range")?;
                 text(&date.date_naive().to_string())
@@ -831,7 +835,7 @@ fn decode_row(row: &tokio_postgres::Row) -> Result<Vec<SqlValue>, GuestDbError> 
             let Cell(value) = row
                 .try_get::<_, Cell>(i)
                 .map_err(|_| GuestDbError::Invalid("unsupported-column-type"))?;
-            if value.size() > MAX_VALUE_BYTES {
+            if value.content_bytes() > MAX_VALUE_BYTES {
                 return Err(GuestDbError::Invalid("value-too-large"));
             }
             Ok(value)

@@ -253,7 +253,8 @@ queries! {
         GROUP BY status, COALESCE(last_code, '')";
     skip_run = "UPDATE jobhost_runs SET status = 'skipped', last_error = $2, \
         finished_at = {now}, updated_at = {now} WHERE id = $1 AND status = 'running'";
-    list_attempts = "SELECT {attempt_columns} FROM jobhost_attempts WHERE run_id = $1 ORDER BY seq";
+    list_attempts = "SELECT {attempt_columns} FROM jobhost_attempts WHERE run_id = $1 \
+        ORDER BY seq DESC LIMIT $2";
     requeue_run = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now} + $3, \
         pass = $4, cursor = $5, failures = $6, last_code = $7, last_error = $8, \
         counters = COALESCE($9, counters), defers = $10, updated_at = {now} \

@@ -7,8 +7,10 @@
 //! `huge-sql`, `huge-param`, `many-params` (host-call arguments past every bound),
 //! `handles` (host resources taken and never given back), `escapes` (terminal escape
 //! sequences in logs and the error), `nul` (NUL and invalid UTF-8 everywhere text goes
-//! back), `nul-cursor` (a cursor holding an escaped NUL), `huge-cursor`, `sql` (runs the
-//! statements in `sql`, for memory bounds).
+//! back), `nul-flood` (a log of nothing but NUL and invalid bytes, which take three bytes
+//! each once made safe to store), `nul-cursor` (a cursor holding an escaped NUL),
+//! `huge-cursor`, `sql` (runs the statements in `sql`, for memory bounds), `passes`
+//! (continues until pass `passes`: a run with more attempts than any reader shows).
 
 use jobhost_guest::{Context, HostError, Job, JobError, Outcome, db, describe, log};
 use serde::Deserialize;
@@ -19,6 +21,8 @@ struct Payload {
     mode: String,
     #[serde(default)]
     sql: Vec<String>,
+    #[serde(default)]
+    passes: u32,
 }
 
 struct Adversary;
@@ -91,6 +95,18 @@ impl Job for Adversary {
                 let _ = out.flush();
                 Err(JobError::Failed("a NUL \0 in the error".into()))
             }
+            "nul-flood" => {
+                let mut out = std::io::stdout();
+                let _ = out.write_all(&[0u8; 40 << 10]);
+                let _ = out.write_all(&[0xffu8; 40 << 10]);
+                let _ = out.flush();
+                Ok(Outcome::Done)
+            }
+            "passes" if ctx.pass < ctx.payload.passes => {
+                log::info(&format!("pass {}", ctx.pass));
+                Ok(Outcome::Continue(serde_json::json!(ctx.pass)))
+            }
+            "passes" => Ok(Outcome::Done),
             "nul-cursor" if ctx.pass == 1 => Ok(Outcome::Continue(serde_json::json!("a\u{0}b"))),
             "nul-cursor" => Ok(Outcome::Done),
             "huge-cursor" => Ok(Outcome::Continue(serde_json::json!("x".repeat(1 << 20)))),
