@@ -123,16 +123,20 @@ on_every_backend! {
 
     async fn a_run_of_many_passes_shows_only_its_last_attempts(home) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
-        let (exit, run) = home.run_json(&["--job", &adversary(), "--payload", r#"{"mode":"passes","passes":103}"#, "--grant", "db.read=ledger"]);
-        assert_eq!((exit, run["passes"].as_i64()), (0, Some(103)), "{run}");
-        let shown = json_of(&String::from_utf8_lossy(
-            &home.run(&["runs", "show", run["run_id"].as_str().unwrap(), "--json"]).stdout,
-        ));
+        let (exit, run) = home.run_json(&["--job", &adversary(), "--payload", r#"{"mode":"passes","passes":1003}"#, "--grant", "db.read=ledger"]);
+        assert_eq!((exit, run["passes"].as_i64()), (0, Some(1003)), "{run}");
+        let id = run["run_id"].as_str().unwrap();
+        let shown = json_of(&String::from_utf8_lossy(&home.run(&["runs", "show", id, "--json"]).stdout));
         let attempts = shown["attempt_records"].as_array().unwrap();
         assert_eq!(attempts.len(), 100);
         let seqs: Vec<i64> = attempts.iter().map(|a| a["seq"].as_i64().unwrap()).collect();
-        assert_eq!(seqs, (4..=103).collect::<Vec<_>>());
+        assert_eq!(seqs, (904..=1003).collect::<Vec<_>>());
         assert_eq!(shown["earlier_attempts_omitted"], true);
+        // The database keeps the run's last 1 000 attempts.
+        let kept = format!("SELECT COUNT(*) FROM jobhost_attempts WHERE run_id = '{id}'");
+        assert_eq!(home.scalar(&kept).await, 1000);
+        let first = format!("SELECT MIN(seq) FROM jobhost_attempts WHERE run_id = '{id}'");
+        assert_eq!(home.scalar(&first).await, 4);
         let (_, short) = home.run_json(&["--job", &adversary(), "--instance", "short", "--payload", r#"{"mode":"passes","passes":2}"#, "--grant", "db.read=ledger"]);
         let shown = json_of(&String::from_utf8_lossy(
             &home.run(&["runs", "show", short["run_id"].as_str().unwrap(), "--json"]).stdout,

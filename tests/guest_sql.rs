@@ -320,3 +320,78 @@ fn postgres_edge_values_decode_and_catalog_array_casts_are_refused() {
         store.close().await;
     });
 }
+
+/// A statement that makes SQLite roll the transaction back by itself (a conflict clause,
+/// a trigger's `RAISE(ROLLBACK)`) ends the guest's transaction for good: nothing after it
+/// runs, since it would run in autocommit, outside the fence. And the JSON aggregates,
+/// which no length limit bounds as they grow, are refused.
+#[test]
+fn a_transaction_sqlite_rolls_back_by_itself_takes_no_more_statements() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let home = Home::new(Backend::Sqlite).await;
+        home.exec(
+            "CREATE TABLE t (k INTEGER PRIMARY KEY);
+             CREATE TRIGGER t_positive BEFORE INSERT ON t WHEN NEW.k < 0
+             BEGIN SELECT RAISE(ROLLBACK, 'negative'); END;",
+        )
+        .await;
+        let store = home.store().await;
+        let guest = GuestDb::open(&store).await.unwrap();
+        let mut grant = DbGrant::default();
+        grant.write.insert("t".into());
+        let access = Access {
+            grant: Arc::new(grant),
+            fence: Fence {
+                job: "rollback".into(),
+                instance: "i".into(),
+                generation: 1,
+                holder: "r".into(),
+            },
+            tenant: "default".into(),
+            deadline: tokio::time::Instant::now() + Duration::from_secs(20),
+        };
+        let rolled_back = Err::<(), _>(GuestDbError::Refused(Refusal::RolledBack));
+        for breaking in [
+            "INSERT OR ROLLBACK INTO t VALUES (1), (1)",
+            "INSERT INTO t VALUES (-1)",
+        ] {
+            let mut tx = guest.begin(&access, access.deadline).await.unwrap();
+            assert_eq!(tx.execute("INSERT INTO t VALUES (10)", &[]).await, Ok(1));
+            assert_eq!(
+                tx.execute(breaking, &[]).await.map(drop),
+                rolled_back,
+                "{breaking}"
+            );
+            assert_eq!(
+                tx.execute("INSERT INTO t VALUES (11)", &[]).await.map(drop),
+                rolled_back
+            );
+            assert_eq!(
+                tx.query("SELECT k FROM t", &[]).await.map(drop),
+                rolled_back
+            );
+            assert_eq!(tx.commit().await, rolled_back);
+            assert_eq!(home.scalar("SELECT COUNT(*) FROM t").await, 0, "{breaking}");
+        }
+        // The JSON aggregates grow their buffer past every limit before the last row: refused.
+        for sql in [
+            "SELECT json_group_array(k) FROM t",
+            "SELECT JSONB_GROUP_OBJECT(k, k) FROM t",
+        ] {
+            let refused = guest.query(&access, sql, &[]).await.map(drop);
+            assert_eq!(
+                refused,
+                Err(GuestDbError::Refused(Refusal::Forbidden)),
+                "{sql}"
+            );
+        }
+        assert!(
+            guest
+                .query(&access, "SELECT json_array(k) FROM t", &[])
+                .await
+                .is_ok()
+        );
+        store.close().await;
+    });
+}

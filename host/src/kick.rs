@@ -121,13 +121,12 @@ async fn kick_instance(
     tenant: &str,
     trace: TraceParent,
 ) -> Result<Kicked, KickError> {
-    let job = record.name.as_str();
-    if store.set_pending(job, instance).await? {
+    let Some(run) = store
+        .kick_run(&new_kick_run(record, instance, tenant, trace))
+        .await?
+    else {
         return Ok(Kicked::Pending);
-    }
-    let run = store
-        .queue_run(&new_kick_run(record, instance, tenant, trace))
-        .await?;
+    };
     Ok(match dropped(&run) {
         Some(code) => Kicked::Dropped {
             run_id: run.id,

@@ -27,8 +27,9 @@ pub struct FilesSession {
 pub struct FilesCapability {
     session: Option<FilesSession>,
     open_uploads: usize,
-    /// Scan jobs to kick once the guest's transaction that attached files commits.
-    scans_after_commit: Vec<String>,
+    /// Scan jobs to kick once the guest's transaction that attached files commits: each
+    /// once, however many files it attached.
+    scans_after_commit: std::collections::BTreeSet<String>,
 }
 
 impl FilesCapability {
@@ -36,7 +37,7 @@ impl FilesCapability {
         FilesCapability {
             session,
             open_uploads: 0,
-            scans_after_commit: Vec::new(),
+            scans_after_commit: Default::default(),
         }
     }
 
@@ -225,7 +226,7 @@ impl Host for GuestState {
             .spec(&finished.collection)
             .and_then(|c| c.scan.clone())
         {
-            self.files.scans_after_commit.push(scan);
+            self.files.scans_after_commit.insert(scan);
         }
         Ok(metadata(&files.attached(&write, &written)))
     }

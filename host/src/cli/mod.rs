@@ -217,6 +217,16 @@ impl<E: std::error::Error + 'static> From<E> for Failure {
     }
 }
 
+/// A panic's location, never its message: the message may quote a value (an error that
+/// names a database URL, a guest's bytes) that has no place in the operator's log.
+fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
+    let at = info
+        .location()
+        .map(|l| format!("{}:{}", l.file(), l.line()))
+        .unwrap_or_default();
+    tracing::error!(code = "host_defect", at = %at, "a panic in the host");
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let exporter = match init_tracing(&cli) {
@@ -226,6 +236,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    std::panic::set_hook(Box::new(log_panic));
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

@@ -15,43 +15,54 @@ pub const MAX_MEMORIES: usize = 2;
 pub const MAX_TABLES: usize = 8;
 pub const MAX_CORE_INSTANCES: usize = 8;
 
-/// A `ResourceLimiter` that refuses memory growth that would take the attempt's linear
-/// memories, together, past the job's cap (the guest sees a failed `memory.grow`, as the
-/// spec says) and remembers that it did, so the trap that usually follows is reported as
-/// `memory_limit` rather than a bare trap. Growth the engine refuses after the cap allowed
-/// it (past the pooling allocator's per-memory size, or the system out of memory) counts
-/// the same way. Tables are bound together too, at a pointer per element, to the same cap.
+/// A `ResourceLimiter` that refuses growth that would take the attempt's linear memories
+/// and tables (at a pointer per element), all together, past the job's cap (the guest sees
+/// a failed `memory.grow` or `table.grow`, as the spec says) and remembers that it did, so
+/// the trap that usually follows is reported as `memory_limit` rather than a bare trap.
+/// Growth the engine refuses after the cap allowed it (past the pooling allocator's
+/// per-memory size, or the system out of memory) counts the same way, and stays counted:
+/// the attempt is left less room, never more.
 pub struct MemoryLimiter {
     cap: usize,
-    /// Bytes of all the store's memories now.
-    memory: usize,
-    /// What the last growth allowed added, taken back if the engine then refused it.
-    granted: usize,
-    /// Elements of all the store's tables now.
-    table_elements: usize,
+    /// Bytes of all the store's memories and tables now.
+    used: usize,
     peak: usize,
     hit: bool,
 }
+
+/// What a table element costs against the cap.
+const TABLE_ELEMENT_BYTES: usize = std::mem::size_of::<usize>();
 
 impl MemoryLimiter {
     pub fn new(cap: u64) -> Self {
         MemoryLimiter {
             cap: usize::try_from(cap).unwrap_or(usize::MAX),
-            memory: 0,
-            granted: 0,
-            table_elements: 0,
+            used: 0,
             peak: 0,
             hit: false,
         }
     }
 
-    /// The most bytes the attempt's memories held together.
+    /// The most bytes the attempt's memories and tables held together.
     pub fn peak(&self) -> usize {
         self.peak
     }
 
     pub fn hit(&self) -> bool {
         self.hit
+    }
+
+    /// Takes `added` bytes of the cap, if they fit and the growth stays within the
+    /// object's own maximum.
+    fn grow(&mut self, added: usize, within_maximum: bool) -> bool {
+        let total = self.used.saturating_add(added);
+        if total > self.cap || !within_maximum {
+            self.hit = true;
+            return false;
+        }
+        self.used = total;
+        self.peak = self.peak.max(total);
+        true
     }
 }
 
@@ -62,22 +73,13 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let added = desired.saturating_sub(current);
-        let total = self.memory.saturating_add(added);
-        if total > self.cap || maximum.is_some_and(|m| desired > m) {
-            self.hit = true;
-            return Ok(false);
-        }
-        self.memory = total;
-        self.granted = added;
-        self.peak = self.peak.max(total);
-        Ok(true)
+        let within = maximum.is_none_or(|m| desired <= m);
+        Ok(self.grow(desired.saturating_sub(current), within))
     }
 
     fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
         // The cap allowed it, the engine did not: the guest still sees a failed
         // `memory.grow`, and the attempt, if it fails, fails `memory_limit`.
-        self.memory -= std::mem::take(&mut self.granted);
         self.hit = true;
         Ok(())
     }
@@ -88,16 +90,9 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        // Tables cost a pointer per element: bound them like a slice of the memory cap.
-        let limit = self.cap / std::mem::size_of::<usize>();
-        let total = self
-            .table_elements
-            .saturating_add(desired.saturating_sub(current));
-        if total > limit || maximum.is_some_and(|m| desired > m) {
-            return Ok(false);
-        }
-        self.table_elements = total;
-        Ok(true)
+        let within = maximum.is_none_or(|m| desired <= m);
+        let added = desired.saturating_sub(current);
+        Ok(self.grow(added.saturating_mul(TABLE_ELEMENT_BYTES), within))
     }
 
     fn memories(&self) -> usize {
@@ -137,32 +132,28 @@ mod tests {
         l.memory_grow_failed(wasmtime::Error::msg("Memory maximum size exceeded"))
             .unwrap();
         assert!(l.hit());
-        // What was refused does not count: the cap still has room for it.
-        assert!(l.memory_growing(0, 4 << 20, None).unwrap());
+        // What the engine refused stays counted: less room, never more.
+        assert!(!l.memory_growing(0, 4 << 20, None).unwrap());
     }
 
     #[test]
     fn memories_and_tables_count_together_against_the_cap() {
         let mut l = MemoryLimiter::new(1 << 20);
-        assert!(l.memory_growing(0, 512 << 10, None).unwrap());
-        assert!(l.memory_growing(0, 512 << 10, None).unwrap());
+        assert!(l.memory_growing(0, 256 << 10, None).unwrap());
+        assert!(l.memory_growing(0, 256 << 10, None).unwrap());
+        let half = (512 << 10) / TABLE_ELEMENT_BYTES;
+        assert!(l.table_growing(0, half, None).unwrap());
+        assert!(!l.hit());
+        assert_eq!(l.peak(), 1 << 20);
         assert!(
             !l.memory_growing(0, 65536, None).unwrap(),
-            "a third memory past the cap"
+            "a memory past the cap"
         );
         assert!(
-            !l.memory_growing(512 << 10, (512 << 10) + 65536, None)
-                .unwrap()
+            !l.table_growing(half, half + 1, None).unwrap(),
+            "a table past the cap"
         );
         assert!(l.hit());
-        assert_eq!(l.peak(), 1 << 20);
-        let elements = (1 << 20) / std::mem::size_of::<usize>();
-        assert!(l.table_growing(0, elements / 2, None).unwrap());
-        assert!(l.table_growing(0, elements / 2, None).unwrap());
-        assert!(
-            !l.table_growing(0, 1, None).unwrap(),
-            "a third table past the cap"
-        );
     }
 
     /// Instantiates each module (WAT) in turn in one store under a cap of `cap` bytes:
@@ -198,6 +189,11 @@ mod tests {
         );
         let big_table = "(module (table 100000 funcref))";
         assert_eq!(instantiated(1 << 20, &[big_table, big_table]), 1);
+        assert_eq!(
+            instantiated(1 << 20, &[ten_pages, big_table]),
+            1,
+            "memory and tables together"
+        );
     }
 
     #[test]

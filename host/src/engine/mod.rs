@@ -285,6 +285,9 @@ fn pool(n: u32) -> PoolingAllocationConfig {
         .total_core_instances(n * limits::MAX_CORE_INSTANCES as u32)
         .total_memories(n * limits::MAX_MEMORIES as u32)
         .total_tables(n * limits::MAX_TABLES as u32)
+        .max_core_instances_per_component(limits::MAX_CORE_INSTANCES as u32)
+        .max_memories_per_component(limits::MAX_MEMORIES as u32)
+        .max_tables_per_component(limits::MAX_TABLES as u32)
         .total_stacks(n)
         .max_memory_size(usize::try_from(limits::MAX_JOB_MEMORY).unwrap_or(usize::MAX));
     if PoolingAllocationConfig::is_pagemap_scan_available() {

@@ -79,6 +79,10 @@ pub enum Refusal {
     Interrupted,
     /// The transaction stayed open longer than the host allows and was rolled back.
     TransactionTimeout,
+    /// The database rolled the transaction back itself (SQLite: a conflict clause
+    /// `OR ROLLBACK`, `RAISE(ROLLBACK)` in a trigger): nothing in it commits, and it takes
+    /// no more statements.
+    RolledBack,
     /// Any other failure of the statement.
     Failed,
 }
@@ -93,6 +97,7 @@ impl Refusal {
             Refusal::Constraint => "constraint",
             Refusal::Interrupted => "interrupted",
             Refusal::TransactionTimeout => "transaction-timeout",
+            Refusal::RolledBack => "rolled-back",
             Refusal::Failed => "failed",
         }
     }
@@ -198,13 +203,22 @@ pub(crate) trait TxSession: Send {
 pub struct GuestTx {
     session: Arc<Mutex<Option<Box<dyn TxSession>>>>,
     fence: Fence,
+    /// The task that rolls it back at its time bound: stopped with the transaction, so a
+    /// guest that begins and ends transactions in a loop leaves no sleeping tasks behind.
+    watchdog: tokio::task::AbortHandle,
+}
+
+impl Drop for GuestTx {
+    fn drop(&mut self) {
+        self.watchdog.abort();
+    }
 }
 
 impl GuestTx {
     fn new(session: Box<dyn TxSession>, fence: Fence, deadline: Instant) -> GuestTx {
         let session = Arc::new(Mutex::new(Some(session)));
         let watched = Arc::downgrade(&session);
-        tokio::spawn(async move {
+        let watchdog = tokio::spawn(async move {
             tokio::time::sleep_until(deadline).await;
             if let Some(session) = watched.upgrade() {
                 let expired = session.lock().await.take();
@@ -213,7 +227,11 @@ impl GuestTx {
                 }
             }
         });
-        GuestTx { session, fence }
+        GuestTx {
+            session,
+            fence,
+            watchdog: watchdog.abort_handle(),
+        }
     }
 
     pub async fn query(&mut self, sql: &str, params: &[SqlValue]) -> Result<SqlRows, GuestDbError> {

@@ -17,8 +17,8 @@
 //! name allowed).
 
 use super::guest::{
-    Access, Fence, GuestDbError, MAX_PARAMS, MAX_SQL_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows,
-    SqlValue, TxSession, collect_rows,
+    Access, Fence, GuestDbError, MAX_PARAMS, MAX_RESULT_BYTES, MAX_SQL_BYTES, MAX_VALUE_BYTES,
+    Refusal, SqlRows, SqlValue, TxSession, collect_rows,
 };
 use super::queries::Queries;
 use super::{FileWrite, FileWritten, ProgressWrite};
@@ -45,14 +45,28 @@ const DENIED_FORBIDDEN: u8 = 3;
 /// A name reported without its database: a table or a CTE, to be looked up.
 const DENIED_AMBIGUOUS: u8 = 4;
 
-/// Functions a guest may never call, whatever it was granted.
-const FORBIDDEN_FUNCTIONS: [&str; 5] = [
+/// Functions a guest may never call, whatever it was granted: the ones that reach the
+/// host's files or code, and the JSON aggregates, whose buffer grows row by row with no
+/// regard for `SQLITE_LIMIT_LENGTH` (checked only on the final value) — a hundred of them
+/// in one statement would each grow towards 2 GiB.
+const FORBIDDEN_FUNCTIONS: [&str; 9] = [
     "load_extension",
     "fts3_tokenizer",
     "readfile",
     "writefile",
     "edit",
+    "json_group_array",
+    "json_group_object",
+    "jsonb_group_array",
+    "jsonb_group_object",
 ];
+
+/// The most memory SQLite may hold in this process, all connections together (the host's
+/// and the guests'): a backstop under the per-connection limits, which bound what a value
+/// may become but not every buffer a function builds on the way (a JSON function escaping
+/// its 64 arguments of 1 MiB each holds up to six times that). Past it a statement fails
+/// (`failed` to a guest) and the host goes on.
+const SQLITE_HEAP_LIMIT: i64 = 1 << 30;
 
 /// Table-valued functions a guest may use: they read only their arguments.
 const ALLOWED_TABLE_FUNCTIONS: [&str; 4] = ["json_each", "json_tree", "jsonb_each", "jsonb_tree"];
@@ -203,6 +217,8 @@ impl SqliteGuest {
     /// guest limits set, no statement logging (guest SQL never reaches the operator's
     /// log), and rows handed over one at a time (a refused result stops the statement).
     pub(crate) async fn open(url: &str, q: &'static Queries) -> Result<SqliteGuest, sqlx::Error> {
+        // SAFETY: sets a process-wide limit; callable at any time from any thread.
+        unsafe { ffi::sqlite3_hard_heap_limit64(SQLITE_HEAP_LIMIT) };
         let options = super::sqlite_options(url)?
             .row_buffer_size(1)
             .log_statements(log::LevelFilter::Off)
@@ -283,6 +299,9 @@ struct Session {
     host_queries: Option<&'static Queries>,
     /// Whether a write session issued its `BEGIN IMMEDIATE`.
     begun: bool,
+    /// Set once SQLite rolled the begun transaction back by itself: from then on every
+    /// statement would run in autocommit, unfenced, so the session takes none.
+    rolled_back: bool,
     /// Set on a session whose owner dropped it: its own drop closes the connection.
     orphan: bool,
 }
@@ -314,6 +333,7 @@ impl Session {
             auth,
             host_queries: None,
             begun: false,
+            rolled_back: false,
             orphan: false,
         };
         let deadline = deadline.into_std();
@@ -361,8 +381,12 @@ impl Session {
         Ok((q, HostMode::enter(&self.auth)))
     }
 
-    /// Takes the write lock, once, before the transaction's first statement.
+    /// Takes the write lock, once, before the transaction's first statement; refuses
+    /// every statement once the transaction was rolled back.
     async fn ensure_begun(&mut self) -> Result<(), GuestDbError> {
+        if self.rolled_back {
+            return Err(GuestDbError::Refused(Refusal::RolledBack));
+        }
         if self.host_queries.is_some() && !self.begun {
             // IMMEDIATE: the guest's writes and the fence check happen under one lock
             // that no lease renewal can slip past.
@@ -370,6 +394,32 @@ impl Session {
             self.begun = true;
         }
         Ok(())
+    }
+
+    /// A statement's result, unless it (or a trigger it fired) made SQLite roll the begun
+    /// transaction back: then the session is marked and the statement refused, whatever
+    /// it returned, since what follows would run outside any transaction.
+    async fn still_in_transaction<T>(
+        &mut self,
+        result: Result<T, GuestDbError>,
+    ) -> Result<T, GuestDbError> {
+        if !self.begun {
+            return result;
+        }
+        let open = {
+            let mut handle = self
+                .conn()
+                .lock_handle()
+                .await
+                .map_err(|_| GuestDbError::Unavailable)?;
+            // SAFETY: the handle is locked for us.
+            unsafe { ffi::sqlite3_get_autocommit(handle.as_raw_handle().as_ptr()) == 0 }
+        };
+        if open {
+            return result;
+        }
+        self.rolled_back = true;
+        Err(GuestDbError::Refused(Refusal::RolledBack))
     }
 
     async fn fence(&mut self, sql: &'static str, fence: &Fence) -> Result<bool, GuestDbError> {
@@ -435,7 +485,8 @@ impl Session {
             let query = bind_all(sqlx::query(AssertSqlSafe(sql)).persistent(false), params);
             let stream = query.fetch(&mut **self.conn());
             let result = collect_rows(stream, |e| classify(e, &auth), decode_row).await;
-            if result.is_err() && self.resolve_ambiguous().await? {
+            let result = self.still_in_transaction(result).await;
+            if result.is_err() && !self.rolled_back && self.resolve_ambiguous().await? {
                 continue;
             }
             return result;
@@ -452,7 +503,8 @@ impl Session {
                 .await
                 .map(|r| r.rows_affected())
                 .map_err(|e| classify(&e, &auth));
-            if result.is_err() && self.resolve_ambiguous().await? {
+            let result = self.still_in_transaction(result).await;
+            if result.is_err() && !self.rolled_back && self.resolve_ambiguous().await? {
                 continue;
             }
             return result;
@@ -529,6 +581,7 @@ impl TxSession for Session {
         let q = self
             .host_queries
             .expect("a write session has the host's statements");
+        self.still_in_transaction(Ok(())).await?;
         if !self.fence(q.fence.as_str(), fence).await? {
             return Err(GuestDbError::LeaseLost);
         }
@@ -538,13 +591,15 @@ impl TxSession for Session {
     async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError> {
         let (q, host) = self.as_host().await?;
         let written = super::files::apply_sqlite(self.conn(), q, write).await;
-        host.classify(written)
+        let written = host.classify(written);
+        self.still_in_transaction(written).await
     }
 
     async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError> {
         let (q, host) = self.as_host().await?;
         let written = super::resumable::apply_sqlite(self.conn(), q, write).await;
-        host.classify(written)
+        let written = host.classify(written);
+        self.still_in_transaction(written).await
     }
 
     async fn release(self: Box<Self>) {
@@ -569,6 +624,7 @@ impl Drop for Session {
             auth: self.auth.clone(),
             host_queries: None,
             begun: false,
+            rolled_back: false,
             orphan: true,
         };
         match tokio::runtime::Handle::try_current() {
@@ -598,6 +654,18 @@ fn bind_all<'q>(
 
 fn decode_row(row: &SqliteRow) -> Result<Vec<SqlValue>, GuestDbError> {
     let bad = |_| GuestDbError::Refused(Refusal::Failed);
+    // The driver holds the row already; a row past the result's bound is refused before
+    // its values are copied again.
+    let mut held = 0usize;
+    for i in 0..row.len() {
+        let raw = row.try_get_raw(i).map_err(bad)?;
+        if !raw.is_null() && matches!(raw.type_info().name(), "TEXT" | "BLOB") {
+            held += row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?.len();
+        }
+    }
+    if held > MAX_RESULT_BYTES {
+        return Err(GuestDbError::Invalid("result-too-large"));
+    }
     (0..row.len())
         .map(|i| {
             let raw = row.try_get_raw(i).map_err(bad)?;
