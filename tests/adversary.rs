@@ -132,11 +132,13 @@ on_every_backend! {
         let seqs: Vec<i64> = attempts.iter().map(|a| a["seq"].as_i64().unwrap()).collect();
         assert_eq!(seqs, (904..=1003).collect::<Vec<_>>());
         assert_eq!(shown["earlier_attempts_omitted"], true);
-        // The database keeps the run's last 1 000 attempts.
-        let kept = format!("SELECT COUNT(*) FROM jobhost_attempts WHERE run_id = '{id}'");
-        assert_eq!(home.scalar(&kept).await, 1000);
-        let first = format!("SELECT MIN(seq) FROM jobhost_attempts WHERE run_id = '{id}'");
-        assert_eq!(home.scalar(&first).await, 4);
+        // The database keeps every attempt (what quotas sum), and the logs of the last 1 000.
+        let attempts = format!("SELECT COUNT(*) FROM jobhost_attempts WHERE run_id = '{id}'");
+        assert_eq!(home.scalar(&attempts).await, 1003);
+        let logged = format!("SELECT MIN(seq) FROM jobhost_attempts WHERE run_id = '{id}' AND log <> ''");
+        assert_eq!(home.scalar(&logged).await, 4);
+        let emptied = format!("SELECT COUNT(*) FROM jobhost_attempts WHERE run_id = '{id}' AND log = '' AND log_truncated = 1");
+        assert_eq!(home.scalar(&emptied).await, 3);
         let (_, short) = home.run_json(&["--job", &adversary(), "--instance", "short", "--payload", r#"{"mode":"passes","passes":2}"#, "--grant", "db.read=ledger"]);
         let shown = json_of(&String::from_utf8_lossy(
             &home.run(&["runs", "show", short["run_id"].as_str().unwrap(), "--json"]).stdout,

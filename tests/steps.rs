@@ -289,6 +289,19 @@ on_every_backend! {
         assert_eq!((&shown["cursor"], &shown["payload"]), (&Value::Null, &Value::Null));
         assert_eq!(shown["decode_error"], "payload: not JSON; cursor: not JSON; counters: not JSON");
     }
+
+    async fn a_list_leaves_out_a_large_cursor_that_the_run_shows(home) {
+        let (_, run) = home.run_json(&["--job", &path("hello")]);
+        let id = run["run_id"].as_str().unwrap();
+        let cursor = serde_json::to_string(&vec![0; 3000]).unwrap();
+        home.exec(&format!("UPDATE jobhost_runs SET cursor = '{cursor}' WHERE id = '{id}'")).await;
+        let listed: Value = serde_json::from_slice(&home.run(&["runs", "list", "--json"]).stdout).unwrap();
+        assert_eq!((&listed[0]["cursor"], &listed[0]["cursor_omitted"]), (&Value::Null, &Value::Bool(true)), "{listed}");
+        assert_eq!(listed[0]["decode_error"], Value::Null);
+        let shown = show(&home, id);
+        assert_eq!(shown["cursor"].as_array().map(Vec::len), Some(3000));
+        assert_eq!(shown["cursor_omitted"], false);
+    }
 }
 
 /// Registers a manifest's jobs (as a serving host does at start) without serving.

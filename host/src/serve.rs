@@ -166,7 +166,7 @@ pub async fn serve(
         stop.clone(),
     ));
     let mut http_stop = stop.clone();
-    let http = tokio::spawn(
+    let mut http = tokio::spawn(
         axum::serve(listener, crate::http::router(shared.clone()))
             .with_graceful_shutdown(async move {
                 let _ = http_stop.wait_for(|s| *s).await;
@@ -207,8 +207,16 @@ pub async fn serve(
         drained.await;
     }
     while loops.join_next().await.is_some() {}
-    let _ = http.await;
     shared.app.runner.flush().await;
+    // A client that never finishes sending its request would hold the server's graceful
+    // shutdown forever: it gets the grace period too.
+    if tokio::time::timeout(config.shutdown_grace, &mut http)
+        .await
+        .is_err()
+    {
+        tracing::warn!("grace period over: closing the API's open connections");
+        http.abort();
+    }
     shared.app.store.close().await;
     tracing::info!("stopped");
     Ok(())

@@ -37,14 +37,36 @@ fn decode_error(problems: Vec<String>) -> Value {
     }
 }
 
-/// A run as lists show it. Its payload (up to 256 KiB) is only in `run_detail`; here it is
-/// only checked, so a page of runs stays small.
+/// The largest cursor a list shows. A cursor may be 64 KiB of JSON, which parses to many
+/// times that in memory; a larger one is only in `run_detail` (`cursor_omitted` here).
+pub const LISTED_CURSOR_BYTES: usize = 4 << 10;
+
+/// Whether `text` is JSON, checked without building it.
+fn is_json(text: &str) -> bool {
+    serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok()
+}
+
+/// A run as lists show it. Its payload (up to 256 KiB) is only in `run_detail`, and so is
+/// a cursor over `LISTED_CURSOR_BYTES`; here they are only checked, so a page of runs stays
+/// small.
 pub fn run(run: &RunRecord) -> Value {
     let mut problems = Vec::new();
-    if serde_json::from_str::<serde::de::IgnoredAny>(&run.payload).is_err() {
+    if !is_json(&run.payload) {
         problems.push("payload: not JSON".to_string());
     }
-    let cursor = decoded(run.cursor.as_deref(), "cursor", &mut problems);
+    let omitted = run
+        .cursor
+        .as_deref()
+        .filter(|c| c.len() > LISTED_CURSOR_BYTES);
+    let cursor = match omitted {
+        Some(text) => {
+            if !is_json(text) {
+                problems.push("cursor: not JSON".to_string());
+            }
+            Value::Null
+        }
+        None => decoded(run.cursor.as_deref(), "cursor", &mut problems),
+    };
     let counters = decoded(Some(&run.counters), "counters", &mut problems);
     json!({
         "run_id": run.id,
@@ -59,6 +81,7 @@ pub fn run(run: &RunRecord) -> Value {
         "code": run.last_code,
         "error": run.last_error,
         "cursor": cursor,
+        "cursor_omitted": omitted.is_some(),
         "counters": counters,
         "decode_error": decode_error(problems),
         "scheduled_for": run.scheduled_for.map(time),
@@ -119,6 +142,8 @@ pub const ATTEMPTS_SHOWN: i64 = 100;
 pub fn run_detail(r: &RunRecord, attempts: &[AttemptRecord], steps: &[StepRecord]) -> Value {
     let mut value = run(r);
     value["payload"] = decoded(Some(&r.payload), "payload", &mut Vec::new());
+    value["cursor"] = decoded(r.cursor.as_deref(), "cursor", &mut Vec::new());
+    value["cursor_omitted"] = false.into();
     let trace_id = r.trace().trace_id();
     let views = attempts.iter().map(|a| {
         let mut view = attempt(a);

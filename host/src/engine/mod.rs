@@ -232,19 +232,14 @@ impl Engine {
             path: path.to_path_buf(),
             reason: one_line(&e),
         };
-        let component = match self
+        let cached = self
             .cache
             .as_ref()
-            .and_then(|c| c.get(&self.engine, &digest))
-        {
+            .and_then(|c| c.get(&self.engine, &digest));
+        let compiled = cached.is_none();
+        let component = match cached {
             Some(component) => component,
-            None => {
-                let component = Component::new(&self.engine, bytes).map_err(malformed)?;
-                if let Some(cache) = &self.cache {
-                    cache.put(&digest, &component);
-                }
-                component
-            }
+            None => Component::new(&self.engine, bytes).map_err(malformed)?,
         };
         let ty = component.component_type();
         let imports = contract::check(
@@ -260,6 +255,10 @@ impl Engine {
             .instantiate_pre(&component)
             .and_then(JobPre::new)
             .map_err(malformed)?;
+        // Only a component that will run is kept: one the contract refuses leaves nothing.
+        if compiled && let Some(cache) = &self.cache {
+            cache.put(&digest, &component);
+        }
         Ok(Loaded {
             digest,
             imports,
@@ -322,13 +321,20 @@ fn read_component(path: &Path) -> Result<Vec<u8>, LoadError> {
         path: path.to_path_buf(),
         source,
     };
-    let size = std::fs::metadata(path).map_err(read_err)?.len();
-    if size > MAX_COMPONENT_BYTES {
+    // Read at most one byte past the bound, whatever the file's size said a moment ago
+    // (it may be growing, or not a regular file).
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_COMPONENT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_COMPONENT_BYTES {
         return Err(LoadError::TooLarge {
             path: path.to_path_buf(),
         });
     }
-    std::fs::read(path).map_err(read_err)
+    Ok(bytes)
 }
 
 /// Magic, then a version/layer word: 1 for a core module, 0x0001000d for a component.

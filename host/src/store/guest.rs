@@ -309,7 +309,7 @@ fn check_statement(sql: &str, params: &[SqlValue]) -> Result<(), GuestDbError> {
 pub(crate) async fn collect_rows<R: sqlx::Row>(
     mut rows: impl futures_util::Stream<Item = Result<R, sqlx::Error>> + Unpin,
     classify: impl Fn(&sqlx::Error) -> GuestDbError,
-    decode: impl Fn(&R) -> Result<Vec<SqlValue>, GuestDbError>,
+    decode: impl Fn(&R, usize) -> Result<Vec<SqlValue>, GuestDbError>,
 ) -> Result<SqlRows, GuestDbError> {
     use futures_util::TryStreamExt;
     use sqlx::Column;
@@ -319,7 +319,7 @@ pub(crate) async fn collect_rows<R: sqlx::Row>(
         if out.columns.is_empty() {
             out.columns = row.columns().iter().map(|c| c.name().to_string()).collect();
         }
-        let values = decode(&row)?;
+        let values = decode(&row, MAX_RESULT_BYTES.saturating_sub(bytes))?;
         count += 1;
         bytes += row_bytes(&values);
         if count > MAX_ROWS || bytes > MAX_RESULT_BYTES {

@@ -58,7 +58,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     9 => "0009_trace",
     10 => "0010_fair_claims_and_tenant_limits",
     11 => "0011_parked_leases_kept",
-    12 => "0012_attempts_kept",
+    12 => "0012_attempt_logs_kept",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -72,7 +72,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     9 => "0009_trace",
     10 => "0010_fair_claims_and_tenant_limits",
     11 => "0011_parked_leases_kept",
-    12 => "0012_attempts_kept",
+    12 => "0012_attempt_logs_kept",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

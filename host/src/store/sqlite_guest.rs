@@ -17,8 +17,8 @@
 //! name allowed).
 
 use super::guest::{
-    Access, Fence, GuestDbError, MAX_PARAMS, MAX_RESULT_BYTES, MAX_SQL_BYTES, MAX_VALUE_BYTES,
-    Refusal, SqlRows, SqlValue, TxSession, collect_rows,
+    Access, Fence, GuestDbError, MAX_PARAMS, MAX_SQL_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows,
+    SqlValue, TxSession, collect_rows,
 };
 use super::queries::Queries;
 use super::{FileWrite, FileWritten, ProgressWrite};
@@ -63,10 +63,12 @@ const FORBIDDEN_FUNCTIONS: [&str; 9] = [
 
 /// The most memory SQLite may hold in this process, all connections together (the host's
 /// and the guests'): a backstop under the per-connection limits, which bound what a value
-/// may become but not every buffer a function builds on the way (a JSON function escaping
-/// its 64 arguments of 1 MiB each holds up to six times that). Past it a statement fails
-/// (`failed` to a guest) and the host goes on.
-const SQLITE_HEAP_LIMIT: i64 = 1 << 30;
+/// may become but not every buffer a function builds on the way. The most the guests' 4
+/// connections can hold at once stays well under it — each a row of 100 values of 1 MiB,
+/// and a JSON function escaping its 32 arguments of 1 MiB at up to six bytes a byte, about
+/// 300 MiB — so the host's own statements always have room. Past it a statement fails
+/// (`failed` to a guest) rather than the process.
+const SQLITE_HEAP_LIMIT: i64 = 2 << 30;
 
 /// Table-valued functions a guest may use: they read only their arguments.
 const ALLOWED_TABLE_FUNCTIONS: [&str; 4] = ["json_each", "json_tree", "jsonb_each", "jsonb_tree"];
@@ -83,7 +85,7 @@ const LIMITS: [(c_int, c_int); 9] = [
     (ffi::SQLITE_LIMIT_COLUMN, 100),
     (ffi::SQLITE_LIMIT_EXPR_DEPTH, 100),
     (ffi::SQLITE_LIMIT_COMPOUND_SELECT, 64),
-    (ffi::SQLITE_LIMIT_FUNCTION_ARG, 64),
+    (ffi::SQLITE_LIMIT_FUNCTION_ARG, 32),
     (ffi::SQLITE_LIMIT_VARIABLE_NUMBER, MAX_PARAMS as c_int),
     (ffi::SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 1000),
     (ffi::SQLITE_LIMIT_TRIGGER_DEPTH, 10),
@@ -652,10 +654,11 @@ fn bind_all<'q>(
     query
 }
 
-fn decode_row(row: &SqliteRow) -> Result<Vec<SqlValue>, GuestDbError> {
+/// A row's values, unless its text and blobs come to more than `room` (what is left of the
+/// result's bound): the driver holds the row already, and a row past the bound is refused
+/// before its values are copied again.
+fn decode_row(row: &SqliteRow, room: usize) -> Result<Vec<SqlValue>, GuestDbError> {
     let bad = |_| GuestDbError::Refused(Refusal::Failed);
-    // The driver holds the row already; a row past the result's bound is refused before
-    // its values are copied again.
     let mut held = 0usize;
     for i in 0..row.len() {
         let raw = row.try_get_raw(i).map_err(bad)?;
@@ -663,7 +666,7 @@ fn decode_row(row: &SqliteRow) -> Result<Vec<SqlValue>, GuestDbError> {
             held += row.try_get_unchecked::<&[u8], _>(i).map_err(bad)?.len();
         }
     }
-    if held > MAX_RESULT_BYTES {
+    if held > room {
         return Err(GuestDbError::Invalid("result-too-large"));
     }
     (0..row.len())
