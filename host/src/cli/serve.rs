@@ -261,7 +261,11 @@ pub(super) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
 pub async fn jobs(global: &Global, json: bool) -> Result<u8, Failure> {
     let store = Store::open(&global.db_url(None)).await?;
     let now = store.now().await?;
-    let views = views::jobs(&store.list_jobs().await?, &store.list_leases().await?, now);
+    let views = views::jobs(
+        &store.list_jobs().await?,
+        &store.instance_leases(crate::kick::DEFAULT_INSTANCE).await?,
+        now,
+    );
     store.close().await;
     if json {
         println!("{}", serde_json::Value::Array(views));

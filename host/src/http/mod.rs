@@ -154,10 +154,14 @@ async fn list_jobs(
     let now = store.now().await?;
     let mut jobs = store.list_jobs().await?;
     jobs.retain(|job| job.per_tenant != 0 || who.sees(&job.tenant));
-    let jobs: Vec<Value> = views::jobs(&jobs, &store.list_leases().await?, now)
-        .into_iter()
-        .map(|view| present(&who, view))
-        .collect();
+    let jobs: Vec<Value> = views::jobs(
+        &jobs,
+        &store.instance_leases(crate::kick::DEFAULT_INSTANCE).await?,
+        now,
+    )
+    .into_iter()
+    .map(|view| present(&who, view))
+    .collect();
     Ok(Json(json!({ "jobs": jobs })))
 }
 

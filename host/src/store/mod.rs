@@ -729,9 +729,13 @@ impl Store {
         )
     }
 
-    pub async fn list_leases(&self) -> Result<Vec<LeaseRecord>> {
-        let q = &self.q.list_leases;
-        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+    /// The lease of every job's instance `instance` (listings of jobs show the default
+    /// one's).
+    pub async fn instance_leases(&self, instance: &str) -> Result<Vec<LeaseRecord>> {
+        let q = &self.q.instance_leases;
+        Ok(
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(instance).fetch_all(p).await?),
+        )
     }
 
     /// The fence statement for a guest write transaction: it returns a row only while the

@@ -419,7 +419,9 @@ queries! {
         WHERE job = $1 AND instance = $2 AND holder IS NOT NULL \
         AND (expires_at > {now} OR {parked})";
     get_lease = "SELECT {lease_columns} FROM jobhost_leases WHERE job = $1 AND instance = $2";
-    list_leases = "SELECT {lease_columns} FROM jobhost_leases ORDER BY job, instance";
+    // One lease per job, by its primary key: a job may have any number of instances.
+    instance_leases = "SELECT {lease_columns} FROM jobhost_leases \
+        WHERE instance = $1 AND job IN (SELECT name FROM jobhost_jobs) ORDER BY job";
     fence = "SELECT 1 FROM jobhost_leases WHERE {fence_match} {for_update}";
 
     // Whether an attempt still holds its lease, without locking it: checked right before
