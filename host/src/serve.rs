@@ -71,6 +71,8 @@ pub struct Shared {
     pub app: App,
     pub catalog: Arc<Catalog>,
     pub draining: AtomicBool,
+    /// The fleet's gauges as `/metrics` last read them, and when.
+    pub gauges: tokio::sync::Mutex<Option<(Instant, Arc<Vec<crate::metrics::Gauge>>)>>,
 }
 
 impl Shared {
@@ -108,6 +110,7 @@ pub async fn serve(
         app,
         catalog: Arc::new(catalog),
         draining: AtomicBool::new(false),
+        gauges: tokio::sync::Mutex::new(None),
     });
     let (stop_tx, stop) = watch::channel(false);
     let (cancel_tx, cancel) = watch::channel(false);

@@ -11,16 +11,38 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long the fleet's gauges are reused. `/metrics` is open to anyone who reaches the
+/// port, and the statements behind the gauges read whole tables: however often it is
+/// scraped, they run at most once per this on each host.
+const GAUGES_FRESH: Duration = Duration::from_secs(1);
 
 pub(super) async fn metrics(State(s): State<Arc<Shared>>) -> Result<Response, ApiError> {
+    let gauges = fleet_gauges(&s).await?;
+    let text = s.app.metrics.render(&gauges);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}
+
+/// The gauges read from the database, at most `GAUGES_FRESH` old; concurrent scrapes wait
+/// for one read.
+async fn fleet_gauges(s: &Shared) -> Result<Arc<Vec<Gauge>>, ApiError> {
+    let mut cached = s.gauges.lock().await;
+    if let Some((read_at, gauges)) = cached.as_ref()
+        && read_at.elapsed() < GAUGES_FRESH
+    {
+        return Ok(gauges.clone());
+    }
     let store = &s.app.store;
     let counts = store.count_runs().await?;
     let mut gauges = run_gauges(&counts);
-    queue_gauges(&s, store, &mut gauges).await?;
+    queue_gauges(s, store, &mut gauges).await?;
     deferral_gauges(store, &mut gauges).await?;
-    usage_gauges(&s, &mut gauges).await?;
-    let text = s.app.metrics.render(&gauges);
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+    usage_gauges(s, &mut gauges).await?;
+    let gauges = Arc::new(gauges);
+    *cached = Some((Instant::now(), gauges.clone()));
+    Ok(gauges)
 }
 
 /// Runs in the database by status and failure code (every status, 0 if none), and the
