@@ -50,14 +50,16 @@ fn is_json(text: &str) -> bool {
 /// a cursor over `LISTED_CURSOR_BYTES`; here they are only checked, so a page of runs stays
 /// small.
 pub fn run(run: &RunRecord) -> Value {
+    run_view(run, LISTED_CURSOR_BYTES)
+}
+
+/// A run with its cursor if that is at most `cursor_bytes` long.
+fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
     let mut problems = Vec::new();
     if !is_json(&run.payload) {
         problems.push("payload: not JSON".to_string());
     }
-    let omitted = run
-        .cursor
-        .as_deref()
-        .filter(|c| c.len() > LISTED_CURSOR_BYTES);
+    let omitted = run.cursor.as_deref().filter(|c| c.len() > cursor_bytes);
     let cursor = match omitted {
         Some(text) => {
             if !is_json(text) {
@@ -140,10 +142,8 @@ pub const ATTEMPTS_SHOWN: i64 = 100;
 /// failure, the evidence of how far the last pass got). Each attempt names the run's
 /// trace, which its log lines, its span and its calls belong to.
 pub fn run_detail(r: &RunRecord, attempts: &[AttemptRecord], steps: &[StepRecord]) -> Value {
-    let mut value = run(r);
+    let mut value = run_view(r, usize::MAX);
     value["payload"] = decoded(Some(&r.payload), "payload", &mut Vec::new());
-    value["cursor"] = decoded(r.cursor.as_deref(), "cursor", &mut Vec::new());
-    value["cursor_omitted"] = false.into();
     let trace_id = r.trace().trace_id();
     let views = attempts.iter().map(|a| {
         let mut view = attempt(a);

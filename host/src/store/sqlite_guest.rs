@@ -399,14 +399,26 @@ impl Session {
     }
 
     /// A statement's result, unless it (or a trigger it fired) made SQLite roll the begun
-    /// transaction back: then the session is marked and the statement refused, whatever
-    /// it returned, since what follows would run outside any transaction.
+    /// transaction back: then the statement is refused as `rolled-back`. SQLite ends a
+    /// transaction by itself only with an error of the statement that made it, so only a
+    /// failed statement is checked.
     async fn still_in_transaction<T>(
         &mut self,
         result: Result<T, GuestDbError>,
     ) -> Result<T, GuestDbError> {
+        if result.is_err() {
+            self.check_open().await?;
+        }
+        result
+    }
+
+    /// Whether SQLite still has the begun transaction open (it rolls one back by itself
+    /// on some errors: a conflict clause `OR ROLLBACK`, `RAISE(ROLLBACK)` in a trigger).
+    /// Once it has not, the session is marked and refuses every later statement, since
+    /// they would run in autocommit, outside the fence.
+    async fn check_open(&mut self) -> Result<(), GuestDbError> {
         if !self.begun {
-            return result;
+            return Ok(());
         }
         let open = {
             let mut handle = self
@@ -418,7 +430,7 @@ impl Session {
             unsafe { ffi::sqlite3_get_autocommit(handle.as_raw_handle().as_ptr()) == 0 }
         };
         if open {
-            return result;
+            return Ok(());
         }
         self.rolled_back = true;
         Err(GuestDbError::Refused(Refusal::RolledBack))
@@ -583,7 +595,7 @@ impl TxSession for Session {
         let q = self
             .host_queries
             .expect("a write session has the host's statements");
-        self.still_in_transaction(Ok(())).await?;
+        self.check_open().await?;
         if !self.fence(q.fence.as_str(), fence).await? {
             return Err(GuestDbError::LeaseLost);
         }
