@@ -294,3 +294,99 @@ async fn a_hostile_guest_does_not_stop_the_host_serving_others() {
     let (status, _) = server.get("/healthz").await;
     assert_eq!(status, 200);
 }
+
+/// A component whose one function is `repeats` additions: small to hand over, costly to
+/// compile (the compiler's memory and time grow with the function).
+fn costly_to_compile(repeats: usize) -> Vec<u8> {
+    let body = "local.get 0 i32.const 1 i32.add local.set 0\n".repeat(repeats);
+    let text =
+        format!("(component (core module (func (param i32) (result i32) {body} local.get 0)))");
+    wat::parse_str(text).expect("a valid component")
+}
+
+#[tokio::test]
+async fn a_component_costly_to_compile_is_refused_at_its_limits_and_the_host_serves_on() {
+    let home = common::Home::new(common::Backend::Sqlite).await;
+    let hello = std::fs::read(guest("hello")).expect("hello guest");
+    let costly = home.path().join("costly.wasm");
+    std::fs::write(&costly, &hello).expect("write");
+    let jobs = format!(
+        "[jobs.steady]\ncomponent = \"{{guest:hello}}\"\ntimeout = \"5s\"\n\
+         [jobs.costly]\ncomponent = \"{}\"\ntimeout = \"5s\"\n",
+        costly.display()
+    );
+    let manifest = home.manifest("", &jobs);
+    let manifest = manifest.to_str().unwrap();
+
+    // `check` compiles in a child under the limits, and says which one was passed.
+    std::fs::write(&costly, costly_to_compile(150_000)).expect("write");
+    let out = home.run(&["--compile-memory", "64MiB", "check", "--manifest", manifest]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot be compiled: compiling it needs more memory than the host's limit (67108864 bytes)"),
+        "{stderr}"
+    );
+    let out = home.run(&["--compile-timeout", "1ms", "check", "--manifest", manifest]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("compiling it takes longer than the host's limit (1ms)"),
+        "{stderr}"
+    );
+    // An invalid component is refused with the compiler's reason.
+    std::fs::write(&costly, b"\0asm\x0d\x00\x01\x00\xff").expect("write");
+    let out = home.run(&["check", "--manifest", manifest]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is not a valid component"), "{stderr}");
+    // The compiler's environment is not the host's: an artifact still loads whatever
+    // the host's own environment says of the engine.
+    std::fs::write(&costly, &hello).expect("write");
+    let out = home
+        .host()
+        .env("WASMTIME_BACKTRACE_DETAILS", "1")
+        .args(["check", "--manifest", manifest])
+        .output()
+        .expect("run host");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // `serve` keeps the component it has when a changed one cannot be compiled, and
+    // keeps running jobs.
+    let server = home
+        .serve(&["--compile-memory", "64MiB", "--manifest", manifest])
+        .await;
+    let written = home.path().join("costly.wasm.new");
+    std::fs::write(&written, costly_to_compile(150_000)).expect("write");
+    std::fs::rename(&written, &costly).expect("rename");
+    let start = std::time::Instant::now();
+    while !home
+        .server_logs()
+        .contains("needs more memory than the host's limit")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{}",
+            home.server_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        home.server_logs().contains("changed component refused"),
+        "{}",
+        home.server_logs()
+    );
+    for job in ["steady", "costly"] {
+        let (status, _) = server.post(&format!("/jobs/{job}/kick")).await;
+        assert_eq!(status, 202);
+        server
+            .wait_runs(job, Duration::from_secs(30), |runs| {
+                runs.iter().any(|r| r["status"] == "succeeded")
+            })
+            .await;
+    }
+}

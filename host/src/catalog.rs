@@ -2,7 +2,7 @@
 //! parsed schedule, reloaded when the component file changes.
 
 use crate::app::{App, AppError};
-use crate::engine::Loaded;
+use crate::engine::{LoadError, Loaded};
 use crate::job::JobSpec;
 use crate::schedule::cron::{Cron, CronError};
 use chrono_tz::Tz;
@@ -136,15 +136,12 @@ impl Catalog {
             if FileStamp::of(&job.spec) == job.stamp {
                 continue;
             }
-            let (loaded, stamp) = match load_component(app, &job.spec).await {
+            let (stamp, loaded) = load_component(app, &job.spec).await;
+            let loaded = match loaded {
                 Ok(loaded) => loaded,
-                Err(AppError::Load(e)) => {
+                Err(e) => {
                     tracing::warn!(job = %job.spec.name, error = %e, "changed component refused; keeping the previous one");
-                    (job.loaded.clone(), FileStamp::of(&job.spec))
-                }
-                Err(_) => {
-                    tracing::warn!(job = %job.spec.name, code = "driver_failed", "could not reload the component; will retry");
-                    continue;
+                    job.loaded.clone()
                 }
             };
             let changed = loaded.digest != job.loaded.digest;
@@ -169,13 +166,15 @@ impl Catalog {
     }
 }
 
+/// The component's file stamp, taken before it is read, and the component: a file that
+/// changes while it loads (still being written, say) is loaded again next time, whether
+/// this load succeeded or not.
 async fn load_component(
     app: &App,
     spec: &JobSpec,
-) -> Result<(Arc<Loaded>, Option<FileStamp>), AppError> {
-    // Stamp first: a file that changes while it loads is loaded again next time.
+) -> (Option<FileStamp>, Result<Arc<Loaded>, LoadError>) {
     let stamp = FileStamp::of(spec);
-    Ok((app.load(spec).await?, stamp))
+    (stamp, app.load(spec).await)
 }
 
 async fn load_job(app: &App, spec: JobSpec, tz: Tz) -> Result<CatalogJob, CatalogError> {
@@ -188,13 +187,11 @@ async fn load_job(app: &App, spec: JobSpec, tz: Tz) -> Result<CatalogJob, Catalo
             job: spec.name.clone(),
             source,
         })?;
-    let (loaded, stamp) =
-        load_component(app, &spec)
-            .await
-            .map_err(|source| CatalogError::Load {
-                job: spec.name.clone(),
-                source,
-            })?;
+    let (stamp, loaded) = load_component(app, &spec).await;
+    let loaded = loaded.map_err(|source| CatalogError::Load {
+        job: spec.name.clone(),
+        source: source.into(),
+    })?;
     Ok(CatalogJob {
         spec,
         loaded,

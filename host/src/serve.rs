@@ -30,6 +30,8 @@ use tokio::time::Instant;
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: SocketAddr,
+    /// What one client of the API may hold: time, buffers, connections.
+    pub api_limits: crate::http::ConnectionLimits,
     /// The lanes this host serves, with the workers of each.
     pub lanes: BTreeMap<String, usize>,
     /// Claimed runs each lane keeps ready per worker while its runs are short (under
@@ -168,14 +170,12 @@ pub async fn serve(
         lane_wakes,
         stop.clone(),
     ));
-    let mut http_stop = stop.clone();
-    let mut http = tokio::spawn(
-        axum::serve(listener, crate::http::router(shared.clone()))
-            .with_graceful_shutdown(async move {
-                let _ = http_stop.wait_for(|s| *s).await;
-            })
-            .into_future(),
-    );
+    let mut http = tokio::spawn(crate::http::serve_api(
+        listener,
+        crate::http::router(shared.clone()),
+        config.api_limits,
+        stop.clone(),
+    ));
     if let Ok(0) = shared.app.store.live_tokens().await {
         tracing::warn!(
             "no API tokens: the API refuses every request until one is created with `host tokens create`"
@@ -211,8 +211,8 @@ pub async fn serve(
     }
     while loops.join_next().await.is_some() {}
     shared.app.runner.flush().await;
-    // A client that never finishes sending its request would hold the server's graceful
-    // shutdown forever: it gets the grace period too.
+    // A request still running holds the server's graceful shutdown: it gets the grace
+    // period too.
     if tokio::time::timeout(config.shutdown_grace, &mut http)
         .await
         .is_err()

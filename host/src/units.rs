@@ -7,6 +7,8 @@ use std::time::Duration;
 pub enum UnitError {
     #[error("invalid duration {0:?}: use a number with a unit, e.g. 250ms, 30s, 10m, 1h, 2d")]
     Duration(String),
+    #[error("invalid duration {0:?}: it must be longer than zero")]
+    ZeroDuration(String),
     #[error("invalid size {0:?}: use a number with a unit, e.g. 512KiB, 64MiB, 1GiB (or bytes)")]
     Size(String),
 }
@@ -36,6 +38,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
     };
     let millis = n.checked_mul(millis_per_unit).ok_or_else(err)?;
     Ok(Duration::from_millis(millis))
+}
+
+/// A duration that must not be zero: a time limit of nothing would refuse everything.
+pub fn parse_positive_duration(text: &str) -> Result<Duration, UnitError> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(UnitError::ZeroDuration(text.to_string())),
+        d => Ok(d),
+    }
 }
 
 pub fn parse_size(text: &str) -> Result<u64, UnitError> {
@@ -138,6 +148,11 @@ mod tests {
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
         }
+        assert_eq!(
+            parse_positive_duration("0s"),
+            Err(UnitError::ZeroDuration("0s".into()))
+        );
+        assert_eq!(parse_positive_duration("1ms"), Ok(Duration::from_millis(1)));
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
         assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");

@@ -56,6 +56,7 @@ pub async fn drive(global: &Global, args: DriveArgs) -> Result<u8, Failure> {
             max_instances: 16,
             cache_dir: Some(global.cache_dir()),
             fuel: true,
+            compiler: Some(global.compiler()?),
         },
         runner: RunnerSettings {
             quotas: manifest.quotas.clone(),

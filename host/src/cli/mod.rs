@@ -46,6 +46,12 @@ pub struct Global {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Most memory compiling one component may take (its own process's data segment).
+    #[arg(long, global = true, value_parser = crate::units::parse_size, default_value = "4GiB")]
+    pub compile_memory: u64,
+    /// Longest compiling one component may take.
+    #[arg(long, global = true, value_parser = crate::units::parse_positive_duration, default_value = "120s")]
+    pub compile_timeout: std::time::Duration,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +143,17 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compile the component on stdin to an artifact on stdout: the child process the
+    /// host compiles in, under limits. Not for operators.
+    #[command(hide = true)]
+    CompileComponent {
+        #[arg(long, action = clap::ArgAction::Set)]
+        fuel: bool,
+        #[arg(long, action = clap::ArgAction::Set)]
+        epochs: bool,
+        #[arg(long)]
+        memory_limit: u64,
+    },
 }
 
 /// How the attempts of a process that runs jobs (`run`, `serve`, `drive`) hold their
@@ -174,6 +191,27 @@ impl Global {
 
     pub fn cache_dir(&self) -> PathBuf {
         self.home.join("cache")
+    }
+
+    /// Components are compiled by this binary in a child process, under the limits given.
+    pub fn compiler(&self) -> Result<crate::engine::compiler::Compiler, Failure> {
+        // The running binary even after it was replaced on disk (an upgrade): a newer one
+        // would compile for another engine.
+        let running = PathBuf::from("/proc/self/exe");
+        let program = if running.exists() {
+            running
+        } else {
+            std::env::current_exe().map_err(|_| {
+                Failure::usage("cannot find the host's own executable, which compiles components")
+            })?
+        };
+        Ok(crate::engine::compiler::Compiler {
+            program,
+            limits: crate::engine::compiler::CompileLimits {
+                memory: self.compile_memory,
+                time: self.compile_timeout,
+            },
+        })
     }
 }
 
@@ -229,6 +267,16 @@ fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::CompileComponent {
+        fuel,
+        epochs,
+        memory_limit,
+    } = cli.command
+    {
+        let profile = crate::engine::compiler::Profile { fuel, epochs };
+        let code = crate::engine::compiler::compile_stdin(profile, memory_limit);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let exporter = match init_tracing(&cli) {
         Ok(exporter) => exporter,
         Err(e) => {
@@ -294,6 +342,7 @@ pub fn main() -> ExitCode {
             Command::Tenants(cmd) => tenants::tenants(&cli.global, cmd).await,
             Command::Tokens(cmd) => tenants::tokens(&cli.global, cmd).await,
             Command::Codes { json } => Ok(output::codes(json)),
+            Command::CompileComponent { .. } => unreachable!("handled before the runtime starts"),
         }
     });
     if let Some(exporter) = exporter {

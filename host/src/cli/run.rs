@@ -82,6 +82,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         operator_migrations: migrations,
         engine: EngineSettings {
             cache_dir: Some(global.cache_dir()),
+            compiler: Some(global.compiler()?),
             ..EngineSettings::default()
         },
         runner: RunnerSettings {

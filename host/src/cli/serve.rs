@@ -11,7 +11,7 @@ use crate::schedule::cron::{Cron, parse_tz};
 use crate::serve::{ServeConfig, serve};
 use crate::store::{Backend, Store};
 use crate::trace::TraceParent;
-use crate::units::parse_duration;
+use crate::units::{parse_duration, parse_positive_duration};
 use crate::views;
 use clap::Args;
 use std::collections::BTreeMap;
@@ -24,6 +24,19 @@ pub struct ServeArgs {
     /// Address of the HTTP API (port 0 picks a free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Longest a client may take to send a request's head, or leave a kept-alive
+    /// connection idle.
+    #[arg(long, value_parser = parse_positive_duration, default_value = "10s")]
+    pub header_timeout: Duration,
+    /// Longest an API request's body may take to arrive (answered 408 past it), and
+    /// longest a client may leave its answer unread (closed past it).
+    #[arg(long, value_parser = parse_positive_duration, default_value = "30s")]
+    pub request_timeout: Duration,
+    /// Most API connections open at once; one more is answered 503 and closed (at most
+    /// half the process's file descriptors: the rest are the databases', files' and
+    /// compilers').
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub max_connections: u32,
     /// The jobs to run; without one the host serves its API with no jobs.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
@@ -157,6 +170,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             max_instances: (all_workers as u32 * 2).max(16),
             cache_dir: Some(global.cache_dir()),
             fuel: args.fuel_metering,
+            compiler: Some(global.compiler()?),
         },
         runner: RunnerSettings {
             claim_slack: args.poll * 5 + Duration::from_secs(10),
@@ -190,6 +204,11 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
     }
     let config = ServeConfig {
         listen: args.listen,
+        api_limits: crate::http::ConnectionLimits {
+            header_timeout: args.header_timeout,
+            request_timeout: args.request_timeout,
+            max_connections: within_descriptors(args.max_connections as usize),
+        },
         lanes,
         prefetch: usize::from(args.prefetch),
         poll: args.poll,
@@ -217,6 +236,39 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
     };
     serve(app, catalog, config, shutdown_signal()).await?;
     Ok(0)
+}
+
+/// The connection cap, raised to the process's hard limit on file descriptors if the soft
+/// one is lower (as servers do), and lowered to half of it if it is still above that: past
+/// its descriptors, a host would fail every accept and every database or file it opens.
+fn within_descriptors(max_connections: usize) -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` and `setrlimit` only read and write the struct passed.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return max_connections;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
+        }
+    }
+    let room = usize::try_from(limit.rlim_cur / 2).unwrap_or(usize::MAX);
+    if max_connections > room {
+        tracing::warn!(
+            max_connections,
+            file_descriptors = limit.rlim_cur,
+            "--max-connections lowered to half the process's file descriptors"
+        );
+        return room.max(1);
+    }
+    max_connections
 }
 
 /// The lanes this host serves and their workers: the manifest's, and `default` with
@@ -463,6 +515,7 @@ fn job_problems(global: &Global, manifest: &Manifest) -> Result<Vec<String>, Fai
     let tz = parse_tz(manifest.host.timezone.as_deref().unwrap_or("UTC"))?;
     let engine = Engine::new(&EngineSettings {
         cache_dir: Some(global.cache_dir()),
+        compiler: Some(global.compiler()?),
         ..EngineSettings::default()
     })?;
     let mut problems = Vec::new();

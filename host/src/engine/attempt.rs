@@ -120,7 +120,7 @@ impl Engine {
     pub async fn run_attempt(&self, spec: AttemptSpec<'_>) -> AttemptReport {
         let started = Instant::now();
         let log = AttemptLog::new(MAX_LOG_BYTES);
-        if spec.fuel.is_some() && !self.fuel {
+        if spec.fuel.is_some() && !self.profile.fuel {
             // A fuel cap this engine cannot meter is not kept by running unmetered.
             return AttemptReport {
                 result: Err(AttemptFailure {
@@ -157,7 +157,7 @@ impl Engine {
             }) => Some(called),
             () = cancelled(&mut cancel) => None,
         };
-        let fuel_used = if self.fuel {
+        let fuel_used = if self.profile.fuel {
             fuel.saturating_sub(store.get_fuel().unwrap_or(0))
         } else {
             0
@@ -203,7 +203,7 @@ impl Engine {
     ) -> wasmtime::Store<GuestState> {
         let mut store = wasmtime::Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
-        if self.fuel {
+        if self.profile.fuel {
             store.set_fuel(fuel).expect("fuel is enabled on the engine");
         }
         let deadline = deadline.into_std();

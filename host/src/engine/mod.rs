@@ -4,6 +4,7 @@
 pub mod attempt;
 pub mod bindings;
 mod cache;
+pub mod compiler;
 pub mod contract;
 pub mod limits;
 pub mod output;
@@ -12,6 +13,7 @@ pub mod state;
 use crate::grants::Grants;
 use bindings::{Job, JobPre};
 use cache::CompileCache;
+use compiler::{CompileFailure, Compiler, Profile};
 use contract::{ContractError, Imports};
 use sha2::{Digest, Sha256};
 use state::GuestState;
@@ -67,6 +69,12 @@ pub enum LoadError {
     CoreModule { path: PathBuf },
     #[error("{path} is not a valid component: {reason}")]
     Malformed { path: PathBuf, reason: String },
+    /// Compiling went past the host's limits, or the compiler process failed.
+    #[error("{path} cannot be compiled: {source}")]
+    Compile {
+        path: PathBuf,
+        source: CompileFailure,
+    },
     #[error("{path}: {source}")]
     Contract {
         path: PathBuf,
@@ -89,6 +97,9 @@ pub struct EngineSettings {
     /// always on), an attempt reports `fuel_used` 0, and a job with a `fuel` cap fails
     /// every attempt `out_of_fuel` without running, since its cap cannot be kept.
     pub fuel: bool,
+    /// Compile in a child process under limits (`compiler`); `None` compiles in this
+    /// process, unbounded: only for components the operator trusts (tests, benchmarks).
+    pub compiler: Option<Compiler>,
 }
 
 impl Default for EngineSettings {
@@ -98,6 +109,7 @@ impl Default for EngineSettings {
             max_instances: 64,
             cache_dir: None,
             fuel: true,
+            compiler: None,
         }
     }
 }
@@ -115,8 +127,9 @@ pub struct Engine {
     cache: Option<CompileCache>,
     loaded: Mutex<HashMap<String, Arc<Loaded>>>,
     ticker_stop: Arc<AtomicBool>,
-    /// Fuel is metered (`EngineSettings::fuel`).
-    fuel: bool,
+    /// What code is compiled for: fuel metered (`EngineSettings::fuel`), epochs.
+    profile: Profile,
+    compiler: Option<Compiler>,
 }
 
 impl Engine {
@@ -133,13 +146,11 @@ impl Engine {
     }
 
     fn build(settings: &EngineSettings, epochs: bool) -> Result<Engine, EngineError> {
-        let mut config = wasmtime::Config::new();
-        config
-            .wasm_component_model(true)
-            .epoch_interruption(epochs)
-            .consume_fuel(settings.fuel)
-            .max_wasm_stack(WASM_STACK)
-            .async_stack_size(WASM_STACK * 2);
+        let profile = Profile {
+            fuel: settings.fuel,
+            epochs,
+        };
+        let mut config = base_config(profile);
         if settings.pooling {
             config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool(
                 settings.max_instances,
@@ -169,13 +180,14 @@ impl Engine {
             cache,
             loaded: Mutex::default(),
             ticker_stop,
-            fuel: settings.fuel,
+            profile,
+            compiler: settings.compiler.clone(),
         })
     }
 
     /// Whether attempts meter fuel (`EngineSettings::fuel`).
     pub fn meters_fuel(&self) -> bool {
-        self.fuel
+        self.profile.fuel
     }
 
     /// Forgets the components loaded so far, so the next load of each reads the compile
@@ -239,7 +251,30 @@ impl Engine {
         let compiled = cached.is_none();
         let component = match cached {
             Some(component) => component,
-            None => Component::new(&self.engine, bytes).map_err(malformed)?,
+            None => match &self.compiler {
+                Some(compiler) => {
+                    let artifact =
+                        compiler
+                            .compile(bytes, self.profile)
+                            .map_err(|failure| match failure {
+                                CompileFailure::Invalid(reason) => LoadError::Malformed {
+                                    path: path.to_path_buf(),
+                                    reason,
+                                },
+                                source => LoadError::Compile {
+                                    path: path.to_path_buf(),
+                                    source,
+                                },
+                            })?;
+                    // SAFETY: the artifact was compiled by this binary for an engine of
+                    // this profile; `deserialize` refuses one compiled for another
+                    // configuration. (A compiler subverted by the component it compiles
+                    // could write any artifact; compiling in this process would give it
+                    // as much.)
+                    unsafe { Component::deserialize(&self.engine, &artifact) }.map_err(malformed)?
+                }
+                None => Component::new(&self.engine, bytes).map_err(malformed)?,
+            },
         };
         let ty = component.component_type();
         let imports = contract::check(
@@ -301,6 +336,22 @@ fn pool(n: u32) -> PoolingAllocationConfig {
             .table_keep_resident(KEEP_RESIDENT_TABLE);
     }
     pool
+}
+
+/// The engine configuration code is compiled for; the host's engine adds only how
+/// instances are allocated, which compiled code does not depend on.
+fn base_config(profile: Profile) -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(profile.epochs)
+        .consume_fuel(profile.fuel)
+        .max_wasm_stack(WASM_STACK)
+        .async_stack_size(WASM_STACK * 2)
+        // Set, not read from `WASMTIME_BACKTRACE_DETAILS`: the compiler process has no
+        // environment, and an artifact must be compiled for the host's exact settings.
+        .wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Disable);
+    config
 }
 
 /// One thread per engine advances the epoch; every store's deadline counts its ticks.

@@ -3,7 +3,7 @@
 //! Errors are JSON `{"error": {"code": ..., "message": ...}}` with a fixed code:
 //! `unauthenticated`, `unknown_job`, `unknown_run`, `unknown_tenant`, `not_found`,
 //! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `invalid_parameter`, `shutting_down`,
-//! `unavailable`.
+//! `unavailable`, `request_timeout`, `body_too_large`, `too_many_connections` (`server`).
 //!
 //! Everything but the page, the probes, `/metrics` and the links key set needs a bearer
 //! token (`auth`). A tenant's token sees only its tenant's jobs, runs and reports, through
@@ -15,6 +15,7 @@
 mod auth;
 mod events;
 mod metrics;
+mod server;
 mod tenants;
 mod usage;
 
@@ -33,6 +34,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+pub use server::{ConnectionLimits, serve_api};
 
 /// Most runs one page returns.
 pub const MAX_PAGE: i64 = 500;
