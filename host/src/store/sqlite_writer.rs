@@ -1,5 +1,6 @@
-//! The SQLite host's writer for claims and endings of attempts: one thread with its own
-//! connection that takes every claim and ending queued meanwhile and runs them in one
+//! The SQLite host's writer for claims and endings of attempts, and for kicks: one thread
+//! with its own connection that takes every claim, ending and kick queued meanwhile and
+//! runs them in one
 //! `BEGIN IMMEDIATE … COMMIT`, each in a savepoint of its own (so one refused item fails
 //! alone). Through sqlx every statement would be two hand-offs to a worker thread; here a
 //! whole batch is one, and the statements are cached on the connection.
@@ -9,7 +10,7 @@
 
 use super::attempts::{ClaimRequest, ClaimedRow, Recorded, Recording, RunChange};
 use super::queries::Queries;
-use super::{Result, RunRecord, SQLITE_BUSY_TIMEOUT, StoreError};
+use super::{NewReport, NewRun, ReportKind, Result, RunRecord, SQLITE_BUSY_TIMEOUT, StoreError};
 use crate::store::AttemptTerms;
 use rusqlite::{CachedStatement, Connection, OpenFlags, ToSql};
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,6 +35,10 @@ enum Job {
         items: Vec<Recording>,
         reply: oneshot::Sender<Vec<Result<Recorded>>>,
     },
+    Kick {
+        run: NewRun,
+        reply: oneshot::Sender<Result<Option<RunRecord>>>,
+    },
 }
 
 impl Job {
@@ -41,6 +46,7 @@ impl Job {
         match self {
             Job::Claim { order, .. } => usize::try_from(order.limit).unwrap_or(1).max(1),
             Job::Record { items, .. } => items.len().max(1),
+            Job::Kick { .. } => 1,
         }
     }
 }
@@ -54,6 +60,11 @@ enum Answer {
     Record(
         oneshot::Sender<Vec<Result<Recorded>>>,
         Vec<Result<Recorded>>,
+    ),
+    /// Boxed: a run record is several times the size of the other answers.
+    Kick(
+        oneshot::Sender<Result<Option<RunRecord>>>,
+        Box<Result<Option<RunRecord>>>,
     ),
 }
 
@@ -82,6 +93,20 @@ impl SqliteWriter {
                     terms: request.terms.clone(),
                     paused: request.paused.to_vec(),
                 },
+                reply,
+            })
+            .map_err(|_| StoreError::WriterStopped)?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+
+    /// A kick, as `Store::kick_run`: the holder's pending flag set if the lease is held
+    /// (`None`), else `run` queued. One hand-off to this thread instead of a statement at
+    /// a time through a pool: a kick's answer waits on it.
+    pub(crate) async fn kick(&self, run: &NewRun) -> Result<Option<RunRecord>> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job::Kick {
+                run: run.clone(),
                 reply,
             })
             .map_err(|_| StoreError::WriterStopped)?;
@@ -177,6 +202,7 @@ impl Job {
                 reply,
                 items.iter().map(|_| Err(sqlite_error_ref(e))).collect(),
             ),
+            Job::Kick { reply, .. } => Answer::Kick(reply, Box::new(Err(sqlite_error_ref(e)))),
         }
     }
 }
@@ -189,6 +215,7 @@ impl Answer {
                 reply,
                 answers.iter().map(|_| Err(sqlite_error_ref(e))).collect(),
             ),
+            Answer::Kick(reply, _) => Answer::Kick(reply, Box::new(Err(sqlite_error_ref(e)))),
         }
     }
 
@@ -198,6 +225,7 @@ impl Answer {
         match self {
             Answer::Claim(reply, answer) => drop(reply.send(answer)),
             Answer::Record(reply, answers) => drop(reply.send(answers)),
+            Answer::Kick(reply, answer) => drop(reply.send(*answer)),
         }
     }
 }
@@ -226,7 +254,86 @@ fn run(conn: &Connection, q: &'static Queries, job: Job) -> Answer {
             }
             Answer::Record(reply, answers)
         }
+        Job::Kick { run, reply } => {
+            let kicked = in_savepoint(conn, || kick(conn, q, &run));
+            Answer::Kick(reply, Box::new(kicked.map_err(sqlite_error)))
+        }
     }
+}
+
+fn kick(
+    conn: &Connection,
+    q: &'static Queries,
+    run: &NewRun,
+) -> rusqlite::Result<Option<RunRecord>> {
+    if execute(conn, &q.set_pending, &[&run.job, &run.instance])? == 1 {
+        return Ok(None);
+    }
+    let queued = insert_new_run(conn, &q.queue_run, run, |rows| {
+        rows.next()?.map(run_record).transpose()
+    })?
+    .ok_or(rusqlite::Error::QueryReturnedNoRows)?;
+    if queued.dropped_by_limit() {
+        let report = NewReport::about_run(
+            ReportKind::Dropped,
+            &queued,
+            crate::failure::FailureCode::TenantLimit,
+        );
+        insert_report(conn, q, &report)?;
+    }
+    Ok(Some(queued))
+}
+
+/// Runs `sql`, an insert of a new run, with the run's values as `$1`… in the order of
+/// `store::bind_new_run`, and reads what it returns with `read`.
+fn insert_new_run<T>(
+    conn: &Connection,
+    sql: &str,
+    run: &NewRun,
+    read: impl FnOnce(&mut rusqlite::Rows<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let cursor = run.cursor.as_deref();
+    let digest = run.component_digest.as_deref();
+    let rerun_of = run.rerun_of.as_deref();
+    let trace_parent = run.trace_parent.map(|t| t.to_string());
+    let mut statement = prepared(
+        conn,
+        sql,
+        &[
+            &run.id,
+            &run.job,
+            &run.instance,
+            &run.tenant,
+            &run.origin.as_str(),
+            &run.payload,
+            &cursor,
+            &digest,
+            &run.scheduled_for,
+            &rerun_of,
+            &run.delay_ms,
+            &trace_parent,
+        ],
+    )?;
+    read(&mut statement.raw_query())
+}
+
+fn insert_report(
+    conn: &Connection,
+    q: &'static Queries,
+    report: &NewReport,
+) -> rusqlite::Result<()> {
+    execute(
+        conn,
+        &q.insert_report,
+        &[
+            &report.kind.as_str(),
+            &report.job,
+            &report.run_id,
+            &report.code,
+            &report.body,
+        ],
+    )
+    .map(drop)
 }
 
 /// Runs `step` in a savepoint: undone alone if it fails.
@@ -526,48 +633,14 @@ fn record(
             if pending == Some(1)
                 && let Some(run) = follow_up
             {
-                let digest = run.component_digest.as_deref();
-                let scheduled_for = run.scheduled_for;
-                let rerun_of = run.rerun_of.as_deref();
-                let cursor = run.cursor.as_deref();
-                let trace_parent = run.trace_parent.map(|t| t.to_string());
-                prepared(
-                    conn,
-                    &q.insert_run,
-                    &[
-                        &run.id,
-                        &run.job,
-                        &run.instance,
-                        &run.tenant,
-                        &run.origin.as_str(),
-                        &run.payload,
-                        &cursor,
-                        &digest,
-                        &scheduled_for,
-                        &rerun_of,
-                        &run.delay_ms,
-                        &trace_parent,
-                    ],
-                )?
-                .raw_query()
-                .next()?;
+                insert_new_run(conn, &q.insert_run, run, |rows| rows.next().map(drop))?;
                 queued = Some(run.id.clone());
             }
             if *status == crate::store::RunStatus::Succeeded {
                 succeeded.insert(lease.job.clone());
             }
             if let Some(report) = report {
-                execute(
-                    conn,
-                    &q.insert_report,
-                    &[
-                        &report.kind.as_str(),
-                        &report.job,
-                        &report.run_id,
-                        &report.code,
-                        &report.body,
-                    ],
-                )?;
+                insert_report(conn, q, report)?;
             }
             Ok(Recorded::Finished { follow_up: queued })
         }
