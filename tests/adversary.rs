@@ -318,28 +318,31 @@ async fn a_component_costly_to_compile_is_refused_at_its_limits_and_the_host_ser
     let manifest = home.manifest("", &jobs);
     let manifest = manifest.to_str().unwrap();
 
-    // `check` compiles in a child under the limits, and says which one was passed.
-    std::fs::write(&costly, costly_to_compile(150_000)).expect("write");
-    let out = home.run(&["--compile-memory", "64MiB", "check", "--manifest", manifest]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("cannot be compiled: compiling it needs more memory than the host's limit (67108864 bytes)"),
-        "{stderr}"
-    );
-    let out = home.run(&["--compile-timeout", "1ms", "check", "--manifest", manifest]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("compiling it takes longer than the host's limit (1ms)"),
-        "{stderr}"
-    );
-    // An invalid component is refused with the compiler's reason.
-    std::fs::write(&costly, b"\0asm\x0d\x00\x01\x00\xff").expect("write");
-    let out = home.run(&["check", "--manifest", manifest]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("is not a valid component"), "{stderr}");
+    // `check` compiles in a child under the limits, and says which one was passed; an
+    // invalid component is refused with the compiler's reason.
+    let costly_bytes = costly_to_compile(150_000);
+    let invalid: &[u8] = b"\0asm\x0d\x00\x01\x00\xff";
+    for (limits, component, refusal) in [
+        (
+            &["--compile-memory", "64MiB"][..],
+            &costly_bytes[..],
+            "cannot be compiled: compiling it needs more memory than the host's limit (67108864 bytes)",
+        ),
+        (
+            &["--compile-timeout", "1ms"][..],
+            &costly_bytes[..],
+            "compiling it takes longer than the host's limit (1ms)",
+        ),
+        (&[][..], invalid, "is not a valid component"),
+    ] {
+        std::fs::write(&costly, component).expect("write");
+        let mut args = limits.to_vec();
+        args.extend(["check", "--manifest", manifest]);
+        let out = home.run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(refusal), "{stderr}");
+    }
     // The compiler's environment is not the host's: an artifact still loads whatever
     // the host's own environment says of the engine.
     std::fs::write(&costly, &hello).expect("write");
@@ -361,7 +364,7 @@ async fn a_component_costly_to_compile_is_refused_at_its_limits_and_the_host_ser
         .serve(&["--compile-memory", "64MiB", "--manifest", manifest])
         .await;
     let written = home.path().join("costly.wasm.new");
-    std::fs::write(&written, costly_to_compile(150_000)).expect("write");
+    std::fs::write(&written, &costly_bytes).expect("write");
     std::fs::rename(&written, &costly).expect("rename");
     let start = std::time::Instant::now();
     while !home

@@ -54,12 +54,10 @@ impl CompileCache {
         }
     }
 
-    pub fn put(&self, digest: &str, component: &Component) {
-        let result = component
-            .serialize()
-            .map_err(|_| ())
-            .and_then(|bytes| write_atomically(&self.path(digest), &bytes).map_err(|_| ()));
-        if result.is_err() {
+    /// Keeps `artifact`, the compiled form of `digest` as `Engine::precompile_component`
+    /// (or the compiler process) wrote it.
+    pub fn put(&self, digest: &str, artifact: &[u8]) {
+        if write_atomically(&self.path(digest), artifact).is_err() {
             tracing::warn!(digest, "could not write a compile-cache entry");
         }
     }

@@ -123,7 +123,7 @@ impl Compiler {
                 Ok(artifact)
             }
             Some(status) if status.code() == Some(EXIT_INVALID) => {
-                Err(CompileFailure::Invalid(one_line(&reason)))
+                Err(CompileFailure::Invalid(super::one_line(&reason)))
             }
             Some(status) if status.code() == Some(EXIT_OVER_MEMORY) => {
                 Err(CompileFailure::OverMemory(self.limits.memory))
@@ -165,18 +165,6 @@ fn read_bounded(mut from: impl Read, limit: u64) -> Vec<u8> {
     bytes
 }
 
-/// A refusal's first line, without control characters, at most 500 characters: it is
-/// shown to the operator, and the child read a hostile component.
-fn one_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("invalid").trim();
-    let line: String = line.chars().filter(|c| !c.is_control()).take(500).collect();
-    if line.is_empty() {
-        "invalid".to_string()
-    } else {
-        line
-    }
-}
-
 /// The child's side (`host compile-component`): caps its own data segment, reads a
 /// component on stdin, writes its compiled artifact on stdout, and exits 0; or writes why
 /// the component is invalid on stderr and exits [`EXIT_INVALID`].
@@ -211,7 +199,7 @@ pub fn compile_stdin(profile: Profile, memory_limit: u64) -> i32 {
             return EXIT_OVER_MEMORY;
         }
         Err(e) => {
-            eprintln!("{}", one_line(&e.to_string()));
+            eprintln!("{}", super::one_line(&e.to_string()));
             return EXIT_INVALID;
         }
     };
@@ -284,6 +272,7 @@ mod tests {
 
     #[test]
     fn a_refusal_is_one_bounded_line_of_printable_text() {
+        use crate::engine::one_line;
         assert_eq!(one_line("bad\x1b[31m type\nsecond"), "bad[31m type");
         assert_eq!(one_line(""), "invalid");
         assert_eq!(one_line(&"x".repeat(10_000)).len(), 500);

@@ -242,39 +242,25 @@ impl Engine {
     fn compile(&self, path: &Path, bytes: &[u8], digest: String) -> Result<Loaded, LoadError> {
         let malformed = |e: wasmtime::Error| LoadError::Malformed {
             path: path.to_path_buf(),
-            reason: one_line(&e),
+            reason: one_line(&e.to_string()),
         };
         let cached = self
             .cache
             .as_ref()
             .and_then(|c| c.get(&self.engine, &digest));
-        let compiled = cached.is_none();
-        let component = match cached {
-            Some(component) => component,
-            None => match &self.compiler {
-                Some(compiler) => {
-                    let artifact =
-                        compiler
-                            .compile(bytes, self.profile)
-                            .map_err(|failure| match failure {
-                                CompileFailure::Invalid(reason) => LoadError::Malformed {
-                                    path: path.to_path_buf(),
-                                    reason,
-                                },
-                                source => LoadError::Compile {
-                                    path: path.to_path_buf(),
-                                    source,
-                                },
-                            })?;
-                    // SAFETY: the artifact was compiled by this binary for an engine of
-                    // this profile; `deserialize` refuses one compiled for another
-                    // configuration. (A compiler subverted by the component it compiles
-                    // could write any artifact; compiling in this process would give it
-                    // as much.)
-                    unsafe { Component::deserialize(&self.engine, &artifact) }.map_err(malformed)?
-                }
-                None => Component::new(&self.engine, bytes).map_err(malformed)?,
-            },
+        let (component, artifact) = match cached {
+            Some(component) => (component, None),
+            None => {
+                let artifact = self.artifact(path, bytes)?;
+                // SAFETY: the artifact was compiled by this binary for an engine of this
+                // profile, here or in the compiler process; `deserialize` refuses one
+                // compiled for another configuration. (A compiler subverted by the
+                // component it compiles could write any artifact; compiling in this
+                // process would give it as much.)
+                let component = unsafe { Component::deserialize(&self.engine, &artifact) }
+                    .map_err(malformed)?;
+                (component, Some(artifact))
+            }
         };
         let ty = component.component_type();
         let imports = contract::check(
@@ -291,14 +277,42 @@ impl Engine {
             .and_then(JobPre::new)
             .map_err(malformed)?;
         // Only a component that will run is kept: one the contract refuses leaves nothing.
-        if compiled && let Some(cache) = &self.cache {
-            cache.put(&digest, &component);
+        if let (Some(artifact), Some(cache)) = (&artifact, &self.cache) {
+            cache.put(&digest, artifact);
         }
         Ok(Loaded {
             digest,
             imports,
             pre,
         })
+    }
+}
+
+impl Engine {
+    /// The compiled artifact of a component: from the compiler process, under its limits,
+    /// or (`EngineSettings::compiler` unset) from this process.
+    fn artifact(&self, path: &Path, bytes: &[u8]) -> Result<Vec<u8>, LoadError> {
+        let Some(compiler) = &self.compiler else {
+            return self
+                .engine
+                .precompile_component(bytes)
+                .map_err(|e| LoadError::Malformed {
+                    path: path.to_path_buf(),
+                    reason: one_line(&e.to_string()),
+                });
+        };
+        compiler
+            .compile(bytes, self.profile)
+            .map_err(|failure| match failure {
+                CompileFailure::Invalid(reason) => LoadError::Malformed {
+                    path: path.to_path_buf(),
+                    reason,
+                },
+                source => LoadError::Compile {
+                    path: path.to_path_buf(),
+                    source,
+                },
+            })
     }
 }
 
@@ -408,15 +422,18 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// The first line of an error's outermost message: a validation error from wasmtime
-/// describes the component, not the host.
-fn one_line(error: &wasmtime::Error) -> String {
-    error
-        .to_string()
-        .lines()
-        .next()
-        .unwrap_or("invalid")
-        .to_string()
+/// Why a component was refused, as the operator is shown it: the first line of the
+/// reason (a validation error from wasmtime describes the component, not the host),
+/// without control characters, at most 500 characters, since a hostile component chose
+/// what the compiler read.
+fn one_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default().trim();
+    let line: String = line.chars().filter(|c| !c.is_control()).take(500).collect();
+    if line.is_empty() {
+        "invalid".to_string()
+    } else {
+        line
+    }
 }
 
 /// The WASI a sandboxed job gets: clocks, random, stdio and an empty filesystem (Rust's
