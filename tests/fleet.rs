@@ -405,6 +405,74 @@ async fn both_migration_sets_build_the_same_schema() {
     assert_eq!(sqlite_columns, postgres_columns);
 }
 
+/// A backlog queued faster than autovacuum analyses the runs table (a fan-out, a burst of
+/// kicks, a host starting on a full queue) leaves the planner believing almost nothing is
+/// queued. A claim must still take its batch straight from the claim index, not read and
+/// sort every queued run: the rows it reads are counted by the database itself, in the
+/// claim's own transaction on a connection that did nothing before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_reads_one_batch_of_a_backlog_the_statistics_do_not_know() {
+    use sqlx::Connection;
+    const BACKLOG: i64 = 5_000;
+    const BATCH: i32 = 10;
+    let home = fleet_home().await;
+    home.store().await.close().await;
+    let mut setup = sqlx::PgConnection::connect(&home.db_url).await.unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE jobhost_runs SET (autovacuum_enabled = false); ANALYZE jobhost_runs",
+    )
+    .execute(&mut setup)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+         next_attempt_at, created_at, updated_at) \
+         SELECT 'r' || i, 'noop', 'i' || i, 'default', 'kick', '{}', 'queued', i, i, i \
+         FROM generate_series(1, $1) AS i",
+    )
+    .bind(BACKLOG)
+    .execute(&mut setup)
+    .await
+    .unwrap();
+    setup.close().await.unwrap();
+
+    // Both ways a claim chooses: the most overdue runs of any tenant, and an equal share
+    // of each tenant the host last saw with queued runs.
+    for tenants in ["{}", "{default,other}"] {
+        let mut claimer = sqlx::PgConnection::connect(&home.db_url).await.unwrap();
+        let mut tx = claimer.begin().await.unwrap();
+        let claimed: Vec<(String,)> = sqlx::query_as(
+            "SELECT id FROM jobhost_claim_runs('h', $1, \
+             '{\"noop\": {\"deadline_ms\": 60000, \"expires_ms\": 60000, \"digest\": \"d\"}}', \
+             NULL, '{}', CAST($2 AS TEXT[]))",
+        )
+        .bind(BATCH)
+        .bind(tenants)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        let read: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0) \
+             FROM pg_stat_xact_user_tables WHERE relname = 'jobhost_runs'",
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        tx.rollback().await.unwrap();
+        claimer.close().await.unwrap();
+        let ids: Vec<&str> = claimed.iter().map(|(id,)| id.as_str()).collect();
+        let oldest: Vec<String> = (1..=BATCH).map(|i| format!("r{i}")).collect();
+        assert_eq!(
+            ids, oldest,
+            "the batch is the most overdue runs, in order ({tenants})"
+        );
+        assert!(
+            read < 20 * i64::from(BATCH),
+            "a claim of {BATCH} ({tenants}) read {read} rows of a backlog of {BACKLOG}"
+        );
+    }
+}
+
 /// Endings waiting in a host's finisher are not yet recorded: a host killed with a full
 /// backlog loses none that it acknowledged (logged as finished, which it does only once
 /// recorded) and records none twice — the rest are runs surveillance reports crashed and

@@ -265,7 +265,7 @@ queries! {
         WHERE id = $1 AND status = 'running' AND generation = $2";
     // The steps of a batched claim and of recording attempts' ends, as the SQLite writer
     // runs them in one transaction (`store::sqlite_writer`); on Postgres the functions of
-    // the migrations run the same steps (the claim's latest: 0011; the ending's: 0007).
+    // the migrations run the same steps (the claim's latest: 0013; the ending's: 0007).
     // A claim takes the tenants with queued runs (`queued_tenants`: one probe of the index
     // per tenant) and up to `$1` due runs of each (`due_runs`, tenant `$3`), in turns: fair
     // across tenants. The SQLite writer walks them in every claim; a Postgres host at most
