@@ -13,7 +13,7 @@ use crate::manifest::CatchUp;
 use crate::report::Reporter;
 use crate::schedule::Scheduler;
 use crate::schedule::surveillance::Surveillance;
-use crate::store::{AttemptTerms, Claimed, Pool};
+use crate::store::{AttemptTerms, Claimed, Pool, Store};
 use futures_util::FutureExt;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -143,6 +143,7 @@ pub async fn serve(
     if let Pool::Postgres(pool) = shared.app.store.pool() {
         loops.spawn(listen_loop(
             pool.clone(),
+            shared.app.store.clone(),
             shared.app.wake.clone(),
             stop.clone(),
         ));
@@ -641,14 +642,21 @@ async fn signing_keys_loop(
 }
 
 /// On Postgres, every host wakes when any host queues a run (a trigger notifies
-/// `jobhost_work`), instead of polling hard.
-async fn listen_loop(pool: sqlx::PgPool, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+/// `jobhost_work`, naming the run's tenant), instead of polling hard; the tenant joins
+/// this host's fair claims at once.
+async fn listen_loop(
+    pool: sqlx::PgPool,
+    store: Store,
+    wake: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         let listened = async {
             let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
             listener.listen("jobhost_work").await?;
             loop {
-                listener.recv().await?;
+                let notification = listener.recv().await?;
+                store.queued_tenant_notified(notification.payload()).await;
                 wake.notify_one();
             }
         };

@@ -342,12 +342,37 @@ impl<'a> WireItem<'a> {
 }
 
 /// The tenants with queued runs, for the Postgres claim's fair share (migration 0010),
-/// read at most once a second: enumerating them costs more than a claim, and a tenant
-/// not read yet is still served, by the claim's most overdue runs, just not in turn.
-/// (The SQLite claim enumerates them itself, in the writer thread.)
+/// read at most once a second: enumerating them costs more than a claim. Between reads,
+/// a tenant a run was just queued for is added as the hosts' notification names it
+/// (migration 0013), so its run is taken in turn from the next claim, on every host,
+/// instead of waiting for the next read behind another tenant's backlog. (The SQLite claim
+/// enumerates them itself, in the writer thread.)
 #[derive(Default)]
 pub(crate) struct QueuedTenants {
-    read: tokio::sync::Mutex<Option<(Instant, Vec<String>)>>,
+    read: tokio::sync::Mutex<Option<TenantsRead>>,
+}
+
+struct TenantsRead {
+    at: Instant,
+    tenants: Vec<String>,
+    /// Tenants added by notifications since the read.
+    notified: usize,
+}
+
+impl TenantsRead {
+    /// Most tenants notifications add between two reads: each is an index probe in every
+    /// claim until the next read.
+    const MAX_NOTIFIED: usize = 64;
+
+    fn add(&mut self, tenant: &str) {
+        if self.notified < Self::MAX_NOTIFIED
+            && crate::tenant::validate_tenant(tenant).is_ok()
+            && !self.tenants.iter().any(|t| t == tenant)
+        {
+            self.tenants.push(tenant.to_string());
+            self.notified += 1;
+        }
+    }
 }
 
 impl QueuedTenants {
@@ -359,16 +384,28 @@ impl QueuedTenants {
         pool: &sqlx::PgPool,
     ) -> Result<Vec<String>> {
         let mut last = self.read.lock().await;
-        if let Some((at, tenants)) = last.as_ref()
-            && at.elapsed() < Self::FRESH_FOR
+        if let Some(read) = last.as_ref()
+            && read.at.elapsed() < Self::FRESH_FOR
         {
-            return Ok(tenants.clone());
+            return Ok(read.tenants.clone());
         }
         let tenants: Vec<String> = sqlx::query_scalar(q.queued_tenants.as_str())
             .fetch_all(pool)
             .await?;
-        *last = Some((Instant::now(), tenants.clone()));
+        *last = Some(TenantsRead {
+            at: Instant::now(),
+            tenants: tenants.clone(),
+            notified: 0,
+        });
         Ok(tenants)
+    }
+
+    /// A run was queued for `tenant` (a notification's payload; anything else is ignored).
+    /// Before the first read there is nothing to add to: that read finds it.
+    async fn notified(&self, tenant: &str) {
+        if let Some(read) = self.read.lock().await.as_mut() {
+            read.add(tenant);
+        }
     }
 }
 
@@ -391,6 +428,12 @@ fn recorded(result: &str, follow_up: Option<String>) -> Result<Recorded> {
 }
 
 impl Store {
+    /// A host's notification said a run was queued for `tenant` (Postgres): the next
+    /// claim takes it in turn (see [`QueuedTenants`]).
+    pub async fn queued_tenant_notified(&self, tenant: &str) {
+        self.queued_tenants.notified(tenant).await;
+    }
+
     /// Claims, leases and starts runs (see [`ClaimRequest`]), in one round trip.
     pub async fn claim_runs(&self, request: &ClaimRequest<'_>) -> Result<Vec<Claimed>> {
         let stamped_after = Instant::now();
@@ -478,5 +521,40 @@ impl Store {
             .iter()
             .map(|i| answers.remove(i).unwrap_or(Err(StoreError::Unreadable)))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(tenants: &[&str]) -> TenantsRead {
+        TenantsRead {
+            at: Instant::now(),
+            tenants: tenants.iter().map(|t| t.to_string()).collect(),
+            notified: 0,
+        }
+    }
+
+    #[test]
+    fn a_notified_tenant_joins_the_claims_tenants_once() {
+        let mut r = read(&["alpha"]);
+        r.add("beta");
+        r.add("beta");
+        r.add("alpha");
+        assert_eq!(r.tenants, ["alpha", "beta"]);
+    }
+
+    #[test]
+    fn notifications_add_only_valid_names_and_a_bounded_number() {
+        let mut r = read(&["alpha"]);
+        for bad in ["", "Upper", "a b", "x\0", &"t".repeat(65)] {
+            r.add(bad);
+        }
+        assert_eq!(r.tenants, ["alpha"]);
+        for i in 0..TenantsRead::MAX_NOTIFIED + 10 {
+            r.add(&format!("t{i}"));
+        }
+        assert_eq!(r.tenants.len(), 1 + TenantsRead::MAX_NOTIFIED);
     }
 }

@@ -59,7 +59,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     10 => "0010_fair_claims_and_tenant_limits",
     11 => "0011_parked_leases_kept",
     12 => "0012_attempt_logs_kept",
-    13 => "0013_claims_in_index_order",
+    13 => "0013_claims_in_order_and_in_turn",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -74,7 +74,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     10 => "0010_fair_claims_and_tenant_limits",
     11 => "0011_parked_leases_kept",
     12 => "0012_attempt_logs_kept",
-    13 => "0013_claims_in_index_order",
+    13 => "0013_claims_in_order_and_in_turn",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -1,11 +1,33 @@
+-- Two changes to how runs are claimed.
+--
 -- A claim takes its due runs straight from an index in claim order, however stale the
 -- table's statistics are. A backlog queued faster than autovacuum analyses the table (a
 -- fan-out, a burst of kicks, a host starting on a full queue) left the planner believing
 -- a handful of runs were queued: it then read every queued run and sorted them all in
 -- every claim (20 ms per claim at 20 000 queued, most of the database's time in a drain).
--- The two statements that choose the due runs are planned with sorting disabled, so only
--- a plan in the index's order is taken (`enable_sort` is restored before the rest of the
--- claim, whose sort of one batch is the cheap way). Otherwise the claim of migration 0011.
+-- The two statements that choose the due runs are planned with sorting disabled, so the
+-- planner takes a plan in an index's order (`enable_sort` is restored before the rest of
+-- the claim, whose sort of one batch is the cheap way). A sort that cannot be avoided (the
+-- fair share's turns) then looks so costly to the planner that it would compile the
+-- statement to native code first (JIT: 200 ms a claim, stalling the fleet's claims), so
+-- the claim runs with `jit` off, which its small statements never gain from. Otherwise
+-- the claim of migration 0011.
+--
+-- The notification of a queued run names its tenant: every host adds the tenant to the
+-- tenants its fair claims serve in turn (`store::attempts::QueuedTenants`) at once,
+-- instead of at its next read of them, up to a second later, while another tenant's
+-- backlog is served. A transaction that queues many runs of one tenant still notifies
+-- once (Postgres folds identical notifications); a host of an earlier version ignores the
+-- payload.
+CREATE OR REPLACE FUNCTION jobhost_notify_work() RETURNS TRIGGER
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM pg_notify('jobhost_work', COALESCE(NEW.tenant, ''));
+    RETURN NULL;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION jobhost_claim_runs(p_host TEXT, p_limit INTEGER, p_terms JSONB, p_run TEXT,
     p_paused TEXT[], p_tenants TEXT[])
 RETURNS TABLE (
@@ -18,6 +40,7 @@ RETURNS TABLE (
 )
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
