@@ -656,7 +656,7 @@ async fn listen_loop(
             listener.listen("jobhost_work").await?;
             loop {
                 let notification = listener.recv().await?;
-                store.queued_tenant_notified(notification.payload()).await;
+                store.queued_tenant_notified(notification.payload());
                 wake.notify_one();
             }
         };

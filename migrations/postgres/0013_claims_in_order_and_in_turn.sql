@@ -17,8 +17,8 @@
 -- tenants its fair claims serve in turn (`store::attempts::QueuedTenants`) at once,
 -- instead of at its next read of them, up to a second later, while another tenant's
 -- backlog is served. A transaction that queues many runs of one tenant still notifies
--- once (Postgres folds identical notifications); a host of an earlier version ignores the
--- payload.
+-- once (Postgres folds identical notifications), a fan-out once per tenant; a host of an
+-- earlier version ignores the payload.
 CREATE OR REPLACE FUNCTION jobhost_notify_work() RETURNS TRIGGER
 LANGUAGE plpgsql
 AS $$
@@ -58,12 +58,13 @@ DECLARE
 BEGIN
     IF p_run IS NULL THEN
         -- The due runs in claim order straight from an index, whatever the statistics
-        -- say: a sort is never planned for these two statements (see the header).
+        -- say: with sorting priced out, no plan of these two statements sorts the queued
+        -- runs (see the header).
         v_sort := current_setting('enable_sort');
         PERFORM set_config('enable_sort', 'off', true);
         -- Fair across tenants: of the tenants the host last saw with queued runs
         -- (`p_tenants`, read at most once a second: enumerating them in every claim costs
-        -- more than the claim), an equal share of the batch from each one's due runs, taken
+        -- more than the claim; and those notifications named since), an equal share of the batch from each one's due runs, taken
         -- in turns (every tenant's first run, then every tenant's second...). A tenant with
         -- a backlog of thousands delays another's single run by one turn, not by its
         -- backlog. Not the tenants whose quota holds their runs (`p_paused`).

@@ -343,35 +343,43 @@ impl<'a> WireItem<'a> {
 
 /// The tenants with queued runs, for the Postgres claim's fair share (migration 0010),
 /// read at most once a second: enumerating them costs more than a claim. Between reads,
-/// a tenant a run was just queued for is added as the hosts' notification names it
+/// a tenant a run was just queued for joins them as the hosts' notification names it
 /// (migration 0013), so its run is taken in turn from the next claim, on every host,
 /// instead of waiting for the next read behind another tenant's backlog. (The SQLite claim
 /// enumerates them itself, in the writer thread.)
 #[derive(Default)]
 pub(crate) struct QueuedTenants {
-    read: tokio::sync::Mutex<Option<TenantsRead>>,
+    read: tokio::sync::Mutex<Option<(Instant, Vec<String>)>>,
+    /// Named by notifications since the last read began. Never held across an await: the
+    /// listener adds to it while a read waits for the database.
+    notified: std::sync::Mutex<Notified>,
 }
 
-struct TenantsRead {
-    at: Instant,
-    tenants: Vec<String>,
-    /// Tenants added by notifications since the read.
-    notified: usize,
-}
+#[derive(Default)]
+struct Notified(Vec<String>);
 
-impl TenantsRead {
+impl Notified {
     /// Most tenants notifications add between two reads: each is an index probe in every
     /// claim until the next read.
-    const MAX_NOTIFIED: usize = 64;
+    const MAX: usize = 64;
 
     fn add(&mut self, tenant: &str) {
-        if self.notified < Self::MAX_NOTIFIED
+        if self.0.len() < Self::MAX
             && crate::tenant::validate_tenant(tenant).is_ok()
-            && !self.tenants.iter().any(|t| t == tenant)
+            && !self.0.iter().any(|t| t == tenant)
         {
-            self.tenants.push(tenant.to_string());
-            self.notified += 1;
+            self.0.push(tenant.to_string());
         }
+    }
+
+    /// `read`, and after it the notified tenants it lacks.
+    fn joined(&self, mut read: Vec<String>) -> Vec<String> {
+        for tenant in &self.0 {
+            if !read.contains(tenant) {
+                read.push(tenant.clone());
+            }
+        }
+        read
     }
 }
 
@@ -384,28 +392,32 @@ impl QueuedTenants {
         pool: &sqlx::PgPool,
     ) -> Result<Vec<String>> {
         let mut last = self.read.lock().await;
-        if let Some(read) = last.as_ref()
-            && read.at.elapsed() < Self::FRESH_FOR
-        {
-            return Ok(read.tenants.clone());
-        }
-        let tenants: Vec<String> = sqlx::query_scalar(q.queued_tenants.as_str())
-            .fetch_all(pool)
-            .await?;
-        *last = Some(TenantsRead {
-            at: Instant::now(),
-            tenants: tenants.clone(),
-            notified: 0,
-        });
-        Ok(tenants)
+        let read = match last.as_ref() {
+            Some((at, tenants)) if at.elapsed() < Self::FRESH_FOR => tenants.clone(),
+            _ => {
+                // Forgotten before the query, not after: a tenant notified meanwhile may
+                // have committed after the query's snapshot, and is kept.
+                self.notified().0.clear();
+                let tenants: Vec<String> = sqlx::query_scalar(q.queued_tenants.as_str())
+                    .fetch_all(pool)
+                    .await?;
+                *last = Some((Instant::now(), tenants.clone()));
+                tenants
+            }
+        };
+        Ok(self.notified().joined(read))
     }
 
-    /// A run was queued for `tenant` (a notification's payload; anything else is ignored).
-    /// Before the first read there is nothing to add to: that read finds it.
-    async fn notified(&self, tenant: &str) {
-        if let Some(read) = self.read.lock().await.as_mut() {
-            read.add(tenant);
-        }
+    /// A run was queued for `tenant` (a notification's payload; anything but a tenant's
+    /// name is ignored).
+    fn notify(&self, tenant: &str) {
+        self.notified().add(tenant);
+    }
+
+    fn notified(&self) -> std::sync::MutexGuard<'_, Notified> {
+        self.notified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -430,8 +442,8 @@ fn recorded(result: &str, follow_up: Option<String>) -> Result<Recorded> {
 impl Store {
     /// A host's notification said a run was queued for `tenant` (Postgres): the next
     /// claim takes it in turn (see [`QueuedTenants`]).
-    pub async fn queued_tenant_notified(&self, tenant: &str) {
-        self.queued_tenants.notified(tenant).await;
+    pub fn queued_tenant_notified(&self, tenant: &str) {
+        self.queued_tenants.notify(tenant);
     }
 
     /// Claims, leases and starts runs (see [`ClaimRequest`]), in one round trip.
@@ -528,33 +540,30 @@ impl Store {
 mod tests {
     use super::*;
 
-    fn read(tenants: &[&str]) -> TenantsRead {
-        TenantsRead {
-            at: Instant::now(),
-            tenants: tenants.iter().map(|t| t.to_string()).collect(),
-            notified: 0,
-        }
+    fn names(tenants: &[&str]) -> Vec<String> {
+        tenants.iter().map(|t| t.to_string()).collect()
     }
 
     #[test]
-    fn a_notified_tenant_joins_the_claims_tenants_once() {
-        let mut r = read(&["alpha"]);
-        r.add("beta");
-        r.add("beta");
-        r.add("alpha");
-        assert_eq!(r.tenants, ["alpha", "beta"]);
+    fn a_notified_tenant_joins_the_tenants_read_once() {
+        let mut notified = Notified::default();
+        notified.add("beta");
+        notified.add("beta");
+        notified.add("alpha");
+        assert_eq!(notified.joined(names(&["alpha"])), ["alpha", "beta"]);
+        assert_eq!(notified.joined(Vec::new()), ["beta", "alpha"]);
     }
 
     #[test]
     fn notifications_add_only_valid_names_and_a_bounded_number() {
-        let mut r = read(&["alpha"]);
+        let mut notified = Notified::default();
         for bad in ["", "Upper", "a b", "x\0", &"t".repeat(65)] {
-            r.add(bad);
+            notified.add(bad);
         }
-        assert_eq!(r.tenants, ["alpha"]);
-        for i in 0..TenantsRead::MAX_NOTIFIED + 10 {
-            r.add(&format!("t{i}"));
+        assert!(notified.0.is_empty());
+        for i in 0..Notified::MAX + 10 {
+            notified.add(&format!("t{i}"));
         }
-        assert_eq!(r.tenants.len(), 1 + TenantsRead::MAX_NOTIFIED);
+        assert_eq!(notified.0.len(), Notified::MAX);
     }
 }

@@ -269,7 +269,8 @@ queries! {
     // A claim takes the tenants with queued runs (`queued_tenants`: one probe of the index
     // per tenant) and up to `$1` due runs of each (`due_runs`, tenant `$3`), in turns: fair
     // across tenants. The SQLite writer walks them in every claim; a Postgres host at most
-    // once a second, for its claims (migration 0010).
+    // once a second, for its claims (migration 0010), adding those that notifications name
+    // meanwhile (`attempts::QueuedTenants`).
     queued_tenants = "WITH RECURSIVE t(tenant) AS ( \
             SELECT (SELECT tenant FROM jobhost_runs {by_tenant_index} WHERE status = 'queued' \
                 ORDER BY tenant LIMIT 1) \
