@@ -336,9 +336,22 @@ impl Store {
 
     pub async fn get_job(&self, name: &str) -> Result<Option<JobRecord>> {
         let q = &self.q.get_job;
+        if let Some(found) = self.point_read(q, name, probe::job) {
+            return Ok(found);
+        }
         Ok(
             with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(name).fetch_optional(p).await?),
         )
+    }
+
+    /// A point read on the calling thread, on SQLite (see `probe`); `None`: ask the pool.
+    pub(crate) fn point_read<T>(
+        &self,
+        sql: &str,
+        key: &str,
+        row: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Option<Option<T>> {
+        self.probe.as_ref()?.point_read(sql, key, row)
     }
 
     pub async fn list_jobs(&self) -> Result<Vec<JobRecord>> {

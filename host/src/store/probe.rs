@@ -1,14 +1,18 @@
-//! A SQLite connection read on the calling thread, for the one check that stands between
-//! a guest and an effect no transaction can take back: whether its attempt still holds
-//! its lease, right before a `links` request leaves the host. Through the pool that read
-//! is two hand-offs to the connection's worker thread (tens of microseconds, as much as
-//! the request itself to a nearby service); here it is a cached statement on a hot page.
+//! A SQLite connection read on the calling thread, for reads that stand between a caller
+//! and what it waits for: whether an attempt still holds its lease, right before a
+//! `links` request leaves the host; and the point reads of an API request (its token, the
+//! job it names, that job's tenant), which a kick's answer waits on. Through the pool
+//! each read is two hand-offs to the connection's worker thread (tens to hundreds of
+//! microseconds on a busy host), and sqlx pings the connection as it goes back, which
+//! keeps it from the next caller; here it is a cached statement on a hot page.
 //!
-//! It only accelerates: anything unusual (the database busy, an error, a poisoned lock)
-//! answers `None`, and the caller asks through the pool, which reports errors properly.
+//! It only accelerates: anything unusual (the connection in use by another caller, the
+//! database busy, an error, a poisoned lock) answers `None`, and the caller asks through
+//! the pool, which reports errors properly.
 
 use super::guest::Fence;
-use rusqlite::{Connection, OpenFlags, ToSql};
+use super::{JobRecord, TenantRecord, TokenCheck};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, ToSql};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -41,6 +45,59 @@ impl SqliteProbe {
         let n: i64 = statement.query_row(&params[..], |row| row.get(0)).ok()?;
         Some(n > 0)
     }
+}
+
+impl SqliteProbe {
+    /// The row `sql` (one parameter, `$1` = `key`) finds, as `row` reads it: `Some(None)`
+    /// if there is none. Never waits for the connection: another caller holding it means
+    /// `None`, the pool.
+    pub(crate) fn point_read<T>(
+        &self,
+        sql: &str,
+        key: &str,
+        row: fn(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Option<Option<T>> {
+        let conn = self.conn.try_lock().ok()?;
+        let mut statement = conn.prepare_cached(sql).ok()?;
+        let params: [(&str, &dyn ToSql); 1] = [("$1", &key)];
+        statement.query_row(&params[..], row).optional().ok()
+    }
+}
+
+/// A job's row as `queries::JOB_COLUMNS` names it.
+pub(crate) fn job(row: &Row<'_>) -> rusqlite::Result<JobRecord> {
+    Ok(JobRecord {
+        name: row.get("name")?,
+        tenant: row.get("tenant")?,
+        component_path: row.get("component_path")?,
+        component_digest: row.get("component_digest")?,
+        spec: row.get("spec")?,
+        schedule: row.get("schedule")?,
+        next_fire_at: row.get("next_fire_at")?,
+        registered_at: row.get("registered_at")?,
+        updated_at: row.get("updated_at")?,
+        last_success_at: row.get("last_success_at")?,
+        missed_reported_at: row.get("missed_reported_at")?,
+        per_tenant: row.get("per_tenant")?,
+        orphaned_at: row.get("orphaned_at")?,
+    })
+}
+
+pub(crate) fn tenant(row: &Row<'_>) -> rusqlite::Result<TenantRecord> {
+    Ok(TenantRecord {
+        name: row.get("name")?,
+        active: row.get("active")?,
+        created_at: row.get("created_at")?,
+        updated_at: row.get("updated_at")?,
+    })
+}
+
+pub(crate) fn token_check(row: &Row<'_>) -> rusqlite::Result<TokenCheck> {
+    Ok(TokenCheck {
+        secret_hash: row.get("secret_hash")?,
+        tenant: row.get("tenant")?,
+        tenant_active: row.get("tenant_active")?,
+    })
 }
 
 #[cfg(test)]
@@ -76,5 +133,42 @@ mod tests {
         fence.generation = 4;
         assert_eq!(probe.lease_live(sql, &fence), Some(true));
         assert_eq!(probe.lease_live("SELECT nonsense", &fence), None);
+    }
+
+    #[test]
+    fn a_point_read_finds_a_row_or_none_and_gives_way_when_unsure() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("probe.db");
+        let writer = Connection::open(&path).unwrap();
+        writer
+            .execute_batch(
+                "PRAGMA journal_mode = WAL;
+                 CREATE TABLE t (name TEXT, active INTEGER, created_at INTEGER, updated_at INTEGER);
+                 INSERT INTO t VALUES ('acme', 1, 5, 6);",
+            )
+            .unwrap();
+        let probe = SqliteProbe::open(&path).unwrap();
+        let sql = "SELECT name, active, created_at, updated_at FROM t WHERE name = $1";
+        let found = probe.point_read(sql, "acme", tenant).unwrap().unwrap();
+        assert_eq!(
+            (found.name.as_str(), found.active, found.updated_at),
+            ("acme", 1, 6)
+        );
+        assert!(probe.point_read(sql, "other", tenant).unwrap().is_none());
+        assert!(
+            probe
+                .point_read("SELECT nonsense", "acme", tenant)
+                .is_none()
+        );
+        let held = probe.conn.lock().unwrap();
+        assert!(
+            probe.point_read(sql, "acme", tenant).is_none(),
+            "in use: ask the pool"
+        );
+        drop(held);
+        assert!(
+            probe.point_read(sql, "acme", job).is_none(),
+            "a row of another shape"
+        );
     }
 }
