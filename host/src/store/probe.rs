@@ -45,9 +45,7 @@ impl SqliteProbe {
         let n: i64 = statement.query_row(&params[..], |row| row.get(0)).ok()?;
         Some(n > 0)
     }
-}
 
-impl SqliteProbe {
     /// The row `sql` (one parameter, `$1` = `key`) finds, as `row` reads it: `Some(None)`
     /// if there is none. Never waits for the connection: another caller holding it means
     /// `None`, the pool.
