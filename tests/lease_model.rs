@@ -1106,4 +1106,91 @@ on_every_backend! {
             "the retry's end queues the folded kick's follow-up: {answers:?}"
         );
     }
+
+    // One claim and one ending, each over a batch that mixes rows Postgres handles
+    // together with rows that depend on one another: every item is answered as it would
+    // be alone. The claim: two fresh runs of one instance (the older takes the lease,
+    // the other gets none), a retry whose lease is parked for it (moved on), and two
+    // fresh runs of their own. The ending: a success whose lease has a kick folded in
+    // (its follow-up queued), a retry, a zombie's success (its generation moved on:
+    // lease lost), a finish of a run no longer running, and the run without a lease.
+    async fn mixed_batches_answer_each_item_as_alone(home) {
+        register_job(&home.store().await).await;
+        let host = sim_host(&home, "mixed".into()).await;
+        let retry = new_run("r", Origin::Kick);
+        host.store.insert_run(&retry).await.unwrap();
+        let first = claim_due(&host).await.remove(0);
+        let parked = Held {
+            lease: first.lease.expect("a free lease"),
+            run: first.run,
+        };
+        let mut requeue = retrying(&host, &parked);
+        if let RunChange::Requeue { delay_ms, .. } = &mut requeue.change {
+            *delay_ms = 0;
+        }
+        let answers = host.store.record_attempts(&[requeue]).await;
+        assert!(matches!(answers[..], [Ok(Recorded::Requeued)]), "{answers:?}");
+        let older = new_run("shared", Origin::Cron);
+        host.store.insert_run(&older).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let newer = new_run("shared", Origin::Cron);
+        host.store.insert_run(&newer).await.unwrap();
+        let (kicked, zombie) = (new_run("k", Origin::Kick), new_run("z", Origin::Kick));
+        host.store.insert_run(&kicked).await.unwrap();
+        host.store.insert_run(&zombie).await.unwrap();
+
+        let claimed = claim_due(&host).await;
+        let generation = |id: &str| {
+            let c = claimed.iter().find(|c| c.run.id == id).expect("claimed");
+            c.lease.as_ref().map(|l| l.generation)
+        };
+        assert_eq!(claimed.len(), 5, "{claimed:?}");
+        assert_eq!(generation(&retry.id), Some(parked.lease.generation + 1));
+        assert_eq!(generation(&older.id), Some(1), "the older run of a lease takes it");
+        assert_eq!(generation(&newer.id), None, "the newer run of the lease gets none");
+        assert_eq!(generation(&kicked.id), Some(1));
+        assert_eq!(generation(&zombie.id), Some(1));
+        assert!(claimed.iter().all(|c| c.run.status == "running"));
+
+        let held = |id: &str| {
+            let c = claimed.iter().find(|c| c.run.id == id).expect("claimed");
+            Held {
+                run: c.run.clone(),
+                lease: c.lease.clone().expect("leased"),
+            }
+        };
+        let folded = jobhost::kick::kick(&host.store, JOB, "k", None).await.unwrap();
+        assert!(matches!(folded, jobhost::kick::Kicked::Pending), "{folded:?}");
+        let mut stale = held(&zombie.id);
+        stale.lease.generation += 1;
+        let gone = held(&older.id);
+        host.store.skip_run(&older.id, "ended elsewhere").await.unwrap();
+        let items = [
+            finishing(&host, &held(&kicked.id), RunStatus::Succeeded),
+            retrying(&host, &held(&retry.id)),
+            finishing(&host, &stale, RunStatus::Succeeded),
+            finishing(&host, &gone, RunStatus::Failed),
+        ];
+        let answers = host.store.record_attempts(&items).await;
+        assert!(
+            matches!(
+                answers[..],
+                [
+                    Ok(Recorded::Finished { follow_up: Some(_) }),
+                    Ok(Recorded::Requeued),
+                    Ok(Recorded::LeaseLost),
+                    Ok(Recorded::NotRunning),
+                ]
+            ),
+            "{answers:?}"
+        );
+        let status = |id: String| {
+            let store = &host.store;
+            async move { store.get_run(&id).await.unwrap().expect("the run").status }
+        };
+        assert_eq!(status(kicked.id.clone()).await, "succeeded");
+        assert_eq!(status(retry.id.clone()).await, "queued");
+        assert_eq!(status(zombie.id.clone()).await, "running");
+        assert_eq!(status(older.id.clone()).await, "skipped");
+    }
 }

@@ -507,7 +507,8 @@ impl Store {
         }
     }
 
-    /// One call of `jobhost_record_attempts` for `items[i]`, `i` in `order`; the answers
+    /// One call of `jobhost_record_attempts` for `items[i]`, `i` in `order` (the order in
+    /// which the database takes them); the answers by ascending `i`, so for every item
     /// in the items' own order (`order` must list each index once).
     async fn record_postgres(
         &self,
@@ -529,7 +530,9 @@ impl Store {
             let idx = usize::try_from(row.idx).unwrap_or(usize::MAX);
             answers.insert(idx, recorded(&row.result, row.follow_up));
         }
-        Ok(order
+        let mut asked = order.to_vec();
+        asked.sort_unstable();
+        Ok(asked
             .iter()
             .map(|i| answers.remove(i).unwrap_or(Err(StoreError::Unreadable)))
             .collect())
