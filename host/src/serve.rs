@@ -34,10 +34,11 @@ pub struct ServeConfig {
     pub api_limits: crate::http::ConnectionLimits,
     /// The lanes this host serves, with the workers of each.
     pub lanes: BTreeMap<String, usize>,
-    /// Claimed runs each lane keeps ready per worker while its runs are short (under
-    /// `SHORT_RUN` on average; one per worker otherwise). A deeper queue means fewer,
-    /// larger claims and endings (much of their cost is per call and per commit, not per
-    /// run); a run that waits in it longer than `start_within` is given back.
+    /// The most claimed runs each lane keeps ready per worker: as many as its workers
+    /// start within `READY_WAIT` at the lane's recent pace, at least one. A deeper queue
+    /// means fewer, larger claims and endings (much of their cost is per call and per
+    /// commit, not per run); a run that waits in it longer than `start_within` is given
+    /// back.
     pub prefetch: usize,
     /// Longest wait between looks at the queue when nothing wakes the host.
     pub poll: Duration,
@@ -231,11 +232,13 @@ pub async fn serve(
 /// from other hosts), in multiples of `start_within`.
 const PREFETCH_PAUSE: u32 = 10;
 
-/// Runs that keep a worker busy for less than this (on average, lately) are claimed
-/// `--prefetch` deep: their workers would otherwise wait on claims, and large claims pay
-/// for their round trip. Longer runs are claimed one ahead per worker: a deeper queue
-/// would only hold them from other hosts, which could start them at once.
-const SHORT_RUN: Duration = Duration::from_millis(10);
+/// A lane keeps ready as many claimed runs as its workers start within this, at its
+/// recent pace (up to `--prefetch` per worker, at least one): short runs are claimed in
+/// batches large enough to pay for their round trip, however few the workers (four
+/// workers of no-op runs claimed 16 at a time spent most of a batch's time in claims),
+/// while longer runs are claimed one ahead per worker — a deeper queue would only hold
+/// them from other hosts, which could start them at once.
+const READY_WAIT: Duration = Duration::from_millis(20);
 
 /// `Pace::busy_us` before any attempt of the lane ended: taken as long.
 const BUSY_UNKNOWN: u64 = u64::MAX;
@@ -279,11 +282,11 @@ impl Pace {
 
     /// How many claimed runs `lane` keeps ready for its workers now.
     fn depth(&self, lane: &Lane) -> usize {
-        if self.busy_us.load(Ordering::Acquire) < SHORT_RUN.as_micros() as u64 {
-            lane.ready
-        } else {
-            lane.workers
-        }
+        let busy_us = self.busy_us.load(Ordering::Acquire).max(1);
+        let per_worker = usize::try_from(READY_WAIT.as_micros() as u64 / busy_us).unwrap_or(1);
+        lane.workers
+            .saturating_mul(per_worker.max(1))
+            .min(lane.ready)
     }
 
     fn prefetch(&self) -> bool {
@@ -318,12 +321,26 @@ async fn wake_lanes(wake: Arc<Notify>, lanes: Vec<Arc<Notify>>, mut stop: watch:
     }
 }
 
+/// Claims a lane keeps in flight at once while its queue is deep (its last claim came back
+/// full): one claim's round trip and the database's work on it overlap the next's, so a
+/// host's claims are not one long chain of round trips. While the queue is shallow a
+/// lane claims one batch at a time: a second claim would find nothing.
+const CLAIMS_IN_FLIGHT: usize = 2;
+
+/// A claim joins one in flight only for at least `1 / JOIN_AT` of the lane's queue: a
+/// smaller batch would pay a round trip for a few runs.
+const JOIN_AT: usize = 4;
+
+/// What a claim in flight asked for and got.
+type ClaimDone = (usize, Result<Vec<Claimed>, crate::store::StoreError>);
+
 /// Claims runs of one lane's jobs for its workers, one round trip per batch: as many as
 /// fit a queue of runs ready to start (so a worker that finishes finds the next run
 /// waiting, without a claim's round trip) — `prefetch × workers` deep while the lane's
 /// runs are short, so claims come in batches large enough to pay for their round trip,
 /// one per worker otherwise — or, when claiming ahead is paused, as many as workers are
-/// idle.
+/// idle. Runs asked for by claims in flight count as queued, so the queue never gets more
+/// than it holds.
 async fn dispatch(
     shared: Arc<Shared>,
     config: ServeConfig,
@@ -344,60 +361,110 @@ async fn dispatch(
             stop.clone(),
         ));
     }
+    let mut claims: JoinSet<ClaimDone> = JoinSet::new();
+    let mut asked = 0;
+    let mut deep = false;
     loop {
         if *stop.borrow() {
             break;
         }
+        if claims.is_empty() {
+            // Also after a claim that stopped on a defect, whose ask was never taken off.
+            asked = 0;
+        }
         let room = pace.room.notified();
         tokio::pin!(room);
         room.as_mut().enable();
-        let queued = lane.ready - ready.capacity();
+        let queued = lane.ready - ready.capacity() + asked;
         let want = if pace.prefetch() {
             pace.depth(&lane).saturating_sub(queued)
         } else {
             pace.idle.load(Ordering::Acquire).saturating_sub(queued)
         };
-        if want == 0 {
+        let may_claim = claims.is_empty()
+            || (deep && claims.len() < CLAIMS_IN_FLIGHT && want >= lane.ready / JOIN_AT);
+        if want > 0 && may_claim {
+            let terms = shared.terms(&lane.name);
+            if !terms.is_empty() {
+                let claiming = shared.clone();
+                claims.spawn(async move { (want, claiming.app.runner.claim(&terms, want).await) });
+                asked += want;
+                continue;
+            }
+            if claims.is_empty() {
+                // No job of this host is in the lane (yet: a reload may add one).
+                tokio::select! {
+                    _ = tokio::time::sleep(config.poll) => {}
+                    _ = stop.wait_for(|s| *s) => break,
+                }
+                continue;
+            }
+        }
+        if claims.is_empty() {
             tokio::select! {
                 _ = room => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
             continue;
         }
-        let terms = shared.terms(&lane.name);
-        if terms.is_empty() {
-            // No job of this host is in the lane (yet: a reload may add one).
-            tokio::select! {
-                _ = tokio::time::sleep(config.poll) => {}
-                _ = stop.wait_for(|s| *s) => break,
-            }
+        let done = tokio::select! {
+            Some(done) = claims.join_next() => done,
+            _ = room => continue,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let Ok((wanted, claimed)) = done else {
+            tracing::error!(
+                code = "host_defect",
+                "a claim stopped on a defect in the host"
+            );
+            deep = false;
             continue;
-        }
-        match shared.app.runner.claim(&terms, want).await {
-            Ok(runs) if !runs.is_empty() => {
-                for claimed in runs {
-                    let lag = (claimed.run.updated_at - claimed.run.next_attempt_at).max(0) as u64;
-                    shared.app.metrics.run_claimed(Duration::from_millis(lag));
-                    if let Err(full) = ready.try_send(claimed) {
-                        // Never more than asked for, and only this loop sends: cannot
-                        // happen, but a claimed run is never dropped.
-                        give_back(&shared, full.into_inner()).await;
-                    }
+        };
+        asked -= wanted;
+        match claimed {
+            Ok(runs) => {
+                deep = runs.len() == wanted;
+                let empty = runs.is_empty();
+                queue_claimed(&shared, &ready, runs).await;
+                if empty && claims.is_empty() {
+                    let terms = shared.terms(&lane.name);
+                    wait_for_work(&shared, &config, &lane, &terms, &mut stop).await;
                 }
             }
-            Ok(_) => wait_for_work(&shared, &config, &lane, &terms, &mut stop).await,
             Err(e) => {
+                deep = false;
                 tracing::warn!(code = "driver_failed", error = %e, "cannot claim runs");
-                tokio::select! {
-                    _ = tokio::time::sleep(config.poll) => {}
-                    _ = stop.wait_for(|s| *s) => break,
+                if claims.is_empty() {
+                    tokio::select! {
+                        _ = tokio::time::sleep(config.poll) => {}
+                        _ = stop.wait_for(|s| *s) => break,
+                    }
                 }
             }
         }
     }
-    // The workers give back what is still queued, finish what they run, and stop.
+    // The claims in flight still end: their runs go to the queue, whose workers give them
+    // back; then the workers finish what they run, and stop.
+    while let Some(done) = claims.join_next().await {
+        if let Ok((_, Ok(runs))) = done {
+            queue_claimed(&shared, &ready, runs).await;
+        }
+    }
     drop(ready);
     while workers.join_next().await.is_some() {}
+}
+
+/// Puts claimed runs in the lane's queue of runs ready to start.
+async fn queue_claimed(shared: &Shared, ready: &mpsc::Sender<Claimed>, runs: Vec<Claimed>) {
+    for claimed in runs {
+        let lag = (claimed.run.updated_at - claimed.run.next_attempt_at).max(0) as u64;
+        shared.app.metrics.run_claimed(Duration::from_millis(lag));
+        if let Err(full) = ready.try_send(claimed) {
+            // Never more than there is room for, counting the claims in flight, and only
+            // the dispatcher sends: cannot happen, but a claimed run is never dropped.
+            give_back(shared, full.into_inner()).await;
+        }
+    }
 }
 
 /// One worker: takes the next claimed run and runs its attempt; the ending goes to the

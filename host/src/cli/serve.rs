@@ -44,11 +44,12 @@ pub struct ServeArgs {
     /// `[lanes.NAME] workers = N`, has its own).
     #[arg(long)]
     pub workers: Option<usize>,
-    /// Claimed runs each lane keeps ready per worker while its runs take under 10 ms (one
-    /// per worker for longer runs), so a free worker starts its next run at once and
-    /// claims come in batches; a run that waits there longer than its start window (2 s)
-    /// is given back, and claiming ahead pauses for a while.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    /// The most claimed runs each lane keeps ready per worker: as many as its workers
+    /// start within 20 ms at their recent pace (one per worker for runs of 20 ms or
+    /// more), so a free worker starts its next run at once and claims come in batches; a
+    /// run that waits there longer than its start window (2 s) is given back, and
+    /// claiming ahead pauses for a while.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub prefetch: u16,
     /// Serve only these lanes (comma-separated; default: every lane).
     #[arg(long, value_delimiter = ',')]

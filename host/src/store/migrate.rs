@@ -60,6 +60,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     11 => "0011_parked_leases_kept",
     12 => "0012_attempt_logs_kept",
     13 => "0013_claims_in_order_and_in_turn",
+    14 => "0014_set_based_claims_and_endings",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -75,6 +76,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     11 => "0011_parked_leases_kept",
     12 => "0012_attempt_logs_kept",
     13 => "0013_claims_in_order_and_in_turn",
+    14 => "0014_set_based_claims_and_endings",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {
