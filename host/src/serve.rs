@@ -15,7 +15,7 @@ use crate::schedule::Scheduler;
 use crate::schedule::surveillance::Surveillance;
 use crate::store::{AttemptTerms, Claimed, Pool, Store};
 use futures_util::FutureExt;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -331,9 +331,6 @@ const CLAIMS_IN_FLIGHT: usize = 2;
 /// smaller batch would pay a round trip for a few runs.
 const JOIN_AT: usize = 4;
 
-/// What a claim in flight asked for and got.
-type ClaimDone = (usize, Result<Vec<Claimed>, crate::store::StoreError>);
-
 /// Claims runs of one lane's jobs for its workers, one round trip per batch: as many as
 /// fit a queue of runs ready to start (so a worker that finishes finds the next run
 /// waiting, without a claim's round trip) — `prefetch × workers` deep while the lane's
@@ -361,16 +358,14 @@ async fn dispatch(
             stop.clone(),
         ));
     }
-    let mut claims: JoinSet<ClaimDone> = JoinSet::new();
+    let mut claims: JoinSet<Result<Vec<Claimed>, crate::store::StoreError>> = JoinSet::new();
+    // What each claim in flight asked for, and their sum.
+    let mut asks: HashMap<tokio::task::Id, usize> = HashMap::new();
     let mut asked = 0;
     let mut deep = false;
     loop {
         if *stop.borrow() {
             break;
-        }
-        if claims.is_empty() {
-            // Also after a claim that stopped on a defect, whose ask was never taken off.
-            asked = 0;
         }
         let room = pace.room.notified();
         tokio::pin!(room);
@@ -387,7 +382,9 @@ async fn dispatch(
             let terms = shared.terms(&lane.name);
             if !terms.is_empty() {
                 let claiming = shared.clone();
-                claims.spawn(async move { (want, claiming.app.runner.claim(&terms, want).await) });
+                let claim =
+                    claims.spawn(async move { claiming.app.runner.claim(&terms, want).await });
+                asks.insert(claim.id(), want);
                 asked += want;
                 continue;
             }
@@ -408,19 +405,29 @@ async fn dispatch(
             continue;
         }
         let done = tokio::select! {
-            Some(done) = claims.join_next() => done,
+            Some(done) = claims.join_next_with_id() => done,
             _ = room => continue,
             _ = stop.wait_for(|s| *s) => break,
         };
-        let Ok((wanted, claimed)) = done else {
+        let id = match &done {
+            Ok((id, _)) => *id,
+            Err(e) => e.id(),
+        };
+        let wanted = asks.remove(&id).unwrap_or(0);
+        asked -= wanted;
+        let Ok((_, claimed)) = done else {
+            // Its runs stay claimed until their leases expire: surveillance finds them.
             tracing::error!(
                 code = "host_defect",
                 "a claim stopped on a defect in the host"
             );
             deep = false;
+            tokio::select! {
+                _ = tokio::time::sleep(config.poll) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
             continue;
         };
-        asked -= wanted;
         match claimed {
             Ok(runs) => {
                 deep = runs.len() == wanted;
@@ -446,7 +453,7 @@ async fn dispatch(
     // The claims in flight still end: their runs go to the queue, whose workers give them
     // back; then the workers finish what they run, and stop.
     while let Some(done) = claims.join_next().await {
-        if let Ok((_, Ok(runs))) = done {
+        if let Ok(Ok(runs)) = done {
             queue_claimed(&shared, &ready, runs).await;
         }
     }

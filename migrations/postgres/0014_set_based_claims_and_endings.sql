@@ -8,22 +8,23 @@
 -- statement. That per-statement work, not the rows, was most of the database's time per
 -- run in a drain.
 --
--- A claim now starts together every claimed run that needs no decision of its own: it
--- locks their lease rows in key order (so two claims of one fleet never wait on each
--- other in a cycle), takes the fresh runs' leases in one upsert, moves the retries' on in
--- one update, and sets every run running in one update, all with the conditions of
--- migration 0011 per row. Runs of a sequential job, runs waiting for a slot, and runs
+-- A claim now locks the lease rows of all its runs in key order (so two claims of one
+-- fleet lock leases in one order), then starts together every run that needs no
+-- decision of its own: it takes the fresh runs' leases in one upsert (new rows inserted
+-- in key order), moves the retries' on in one update, and sets every run running in one
+-- update, all with the conditions of migration 0011 per row. Runs of a sequential job, runs waiting for a slot, and runs
 -- that share their lease with another run of the batch keep the one-by-one path of
 -- migration 0013, after the others: their outcome depends on the runs before them (a
 -- second run of one lease gets none, as it did when it came second).
 --
--- An ending of attempts records together every `finish` whose run and lease no other
--- item of the batch names: leases locked in key order, then attempts, runs locked in id
--- order, runs, leases, follow-ups, reports and last successes in one statement each,
--- every row with the conditions of migration 0007 (the lease at the item's generation
--- and holder; the run running at that generation). Requeues, give-backs and items that
--- share a run or lease keep the one-by-one function of migration 0007, renamed
--- `jobhost_record_attempts_one_by_one`.
+-- An ending of attempts locks the leases of all its items in key order, then records
+-- together every `finish` whose run and lease no other item of the batch names:
+-- attempts, runs locked in id order, runs, leases, follow-ups and reports in one
+-- statement each, every row with the conditions of migration 0007 (the lease at the
+-- item's generation and holder; the run running at that generation). Requeues,
+-- give-backs and items that share a run or lease keep the one-by-one function of
+-- migration 0007, renamed `jobhost_record_attempts_one_by_one`; the jobs' last
+-- successes are written last.
 --
 -- These functions, and the fence every guest commit calls, run with sequential scans
 -- priced out (the set-based ones with hash and merge joins too): every statement in them
@@ -61,6 +62,7 @@ SET enable_mergejoin = off
 AS $$
 #variable_conflict use_column
 DECLARE
+    v_all jobhost_attempt_item[];
     v_items jobhost_attempt_item[];
     v_rest JSONB;
     v_held INTEGER[];
@@ -79,22 +81,24 @@ BEGIN
             AND count(*) OVER (PARTITION BY (e.item).run_id) = 1 AS together
         FROM e
     )
-    SELECT COALESCE(array_agg(s.item) FILTER (WHERE s.together), '{}'),
+    SELECT COALESCE(array_agg(s.item), '{}'),
+        COALESCE(array_agg(s.item) FILTER (WHERE s.together), '{}'),
         jsonb_agg(s.raw ORDER BY s.n) FILTER (WHERE NOT s.together)
-    INTO v_items, v_rest
+    INTO v_all, v_items, v_rest
     FROM s;
+    -- The leases at the items' generations and holders, every item's, locked in key order
+    -- before anything else: two batches lock leases in one order.
+    SELECT COALESCE(array_agg(h.idx), '{}'),
+        COALESCE(array_agg(h.idx) FILTER (WHERE h.pending = 1), '{}')
+    INTO v_held, v_kicked
+    FROM (
+        SELECT i.idx, l.pending FROM unnest(v_all) i
+        JOIN jobhost_leases l ON l.job = i.job AND l.instance = i.instance
+            AND l.generation = i.generation AND l.holder = i.holder
+        ORDER BY l.job, l.instance
+        FOR UPDATE OF l
+    ) h;
     IF cardinality(v_items) > 0 THEN
-        -- The leases at the items' generations and holders, locked in key order.
-        SELECT COALESCE(array_agg(h.idx), '{}'),
-            COALESCE(array_agg(h.idx) FILTER (WHERE h.pending = 1), '{}')
-        INTO v_held, v_kicked
-        FROM (
-            SELECT i.idx, l.pending FROM unnest(v_items) i
-            JOIN jobhost_leases l ON l.job = i.job AND l.instance = i.instance
-                AND l.generation = i.generation AND l.holder = i.holder
-            ORDER BY l.job, l.instance
-            FOR UPDATE OF l
-        ) h;
         v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
         -- A finish that needs its lease and lost it records nothing.
         INSERT INTO jobhost_attempts AS a (run_id, seq, pass, attempt, generation, host,
@@ -150,12 +154,6 @@ BEGIN
             WHERE i.idx = ANY (v_ending) AND i.r_kind IS NOT NULL;
             v_succeeded := ARRAY(SELECT DISTINCT i.job FROM unnest(v_items) i
                 WHERE i.idx = ANY (v_ending) AND i.status = 'succeeded');
-            -- Kept to the second: many successes a second must not make this row a lock
-            -- every batch waits for.
-            UPDATE jobhost_jobs j SET last_success_at = v_now, missed_reported_at = NULL
-            WHERE j.name = ANY (v_succeeded)
-              AND (j.last_success_at IS NULL OR j.last_success_at < v_now - 1000
-                   OR j.missed_reported_at IS NOT NULL);
         END IF;
         RETURN QUERY
         SELECT i.idx,
@@ -167,6 +165,14 @@ BEGIN
     END IF;
     IF v_rest IS NOT NULL THEN
         RETURN QUERY SELECT * FROM jobhost_record_attempts_one_by_one(v_rest);
+    END IF;
+    -- Last, after every lease and run row is locked. Kept to the second: many successes a
+    -- second must not make this row a lock every batch waits for.
+    IF cardinality(v_succeeded) > 0 THEN
+        UPDATE jobhost_jobs j SET last_success_at = v_now, missed_reported_at = NULL
+        WHERE j.name = ANY (v_succeeded)
+          AND (j.last_success_at IS NULL OR j.last_success_at < v_now - 1000
+               OR j.missed_reported_at IS NOT NULL);
     END IF;
 END
 $$;
@@ -287,6 +293,14 @@ BEGIN
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
+    -- The lease rows of every claimed run first, in key order, before any is taken or
+    -- moved on: two claims lock leases in one order, and the deadlines are stamped after
+    -- any wait.
+    PERFORM 1 FROM jobhost_leases l JOIN jobhost_runs r
+        ON l.job = r.job AND l.instance = r.instance
+    WHERE r.id = ANY (v_ids)
+    ORDER BY l.job, l.instance
+    FOR UPDATE OF l;
     -- One by one (the loop below): the runs of sequential jobs, the runs waiting for a
     -- slot, and the runs sharing their lease with another run of the batch. The rest
     -- start together.
@@ -302,12 +316,6 @@ BEGIN
         WHERE r.id = ANY (v_ids)
     ) s;
     IF cardinality(v_together) > 0 THEN
-        -- The lease rows first, in key order: the deadlines are stamped after any wait.
-        PERFORM 1 FROM jobhost_leases l JOIN jobhost_runs r
-            ON l.job = r.job AND l.instance = r.instance
-        WHERE r.id = ANY (v_together)
-        ORDER BY l.job, l.instance
-        FOR UPDATE OF l;
         v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
         RETURN QUERY
         WITH taken AS (
@@ -320,6 +328,7 @@ BEGIN
                 v_now + (p_terms -> r.job ->> 'expires_ms')::BIGINT, 0, v_now
             FROM jobhost_runs r
             WHERE r.id = ANY (v_together) AND r.generation IS NULL AND p_terms ? r.job
+            ORDER BY r.job, r.instance
             ON CONFLICT (job, instance) DO UPDATE SET generation = l.generation + 1,
                 holder = excluded.holder, deadline_at = excluded.deadline_at,
                 expires_at = excluded.expires_at, pending = 0, updated_at = excluded.updated_at
