@@ -321,21 +321,23 @@ async fn wake_lanes(wake: Arc<Notify>, lanes: Vec<Arc<Notify>>, mut stop: watch:
     }
 }
 
-/// Claims a lane keeps in flight at once while its queue is deep (its last claim came back
-/// full): one claim's round trip and the database's work on it overlap the next's, so a
-/// host's claims are not one long chain of round trips. While the queue is shallow a
-/// lane claims one batch at a time: a second claim would find nothing.
+/// Claims a lane keeps in flight at once on Postgres while its queue is deep (its last
+/// claim came back full): one claim's round trip and the database's work on it overlap
+/// the next's, so a host's claims are not one long chain of round trips. While the queue
+/// is shallow a lane claims one batch at a time: a second claim would find nothing. On
+/// SQLite always one: the host's one writer takes claims in turn, and a second one queued
+/// behind the first only keeps the file's write lock from other processes for longer.
 const CLAIMS_IN_FLIGHT: usize = 2;
 
-/// A claim joins one in flight only for at least `1 / JOIN_AT` of the lane's queue: a
-/// smaller batch would pay a round trip for a few runs.
+/// A claim joins one in flight only for at least `1 / JOIN_AT` of the runs the lane keeps
+/// ready: a smaller batch would pay a round trip for a few runs.
 const JOIN_AT: usize = 4;
 
 /// Claims runs of one lane's jobs for its workers, one round trip per batch: as many as
 /// fit a queue of runs ready to start (so a worker that finishes finds the next run
-/// waiting, without a claim's round trip) — `prefetch × workers` deep while the lane's
-/// runs are short, so claims come in batches large enough to pay for their round trip,
-/// one per worker otherwise — or, when claiming ahead is paused, as many as workers are
+/// waiting, without a claim's round trip) — as many as the workers start within
+/// `READY_WAIT` (`Pace::depth`), so short runs are claimed in batches large enough to pay
+/// for their round trip — or, when claiming ahead is paused, as many as workers are
 /// idle. Runs asked for by claims in flight count as queued, so the queue never gets more
 /// than it holds.
 async fn dispatch(
@@ -358,6 +360,10 @@ async fn dispatch(
             stop.clone(),
         ));
     }
+    let in_flight = match shared.app.store.pool() {
+        Pool::Postgres(_) => CLAIMS_IN_FLIGHT,
+        Pool::Sqlite(_) => 1,
+    };
     let mut claims: JoinSet<Result<Vec<Claimed>, crate::store::StoreError>> = JoinSet::new();
     // What each claim in flight asked for, and their sum.
     let mut asks: HashMap<tokio::task::Id, usize> = HashMap::new();
@@ -371,13 +377,14 @@ async fn dispatch(
         tokio::pin!(room);
         room.as_mut().enable();
         let queued = lane.ready - ready.capacity() + asked;
-        let want = if pace.prefetch() {
-            pace.depth(&lane).saturating_sub(queued)
+        let depth = if pace.prefetch() {
+            pace.depth(&lane)
         } else {
-            pace.idle.load(Ordering::Acquire).saturating_sub(queued)
+            pace.idle.load(Ordering::Acquire)
         };
-        let may_claim = claims.is_empty()
-            || (deep && claims.len() < CLAIMS_IN_FLIGHT && want >= lane.ready / JOIN_AT);
+        let want = depth.saturating_sub(queued);
+        let may_claim =
+            claims.is_empty() || (deep && claims.len() < in_flight && want * JOIN_AT >= depth);
         if want > 0 && may_claim {
             let terms = shared.terms(&lane.name);
             if !terms.is_empty() {
