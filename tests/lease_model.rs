@@ -1113,7 +1113,7 @@ on_every_backend! {
     // the other gets none), a retry whose lease is parked for it (moved on), and two
     // fresh runs of their own. The ending: a success whose lease has a kick folded in
     // (its follow-up queued), a retry, a zombie's success (its generation moved on:
-    // lease lost), a finish of a run no longer running, and the run without a lease.
+    // lease lost), and a finish of a run no longer running.
     async fn mixed_batches_answer_each_item_as_alone(home) {
         register_job(&home.store().await).await;
         let host = sim_host(&home, "mixed".into()).await;
@@ -1140,10 +1140,8 @@ on_every_backend! {
         host.store.insert_run(&zombie).await.unwrap();
 
         let claimed = claim_due(&host).await;
-        let generation = |id: &str| {
-            let c = claimed.iter().find(|c| c.run.id == id).expect("claimed");
-            c.lease.as_ref().map(|l| l.generation)
-        };
+        let find = |id: &str| claimed.iter().find(|c| c.run.id == id).expect("claimed");
+        let generation = |id: &str| find(id).lease.as_ref().map(|l| l.generation);
         assert_eq!(claimed.len(), 5, "{claimed:?}");
         assert_eq!(generation(&retry.id), Some(parked.lease.generation + 1));
         assert_eq!(generation(&older.id), Some(1), "the older run of a lease takes it");
@@ -1152,12 +1150,9 @@ on_every_backend! {
         assert_eq!(generation(&zombie.id), Some(1));
         assert!(claimed.iter().all(|c| c.run.status == "running"));
 
-        let held = |id: &str| {
-            let c = claimed.iter().find(|c| c.run.id == id).expect("claimed");
-            Held {
-                run: c.run.clone(),
-                lease: c.lease.clone().expect("leased"),
-            }
+        let held = |id: &str| Held {
+            run: find(id).run.clone(),
+            lease: find(id).lease.clone().expect("leased"),
         };
         let folded = jobhost::kick::kick(&host.store, JOB, "k", None).await.unwrap();
         assert!(matches!(folded, jobhost::kick::Kicked::Pending), "{folded:?}");

@@ -397,9 +397,8 @@ async fn dispatch(
             }
             if claims.is_empty() {
                 // No job of this host is in the lane (yet: a reload may add one).
-                tokio::select! {
-                    _ = tokio::time::sleep(config.poll) => {}
-                    _ = stop.wait_for(|s| *s) => break,
+                if stopped_within(config.poll, &mut stop).await {
+                    break;
                 }
                 continue;
             }
@@ -429,9 +428,8 @@ async fn dispatch(
                 "a claim stopped on a defect in the host"
             );
             deep = false;
-            tokio::select! {
-                _ = tokio::time::sleep(config.poll) => {}
-                _ = stop.wait_for(|s| *s) => break,
+            if stopped_within(config.poll, &mut stop).await {
+                break;
             }
             continue;
         };
@@ -448,11 +446,8 @@ async fn dispatch(
             Err(e) => {
                 deep = false;
                 tracing::warn!(code = "driver_failed", error = %e, "cannot claim runs");
-                if claims.is_empty() {
-                    tokio::select! {
-                        _ = tokio::time::sleep(config.poll) => {}
-                        _ = stop.wait_for(|s| *s) => break,
-                    }
+                if claims.is_empty() && stopped_within(config.poll, &mut stop).await {
+                    break;
                 }
             }
         }
@@ -466,6 +461,14 @@ async fn dispatch(
     }
     drop(ready);
     while workers.join_next().await.is_some() {}
+}
+
+/// Waits `wait`, or until the host is told to stop: whether it was.
+async fn stopped_within(wait: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => false,
+        _ = stop.wait_for(|s| *s) => true,
+    }
 }
 
 /// Puts claimed runs in the lane's queue of runs ready to start.
