@@ -32,9 +32,10 @@ fn lanes_manifest(home: &Home) -> std::path::PathBuf {
     )
 }
 
-/// Queues `n` due runs of `job` for `tenant`, each its own instance, straight into the
-/// table (a backlog as a burst of kicks or a fan-out leaves it), in a few statements.
-async fn backlog(home: &Home, job: &str, tenant: &str, n: usize) {
+/// Queues `n` due runs of `job` for `tenant` with `payload`, each its own instance,
+/// straight into the table (a backlog as a burst of kicks or a fan-out leaves it), in a
+/// few statements.
+async fn backlog(home: &Home, job: &str, tenant: &str, payload: &str, n: usize) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -46,7 +47,7 @@ async fn backlog(home: &Home, job: &str, tenant: &str, n: usize) {
             .enumerate()
             .map(|(i, id)| {
                 format!(
-                    "('{id}', '{job}', 'i{chunk_no}-{i}', '{tenant}', 'kick', '{{}}', 'queued', {now}, {now}, {now})"
+                    "('{id}', '{job}', 'i{chunk_no}-{i}', '{tenant}', 'kick', '{payload}', 'queued', {now}, {now}, {now})"
                 )
             })
             .collect();
@@ -120,7 +121,7 @@ on_every_backend! {
     async fn one_tenants_backlog_delays_another_tenants_run_by_a_turn_not_by_the_backlog(home) {
         let m = home.manifest("", r#"
             [jobs.flood]
-            component = "{guest:noop}"
+            component = "{guest:hello}"
             tenant = "alpha"
             [jobs.single]
             component = "{guest:noop}"
@@ -134,11 +135,13 @@ on_every_backend! {
         for _ in 0..hosts {
             servers.push(home.serve(&["--manifest", m.to_str().unwrap(), "--workers", "4"]).await);
         }
-        // Long enough to outlast beta's five tries on the fastest backend (SQLite drained
-        // 5 000 in 0.7 s, and, once claims were sized to the workers' pace, 20 000 in
-        // 2.2 s, before the tries ended).
-        const BACKLOG: usize = 60_000;
-        backlog(&home, "flood", "alpha", BACKLOG).await;
+        // Each of alpha's runs keeps a worker for 10 ms, so however fast the machine the
+        // backlog takes at least BACKLOG x 10 ms / workers to drain (3.75 s on Postgres's
+        // eight, 7.5 s on SQLite's four): beta's five tries, a claim's turn each, end well
+        // before. A backlog of no-op runs was sized by how fast one machine drained it,
+        // and a faster one drained it first.
+        const BACKLOG: usize = 3_000;
+        backlog(&home, "flood", "alpha", r#"{"sleep_ms":10}"#, BACKLOG).await;
         let server = &servers[0];
         // Several tries while alpha's backlog drains: beta's single run each time.
         let mut waits = Vec::new();
