@@ -292,6 +292,16 @@ on_every_backend_and_storage! {
         refused("files", json!({"mode": "chunk", "size": 2 * 1024 * 1024}), "invalid call: chunk-too-large");
         refused("small", json!({"mode": "put", "collection": "small", "name": "big", "size": 2 * 1024 * 1024}), "invalid call: object-too-large");
         refused("files", json!({"mode": "uploads", "count": 3}), "invalid call: too-many-uploads");
+        // Started and dropped one after another: a thousand per attempt, then refused.
+        let uploads_before = home.scalar("SELECT COUNT(*) FROM jobhost_uploads").await;
+        refused("files", json!({"mode": "uploads", "count": 1001, "drop": true}), "invalid call: too-many-uploads");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_uploads").await - uploads_before, 1000);
+        // A cursor is held to a name's rule before the database sees it (Postgres refuses
+        // a NUL as its own failure, which was reported as the host's).
+        for cursor in ["a\u{0}b", "\u{1b}[2J"] {
+            refused("reader", json!({"mode": "list", "cursor": cursor}), "invalid call: invalid-name");
+        }
+        refused("reader", json!({"mode": "list", "cursor": "x".repeat(513)}), "invalid call: invalid-name");
         // Not granted: a collection the job does not have, or writing with a read grant.
         let (code, r) = run(&home, &m, "files", json!({"mode": "put", "collection": "small", "name": "x", "size": 1}));
         assert_eq!((code, r["code"].as_str()), (1, Some("capability_refused")), "{r}");

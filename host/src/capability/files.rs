@@ -8,7 +8,9 @@ use crate::engine::bindings::jobhost::job::files::{
 use crate::engine::bindings::jobhost::job::types::HostError;
 use crate::engine::state::GuestState;
 use crate::failure::FailureCode;
-use crate::files::{Files, FilesError, MAX_OPEN_UPLOADS, Upload, Uploader};
+use crate::files::{
+    Files, FilesError, MAX_OPEN_UPLOADS, MAX_UPLOADS_PER_ATTEMPT, Upload, Uploader,
+};
 use crate::grants::FilesGrant;
 use crate::store::guest::{Fence, GuestDbError};
 use crate::store::{FileRecord, FileWritten};
@@ -27,6 +29,7 @@ pub struct FilesSession {
 pub struct FilesCapability {
     session: Option<FilesSession>,
     open_uploads: usize,
+    uploads_started: usize,
     /// Scan jobs to kick once the guest's transaction that attached files commits: each
     /// once, however many files it attached.
     scans_after_commit: std::collections::BTreeSet<String>,
@@ -37,6 +40,7 @@ impl FilesCapability {
         FilesCapability {
             session,
             open_uploads: 0,
+            uploads_started: 0,
             scans_after_commit: Default::default(),
         }
     }
@@ -174,9 +178,12 @@ impl Host for GuestState {
     ) -> Result<Resource<UploadHandle>, HostError> {
         let s = self.files_for(&collection, Use::Write)?;
         let (files, uploader) = (s.files.clone(), s.uploader.clone());
-        if self.files.open_uploads >= MAX_OPEN_UPLOADS {
+        if self.files.open_uploads >= MAX_OPEN_UPLOADS
+            || self.files.uploads_started >= MAX_UPLOADS_PER_ATTEMPT
+        {
             return Err(HostError::Invalid("too-many-uploads".into()));
         }
+        self.files.uploads_started += 1;
         let upload = match files.start_upload(&uploader, &collection).await {
             Ok(upload) => upload,
             Err(e) => return Err(self.files_error(e)),

@@ -30,6 +30,10 @@ pub const MAX_CHUNK: usize = 1 << 20;
 pub const MAX_PAGE: u32 = 1000;
 /// Most uploads one attempt may have open at once.
 pub const MAX_OPEN_UPLOADS: usize = 2;
+/// Most uploads one attempt may start in all: each leaves a row (and, unattached, an
+/// object) for the collector, which a loop of start-and-drop would otherwise make at the
+/// database's speed for the whole attempt.
+pub const MAX_UPLOADS_PER_ATTEMPT: usize = 1000;
 /// Most bytes of an object name.
 pub const MAX_NAME_BYTES: usize = 512;
 /// The size of the parts an upload is sent in (S3's smallest part): what one open upload
@@ -321,7 +325,13 @@ impl Files {
         limit: u32,
     ) -> Result<(Vec<FileRecord>, Option<String>), FilesError> {
         self.collection(collection)?;
-        if prefix.len() > MAX_NAME_BYTES || prefix.chars().any(char::is_control) {
+        // A prefix and a cursor are parts of names, bounded and checked like them before
+        // they reach the database (which refuses a NUL as its own failure).
+        if [Some(prefix), after]
+            .into_iter()
+            .flatten()
+            .any(|part| part.len() > MAX_NAME_BYTES || part.chars().any(char::is_control))
+        {
             return Err(FilesError::InvalidName);
         }
         if !(1..=MAX_PAGE).contains(&limit) {
@@ -490,6 +500,7 @@ impl Files {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, FilesError> {
+        validate_id(id)?;
         let file = self
             .store
             .get_file_by_key(collection, id)
@@ -510,6 +521,7 @@ impl Files {
         clean: bool,
     ) -> Result<Option<bool>, FilesError> {
         self.collection(collection)?;
+        validate_id(id)?;
         let write = FileWrite::Mark {
             collection: collection.to_string(),
             object_key: id.to_string(),
@@ -665,6 +677,12 @@ pub fn validate_name(name: &str) -> Result<(), FilesError> {
     } else {
         Err(FilesError::InvalidName)
     }
+}
+
+/// A waiting file's id is an object key the host made (`<tenant>/<uuid>`): one that is
+/// not shaped like a name names no file, and never reaches the database.
+fn validate_id(id: &str) -> Result<(), FilesError> {
+    validate_name(id).map_err(|_| FilesError::NotFound)
 }
 
 #[cfg(test)]

@@ -6,9 +6,11 @@
 //! locks that outlive the attempt, `set_config`, reading other roles from `pg_roles`. So a
 //! statement is parsed with the real Postgres parser (libpg_query) and accepted only if it
 //! is one plain data statement (SELECT, INSERT, UPDATE, DELETE, MERGE) whose every node
-//! passes: functions from an allow-list of pure ones, no relation in a catalog schema or
-//! named like the host's, no cast to a catalog lookup type (`'secrets'::regclass`), no
-//! `SELECT ... INTO`, no XML. The walk covers every node of the tree (as JSON), so a node
+//! passes: functions from an allow-list of pure ones, no relation (read or written) in a
+//! catalog schema or named like the host's, types from an allow-list of built-in scalar
+//! ones (no catalog lookup like `'secrets'::regclass`, and no table's row type, whose cast
+//! would tell whether a table exists and what its columns are), no `SELECT ... INTO`, no
+//! XML. The walk covers every node of the tree (as JSON), so a node
 //! kind the checker does not know cannot hide a call.
 
 use super::guest::{GuestDbError, Refusal};
@@ -63,7 +65,51 @@ const STATEMENTS: [&str; 5] = [
 ];
 
 /// Node kinds refused wherever they appear.
-const FORBIDDEN_NODES: [&str; 3] = ["XmlExpr", "XmlSerialize", "IntoClause"];
+const FORBIDDEN_NODES: [&str; 4] = ["XmlExpr", "XmlSerialize", "RangeTableFunc", "IntoClause"];
+
+/// Types a statement may name (in a cast, a column definition list): Postgres' built-in
+/// scalar and range types, as the parser spells them (`int` is `int4`, `boolean` is
+/// `bool`), and their arrays (`_int4`). Every table also defines a row type of its name,
+/// usable without any privilege on the table, and the `reg*` types look names up in the
+/// catalog; neither is here.
+const ALLOWED_TYPES: &[&str] = &[
+    "bool",
+    "int2",
+    "int4",
+    "int8",
+    "float4",
+    "float8",
+    "numeric",
+    "money",
+    "text",
+    "varchar",
+    "bpchar",
+    "char",
+    "name",
+    "bytea",
+    "bit",
+    "varbit",
+    "date",
+    "time",
+    "timetz",
+    "timestamp",
+    "timestamptz",
+    "interval",
+    "json",
+    "jsonb",
+    "jsonpath",
+    "uuid",
+    "inet",
+    "cidr",
+    "macaddr",
+    "macaddr8",
+    "int4range",
+    "int8range",
+    "numrange",
+    "tsrange",
+    "tstzrange",
+    "daterange",
+];
 
 /// Functions a guest may call: pure computations over its own data. Anything else —
 /// anything with an effect on the server or a view of it — is refused.
@@ -365,10 +411,14 @@ fn walk(value: &Value) -> Result<(), GuestDbError> {
     match value {
         Value::Array(items) => items.iter().try_for_each(walk),
         Value::Object(fields) => {
+            // A relation: a `RangeVar`, whether it stands as a node (in a FROM list) or
+            // as a typed field (the target of INSERT, UPDATE, DELETE and MERGE).
+            if fields.contains_key("relname") {
+                check_relation(value)?;
+            }
             for (key, inner) in fields {
                 match key.as_str() {
                     "FuncCall" => check_function(inner.get("funcname"))?,
-                    "RangeVar" => check_relation(inner)?,
                     "TypeName" => check_type(inner.get("names"))?,
                     // A `SELECT ... INTO` carries its target in a field of its own.
                     "into_clause" if !inner.is_null() => {
@@ -424,17 +474,16 @@ fn check_relation(range: &Value) -> Result<(), GuestDbError> {
 }
 
 fn check_type(names_list: Option<&Value>) -> Result<(), GuestDbError> {
-    // The `reg*` types, and their arrays (`_regclass`), look names up in the catalog: a
-    // cast probes for tables and roles, or lists them. So does `aclitem`, whose input
-    // names roles.
-    let catalog_lookup = names(names_list).last().is_some_and(|t| {
-        let element = t.strip_prefix('_').unwrap_or(t);
-        element.starts_with("reg") || element == "aclitem"
-    });
-    if catalog_lookup {
-        Err(GuestDbError::Refused(Refusal::Forbidden))
-    } else {
+    let allowed = match names(names_list).as_slice() {
+        [name] | ["pg_catalog", name] => {
+            ALLOWED_TYPES.contains(&name.strip_prefix('_').unwrap_or(name))
+        }
+        _ => false,
+    };
+    if allowed {
         Ok(())
+    } else {
+        Err(GuestDbError::Refused(Refusal::Forbidden))
     }
 }
 
@@ -457,6 +506,9 @@ mod tests {
             "SELECT ARRAY[n]::_int8, '{}'::text[], 'r'::char FROM ledger",
             "SELECT * FROM jsonb_to_record('{\"a\":1}') AS r(a int)",
             "SELECT EXTRACT(EPOCH FROM now())",
+            "SELECT 1::int, 2::bigint, 'x'::varchar(3), 1.5::decimal, 2::double precision",
+            "SELECT now()::timestamp with time zone, '1 day'::interval, DATE '2026-12-02'",
+            "SELECT '{1}'::int[], '[1,2)'::int4range, 'true'::boolean, '{}'::jsonb",
             "INSERT INTO ledger SELECT * FROM ledger ON CONFLICT DO NOTHING",
         ] {
             assert_eq!(verdict(ok), Ok(()), "{ok}");
@@ -523,6 +575,32 @@ mod tests {
             ("SELECT * FROM information_schema.tables", &not_granted),
             ("SELECT * FROM jobhost_runs", &not_granted),
             ("SELECT * FROM public.secrets", &not_granted),
+            // A write's target is a typed field, not a node: checked all the same.
+            ("INSERT INTO jobhost_runs (id) VALUES ('x')", &not_granted),
+            ("UPDATE public.secrets SET n = 1", &not_granted),
+            ("DELETE FROM pg_catalog.pg_largeobject", &not_granted),
+            (
+                "MERGE INTO pg_class c USING (SELECT 1) s ON true WHEN MATCHED THEN DO NOTHING",
+                &not_granted,
+            ),
+            (
+                "WITH x AS (INSERT INTO jobhost_leases DEFAULT VALUES RETURNING 1) SELECT * FROM x",
+                &not_granted,
+            ),
+            // A table's row type says whether it exists, and its columns.
+            ("SELECT (NULL::jobhost_guest_roles).*", &forbidden),
+            ("SELECT NULL::secrets", &forbidden),
+            ("SELECT CAST(NULL AS public.secrets)", &forbidden),
+            (
+                "SELECT * FROM jsonb_to_record('{}') AS r(a secrets)",
+                &forbidden,
+            ),
+            ("SELECT 1::oid", &forbidden),
+            ("SELECT '<a/>'::xml", &forbidden),
+            (
+                "SELECT * FROM XMLTABLE('/a' PASSING '<a/>' COLUMNS b int)",
+                &forbidden,
+            ),
             (
                 "UPDATE ledger SET n = (SELECT count(*) FROM pg_stat_activity)",
                 &not_granted,

@@ -5,9 +5,10 @@
 //!   ledger rows (`"in-tx"`, rolled back instead with `rollback`), or not at all
 //!   (`"none"`); waits `wait_ms` before attaching;
 //! - `read`: logs the object's size and digest (fails if there is none);
-//! - `list`: logs the names under `prefix`, page by page;
+//! - `list`: logs the names under `prefix`, page by page, from `cursor` if given;
 //! - `remove`: removes `name`;
-//! - `uploads`: opens `count` uploads at once;
+//! - `uploads`: opens `count` uploads at once (one after another, each dropped before the
+//!   next starts, with `drop`);
 //! - `chunk`: writes one chunk of `size` bytes straight through the host call.
 
 use jobhost_guest::bindings::jobhost::job::files as raw;
@@ -38,6 +39,10 @@ struct Payload {
     prefix: String,
     #[serde(default)]
     count: usize,
+    #[serde(default)]
+    cursor: Option<String>,
+    #[serde(default)]
+    drop: bool,
 }
 
 fn collection() -> String {
@@ -108,7 +113,7 @@ impl Job for Filer {
                 None => Err(JobError::failed("no such object")),
             },
             "list" => {
-                let mut cursor: Option<String> = None;
+                let mut cursor = p.cursor.clone();
                 let mut names = Vec::new();
                 loop {
                     let page = files::list(&p.collection, &p.prefix, cursor.as_deref(), 2)?;
@@ -129,7 +134,10 @@ impl Job for Filer {
             "uploads" => {
                 let mut open = Vec::new();
                 for _ in 0..p.count {
-                    open.push(files::upload(&p.collection)?);
+                    let upload = files::upload(&p.collection)?;
+                    if !p.drop {
+                        open.push(upload);
+                    }
                 }
                 Ok(Outcome::Done)
             }
