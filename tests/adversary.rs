@@ -72,6 +72,9 @@ on_every_backend! {
             ("huge-sql", "handler_failed", Some("invalid call: statement-too-long")),
             ("huge-param", "handler_failed", Some("invalid call: value-too-large")),
             ("many-params", "handler_failed", Some("invalid call: too-many-params")),
+            ("params-total", "handler_failed", Some("invalid call: params-too-large")),
+            ("aliased-params", "trap", None),
+            ("random", "trap", None),
             ("handles", "resource_limit", None),
             ("huge-cursor", "invalid_outcome", None),
         ];

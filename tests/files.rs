@@ -312,6 +312,78 @@ on_every_backend_and_storage! {
         assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "fine", "size": 1})).0, 0);
     }
 
+    async fn a_tenants_quota_bounds_what_it_keeps_and_refusals_change_nothing(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let capped = storage.collection("capped", "max_tenant_bytes = \"10KiB\"\nmax_tenant_objects = 3");
+        let m = manifest(&home, &format!("{}{capped}", storage.collection("docs", "")), r#"
+            [jobs.capped]
+            component = "{guest:filer}"
+            tenant = "acme"
+            grants.db = { write = ["ledger"] }
+            grants.files = { write = ["capped"] }
+            [jobs.capped-other]
+            component = "{guest:filer}"
+            tenant = "globex"
+            grants.db = { read = ["ledger"] }
+            grants.files = { write = ["capped"] }
+        "#);
+        let put = |job: &str, name: &str, size: usize, how: &str| {
+            run(&home, &m, job, json!({"mode": "put", "collection": "capped", "name": name, "size": size, "how": how, "rows": 2}))
+        };
+        let refused = |(code, r): (i32, Value)| {
+            assert_eq!((code, r["error"].as_str()), (1, Some("invalid call: quota-exceeded")), "{r}");
+            r
+        };
+        assert_eq!(put("capped", "a", 4000, "own").0, 0);
+        assert_eq!(put("capped", "b", 4000, "own").0, 0);
+        // 12 000 bytes would pass 10 KiB: refused, nothing visible, the upload left for
+        // the collector.
+        refused(put("capped", "c", 4000, "own"));
+        // An upload larger than the whole quota is refused as it is written.
+        refused(put("capped", "huge", 11 * 1024, "own"));
+        // A name's old object does not count against its replacement.
+        assert_eq!(put("capped", "a", 6000, "own").0, 0);
+        assert_eq!(put("capped", "a", 1000, "own").0, 0);
+        assert_eq!(put("capped", "c", 4000, "in-tx").0, 0);
+        // Three objects: a fourth is refused, inside a transaction too, whose rows then
+        // commit with nothing.
+        refused(put("capped", "d", 1, "own"));
+        let r = refused(put("capped", "d", 1, "in-tx"));
+        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{}'", r["run_id"].as_str().unwrap())).await, 0);
+        // Another tenant has a quota of its own.
+        assert_eq!(put("capped-other", "d", 4000, "own").0, 0);
+        // Removing makes room again.
+        assert!(log(&home, &run(&home, &m, "capped", json!({"mode": "remove", "collection": "capped", "name": "b"})).1).contains("removed true"));
+        assert_eq!(put("capped", "d", 1, "own").0, 0);
+        // The usage the quota reads is what the names point at.
+        for tenant in ["acme", "globex"] {
+            let kept = format!("FROM jobhost_files WHERE tenant = '{tenant}' AND collection = 'capped'");
+            let usage = format!("FROM jobhost_file_usage WHERE tenant = '{tenant}' AND collection = 'capped'");
+            assert_eq!(home.scalar(&format!("SELECT bytes {usage}")).await, home.scalar(&format!("SELECT CAST(SUM(size) AS BIGINT) {kept}")).await);
+            assert_eq!(home.scalar(&format!("SELECT objects {usage}")).await, home.scalar(&format!("SELECT COUNT(*) {kept}")).await);
+        }
+        assert_eq!(home.scalar("SELECT CAST(SUM(size) AS BIGINT) FROM jobhost_files WHERE tenant = 'acme' AND collection = 'capped'").await, 1000 + 4000 + 1);
+        // Two attempts racing for the last bytes: both upload, then attach at once; one
+        // is refused, whichever comes second.
+        assert!(log(&home, &run(&home, &m, "capped", json!({"mode": "remove", "collection": "capped", "name": "d"})).1).contains("removed true"));
+        let racers: Vec<_> = ["x", "y"]
+            .iter()
+            .map(|name| home.spawn(&[
+                "run", "capped", "--manifest", &m, "--instance", name, "--json", "--payload",
+                &json!({"mode": "put", "collection": "capped", "name": name, "size": 3000, "wait_ms": 1500}).to_string(),
+            ]))
+            .collect();
+        let mut codes = Vec::new();
+        for racer in racers {
+            let out = tokio::task::spawn_blocking(move || racer.wait_with_output()).await.unwrap().unwrap();
+            let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+            codes.push((out.status.code(), r["error"].as_str().map(str::to_string)));
+        }
+        codes.sort();
+        assert_eq!(codes, vec![(Some(0), None), (Some(1), Some("invalid call: quota-exceeded".to_string()))]);
+        assert!(home.scalar("SELECT CAST(SUM(size) AS BIGINT) FROM jobhost_files WHERE tenant = 'acme' AND collection = 'capped'").await <= 10 * 1024);
+    }
+
     async fn one_tenant_never_sees_anothers_objects(home, storage) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
         let m = manifest(&home, &storage.collection("docs", ""), "");

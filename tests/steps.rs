@@ -305,6 +305,49 @@ on_every_backend! {
 }
 
 /// Registers a manifest's jobs (as a serving host does at start) without serving.
+/// On Postgres a job's role may execute `jobhost_record_step` (inside its transaction);
+/// the function itself records only for a run running that pass at that generation, so a
+/// call from anywhere else plants nothing in any run's ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_records_a_step_only_for_a_run_running_that_pass() {
+    let home = Home::new(common::Backend::Postgres).await;
+    let (code, run) = stepper(&home, r#"{"scenario":"memo","steps":1}"#, &[]);
+    assert_eq!(code, 0, "{run}");
+    let id = run["run_id"].as_str().unwrap();
+    let generation = home
+        .scalar(&format!(
+            "SELECT generation FROM jobhost_runs WHERE id = '{id}'"
+        ))
+        .await;
+    for (run, pass, generation) in [
+        (id, 1, generation),
+        (id, 2, generation),
+        ("no-such-run", 1, 1),
+    ] {
+        let recorded = home.scalar(&format!(
+            "SELECT CAST(CAST(jobhost_record_step('{run}', {pass}, 'planted', '1', {generation}) AS INT) AS BIGINT)"
+        )).await;
+        assert_eq!(recorded, 0, "{run} pass {pass}");
+    }
+    assert_eq!(
+        home.scalar("SELECT COUNT(*) FROM jobhost_steps WHERE name = 'planted'")
+            .await,
+        0
+    );
+    // A running run at its pass and generation is recorded, as the host's calls are.
+    home.exec(&format!(
+        "UPDATE jobhost_runs SET status = 'running' WHERE id = '{id}'"
+    ))
+    .await;
+    let pass = home
+        .scalar(&format!("SELECT pass FROM jobhost_runs WHERE id = '{id}'"))
+        .await;
+    let recorded = home.scalar(&format!(
+        "SELECT CAST(CAST(jobhost_record_step('{id}', {pass}, 'planted', '1', {generation}) AS INT) AS BIGINT)"
+    )).await;
+    assert_eq!(recorded, 1);
+}
+
 async fn register(home: &Home, manifest: &std::path::Path) {
     let server = home
         .serve(&["--manifest", manifest.to_str().unwrap(), "--workers", "1"])

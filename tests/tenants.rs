@@ -334,6 +334,12 @@ on_every_backend! {
         let acme = Some(acme.as_str());
         let (_, job) = server.get_as(acme, "/jobs/fan").await;
         assert_eq!(job["per_tenant"], true, "{job}");
+        // When any tenant's child last succeeded is the operator's to know, not a tenant's.
+        assert!(job.get("last_success_at").is_none() && job.get("lease").is_none(), "{job}");
+        assert!(server.get("/jobs/fan").await.1["last_success_at"].is_string());
+        let (_, listed) = server.get_as(acme, "/jobs").await;
+        let fan = listed["jobs"].as_array().unwrap().iter().find(|j| j["name"] == "fan").unwrap();
+        assert!(fan.get("last_success_at").is_none(), "{fan}");
         let (status, own) = server.post_as(acme, "/jobs/fan/kick", None).await;
         assert_eq!((status, &own["result"]), (202, &"queued".into()), "{own}");
         let (status, _) = server.post_as(acme, "/jobs/fan/kick?instance=globex", None).await;

@@ -42,6 +42,14 @@ fn acts_on_terminal(c: char) -> bool {
         || matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
 }
 
+/// Whether `text` shows as it is written: no control character, and no formatting one
+/// (a bidirectional override, a zero-width character) that would reorder or hide what a
+/// reader of a page, a terminal or a log sees. The rule for the names a guest gives
+/// (steps, counters, files), which are shown to operators and tenants as they are.
+pub fn shows_as_written(text: &str) -> bool {
+    !text.chars().any(|c| c.is_control() || acts_on_terminal(c))
+}
+
 /// `text` with everything a terminal would act on shown as an escape (`\u{1b}`).
 pub fn for_terminal(text: &str) -> Cow<'_, str> {
     if !text.chars().any(acts_on_terminal) {
@@ -63,6 +71,23 @@ pub fn for_terminal(text: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_that_would_not_show_as_written_are_told_apart() {
+        for plain in ["report.csv", "é/ü", "a b", "日本"] {
+            assert!(shows_as_written(plain), "{plain}");
+        }
+        for hidden in [
+            "a\u{202e}cba",
+            "zero\u{200b}width",
+            "\u{2066}isolate",
+            "\u{feff}bom",
+            "a\nb",
+            "\u{1b}[2J",
+        ] {
+            assert!(!shows_as_written(hidden), "{hidden:?}");
+        }
+    }
 
     #[test]
     fn storage_cuts_on_character_boundaries_and_replaces_nul() {

@@ -109,9 +109,18 @@ pub fn check(bytes: &[u8], limits: JsonLimits) -> Result<serde_json::Value, Json
 }
 
 /// [`check`], then the value's canonical text (serde_json's compact form), so that what is
-/// stored and handed on does not depend on how the sender spaced or ordered it.
+/// stored and handed on does not depend on how the sender spaced or ordered it. The bound
+/// holds for that text too: serde_json writes a number as it sees fit (`1e15` becomes
+/// `1000000000000000.0`), so what is stored can be longer than what was sent.
 pub fn canonical(bytes: &[u8], limits: JsonLimits) -> Result<String, JsonRefusal> {
-    check(bytes, limits).map(|value| value.to_string())
+    let text = check(bytes, limits)?.to_string();
+    if text.len() > limits.max_bytes {
+        return Err(JsonRefusal::TooLarge {
+            size: text.len(),
+            limit: limits.max_bytes,
+        });
+    }
+    Ok(text)
 }
 
 /// The rule without building the value: the size first, then one pass over the text.
@@ -494,6 +503,22 @@ mod tests {
 
     fn nested_arrays(depth: usize) -> String {
         format!("{}{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn the_bound_holds_for_the_canonical_text_too() {
+        // 5 bytes a number as sent, 19 as serde_json writes it.
+        let sent = format!("[{}1e15]", "1e15,".repeat(12_000));
+        assert!(sent.len() <= CURSOR.max_bytes);
+        assert!(check(sent.as_bytes(), CURSOR).is_ok());
+        assert!(matches!(
+            canonical(sent.as_bytes(), CURSOR),
+            Err(JsonRefusal::TooLarge { size, limit }) if size > limit && limit == CURSOR.max_bytes
+        ));
+        assert_eq!(
+            canonical(b"[1e15]", CURSOR).unwrap(),
+            "[1000000000000000.0]"
+        );
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! [collections.uploads]
 //! url = "s3://bucket/uploads"           # endpoint and credentials from AWS_* variables
 //! scan = "antivirus"                    # files are visible once this job marks them clean
+//! max_tenant_bytes = "1GiB"             # each tenant's quota here (10GiB, 100000 by default)
+//! max_tenant_objects = 10_000
 //!
 //! [links.billing]
 //! url = "https://billing.internal/api/"
@@ -45,7 +47,10 @@
 //! Relative paths are resolved against the manifest's own directory. Every problem of a
 //! manifest is reported at once, not just the first.
 
-use crate::files::{CollectionSpec, DEFAULT_MAX_OBJECT, Location};
+use crate::files::{
+    CollectionSpec, DEFAULT_MAX_OBJECT, DEFAULT_MAX_TENANT_BYTES, DEFAULT_MAX_TENANT_OBJECTS,
+    Location,
+};
 use crate::grants::Grants;
 use crate::job::{Flow, JobSpec, Limits, OverLimit, RetryPolicy};
 use crate::links::{Credential, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, MountSpec, SecretSource};
@@ -183,6 +188,9 @@ struct CollectionSection {
     url: Option<String>,
     #[serde(default, with = "opt_size")]
     max_object: Option<u64>,
+    #[serde(default, with = "opt_size")]
+    max_tenant_bytes: Option<u64>,
+    max_tenant_objects: Option<u64>,
     scan: Option<String>,
 }
 
@@ -400,6 +408,10 @@ fn collection(
     Ok(CollectionSpec {
         location,
         max_object_bytes: section.max_object.unwrap_or(DEFAULT_MAX_OBJECT),
+        max_tenant_bytes: section.max_tenant_bytes.unwrap_or(DEFAULT_MAX_TENANT_BYTES),
+        max_tenant_objects: section
+            .max_tenant_objects
+            .unwrap_or(DEFAULT_MAX_TENANT_OBJECTS),
         scan: section.scan.clone(),
     })
 }

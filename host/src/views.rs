@@ -223,6 +223,13 @@ pub fn for_tenant(mut view: Value) -> Value {
         for key in ["component", "host"] {
             object.remove(key);
         }
+        // A per-tenant job's last success and lease are every tenant's children's: when
+        // another tenant's child last succeeded is not this tenant's to know (its own
+        // children are its runs).
+        if object.get("per_tenant") == Some(&Value::Bool(true)) {
+            object.remove("last_success_at");
+            object.remove("lease");
+        }
         if let Some(lease) = object.get_mut("lease").and_then(Value::as_object_mut) {
             lease.remove("holder");
         }
@@ -291,5 +298,10 @@ mod tests {
             assert!(back.contains(&status), "{told}");
         }
         assert_eq!(tenant_statuses("crashed"), None);
+        let per_tenant = json!({"name": "fan", "per_tenant": true, "last_success_at": "t", "lease": {"held": false}});
+        assert_eq!(
+            for_tenant(per_tenant),
+            json!({"name": "fan", "per_tenant": true})
+        );
     }
 }

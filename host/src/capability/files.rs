@@ -98,6 +98,7 @@ impl GuestState {
             }
             FilesError::InvalidName => HostError::Invalid("invalid-name".into()),
             FilesError::ObjectTooLarge => HostError::Invalid("object-too-large".into()),
+            FilesError::QuotaExceeded => HostError::Invalid("quota-exceeded".into()),
             FilesError::ChunkTooLarge => HostError::Invalid("chunk-too-large".into()),
             FilesError::PageTooLarge => HostError::Invalid("page-too-large".into()),
             FilesError::NotFound => HostError::Invalid("not-found".into()),
@@ -229,6 +230,9 @@ impl Host for GuestState {
             .attach_write(&run_id, &finished, &name)
             .map_err(|e| self.files_error(e))?;
         let written = self.in_transaction(&tx, &write).await?;
+        if written == FileWritten::OverQuota {
+            return Err(self.files_error(FilesError::QuotaExceeded));
+        }
         if let Some(scan) = files
             .spec(&finished.collection)
             .and_then(|c| c.scan.clone())

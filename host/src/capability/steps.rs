@@ -98,7 +98,7 @@ fn invalid(reason: &str) -> HostError {
 
 /// A step or counter name: not empty, bounded, printable.
 fn valid_name(name: &str, max: usize) -> bool {
-    !name.is_empty() && name.len() <= max && !name.chars().any(char::is_control)
+    !name.is_empty() && name.len() <= max && crate::guest_text::shows_as_written(name)
 }
 
 impl GuestState {

@@ -2,6 +2,7 @@
 //! deadline, fuel budget and memory cap, and classify what happened.
 
 use super::bindings::exports::jobhost::job::handler::{self, Counter};
+use super::limits::hostcall_bytes;
 use super::output::AttemptLog;
 use super::state::Capabilities;
 use super::state::GuestState;
@@ -143,7 +144,7 @@ impl Engine {
         };
         let state = GuestState::new(spec.memory, log.clone(), capabilities);
         let fuel = spec.fuel.unwrap_or(u64::MAX);
-        let mut store = self.attempt_store(state, fuel, spec.deadline);
+        let mut store = self.attempt_store(state, fuel, spec.deadline, hostcall_bytes(spec.memory));
         let context = to_wit(spec.context);
         // A host call in flight at the deadline (or at cancellation) is cancelled by
         // dropping the call.
@@ -188,21 +189,24 @@ impl Engine {
         deadline: Instant,
     ) -> wasmtime::Result<()> {
         let state = GuestState::new(memory, AttemptLog::new(MAX_LOG_BYTES), Capabilities::none());
-        let mut store = self.attempt_store(state, u64::MAX, deadline);
+        let mut store = self.attempt_store(state, u64::MAX, deadline, hostcall_bytes(memory));
         loaded.pre.instantiate_async(&mut store).await?;
         Ok(())
     }
 
-    /// A store for one attempt: the memory limiter, the fuel (if metered), and an epoch
-    /// deadline callback that yields to the runtime every tick and traps at `deadline`.
+    /// A store for one attempt: the memory limiter, the bound on what one host call lifts,
+    /// the fuel (if metered), and an epoch deadline callback that yields to the runtime
+    /// every tick and traps at `deadline`.
     fn attempt_store(
         &self,
         state: GuestState,
         fuel: u64,
         deadline: Instant,
+        hostcall_bytes: usize,
     ) -> wasmtime::Store<GuestState> {
         let mut store = wasmtime::Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
+        store.set_hostcall_fuel(hostcall_bytes);
         if self.profile.fuel {
             store.set_fuel(fuel).expect("fuel is enabled on the engine");
         }

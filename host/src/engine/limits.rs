@@ -15,6 +15,15 @@ pub const MAX_MEMORIES: usize = 2;
 pub const MAX_TABLES: usize = 8;
 pub const MAX_CORE_INSTANCES: usize = 8;
 
+/// Most bytes wasmtime lifts out of a guest's memory for one host call (its strings and
+/// lists together): the attempt's memory cap. No argument of an honest guest is larger
+/// than its memory; but a list may name the same bytes many times over, and without this
+/// a guest of a few KiB could have the host copy wasmtime's default of 128 MiB per call.
+/// Past it the call traps, and the attempt ends `trap`.
+pub fn hostcall_bytes(memory_cap: u64) -> usize {
+    usize::try_from(memory_cap).unwrap_or(usize::MAX)
+}
+
 /// A `ResourceLimiter` that refuses growth that would take the attempt's linear memories
 /// and tables (at a pointer per element), all together, past the job's cap (the guest sees
 /// a failed `memory.grow` or `table.grow`, as the spec says) and remembers that it did, so

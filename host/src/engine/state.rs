@@ -25,6 +25,10 @@ pub struct Signals {
 /// Most host resources (handles: streams, transactions, uploads...) an attempt may hold
 /// at once; past it, the call that would create one traps (`resource_limit`).
 pub const MAX_RESOURCES: usize = 1000;
+/// Most random bytes one `get-random-bytes` call may ask for (more traps): the host fills
+/// its buffer before the guest's allocation of it can fail, so WASI's default of 64 MiB
+/// let a guest of any size have the host make 64 MiB per call.
+pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
 pub struct GuestState {
     wasi: WasiCtx,
@@ -66,6 +70,7 @@ impl GuestState {
         let wasi = WasiCtx::builder()
             .stdout(log.clone())
             .stderr(log.clone())
+            .max_random_size(MAX_RANDOM_BYTES)
             .build();
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCES);

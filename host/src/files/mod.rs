@@ -41,6 +41,10 @@ pub const MAX_NAME_BYTES: usize = 512;
 const PART: usize = 5 << 20;
 /// The default largest object of a collection.
 pub const DEFAULT_MAX_OBJECT: u64 = 256 << 20;
+/// The default quota of each tenant in a collection: bytes and objects attached (pending,
+/// clean or rejected alike, until removed).
+pub const DEFAULT_MAX_TENANT_BYTES: u64 = 10 << 30;
+pub const DEFAULT_MAX_TENANT_OBJECTS: u64 = 100_000;
 
 /// Where a collection keeps its objects, and what it allows.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +53,9 @@ pub struct CollectionSpec {
     /// and credentials from the environment).
     pub location: Location,
     pub max_object_bytes: u64,
+    /// Each tenant's quota here: the bytes and the number of objects its names point at.
+    pub max_tenant_bytes: u64,
+    pub max_tenant_objects: u64,
     /// The job that scans files attached here; until it marks them clean, they are not
     /// visible.
     pub scan: Option<String>,
@@ -70,6 +77,8 @@ impl CollectionSpec {
         CollectionSpec {
             location: Location::Home,
             max_object_bytes: DEFAULT_MAX_OBJECT,
+            max_tenant_bytes: DEFAULT_MAX_TENANT_BYTES,
+            max_tenant_objects: DEFAULT_MAX_TENANT_OBJECTS,
             scan: None,
         }
     }
@@ -85,6 +94,8 @@ pub enum FilesError {
     InvalidName,
     #[error("the object is larger than its collection allows")]
     ObjectTooLarge,
+    #[error("the tenant's files would pass its quota in the collection")]
+    QuotaExceeded,
     #[error("the chunk is larger than 1 MiB")]
     ChunkTooLarge,
     #[error("a page of objects is 1 to 1000 long")]
@@ -146,6 +157,8 @@ pub struct Upload {
     digest: Digest,
     size: u64,
     max: u64,
+    /// The tenant's quota in the collection: no object of it can be larger.
+    quota: u64,
 }
 
 /// A SHA-256 that runs beside the upload: each large chunk is hashed on a blocking
@@ -369,6 +382,7 @@ impl Files {
             digest: Digest::Ready(Sha256::new()),
             size: 0,
             max: c.spec.max_object_bytes,
+            quota: c.spec.max_tenant_bytes,
         })
     }
 
@@ -382,8 +396,10 @@ impl Files {
         name: &str,
     ) -> Result<Option<FileRecord>, FilesError> {
         let write = self.attach_write(run_id, finished, name)?;
-        let written = self.store.file_write_fenced(fence, &write).await?;
-        Ok(written.map(|w| self.attached(&write, &w)))
+        match self.store.file_write_fenced(fence, &write).await? {
+            Some(FileWritten::OverQuota) => Err(FilesError::QuotaExceeded),
+            written => Ok(written.map(|w| self.attached(&write, &w))),
+        }
     }
 
     /// The row change that attaches a finished upload as `name`, to commit in a
@@ -409,6 +425,8 @@ impl Files {
                 "clean"
             },
             run_id: run_id.to_string(),
+            max_objects: i64::try_from(c.spec.max_tenant_objects).unwrap_or(i64::MAX),
+            max_bytes: i64::try_from(c.spec.max_tenant_bytes).unwrap_or(i64::MAX),
         })
     }
 
@@ -423,6 +441,7 @@ impl Files {
             digest,
             status,
             run_id,
+            ..
         } = write
         else {
             unreachable!("an attach")
@@ -572,8 +591,12 @@ impl Upload {
         if chunk.len() > MAX_CHUNK {
             return Err(FilesError::ChunkTooLarge);
         }
-        if self.size + chunk.len() as u64 > self.max {
+        let size = self.size + chunk.len() as u64;
+        if size > self.max {
             return Err(FilesError::ObjectTooLarge);
+        }
+        if size > self.quota {
+            return Err(FilesError::QuotaExceeded);
         }
         if self.multipart.is_none() && self.held.content_length() + chunk.len() > PART {
             let upload = self.objects.put_multipart(&self.path()).await?;
@@ -661,14 +684,15 @@ fn open_url(url: &str) -> Result<Arc<dyn ObjectStore>, String> {
     })
 }
 
-/// An object name: not empty, at most 512 bytes, no NUL or control characters, no
-/// absolute path, no `.` or `..` segment, no empty segment, no backslash. Names are keys
+/// An object name: not empty, at most 512 bytes, no NUL, control or formatting characters
+/// (bidirectional overrides, zero-width characters), no absolute path, no `.` or `..` segment, no empty segment, no backslash. Names are keys
 /// of rows, never paths; they are held to this anyway, so no tool downstream is surprised.
 pub fn validate_name(name: &str) -> Result<(), FilesError> {
     let valid = !name.is_empty()
         && name.len() <= MAX_NAME_BYTES
         && !name.starts_with('/')
-        && !name.chars().any(|c| c.is_control() || c == '\\')
+        && crate::guest_text::shows_as_written(name)
+        && !name.contains('\\')
         && name
             .split('/')
             .all(|s| !s.is_empty() && s != "." && s != "..");
@@ -712,6 +736,8 @@ mod tests {
             "a\nb",
             "a\\b",
             "\u{1b}[2J",
+            "invoice\u{202e}fdp.exe",
+            "a\u{200b}b",
             &"x".repeat(513),
         ] {
             assert!(validate_name(bad).is_err(), "{bad:?}");

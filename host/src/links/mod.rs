@@ -32,8 +32,9 @@ pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
 /// Most headers a guest may send, and most bytes of each.
 const MAX_HEADERS: usize = 64;
 const MAX_HEADER_BYTES: usize = 8 << 10;
-/// Most bytes of a path, and of a step name.
+/// Most bytes of a path, of a step name and of a method.
 const MAX_PATH_BYTES: usize = 2048;
+const MAX_METHOD_BYTES: usize = 16;
 const MAX_STEP_BYTES: usize = 256;
 
 /// Headers a guest may never set: the host's, the connection's, and cookies.
@@ -55,6 +56,28 @@ const RESERVED_HEADERS: [&str; 16] = [
     "traceparent",
     "forwarded",
 ];
+
+/// Headers that services and the proxies in front of them honour as a different method,
+/// path or client than the request's own: with them a guest could get round a mount's
+/// method list or base path, or pass for another caller.
+const OVERRIDE_HEADERS: [&str; 12] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    "x-original-url",
+    "x-original-uri",
+    "x-rewrite-url",
+    "x-real-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
+    "true-client-ip",
+    "client-ip",
+    "via",
+];
+
+/// Prefixes of header names a guest may never use, for the same reasons: the proxy's,
+/// the host's own, and the forwarded-for family (`X-Forwarded-Host`, `-Prefix`, `-For`...).
+const RESERVED_PREFIXES: [&str; 4] = ["proxy-", "x-jobhost-", "x-forwarded-", "x-original-"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MountSpec {
@@ -265,6 +288,10 @@ impl Links {
         request: Request,
     ) -> Result<Response, LinkError> {
         let m = self.mounts.get(mount).ok_or(LinkError::UnknownMount)?;
+        // Bounds first: nothing the guest sent is copied or decoded before it is checked.
+        if request.method.len() > MAX_METHOD_BYTES {
+            return Err(LinkError::MethodNotAllowed);
+        }
         let method = request.method.to_ascii_uppercase();
         if !m.spec.methods.contains(&method) {
             return Err(LinkError::MethodNotAllowed);
@@ -283,6 +310,16 @@ impl Links {
         if request.body.len() as u64 > m.spec.max_request {
             return Err(LinkError::RequestTooLarge);
         }
+        // Signing may read the keys from the database: it comes before the lease check, so
+        // nothing but building the request stands between that check and the send.
+        let token = match &m.spec.credential {
+            Some(Credential::Token { audience, .. }) => Some(
+                self.signer
+                    .token(caller, audience, request.action.as_deref())
+                    .await?,
+            ),
+            _ => None,
+        };
         // The last moment before the effect leaves the host: the lease must be held now.
         if !self.store.lease_live(&caller.fence).await? {
             return Err(LinkError::LeaseLost);
@@ -303,22 +340,11 @@ impl Links {
             call = call.header(name, value);
         }
         call = call.header("traceparent", caller.trace.child().to_string());
-        match (&m.spec.credential, &m.secret) {
-            (Some(Credential::Secret { header, prefix, .. }), Some(secret)) => {
+        match (&m.spec.credential, &m.secret, token) {
+            (Some(Credential::Secret { header, prefix, .. }), Some(secret), _) => {
                 call = call.header(header, format!("{prefix}{}", secret.0));
             }
-            (
-                Some(Credential::Token {
-                    header,
-                    prefix,
-                    audience,
-                }),
-                _,
-            ) => {
-                let token = self
-                    .signer
-                    .token(caller, audience, request.action.as_deref())
-                    .await?;
+            (Some(Credential::Token { header, prefix, .. }), _, Some(token)) => {
                 call = call.header(header, format!("{prefix}{token}"));
             }
             _ => {}
@@ -370,9 +396,11 @@ fn base_url(text: &str) -> Result<url::Url, String> {
 
 /// The URL of `path` under `base`, refusing anything that could leave it.
 fn join(base: &url::Url, path: &str) -> Result<url::Url, LinkError> {
+    if path.len() > MAX_PATH_BYTES {
+        return Err(LinkError::BadPath);
+    }
     let decoded = percent_decoded(path).ok_or(LinkError::BadPath)?;
-    let refused = path.len() > MAX_PATH_BYTES
-        || path.starts_with('/')
+    let refused = path.starts_with('/')
         || path.contains("://")
         || path.contains(['@', '\\', '#'])
         || path.chars().any(|c| c.is_control() || c == ' ')
@@ -381,6 +409,7 @@ fn join(base: &url::Url, path: &str) -> Result<url::Url, LinkError> {
             .next()
             .is_some_and(|first| first.contains(':'))
         || decoded.contains(['\\', '@'])
+        || decoded.chars().any(char::is_control)
         || decoded.split(['/', '?', '&', '=']).any(dot_segment);
     if refused {
         return Err(LinkError::BadPath);
@@ -452,8 +481,8 @@ fn check_headers(
             }
             let lower = name.to_ascii_lowercase();
             let reserved = RESERVED_HEADERS.contains(&lower.as_str())
-                || lower.starts_with("proxy-")
-                || lower.starts_with("x-jobhost-")
+                || OVERRIDE_HEADERS.contains(&lower.as_str())
+                || RESERVED_PREFIXES.iter().any(|p| lower.starts_with(p))
                 || credential.is_some_and(|c| c.eq_ignore_ascii_case(&lower));
             if reserved {
                 return Err(LinkError::HeaderNotAllowed);
@@ -519,6 +548,13 @@ mod tests {
             "a/..%20/admin",
             "a/.../admin",
             "a/. ./admin",
+            "a/..%00/admin",
+            "a/..%09/admin",
+            "a/%2e%2e%0d%0a/admin",
+            "echo%0d%0aX-Injected:%201",
+            "echo?q=%00",
+            "a/%250a/b",
+            &"a".repeat(MAX_PATH_BYTES + 1),
         ] {
             assert!(join(&base, bad).is_err(), "{bad:?}");
         }
@@ -543,6 +579,18 @@ mod tests {
             "Idempotency-Key",
             "Proxy-Authorization",
             "X-Jobhost-Run",
+            "X-HTTP-Method-Override",
+            "X-HTTP-Method",
+            "X-Method-Override",
+            "X-Original-URL",
+            "X-Original-Host",
+            "X-Rewrite-URL",
+            "X-Real-IP",
+            "X-Forwarded-For",
+            "X-Forwarded-Host",
+            "X-Forwarded-Prefix",
+            "True-Client-IP",
+            "Via",
         ] {
             assert!(
                 matches!(check(reserved, "x"), Err(LinkError::HeaderNotAllowed)),

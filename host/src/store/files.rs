@@ -31,9 +31,12 @@ pub(crate) async fn apply_sqlite(
             digest,
             status,
             run_id,
+            max_objects,
+            max_bytes,
         } => {
-            // The triggers of migration 0003 retire the old key and the upload record.
-            let created_at: i64 = sqlx::query_scalar(q.upsert_file.as_str())
+            // The triggers of migrations 0003 and 0015 retire the old key and the upload
+            // record, and count the tenant's usage; no row back: over its quota.
+            let created_at: Option<i64> = sqlx::query_scalar(q.upsert_file.as_str())
                 .persistent(false)
                 .bind(tenant)
                 .bind(collection)
@@ -43,9 +46,15 @@ pub(crate) async fn apply_sqlite(
                 .bind(digest)
                 .bind(*status)
                 .bind(run_id)
-                .fetch_one(&mut *conn)
+                .bind(max_objects)
+                .bind(max_bytes)
+                .fetch_optional(&mut *conn)
                 .await?;
-            Ok(FileWritten::Attached { created_at })
+            Ok(
+                created_at.map_or(FileWritten::OverQuota, |created_at| FileWritten::Attached {
+                    created_at,
+                }),
+            )
         }
         FileWrite::Remove {
             tenant,
@@ -95,9 +104,11 @@ async fn apply_postgres(
             digest,
             status,
             run_id,
-        } => FileWritten::Attached {
-            created_at: sqlx::query_scalar(
-                "SELECT jobhost_attach_file($1, $2, $3, $4, $5, $6, $7, $8)",
+            max_objects,
+            max_bytes,
+        } => {
+            let created_at: Option<i64> = sqlx::query_scalar(
+                "SELECT jobhost_attach_file($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             )
             .bind(tenant)
             .bind(collection)
@@ -107,9 +118,14 @@ async fn apply_postgres(
             .bind(digest)
             .bind(*status)
             .bind(run_id)
+            .bind(max_objects)
+            .bind(max_bytes)
             .fetch_one(&mut *conn)
-            .await?,
-        },
+            .await?;
+            created_at.map_or(FileWritten::OverQuota, |created_at| FileWritten::Attached {
+                created_at,
+            })
+        }
         FileWrite::Remove {
             tenant,
             collection,
@@ -295,6 +311,8 @@ impl Store {
                 digest,
                 status,
                 run_id,
+                max_objects,
+                max_bytes,
             } => {
                 let row = fenced(q.upsert_file_fenced.as_str())
                     .bind(tenant)
@@ -305,12 +323,17 @@ impl Store {
                     .bind(digest)
                     .bind(*status)
                     .bind(run_id)
+                    .bind(max_objects)
+                    .bind(max_bytes)
                     .fetch_optional(pool)
                     .await?;
+                // Nothing written: the lease was lost, or else the quota refused it (the
+                // statement's only two conditions; a lost lease never comes back).
                 return Ok(match row {
                     Some(row) => Some(FileWritten::Attached {
                         created_at: row.try_get(0)?,
                     }),
+                    None if self.lease_live(fence).await? => Some(FileWritten::OverQuota),
                     None => None,
                 });
             }

@@ -61,6 +61,9 @@ pub const MAX_VALUE_BYTES: usize = 1 << 20;
 pub const MAX_SQL_BYTES: usize = 64 << 10;
 /// Most parameters per statement.
 pub const MAX_PARAMS: usize = 999;
+/// Most bytes of a statement's parameters together: each is copied again by the driver
+/// (SQLite binds a copy, Postgres encodes a bind message).
+pub const MAX_PARAMS_BYTES: usize = 8 << 20;
 
 /// Why a statement was refused: the fixed reasons guests see in `query-refused`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,6 +303,9 @@ fn check_statement(sql: &str, params: &[SqlValue]) -> Result<(), GuestDbError> {
     }
     if params.iter().any(|p| p.content_bytes() > MAX_VALUE_BYTES) {
         return Err(GuestDbError::Invalid("value-too-large"));
+    }
+    if params.iter().map(SqlValue::content_bytes).sum::<usize>() > MAX_PARAMS_BYTES {
+        return Err(GuestDbError::Invalid("params-too-large"));
     }
     Ok(())
 }

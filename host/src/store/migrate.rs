@@ -61,6 +61,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     12 => "0012_attempt_logs_kept",
     13 => "0013_claims_in_order_and_in_turn",
     14 => "0014_set_based_claims_and_endings",
+    15 => "0015_file_quotas_and_step_checks",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -77,6 +78,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     12 => "0012_attempt_logs_kept",
     13 => "0013_claims_in_order_and_in_turn",
     14 => "0014_set_based_claims_and_endings",
+    15 => "0015_file_quotas_and_step_checks",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

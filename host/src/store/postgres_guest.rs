@@ -310,7 +310,7 @@ fn role_name(database: &str, job: &str) -> String {
 
 /// Which host functions a role is granted: a role provisioned by a host that granted
 /// fewer is granted again (the fingerprint changes with it).
-const HOST_FUNCTIONS: &str = "0005";
+const HOST_FUNCTIONS: &str = "0015";
 
 fn grant_fingerprint(grant: &DbGrant) -> String {
     let text = serde_json::to_string(grant).expect("a grant serialises");
@@ -417,7 +417,7 @@ async fn provision_on(
     // never name them: see `pg_statement`).
     for function in [
         "jobhost_fence(text, text, bigint, text)",
-        "jobhost_attach_file(text, text, text, text, bigint, text, text, text)",
+        "jobhost_attach_file(text, text, text, text, bigint, text, text, text, bigint, bigint)",
         "jobhost_remove_file(text, text, text)",
         "jobhost_mark_file(text, text, text)",
         "jobhost_record_step(text, bigint, text, text, bigint)",
@@ -591,8 +591,10 @@ impl TxSession for Session {
                 digest,
                 status,
                 run_id,
+                max_objects,
+                max_bytes,
             } => (
-                "SELECT jobhost_attach_file($1, $2, $3, $4, $5, $6, $7, $8)",
+                "SELECT jobhost_attach_file($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 vec![
                     (tenant, Type::TEXT),
                     (collection, Type::TEXT),
@@ -602,6 +604,8 @@ impl TxSession for Session {
                     (digest, Type::TEXT),
                     (status, Type::TEXT),
                     (run_id, Type::TEXT),
+                    (max_objects, Type::INT8),
+                    (max_bytes, Type::INT8),
                 ],
             ),
             FileWrite::Remove {
@@ -636,8 +640,9 @@ impl TxSession for Session {
         let row = rows.first().ok_or(GuestDbError::Refused(Refusal::Failed))?;
         let failed = |_| GuestDbError::Refused(Refusal::Failed);
         Ok(match write {
-            FileWrite::Attach { .. } => FileWritten::Attached {
-                created_at: row.try_get(0).map_err(failed)?,
+            FileWrite::Attach { .. } => match row.try_get(0).map_err(failed)? {
+                Some(created_at) => FileWritten::Attached { created_at },
+                None => FileWritten::OverQuota,
             },
             _ => FileWritten::Changed(row.try_get(0).map_err(failed)?),
         })

@@ -87,6 +87,37 @@ const FILE_UPSERT: &str = "ON CONFLICT (tenant, collection, name) DO UPDATE SET 
     status = excluded.status, run_id = excluded.run_id, created_at = excluded.created_at \
     RETURNING created_at";
 
+/// Whether attaching a file of `:size` bytes as `:name` keeps tenant `:tenant` within its
+/// quota of `:max_objects` objects and `:max_bytes` bytes in `:collection`: the usage
+/// counted by the triggers of migration 0015, less the file the name points at now. The
+/// one SQLite statement of the rule; Postgres' `jobhost_attach_file` (migration 0015)
+/// checks the same under a lock on the usage row.
+const FILE_WITHIN_QUOTA: &str = "(SELECT COALESCE(SUM(u.objects), 0) \
+        + CASE WHEN EXISTS (SELECT 1 FROM jobhost_files f WHERE f.tenant = :tenant \
+            AND f.collection = :collection AND f.name = :name) THEN 0 ELSE 1 END <= :max_objects \
+    AND COALESCE(SUM(u.bytes), 0) - COALESCE((SELECT f.size FROM jobhost_files f \
+        WHERE f.tenant = :tenant AND f.collection = :collection AND f.name = :name), 0) \
+        + :size <= :max_bytes \
+    FROM jobhost_file_usage u WHERE u.tenant = :tenant AND u.collection = :collection)";
+
+/// [`FILE_WITHIN_QUOTA`] with its arguments at the given placeholders.
+fn file_within_quota(
+    tenant: &str,
+    collection: &str,
+    name: &str,
+    size: &str,
+    max_objects: &str,
+    max_bytes: &str,
+) -> String {
+    FILE_WITHIN_QUOTA
+        .replace(":tenant", tenant)
+        .replace(":collection", collection)
+        .replace(":name", name)
+        .replace(":size", size)
+        .replace(":max_objects", max_objects)
+        .replace(":max_bytes", max_bytes)
+}
+
 /// The lease row of the attempt whose fence is `$1`..`$4`, while it holds the lease.
 const FENCE_MATCH: &str = "job = $1 AND instance = $2 AND generation = $3 AND holder = $4 \
     AND deadline_at > {now}";
@@ -147,6 +178,14 @@ impl Dialect {
             .replace("{by_tenant_index}", self.by_tenant_index)
             .replace("{fence_match}", FENCE_MATCH)
             .replace("{file_upsert}", FILE_UPSERT)
+            .replace(
+                "{file_within_quota}",
+                &file_within_quota("$1", "$2", "$3", "$5", "$9", "$10"),
+            )
+            .replace(
+                "{file_within_quota_fenced}",
+                &file_within_quota("$5", "$6", "$7", "$9", "$13", "$14"),
+            )
             .replace("{now}", self.now)
             .replace("{skip_locked}", self.skip_locked)
             .replace("{json_ids}", self.json_ids)
@@ -444,7 +483,7 @@ queries! {
     // The statements of a `FileWrite` on SQLite, whose triggers (migration 0003) keep the
     // garbage and the uploads; on Postgres the functions of migration 0002 do the same.
     upsert_file = "INSERT INTO jobhost_files ({file_columns}) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {now}) {file_upsert}";
+        SELECT $1, $2, $3, $4, $5, $6, $7, $8, {now} WHERE {file_within_quota} {file_upsert}";
     delete_file = "DELETE FROM jobhost_files WHERE tenant = $1 AND collection = $2 AND name = $3";
     mark_file = "UPDATE jobhost_files SET status = $3 \
         WHERE collection = $1 AND object_key = $2 AND status = 'pending'";
@@ -452,7 +491,8 @@ queries! {
     // lease check inside: a write statement takes SQLite's write lock as it starts, so the
     // check and the change are one atomic step, and one round trip instead of four.
     upsert_file_fenced = "INSERT INTO jobhost_files ({file_columns}) \
-        SELECT $5, $6, $7, $8, $9, $10, $11, $12, {now} WHERE {lease_held} {file_upsert}";
+        SELECT $5, $6, $7, $8, $9, $10, $11, $12, {now} \
+        WHERE {lease_held} AND {file_within_quota_fenced} {file_upsert}";
     delete_file_fenced = "DELETE FROM jobhost_files \
         WHERE tenant = $5 AND collection = $6 AND name = $7 AND {lease_held}";
     mark_file_fenced = "UPDATE jobhost_files SET status = $7 \

@@ -435,6 +435,10 @@ pub enum FileWrite {
         digest: String,
         status: &'static str,
         run_id: String,
+        /// The tenant's quota in the collection, counting this file and not the one it
+        /// replaces: over it, nothing changes ([`FileWritten::OverQuota`]).
+        max_objects: i64,
+        max_bytes: i64,
     },
     /// Removes `name` (its key becomes garbage).
     Remove {
@@ -490,6 +494,8 @@ pub enum FileWritten {
     },
     /// Whether there was a row to change.
     Changed(bool),
+    /// An attach refused: the tenant's files in the collection would pass its quota.
+    OverQuota,
 }
 
 /// A key that signs per-attempt tokens.

@@ -10,7 +10,11 @@
 //! back), `nul-flood` (a log of nothing but NUL and invalid bytes, which take three bytes
 //! each once made safe to store), `nul-cursor` (a cursor holding an escaped NUL),
 //! `huge-cursor`, `sql` (runs the statements in `sql`, for memory bounds), `passes`
-//! (continues until pass `passes`: a run with more attempts than any reader shows).
+//! (continues until pass `passes`: a run with more attempts than any reader shows),
+//! `aliased-params` (999 parameters that all name one 128 KiB buffer: 125 MiB for the host
+//! to lift from a guest of a few hundred KiB), `params-total` (ten 1 MiB parameters, each
+//! within its bound, together past the statement's), `random` (64 MiB of random bytes
+//! asked for in one call).
 
 use jobhost_guest::{Context, HostError, Job, JobError, Outcome, db, describe, log};
 use serde::Deserialize;
@@ -76,6 +80,39 @@ impl Job for Adversary {
             "many-params" => {
                 let params: Vec<db::Value> = (0..100_000).map(db::Value::Integer).collect();
                 db::query("SELECT 1", &params).map_err(refused)?;
+                Ok(Outcome::Done)
+            }
+            "aliased-params" => {
+                let buffer = vec![b'a'; 128 << 10];
+                // Each `String` borrows the one buffer; none is ever dropped (forgotten
+                // below), so none frees it.
+                let params: Vec<db::Value> = (0..999)
+                    .map(|_| {
+                        // SAFETY: the bytes are valid UTF-8 and outlive `params`, which
+                        // is forgotten instead of dropped.
+                        let alias = unsafe {
+                            String::from_raw_parts(
+                                buffer.as_ptr().cast_mut(),
+                                buffer.len(),
+                                buffer.len(),
+                            )
+                        };
+                        db::Value::Text(alias)
+                    })
+                    .collect();
+                let answer = db::query("SELECT 1", &params);
+                std::mem::forget(params);
+                answer.map_err(refused)?;
+                Ok(Outcome::Done)
+            }
+            "params-total" => {
+                let params: Vec<db::Value> = (0..10).map(|_| vec![7u8; 1 << 20].into()).collect();
+                db::query("SELECT 1", &params).map_err(refused)?;
+                Ok(Outcome::Done)
+            }
+            "random" => {
+                let bytes = wasi::random::random::get_random_bytes(64 << 20);
+                log::info(&format!("{} random bytes", bytes.len()));
                 Ok(Outcome::Done)
             }
             "handles" => loop {
