@@ -73,7 +73,8 @@ pub struct ServeArgs {
     /// How long an object no name points at any more is kept for readers still reading it.
     #[arg(long, value_parser = parse_duration, default_value = "10m")]
     pub file_grace: Duration,
-    /// How long a key signs per-attempt tokens (links) before a new one is made.
+    /// How long a key signs per-attempt tokens (links) before the next one does; the next
+    /// is published a quarter of this before it signs.
     #[arg(long, value_parser = parse_duration, default_value = "24h")]
     pub key_rotation: Duration,
     /// POST every report to this URL (JSON).

@@ -5,9 +5,12 @@
 //! (`GET /.well-known/jwks.json`).
 //!
 //! Keys live in the database (`jobhost_signing_keys`), so every host of a fleet signs and
-//! publishes the same set. A new key is made when the newest is older than the rotation
-//! period; older keys stay published for another period (a token lives no longer than an
-//! attempt), then are forgotten.
+//! publishes the same set. A new key is made a quarter of the rotation period before the
+//! newest is due to be replaced, and signs only once it has been published that long: by
+//! then every host of the fleet has read it (each refreshes at least that often) and a
+//! service that caches the key set for less than that has seen it, so no token is ever
+//! signed with a key its verifier cannot find yet. Older keys stay published for another
+//! period (a token lives no longer than an attempt), then are forgotten.
 
 use super::{Caller, LinkError};
 use crate::store::{SigningKeyRecord, Store, StoreError};
@@ -46,13 +49,21 @@ impl Signer {
         Ok(signer)
     }
 
-    /// Reloads the keys; makes a new one when the newest is older than the rotation
-    /// period, and forgets those no token can still carry.
+    /// How long a new key is published before it signs, in milliseconds.
+    fn publish_ahead(&self) -> i64 {
+        self.rotate_after.as_millis() as i64 / 4
+    }
+
+    /// Reloads the keys; makes the next one when the newest will be due for replacement
+    /// within [`Self::publish_ahead`], and forgets those no token can still carry.
     pub async fn refresh(&self) -> Result<(), StoreError> {
         let period = self.rotate_after.as_millis() as i64;
         let now = self.store.now().await?;
         let mut records = self.store.signing_keys().await?;
-        if records.first().is_none_or(|k| now - k.created_at >= period) {
+        if records
+            .first()
+            .is_none_or(|k| now - k.created_at >= period - self.publish_ahead())
+        {
             let seed: [u8; 32] = rand::random();
             let key = SigningKey::from_bytes(&seed);
             let kid = hex::encode(rand::random::<[u8; 8]>());
@@ -89,7 +100,8 @@ impl Signer {
         audience: &str,
         action: Option<&str>,
     ) -> Result<String, LinkError> {
-        let now = self.store.now().await? / 1000;
+        let now_ms = self.store.now().await?;
+        let now = now_ms / 1000;
         let mut claims = serde_json::json!({
             "iss": ISSUER,
             "sub": caller.job,
@@ -107,13 +119,19 @@ impl Signer {
         if let Some(action) = action {
             claims["action"] = action.into();
         }
-        self.sign(&claims).ok_or(LinkError::Unavailable)
+        self.sign(&claims, now_ms).ok_or(LinkError::Unavailable)
     }
 
-    /// A JWT of `claims`, signed with the newest key.
-    pub fn sign(&self, claims: &serde_json::Value) -> Option<String> {
+    /// A JWT of `claims`, signed at `now` (milliseconds, database clock) with the newest
+    /// key published long enough ([`Self::publish_ahead`]); with the newest key when none
+    /// is (the fleet's very first key, which nobody can have cached yet).
+    pub fn sign(&self, claims: &serde_json::Value, now: i64) -> Option<String> {
         let keys = self.keys.read().expect("signing keys");
-        let key = keys.iter().max_by_key(|k| k.created_at)?;
+        let key = keys
+            .iter()
+            .filter(|k| now - k.created_at >= self.publish_ahead())
+            .max_by_key(|k| k.created_at)
+            .or_else(|| keys.iter().max_by_key(|k| k.created_at))?;
         let header = serde_json::json!({"alg": "EdDSA", "typ": "JWT", "kid": key.kid});
         let signing_input = format!(
             "{}.{}",
@@ -143,5 +161,48 @@ impl Signer {
                 }))
                 .collect::<Vec<_>>(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kid_of(token: &str) -> String {
+        let header = token.split('.').next().unwrap();
+        let header: serde_json::Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header).unwrap()).unwrap();
+        header["kid"].as_str().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_new_key_is_published_before_it_signs() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/t.db", dir.path().display()))
+            .await
+            .unwrap();
+        // Rotation every 2 s: the next key is made at 1.5 s and signs from 2 s.
+        let signer = Signer::open(store.clone(), Duration::from_secs(2))
+            .await
+            .unwrap();
+        let claims = serde_json::json!({"sub": "j"});
+        let now = store.now().await.unwrap();
+        let first = kid_of(&signer.sign(&claims, now).unwrap());
+        tokio::time::sleep(Duration::from_millis(1600)).await;
+        signer.refresh().await.unwrap();
+        let published = signer.jwks()["keys"].as_array().unwrap().len();
+        assert_eq!(published, 2, "the next key is published");
+        let now = store.now().await.unwrap();
+        assert_eq!(
+            kid_of(&signer.sign(&claims, now).unwrap()),
+            first,
+            "the new key does not sign before it was published a quarter period"
+        );
+        let later = now + 600;
+        let second = kid_of(&signer.sign(&claims, later).unwrap());
+        assert_ne!(
+            second, first,
+            "once published long enough, the new key signs"
+        );
     }
 }
