@@ -93,15 +93,21 @@ on_every_backend! {
             let (code, run) = home.run_json(&["--job", &hello]);
             assert_eq!(code, 0, "{run}");
         }
+        // Instances run once long ago leave idle leases; one of them has a run queued.
+        for instance in ["old-1", "old-2", "later"] {
+            assert_eq!(home.run_json(&["--job", &hello, "--instance", instance]).0, 0);
+        }
         let store = home.store().await;
         let live = common::queue_run(&store, "hello", "later", 86_400_000).await;
         store.close().await;
+        assert_eq!(home.exec("UPDATE jobhost_leases SET updated_at = updated_at - 7200000 \
+            WHERE job = 'hello' AND instance <> 'default'").await, 3);
         // Everything so far is two hours old; then one recent run.
         home.exec("UPDATE jobhost_runs SET created_at = created_at - 7200000").await;
         let (_, recent) = home.run_json(&["--job", &hello]);
         home.exec("INSERT INTO jobhost_reports (kind, job, code, body, created_at, next_try_at, delivered_at) \
             VALUES ('run_failed', 'hello', 'trap', '{}', 0, 0, 0), ('run_failed', 'hello', 'trap', '{}', 0, 0, NULL)").await;
-        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_attempts").await, 4);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_attempts").await, 7);
         let m = home.manifest("", "[jobs.hello]\ncomponent = \"{guest:hello}\"\n");
         let server = home.serve(&["--manifest", m.to_str().unwrap(), "--retention", "1h",
             "--webhook", "http://127.0.0.1:9/hook",
@@ -114,6 +120,10 @@ on_every_backend! {
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_attempts").await, 1, "only the recent run's attempt");
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_reports WHERE created_at = 0").await, 1,
             "an undelivered report (its webhook refuses) is kept");
+        // Idle leases went with the runs, in the same transaction; the one a queued run
+        // needs, and the recently used one, stay.
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_leases WHERE instance LIKE 'old-%'").await, 0);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_leases WHERE job = 'hello' AND instance IN ('later', 'default')").await, 2);
     }
 
     async fn ten_kicks_during_a_run_cause_exactly_one_follow_up(home) {

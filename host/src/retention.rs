@@ -1,5 +1,6 @@
 //! Retention: the history older than the operator's `--retention` is deleted — finished
-//! runs with their attempts, logs and ledgers, and delivered reports — once per period
+//! runs with their attempts, logs and ledgers, delivered reports, and the leases of
+//! instances nothing has held since — once per period
 //! across the fleet, under a lease of its own (like surveillance), in bounded batches so
 //! a large backlog of history never holds a long transaction. A queued or running run is
 //! never touched, however old.
@@ -36,7 +37,11 @@ impl Retention {
             total.runs += pruned.runs;
             total.reports += pruned.reports;
             total.jobs += pruned.jobs;
-            if pruned.runs < BATCH as u64 && pruned.reports < BATCH as u64 {
+            total.leases += pruned.leases;
+            if [pruned.runs, pruned.reports, pruned.leases]
+                .iter()
+                .all(|&n| n < BATCH as u64)
+            {
                 break;
             }
         }
@@ -45,6 +50,7 @@ impl Retention {
                 runs = total.runs,
                 reports = total.reports,
                 jobs = total.jobs,
+                leases = total.leases,
                 "pruned history past the retention age"
             );
         }

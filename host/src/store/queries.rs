@@ -400,6 +400,17 @@ queries! {
     // An orphaned job once it has no runs left (and its leases).
     prune_orphan_leases = "DELETE FROM jobhost_leases WHERE job IN (SELECT name FROM jobhost_jobs \
         WHERE orphaned_at < {now} - $1 AND NOT EXISTS (SELECT 1 FROM jobhost_runs r WHERE r.job = name))";
+    // Leases of a job's instances that nothing has held since the cut-off and no queued or
+    // running run needs: each instance a kick or a start ever named leaves one, and a
+    // claim makes a lease anew (at generation 1) when it finds none. The holder is
+    // checked again as each row is deleted, so one a claim took meanwhile is kept.
+    prune_idle_leases = "DELETE FROM jobhost_leases WHERE holder IS NULL AND pending = 0 \
+        AND (job, instance) IN (SELECT l.job, l.instance FROM jobhost_leases l \
+            WHERE l.holder IS NULL AND l.pending = 0 AND l.updated_at < {now} - $1 \
+            AND l.job IN (SELECT name FROM jobhost_jobs) \
+            AND NOT EXISTS (SELECT 1 FROM jobhost_runs r WHERE r.job = l.job \
+                AND r.instance = l.instance AND r.status IN ('queued', 'running')) \
+            LIMIT $2)";
     prune_orphans = "DELETE FROM jobhost_jobs WHERE orphaned_at < {now} - $1 \
         AND NOT EXISTS (SELECT 1 FROM jobhost_runs r WHERE r.job = name)";
     prune_reports = "DELETE FROM jobhost_reports WHERE id IN (SELECT id FROM jobhost_reports \

@@ -1,5 +1,6 @@
 //! The rows retention deletes: finished runs older than the cut-off with their attempts
-//! and ledgers, delivered reports, and orphaned jobs whose runs are all gone. What is old enough, and when, is `retention`'s.
+//! and ledgers, delivered reports, orphaned jobs whose runs are all gone, and the leases
+//! of instances idle since the cut-off. What is old enough, and when, is `retention`'s.
 
 use super::{Exclusive, Result, Store};
 use sqlx::Connection;
@@ -11,6 +12,8 @@ pub struct Pruned {
     pub reports: u64,
     /// Orphaned jobs whose history was gone.
     pub jobs: u64,
+    /// Leases of instances idle since the cut-off, with no queued or running run.
+    pub leases: u64,
 }
 
 impl Store {
@@ -51,6 +54,12 @@ impl Store {
                 .bind(older_than_ms)
                 .execute(&mut *tx)
                 .await?;
+            let leases = sqlx::query(q.prune_idle_leases.as_str())
+                .bind(older_than_ms)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
             let jobs = sqlx::query(q.prune_orphans.as_str())
                 .bind(older_than_ms)
                 .execute(&mut *tx)
@@ -62,6 +71,7 @@ impl Store {
                 runs,
                 reports,
                 jobs,
+                leases,
             })
         })
     }
