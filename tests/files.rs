@@ -266,6 +266,24 @@ on_every_backend_and_storage! {
         assert_eq!(code, 0, "{r}");
         assert!(read(&home, &m, "files", "rolled-back").is_none());
         assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{}'", r["run_id"].as_str().unwrap())).await, 0);
+        // An upload started after the transaction wrote: on Postgres it goes beside the
+        // transaction; on SQLite its record would wait for the write lock the guest holds
+        // (until the transaction's bound rolled it back), so it is refused at once.
+        let started = Instant::now();
+        let (code, r) = run(&home, &m, "files", json!({"mode": "put", "name": "tx-first", "size": 10, "how": "tx-first", "rows": 2}));
+        assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
+        match home.backend {
+            Backend::Sqlite => {
+                assert_eq!((code, r["error"].as_str()), (1, Some("invalid call: transaction-open")), "{r}");
+                assert!(read(&home, &m, "files", "tx-first").is_none());
+            }
+            Backend::Postgres => {
+                assert_eq!(code, 0, "{r}");
+                assert!(read(&home, &m, "files", "tx-first").is_some());
+            }
+        }
+        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{}'", r["run_id"].as_str().unwrap())).await,
+            if home.backend == Backend::Postgres { 2 } else { 0 });
     }
 
     async fn bad_names_and_every_cap_are_refused_and_the_host_stays_healthy(home, storage) {

@@ -20,14 +20,15 @@ pub struct DbSession {
 /// The `db` capability's per-attempt state: `None` when the job was not granted `db`.
 pub struct DbCapability {
     session: Option<DbSession>,
-    open_tx: bool,
+    /// The guest's open transaction (its handle's number in the resource table).
+    open_tx: Option<u32>,
 }
 
 impl DbCapability {
     pub fn new(session: Option<DbSession>) -> Self {
         DbCapability {
             session,
-            open_tx: false,
+            open_tx: None,
         }
     }
 }
@@ -76,13 +77,36 @@ impl GuestState {
         })
     }
 
+    /// Refuses a host call that commits a write of its own (an upload's record, an attach
+    /// or removal outside a transaction, a step recorded on its own, a scan's verdict)
+    /// while the guest's transaction keeps every other writer out: SQLite's one write
+    /// lock, taken at the transaction's first statement. The call would wait for the lock
+    /// the guest itself holds until the transaction's time bound rolled it back; it is
+    /// told at once instead (`invalid(transaction-open)`), and can use the call's `-in`
+    /// variant or come before the transaction's first statement.
+    pub(crate) async fn own_write_allowed(&mut self) -> Result<(), HostError> {
+        let Some(rep) = self.db.open_tx else {
+            return Ok(());
+        };
+        let open: Resource<TxHandle> = Resource::new_borrow(rep);
+        let blocked = match self.table.get(&open) {
+            Ok(tx) => tx.0.blocks_other_writers().await,
+            Err(_) => false,
+        };
+        if blocked {
+            Err(HostError::Invalid("transaction-open".into()))
+        } else {
+            Ok(())
+        }
+    }
+
     /// Takes the guest's transaction out of its table, to end it.
     pub(crate) fn take_tx(&mut self, tx: Resource<TxHandle>) -> Result<GuestTx, HostError> {
         let handle = self
             .table
             .delete(tx)
             .map_err(|_| HostError::Invalid("unknown-transaction".into()))?;
-        self.db.open_tx = false;
+        self.db.open_tx = None;
         Ok(handle.0)
     }
 
@@ -120,7 +144,7 @@ impl Host for GuestState {
     }
 
     async fn begin(&mut self) -> Result<Resource<TxHandle>, HostError> {
-        if self.db.open_tx {
+        if self.db.open_tx.is_some() {
             return Err(HostError::Invalid("transaction-open".into()));
         }
         let (db, access, bound) = self.db_session()?;
@@ -130,7 +154,7 @@ impl Host for GuestState {
             .table
             .push(TxHandle(tx))
             .map_err(|_| HostError::Invalid("too-many-resources".into()))?;
-        self.db.open_tx = true;
+        self.db.open_tx = Some(handle.rep());
         Ok(handle)
     }
 }
@@ -163,7 +187,7 @@ impl HostTransaction for GuestState {
 
     async fn rollback(&mut self, tx: Resource<TxHandle>) {
         if let Ok(handle) = self.table.delete(tx) {
-            self.db.open_tx = false;
+            self.db.open_tx = None;
             self.files.rolled_back();
             handle.0.rollback().await;
         }
@@ -171,7 +195,7 @@ impl HostTransaction for GuestState {
 
     async fn drop(&mut self, tx: Resource<TxHandle>) -> wasmtime::Result<()> {
         if let Ok(handle) = self.table.delete(tx) {
-            self.db.open_tx = false;
+            self.db.open_tx = None;
             self.files.rolled_back();
             handle.0.rollback().await;
         }

@@ -179,6 +179,7 @@ impl Host for GuestState {
     ) -> Result<Resource<UploadHandle>, HostError> {
         let s = self.files_for(&collection, Use::Write)?;
         let (files, uploader) = (s.files.clone(), s.uploader.clone());
+        self.own_write_allowed().await?;
         if self.files.open_uploads >= MAX_OPEN_UPLOADS
             || self.files.uploads_started >= MAX_UPLOADS_PER_ATTEMPT
         {
@@ -202,6 +203,13 @@ impl Host for GuestState {
         upload: Resource<UploadHandle>,
         name: String,
     ) -> Result<ObjectMetadata, HostError> {
+        if let Err(refused) = self.own_write_allowed().await {
+            // The guest gave the upload up with the call: it is discarded, unattached.
+            if self.table.delete(upload).is_ok() {
+                self.files.open_uploads = self.files.open_uploads.saturating_sub(1);
+            }
+            return Err(refused);
+        }
         let finished = self.finish_upload(upload).await?;
         let s = self.files_for(&finished.collection, Use::Write)?;
         let (files, fence, run_id) = (s.files.clone(), s.fence.clone(), s.uploader.run_id.clone());
@@ -245,6 +253,7 @@ impl Host for GuestState {
     async fn remove(&mut self, collection: String, name: String) -> Result<bool, HostError> {
         let s = self.files_for(&collection, Use::Write)?;
         let (files, fence, tenant) = (s.files.clone(), s.fence.clone(), s.uploader.tenant.clone());
+        self.own_write_allowed().await?;
         match files.remove(&fence, &tenant, &collection, &name).await {
             Ok(Some(removed)) => Ok(removed),
             Ok(None) => Err(self.lease_lost()),
@@ -306,6 +315,7 @@ impl Host for GuestState {
     ) -> Result<(), HostError> {
         let s = self.files_for(&collection, Use::Scan)?;
         let (files, fence) = (s.files.clone(), s.fence.clone());
+        self.own_write_allowed().await?;
         match files
             .mark(&fence, &collection, &id, verdict == Verdict::Clean)
             .await

@@ -191,6 +191,7 @@ impl Host for GuestState {
 
     async fn record(&mut self, name: String, result: String) -> Result<(), HostError> {
         let result = self.recordable(&name, &result)?;
+        self.own_write_allowed().await?;
         let session = self.steps.session.as_ref().expect("checked by recordable");
         let (store, fence) = (session.store.clone(), session.fence.clone());
         let (run_id, pass) = (session.run_id.clone(), session.pass);

@@ -198,6 +198,9 @@ pub(crate) trait TxSession: Send {
     async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError>;
     /// Rolls back whatever is open and gives the connection back.
     async fn release(self: Box<Self>);
+    /// Whether the database takes no other write while this transaction is open (SQLite,
+    /// once its one write lock is taken).
+    fn blocks_other_writers(&self) -> bool;
 }
 
 /// An open write transaction. Dropping it rolls it back. It is also rolled back when
@@ -253,6 +256,16 @@ impl GuestTx {
             .as_mut()
             .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
         session.execute(sql, params).await
+    }
+
+    /// Whether the database takes no other write while this transaction is open: then a
+    /// write the host commits on its own would wait for this transaction to end.
+    pub async fn blocks_other_writers(&self) -> bool {
+        self.session
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|s| s.blocks_other_writers())
     }
 
     /// Applies a host row change inside the transaction.

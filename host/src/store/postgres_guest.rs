@@ -696,6 +696,11 @@ impl TxSession for Session {
             .ok_or(GuestDbError::Refused(Refusal::Failed))
     }
 
+    /// Postgres locks rows, not the database: the host's own writes go on beside it.
+    fn blocks_other_writers(&self) -> bool {
+        false
+    }
+
     /// Cancel-safe: the session keeps its connection until the rollback has answered, so
     /// a release dropped half-way abandons the connection (see `Drop`) rather than
     /// pooling one that may still be inside the transaction.

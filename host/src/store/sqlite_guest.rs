@@ -619,6 +619,10 @@ impl TxSession for Session {
     async fn release(self: Box<Self>) {
         Session::release(*self).await
     }
+
+    fn blocks_other_writers(&self) -> bool {
+        self.begun && !self.rolled_back
+    }
 }
 
 impl Drop for Session {

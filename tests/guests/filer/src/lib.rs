@@ -2,8 +2,9 @@
 //!
 //! - `put`: writes `size` bytes of `fill` as `name`, attaching it in a fenced transaction
 //!   of its own (`how = "own"`), inside a database transaction that also writes `rows`
-//!   ledger rows (`"in-tx"`, rolled back instead with `rollback`), or not at all
-//!   (`"none"`); waits `wait_ms` before attaching;
+//!   ledger rows (`"in-tx"`, rolled back instead with `rollback`), inside a transaction
+//!   opened before the upload started (`"tx-first"`), or not at all (`"none"`); waits
+//!   `wait_ms` before attaching;
 //! - `read`: logs the object's size and digest (fails if there is none);
 //! - `list`: logs the names under `prefix`, page by page, from `cursor` if given;
 //! - `remove`: removes `name`;
@@ -66,6 +67,18 @@ impl Job for Filer {
         let p = &ctx.payload;
         match p.mode.as_str() {
             "put" => {
+                let opened_first = if p.how == "tx-first" {
+                    let tx = db::begin()?;
+                    for n in 0..p.rows {
+                        tx.execute(
+                            "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)",
+                            &[ctx.run_id.as_str().into(), ctx.attempt.into(), n.into()],
+                        )?;
+                    }
+                    Some(tx)
+                } else {
+                    None
+                };
                 let upload = files::upload(&p.collection)?;
                 let content: Vec<u8> = p.fill.bytes().cycle().take(p.size).collect();
                 upload.write(&content)?;
@@ -94,6 +107,12 @@ impl Job for Filer {
                             tx.commit()?;
                             log::info(&format!("committed {} {}", object.name, object.size));
                         }
+                    }
+                    "tx-first" => {
+                        let tx = opened_first.expect("opened before the upload");
+                        let object = upload.attach_in(&tx, &p.name)?;
+                        tx.commit()?;
+                        log::info(&format!("committed {} {}", object.name, object.size));
                     }
                     _ => log::info("left unattached"),
                 }
