@@ -437,7 +437,10 @@ pub mod files {
         inner: raw::Upload,
     }
 
-    /// Starts writing an object into `collection`.
+    /// Starts writing an object into `collection`. Start it before your transaction's
+    /// first statement if it is to be attached in that transaction: on SQLite the
+    /// transaction then holds the database's one write lock, and the upload (which
+    /// records itself on its own) is refused `invalid(transaction-open)`.
     pub fn upload(collection: &str) -> Result<Upload, HostError> {
         raw::start_upload(collection).map(|inner| Upload { inner })
     }
