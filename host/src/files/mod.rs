@@ -685,8 +685,9 @@ fn open_url(url: &str) -> Result<Arc<dyn ObjectStore>, String> {
 }
 
 /// An object name: not empty, at most 512 bytes, no NUL, control or formatting characters
-/// (bidirectional overrides, zero-width characters), no absolute path, no `.` or `..` segment, no empty segment, no backslash. Names are keys
-/// of rows, never paths; they are held to this anyway, so no tool downstream is surprised.
+/// (bidirectional overrides, zero-width characters), no absolute path, no `.` or `..`
+/// segment, no empty segment, no backslash. Names are keys of rows, never paths; they are
+/// held to this anyway, so no tool downstream is surprised, and shown as written.
 pub fn validate_name(name: &str) -> Result<(), FilesError> {
     let valid = !name.is_empty()
         && name.len() <= MAX_NAME_BYTES

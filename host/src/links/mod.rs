@@ -60,12 +60,10 @@ const RESERVED_HEADERS: [&str; 16] = [
 /// Headers that services and the proxies in front of them honour as a different method,
 /// path or client than the request's own: with them a guest could get round a mount's
 /// method list or base path, or pass for another caller.
-const OVERRIDE_HEADERS: [&str; 12] = [
+const OVERRIDE_HEADERS: [&str; 10] = [
     "x-http-method-override",
     "x-http-method",
     "x-method-override",
-    "x-original-url",
-    "x-original-uri",
     "x-rewrite-url",
     "x-real-ip",
     "x-client-ip",
@@ -76,7 +74,8 @@ const OVERRIDE_HEADERS: [&str; 12] = [
 ];
 
 /// Prefixes of header names a guest may never use, for the same reasons: the proxy's,
-/// the host's own, and the forwarded-for family (`X-Forwarded-Host`, `-Prefix`, `-For`...).
+/// the host's own, the forwarded-for family (`X-Forwarded-Host`, `-Prefix`, `-For`...)
+/// and the original-request family (`X-Original-URL`, `-URI`, `-Host`...).
 const RESERVED_PREFIXES: [&str; 4] = ["proxy-", "x-jobhost-", "x-forwarded-", "x-original-"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
