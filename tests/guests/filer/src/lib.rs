@@ -60,6 +60,18 @@ fn own() -> String {
 
 struct Filer;
 
+/// A transaction that has written the payload's `rows` ledger rows.
+fn begin_with_rows(ctx: &Context<Payload>) -> Result<db::Transaction, JobError> {
+    let tx = db::begin()?;
+    for n in 0..ctx.payload.rows {
+        tx.execute(
+            "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)",
+            &[ctx.run_id.as_str().into(), ctx.attempt.into(), n.into()],
+        )?;
+    }
+    Ok(tx)
+}
+
 impl Job for Filer {
     type Payload = Payload;
 
@@ -68,14 +80,7 @@ impl Job for Filer {
         match p.mode.as_str() {
             "put" => {
                 let opened_first = if p.how == "tx-first" {
-                    let tx = db::begin()?;
-                    for n in 0..p.rows {
-                        tx.execute(
-                            "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)",
-                            &[ctx.run_id.as_str().into(), ctx.attempt.into(), n.into()],
-                        )?;
-                    }
-                    Some(tx)
+                    Some(begin_with_rows(&ctx)?)
                 } else {
                     None
                 };
@@ -92,13 +97,7 @@ impl Job for Filer {
                         ));
                     }
                     "in-tx" => {
-                        let tx = db::begin()?;
-                        for n in 0..p.rows {
-                            tx.execute(
-                                "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)",
-                                &[ctx.run_id.as_str().into(), ctx.attempt.into(), n.into()],
-                            )?;
-                        }
+                        let tx = begin_with_rows(&ctx)?;
                         let object = upload.attach_in(&tx, &p.name)?;
                         if p.rollback {
                             tx.rollback();
