@@ -304,7 +304,7 @@ on_every_backend_and_storage! {
             assert_eq!(code, 1, "{payload}: {r}");
             assert_eq!(r["error"], error, "{payload}: {r}");
         };
-        for name in ["../etc/passwd", "/abs", "a/../b", "a//b", "", "a\u{0}b", "\u{1b}[2J", &"x".repeat(513)] {
+        for name in ["../etc/passwd", "/abs", "a/../b", "a//b", "", "a\u{0}b", "\u{1b}[2J", "invoice\u{202e}fdp.exe", "a\u{200b}b", &"x".repeat(513)] {
             refused("files", json!({"mode": "put", "name": name, "size": 1}), "invalid call: invalid-name");
         }
         refused("files", json!({"mode": "chunk", "size": 2 * 1024 * 1024}), "invalid call: chunk-too-large");
