@@ -62,6 +62,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     13 => "0013_claims_in_order_and_in_turn",
     14 => "0014_set_based_claims_and_endings",
     15 => "0015_file_quotas_and_step_checks",
+    16 => "0016_claims_and_endings_without_per_run_overhead",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -79,6 +80,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     13 => "0013_claims_in_order_and_in_turn",
     14 => "0014_set_based_claims_and_endings",
     15 => "0015_file_quotas_and_step_checks",
+    16 => "0016_claims_and_endings_without_per_run_overhead",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {
