@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Backend, Home, Server};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -471,6 +471,92 @@ async fn a_claim_reads_one_batch_of_a_backlog_the_statistics_do_not_know() {
             "a claim of {BATCH} ({tenants}) read {read} rows of a backlog of {BACKLOG}"
         );
     }
+}
+
+/// A host of an earlier version sends its endings as JSON while the fleet upgrades: the
+/// JSON form still records them as the array form does, each on its own conditions (a
+/// finish whose lease moved on records nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_hosts_endings_in_json_are_recorded_as_before() {
+    use sqlx::Connection;
+    let home = fleet_home().await;
+    home.store().await.close().await;
+    let mut db = sqlx::PgConnection::connect(&home.db_url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+         next_attempt_at, created_at, updated_at) \
+         SELECT 'j' || i, 'noop', 'i' || i, 'default', 'kick', '{}', 'queued', i, i, i \
+         FROM generate_series(1, 3) AS i",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+    let claimed: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT id, generation, started_at FROM jobhost_claim_runs('h', 3, \
+         '{\"noop\": {\"deadline_ms\": 60000, \"expires_ms\": 60000, \"digest\": \"d\"}}', \
+         NULL, '{}', '{}') ORDER BY id",
+    )
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(claimed.len(), 3);
+    let items: Vec<Value> = claimed
+        .iter()
+        .enumerate()
+        .map(|(idx, (id, generation, started_at))| {
+            // The third names a generation its lease never had.
+            let generation = if idx == 2 {
+                generation + 1
+            } else {
+                *generation
+            };
+            json!({
+                "idx": idx, "kind": "finish", "run_id": id, "job": "noop",
+                "instance": id.replacen('j', "i", 1), "generation": generation, "holder": id,
+                "seq": 1, "a_pass": 1, "a_attempt": 1, "a_host": "h", "a_status": "succeeded",
+                "a_outcome": "ok", "a_duration_ms": 1, "a_log": "", "a_log_truncated": 0,
+                "a_started_at": started_at, "require_lease": true, "status": "succeeded",
+                "pass": 1, "failures": 0
+            })
+        })
+        .collect();
+    let answers: Vec<(i32, String)> = sqlx::query_as(
+        "SELECT idx, result FROM jobhost_record_attempts(CAST($1 AS JSONB)) ORDER BY idx",
+    )
+    .bind(Value::Array(items).to_string())
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    assert_eq!(
+        answers,
+        [
+            (0, "finished".to_string()),
+            (1, "finished".to_string()),
+            (2, "lease_lost".to_string())
+        ]
+    );
+    let runs: Vec<(String, String)> =
+        sqlx::query_as("SELECT id, status FROM jobhost_runs ORDER BY id")
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+    let statuses: Vec<(&str, &str)> = runs.iter().map(|(i, s)| (i.as_str(), s.as_str())).collect();
+    assert_eq!(
+        statuses,
+        [("j1", "succeeded"), ("j2", "succeeded"), ("j3", "running")]
+    );
+    let attempts: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobhost_attempts")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 2, "the lost lease's attempt records nothing");
+    let held: Vec<(String,)> =
+        sqlx::query_as("SELECT holder FROM jobhost_leases WHERE holder IS NOT NULL")
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+    assert_eq!(held, [("j3".to_string(),)]);
+    db.close().await.unwrap();
 }
 
 /// Endings waiting in a host's finisher are not yet recorded: a host killed with a full

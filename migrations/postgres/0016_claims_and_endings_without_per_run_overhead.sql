@@ -1,11 +1,17 @@
--- Claims and endings without work per run that grows with the batch.
+-- Claims and endings without work per run that grows with the batch, or that is done
+-- twice.
 --
 -- The claim of migration 0014 joined each run of a batch to the leases its statement
 -- took by a nested loop over all of them (hash joins are priced out in the function): a
 -- claim of 256 runs compared 65 280 pairs, 8 of its 12.5 ms. The leases are now taken
 -- and moved on by statements of their own, and the runs started by the next one, which
--- finds each run's lease by its key. A batch with no run to start one by one no longer
--- runs that loop's query (1 ms a claim with sorting priced out).
+-- finds each run's lease by its key. Each claimed run's job, instance and generation are
+-- read once, not by each of four statements, and a statement with nothing to do (no
+-- first attempt, no later one, no run to start one by one) is not run.
+--
+-- An ending reads its items as an array of `jobhost_attempt_item` in the binary format,
+-- not as JSON, and carries the items it keeps, then those it ends, as arrays of items
+-- instead of testing every item against a list of the others in each statement.
 --
 -- The two row triggers every ending fired per run (a PL/pgSQL call each: dropping a
 -- finished run's memoised steps, and waking the fleet when a sequential job's run stops
@@ -14,7 +20,12 @@
 --
 -- Ordering, locks, conditions and results are those of migration 0014: the lease rows of
 -- the batch are locked in key order before any is taken, and each statement keeps the
--- conditions of the CTE it replaces.
+-- conditions of the one it replaces.
+
+-- A lease row is inserted by a claim and updated by its ending, renewals and kicks,
+-- never in its key: with room left on its page each of those updates is a heap-only
+-- tuple, written without a new index entry.
+ALTER TABLE jobhost_leases SET (fillfactor = 70);
 
 DROP TRIGGER jobhost_steps_dropped ON jobhost_runs;
 DROP TRIGGER jobhost_runs_sequential_free ON jobhost_runs;
@@ -57,6 +68,159 @@ CREATE TRIGGER jobhost_runs_changed AFTER UPDATE ON jobhost_runs
 REFERENCING OLD TABLE AS changed_old NEW TABLE AS changed_new
 FOR EACH STATEMENT EXECUTE FUNCTION jobhost_runs_changed();
 
+-- Endings read as an array of `jobhost_attempt_item` in the binary format, not as JSON:
+-- parsing a batch's JSON (about 800 bytes an item) and building each item from it field
+-- by field cost about 15 µs per ending. The JSON form stays for hosts of an earlier
+-- version, and reads its items into the array form.
+CREATE FUNCTION jobhost_record_attempts(p_items jobhost_attempt_item[])
+RETURNS TABLE (idx INTEGER, result TEXT, follow_up TEXT)
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+SET jit = off
+SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_all jobhost_attempt_item[];
+    v_items jobhost_attempt_item[];
+    v_rest JSONB;
+    v_held INTEGER[];
+    v_kicked INTEGER[];
+    v_ending INTEGER[];
+    v_recording jobhost_attempt_item[];
+    v_ended jobhost_attempt_item[];
+    v_succeeded TEXT[];
+    v_now BIGINT;
+BEGIN
+    WITH e AS MATERIALIZED (
+        -- Each item and its place, in step (the array is walked once).
+        SELECT unnest(p_items) AS item, generate_subscripts(p_items, 1) AS n
+    ), s AS MATERIALIZED (
+        SELECT e.n, e.item,
+            (e.item).kind = 'finish'
+            AND count(*) OVER (PARTITION BY (e.item).job, (e.item).instance) = 1
+            AND count(*) OVER (PARTITION BY (e.item).run_id) = 1 AS together
+        FROM e
+    )
+    SELECT COALESCE(array_agg(s.item), '{}'),
+        COALESCE(array_agg(s.item) FILTER (WHERE s.together), '{}'),
+        jsonb_agg(to_jsonb(s.item) ORDER BY s.n) FILTER (WHERE NOT s.together)
+    INTO v_all, v_items, v_rest
+    FROM s;
+    -- The leases at the items' generations and holders, every item's, locked in key order
+    -- before anything else: two batches lock leases in one order.
+    SELECT COALESCE(array_agg(h.idx), '{}'),
+        COALESCE(array_agg(h.idx) FILTER (WHERE h.pending = 1), '{}')
+    INTO v_held, v_kicked
+    FROM (
+        SELECT i.idx, l.pending FROM unnest(v_all) i
+        JOIN jobhost_leases l ON l.job = i.job AND l.instance = i.instance
+            AND l.generation = i.generation AND l.holder = i.holder
+        ORDER BY l.job, l.instance
+        FOR UPDATE OF l
+    ) h;
+    IF cardinality(v_items) > 0 THEN
+        v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
+        -- A finish that needs its lease and lost it records nothing. The items kept and
+        -- then those ended are carried as arrays of items, so each statement below reads
+        -- its rows without testing every item against a list of the others.
+        v_recording := ARRAY(SELECT i FROM unnest(v_items) i
+            WHERE NOT i.require_lease OR i.idx = ANY (v_held));
+        INSERT INTO jobhost_attempts AS a (run_id, seq, pass, attempt, generation, host,
+            status, outcome, code, fuel_used, peak_memory, duration_ms, log, log_truncated,
+            started_at, finished_at)
+        SELECT i.run_id, i.seq, i.a_pass, i.a_attempt, i.generation, i.a_host, i.a_status,
+            i.a_outcome, i.a_code, i.a_fuel_used, i.a_peak_memory, i.a_duration_ms, i.a_log,
+            i.a_log_truncated, i.a_started_at, v_now
+        FROM unnest(v_recording) i
+        WHERE i.seq IS NOT NULL
+        ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status,
+            outcome = excluded.outcome, code = excluded.code,
+            fuel_used = excluded.fuel_used, peak_memory = excluded.peak_memory,
+            duration_ms = excluded.duration_ms, log = excluded.log,
+            log_truncated = excluded.log_truncated, finished_at = excluded.finished_at;
+        -- The runs, locked by their key in key order, then checked (with `status` in the
+        -- join the planner may take the partial index of running runs).
+        SELECT COALESCE(array_agg(c.item) FILTER (WHERE c.status = 'running'
+            AND c.generation IS NOT DISTINCT FROM (c.item).generation), '{}')
+        INTO v_ended
+        FROM (
+            SELECT i AS item, r.status, r.generation
+            FROM unnest(v_recording) i JOIN jobhost_runs r ON r.id = i.run_id
+            ORDER BY r.id
+            FOR UPDATE OF r
+        ) c;
+        IF cardinality(v_ended) > 0 THEN
+            UPDATE jobhost_runs r SET status = i.status, last_code = i.code,
+                last_error = i.error, cursor = i.cursor, pass = i.pass, failures = i.failures,
+                counters = COALESCE(i.counters, r.counters), finished_at = v_now,
+                updated_at = v_now
+            FROM unnest(v_ended) i
+            WHERE r.id = i.run_id;
+            UPDATE jobhost_leases l SET holder = NULL, pending = 0, deadline_at = v_now,
+                expires_at = v_now, updated_at = v_now
+            FROM unnest(v_ended) i
+            WHERE l.job = i.job AND l.instance = i.instance AND l.generation = i.generation;
+            -- A kick that came while the attempt ran: the run it was folded into.
+            IF cardinality(v_kicked) > 0 THEN
+                INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status,
+                    cursor, component_digest, scheduled_for, rerun_of, next_attempt_at,
+                    created_at, updated_at)
+                SELECT i.f_id, i.job, i.instance, i.f_tenant, i.f_origin, i.f_payload,
+                    'queued', i.f_cursor, i.f_component_digest, i.f_scheduled_for,
+                    i.f_rerun_of, v_now + i.f_delay_ms, v_now, v_now
+                FROM unnest(v_ended) i
+                WHERE i.idx = ANY (v_kicked) AND i.f_id IS NOT NULL;
+            END IF;
+            INSERT INTO jobhost_reports (kind, job, run_id, code, body, created_at,
+                next_try_at)
+            SELECT i.r_kind, i.job, i.run_id, i.r_code, i.r_body, v_now, v_now
+            FROM unnest(v_ended) i
+            WHERE i.r_kind IS NOT NULL;
+            v_succeeded := ARRAY(SELECT DISTINCT i.job FROM unnest(v_ended) i
+                WHERE i.status = 'succeeded');
+        END IF;
+        RETURN QUERY
+        SELECT i.idx, 'finished',
+            CASE WHEN cardinality(v_kicked) > 0 AND i.idx = ANY (v_kicked) THEN i.f_id END
+        FROM unnest(v_ended) i;
+        v_ending := ARRAY(SELECT i.idx FROM unnest(v_ended) i);
+        RETURN QUERY
+        SELECT i.idx,
+            CASE WHEN i.require_lease AND NOT (i.idx = ANY (v_held)) THEN 'lease_lost'
+                 ELSE 'not_running' END,
+            CAST(NULL AS TEXT)
+        FROM unnest(v_items) i
+        WHERE NOT (i.idx = ANY (v_ending));
+    END IF;
+    IF v_rest IS NOT NULL THEN
+        RETURN QUERY SELECT * FROM jobhost_record_attempts_one_by_one(v_rest);
+    END IF;
+    -- Last, after every lease and run row is locked. Kept to the second: many successes a
+    -- second must not make this row a lock every batch waits for.
+    IF cardinality(v_succeeded) > 0 THEN
+        UPDATE jobhost_jobs j SET last_success_at = v_now, missed_reported_at = NULL
+        WHERE j.name = ANY (v_succeeded)
+          AND (j.last_success_at IS NULL OR j.last_success_at < v_now - 1000
+               OR j.missed_reported_at IS NOT NULL);
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION jobhost_record_attempts(jobhost_attempt_item[]) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION jobhost_record_attempts(p_items JSONB)
+RETURNS TABLE (idx INTEGER, result TEXT, follow_up TEXT)
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
+    SELECT * FROM jobhost_record_attempts(ARRAY(
+        SELECT jsonb_populate_record(NULL::jobhost_attempt_item, e.raw)
+        FROM jsonb_array_elements(p_items) WITH ORDINALITY AS e(raw, n) ORDER BY e.n))
+$$;
+
+-- The claim of migration 0014, changed as the header says.
 CREATE OR REPLACE FUNCTION jobhost_claim_runs(p_host TEXT, p_limit INTEGER, p_terms JSONB, p_run TEXT,
     p_paused TEXT[], p_tenants TEXT[])
 RETURNS TABLE (
@@ -89,6 +253,11 @@ DECLARE
     v_sort TEXT;
     v_together TEXT[];
     v_one_by_one TEXT[];
+    v_jobs TEXT[];
+    v_instances TEXT[];
+    v_generations BIGINT[];
+    v_all_jobs TEXT[];
+    v_all_instances TEXT[];
 BEGIN
     IF p_run IS NULL THEN
         -- The due runs in claim order straight from an index, whatever the statistics
@@ -170,56 +339,68 @@ BEGIN
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
-    -- The lease rows of every claimed run first, in key order, before any is taken or
-    -- moved on: two claims lock leases in one order, and the deadlines are stamped after
-    -- any wait.
-    PERFORM 1 FROM jobhost_leases l JOIN jobhost_runs r
-        ON l.job = r.job AND l.instance = r.instance
-    WHERE r.id = ANY (v_ids)
-    ORDER BY l.job, l.instance
-    FOR UPDATE OF l;
-    -- One by one (the loop below): the runs of sequential jobs, the runs waiting for a
-    -- slot, and the runs sharing their lease with another run of the batch. The rest
-    -- start together.
-    SELECT COALESCE(array_agg(s.id) FILTER (WHERE s.together), '{}'),
-        COALESCE(array_agg(s.id) FILTER (WHERE NOT s.together), '{}')
-    INTO v_together, v_one_by_one
+    -- Each claimed run's job, instance and generation, read once (the runs are locked: the
+    -- choice above took them FOR UPDATE), and which start one by one (the loop below):
+    -- the runs of sequential jobs, the runs waiting for a slot, and the runs sharing their
+    -- lease with another run of the batch. The rest start together.
+    SELECT COALESCE(array_agg(s.id ORDER BY s.id) FILTER (WHERE s.together), '{}'),
+        COALESCE(array_agg(s.job ORDER BY s.id) FILTER (WHERE s.together), '{}'),
+        COALESCE(array_agg(s.instance ORDER BY s.id) FILTER (WHERE s.together), '{}'),
+        COALESCE(array_agg(s.generation ORDER BY s.id) FILTER (WHERE s.together), '{}'),
+        COALESCE(array_agg(s.id) FILTER (WHERE NOT s.together), '{}'),
+        array_agg(s.job), array_agg(s.instance)
+    INTO v_together, v_jobs, v_instances, v_generations, v_one_by_one, v_all_jobs,
+        v_all_instances
     FROM (
-        SELECT r.id, r.waiting = 0
+        SELECT r.id, r.job, r.instance, r.generation, r.waiting = 0
             AND NOT EXISTS (SELECT 1 FROM jobhost_jobs j
                 WHERE j.name = r.job AND j.sequential = 1)
             AND count(*) OVER (PARTITION BY r.job, r.instance) = 1 AS together
         FROM jobhost_runs r
         WHERE r.id = ANY (v_ids)
     ) s;
+    -- The lease rows of every claimed run first, in key order, before any is taken or
+    -- moved on: two claims lock leases in one order, and the deadlines are stamped after
+    -- any wait.
+    PERFORM 1 FROM unnest(v_all_jobs, v_all_instances) AS k(job, instance)
+        JOIN jobhost_leases l ON l.job = k.job AND l.instance = k.instance
+    ORDER BY l.job, l.instance
+    FOR UPDATE OF l;
     IF cardinality(v_together) > 0 THEN
         v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
         -- A first attempt takes its lease if it is free, or expired and not parked for a
         -- queued run.
-        INSERT INTO jobhost_leases AS l (job, instance, generation, holder, deadline_at,
-            expires_at, pending, updated_at)
-        SELECT r.job, r.instance, 1, r.id,
-            v_now + (p_terms -> r.job ->> 'deadline_ms')::BIGINT,
-            v_now + (p_terms -> r.job ->> 'expires_ms')::BIGINT, 0, v_now
-        FROM jobhost_runs r
-        WHERE r.id = ANY (v_together) AND r.generation IS NULL AND p_terms ? r.job
-        ORDER BY r.job, r.instance
-        ON CONFLICT (job, instance) DO UPDATE SET generation = l.generation + 1,
-            holder = excluded.holder, deadline_at = excluded.deadline_at,
-            expires_at = excluded.expires_at, pending = 0, updated_at = excluded.updated_at
-        WHERE l.holder IS NULL
-           OR (l.expires_at <= v_now AND NOT EXISTS (SELECT 1 FROM jobhost_runs h
-               WHERE h.id = l.holder AND h.status = 'queued' AND h.origin <> 'manual'
-                 AND h.generation = l.generation));
+        IF EXISTS (SELECT 1 FROM unnest(v_generations) AS g WHERE g IS NULL) THEN
+            INSERT INTO jobhost_leases AS l (job, instance, generation, holder, deadline_at,
+                expires_at, pending, updated_at)
+            SELECT t.job, t.instance, 1, t.run_id,
+                v_now + (p_terms -> t.job ->> 'deadline_ms')::BIGINT,
+                v_now + (p_terms -> t.job ->> 'expires_ms')::BIGINT, 0, v_now
+            FROM unnest(v_together, v_jobs, v_instances, v_generations)
+                AS t(run_id, job, instance, generation)
+            WHERE t.generation IS NULL AND p_terms ? t.job
+            ORDER BY t.job, t.instance
+            ON CONFLICT (job, instance) DO UPDATE SET generation = l.generation + 1,
+                holder = excluded.holder, deadline_at = excluded.deadline_at,
+                expires_at = excluded.expires_at, pending = 0,
+                updated_at = excluded.updated_at
+            WHERE l.holder IS NULL
+               OR (l.expires_at <= v_now AND NOT EXISTS (SELECT 1 FROM jobhost_runs h
+                   WHERE h.id = l.holder AND h.status = 'queued' AND h.origin <> 'manual'
+                     AND h.generation = l.generation));
+        END IF;
         -- A later attempt moves its lease on if the run still holds it.
-        UPDATE jobhost_leases l SET generation = l.generation + 1,
-            deadline_at = v_now + (p_terms -> r.job ->> 'deadline_ms')::BIGINT,
-            expires_at = v_now + (p_terms -> r.job ->> 'expires_ms')::BIGINT,
-            updated_at = v_now
-        FROM jobhost_runs r
-        WHERE r.id = ANY (v_together) AND r.generation IS NOT NULL AND p_terms ? r.job
-          AND l.job = r.job AND l.instance = r.instance
-          AND l.generation = r.generation AND l.holder = r.id;
+        IF EXISTS (SELECT 1 FROM unnest(v_generations) AS g WHERE g IS NOT NULL) THEN
+            UPDATE jobhost_leases l SET generation = l.generation + 1,
+                deadline_at = v_now + (p_terms -> t.job ->> 'deadline_ms')::BIGINT,
+                expires_at = v_now + (p_terms -> t.job ->> 'expires_ms')::BIGINT,
+                updated_at = v_now
+            FROM unnest(v_together, v_jobs, v_instances, v_generations)
+                AS t(run_id, job, instance, generation)
+            WHERE t.generation IS NOT NULL AND p_terms ? t.job
+              AND l.job = t.job AND l.instance = t.instance
+              AND l.generation = t.generation AND l.holder = t.run_id;
+        END IF;
         -- Every run starts, with the lease the two statements above gave it, found by its
         -- key: the run holds it at the generation after its last (a first attempt: a run
         -- that never held a lease holds one now only if it was just taken).
@@ -232,13 +413,13 @@ BEGIN
                     ELSE p_terms -> r.job ->> 'digest' END,
                 started_at = COALESCE(r.started_at, v_now), updated_at = v_now
             FROM (
-                SELECT q.id AS run_id, l.generation, l.deadline_at, l.expires_at
-                FROM unnest(v_together) AS t(run_id)
-                JOIN jobhost_runs q ON q.id = t.run_id
-                LEFT JOIN jobhost_leases l ON l.job = q.job AND l.instance = q.instance
-                    AND l.holder = q.id
-                    AND (q.generation IS NULL OR l.generation = q.generation + 1)
-                    AND p_terms ? q.job
+                SELECT t.run_id, l.generation, l.deadline_at, l.expires_at
+                FROM unnest(v_together, v_jobs, v_instances, v_generations)
+                    AS t(run_id, job, instance, generation)
+                LEFT JOIN jobhost_leases l ON l.job = t.job AND l.instance = t.instance
+                    AND l.holder = t.run_id
+                    AND (t.generation IS NULL OR l.generation = t.generation + 1)
+                    AND p_terms ? t.job
             ) x
             WHERE r.id = x.run_id
             RETURNING r.id, r.job, r.instance, r.tenant, r.origin, r.payload, r.status,

@@ -175,10 +175,11 @@ impl Recording {
     }
 }
 
-/// One `Recording` as the Postgres function reads it (flat, see migration 0004).
-#[derive(Serialize)]
+/// One `Recording` as the Postgres function reads it: a `jobhost_attempt_item` (migration
+/// 0014), sent in the binary format, field by field in the type's order.
+#[derive(sqlx::Encode)]
 struct WireItem<'a> {
-    idx: usize,
+    idx: i32,
     kind: &'static str,
     run_id: &'a str,
     job: &'a str,
@@ -223,8 +224,20 @@ struct WireItem<'a> {
     r_body: Option<&'a str>,
 }
 
+impl sqlx::Type<sqlx::Postgres> for WireItem<'_> {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        sqlx::postgres::PgTypeInfo::with_name("jobhost_attempt_item")
+    }
+}
+
+impl sqlx::postgres::PgHasArrayType for WireItem<'_> {
+    fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+        sqlx::postgres::PgTypeInfo::array_of("jobhost_attempt_item")
+    }
+}
+
 impl<'a> WireItem<'a> {
-    fn new(idx: usize, r: &'a Recording) -> WireItem<'a> {
+    fn new(idx: i32, r: &'a Recording) -> WireItem<'a> {
         let a = r.attempt.as_ref();
         let mut item = WireItem {
             idx,
@@ -516,11 +529,19 @@ impl Store {
         items: &[Recording],
         order: &[usize],
     ) -> Result<Vec<Result<Recorded>>> {
-        let wire: Vec<WireItem<'_>> = order.iter().map(|&i| WireItem::new(i, &items[i])).collect();
+        let wire = order
+            .iter()
+            .map(|&i| {
+                Ok(WireItem::new(
+                    i32::try_from(i).map_err(|_| StoreError::Unreadable)?,
+                    &items[i],
+                ))
+            })
+            .collect::<Result<Vec<WireItem<'_>>>>()?;
         let rows: Vec<WireResult> = self
             .retrying(|| async {
                 Ok(sqlx::query_as("SELECT * FROM jobhost_record_attempts($1)")
-                    .bind(sqlx::types::Json(&wire))
+                    .bind(&wire)
                     .fetch_all(pool)
                     .await?)
             })
