@@ -1,6 +1,8 @@
--- The Postgres migration of this number takes a claim's leases and starts its runs in
--- statements that find each run's lease by its key, and replaces two row triggers with a
--- statement trigger. SQLite's claim (`store::sqlite_writer`) already starts each run by
--- its key, and its row triggers run inside the engine, without a procedural call per row:
+-- The Postgres migration of this number rewrites its claim and ending functions (leases
+-- found by key, each claimed run read once, endings read as a binary array of items),
+-- replaces two row triggers with a statement trigger, and leaves room on the lease
+-- table's pages. SQLite's claims and endings run in the host's writer (`store::
+-- sqlite_writer`), statement by statement with no wire format, its row triggers run
+-- inside the engine without a procedural call per row, and it has no fillfactor:
 -- nothing changes here.
 SELECT 1;
