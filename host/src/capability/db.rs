@@ -186,19 +186,15 @@ impl HostTransaction for GuestState {
     }
 
     async fn rollback(&mut self, tx: Resource<TxHandle>) {
-        if let Ok(handle) = self.table.delete(tx) {
-            self.db.open_tx = None;
+        if let Ok(handle) = self.take_tx(tx) {
             self.files.rolled_back();
-            handle.0.rollback().await;
+            handle.rollback().await;
         }
     }
 
+    /// A transaction the guest drops unended is rolled back.
     async fn drop(&mut self, tx: Resource<TxHandle>) -> wasmtime::Result<()> {
-        if let Ok(handle) = self.table.delete(tx) {
-            self.db.open_tx = None;
-            self.files.rolled_back();
-            handle.0.rollback().await;
-        }
+        HostTransaction::rollback(self, tx).await;
         Ok(())
     }
 }

@@ -205,9 +205,7 @@ impl Host for GuestState {
     ) -> Result<ObjectMetadata, HostError> {
         if let Err(refused) = self.own_write_allowed().await {
             // The guest gave the upload up with the call: it is discarded, unattached.
-            if self.table.delete(upload).is_ok() {
-                self.files.open_uploads = self.files.open_uploads.saturating_sub(1);
-            }
+            self.take_upload(upload);
             return Err(refused);
         }
         let finished = self.finish_upload(upload).await?;
@@ -329,16 +327,21 @@ impl Host for GuestState {
 }
 
 impl GuestState {
+    /// Takes an upload out of the guest's table, which counts it open no more.
+    fn take_upload(&mut self, upload: Resource<UploadHandle>) -> Option<UploadHandle> {
+        let taken = self.table.delete(upload).ok()?;
+        self.files.open_uploads = self.files.open_uploads.saturating_sub(1);
+        Some(taken)
+    }
+
     /// Takes an upload out of the guest's table and completes its object (invisible).
     async fn finish_upload(
         &mut self,
         upload: Resource<UploadHandle>,
     ) -> Result<crate::files::Finished, HostError> {
         let UploadHandle(upload) = self
-            .table
-            .delete(upload)
-            .map_err(|_| HostError::Invalid("unknown-upload".into()))?;
-        self.files.open_uploads = self.files.open_uploads.saturating_sub(1);
+            .take_upload(upload)
+            .ok_or_else(|| HostError::Invalid("unknown-upload".into()))?;
         upload.finish().await.map_err(|e| self.files_error(e))
     }
 
@@ -380,9 +383,7 @@ impl HostUpload for GuestState {
     }
 
     async fn drop(&mut self, upload: Resource<UploadHandle>) -> wasmtime::Result<()> {
-        if self.table.delete(upload).is_ok() {
-            self.files.open_uploads = self.files.open_uploads.saturating_sub(1);
-        }
+        self.take_upload(upload);
         Ok(())
     }
 }
