@@ -51,12 +51,15 @@ BEGIN
     DELETE FROM jobhost_steps s USING changed_new n
     WHERE s.run_id = n.id
       AND (s.pass < n.pass OR n.status = 'succeeded' OR n.work_done = 1);
-    v_jobs := ARRAY(SELECT DISTINCT n.job FROM changed_new n WHERE n.status <> 'running');
+    -- The sequential jobs among those of the rows not running now.
+    v_jobs := ARRAY(SELECT j.name FROM jobhost_jobs j
+        WHERE j.sequential = 1
+          AND j.name = ANY (ARRAY(SELECT DISTINCT n.job FROM changed_new n
+                                  WHERE n.status <> 'running')));
     IF cardinality(v_jobs) > 0
-       AND EXISTS (SELECT 1 FROM jobhost_jobs j WHERE j.name = ANY (v_jobs) AND j.sequential = 1)
        AND EXISTS (SELECT 1 FROM changed_new n JOIN changed_old o ON o.id = n.id
-                   JOIN jobhost_jobs j ON j.name = n.job AND j.sequential = 1
-                   WHERE o.status = 'running' AND n.status <> 'running')
+                   WHERE n.job = ANY (v_jobs) AND o.status = 'running'
+                     AND n.status <> 'running')
     THEN
         PERFORM pg_notify('jobhost_work', '');
     END IF;
