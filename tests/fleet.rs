@@ -473,6 +473,86 @@ async fn a_claim_reads_one_batch_of_a_backlog_the_statistics_do_not_know() {
     }
 }
 
+/// The same for an ending: with the planner believing no run is running (a drain that
+/// started after the last `ANALYZE`), the statement that checks and ends the batch's runs
+/// must still be driven by the batch, one run read by its key per item, not read every
+/// running run for each item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ending_reads_only_its_own_runs_whatever_the_statistics_say() {
+    use sqlx::Connection;
+    const RUNNING: i64 = 5_000;
+    const BATCH: usize = 10;
+    let home = fleet_home().await;
+    home.store().await.close().await;
+    let mut setup = sqlx::PgConnection::connect(&home.db_url).await.unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE jobhost_runs SET (autovacuum_enabled = false); ANALYZE jobhost_runs",
+    )
+    .execute(&mut setup)
+    .await
+    .unwrap();
+    for statement in [
+        "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+         generation, host, attempts, started_at, next_attempt_at, created_at, updated_at) \
+         SELECT 'e' || i, 'noop', 'i' || i, 'default', 'kick', '{}', 'running', 1, 'h', 1, \
+         i, i, i, i FROM generate_series(1, $1) AS i",
+        "INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
+         expires_at, pending, updated_at) \
+         SELECT 'noop', 'i' || i, 1, 'e' || i, 9e15, 9e15, 0, i \
+         FROM generate_series(1, $1) AS i",
+    ] {
+        sqlx::query(statement)
+            .bind(RUNNING)
+            .execute(&mut setup)
+            .await
+            .unwrap();
+    }
+    setup.close().await.unwrap();
+
+    let items: Vec<Value> = (0..BATCH)
+        .map(|idx| {
+            let n = idx * 400 + 7;
+            json!({
+                "idx": idx, "kind": "finish", "run_id": format!("e{n}"), "job": "noop",
+                "instance": format!("i{n}"), "generation": 1, "holder": format!("e{n}"),
+                "seq": 1, "a_pass": 1, "a_attempt": 1, "a_host": "h", "a_status": "succeeded",
+                "a_outcome": "ok", "a_duration_ms": 1, "a_log": "", "a_log_truncated": 0,
+                "a_started_at": n, "require_lease": true, "status": "succeeded",
+                "pass": 1, "failures": 0
+            })
+        })
+        .collect();
+    let mut ender = sqlx::PgConnection::connect(&home.db_url).await.unwrap();
+    let mut tx = ender.begin().await.unwrap();
+    let answers: Vec<(String,)> = sqlx::query_as(
+        "SELECT result FROM jobhost_record_attempts(CAST($1 AS JSONB)) ORDER BY idx",
+    )
+    .bind(Value::Array(items).to_string())
+    .fetch_all(&mut *tx)
+    .await
+    .unwrap();
+    let read: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0) \
+         FROM pg_stat_xact_user_tables WHERE relname = 'jobhost_runs'",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(answers, vec![("finished".to_string(),); BATCH]);
+    assert!(
+        read < 20 * BATCH as i64,
+        "an ending of {BATCH} read {read} rows of {RUNNING} running runs"
+    );
+    let ended: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM jobhost_runs WHERE status = 'succeeded'")
+            .fetch_one(&mut ender)
+            .await
+            .unwrap();
+    assert_eq!(ended, BATCH as i64, "exactly the batch's runs ended");
+    ender.close().await.unwrap();
+}
+
 /// A host of an earlier version sends its endings as JSON while the fleet upgrades: the
 /// JSON form still records them as the array form does, each on its own conditions (a
 /// finish whose lease moved on records nothing).

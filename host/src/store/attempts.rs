@@ -7,9 +7,10 @@
 //! running at the attempt's generation, and on the lease where the ending needs it; the
 //! host's finisher sends many at once, and learns per run whether it was recorded.
 //!
-//! On Postgres each batch is one call of a function (migration 0016; an ending's items
-//! go as one binary array); on SQLite the writer (`sqlite_writer`) runs the same steps in
-//! one transaction. What to record is decided by the runner; this module only writes it.
+//! On Postgres each batch is one call of a function (migrations 0016 and 0017; an
+//! ending's items go as one binary array); on SQLite the writer (`sqlite_writer`) runs the
+//! same steps in one transaction. What to record is decided by the runner; this module
+//! only writes it.
 
 use super::{Lease, NewReport, NewRun, Result, RunRecord, RunStatus, Store, StoreError};
 use serde::Serialize;

@@ -63,6 +63,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     14 => "0014_set_based_claims_and_endings",
     15 => "0015_file_quotas_and_step_checks",
     16 => "0016_claims_and_endings_without_per_run_overhead",
+    17 => "0017_claims_and_endings_read_and_write_each_run_once",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -81,6 +82,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     14 => "0014_set_based_claims_and_endings",
     15 => "0015_file_quotas_and_step_checks",
     16 => "0016_claims_and_endings_without_per_run_overhead",
+    17 => "0017_claims_and_endings_read_and_write_each_run_once",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {
