@@ -473,6 +473,25 @@ async fn a_claim_reads_one_batch_of_a_backlog_the_statistics_do_not_know() {
     }
 }
 
+/// An ending's item, in the JSON form an earlier host sends: the first attempt of run
+/// `run_id` (job `noop`) succeeded, at lease generation `generation` held by the run.
+fn succeeded_finish(
+    idx: usize,
+    run_id: &str,
+    instance: &str,
+    generation: i64,
+    started_at: i64,
+) -> Value {
+    json!({
+        "idx": idx, "kind": "finish", "run_id": run_id, "job": "noop",
+        "instance": instance, "generation": generation, "holder": run_id,
+        "seq": 1, "a_pass": 1, "a_attempt": 1, "a_host": "h", "a_status": "succeeded",
+        "a_outcome": "ok", "a_duration_ms": 1, "a_log": "", "a_log_truncated": 0,
+        "a_started_at": started_at, "require_lease": true, "status": "succeeded",
+        "pass": 1, "failures": 0
+    })
+}
+
 /// The same for an ending: with the planner believing no run is running (a drain that
 /// started after the last `ANALYZE`), the statement that checks and ends the batch's runs
 /// must still be driven by the batch, one run read by its key per item, not read every
@@ -519,14 +538,7 @@ async fn an_ending_reads_only_its_own_runs_whatever_the_statistics_say() {
             } else {
                 idx * 400 + 7
             };
-            json!({
-                "idx": idx, "kind": "finish", "run_id": format!("e{n}"), "job": "noop",
-                "instance": format!("i{n}"), "generation": 1, "holder": format!("e{n}"),
-                "seq": 1, "a_pass": 1, "a_attempt": 1, "a_host": "h", "a_status": "succeeded",
-                "a_outcome": "ok", "a_duration_ms": 1, "a_log": "", "a_log_truncated": 0,
-                "a_started_at": n, "require_lease": true, "status": "succeeded",
-                "pass": 1, "failures": 0
-            })
+            succeeded_finish(idx, &format!("e{n}"), &format!("i{n}"), 1, n as i64)
         })
         .collect();
     let mut ender = sqlx::PgConnection::connect(&home.db_url).await.unwrap();
@@ -603,14 +615,7 @@ async fn an_earlier_hosts_endings_in_json_are_recorded_as_before() {
             } else {
                 *generation
             };
-            json!({
-                "idx": idx, "kind": "finish", "run_id": id, "job": "noop",
-                "instance": id.replacen('j', "i", 1), "generation": generation, "holder": id,
-                "seq": 1, "a_pass": 1, "a_attempt": 1, "a_host": "h", "a_status": "succeeded",
-                "a_outcome": "ok", "a_duration_ms": 1, "a_log": "", "a_log_truncated": 0,
-                "a_started_at": started_at, "require_lease": true, "status": "succeeded",
-                "pass": 1, "failures": 0
-            })
+            succeeded_finish(idx, id, &id.replacen('j', "i", 1), generation, *started_at)
         })
         .collect();
     let answers: Vec<(i32, String)> = sqlx::query_as(
