@@ -492,6 +492,98 @@ fn succeeded_finish(
     })
 }
 
+/// A claim locks only its own batch's leases, whatever its session planned before. A
+/// session that has claimed more than five times, when its plans are made anew (here after
+/// an `ANALYZE` of an empty lease table), could keep a plan made for any batch, taken
+/// while the lease table was small: it read every lease for each claim. Then the lease
+/// table grows to 5 000 rows, and a claim of ten must still read about ten leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_locks_only_its_own_leases_whatever_it_planned_before() {
+    use sqlx::Connection;
+    const BATCH: i64 = 10;
+    let home = fleet_home().await;
+    home.store().await.close().await;
+    let mut setup = sqlx::PgConnection::connect(&home.db_url).await.unwrap();
+    let mut claimer = sqlx::PgConnection::connect(&home.db_url).await.unwrap();
+    let queue = |from: i64, to: i64| {
+        sqlx::query(
+            "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+             next_attempt_at, created_at, updated_at) \
+             SELECT 'c' || i, 'noop', 'c' || i, 'default', 'kick', '{}', 'queued', i, i, i \
+             FROM generate_series($1, $2) AS i",
+        )
+        .bind(from)
+        .bind(to)
+    };
+    let terms = json!({"noop": {"deadline_ms": 60_000, "expires_ms": 90_000, "digest": "d"}});
+    let claim = "SELECT id FROM jobhost_claim_runs('h', CAST($1 AS INTEGER), CAST($2 AS JSONB), \
+                 NULL, '{}', ARRAY['default'])";
+    // Seven claims: the session's plans have been made five times and more.
+    queue(1, 7 * BATCH).execute(&mut setup).await.unwrap();
+    for _ in 0..7 {
+        let claimed: Vec<(String,)> = sqlx::query_as(claim)
+            .bind(BATCH)
+            .bind(terms.to_string())
+            .fetch_all(&mut claimer)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), BATCH as usize);
+    }
+    // Plans made anew with an empty lease table, by the next claim.
+    sqlx::raw_sql(
+        "TRUNCATE jobhost_runs, jobhost_leases; ANALYZE jobhost_runs; ANALYZE jobhost_leases",
+    )
+    .execute(&mut setup)
+    .await
+    .unwrap();
+    queue(1_000, 1_000 + BATCH - 1)
+        .execute(&mut setup)
+        .await
+        .unwrap();
+    let claimed: Vec<(String,)> = sqlx::query_as(claim)
+        .bind(BATCH)
+        .bind(terms.to_string())
+        .fetch_all(&mut claimer)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), BATCH as usize);
+    // The lease table grows; the next claim must read its own leases only.
+    sqlx::query(
+        "INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
+         expires_at, pending, updated_at) \
+         SELECT 'noop', 'other' || i, 1, NULL, 0, 0, 0, 0 FROM generate_series(1, 5000) AS i",
+    )
+    .execute(&mut setup)
+    .await
+    .unwrap();
+    queue(2_000, 2_000 + BATCH - 1)
+        .execute(&mut setup)
+        .await
+        .unwrap();
+    setup.close().await.unwrap();
+    let mut tx = claimer.begin().await.unwrap();
+    let claimed: Vec<(String,)> = sqlx::query_as(claim)
+        .bind(BATCH)
+        .bind(terms.to_string())
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+    let read: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0) \
+         FROM pg_stat_xact_user_tables WHERE relname = 'jobhost_leases'",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(claimed.len(), BATCH as usize);
+    assert!(
+        read < 20 * BATCH,
+        "a claim of {BATCH} read {read} lease rows of the 5 010 there are"
+    );
+    claimer.close().await.unwrap();
+}
+
 /// The same for an ending: with the planner believing no run is running (a drain that
 /// started after the last `ANALYZE`), the statement that checks and ends the batch's runs
 /// must still be driven by the batch, one run read by its key per item, not read every

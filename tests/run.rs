@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{guest, migrations};
+use common::{Backend, guest, migrations};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -176,6 +176,74 @@ on_every_backend! {
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_reports WHERE kind = 'crashed' AND job = 'flaky'").await, 1);
         // A manual run is reported, not rerun: its caller is gone.
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'flaky'").await, 1);
+    }
+
+    async fn surveillance_reads_only_the_runs_hosts_hold(home) {
+        // A backlog of queued runs and a history of finished ones, all untouched for long;
+        // two running runs and a queued manual run whose leases are gone (lost), and a
+        // running run whose lease is held (not lost).
+        home.store().await.close().await;
+        for (status, origin, prefix) in [("queued", "kick", "q"), ("succeeded", "kick", "s")] {
+            home.exec(&format!(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000) \
+                 INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+                 next_attempt_at, created_at, updated_at) \
+                 SELECT '{prefix}' || i, 'noop', '{prefix}' || i, 'default', '{origin}', '{{}}', \
+                 '{status}', i, i, i FROM n"
+            ))
+            .await;
+        }
+        home.exec(
+            "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+             generation, next_attempt_at, created_at, updated_at) VALUES \
+             ('lost-a', 'noop', 'la', 'default', 'kick', '{}', 'running', 1, 5, 5, 5), \
+             ('lost-b', 'noop', 'lb', 'default', 'cron', '{}', 'running', 1, 5, 5, 5), \
+             ('lost-m', 'noop', 'lm', 'default', 'manual', '{}', 'queued', 1, 5, 5, 5), \
+             ('held', 'noop', 'h', 'default', 'kick', '{}', 'running', 1, 5, 5, 5); \
+             INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
+             expires_at, pending, updated_at) VALUES ('noop', 'h', 1, 'held', 9e15, 9e15, 0, 5)",
+        )
+        .await;
+        if home.backend == Backend::Postgres {
+            // As autovacuum would: the statistics say nearly every run is queued.
+            home.exec("ANALYZE jobhost_runs").await;
+        }
+        let store = home.store().await;
+        let mut lost: Vec<String> =
+            store.lost_runs(1000).await.unwrap().into_iter().map(|l| l.id).collect();
+        lost.sort();
+        assert_eq!(lost, ["lost-a", "lost-b", "lost-m"]);
+        let plan = store.lost_runs_plan(1000).await.unwrap();
+        store.close().await;
+        let text = plan.join("\n");
+        match home.backend {
+            Backend::Postgres => {
+                assert!(!text.contains("Seq Scan on jobhost_runs"), "{text}");
+                // Every step read at most a handful of rows: none read the backlog.
+                let counts = plan.iter().filter_map(|line| {
+                    let line = line.trim();
+                    let n = if let Some(rest) = line.strip_prefix("Rows Removed by") {
+                        rest.rsplit(' ').next()
+                    } else {
+                        line.split("rows=").nth(1).and_then(|r| r.split(' ').next())
+                    };
+                    n.map(|n| n.parse::<u64>().expect("a row count"))
+                });
+                for n in counts {
+                    assert!(n < 100, "a step of surveillance read {n} rows:\n{text}");
+                }
+            }
+            Backend::Sqlite => {
+                // Each branch searches an index that holds only its own runs.
+                let reads: Vec<&String> =
+                    plan.iter().filter(|l| l.contains("jobhost_runs")).collect();
+                assert_eq!(reads.len(), 2, "{text}");
+                assert!(reads.iter().all(|l| l.starts_with("SEARCH")), "{text}");
+                assert!(reads[0].contains("(status=?)"), "{text}");
+                assert!(reads[1].contains("jobhost_runs_manual_queued"), "{text}");
+                assert!(!text.contains("MULTI-INDEX OR"), "{text}");
+            }
+        }
     }
 
     async fn a_second_run_while_the_lease_is_held_is_skipped(home) {

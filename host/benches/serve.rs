@@ -15,8 +15,8 @@
 //! - `JOBHOST_BENCH_REPS`: timed repetitions of each backlog drain (default 3; one fewer,
 //!   but at least one, above 50 000 runs).
 //! - `JOBHOST_BENCH_PARTS`: the parts to run, comma-separated from `batch`, `latency`,
-//!   `backlog`, `curve`, `trips` (default all). Criterion's name filter (`-- jobhost`)
-//!   selects within `batch`, the only part criterion samples.
+//!   `backlog`, `curve`, `trips`, `floor` (default all). Criterion's name filter
+//!   (`-- jobhost`) selects within `batch`, the only part criterion samples.
 //! - `JOBHOST_TEST_POSTGRES`: the Postgres server, as for the tests (default
 //!   `postgres://postgres@127.0.0.1:5432/test`); each system gets a database
 //!   `jobhost_bench_<uuid>` of its own there, dropped at the end.
@@ -79,6 +79,22 @@
 //!   what the host sends and counts simple queries (`Q`) and extended-protocol syncs (`S`),
 //!   a round trip each, from the host's `listening on` to done (start-up counted apart).
 //!   The proxy slows that drain; it is not in the throughput table.
+//!
+//! `floor`: what the Postgres server alone spends on a run when no process runs at all,
+//! to tell the work the design requires from the work of the code around it. One session
+//! drains 20 000 runs in SQL (a `DO` block), claiming and ending 250 at a time, a commit
+//! for each claim and each ending, four ways, each measured as the server's CPU per run
+//! (as in the backlog drains): `queue`, the rows a graphile-worker-style queue writes (a
+//! job row locked and updated to claim it, deleted when done); `lean`, the rows jobhost's
+//! invariants require on the leanest schema that keeps them (a narrow queue row with one
+//! index, deleted at the end; a lease taken and released; an attempt row; the run's
+//! history row, inserted at the end); `required`, the same rows on jobhost's schema (the
+//! run row started and ended: no trigger, no check); `functions`, jobhost's own claim and
+//! ending functions (`jobhost_claim_runs`, `jobhost_record_attempts`) called with what a
+//! host sends. Not in it: the network, the processes, concurrency. Each workload is drained
+//! once untimed, then `JOBHOST_BENCH_REPS` times, in turns, all in the one session: plans
+//! a session keeps from one drain to the next count, as in a host's long-lived
+//! connections (migration 0018 came from what this showed).
 //!
 //! `latency`: sequential kicks over one host's HTTP API (1 host, 4 workers, one instance,
 //! each kick waited for until its run succeeded, 10 warm-up kicks first). Client-side: from
@@ -230,6 +246,9 @@ fn main() {
     if settings.runs("trips") {
         round_trips(&rt, &noop, &settings, &record, &mut envs);
     }
+    if settings.runs("floor") {
+        rt.block_on(floor(&settings, &record));
+    }
     record.enter("the end");
     rt.block_on(envs.stop(&record));
     record.print_summary(&settings, &context);
@@ -295,13 +314,13 @@ impl Settings {
         let reps = number("JOBHOST_BENCH_REPS", if quick { 1 } else { 3 });
         assert!(reps >= 1, "JOBHOST_BENCH_REPS must be at least 1");
         let parts: Vec<String> = std::env::var("JOBHOST_BENCH_PARTS")
-            .unwrap_or_else(|_| "batch,latency,backlog,curve,trips".to_string())
+            .unwrap_or_else(|_| "batch,latency,backlog,curve,trips,floor".to_string())
             .split(',')
             .map(|p| p.trim().to_string())
             .collect();
         for part in &parts {
             assert!(
-                ["batch", "latency", "backlog", "curve", "trips"].contains(&part.as_str()),
+                ["batch", "latency", "backlog", "curve", "trips", "floor"].contains(&part.as_str()),
                 "JOBHOST_BENCH_PARTS: unknown part {part:?}"
             );
         }
@@ -507,6 +526,7 @@ struct Record {
     drains: Mutex<BTreeMap<Key, Vec<Drain>>>,
     kicks: Mutex<BTreeMap<Db, Vec<Kick>>>,
     trips: Mutex<Option<Trips>>,
+    floor: Mutex<Vec<FloorDrains>>,
     /// What runs now (a criterion benchmark, a backlog drain...), for the log lines.
     phase: Mutex<String>,
     /// WARN and ERROR lines of the processes' logs, by system: how many in each phase, and
@@ -587,6 +607,7 @@ impl Record {
         if let Some(trips) = &*self.trips.lock().unwrap() {
             print_trips(trips);
         }
+        self.print_floor();
         self.print_logs();
     }
 
@@ -744,6 +765,46 @@ impl Record {
             );
             for (phase, line) in &logged.first {
                 println!("  [{phase}] {line}");
+            }
+        }
+    }
+
+    /// The floor's table, and the backlog drains' database CPU beside it when they ran.
+    fn print_floor(&self) {
+        let floor = self.floor.lock().unwrap();
+        if floor.is_empty() {
+            return;
+        }
+        println!(
+            "floor: the Postgres server's CPU per run with no process running ({FLOOR_RUNS} runs \
+             in SQL, batches of {FLOOR_BATCH}, a commit per claim and per ending; medians)"
+        );
+        println!("workload     µs/run   runs/s  what");
+        for FloorDrains { workload, drains } in floor.iter() {
+            let mut us: Vec<f64> = drains.iter().map(|d| d.0).collect();
+            let mut rate: Vec<f64> = drains.iter().map(|d| d.1).collect();
+            us.sort_by(f64::total_cmp);
+            rate.sort_by(f64::total_cmp);
+            println!(
+                "{:<10} {:>8.1} {:>8.0}  {}",
+                workload.name,
+                percentile(&us, 0.5),
+                percentile(&rate, 0.5),
+                workload.what
+            );
+        }
+        for variant in [
+            Variant::of(System::JobhostPostgres, 1),
+            Variant::of(System::GraphileBatched, 1),
+        ] {
+            if let Some(db) = self
+                .stats(Key::Backlog(variant), usize::MAX)
+                .and_then(|s| s.db_cpu_us_per_run)
+            {
+                println!(
+                    "beside it, the backlog drain of {} (1 process): {db:.1} µs/run",
+                    variant.label()
+                );
             }
         }
     }
@@ -1883,6 +1944,235 @@ fn stat_cpu(stat: &str) -> Duration {
     // SAFETY: sysconf has no preconditions.
     let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Duration::from_secs_f64(fields.iter().sum::<u64>() as f64 / ticks_per_s)
+}
+
+// ---- the floor ----------------------------------------------------------------------
+
+const FLOOR_RUNS: usize = 20_000;
+const FLOOR_BATCH: usize = 250;
+
+/// One of the floor's workloads: its name, what it writes, the statements that queue
+/// `{runs}` runs (on a database with jobhost's migrations), the `DO` block that drains
+/// them `{batch}` at a time, and how many runs it left undone.
+struct Floor {
+    name: &'static str,
+    what: &'static str,
+    setup: &'static str,
+    drain: &'static str,
+    left: &'static str,
+}
+
+/// A floor workload's timed drains: the server's CPU per run (µs) and the runs/s of each.
+struct FloorDrains {
+    workload: &'static Floor,
+    drains: Vec<(f64, f64)>,
+}
+
+/// The runs of the `required` and `functions` workloads, queued as the backlog's are.
+const FLOOR_RUNS_QUEUED: &str = "TRUNCATE jobhost_runs, jobhost_attempts, jobhost_leases; \
+    INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+    next_attempt_at, created_at, updated_at) \
+    SELECT 'f' || lpad(to_hex(i), 12, '0'), 'noop', 'b' || i, 'default', 'kick', '{}', \
+    'queued', i, i, i FROM generate_series(1, {runs}) AS i; \
+    ANALYZE jobhost_runs; ANALYZE jobhost_leases; ANALYZE jobhost_attempts";
+
+const FLOOR_RUNS_LEFT: &str = "SELECT COUNT(*) FROM jobhost_runs WHERE status <> 'succeeded'";
+
+static FLOORS: [Floor; 4] = [
+    Floor {
+        name: "queue",
+        what: "a queue row locked and updated to claim it, deleted when done",
+        setup: "DROP TABLE IF EXISTS floor_jobs; \
+            CREATE TABLE floor_jobs (id BIGINT PRIMARY KEY, task TEXT NOT NULL, \
+            payload TEXT NOT NULL, run_at BIGINT NOT NULL, attempts INT NOT NULL DEFAULT 0, \
+            locked_at BIGINT, locked_by TEXT, created_at BIGINT NOT NULL, \
+            updated_at BIGINT NOT NULL); \
+            CREATE INDEX floor_jobs_main ON floor_jobs (run_at, id) WHERE locked_at IS NULL; \
+            INSERT INTO floor_jobs (id, task, payload, run_at, created_at, updated_at) \
+            SELECT i, 'noop', '{}', i, i, i FROM generate_series(1, {runs}) AS i; \
+            ANALYZE floor_jobs",
+        left: "SELECT COUNT(*) FROM floor_jobs",
+        drain: "DO $$ DECLARE v BIGINT[]; BEGIN LOOP \
+            WITH c AS (SELECT id FROM floor_jobs WHERE locked_at IS NULL \
+                ORDER BY run_at, id LIMIT {batch} FOR UPDATE SKIP LOCKED), \
+            u AS (UPDATE floor_jobs j SET locked_at = 1, locked_by = 'w', \
+                attempts = j.attempts + 1, updated_at = 2 FROM c WHERE j.id = c.id \
+                RETURNING j.*) \
+            SELECT array_agg(id) INTO v FROM u; \
+            EXIT WHEN v IS NULL; \
+            COMMIT; \
+            DELETE FROM floor_jobs WHERE id = ANY (v); \
+            COMMIT; \
+            END LOOP; END $$",
+    },
+    Floor {
+        name: "lean",
+        what: "as `required`, on the leanest schema that keeps them: a narrow queue row \
+            (one index) deleted at the end, the history row inserted then",
+        setup: "DROP TABLE IF EXISTS floor_queue, floor_leases, floor_history, \
+            floor_attempts; \
+            CREATE TABLE floor_queue (id TEXT PRIMARY KEY, job TEXT NOT NULL, \
+            instance TEXT NOT NULL, tenant TEXT NOT NULL, payload TEXT NOT NULL, \
+            next_attempt_at BIGINT NOT NULL, status TEXT NOT NULL, generation BIGINT, \
+            host TEXT, started_at BIGINT, created_at BIGINT NOT NULL); \
+            CREATE INDEX floor_queue_claim ON floor_queue (next_attempt_at, id) \
+            WHERE status = 'queued'; \
+            CREATE TABLE floor_leases (LIKE jobhost_leases INCLUDING ALL); \
+            CREATE TABLE floor_history (id TEXT PRIMARY KEY, job TEXT NOT NULL, \
+            instance TEXT NOT NULL, tenant TEXT NOT NULL, status TEXT NOT NULL, \
+            created_at BIGINT NOT NULL, started_at BIGINT, finished_at BIGINT); \
+            CREATE INDEX floor_history_job ON floor_history (job, created_at); \
+            CREATE INDEX floor_history_created ON floor_history (created_at); \
+            CREATE INDEX floor_history_tenant ON floor_history (tenant, created_at); \
+            CREATE TABLE floor_attempts (LIKE jobhost_attempts INCLUDING ALL); \
+            INSERT INTO floor_queue (id, job, instance, tenant, payload, next_attempt_at, \
+            status, created_at) \
+            SELECT 'f' || lpad(to_hex(i), 12, '0'), 'noop', 'b' || i, 'default', '{}', i, \
+            'queued', i FROM generate_series(1, {runs}) AS i; \
+            ANALYZE floor_queue",
+        left: "SELECT COUNT(*) FROM floor_queue",
+        drain: "DO $$ DECLARE v TEXT[]; BEGIN LOOP \
+            v := ARRAY(SELECT q.id FROM floor_queue q WHERE q.status = 'queued' \
+                ORDER BY q.next_attempt_at, q.id LIMIT {batch} FOR UPDATE SKIP LOCKED); \
+            EXIT WHEN cardinality(v) = 0; \
+            INSERT INTO floor_leases (job, instance, generation, holder, deadline_at, \
+                expires_at, pending, updated_at) \
+            SELECT q.job, q.instance, 1, q.id, 5, 6, 0, 3 FROM floor_queue q \
+            WHERE q.id = ANY (v) ON CONFLICT (job, instance) DO NOTHING; \
+            UPDATE floor_queue q SET status = 'running', host = 'h', generation = 1, \
+                started_at = 3 WHERE q.id = ANY (v); \
+            COMMIT; \
+            INSERT INTO floor_attempts (run_id, seq, pass, attempt, generation, host, \
+                status, outcome, started_at, finished_at) \
+            SELECT x, 1, 1, 1, 1, 'h', 'succeeded', 'ok', 3, 4 FROM unnest(v) x; \
+            INSERT INTO floor_history (id, job, instance, tenant, status, created_at, \
+                started_at, finished_at) \
+            SELECT q.id, q.job, q.instance, q.tenant, 'succeeded', q.created_at, \
+                q.started_at, 4 FROM floor_queue q WHERE q.id = ANY (v); \
+            UPDATE floor_leases l SET holder = NULL, deadline_at = 4, expires_at = 4, \
+                updated_at = 4 \
+            FROM floor_queue q WHERE q.id = ANY (v) AND l.job = q.job \
+                AND l.instance = q.instance; \
+            DELETE FROM floor_queue WHERE id = ANY (v); \
+            COMMIT; \
+            END LOOP; END $$",
+    },
+    Floor {
+        name: "required",
+        what: "a run's lease taken and released, its row started and ended, its attempt",
+        setup: "ALTER TABLE jobhost_runs DISABLE TRIGGER USER; \
+            ALTER TABLE jobhost_attempts DISABLE TRIGGER USER; {queued}",
+        left: FLOOR_RUNS_LEFT,
+        drain: "DO $$ DECLARE v TEXT[]; BEGIN LOOP \
+            v := ARRAY(SELECT r.id FROM jobhost_runs r WHERE r.status = 'queued' \
+                AND r.origin <> 'manual' AND r.next_attempt_at <= {runs} \
+                ORDER BY r.next_attempt_at, r.id LIMIT {batch} FOR UPDATE SKIP LOCKED); \
+            EXIT WHEN cardinality(v) = 0; \
+            INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
+                expires_at, pending, updated_at) \
+            SELECT r.job, r.instance, 1, r.id, 5, 6, 0, 3 FROM jobhost_runs r \
+            WHERE r.id = ANY (v) ON CONFLICT (job, instance) DO NOTHING; \
+            UPDATE jobhost_runs r SET status = 'running', host = 'h', generation = 1, \
+                attempts = 1, started_at = 3, updated_at = 3 WHERE r.id = ANY (v); \
+            COMMIT; \
+            INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, generation, host, \
+                status, outcome, started_at, finished_at) \
+            SELECT x, 1, 1, 1, 1, 'h', 'succeeded', 'ok', 3, 4 FROM unnest(v) x; \
+            UPDATE jobhost_runs r SET status = 'succeeded', finished_at = 4, updated_at = 4 \
+            WHERE r.id = ANY (v); \
+            UPDATE jobhost_leases l SET holder = NULL, deadline_at = 4, expires_at = 4, \
+                updated_at = 4 \
+            FROM jobhost_runs r WHERE r.id = ANY (v) AND l.job = r.job \
+                AND l.instance = r.instance; \
+            COMMIT; \
+            END LOOP; END $$",
+    },
+    Floor {
+        name: "functions",
+        what: "jobhost's claim and ending functions, given what a host sends",
+        setup: "ALTER TABLE jobhost_runs ENABLE TRIGGER USER; \
+            ALTER TABLE jobhost_attempts ENABLE TRIGGER USER; {queued}",
+        left: FLOOR_RUNS_LEFT,
+        drain: "DO $$ DECLARE v jobhost_attempt_item[]; BEGIN LOOP \
+            SELECT array_agg(ROW(c.n, 'finish', c.id, c.job, c.instance, c.generation, c.id, \
+                1, c.pass, c.attempts, 'h', 'succeeded', 'ok', NULL, 100, 65536, 1, '', 0, \
+                c.started_at, true, 'succeeded', NULL, NULL, NULL, NULL, 1, 0, 0, NULL, NULL, \
+                NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+                NULL)::jobhost_attempt_item) \
+            INTO v \
+            FROM (SELECT c.*, row_number() OVER () AS n FROM jobhost_claim_runs('h', {batch}, \
+                '{\"noop\": {\"deadline_ms\": 60000, \"expires_ms\": 90000, \
+                \"digest\": \"d\"}}'::jsonb, NULL, '{}', ARRAY['default']) c) c; \
+            EXIT WHEN v IS NULL; \
+            COMMIT; \
+            PERFORM * FROM jobhost_record_attempts(v); \
+            COMMIT; \
+            END LOOP; END $$",
+    },
+];
+
+/// A floor statement with its tokens filled in.
+fn floor_sql(template: &str) -> String {
+    template
+        .replace("{queued}", FLOOR_RUNS_QUEUED)
+        .replace("{runs}", &FLOOR_RUNS.to_string())
+        .replace("{batch}", &FLOOR_BATCH.to_string())
+}
+
+/// The `floor` part: each workload drained `s.reps` times (after one untimed drain), in
+/// turns, on one database with jobhost's migrations; every run must have ended.
+async fn floor(s: &Settings, record: &Record) {
+    use sqlx::Connection;
+    record.enter("floor");
+    let database = PgDatabase::create().await;
+    Store::open(&database.url)
+        .await
+        .expect("apply jobhost's migrations")
+        .close()
+        .await;
+    let mut conn = sqlx::PgConnection::connect(&database.url)
+        .await
+        .expect("connect to the floor's database");
+    for rep in 0..=s.reps {
+        for workload in &FLOORS {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(floor_sql(workload.setup)))
+                .execute(&mut conn)
+                .await
+                .expect("set the workload up");
+            let (cpu, began) = (postgres_cpu(), Instant::now());
+            sqlx::raw_sql(sqlx::AssertSqlSafe(floor_sql(workload.drain)))
+                .execute(&mut conn)
+                .await
+                .expect("drain the workload");
+            let (elapsed, cpu) = (began.elapsed(), postgres_cpu().saturating_sub(cpu));
+            let left: i64 = sqlx::query_scalar(workload.left)
+                .fetch_one(&mut conn)
+                .await
+                .expect("count what is left");
+            assert_eq!(left, 0, "the {} workload left runs undone", workload.name);
+            let us = cpu.as_secs_f64() * 1e6 / FLOOR_RUNS as f64;
+            let rate = FLOOR_RUNS as f64 / elapsed.as_secs_f64();
+            eprintln!(
+                "floor/{} ({rep}/{}): {FLOOR_RUNS} runs in {} ({rate:.0} runs/s), {us:.1} µs \
+                 server CPU per run",
+                workload.name,
+                s.reps,
+                fmt_duration(elapsed)
+            );
+            if rep > 0 {
+                let mut floor = record.floor.lock().unwrap();
+                match floor.iter_mut().find(|f| f.workload.name == workload.name) {
+                    Some(f) => f.drains.push((us, rate)),
+                    None => floor.push(FloorDrains {
+                        workload,
+                        drains: vec![(us, rate)],
+                    }),
+                }
+            }
+        }
+    }
+    let _ = conn.close().await;
+    database.drop_now().await;
 }
 
 // ---- the counting proxy -------------------------------------------------------------

@@ -64,6 +64,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     15 => "0015_file_quotas_and_step_checks",
     16 => "0016_claims_and_endings_without_per_run_overhead",
     17 => "0017_claims_and_endings_read_and_write_each_run_once",
+    18 => "0018_surveillance_and_claims_read_only_their_rows",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -83,6 +84,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     15 => "0015_file_quotas_and_step_checks",
     16 => "0016_claims_and_endings_without_per_run_overhead",
     17 => "0017_claims_and_endings_read_and_write_each_run_once",
+    18 => "0018_surveillance_and_claims_read_only_their_rows",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

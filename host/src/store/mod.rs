@@ -601,6 +601,32 @@ impl Store {
         )
     }
 
+    /// The database's plan for [`Store::lost_runs`], a line a step: `EXPLAIN ANALYZE`'s
+    /// (Postgres, with the rows each step read) or `EXPLAIN QUERY PLAN`'s (SQLite). Only
+    /// for checking that surveillance reads no more than the runs hosts hold (a test).
+    #[doc(hidden)]
+    pub async fn lost_runs_plan(&self, stale_ms: i64) -> Result<Vec<String>> {
+        let q = &self.q.lost_runs;
+        Ok(match &self.reader {
+            Pool::Postgres(p) => {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "EXPLAIN (ANALYZE, COSTS OFF) {q}"
+                )))
+                .bind(stale_ms)
+                .fetch_all(p)
+                .await?
+            }
+            Pool::Sqlite(p) => {
+                let steps: Vec<(i64, i64, i64, String)> =
+                    sqlx::query_as(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {q}")))
+                        .bind(stale_ms)
+                        .fetch_all(p)
+                        .await?;
+                steps.into_iter().map(|(_, _, _, detail)| detail).collect()
+            }
+        })
+    }
+
     /// How many reruns a crashed run (by its first run's id) already had.
     pub async fn count_reruns(&self, root: &str) -> Result<i64> {
         let q = &self.q.count_reruns;

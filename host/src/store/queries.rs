@@ -29,6 +29,9 @@ pub(crate) struct Dialect {
     /// Makes a statement over queued runs by tenant read the index made for it: SQLite's
     /// planner, without statistics, would sort every queued run instead.
     pub by_tenant_index: &'static str,
+    /// Makes surveillance read queued manual runs by the index that holds only them:
+    /// SQLite's planner, without statistics, would read every queued run by status.
+    pub manual_queued_index: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -43,6 +46,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
         AND a.status IN ('queued', 'running'))",
     random_unit: "((abs(random()) % 1000000) / 1000000.0)",
     by_tenant_index: "INDEXED BY jobhost_runs_queued_by_tenant",
+    manual_queued_index: "INDEXED BY jobhost_runs_manual_queued",
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -58,6 +62,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     active_runs: "jobhost_active_runs($2, $4)",
     random_unit: "random()",
     by_tenant_index: "",
+    manual_queued_index: "",
 };
 
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
@@ -176,6 +181,7 @@ impl Dialect {
             .replace("{active_runs}", self.active_runs)
             .replace("{random_unit}", self.random_unit)
             .replace("{by_tenant_index}", self.by_tenant_index)
+            .replace("{manual_queued_index}", self.manual_queued_index)
             .replace("{fence_match}", FENCE_MATCH)
             .replace("{file_upsert}", FILE_UPSERT)
             .replace(
@@ -363,11 +369,16 @@ queries! {
     give_back_run = "UPDATE jobhost_runs SET status = 'queued', attempts = attempts - 1, \
         updated_at = {now} WHERE id = $1 AND status = 'running' AND generation = $2";
     // Running runs, and manual runs waiting in the queue (a retry or the next pass of a
-    // `host run`): both belong to a host, and lose it when their lease expires.
-    lost_runs = "SELECT r.id, r.job, r.instance, r.generation FROM jobhost_runs r \
-        WHERE (r.status = 'running' OR (r.status = 'queued' AND r.origin = 'manual')) \
-        AND r.updated_at <= {now} - $1 \
-        AND NOT EXISTS (SELECT 1 FROM jobhost_leases l WHERE l.job = r.job \
+    // `host run`): both belong to a host, and lose it when their lease expires. One
+    // branch each, so each reads only its own runs by an index (migration 0018): as one
+    // condition with an `OR`, the planner read every queued run, or the whole table.
+    lost_runs = "SELECT r.id, r.job, r.instance, r.generation FROM ( \
+        SELECT id, job, instance, generation FROM jobhost_runs \
+            WHERE status = 'running' AND updated_at <= {now} - $1 \
+        UNION ALL \
+        SELECT id, job, instance, generation FROM jobhost_runs {manual_queued_index} \
+            WHERE status = 'queued' AND origin = 'manual' AND updated_at <= {now} - $1) r \
+        WHERE NOT EXISTS (SELECT 1 FROM jobhost_leases l WHERE l.job = r.job \
             AND l.instance = r.instance AND l.holder = r.id AND l.expires_at > {now})";
     mark_crashed = "UPDATE jobhost_runs SET status = 'crashed', last_code = 'crashed', \
         finished_at = {now}, updated_at = {now} \
