@@ -13,6 +13,18 @@ async fn fleet_home() -> Home {
     Home::new(Backend::Postgres).await
 }
 
+/// How many rows of `table` the transaction `tx` has read so far, by index or by scan.
+async fn rows_read(tx: &mut sqlx::PgConnection, table: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0) \
+         FROM pg_stat_xact_user_tables WHERE relname = $1",
+    )
+    .bind(table)
+    .fetch_one(tx)
+    .await
+    .unwrap()
+}
+
 async fn start_hosts(home: &Home, n: usize, args: &[&str]) -> Vec<Server> {
     let mut hosts = Vec::new();
     for _ in 0..n {
@@ -451,13 +463,7 @@ async fn a_claim_reads_one_batch_of_a_backlog_the_statistics_do_not_know() {
         .fetch_all(&mut *tx)
         .await
         .unwrap();
-        let read: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0) \
-             FROM pg_stat_xact_user_tables WHERE relname = 'jobhost_runs'",
-        )
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+        let read = rows_read(&mut tx, "jobhost_runs").await;
         tx.rollback().await.unwrap();
         claimer.close().await.unwrap();
         let ids: Vec<&str> = claimed.iter().map(|(id,)| id.as_str()).collect();
@@ -568,13 +574,7 @@ async fn a_claim_locks_only_its_own_leases_whatever_it_planned_before() {
         .fetch_all(&mut *tx)
         .await
         .unwrap();
-    let read: i64 = sqlx::query_scalar(
-        "SELECT COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0) \
-         FROM pg_stat_xact_user_tables WHERE relname = 'jobhost_leases'",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    let read = rows_read(&mut tx, "jobhost_leases").await;
     tx.commit().await.unwrap();
     assert_eq!(claimed.len(), BATCH as usize);
     assert!(
@@ -642,13 +642,7 @@ async fn an_ending_reads_only_its_own_runs_whatever_the_statistics_say() {
     .fetch_all(&mut *tx)
     .await
     .unwrap();
-    let read: i64 = sqlx::query_scalar(
-        "SELECT COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0) \
-         FROM pg_stat_xact_user_tables WHERE relname = 'jobhost_runs'",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
+    let read = rows_read(&mut tx, "jobhost_runs").await;
     tx.commit().await.unwrap();
     let mut expected = vec![("finished".to_string(),); BATCH - 1];
     expected.push(("not_running".to_string(),));

@@ -2007,8 +2007,8 @@ static FLOORS: [Floor; 4] = [
     },
     Floor {
         name: "lean",
-        what: "as `required`, on the leanest schema that keeps them: a narrow queue row \
-            (one index) deleted at the end, the history row inserted then",
+        what: "the rows of `required`, on the leanest schema that keeps them: a narrow \
+            queue row (one index) deleted at the end, the history row inserted then",
         setup: "DROP TABLE IF EXISTS floor_queue, floor_leases, floor_history, \
             floor_attempts; \
             CREATE TABLE floor_queue (id TEXT PRIMARY KEY, job TEXT NOT NULL, \

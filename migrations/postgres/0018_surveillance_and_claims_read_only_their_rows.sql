@@ -19,8 +19,9 @@
 --   batch: with 20 000 leases, each claim took 350 ms instead of 1 ms, until the next
 --   re-plan (found by `JOBHOST_BENCH_PARTS=floor cargo bench -p jobhost --bench serve`,
 --   which drains four times in one session). Both functions now plan every statement
---   with the call's arrays (`plan_cache_mode = force_custom_plan`), as they did in
---   steady state anyway. A later `CREATE OR REPLACE` of either must keep the setting.
+--   with the call's arrays (`plan_cache_mode = force_custom_plan`), at the price of
+--   planning every call (about 6 % of the server's CPU in a drain). A later
+--   `CREATE OR REPLACE` of either must keep the setting.
 -- - The statement trigger of migration 0016 deletes the steps a run no longer needs. A
 --   run at its first pass, neither done nor succeeded, has none to drop (steps are
 --   recorded at the run's pass, and passes start at 1), so its row is no longer looked
