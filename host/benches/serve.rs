@@ -1951,13 +1951,16 @@ fn stat_cpu(stat: &str) -> Duration {
 const FLOOR_RUNS: usize = 20_000;
 const FLOOR_BATCH: usize = 250;
 
-/// One of the floor's workloads: its name, what it writes, the statements that queue
-/// `{runs}` runs (on a database with jobhost's migrations), the `DO` block that drains
+/// One of the floor's workloads: its name, what it writes, the statements that set it up
+/// (on a database with jobhost's migrations) and queue `{runs}` runs — or, with
+/// `jobhost_runs`, jobhost's own runs queued as the backlog's are after them; a run's id
+/// is shaped as a v7 uuid, as jobhost's are, in `lean` too — the `DO` block that drains
 /// them `{batch}` at a time, and how many runs it left undone.
 struct Floor {
     name: &'static str,
     what: &'static str,
     setup: &'static str,
+    jobhost_runs: bool,
     drain: &'static str,
     left: &'static str,
 }
@@ -1967,14 +1970,6 @@ struct FloorDrains {
     workload: &'static Floor,
     drains: Vec<(f64, f64)>,
 }
-
-/// The runs of the `required` and `functions` workloads, queued as the backlog's are.
-const FLOOR_RUNS_QUEUED: &str = "TRUNCATE jobhost_runs, jobhost_attempts, jobhost_leases; \
-    INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
-    next_attempt_at, created_at, updated_at) \
-    SELECT 'f' || lpad(to_hex(i), 12, '0'), 'noop', 'b' || i, 'default', 'kick', '{}', \
-    'queued', i, i, i FROM generate_series(1, {runs}) AS i; \
-    ANALYZE jobhost_runs; ANALYZE jobhost_leases; ANALYZE jobhost_attempts";
 
 const FLOOR_RUNS_LEFT: &str = "SELECT COUNT(*) FROM jobhost_runs WHERE status <> 'succeeded'";
 
@@ -1991,6 +1986,7 @@ static FLOORS: [Floor; 4] = [
             INSERT INTO floor_jobs (id, task, payload, run_at, created_at, updated_at) \
             SELECT i, 'noop', '{}', i, i, i FROM generate_series(1, {runs}) AS i; \
             ANALYZE floor_jobs",
+        jobhost_runs: false,
         left: "SELECT COUNT(*) FROM floor_jobs",
         drain: "DO $$ DECLARE v BIGINT[]; BEGIN LOOP \
             WITH c AS (SELECT id FROM floor_jobs WHERE locked_at IS NULL \
@@ -2027,9 +2023,11 @@ static FLOORS: [Floor; 4] = [
             CREATE TABLE floor_attempts (LIKE jobhost_attempts INCLUDING ALL); \
             INSERT INTO floor_queue (id, job, instance, tenant, payload, next_attempt_at, \
             status, created_at) \
-            SELECT 'f' || lpad(to_hex(i), 12, '0'), 'noop', 'b' || i, 'default', '{}', i, \
+            SELECT '019ae4c2-7d10-7a3b-8c4d-' || lpad(to_hex(i), 12, '0'), 'noop', 'b' || i, \
+            'default', '{}', i, \
             'queued', i FROM generate_series(1, {runs}) AS i; \
             ANALYZE floor_queue",
+        jobhost_runs: false,
         left: "SELECT COUNT(*) FROM floor_queue",
         drain: "DO $$ DECLARE v TEXT[]; BEGIN LOOP \
             v := ARRAY(SELECT q.id FROM floor_queue q WHERE q.status = 'queued' \
@@ -2061,11 +2059,13 @@ static FLOORS: [Floor; 4] = [
         name: "required",
         what: "a run's lease taken and released, its row started and ended, its attempt",
         setup: "ALTER TABLE jobhost_runs DISABLE TRIGGER USER; \
-            ALTER TABLE jobhost_attempts DISABLE TRIGGER USER; {queued}",
+            ALTER TABLE jobhost_attempts DISABLE TRIGGER USER",
+        jobhost_runs: true,
         left: FLOOR_RUNS_LEFT,
         drain: "DO $$ DECLARE v TEXT[]; BEGIN LOOP \
             v := ARRAY(SELECT r.id FROM jobhost_runs r WHERE r.status = 'queued' \
-                AND r.origin <> 'manual' AND r.next_attempt_at <= {runs} \
+                AND r.origin <> 'manual' \
+                AND r.next_attempt_at <= EXTRACT(EPOCH FROM clock_timestamp()) * 1000 \
                 ORDER BY r.next_attempt_at, r.id LIMIT {batch} FOR UPDATE SKIP LOCKED); \
             EXIT WHEN cardinality(v) = 0; \
             INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
@@ -2091,7 +2091,8 @@ static FLOORS: [Floor; 4] = [
         name: "functions",
         what: "jobhost's claim and ending functions, given what a host sends",
         setup: "ALTER TABLE jobhost_runs ENABLE TRIGGER USER; \
-            ALTER TABLE jobhost_attempts ENABLE TRIGGER USER; {queued}",
+            ALTER TABLE jobhost_attempts ENABLE TRIGGER USER",
+        jobhost_runs: true,
         left: FLOOR_RUNS_LEFT,
         drain: "DO $$ DECLARE v jobhost_attempt_item[]; BEGIN LOOP \
             SELECT array_agg(ROW(c.n, 'finish', c.id, c.job, c.instance, c.generation, c.id, \
@@ -2114,9 +2115,30 @@ static FLOORS: [Floor; 4] = [
 /// A floor statement with its tokens filled in.
 fn floor_sql(template: &str) -> String {
     template
-        .replace("{queued}", FLOOR_RUNS_QUEUED)
         .replace("{runs}", &FLOOR_RUNS.to_string())
         .replace("{batch}", &FLOOR_BATCH.to_string())
+}
+
+/// Queues the floor's runs in jobhost's empty tables as the backlog's are queued, and
+/// analyses the tables.
+async fn queue_floor_runs(conn: &mut sqlx::PgConnection) {
+    sqlx::raw_sql(CLEAR_POSTGRES)
+        .execute(&mut *conn)
+        .await
+        .expect("empty the tables");
+    sqlx::query(QUEUE_POSTGRES)
+        .bind(FLOOR_RUNS as i64)
+        .bind(&new_run_id()[..24])
+        .bind(JOB)
+        .bind("default")
+        .bind("{}")
+        .execute(&mut *conn)
+        .await
+        .expect("queue the floor's runs");
+    sqlx::raw_sql("ANALYZE jobhost_runs; ANALYZE jobhost_leases; ANALYZE jobhost_attempts")
+        .execute(&mut *conn)
+        .await
+        .expect("analyse the tables");
 }
 
 /// The `floor` part: each workload drained `s.reps` times (after one untimed drain), in
@@ -2139,6 +2161,9 @@ async fn floor(s: &Settings, record: &Record) {
                 .execute(&mut conn)
                 .await
                 .expect("set the workload up");
+            if workload.jobhost_runs {
+                queue_floor_runs(&mut conn).await;
+            }
             let (cpu, began) = (postgres_cpu(), Instant::now());
             sqlx::raw_sql(sqlx::AssertSqlSafe(floor_sql(workload.drain)))
                 .execute(&mut conn)
