@@ -408,11 +408,11 @@ on_every_backend! {
             r#"jobhost_runs{status="succeeded",code=""} 3"#,
             r#"jobhost_runs{status="failed",code="timeout"} 1"#,
             r#"jobhost_runs{status="crashed",code=""} 0"#,
-            r#"jobhost_attempts_total{job="runaway",status="failed",code="timeout"} 1"#,
+            r#"jobhost_attempts_total{job="runaway",tenant="default",status="failed",code="timeout"} 1"#,
             "jobhost_attempt_duration_seconds_bucket",
             "jobhost_claim_lag_seconds_count",
             "jobhost_queue_lag_seconds",
-            r#"jobhost_fuel_used_total{job="hello"}"#,
+            r#"jobhost_fuel_used_total{job="hello",tenant="default"}"#,
         ] {
             assert!(metrics.contains(series), "missing {series} in\n{metrics}");
         }

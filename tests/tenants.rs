@@ -189,14 +189,78 @@ on_every_backend! {
         let store = home.store().await;
         common::queue_run(&store, "not-served", "waiting", 0).await;
         store.close().await;
-        let metrics = server.get_as(None, "/metrics").await.1;
-        let metrics = metrics.as_str().unwrap();
+        let metrics = server.text("/metrics").await;
         for tenant in ["acme", "globex"] {
             assert!(metrics.contains(&format!("jobhost_tenant_fuel_used_total{{tenant=\"{tenant}\"}}")), "{metrics}");
             assert!(metrics.contains(&format!("jobhost_tenant_attempt_seconds_total{{tenant=\"{tenant}\"}}")), "{metrics}");
         }
         assert!(metrics.contains("jobhost_tenant_queue_due{tenant=\"default\"} 1"), "{metrics}");
         assert!(metrics.contains("jobhost_tenant_queue_lag_seconds{tenant=\"default\"}"), "{metrics}");
+    }
+
+    async fn metrics_name_jobs_and_tenants_only_to_a_token_that_may_see_them(home) {
+        let m = two_tenants(&home);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        kicked_run(&server, "greeter").await;
+        kicked_run(&server, "ledger").await;
+        let store = home.store().await;
+        common::queue_run(&store, "not-served", "waiting", 0).await;
+        store.close().await;
+        let scrape = |token: Option<String>| {
+            let server = &server;
+            async move {
+                let (status, text) = server.get_as(token.as_deref(), "/metrics").await;
+                assert_eq!(status, 200, "{text}");
+                text.as_str().expect("text").to_string()
+            }
+        };
+
+        // Without a token: the same counts, summed, naming no job, run or tenant.
+        let open = scrape(None).await;
+        for name in ["greeter", "ledger", "acme", "globex", "not-served", "job=", "tenant="] {
+            assert!(!open.contains(name), "the open endpoint names {name}:\n{open}");
+        }
+        for series in [
+            r#"jobhost_attempts_total{status="succeeded",code=""} 1"#,
+            r#"jobhost_kicks_total{result="queued"} 2"#,
+            r#"jobhost_runs{status="succeeded",code=""} 1"#,
+            "jobhost_fuel_used_total ",
+            "jobhost_tenant_fuel_used_total ",
+            "jobhost_queue_due 1",
+        ] {
+            assert!(open.contains(series), "missing {series} in\n{open}");
+        }
+
+        // The operator's token: every series, by job and tenant.
+        let all = scrape(Some(server.token.clone())).await;
+        for (job, tenant) in [("greeter", "acme"), ("ledger", "globex")] {
+            for series in [
+                format!(r#"jobhost_fuel_used_total{{job="{job}",tenant="{tenant}"}}"#),
+                format!(r#"jobhost_kicks_total{{job="{job}",tenant="{tenant}",result="queued"}} 1"#),
+                format!(r#"jobhost_runs_finished_total{{job="{job}",tenant="{tenant}","#),
+                format!(r#"jobhost_tenant_fuel_used_total{{tenant="{tenant}"}}"#),
+            ] {
+                assert!(all.contains(&series), "missing {series} in\n{all}");
+            }
+        }
+        assert!(all.contains(r#"jobhost_tenant_queue_due{tenant="default"} 1"#), "{all}");
+
+        // A tenant's token: its own jobs' and tenant's series, and those naming no one.
+        let own = scrape(Some(home.create_token(Some("acme")))).await;
+        for series in [
+            r#"jobhost_fuel_used_total{job="greeter",tenant="acme"}"#,
+            r#"jobhost_tenant_fuel_used_total{tenant="acme"}"#,
+            "jobhost_queue_due 1",
+        ] {
+            assert!(own.contains(series), "missing {series} in\n{own}");
+        }
+        for name in ["ledger", "globex", "not-served", r#"tenant="default""#] {
+            assert!(!own.contains(name), "acme's scrape names {name}:\n{own}");
+        }
+
+        // A token presented must be valid, as on every route.
+        let (status, refused) = server.get_as(Some("jh_nonsense"), "/metrics").await;
+        assert_eq!((status, refused["error"]["code"].as_str()), (401, Some("unauthenticated")));
     }
 
     async fn a_disabled_tenant_takes_no_new_runs_and_its_tokens_stop_working(home) {

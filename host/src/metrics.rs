@@ -1,7 +1,9 @@
 //! Prometheus metrics of one host process: counters and histograms the runner and the
 //! serve loop record, rendered with the fleet-wide gauges read from the database.
 //!
-//! Labels carry job names and fixed codes only.
+//! Labels carry fixed codes, lanes, and the names of jobs and tenants (`job`, `tenant`).
+//! Which names a scrape may see is its [`View`]'s: none without a token, its own tenant's
+//! with a tenant's token, all with the operator's (`docs/security.md`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -9,6 +11,57 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 type Labels = Vec<(&'static str, String)>;
+
+/// The labels whose values name what tenants own. Every series that names a job also
+/// names its tenant, so a tenant's view can pick its own.
+const NAME_LABELS: [&str; 2] = ["job", "tenant"];
+
+/// Who a scrape is for, and so which names its series may carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View<'a> {
+    /// No token: no names. Counters and histograms are summed over their name labels;
+    /// gauges by tenant are left out (their fleet-wide figures are gauges of their own).
+    Open,
+    /// The operator's token: every series.
+    Operator,
+    /// A tenant's token: its own tenant's series, and those that name no one.
+    Tenant(&'a str),
+}
+
+impl View<'_> {
+    /// Whether a series with these labels is shown as it is.
+    fn shows(self, labels: &Labels) -> bool {
+        let names = labels.iter().any(|(k, _)| NAME_LABELS.contains(k));
+        match self {
+            View::Operator => true,
+            View::Open => !names,
+            View::Tenant(own) => !names || labels.iter().any(|(k, v)| *k == "tenant" && v == own),
+        }
+    }
+
+    /// A family's series as this view shows them: in the open view without their name
+    /// labels, the series that then coincide merged.
+    fn series<T: Default>(
+        self,
+        series: &BTreeMap<Labels, T>,
+        merge: impl Fn(&mut T, &T),
+    ) -> BTreeMap<Labels, T> {
+        let mut shown = BTreeMap::new();
+        for (labels, value) in series {
+            let labels = match self {
+                View::Open => labels
+                    .iter()
+                    .filter(|(k, _)| !NAME_LABELS.contains(k))
+                    .cloned()
+                    .collect(),
+                _ if self.shows(labels) => labels.clone(),
+                _ => continue,
+            };
+            merge(shown.entry(labels).or_default(), value);
+        }
+        shown
+    }
+}
 
 const DURATION_BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
@@ -30,6 +83,14 @@ impl Histogram {
         }
         self.count += 1;
         self.sum += value;
+    }
+
+    fn merge(&mut self, other: &Histogram) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets) {
+            *mine += theirs;
+        }
+        self.count += other.count;
+        self.sum += other.sum;
     }
 }
 
@@ -76,8 +137,8 @@ impl Metrics {
         family.series.entry(labels).or_default().observe(value);
     }
 
-    /// An attempt's end, and what it used, by job and by its run's tenant (what a tenant's
-    /// use of the fleet over any window is computed from).
+    /// An attempt's end, and what it used, by job (with its run's tenant) and by tenant
+    /// (what a tenant's use of the fleet over any window is computed from).
     pub fn attempt_finished(
         &self,
         job: &str,
@@ -87,11 +148,10 @@ impl Metrics {
         duration: Duration,
         fuel: u64,
     ) {
-        let labels = vec![
-            ("job", job.to_string()),
-            ("status", status.to_string()),
-            ("code", code.unwrap_or("").to_string()),
-        ];
+        let of_job = || vec![("job", job.to_string()), ("tenant", tenant.to_string())];
+        let mut labels = of_job();
+        labels.push(("status", status.to_string()));
+        labels.push(("code", code.unwrap_or("").to_string()));
         self.add(
             "jobhost_attempts_total",
             "Attempts finished, by job, status and failure code.",
@@ -101,13 +161,13 @@ impl Metrics {
         self.observe(
             "jobhost_attempt_duration_seconds",
             "Duration of attempts, by job.",
-            vec![("job", job.to_string())],
+            of_job(),
             duration.as_secs_f64(),
         );
         self.add(
             "jobhost_fuel_used_total",
             "Wasm fuel consumed by attempts, by job.",
-            vec![("job", job.to_string())],
+            of_job(),
             fuel as f64,
         );
         self.add(
@@ -124,9 +184,10 @@ impl Metrics {
         );
     }
 
-    pub fn run_finished(&self, job: &str, status: &str, code: Option<&str>) {
+    pub fn run_finished(&self, job: &str, tenant: &str, status: &str, code: Option<&str>) {
         let labels = vec![
             ("job", job.to_string()),
+            ("tenant", tenant.to_string()),
             ("status", status.to_string()),
             ("code", code.unwrap_or("").to_string()),
         ];
@@ -148,8 +209,13 @@ impl Metrics {
         );
     }
 
-    pub fn kick(&self, job: &str, result: &str) {
-        let labels = vec![("job", job.to_string()), ("result", result.to_string())];
+    /// A kick of `job` for `tenant` (the tenant whose runs it queues).
+    pub fn kick(&self, job: &str, tenant: &str, result: &str) {
+        let labels = vec![
+            ("job", job.to_string()),
+            ("tenant", tenant.to_string()),
+            ("result", result.to_string()),
+        ];
         self.add(
             "jobhost_kicks_total",
             "Kicks received, by job and what they did.",
@@ -172,23 +238,32 @@ impl Metrics {
         );
     }
 
-    /// The Prometheus text exposition of everything recorded, plus `gauges`.
-    pub fn render(&self, gauges: &[Gauge]) -> String {
+    /// The Prometheus text exposition of everything recorded, plus `gauges`, as `view`
+    /// may see them.
+    pub fn render(&self, gauges: &[Gauge], view: View<'_>) -> String {
         let r = self.registry.lock().expect("metrics lock");
         let mut out = String::new();
         for (name, family) in &r.counters {
+            let series = view.series(&family.series, |total, value| *total += value);
+            if series.is_empty() {
+                continue;
+            }
             let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} counter", family.help);
-            for (labels, value) in &family.series {
+            for (labels, value) in &series {
                 let _ = writeln!(out, "{name}{} {value}", render_labels(labels, None));
             }
         }
         for (name, family) in &r.histograms {
+            let series = view.series(&family.series, Histogram::merge);
+            if series.is_empty() {
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "# HELP {name} {}\n# TYPE {name} histogram",
                 family.help
             );
-            for (labels, h) in &family.series {
+            for (labels, h) in &series {
                 for (bound, count) in DURATION_BUCKETS.iter().zip(h.buckets) {
                     let le = Some(("le", bound.to_string()));
                     let _ = writeln!(out, "{name}_bucket{} {count}", render_labels(labels, le));
@@ -210,8 +285,9 @@ impl Metrics {
             }
         }
         // Each family once, with all its series, in the order families first appear.
+        let gauges: Vec<&Gauge> = gauges.iter().filter(|g| view.shows(&g.labels)).collect();
         let mut names: Vec<&str> = Vec::new();
-        for g in gauges {
+        for g in &gauges {
             if !names.contains(&g.name) {
                 names.push(g.name);
             }
@@ -279,12 +355,15 @@ mod tests {
             labels,
             value,
         };
-        let text = m.render(&[
-            gauge("jobhost_runs", vec![("status", "queued".into())], 3.0),
-            gauge("jobhost_due", vec![("tenant", "a".into())], 1.0),
-            gauge("jobhost_lag", vec![("tenant", "a".into())], 0.5),
-            gauge("jobhost_due", vec![("tenant", "b".into())], 2.0),
-        ]);
+        let text = m.render(
+            &[
+                gauge("jobhost_runs", vec![("status", "queued".into())], 3.0),
+                gauge("jobhost_due", vec![("tenant", "a".into())], 1.0),
+                gauge("jobhost_lag", vec![("tenant", "a".into())], 0.5),
+                gauge("jobhost_due", vec![("tenant", "b".into())], 2.0),
+            ],
+            View::Operator,
+        );
         // Interleaved families are rendered each once, with all their series.
         assert_eq!(
             text.matches("# TYPE jobhost_due gauge").count(),
@@ -296,11 +375,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"jobhost_attempts_total{job="a\"b",status="failed",code="timeout"} 2"#),
+            text.contains(r#"jobhost_attempts_total{job="a\"b",tenant="acme",status="failed",code="timeout"} 2"#),
             "{text}"
         );
         assert!(
-            text.contains(r#"jobhost_fuel_used_total{job="a\"b"} 150"#),
+            text.contains(r#"jobhost_fuel_used_total{job="a\"b",tenant="acme"} 150"#),
             "{text}"
         );
         assert!(
@@ -312,16 +391,87 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains(r#"jobhost_attempt_duration_seconds_bucket{job="a\"b",le="0.05"} 1"#),
+            text.contains(
+                r#"jobhost_attempt_duration_seconds_bucket{job="a\"b",tenant="acme",le="0.05"} 1"#
+            ),
             "{text}"
         );
         assert!(
-            text.contains(r#"jobhost_attempt_duration_seconds_bucket{job="a\"b",le="+Inf"} 2"#),
+            text.contains(
+                r#"jobhost_attempt_duration_seconds_bucket{job="a\"b",tenant="acme",le="+Inf"} 2"#
+            ),
             "{text}"
         );
         assert!(
             text.contains("# TYPE jobhost_runs gauge\njobhost_runs{status=\"queued\"} 3"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_view_shows_only_the_names_it_may() {
+        let m = Metrics::default();
+        let second = Duration::from_secs(1);
+        m.attempt_finished("acme-sync", "acme", "succeeded", None, second, 10);
+        m.attempt_finished("globex-sync", "globex", "succeeded", None, second, 5);
+        m.kick("acme-sync", "acme", "queued");
+        m.run_claimed(second);
+        let gauges = [
+            Gauge {
+                name: "jobhost_queue_due",
+                help: "Help.",
+                labels: Vec::new(),
+                value: 2.0,
+            },
+            Gauge {
+                name: "jobhost_tenant_queue_due",
+                help: "Help.",
+                labels: vec![("tenant", "acme".into())],
+                value: 1.0,
+            },
+            Gauge {
+                name: "jobhost_tenant_queue_due",
+                help: "Help.",
+                labels: vec![("tenant", "globex".into())],
+                value: 1.0,
+            },
+        ];
+
+        let open = m.render(&gauges, View::Open);
+        for name in ["acme", "globex", "job=", "tenant="] {
+            assert!(!open.contains(name), "{name} in\n{open}");
+        }
+        for series in [
+            r#"jobhost_attempts_total{status="succeeded",code=""} 2"#,
+            "jobhost_fuel_used_total 15",
+            "jobhost_tenant_fuel_used_total 15",
+            r#"jobhost_attempt_duration_seconds_bucket{le="+Inf"} 2"#,
+            r#"jobhost_kicks_total{result="queued"} 1"#,
+            "jobhost_claim_lag_seconds_count 1",
+            "jobhost_queue_due 2",
+        ] {
+            assert!(open.contains(series), "missing {series} in\n{open}");
+        }
+        assert!(!open.contains("jobhost_tenant_queue_due"), "{open}");
+
+        let acme = m.render(&gauges, View::Tenant("acme"));
+        assert!(!acme.contains("globex"), "{acme}");
+        for series in [
+            r#"jobhost_fuel_used_total{job="acme-sync",tenant="acme"} 10"#,
+            r#"jobhost_tenant_queue_due{tenant="acme"} 1"#,
+            "jobhost_claim_lag_seconds_count 1",
+            "jobhost_queue_due 2",
+        ] {
+            assert!(acme.contains(series), "missing {series} in\n{acme}");
+        }
+
+        let operator = m.render(&gauges, View::Operator);
+        for series in [
+            r#"jobhost_fuel_used_total{job="acme-sync",tenant="acme"} 10"#,
+            r#"jobhost_fuel_used_total{job="globex-sync",tenant="globex"} 5"#,
+            r#"jobhost_tenant_queue_due{tenant="globex"} 1"#,
+        ] {
+            assert!(operator.contains(series), "missing {series} in\n{operator}");
+        }
     }
 }

@@ -18,25 +18,41 @@ pub(super) async fn authenticate(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let Some((id, secret)) = bearer(request.headers()).and_then(tenant::parse) else {
-        return unauthenticated();
+    match principal(&s, request.headers()).await {
+        Ok(principal) => {
+            request.extensions_mut().insert(principal);
+            next.run(request).await
+        }
+        Err(refused) => refused,
+    }
+}
+
+/// Whether the request carries a token at all (`/metrics` answers without one).
+pub(super) fn has_token(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::AUTHORIZATION)
+}
+
+/// The principal the request's token names, or the answer that refuses it.
+pub(super) async fn principal(s: &Shared, headers: &HeaderMap) -> Result<Principal, Response> {
+    let Some((id, secret)) = bearer(headers).and_then(tenant::parse) else {
+        return Err(unauthenticated());
     };
-    let check = match s.app.store.check_token(id).await {
-        Ok(check) => check,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
+    let check = s
+        .app
+        .store
+        .check_token(id)
+        .await
+        .map_err(|e| ApiError::from(e).into_response())?;
     let Some(check) = check.filter(|c| tenant::secret_matches(secret, &c.secret_hash)) else {
-        return unauthenticated();
+        return Err(unauthenticated());
     };
     if check.tenant_active == 0 {
-        return unauthenticated();
+        return Err(unauthenticated());
     }
-    let principal = match check.tenant {
+    Ok(match check.tenant {
         None => Principal::Operator,
         Some(name) => Principal::Tenant(name),
-    };
-    request.extensions_mut().insert(principal);
-    next.run(request).await
+    })
 }
 
 /// The token of an `Authorization: Bearer <token>` header.

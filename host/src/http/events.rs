@@ -1,12 +1,13 @@
 //! `POST /events/{name}` `{"key", "payload", "tenant"}`: queues a run of each subscriber
 //! (`crate::events`). A tenant's token emits its own tenant's events only.
 
+use super::params::{self, ApiPath};
 use super::{ApiError, json_body, refuse_if_draining, trace_of};
 use crate::events::{self, EmitError};
 use crate::serve::Shared;
 use crate::tenant::Principal;
 use axum::Json;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -23,7 +24,7 @@ struct EmitBody {
 pub(super) async fn emit(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -32,6 +33,13 @@ pub(super) async fn emit(
         &body,
         "the body must be a JSON object with `key`, and optionally `payload` and `tenant`",
     )?;
+    if body
+        .tenant
+        .as_deref()
+        .is_some_and(|t| !params::is_tenant_name(t))
+    {
+        return Err(ApiError::invalid("tenant: use a tenant's name"));
+    }
     let tenant = match (&who, body.tenant) {
         (Principal::Operator, tenant) => tenant,
         (Principal::Tenant(own), None) => Some(own.clone()),

@@ -1,13 +1,19 @@
 //! `/metrics`: this host's counters and the fleet's gauges, read from the database when
 //! scraped (off the runs' path): runs by status and code, the queue by tenant and by lane,
 //! runs dropped and put off by reason, and each tenant's use of the last hour.
+//!
+//! Open to anyone who reaches the port, it names no job, run, file or tenant: without a
+//! token the series are summed over their job and tenant labels, and gauges by tenant are
+//! left out. The operator's token sees every series; a tenant's token its own tenant's
+//! and those that name no one (`metrics::View`). A token that is presented must be valid.
 
-use super::ApiError;
-use crate::metrics::Gauge;
+use super::{ApiError, auth};
+use crate::metrics::{Gauge, View};
 use crate::serve::Shared;
 use crate::store::{RunStatus, Store};
+use crate::tenant::Principal;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,9 +25,25 @@ use tokio::time::Instant;
 /// scraped, they run at most once per this on each host.
 const GAUGES_FRESH: Duration = Duration::from_secs(1);
 
-pub(super) async fn metrics(State(s): State<Arc<Shared>>) -> Result<Response, ApiError> {
+pub(super) async fn metrics(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let principal = if auth::has_token(&headers) {
+        match auth::principal(&s, &headers).await {
+            Ok(principal) => Some(principal),
+            Err(refused) => return Ok(refused),
+        }
+    } else {
+        None
+    };
+    let view = match &principal {
+        None => View::Open,
+        Some(Principal::Operator) => View::Operator,
+        Some(Principal::Tenant(own)) => View::Tenant(own),
+    };
     let gauges = fleet_gauges(&s).await?;
-    let text = s.app.metrics.render(&gauges);
+    let text = s.app.metrics.render(&gauges, view);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 

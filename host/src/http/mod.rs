@@ -4,6 +4,8 @@
 //! `unauthenticated`, `unknown_job`, `unknown_run`, `unknown_tenant`, `not_found`,
 //! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `invalid_parameter`, `shutting_down`,
 //! `unavailable`, `request_timeout`, `body_too_large`, `too_many_connections` (`server`).
+//! Every path and query parameter is read and checked before any query (`params`): an id
+//! that no job, run or tenant could have answers 404 as an unknown one does.
 //!
 //! Everything but the page, the probes, `/metrics` and the links key set needs a bearer
 //! token (`auth`). A tenant's token sees only its tenant's jobs, runs and reports, through
@@ -15,21 +17,23 @@
 mod auth;
 mod events;
 mod metrics;
+mod params;
 mod server;
 mod tenants;
 mod usage;
 
 use crate::kick::{self, KickError};
 use crate::serve::Shared;
-use crate::store::{JobRecord, RunFilter, RunStatus, StoreError};
+use crate::store::{ErrorClass, JobRecord, RunFilter, RunStatus, StoreError};
 use crate::tenant::Principal;
 use crate::views;
 use axum::Json;
 use axum::Router;
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
+use params::{ApiPath, ApiQuery};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -66,6 +70,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/metrics", get(metrics::metrics))
         .route("/.well-known/jwks.json", get(jwks))
         .merge(api)
+        .fallback(|| async { params::not_found() })
         .with_state(shared)
 }
 
@@ -90,7 +95,13 @@ impl ApiError {
 }
 
 impl From<StoreError> for ApiError {
+    /// A value the database refused came from the request (parameters are checked before
+    /// any query, so this is a second line); anything else is the database's state.
     fn from(e: StoreError) -> Self {
+        if e.class() == ErrorClass::InvalidValue {
+            tracing::info!(code = "invalid_parameter", error = %e, "the database refused a request's value");
+            return Self::invalid("the database refused a value of the request");
+        }
         tracing::warn!(code = "driver_failed", error = %e, "API request failed");
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -140,9 +151,13 @@ fn present(who: &Principal, view: Value) -> Value {
     }
 }
 
-/// The job, if it exists and `who` may see it; another tenant's job does not exist.
+/// The job, if it exists and `who` may see it; another tenant's job does not exist, nor
+/// does one whose name breaks the job name rule (it is never looked up).
 /// Every tenant sees a per-tenant job (and, through the run filter, only its own children).
 async fn visible_job(s: &Shared, who: &Principal, name: &str) -> Result<JobRecord, ApiError> {
+    if !params::is_job_name(name) {
+        return Err(unknown_job(name));
+    }
     match s.app.store.get_job(name).await? {
         Some(job) if job.per_tenant != 0 || who.sees(&job.tenant) => Ok(job),
         _ => Err(unknown_job(name)),
@@ -171,10 +186,10 @@ async fn list_jobs(
 async fn get_job(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> ApiResult {
-    let now = s.app.store.now().await?;
     let job = visible_job(&s, &who, &name).await?;
+    let now = s.app.store.now().await?;
     let lease = s.app.store.get_lease(&name, kick::DEFAULT_INSTANCE).await?;
     Ok(Json(present(&who, views::job(&job, lease.as_ref(), now))))
 }
@@ -195,8 +210,8 @@ struct KickQuery {
 async fn kick_job(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-    Path(name): Path<String>,
-    Query(q): Query<KickQuery>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<KickQuery>,
     headers: HeaderMap,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     refuse_if_draining(&s, "kick another")?;
@@ -210,7 +225,9 @@ async fn kick_job(
                 kick::Kicked::Dropped { .. } => "dropped",
                 kick::Kicked::FannedOut { .. } => "fanned_out",
             };
-            s.app.metrics.kick(&name, result);
+            s.app
+                .metrics
+                .kick(&name, kicked_tenant(&job, &instance), result);
             s.app.wake.notify_one();
             Ok((
                 StatusCode::ACCEPTED,
@@ -218,6 +235,16 @@ async fn kick_job(
             ))
         }
         Err(e) => Err(kick_refused(&name, e)),
+    }
+}
+
+/// The tenant whose runs a kick of `job` for `instance` queues: the instance's for a
+/// per-tenant job's child, else the job's.
+fn kicked_tenant<'a>(job: &'a JobRecord, instance: &'a str) -> &'a str {
+    if job.per_tenant != 0 && instance != kick::DEFAULT_INSTANCE {
+        instance
+    } else {
+        &job.tenant
     }
 }
 
@@ -287,7 +314,7 @@ struct StartBody {
 async fn start_run(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
@@ -353,8 +380,10 @@ fn parse_time(text: &str, now: i64, field: &str) -> Result<i64, ApiError> {
         return Ok(t.timestamp_millis());
     }
     crate::units::parse_duration(text)
-        .map(|d| now - d.as_millis() as i64)
-        .map_err(|_| {
+        .ok()
+        .and_then(|d| i64::try_from(d.as_millis()).ok())
+        .and_then(|back| now.checked_sub(back))
+        .ok_or_else(|| {
             ApiError::invalid(format!(
                 "{field}: use an RFC 3339 time or a duration such as 1h"
             ))
@@ -374,8 +403,9 @@ fn statuses(who: &Principal, text: &str) -> Result<Vec<RunStatus>, ApiError> {
 async fn list_runs(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-    Query(q): Query<RunsQuery>,
+    ApiQuery(q): ApiQuery<RunsQuery>,
 ) -> ApiResult {
+    let job = params::job_filter(q.job)?;
     let now = s.app.store.now().await?;
     let statuses = match q.status.as_deref() {
         Some(text) => statuses(&who, text)?,
@@ -387,6 +417,7 @@ async fn list_runs(
         .map(|token| {
             token
                 .split_once('_')
+                .filter(|(_, id)| params::is_run_id(id))
                 .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_string())))
                 .ok_or_else(|| {
                     ApiError::invalid("before: use the `next` token of the previous page")
@@ -398,7 +429,7 @@ async fn list_runs(
         .app
         .store
         .list_runs(&RunFilter {
-            job: q.job,
+            job,
             statuses,
             tenant: who.tenant().map(str::to_string),
             since: q
@@ -428,9 +459,13 @@ async fn list_runs(
 async fn get_run(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> ApiResult {
-    let run = s.app.store.get_run(&id).await?;
+    let run = if params::is_run_id(&id) {
+        s.app.store.get_run(&id).await?
+    } else {
+        None
+    };
     let Some(run) = run.filter(|r| who.sees(&r.tenant)) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -459,13 +494,14 @@ struct ReportsQuery {
 async fn list_reports(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-    Query(q): Query<ReportsQuery>,
+    ApiQuery(q): ApiQuery<ReportsQuery>,
 ) -> ApiResult {
+    let job = params::job_filter(q.job)?;
     let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
     let reports = s
         .app
         .store
-        .list_reports(q.job.as_deref(), who.tenant(), limit)
+        .list_reports(job.as_deref(), who.tenant(), limit)
         .await?;
     let reports: Vec<Value> = reports.iter().map(crate::report::payload).collect();
     Ok(Json(json!({ "reports": reports })))

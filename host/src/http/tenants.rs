@@ -1,12 +1,13 @@
 //! `/tenants`: the registry, for operators only. To a tenant's token these paths do not
 //! exist (404 `not_found`), like anything else that is not its own.
 
+use super::params::{self, ApiPath};
 use super::{ApiError, ApiResult};
 use crate::serve::Shared;
 use crate::tenant::{self, Principal};
 use crate::views;
 use axum::Json;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -67,7 +68,7 @@ pub(super) async fn add(
 pub(super) async fn disable(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> ApiResult {
     set_active(&s, &who, &name, false).await
 }
@@ -75,14 +76,14 @@ pub(super) async fn disable(
 pub(super) async fn enable(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> ApiResult {
     set_active(&s, &who, &name, true).await
 }
 
 async fn set_active(s: &Shared, who: &Principal, name: &str, active: bool) -> ApiResult {
     operator_only(who)?;
-    if !s.app.store.set_tenant_active(name, active).await? {
+    if !params::is_tenant_name(name) || !s.app.store.set_tenant_active(name, active).await? {
         return Err(unknown_tenant(name));
     }
     tracing::info!(tenant = %name, active, "tenant changed");

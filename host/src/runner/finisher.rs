@@ -212,7 +212,8 @@ impl Loop {
         }
         let step = match (recorded, recording.change) {
             (Recorded::Finished { follow_up }, RunChange::Finish { status, code, .. }) => {
-                self.metrics.run_finished(&run.job, status.as_str(), code);
+                self.metrics
+                    .run_finished(&run.job, &run.tenant, status.as_str(), code);
                 if code.is_some() {
                     tracing::info!(job = %run.job, run_id = %run.id, status = status.as_str(), code, "run finished");
                 } else {

@@ -10,6 +10,7 @@
 mod pool;
 pub mod attempts;
 mod connect;
+mod error_class;
 mod files;
 pub mod guest;
 pub mod migrate;
@@ -32,6 +33,8 @@ pub use connect::claim_for_serving;
 #[cfg(test)]
 pub(crate) use connect::open_sqlite;
 pub(crate) use connect::sqlite_options;
+use error_class::describe_sqlite;
+pub use error_class::{ErrorClass, describe};
 use pool::Exclusive;
 pub use pool::{Backend, Pool};
 pub use records::*;
@@ -88,77 +91,29 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// What the error means, by the code of the backend that returned it
+    /// (`error_class`).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            StoreError::Database(e) | StoreError::MigrationFailed { source: e, .. } => {
+                error_class::of(e)
+            }
+            StoreError::Sqlite { code } => error_class::of_sqlite(*code),
+            StoreError::WriterStopped | StoreError::Unreachable => ErrorClass::Unavailable,
+            _ => ErrorClass::Other,
+        }
+    }
+
     /// Whether SQLite's write lock stayed held by another process for the whole busy
     /// timeout (on SQLite, one process serves a file; see `docs/architecture.md`).
     pub fn is_locked(&self) -> bool {
-        match self {
-            StoreError::Database(sqlx::Error::Database(e)) => e
-                .code()
-                .and_then(|c| c.parse::<i32>().ok())
-                .is_some_and(is_busy_code),
-            StoreError::Sqlite { code } => is_busy_code(*code),
-            _ => false,
-        }
+        self.class() == ErrorClass::Locked
     }
 
     /// Whether the database could not be reached or failed mid-statement (as opposed to a
     /// refused statement): the runner turns this into `driver_failed`.
     pub fn is_unavailable(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Database(
-                sqlx::Error::Io(_)
-                    | sqlx::Error::PoolTimedOut
-                    | sqlx::Error::PoolClosed
-                    | sqlx::Error::WorkerCrashed
-                    | sqlx::Error::Tls(_)
-                    | sqlx::Error::Protocol(_)
-            ) | StoreError::WriterStopped
-                | StoreError::Unreachable
-        )
-    }
-}
-
-/// SQLITE_BUSY or SQLITE_LOCKED, with any extended code.
-fn is_busy_code(code: i32) -> bool {
-    matches!(code & 0xff, 5 | 6)
-}
-
-fn describe_sqlite(code: i32) -> String {
-    if is_busy_code(code) {
-        busy_message()
-    } else {
-        format!("statement failed (code {code})")
-    }
-}
-
-fn busy_message() -> String {
-    format!(
-        "another process holds the SQLite database's write lock (waited {} s; \
-         one `host serve` per file — use Postgres for several hosts)",
-        SQLITE_BUSY_TIMEOUT.as_secs()
-    )
-}
-
-/// A fixed, secret-free description of a driver error: its kind and, for errors the
-/// database returned, its code.
-pub fn describe(error: &sqlx::Error) -> String {
-    match error {
-        sqlx::Error::Configuration(_) => "invalid connection settings".into(),
-        sqlx::Error::Io(e) => format!("connection failed ({})", e.kind()),
-        sqlx::Error::Tls(_) => "TLS failed".into(),
-        sqlx::Error::Protocol(_) => "protocol error".into(),
-        sqlx::Error::PoolTimedOut => "timed out waiting for a connection".into(),
-        sqlx::Error::PoolClosed => "connection pool closed".into(),
-        sqlx::Error::WorkerCrashed => "database worker stopped".into(),
-        sqlx::Error::Database(e) => match e.code() {
-            Some(code) if code.parse::<i32>().is_ok_and(is_busy_code) => busy_message(),
-            Some(code) => format!("statement failed (code {code})"),
-            None => "statement failed".into(),
-        },
-        sqlx::Error::RowNotFound => "row not found".into(),
-        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => "unexpected value".into(),
-        _ => "driver error".into(),
+        self.class() == ErrorClass::Unavailable
     }
 }
 
@@ -254,9 +209,7 @@ impl Store {
         let mut tries = 0;
         loop {
             match write().await {
-                Err(StoreError::Database(sqlx::Error::Database(e)))
-                    if tries < TRIES && matches!(e.code().as_deref(), Some("40P01" | "40001")) =>
-                {
+                Err(e) if tries < TRIES && e.class() == ErrorClass::Conflict => {
                     tries += 1;
                     let pause = rand::random_range(1..=10 * u64::from(tries));
                     tokio::time::sleep(Duration::from_millis(pause)).await;
