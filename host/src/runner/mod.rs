@@ -439,7 +439,7 @@ impl Runner {
     async fn skip(&self, run: &RunRecord, reason: &str) -> Result<(), StoreError> {
         self.store.skip_run(&run.id, reason).await?;
         self.metrics
-            .run_finished(&run.job, RunStatus::Skipped.as_str(), None);
+            .run_finished(&run.job, &run.tenant, RunStatus::Skipped.as_str(), None);
         tracing::debug!(job = %run.job, run_id = %run.id, "run skipped: lease held");
         Ok(())
     }
