@@ -83,8 +83,8 @@ mod tests {
             '\u{fffe}',
             '\u{10ffff}', // Cn
         ] {
-            assert!(!allowed(c), "{:?}", c);
-            assert!(!is_name(&format!("a{c}b"), 64), "{:?}", c);
+            assert!(!allowed(c), "{c:?}");
+            assert!(!is_name(&format!("a{c}b"), 64), "{c:?}");
         }
     }
 

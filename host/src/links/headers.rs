@@ -197,7 +197,8 @@ mod tests {
         ));
         assert!(matches!(
             check(
-                &vec![("accept".to_string(), "x".to_string()); MAX_HEADERS + 1],
+                &std::iter::repeat_n(("accept".to_string(), "x".to_string()), MAX_HEADERS + 1)
+                    .collect::<Vec<_>>(),
                 &default_headers(),
                 None
             ),
