@@ -330,6 +330,32 @@ on_every_backend_and_storage! {
         assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "fine", "size": 1})).0, 0);
     }
 
+    async fn names_with_invisible_or_formatting_characters_are_refused(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let m = manifest(&home, &storage.collection("docs", ""), "");
+        let refused = |payload: Value| {
+            let (code, r) = run(&home, &m, "files", payload.clone());
+            assert_eq!(code, 1, "{payload}: {r}");
+            assert_eq!(r["error"], "invalid call: invalid-name", "{payload}: {r}");
+        };
+        // An Arabic letter mark, a word joiner and a soft hyphen (Cf, shown as nothing),
+        // a line separator (Zl), a private-use and an unassigned code point.
+        for c in ['\u{61c}', '\u{2060}', '\u{ad}', '\u{2028}', '\u{e000}', '\u{50000}'] {
+            let name = format!("invoice{c}.pdf");
+            refused(json!({"mode": "put", "name": name, "size": 1}));
+            refused(json!({"mode": "read", "name": name}));
+            refused(json!({"mode": "remove", "name": name}));
+            refused(json!({"mode": "list", "prefix": format!("invoice{c}")}));
+            refused(json!({"mode": "list", "cursor": name}));
+        }
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_files").await, 0);
+        // Letters, marks, numbers, punctuation, symbols and spaces of any script are names.
+        let name = "Rechnung 2026 — ü\u{301}ber 日本\u{3000}€.pdf";
+        let (code, r) = run(&home, &m, "files", json!({"mode": "put", "name": name, "size": 3}));
+        assert_eq!(code, 0, "{r}");
+        assert!(read(&home, &m, "files", name).is_some_and(|l| l.contains("read 3 bytes")));
+    }
+
     async fn a_tenants_quota_bounds_what_it_keeps_and_refusals_change_nothing(home, storage) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
         let capped = storage.collection("capped", "max_tenant_bytes = \"10KiB\"\nmax_tenant_objects = 3");

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 
 const TOKEN: &str = "s3cr3t-billing-token";
 
-/// A manifest with the mounts `api` (a static credential), `signed` (a per-attempt
-/// token) and `down` (nothing listens), and the `linker` guest as `caller`, which may
-/// call `api` and `signed` and declares `invoice.create`.
+/// A manifest with the mounts `api` (a static credential, and a header list of its own),
+/// `signed` (a per-attempt token, the default header list) and `down` (nothing listens),
+/// and the `linker` guest as `caller`, which may call `api` and `signed` and declares
+/// `invoice.create`.
 fn manifest(home: &Home, service: &Service, jobs: &str) -> String {
     let m = home.manifest(
         "",
@@ -25,6 +26,7 @@ fn manifest(home: &Home, service: &Service, jobs: &str) -> String {
             timeout = "5s"
             max_response = "1MiB"
             credential = {{ header = "Authorization", prefix = "Bearer ", env = "BILLING_TOKEN" }}
+            headers = ["content-type", "x-request-id"]
 
             [links.signed]
             url = "{url}/api/"
@@ -168,6 +170,51 @@ on_every_backend! {
         let (code, run, _) = call(&home, &m, "ungranted", json!({"mount": "api", "path": "echo"}));
         assert_eq!((code, run["code"].as_str()), (1, Some("capability_refused")), "{run}");
         assert_eq!(service.count(), 0, "requests reached the service: {:?}", service.seen());
+    }
+
+    async fn a_mount_passes_only_the_headers_it_accepts_with_visible_ascii_values(home) {
+        let service = Service::start().await;
+        let m = manifest(&home, &service, "");
+        let refused = |payload: Value, error: &str| {
+            let (code, run, _) = call(&home, &m, "caller", payload.clone());
+            assert_eq!(code, 1, "{payload}: {run}");
+            assert_eq!(run["error"], error, "{payload}: {run}");
+        };
+        // The default list: headers a proxy or service might honour, whatever their
+        // spelling, are not on it; nor is anything else the operator did not list.
+        for name in ["X-Host", "X-Forwarded", "X-Forwarded-Server", "X-Original-Host", "X-Request-Id", "x-user"] {
+            refused(json!({"mount": "signed", "path": "echo", "headers": [[name, "evil.example"]]}), "invalid call: header-not-allowed");
+        }
+        // A mount's own list replaces the default one.
+        refused(json!({"mount": "api", "path": "echo", "headers": [["accept", "*/*"]]}), "invalid call: header-not-allowed");
+        // Values are visible ASCII: no non-ASCII byte, formatting character or tab.
+        for value in ["caf\u{e9}", "text/plain\u{202e}", "a\u{2060}b", "a\tb"] {
+            refused(json!({"mount": "signed", "path": "echo", "headers": [["accept", value]]}), "invalid call: bad-header");
+        }
+        // A step name follows the name rule.
+        refused(json!({"mount": "signed", "path": "echo", "step": "charge\u{2060}"}), "invalid call: bad-step");
+        assert_eq!(service.count(), 0, "requests reached the service: {:?}", service.seen());
+
+        let (code, run, _) = call(&home, &m, "caller", json!({
+            "mount": "signed", "method": "POST", "path": "echo", "body": "{}", "step": "charge 1",
+            "headers": [["Accept", "application/json"], ["content-type", "application/json; charset=utf-8"], ["If-None-Match", "\"v1\""]],
+        }));
+        assert_eq!(code, 0, "{run}");
+        let (code, run, _) = call(&home, &m, "caller", json!({
+            "mount": "api", "path": "echo", "headers": [["X-Request-Id", "r-7"]],
+        }));
+        assert_eq!(code, 0, "{run}");
+        let seen = service.seen();
+        assert_eq!(seen.len(), 2);
+        assert_eq!(seen[0].headers["accept"], "application/json");
+        assert_eq!(seen[0].headers["content-type"], "application/json; charset=utf-8");
+        assert_eq!(seen[0].headers["if-none-match"], "\"v1\"");
+        assert_eq!(seen[1].headers["x-request-id"], "r-7");
+        for s in &seen {
+            for name in ["x-host", "x-forwarded", "x-forwarded-server", "x-original-host", "x-user"] {
+                assert!(!s.headers.contains_key(name), "{name} reached the service: {:?}", s.headers);
+            }
+        }
     }
 
     async fn redirects_are_not_followed_and_answers_are_bounded(home) {

@@ -195,6 +195,52 @@ on_every_backend! {
         assert_eq!(crashes[0]["code"], "crashed");
     }
 
+    async fn a_killed_host_with_a_long_interval_keeps_no_shorter_one_from_finding_its_runs(home) {
+        let m = home.manifest("", r#"
+            [jobs.victim]
+            component = "{guest:hello}"
+            timeout = "3s"
+            payload = { sleep_ms = 1500 }
+        "#);
+        let manifest = m.to_str().unwrap();
+        // The first host surveils once a minute and takes the turn before it is killed.
+        let first = home
+            .serve(&["--manifest", manifest, "--lease-grace", "1s", "--surveillance-interval", "60s"])
+            .await;
+        home.wait_for(
+            &format!(
+                "SELECT COUNT(*) FROM jobhost_leases WHERE job = 'jobhost:surveillance' AND holder LIKE '%-{}'",
+                first.child.id()
+            ),
+            Duration::from_secs(10),
+        )
+        .await;
+        first.post("/jobs/victim/kick").await;
+        first.wait_runs("victim", Duration::from_secs(10), |runs| count(runs, |r| status(r) == "running") == 1).await;
+        let lease_expires = home.scalar("SELECT expires_at FROM jobhost_leases WHERE job = 'victim'").await;
+        first.signal("KILL");
+        let _ = first.wait_exit(Duration::from_secs(5)).await;
+        // The second surveils every second: it finds the crashed run within its own
+        // periods after the lease's expiry and staleness, not the first host's minute.
+        let interval_ms = 1_000;
+        let stale_ms = 1_000;
+        let second = home
+            .serve(&["--manifest", manifest, "--lease-grace", "1s", "--surveillance-interval", "1s"])
+            .await;
+        let store = home.store().await;
+        let second_ready_at = store.now().await.unwrap();
+        store.close().await;
+        second
+            .wait_runs("victim", Duration::from_secs(60), |runs| count(runs, |r| status(r) == "crashed") == 1)
+            .await;
+        let crashed_at = home.scalar("SELECT finished_at FROM jobhost_runs WHERE status = 'crashed'").await;
+        let late = crashed_at - (lease_expires + stale_ms).max(second_ready_at);
+        assert!(
+            late <= 3 * interval_ms,
+            "the crash was found {late} ms after it could be, with the second host checking every {interval_ms} ms"
+        );
+    }
+
     async fn a_job_that_keeps_failing_is_reported_missed(home) {
         let m = home.manifest("", r#"
             [jobs.broken]

@@ -201,6 +201,7 @@ fn bench_links(c: &mut Criterion, rt: &Runtime, medians: &Mutex<Vec<(String, f64
             max_request: DEFAULT_MAX_BODY,
             max_response: DEFAULT_MAX_BODY,
             credential: None,
+            headers: jobhost::links::headers::default_headers(),
         },
     );
     let signer = Arc::new(

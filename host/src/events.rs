@@ -52,7 +52,7 @@ pub fn validate_event(name: &str) -> Result<(), EmitError> {
 }
 
 fn validate_key(key: &str) -> Result<(), EmitError> {
-    let ok = (1..=MAX_KEY).contains(&key.len()) && !key.chars().any(char::is_control);
+    let ok = crate::name_rule::is_name(key, MAX_KEY);
     ok.then_some(()).ok_or(EmitError::Key)
 }
 
@@ -149,6 +149,7 @@ mod tests {
             String::new(),
             "a\nb".into(),
             "\0".into(),
+            "a\u{2060}b".into(),
             "k".repeat(MAX_KEY + 1),
         ] {
             assert!(validate_key(&bad).is_err(), "{bad:?}");

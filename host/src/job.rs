@@ -176,7 +176,7 @@ pub fn validate_name(name: &str) -> Result<(), JobError> {
 }
 
 pub fn validate_instance(instance: &str) -> Result<(), JobError> {
-    let ok = (1..=128).contains(&instance.len()) && instance.chars().all(|c| !c.is_control());
+    let ok = crate::name_rule::is_name(instance, 128);
     if ok {
         Ok(())
     } else {
@@ -244,7 +244,7 @@ mod tests {
                 prop_assert!(text.len() <= 64 && !text.is_empty());
             }
             if validate_instance(&text).is_ok() {
-                prop_assert!(!text.chars().any(char::is_control));
+                prop_assert!(text.chars().all(crate::name_rule::allowed));
             }
         }
     }

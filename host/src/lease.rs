@@ -18,29 +18,25 @@
 //! after a deadline to record the outcome before another host may take the lease (and
 //! surveillance reports the run `crashed`).
 
-use crate::store::{AttemptTerms, Lease, LeaseRequest, RunRecord, Store, StoreError};
+use crate::store::{AttemptTerms, Lease, RunRecord, Store, StoreError};
 use std::time::Duration;
 
 /// Takes this period's turn of a fleet-wide chore (surveillance, collecting objects,
-/// retention): a lease of its own held for 0.9 × `interval`, so the chore runs once per
-/// period whichever host's timer fires first. Whether this host has the turn.
+/// retention), so the chore runs once per period whichever host's timer fires first.
+/// Whether this host has the turn.
+///
+/// A host takes the turn when no host took it within 0.9 × its *own* `interval`: the
+/// chore runs as often as the host with the shortest interval asks, and a host with a
+/// long interval that dies holding the turn keeps no other host waiting past its own.
 pub async fn fleet_turn(
     store: &Store,
     chore: &str,
     host: &str,
     interval: Duration,
 ) -> Result<bool, StoreError> {
-    let hold = (ms(interval) * 9 / 10).max(1);
-    let lease = store
-        .acquire_lease(&LeaseRequest {
-            job: chore,
-            instance: "fleet",
-            holder: host,
-            deadline_ms: hold,
-            expires_ms: hold,
-        })
-        .await?;
-    Ok(lease.is_some())
+    store
+        .take_turn(chore, host, (ms(interval) * 9 / 10).max(1))
+        .await
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -90,5 +86,47 @@ impl LeaseTerms {
     /// host to claim the run and renew it.
     pub fn park_for(&self, delay: Duration, claim_slack: Duration) -> i64 {
         ms(delay + claim_slack + self.grace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_short_interval_takes_a_turn_a_long_one_still_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/t.db", dir.path().display()))
+            .await
+            .unwrap();
+        let chore = "jobhost:test";
+        assert!(
+            fleet_turn(&store, chore, "slow", Duration::from_secs(60))
+                .await
+                .unwrap()
+        );
+        // Within the holder's own hold and the asker's: nobody else takes it.
+        assert!(
+            !fleet_turn(&store, chore, "fast", Duration::from_secs(60))
+                .await
+                .unwrap()
+        );
+        // A host with a shorter interval takes it once its own hold has passed since the
+        // turn was taken, however long the holder meant to keep it.
+        let taken_at = store.now().await.unwrap();
+        while store.now().await.unwrap() - taken_at < 10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            fleet_turn(&store, chore, "fast", Duration::from_millis(10))
+                .await
+                .unwrap()
+        );
+        // And it runs once per its period: the slow host does not take it back at once.
+        assert!(
+            !fleet_turn(&store, chore, "slow", Duration::from_secs(60))
+                .await
+                .unwrap()
+        );
     }
 }

@@ -24,6 +24,7 @@ pub mod lease;
 pub mod links;
 pub mod manifest;
 pub mod metrics;
+pub mod name_rule;
 pub mod otlp;
 pub mod quota;
 pub mod report;

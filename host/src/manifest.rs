@@ -20,6 +20,7 @@
 //! url = "https://billing.internal/api/"
 //! methods = ["GET", "POST"]
 //! credential = { header = "Authorization", prefix = "Bearer ", env = "BILLING_TOKEN" }
+//! headers = ["content-type", "accept", "x-request-id"]  # what a guest may send (a default list)
 //!
 //! [lanes.bulk]                          # workers of its own on each host serving it
 //! workers = 2
@@ -206,6 +207,8 @@ struct MountSection {
     #[serde(default, with = "opt_size")]
     max_response: Option<u64>,
     credential: Option<CredentialSection>,
+    /// The request headers a guest may send (`links::headers::DEFAULT_HEADERS` if none).
+    headers: Option<BTreeSet<String>>,
 }
 
 /// `{ header, prefix, env = "VAR" }`, `{ ..., file = "path" }` or
@@ -464,6 +467,13 @@ fn mount(
             })
         }
     };
+    let headers = match &section.headers {
+        None => crate::links::headers::default_headers(),
+        Some(listed) => crate::links::headers::mount_headers(
+            listed,
+            credential.as_ref().map(Credential::header),
+        )?,
+    };
     Ok(MountSpec {
         url: section.url.clone(),
         methods,
@@ -471,6 +481,7 @@ fn mount(
         max_request: section.max_request.unwrap_or(DEFAULT_MAX_BODY),
         max_response: section.max_response.unwrap_or(DEFAULT_MAX_BODY),
         credential,
+        headers,
     })
 }
 
@@ -761,6 +772,29 @@ mod tests {
         assert!(err("[jobs.x]\ncomponent='a'\nover_limit='maybe'").contains("unknown variant"));
         assert!(err("[tenants.acme]\nover_quota='later'").contains("unknown variant"));
         assert!(err("[tenants.\"a b\"]\nfuel_per_hour=1").contains("tenant \"a b\""));
+        assert!(
+            err("[links.api]\nurl='http://x/'\nheaders=['accept', 'X-Forwarded-Host']")
+                .contains("link api: a mount may not accept the header \"X-Forwarded-Host\"")
+        );
+        assert!(
+            err("[links.api]\nurl='http://x/'\nheaders=['x-key']\ncredential={header='X-Key', env='K'}")
+                .contains("may not accept the header \"x-key\"")
+        );
+    }
+
+    #[test]
+    fn a_mount_accepts_the_default_headers_or_its_own_list() {
+        let p = Path::new("m.toml");
+        let m = Manifest::parse(
+            p,
+            "[links.a]\nurl='http://x/'\n[links.b]\nurl='http://x/'\nheaders=['X-Request-Id']",
+        )
+        .unwrap();
+        assert_eq!(
+            m.mounts["a"].headers,
+            crate::links::headers::default_headers()
+        );
+        assert_eq!(m.mounts["b"].headers, ["x-request-id".to_string()].into());
     }
 
     proptest! {

@@ -95,6 +95,7 @@ mod tests {
     use super::*;
     use crate::engine::output::AttemptLog;
     use crate::engine::state::Capabilities;
+    use crate::links::headers::default_headers;
     use crate::links::token::{ROTATE_AFTER, Signer};
     use crate::links::{DEFAULT_MAX_BODY, MountSpec};
     use crate::store::guest::Fence;
@@ -148,6 +149,7 @@ mod tests {
                     max_request: DEFAULT_MAX_BODY,
                     max_response: DEFAULT_MAX_BODY,
                     credential: None,
+                    headers: default_headers(),
                 },
             );
         }

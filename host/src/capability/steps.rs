@@ -96,9 +96,9 @@ fn invalid(reason: &str) -> HostError {
     HostError::Invalid(reason.into())
 }
 
-/// A step or counter name: not empty, bounded, printable.
+/// A step or counter name: a name by [`crate::name_rule`], bounded.
 fn valid_name(name: &str, max: usize) -> bool {
-    !name.is_empty() && name.len() <= max && crate::guest_text::shows_as_written(name)
+    crate::name_rule::is_name(name, max)
 }
 
 impl GuestState {

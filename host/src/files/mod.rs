@@ -343,7 +343,7 @@ impl Files {
         if [Some(prefix), after]
             .into_iter()
             .flatten()
-            .any(|part| part.len() > MAX_NAME_BYTES || part.chars().any(char::is_control))
+            .any(|part| !part.is_empty() && !crate::name_rule::is_name(part, MAX_NAME_BYTES))
         {
             return Err(FilesError::InvalidName);
         }
@@ -684,15 +684,13 @@ fn open_url(url: &str) -> Result<Arc<dyn ObjectStore>, String> {
     })
 }
 
-/// An object name: not empty, at most 512 bytes, no NUL, control or formatting characters
-/// (bidirectional overrides, zero-width characters), no absolute path, no `.` or `..`
-/// segment, no empty segment, no backslash. Names are keys of rows, never paths; they are
-/// held to this anyway, so no tool downstream is surprised, and shown as written.
+/// An object name: a name by [`crate::name_rule`] of at most 512 bytes (so no control,
+/// formatting or invisible character), no absolute path, no `.` or `..` segment, no empty
+/// segment, no backslash. Names are keys of rows, never paths; they are held to this
+/// anyway, so no tool downstream is surprised, and shown as written.
 pub fn validate_name(name: &str) -> Result<(), FilesError> {
-    let valid = !name.is_empty()
-        && name.len() <= MAX_NAME_BYTES
+    let valid = crate::name_rule::is_name(name, MAX_NAME_BYTES)
         && !name.starts_with('/')
-        && crate::guest_text::shows_as_written(name)
         && !name.contains('\\')
         && name
             .split('/')
@@ -739,6 +737,11 @@ mod tests {
             "\u{1b}[2J",
             "invoice\u{202e}fdp.exe",
             "a\u{200b}b",
+            "a\u{61c}b",
+            "a\u{2060}b",
+            "soft\u{ad}hyphen",
+            "line\u{2028}sep",
+            "private\u{e000}",
             &"x".repeat(513),
         ] {
             assert!(validate_name(bad).is_err(), "{bad:?}");

@@ -710,6 +710,19 @@ impl Store {
         Ok(row.map(LeaseRecord::into_lease))
     }
 
+    /// Takes the turn of the fleet chore `chore` for `holder` unless a host took it less
+    /// than `hold_ms` ago (see `lease::fleet_turn`).
+    pub async fn take_turn(&self, chore: &str, holder: &str, hold_ms: i64) -> Result<bool> {
+        let q = &self.q.take_turn;
+        let row: Option<LeaseRecord> = with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+            .bind(chore)
+            .bind(holder)
+            .bind(hold_ms)
+            .fetch_optional(p)
+            .await?);
+        Ok(row.is_some())
+    }
+
     /// Sets the pending flag of a lease that is held and unexpired.
     pub async fn set_pending(&self, job: &str, instance: &str) -> Result<bool> {
         let q = &self.q.set_pending;

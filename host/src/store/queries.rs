@@ -466,6 +466,16 @@ queries! {
         WHERE jobhost_leases.holder IS NULL \
             OR (jobhost_leases.expires_at <= {now} AND NOT {parked}) \
         RETURNING {lease_columns}";
+    // A fleet chore's turn is taken when no host took it within the taker's own hold, not
+    // the holder's: the chore runs on the shortest interval in the fleet, and a host that
+    // died holding a long turn delays no host with a shorter one.
+    take_turn = "INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
+        expires_at, pending, updated_at) VALUES ($1, 'fleet', 1, $2, {now} + $3, {now} + $3, 0, {now}) \
+        ON CONFLICT (job, instance) DO UPDATE SET generation = jobhost_leases.generation + 1, \
+        holder = excluded.holder, deadline_at = {now} + $3, expires_at = {now} + $3, \
+        pending = 0, updated_at = {now} \
+        WHERE jobhost_leases.updated_at <= {now} - $3 \
+        RETURNING {lease_columns}";
     renew_lease = "UPDATE jobhost_leases SET generation = generation + 1, \
         deadline_at = {now} + $5, expires_at = {now} + $6, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND generation = $3 AND holder = $4 \
