@@ -551,7 +551,8 @@ fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
 
 /// Links planted in a local collection — at an object's file (to a file outside the
 /// root), at a tenant's directory (to a directory outside), at the home's `files`
-/// directory — under `host run` and under `host serve` while guests read and write: each
+/// directory — under `host run`, and under `host serve` (planted before it starts and
+/// while it serves) while guests read and write: each
 /// read and write through one is refused with a fixed code, nothing outside the root is
 /// read, made or deleted (by the collector neither), each path is reported once, and the
 /// host goes on serving the rest.
@@ -768,6 +769,15 @@ async fn planted_links_are_refused_at_every_level(home: Home) {
     assert_eq!(ok["status"], "succeeded", "{ok}");
     let ok = finished("acme-io", json!({"mode": "read", "name": "fine"})).await;
     assert_eq!(ok["status"], "succeeded", "{ok}");
+    // A link planted while the host serves, at an object it wrote a moment ago.
+    let late = finished("acme-io", json!({"mode": "put", "name": "late", "size": 5})).await;
+    assert_eq!(late["status"], "succeeded", "{late}");
+    let late_key = key_of("acme", "late").await;
+    std::fs::remove_file(root.join(&late_key)).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret"), root.join(&late_key)).unwrap();
+    served_refusal(finished("acme-io", json!({"mode": "read", "name": "late"})).await);
+    served_refusal(finished("acme-io", json!({"mode": "read", "name": "late"})).await);
+    assert_eq!(reports().await, 3);
     // Garbage behind links, and garbage that is not: the collector deletes the one and
     // leaves the others (and what they point at) alone, reporting nothing new.
     let g_key = key_of("globex", "g").await;
@@ -810,7 +820,7 @@ async fn planted_links_are_refused_at_every_level(home: Home) {
             .unwrap()
             .is_symlink()
     );
-    assert_eq!(reports().await, 2);
+    assert_eq!(reports().await, 3);
     // Once the operator removed the links, both are collected.
     std::fs::remove_file(root.join(&doc_key)).unwrap();
     std::fs::remove_file(root.join("globex")).unwrap();
