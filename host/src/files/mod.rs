@@ -149,8 +149,14 @@ pub struct Files {
     store: Store,
     /// The refused paths (collection, path) this host has reported: each is reported
     /// once, not once per call that meets it.
-    reported: Mutex<HashSet<(String, String)>>,
+    reported: Arc<Mutex<HashSet<(String, String)>>>,
 }
+
+/// How long a call that met a refused path waits for its report to be recorded. It is
+/// normally at once; on SQLite a guest's own open write transaction holds the lock the
+/// report needs, and then the report is recorded when that transaction ends, after the
+/// call answered.
+const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Who uploads: the tenant the object belongs to, the run that makes it, and until when
 /// (database clock) its attempt could still attach it.
@@ -276,7 +282,7 @@ impl Files {
         Ok(Files {
             collections,
             store,
-            reported: Mutex::default(),
+            reported: Arc::default(),
         })
     }
 
@@ -397,14 +403,20 @@ impl Files {
             code,
             serde_json::json!({ "collection": collection, "path": path }),
         );
-        if let Err(e) = self.store.insert_report_once(&report).await {
-            // Not remembered, so the next call that meets it reports it.
-            self.reported
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .remove(&(collection.to_string(), path.to_string()));
-            tracing::warn!(collection, code = "driver_failed", error = %e, "could not record a report");
-        }
+        let (store, reported) = (self.store.clone(), Arc::clone(&self.reported));
+        let key = (collection.to_string(), path.to_string());
+        let recording = tokio::spawn(async move {
+            if let Err(e) = store.insert_report_once(&report).await {
+                tracing::warn!(collection = %key.0, code = "driver_failed", error = %e, "could not record a report");
+                // Not remembered, so the next call that meets it reports it.
+                reported
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .remove(&key);
+            }
+        });
+        // Past the wait the report is still recorded, by the task.
+        let _ = tokio::time::timeout(REPORT_WAIT, recording).await;
     }
 
     /// Visible objects of `tenant` whose name starts with `prefix`, after `after`.
@@ -691,9 +703,9 @@ impl Upload {
         }
         match &mut self.sink {
             Sink::Local(write) => {
-                let mut file = write.take().ok_or(FilesError::Objects(
-                    "an earlier write did not finish".into(),
-                ))?;
+                let mut file = write
+                    .take()
+                    .ok_or_else(|| FilesError::Objects("an earlier write did not finish".into()))?;
                 let bytes = chunk.clone();
                 let (file, written) = blocking(move || {
                     let written = file.write(&bytes);
@@ -737,9 +749,9 @@ impl Upload {
     pub async fn finish(mut self) -> Result<Finished, FilesError> {
         match &mut self.sink {
             Sink::Local(write) => {
-                let file = write.take().ok_or(FilesError::Objects(
-                    "an earlier write did not finish".into(),
-                ))?;
+                let file = write
+                    .take()
+                    .ok_or_else(|| FilesError::Objects("an earlier write did not finish".into()))?;
                 blocking(move || file.finish())
                     .await?
                     .map_err(local_failed)?;
