@@ -550,3 +550,328 @@ async fn two_hosts_on_postgres_share_one_s3_collection() {
             .ends_with(&format!("-{}", two.child.id()))
     );
 }
+
+/// Every path under `dir` with its size: what a test compares to show nothing was made,
+/// changed or deleted there.
+fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
+    let mut found = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let entry = entry.unwrap();
+            let meta = std::fs::symlink_metadata(entry.path()).unwrap();
+            if meta.is_dir() {
+                todo.push(entry.path());
+            }
+            let path = entry
+                .path()
+                .strip_prefix(dir)
+                .unwrap()
+                .display()
+                .to_string();
+            found.insert(path, meta.len());
+        }
+    }
+    found
+}
+
+/// Links planted in a local collection — at an object's file (to a file outside the
+/// root), at a tenant's directory (to a directory outside), at the home's `files`
+/// directory — under `host run`, and under `host serve` (planted before it starts and
+/// while it serves) while guests read and write: each
+/// read and write through one is refused with a fixed code, nothing outside the root is
+/// read, made or deleted (by the collector neither), each path is reported once, and the
+/// host goes on serving the rest.
+async fn planted_links_are_refused_at_every_level(home: Home) {
+    home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+    let m = manifest(
+        &home,
+        &Storage::Local.collection("docs", ""),
+        r#"
+        [jobs.acme-io]
+        component = "{guest:filer}"
+        tenant = "acme"
+        retries = 0
+        grants.db = { read = ["ledger"] }
+        grants.files = { write = ["docs"] }
+        [jobs.globex-io]
+        component = "{guest:filer}"
+        tenant = "globex"
+        retries = 0
+        grants.db = { read = ["ledger"] }
+        grants.files = { write = ["docs"] }
+    "#,
+    );
+    let root = home.path().join("files/docs");
+    let outside = home.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let secret = "TOP-SECRET host file, not an object";
+    std::fs::write(outside.join("secret"), secret).unwrap();
+    let refused = |(code, r): (i32, Value)| {
+        assert_eq!(
+            (code, r["code"].as_str(), r["error"].as_str()),
+            (
+                1,
+                Some("path_refused"),
+                Some("capability refused: path-refused")
+            ),
+            "{r}"
+        );
+        assert!(!r.to_string().contains("TOP-SECRET"), "{r}");
+    };
+    let reports =
+        || home.scalar("SELECT COUNT(*) FROM jobhost_reports WHERE kind = 'path_refused'");
+
+    // The object's file, replaced by a link to a file outside the root.
+    assert_eq!(
+        run(
+            &home,
+            &m,
+            "files",
+            json!({"mode": "put", "name": "doc", "size": 20, "fill": "m"})
+        )
+        .0,
+        0
+    );
+    let key_of = |tenant: &'static str, name: &'static str| {
+        let home = &home;
+        async move {
+            let store = home.store().await;
+            let file = store
+                .get_file(tenant, "docs", name)
+                .await
+                .unwrap()
+                .expect("the file's row");
+            store.close().await;
+            file.object_key
+        }
+    };
+    let doc_key = key_of("acme", "doc").await;
+    std::fs::remove_file(root.join(&doc_key)).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret"), root.join(&doc_key)).unwrap();
+    refused(run(
+        &home,
+        &m,
+        "files",
+        json!({"mode": "read", "name": "doc"}),
+    ));
+    refused(run(
+        &home,
+        &m,
+        "files",
+        json!({"mode": "read", "name": "doc"}),
+    ));
+
+    // A tenant's directory, moved outside the root and replaced by a link to it.
+    assert_eq!(
+        run(
+            &home,
+            &m,
+            "other",
+            json!({"mode": "put", "name": "g", "size": 7, "fill": "g"})
+        )
+        .0,
+        0
+    );
+    let moved = outside.join("globex");
+    std::fs::rename(root.join("globex"), &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, root.join("globex")).unwrap();
+    let before = tree(&outside);
+    refused(run(
+        &home,
+        &m,
+        "other",
+        json!({"mode": "read", "name": "g"}),
+    ));
+    refused(run(
+        &home,
+        &m,
+        "other",
+        json!({"mode": "put", "name": "new", "size": 5}),
+    ));
+    assert_eq!(
+        tree(&outside),
+        before,
+        "something was made outside the root"
+    );
+    // Reported once per path, however many calls and processes met it.
+    assert_eq!(reports().await, 2);
+    let store = home.store().await;
+    let listed = store
+        .list_reports(Some("jobhost:files"), None, 10)
+        .await
+        .unwrap();
+    store.close().await;
+    let paths: Vec<Value> = listed
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(&r.body).unwrap()["path"].clone())
+        .collect();
+    assert_eq!(paths, [json!("globex"), json!(doc_key)]);
+
+    // A directory on the way to the collection's root (the home's `files`): the host
+    // refuses to open the collection at all, and makes nothing where the link points.
+    let files_moved = outside.join("files-moved");
+    std::fs::rename(home.path().join("files"), &files_moved).unwrap();
+    std::os::unix::fs::symlink(&files_moved, home.path().join("files")).unwrap();
+    let before = tree(&outside);
+    let out = home.run(&[
+        "run",
+        "files",
+        "--manifest",
+        &m,
+        "--payload",
+        &json!({"mode": "put", "name": "via-link", "size": 5}).to_string(),
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("symbolic link"), "{said}");
+    assert_eq!(
+        tree(&outside),
+        before,
+        "something was made outside the root"
+    );
+    std::fs::remove_file(home.path().join("files")).unwrap();
+    std::fs::rename(&files_moved, home.path().join("files")).unwrap();
+
+    // Under `host serve`, while the collector runs: the links are refused to every
+    // guest, and the host serves the rest.
+    let server = home
+        .serve(&[
+            "--manifest",
+            &m,
+            "--collect-interval",
+            "200ms",
+            "--file-grace",
+            "1s",
+        ])
+        .await;
+    let finished = |job: &'static str, payload: Value| {
+        let server = &server;
+        async move {
+            let body =
+                json!({"instance": uuid::Uuid::now_v7().simple().to_string(), "payload": payload});
+            let (status, started) = server
+                .post_as(
+                    Some(&server.token),
+                    &format!("/jobs/{job}/runs"),
+                    Some(&body.to_string()),
+                )
+                .await;
+            assert_eq!(status, 201, "{started}");
+            let id = started["run_id"].as_str().unwrap().to_string();
+            let started_at = Instant::now();
+            loop {
+                let (_, run) = server.get(&format!("/runs/{id}")).await;
+                if !["queued", "running"].contains(&run["status"].as_str().unwrap()) {
+                    return run;
+                }
+                assert!(started_at.elapsed() < Duration::from_secs(30), "{run}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let served_refusal = |run: Value| {
+        assert_eq!(
+            (run["status"].as_str(), run["code"].as_str()),
+            (Some("failed"), Some("path_refused")),
+            "{run}"
+        );
+        assert_eq!(run["error"], "capability refused: path-refused", "{run}");
+    };
+    served_refusal(finished("acme-io", json!({"mode": "read", "name": "doc"})).await);
+    served_refusal(finished("globex-io", json!({"mode": "read", "name": "g"})).await);
+    served_refusal(
+        finished(
+            "globex-io",
+            json!({"mode": "put", "name": "new", "size": 5}),
+        )
+        .await,
+    );
+    let ok = finished(
+        "acme-io",
+        json!({"mode": "put", "name": "fine", "size": 5, "fill": "f"}),
+    )
+    .await;
+    assert_eq!(ok["status"], "succeeded", "{ok}");
+    let ok = finished("acme-io", json!({"mode": "read", "name": "fine"})).await;
+    assert_eq!(ok["status"], "succeeded", "{ok}");
+    // A link planted while the host serves, at an object it wrote a moment ago.
+    let late = finished("acme-io", json!({"mode": "put", "name": "late", "size": 5})).await;
+    assert_eq!(late["status"], "succeeded", "{late}");
+    let late_key = key_of("acme", "late").await;
+    std::fs::remove_file(root.join(&late_key)).unwrap();
+    std::os::unix::fs::symlink(outside.join("secret"), root.join(&late_key)).unwrap();
+    served_refusal(finished("acme-io", json!({"mode": "read", "name": "late"})).await);
+    served_refusal(finished("acme-io", json!({"mode": "read", "name": "late"})).await);
+    assert_eq!(reports().await, 3);
+    // Garbage behind links, and garbage that is not: the collector deletes the one and
+    // leaves the others (and what they point at) alone, reporting nothing new.
+    let g_key = key_of("globex", "g").await;
+    let fine_key = key_of("acme", "fine").await;
+    for (job, name) in [("acme-io", "doc"), ("globex-io", "g"), ("acme-io", "fine")] {
+        let removed = finished(job, json!({"mode": "remove", "name": name})).await;
+        assert_eq!(removed["status"], "succeeded", "{removed}");
+    }
+    let none_left = |from: String| {
+        format!("SELECT CAST(CASE WHEN COUNT(*) = 0 THEN 1 ELSE 0 END AS BIGINT) FROM {from}")
+    };
+    home.wait_for(
+        &none_left(format!(
+            "jobhost_file_garbage WHERE object_key = '{fine_key}'"
+        )),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(!root.join(&fine_key).exists());
+    // Refused ones go to the back of the line: seen again (and kept) period after period.
+    let since = |key: String| {
+        let home = &home;
+        async move {
+            home.scalar(&format!(
+                "SELECT since FROM jobhost_file_garbage WHERE object_key = '{key}'"
+            ))
+            .await
+        }
+    };
+    let (doc_since, g_since) = (since(doc_key.clone()).await, since(g_key.clone()).await);
+    home.wait_for(&format!("SELECT COUNT(*) FROM jobhost_file_garbage WHERE object_key = '{doc_key}' AND since > {doc_since}"), Duration::from_secs(30)).await;
+    home.wait_for(&format!("SELECT COUNT(*) FROM jobhost_file_garbage WHERE object_key = '{g_key}' AND since > {g_since}"), Duration::from_secs(30)).await;
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret")).unwrap(),
+        secret
+    );
+    assert!(moved.join(g_key.strip_prefix("globex/").unwrap()).exists());
+    assert!(
+        std::fs::symlink_metadata(root.join(&doc_key))
+            .unwrap()
+            .is_symlink()
+    );
+    assert_eq!(reports().await, 3);
+    // Once the operator removed the links, both are collected.
+    std::fs::remove_file(root.join(&doc_key)).unwrap();
+    std::fs::remove_file(root.join("globex")).unwrap();
+    home.wait_for(
+        &none_left("jobhost_file_garbage".into()),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(outside.join("secret")).unwrap(),
+        secret
+    );
+    drop(server);
+}
+
+mod hostile_filesystem {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        planted_links_are_refused_at_every_level(Home::new(Backend::Sqlite).await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        planted_links_are_refused_at_every_level(Home::new(Backend::Postgres).await).await;
+    }
+}

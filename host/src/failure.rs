@@ -30,11 +30,12 @@ pub enum FailureCode {
     TooManyDefers,
     TenantLimit,
     QuotaExceeded,
+    PathRefused,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 19] = [
+    pub const ALL: [(FailureCode, &'static str); 20] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -111,6 +112,10 @@ impl FailureCode {
             FailureCode::QuotaExceeded,
             "the run was not started: its tenant used its fuel or time quota for the last hour (policy `fail`)",
         ),
+        (
+            FailureCode::PathRefused,
+            "a files call met a symbolic link (or a special file) under a local collection and was refused; the guest failed, and the operator was told",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -134,6 +139,7 @@ impl FailureCode {
             FailureCode::TooManyDefers => "too_many_defers",
             FailureCode::TenantLimit => "tenant_limit",
             FailureCode::QuotaExceeded => "quota_exceeded",
+            FailureCode::PathRefused => "path_refused",
         }
     }
 

@@ -102,6 +102,11 @@ impl GuestState {
             FilesError::ChunkTooLarge => HostError::Invalid("chunk-too-large".into()),
             FilesError::PageTooLarge => HostError::Invalid("page-too-large".into()),
             FilesError::NotFound => HostError::Invalid("not-found".into()),
+            // The operator was told where; the guest learns only that the host refused.
+            FilesError::PathRefused => {
+                self.signals.refused.get_or_insert(FailureCode::PathRefused);
+                HostError::CapabilityRefused("path-refused".into())
+            }
             FilesError::Open { .. } | FilesError::Objects(_) | FilesError::Store(_) => {
                 tracing::warn!(code = "driver_failed", error = %error, "a files call failed");
                 self.signals.unavailable = true;

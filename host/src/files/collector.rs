@@ -15,6 +15,11 @@
 //! - A key enters `jobhost_file_garbage` only in the transaction that makes its name point
 //!   elsewhere (or removes the name); it is deleted `garbage_grace` later, leaving readers
 //!   that resolved the name just before time to finish their read.
+//!
+//! On local storage nothing is deleted through a symbolic link: an object with a link in
+//! its place or on the way to it is reported (once) and its record kept, moved to the end
+//! of the line so it holds up no other; it is deleted in the first period after the
+//! operator removes the link.
 
 use super::{Files, FilesError};
 use crate::store::{DeadObject, Store};
@@ -42,6 +47,17 @@ pub struct Collected {
     pub ran: bool,
     pub uploads: usize,
     pub garbage: usize,
+    /// Objects left alone: a link stands in their place or on the way to them.
+    pub refused: usize,
+}
+
+/// What became of one dead object.
+enum Deleted {
+    Yes,
+    /// Its collection is not declared here (a host that declares it deletes it).
+    NotHere,
+    /// A link or a special file is in the way.
+    Refused,
 }
 
 impl Collector {
@@ -59,9 +75,16 @@ impl Collector {
             .dead_uploads(grace(self.upload_grace), BATCH)
             .await?
         {
-            if self.delete(&object).await? {
-                self.store.forget_upload(&object.object_key).await?;
-                collected.uploads += 1;
+            match self.delete(&object).await? {
+                Deleted::Yes => {
+                    self.store.forget_upload(&object.object_key).await?;
+                    collected.uploads += 1;
+                }
+                Deleted::Refused => {
+                    self.store.postpone_upload(&object.object_key).await?;
+                    collected.refused += 1;
+                }
+                Deleted::NotHere => {}
             }
         }
         for object in self
@@ -69,31 +92,39 @@ impl Collector {
             .dead_garbage(grace(self.garbage_grace), BATCH)
             .await?
         {
-            if self.delete(&object).await? {
-                self.store.forget_garbage(&object.object_key).await?;
-                collected.garbage += 1;
+            match self.delete(&object).await? {
+                Deleted::Yes => {
+                    self.store.forget_garbage(&object.object_key).await?;
+                    collected.garbage += 1;
+                }
+                Deleted::Refused => {
+                    self.store.postpone_garbage(&object.object_key).await?;
+                    collected.refused += 1;
+                }
+                Deleted::NotHere => {}
             }
         }
-        if collected.uploads + collected.garbage > 0 {
+        if collected.uploads + collected.garbage + collected.refused > 0 {
             tracing::info!(
                 uploads = collected.uploads,
                 garbage = collected.garbage,
+                refused = collected.refused,
                 "collected objects nothing can see"
             );
         }
         Ok(collected)
     }
 
-    /// Deletes an object; false (and its record kept) if its collection is not declared
-    /// on this host, for a host that declares it.
-    async fn delete(&self, object: &DeadObject) -> Result<bool, FilesError> {
+    /// Deletes an object (refused, and reported, if a link is in the way).
+    async fn delete(&self, object: &DeadObject) -> Result<Deleted, FilesError> {
         match self
             .files
             .delete_object(&object.collection, &object.object_key)
             .await
         {
-            Ok(()) => Ok(true),
-            Err(FilesError::UnknownCollection) => Ok(false),
+            Ok(()) => Ok(Deleted::Yes),
+            Err(FilesError::UnknownCollection) => Ok(Deleted::NotHere),
+            Err(FilesError::PathRefused) => Ok(Deleted::Refused),
             Err(e) => Err(e),
         }
     }

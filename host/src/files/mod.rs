@@ -1,5 +1,5 @@
-//! Named objects in collections: where the bytes live (a local directory or an
-//! S3-compatible store, one code path through `object_store`) and how a name comes to
+//! Named objects in collections: where the bytes live (a local directory, confined to it
+//! by `local`, or an S3-compatible store through `object_store`) and how a name comes to
 //! point at them.
 //!
 //! An upload is written under a fresh, never-reused key (`<tenant>/<uuid>`) after its key
@@ -12,17 +12,19 @@
 //! uploads never attached once no attach can commit any more.
 
 pub mod collector;
+mod local;
 
 use crate::store::guest::Fence;
 use crate::store::{FileRecord, FileWrite, FileWritten, PendingFile, Store, StoreError};
 use bytes::Bytes;
+use local::{LocalDir, LocalError, LocalWrite};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, PutPayloadMut, WriteMultipart};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Most bytes one `write` or `read` moves.
 pub const MAX_CHUNK: usize = 1 << 20;
@@ -102,6 +104,10 @@ pub enum FilesError {
     PageTooLarge,
     #[error("no such object")]
     NotFound,
+    /// A symbolic link (or another thing that is not a plain directory or file) under a
+    /// local collection, where the object's path goes: refused, never followed.
+    #[error("a path under the collection is refused")]
+    PathRefused,
     #[error("the object store failed: {0}")]
     Objects(String),
     #[error(transparent)]
@@ -124,14 +130,33 @@ impl From<object_store::Error> for FilesError {
 
 struct Collection {
     spec: CollectionSpec,
-    objects: Arc<dyn ObjectStore>,
+    objects: Objects,
 }
+
+/// Where a collection's bytes are.
+enum Objects {
+    Local(Arc<LocalDir>),
+    Remote(Arc<dyn ObjectStore>),
+}
+
+/// The `job` of a report about a collection's storage: the host's own, so no tenant's
+/// listing of reports shows it.
+const REPORTER: &str = "jobhost:files";
 
 /// Every collection a host knows, and the rows that name their objects.
 pub struct Files {
     collections: BTreeMap<String, Collection>,
     store: Store,
+    /// The refused paths (collection, path) this host has reported: each is reported
+    /// once, not once per call that meets it.
+    reported: Arc<Mutex<HashSet<(String, String)>>>,
 }
+
+/// How long a call that met a refused path waits for its report to be recorded. It is
+/// normally at once; on SQLite a guest's own open write transaction holds the lock the
+/// report needs, and then the report is recorded when that transaction ends, after the
+/// call answered.
+const REPORT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Who uploads: the tenant the object belongs to, the run that makes it, and until when
 /// (database clock) its attempt could still attach it.
@@ -150,15 +175,25 @@ pub struct Upload {
     collection: String,
     tenant: String,
     key: String,
-    objects: Arc<dyn ObjectStore>,
-    /// The whole object so far, until it outgrows one part.
-    held: PutPayloadMut,
-    multipart: Option<WriteMultipart>,
+    sink: Sink,
     digest: Digest,
     size: u64,
     max: u64,
     /// The tenant's quota in the collection: no object of it can be larger.
     quota: u64,
+}
+
+/// Where an upload's bytes go.
+enum Sink {
+    /// Written straight to the object's part file (`None` only while a write runs on a
+    /// blocking thread).
+    Local(Option<LocalWrite>),
+    Remote {
+        objects: Arc<dyn ObjectStore>,
+        /// The whole object so far, until it outgrows one part.
+        held: PutPayloadMut,
+        multipart: Option<WriteMultipart>,
+    },
 }
 
 /// A SHA-256 that runs beside the upload: each large chunk is hashed on a blocking
@@ -225,29 +260,16 @@ impl Files {
                 name: name.clone(),
                 reason,
             };
-            let in_home = home.join("files").join(name);
-            let local = match &spec.location {
-                Location::Home => Some(in_home.as_path()),
-                Location::Local(dir) => Some(dir.as_path()),
-                Location::Url(_) => None,
-            };
-            let objects: Arc<dyn ObjectStore> = match (local, &spec.location) {
-                (Some(dir), _) => {
-                    std::fs::create_dir_all(dir)
-                        .map_err(|e| open_err(format!("{}: {e}", dir.display())))?;
-                    if std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
-                        return Err(open_err(format!(
-                            "{} is a symbolic link: give the directory itself",
-                            dir.display()
-                        )));
-                    }
-                    Arc::new(
-                        object_store::local::LocalFileSystem::new_with_prefix(dir)
-                            .map_err(|e| open_err(format!("{}: {e}", dir.display())))?,
-                    )
+            // The operator's own path is taken as given; from there on, nothing is
+            // followed (under the home: neither `files` nor the collection's directory).
+            let objects = match &spec.location {
+                Location::Home => Objects::Local(Arc::new(
+                    LocalDir::open(home, &["files", name]).map_err(open_err)?,
+                )),
+                Location::Local(dir) => {
+                    Objects::Local(Arc::new(LocalDir::open(dir, &[]).map_err(open_err)?))
                 }
-                (None, Location::Url(url)) => open_url(url).map_err(open_err)?,
-                (None, _) => unreachable!("only a URL is not local"),
+                Location::Url(url) => Objects::Remote(open_url(url).map_err(open_err)?),
             };
             collections.insert(
                 name.clone(),
@@ -257,7 +279,11 @@ impl Files {
                 },
             );
         }
-        Ok(Files { collections, store })
+        Ok(Files {
+            collections,
+            store,
+            reported: Arc::default(),
+        })
     }
 
     pub fn spec(&self, collection: &str) -> Option<&CollectionSpec> {
@@ -320,12 +346,77 @@ impl Files {
         if start == end {
             return Ok(Vec::new());
         }
-        let bytes = self
-            .collection(collection)?
-            .objects
-            .get_range(&ObjectPath::from(key), start..end)
-            .await?;
-        Ok(bytes.to_vec())
+        match &self.collection(collection)?.objects {
+            Objects::Local(dir) => {
+                let (dir, key_owned) = (Arc::clone(dir), key.to_string());
+                let read = blocking(move || dir.read(&key_owned, start, end)).await?;
+                self.local(collection, read).await
+            }
+            Objects::Remote(objects) => Ok(objects
+                .get_range(&ObjectPath::from(key), start..end)
+                .await?
+                .to_vec()),
+        }
+    }
+
+    /// A local storage call's result: a refused path is reported to the operator (once)
+    /// and answered with a fixed code, never with the path.
+    async fn local<T>(
+        &self,
+        collection: &str,
+        result: Result<T, LocalError>,
+    ) -> Result<T, FilesError> {
+        match result {
+            Ok(value) => Ok(value),
+            Err(LocalError::NotFound) => Err(FilesError::NotFound),
+            Err(e @ LocalError::Io(_)) => Err(local_failed(e)),
+            Err(LocalError::Refused(path)) => {
+                self.report_refused(collection, &path).await;
+                Err(FilesError::PathRefused)
+            }
+        }
+    }
+
+    /// Reports a refused path once per collection and path: this host remembers what it
+    /// reported, and the outbox keeps one report of each for every host (until retention
+    /// prunes it). The path is under the collection's root, made of a tenant's name and a
+    /// key the host made: nothing a guest wrote.
+    async fn report_refused(&self, collection: &str, path: &str) {
+        let first = self
+            .reported
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert((collection.to_string(), path.to_string()));
+        if !first {
+            return;
+        }
+        let code = crate::failure::FailureCode::PathRefused;
+        tracing::error!(
+            collection,
+            path,
+            code = code.as_str(),
+            "a path under a local collection is a link or not a plain file: refused"
+        );
+        let report = crate::store::NewReport::about_storage(
+            crate::store::ReportKind::PathRefused,
+            REPORTER,
+            code,
+            serde_json::json!({ "collection": collection, "path": path }),
+        );
+        let (store, reported) = (self.store.clone(), Arc::clone(&self.reported));
+        let key = (collection.to_string(), path.to_string());
+        let recording = tokio::spawn(async move {
+            if let Err(e) = store.insert_report_once(&report).await {
+                tracing::warn!(collection = %key.0, code = "driver_failed", error = %e, "could not record a report");
+                // Not remembered, so the next call that meets it reports it.
+                reported
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .remove(&key);
+            }
+        });
+        // Past the wait the report is still recorded, by the task.
+        let _ = tokio::time::timeout(REPORT_WAIT, recording).await;
     }
 
     /// Visible objects of `tenant` whose name starts with `prefix`, after `after`.
@@ -372,13 +463,23 @@ impl Files {
         self.store
             .insert_upload(&key, &who.tenant, collection, &who.run_id, who.attach_by)
             .await?;
+        let sink = match &c.objects {
+            Objects::Local(dir) => {
+                let (dir, key) = (Arc::clone(dir), key.clone());
+                let created = blocking(move || dir.create(&key)).await?;
+                Sink::Local(Some(self.local(collection, created).await?))
+            }
+            Objects::Remote(objects) => Sink::Remote {
+                objects: Arc::clone(objects),
+                held: PutPayloadMut::new(),
+                multipart: None,
+            },
+        };
         Ok(Upload {
             collection: collection.to_string(),
             tenant: who.tenant.clone(),
             key,
-            objects: Arc::clone(&c.objects),
-            held: PutPayloadMut::new(),
-            multipart: None,
+            sink,
             digest: Digest::Ready(Sha256::new()),
             size: 0,
             max: c.spec.max_object_bytes,
@@ -569,14 +670,16 @@ impl Files {
         collection: &str,
         key: &str,
     ) -> Result<(), FilesError> {
-        match self
-            .collection(collection)?
-            .objects
-            .delete(&ObjectPath::from(key))
-            .await
-        {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
+        match &self.collection(collection)?.objects {
+            Objects::Local(dir) => {
+                let (dir, key) = (Arc::clone(dir), key.to_string());
+                let deleted = blocking(move || dir.delete(&key)).await?;
+                self.local(collection, deleted).await
+            }
+            Objects::Remote(objects) => match objects.delete(&ObjectPath::from(key)).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(e.into()),
+            },
         }
     }
 }
@@ -598,22 +701,44 @@ impl Upload {
         if size > self.quota {
             return Err(FilesError::QuotaExceeded);
         }
-        if self.multipart.is_none() && self.held.content_length() + chunk.len() > PART {
-            let upload = self.objects.put_multipart(&self.path()).await?;
-            let mut writer = WriteMultipart::new_with_chunk_size(upload, PART);
-            for held in PutPayload::from(std::mem::take(&mut self.held)).iter() {
-                writer.put(held.clone());
+        match &mut self.sink {
+            Sink::Local(write) => {
+                let mut file = write
+                    .take()
+                    .ok_or_else(|| FilesError::Objects("an earlier write did not finish".into()))?;
+                let bytes = chunk.clone();
+                let (file, written) = blocking(move || {
+                    let written = file.write(&bytes);
+                    (file, written)
+                })
+                .await?;
+                *write = Some(file);
+                written.map_err(local_failed)?;
             }
-            self.multipart = Some(writer);
-        }
-        match &mut self.multipart {
-            Some(writer) => {
-                // At most one part in flight besides the one filling: an open upload
-                // holds at most two parts of memory.
-                writer.wait_for_capacity(1).await?;
-                writer.put(chunk.clone());
+            Sink::Remote {
+                objects,
+                held,
+                multipart,
+            } => {
+                if multipart.is_none() && held.content_length() + chunk.len() > PART {
+                    let path = ObjectPath::from(self.key.as_str());
+                    let upload = objects.put_multipart(&path).await?;
+                    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART);
+                    for part in PutPayload::from(std::mem::take(held)).iter() {
+                        writer.put(part.clone());
+                    }
+                    *multipart = Some(writer);
+                }
+                match multipart {
+                    Some(writer) => {
+                        // At most one part in flight besides the one filling: an open
+                        // upload holds at most two parts of memory.
+                        writer.wait_for_capacity(1).await?;
+                        writer.put(chunk.clone());
+                    }
+                    None => held.push(chunk.clone()),
+                }
             }
-            None => self.held.push(chunk.clone()),
         }
         self.size += chunk.len() as u64;
         self.digest.update(chunk).await?;
@@ -622,13 +747,31 @@ impl Upload {
 
     /// Completes the object under its key (still invisible).
     pub async fn finish(mut self) -> Result<Finished, FilesError> {
-        match self.multipart.take() {
-            Some(writer) => writer.finish().await?,
-            None => {
-                let held = PutPayload::from(std::mem::take(&mut self.held));
-                self.objects.put(&self.path(), held).await?
+        match &mut self.sink {
+            Sink::Local(write) => {
+                let file = write
+                    .take()
+                    .ok_or_else(|| FilesError::Objects("an earlier write did not finish".into()))?;
+                blocking(move || file.finish())
+                    .await?
+                    .map_err(local_failed)?;
             }
-        };
+            Sink::Remote {
+                objects,
+                held,
+                multipart,
+            } => match multipart.take() {
+                Some(writer) => {
+                    writer.finish().await?;
+                }
+                None => {
+                    let held = PutPayload::from(std::mem::take(held));
+                    objects
+                        .put(&ObjectPath::from(self.key.as_str()), held)
+                        .await?;
+                }
+            },
+        }
         Ok(Finished {
             collection: std::mem::take(&mut self.collection),
             tenant: std::mem::take(&mut self.tenant),
@@ -637,18 +780,15 @@ impl Upload {
             digest: self.digest.finish().await?,
         })
     }
-
-    fn path(&self) -> ObjectPath {
-        ObjectPath::from(self.key.as_str())
-    }
 }
 
 impl Drop for Upload {
     /// Dropped unattached: the parts written so far are discarded (the collector deletes
     /// whatever the store still keeps under the key). Nothing was sent while the object
-    /// fitted in one part.
+    /// fitted in one part; a local part file is deleted as its writer drops.
     fn drop(&mut self) {
-        if let Some(writer) = self.multipart.take()
+        if let Sink::Remote { multipart, .. } = &mut self.sink
+            && let Some(writer) = multipart.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             runtime.spawn(async move {
@@ -656,6 +796,23 @@ impl Drop for Upload {
             });
         }
     }
+}
+
+/// A local write's failure (only the filesystem's: a write never resolves a path).
+fn local_failed(e: LocalError) -> FilesError {
+    FilesError::Objects(match e {
+        LocalError::Io(kind) => format!("local storage: {kind}"),
+        _ => "local storage refused the write".into(),
+    })
+}
+
+/// Runs a call on the local filesystem on a blocking thread.
+async fn blocking<T: Send + 'static>(
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, FilesError> {
+    tokio::task::spawn_blocking(call)
+        .await
+        .map_err(|_| FilesError::Objects("a local storage call was cancelled".into()))
 }
 
 /// Opens an object store URL: `s3://bucket[/prefix]`, with the endpoint, region and

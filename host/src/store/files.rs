@@ -399,6 +399,21 @@ impl Store {
         Ok(())
     }
 
+    /// Puts a dead upload's record back to the end of the collector's line (never
+    /// earlier: its attempt's deadline passed long ago).
+    pub async fn postpone_upload(&self, key: &str) -> Result<()> {
+        let q = &self.q.postpone_upload;
+        with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(key).execute(p).await.map(drop)?);
+        Ok(())
+    }
+
+    /// Puts a garbage record back to the end of the collector's line.
+    pub async fn postpone_garbage(&self, key: &str) -> Result<()> {
+        let q = &self.q.postpone_garbage;
+        with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(key).execute(p).await.map(drop)?);
+        Ok(())
+    }
+
     /// Whether an attempt holds its lease right now (database clock), without locking it.
     pub async fn lease_live(&self, fence: &Fence) -> Result<bool> {
         let q = &self.q.lease_live;

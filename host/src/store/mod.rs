@@ -761,6 +761,14 @@ impl Store {
         Ok(())
     }
 
+    /// Records `report` unless the outbox already holds the same one (kind, job and
+    /// body); whether it was recorded now.
+    pub async fn insert_report_once(&self, report: &NewReport) -> Result<bool> {
+        let q = &self.q.insert_report_once;
+        let inserted = with_pool!(self.pool, p => bind_report(sqlx::query(q.as_str()), report).execute(p).await?.rows_affected());
+        Ok(inserted > 0)
+    }
+
     /// Takes up to `limit` undelivered reports for delivery, hiding them from other hosts
     /// for `claim_ms`.
     pub async fn claim_reports(&self, limit: i64, claim_ms: i64) -> Result<Vec<ReportRecord>> {

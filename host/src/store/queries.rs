@@ -537,6 +537,10 @@ queries! {
     dead_garbage = "SELECT object_key, collection FROM jobhost_file_garbage \
         WHERE since < {now} - $1 ORDER BY since LIMIT $2";
     forget_garbage = "DELETE FROM jobhost_file_garbage WHERE object_key = $1";
+    // A dead object the collector could not delete (a link in its way) goes to the back
+    // of the line, so it does not hold up the others.
+    postpone_upload = "UPDATE jobhost_uploads SET attach_by = {now} WHERE object_key = $1";
+    postpone_garbage = "UPDATE jobhost_file_garbage SET since = {now} WHERE object_key = $1";
 
     signing_keys = "SELECT kid, seed, public_key, created_at FROM jobhost_signing_keys \
         ORDER BY created_at DESC";
@@ -546,6 +550,10 @@ queries! {
 
     insert_report = "INSERT INTO jobhost_reports (kind, job, run_id, code, body, created_at, \
         next_try_at) VALUES ($1, $2, $3, $4, $5, {now}, {now})";
+    // The same report (kind, job and body) only if the outbox holds none yet.
+    insert_report_once = "INSERT INTO jobhost_reports (kind, job, run_id, code, body, created_at, \
+        next_try_at) SELECT $1, $2, $3, $4, $5, {now}, {now} WHERE NOT EXISTS \
+        (SELECT 1 FROM jobhost_reports WHERE kind = $1 AND job = $2 AND body = $5)";
     claim_reports = "UPDATE jobhost_reports SET next_try_at = {now} + $2 \
         WHERE id IN (SELECT id FROM jobhost_reports WHERE delivered_at IS NULL \
             AND next_try_at <= {now} ORDER BY id LIMIT $1 {skip_locked}) \

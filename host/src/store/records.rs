@@ -319,6 +319,8 @@ pub enum ReportKind {
     LeaseLost,
     /// A run its job's `max_per_tenant` refused (policy `skip`).
     Dropped,
+    /// A path under a local collection that the host refused to follow.
+    PathRefused,
 }
 
 impl ReportKind {
@@ -329,6 +331,7 @@ impl ReportKind {
             ReportKind::Missed => "missed",
             ReportKind::LeaseLost => "lease_lost",
             ReportKind::Dropped => "dropped",
+            ReportKind::PathRefused => "path_refused",
         }
     }
 }
@@ -370,6 +373,31 @@ impl NewReport {
                 "code": code.as_str(),
             })
             .to_string(),
+        }
+    }
+
+    /// A report about the host's own storage, by one of its chores (`job`): no run, and
+    /// `details` (fixed fields, host-made values) beside the kind, job and code.
+    pub fn about_storage(
+        kind: ReportKind,
+        job: &str,
+        code: crate::failure::FailureCode,
+        details: serde_json::Value,
+    ) -> Self {
+        let mut body = serde_json::json!({
+            "kind": kind.as_str(),
+            "job": job,
+            "code": code.as_str(),
+        });
+        if let (Some(body), serde_json::Value::Object(details)) = (body.as_object_mut(), details) {
+            body.extend(details);
+        }
+        NewReport {
+            kind,
+            job: job.to_string(),
+            run_id: None,
+            code: Some(code.as_str().to_string()),
+            body: body.to_string(),
         }
     }
 }
