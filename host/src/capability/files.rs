@@ -537,7 +537,15 @@ mod tests {
         assert_ne!(second.version, first.version);
         assert_eq!(pinned(&mut guest, &second.version).await.unwrap(), b"wo");
         assert!(matches!(
-            Host::read_version(&mut guest, "other".into(), "a.txt".into(), second.version, 0, 2).await,
+            Host::read_version(
+                &mut guest,
+                "other".into(),
+                "a.txt".into(),
+                second.version,
+                0,
+                2
+            )
+            .await,
             Err(ReadError::Host(HostError::CapabilityRefused(_)))
         ));
         // Refusals: a collection not granted, a bad name, too large a chunk.

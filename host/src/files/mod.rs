@@ -604,7 +604,10 @@ impl Files {
     /// collector, which finds nothing left to delete (and on SQLite a guest's open
     /// transaction may hold the write lock). A failed delete is left to the collector too.
     pub async fn discard(&self, finished: &Finished) {
-        if let Err(e) = self.delete_object(&finished.collection, &finished.key).await {
+        if let Err(e) = self
+            .delete_object(&finished.collection, &finished.key)
+            .await
+        {
             tracing::warn!(code = "driver_failed", error = %e, "could not delete a refused upload");
         }
     }

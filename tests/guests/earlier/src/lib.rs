@@ -23,7 +23,8 @@ impl Guest for Earlier {
             .ok_or_else(|| JobError::Failed("no such object".into()))?;
         let mut bytes = Vec::new();
         while (bytes.len() as u64) < meta.size {
-            let chunk = files::read(&collection, &name, bytes.len() as u64, 1 << 20).map_err(failed)?;
+            let chunk =
+                files::read(&collection, &name, bytes.len() as u64, 1 << 20).map_err(failed)?;
             if chunk.is_empty() {
                 break;
             }
