@@ -43,11 +43,11 @@ async fn stored_objects(home: &Home, manifest: &str, storage: Storage, collectio
             let suffix = format!("/{collection}\"");
             let prefix = text
                 .lines()
-                .find_map(|l| {
+                .filter_map(|l| {
                     l.trim()
                         .strip_prefix(&format!("url = \"s3://{}/", common::S3_BUCKET))
                 })
-                .filter(|rest| rest.ends_with(&suffix))
+                .find(|rest| rest.ends_with(&suffix))
                 .map(|rest| rest.trim_end_matches('"').to_string())
                 .expect("the collection's S3 URL");
             let mut s3 =
@@ -67,6 +67,22 @@ async fn stored_objects(home: &Home, manifest: &str, storage: Storage, collectio
                 .unwrap();
             listed.len()
         }
+    }
+}
+
+/// Waits until the collector of a serving host deleted every replaced or removed object.
+async fn garbage_collected(home: &Home) {
+    let started = Instant::now();
+    while home
+        .scalar("SELECT COUNT(*) FROM jobhost_file_garbage")
+        .await
+        > 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "garbage was never collected"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -153,7 +169,12 @@ fn read(home: &Home, m: &str, job: &str, name: &str) -> Option<String> {
 on_every_backend_and_storage! {
     async fn an_attached_upload_is_visible_and_whole(home, storage) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
-        let m = manifest(&home, &storage.collection("docs", ""), "");
+        let m = manifest(&home, &storage.collection("docs", ""), r#"
+            [jobs.earlier]
+            component = "{guest:earlier}"
+            tenant = "acme"
+            grants.files = { read = ["docs"] }
+        "#);
         // Larger than a host call and than one part of a multipart upload.
         let size = 6 * 1024 * 1024 + 123;
         let (code, r) = run(&home, &m, "files", json!({"mode": "put", "name": "big.bin", "size": size, "fill": "ab"}));
@@ -162,6 +183,10 @@ on_every_backend_and_storage! {
         let digest = hex::encode(Sha256::digest(&content));
         let seen = read(&home, &m, "files", "big.bin").expect("visible");
         assert!(seen.contains(&format!("read {size} bytes, first Some('a'), digest {digest}")), "{seen}");
+        // A guest built against 0.1.2 reads it with that version's calls.
+        let (code, r) = run(&home, &m, "earlier", json!({"collection": "docs", "name": "big.bin"}));
+        assert_eq!(code, 0, "{r}");
+        assert!(log(&home, &r).contains(&format!("read {size} bytes, first Some('a'), digest {digest}")), "{}", log(&home, &r));
         // Listed, paged, and removed.
         for name in ["a/1", "a/2", "a/3", "b/1"] {
             assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": name, "size": 3})).0, 0);
@@ -380,36 +405,51 @@ on_every_backend_and_storage! {
         };
         assert_eq!(put("capped", "a", 4000, "own").0, 0);
         assert_eq!(put("capped", "b", 4000, "own").0, 0);
-        // 12 000 bytes would pass 10 KiB: refused, nothing visible, the upload left for
-        // the collector.
+        // 12 000 bytes would pass 10 KiB: refused, nothing visible, and the refused
+        // upload's object deleted at once.
         refused(put("capped", "c", 4000, "own"));
+        assert_eq!(stored_objects(&home, &m, storage, "capped").await, 2);
         // An upload larger than the whole quota is refused as it is written.
         refused(put("capped", "huge", 11 * 1024, "own"));
-        // A name's old object does not count against its replacement.
-        assert_eq!(put("capped", "a", 6000, "own").0, 0);
-        assert_eq!(put("capped", "a", 1000, "own").0, 0);
-        assert_eq!(put("capped", "c", 4000, "in-tx").0, 0);
         // Three objects: a fourth is refused, inside a transaction too, whose rows then
         // commit with nothing.
+        assert_eq!(put("capped", "c", 1000, "in-tx").0, 0);
         refused(put("capped", "d", 1, "own"));
         let r = refused(put("capped", "d", 1, "in-tx"));
         assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{}'", r["run_id"].as_str().unwrap())).await, 0);
+        assert_eq!(stored_objects(&home, &m, storage, "capped").await, 3);
         // Another tenant has a quota of its own.
         assert_eq!(put("capped-other", "d", 4000, "own").0, 0);
-        // Removing makes room again.
+        // A replaced or removed object takes its bytes until the collector deletes it, so
+        // it still counts: neither makes room before then.
+        refused(put("capped", "a", 1000, "own"));
         assert!(log(&home, &run(&home, &m, "capped", json!({"mode": "remove", "collection": "capped", "name": "b"})).1).contains("removed true"));
-        assert_eq!(put("capped", "d", 1, "own").0, 0);
-        // The usage the quota reads is what the names point at.
-        for tenant in ["acme", "globex"] {
-            let kept = format!("FROM jobhost_files WHERE tenant = '{tenant}' AND collection = 'capped'");
-            let usage = format!("FROM jobhost_file_usage WHERE tenant = '{tenant}' AND collection = 'capped'");
-            assert_eq!(home.scalar(&format!("SELECT bytes {usage}")).await, home.scalar(&format!("SELECT CAST(SUM(size) AS BIGINT) {kept}")).await);
-            assert_eq!(home.scalar(&format!("SELECT objects {usage}")).await, home.scalar(&format!("SELECT COUNT(*) {kept}")).await);
-        }
-        assert_eq!(home.scalar("SELECT CAST(SUM(size) AS BIGINT) FROM jobhost_files WHERE tenant = 'acme' AND collection = 'capped'").await, 1000 + 4000 + 1);
-        // Two attempts racing for the last bytes: both upload, then attach at once; one
-        // is refused, whichever comes second.
-        assert!(log(&home, &run(&home, &m, "capped", json!({"mode": "remove", "collection": "capped", "name": "d"})).1).contains("removed true"));
+        refused(put("capped", "d", 1, "own"));
+        // The usage the quota reads is what the names point at and what awaits collection.
+        let usage_is_kept = async || {
+            for tenant in ["acme", "globex"] {
+                let kept = format!("FROM jobhost_files WHERE tenant = '{tenant}' AND collection = 'capped'");
+                let garbage = format!("FROM jobhost_file_garbage WHERE tenant = '{tenant}' AND collection = 'capped'");
+                let usage = format!("FROM jobhost_file_usage WHERE tenant = '{tenant}' AND collection = 'capped'");
+                assert_eq!(
+                    home.scalar(&format!("SELECT bytes {usage}")).await,
+                    home.scalar(&format!("SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) {kept}")).await
+                        + home.scalar(&format!("SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) {garbage}")).await
+                );
+                assert_eq!(
+                    home.scalar(&format!("SELECT objects {usage}")).await,
+                    home.scalar(&format!("SELECT COUNT(*) {kept}")).await + home.scalar(&format!("SELECT COUNT(*) {garbage}")).await
+                );
+            }
+        };
+        usage_is_kept().await;
+        assert_eq!(home.scalar("SELECT bytes FROM jobhost_file_usage WHERE tenant = 'acme' AND collection = 'capped'").await, 4000 + 4000 + 1000);
+        // Once the collector deleted b's object, there is room again: two attempts race for
+        // it, both upload, then attach at once; one is refused, whichever comes second.
+        let server = home.serve(&["--manifest", &m, "--collect-interval", "300ms", "--file-grace", "1s"]).await;
+        garbage_collected(&home).await;
+        drop(server);
+        usage_is_kept().await;
         let racers: Vec<_> = ["x", "y"]
             .iter()
             .map(|name| home.spawn(&[
@@ -426,6 +466,89 @@ on_every_backend_and_storage! {
         codes.sort();
         assert_eq!(codes, vec![(Some(0), None), (Some(1), Some("invalid call: quota-exceeded".to_string()))]);
         assert!(home.scalar("SELECT CAST(SUM(size) AS BIGINT) FROM jobhost_files WHERE tenant = 'acme' AND collection = 'capped'").await <= 10 * 1024);
+        usage_is_kept().await;
+    }
+
+    async fn replaced_objects_count_against_the_quota_until_collected(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let capped = storage.collection("capped", "max_tenant_bytes = \"10MiB\"");
+        let m = manifest(&home, &format!("{}{capped}", storage.collection("docs", "")), r#"
+            [jobs.capped]
+            component = "{guest:filer}"
+            tenant = "acme"
+            grants.db = { write = ["ledger"] }
+            grants.files = { write = ["capped"] }
+        "#);
+        let size = 5 * 1024 * 1024;
+        let put = || run(&home, &m, "capped", json!({"mode": "put", "collection": "capped", "name": "big", "size": size}));
+        let usage = "SELECT bytes FROM jobhost_file_usage WHERE tenant = 'acme' AND collection = 'capped'";
+        // The object and one replacement fill the 10 MiB: the replaced one still counts.
+        assert_eq!(put().0, 0);
+        assert_eq!(put().0, 0);
+        assert_eq!(home.scalar(usage).await, 2 * size as i64);
+        // Every further replacement is refused, and leaves nothing on the storage.
+        for _ in 0..3 {
+            let (code, r) = put();
+            assert_eq!((code, r["error"].as_str()), (1, Some("invalid call: quota-exceeded")), "{r}");
+        }
+        assert_eq!(home.scalar(usage).await, 2 * size as i64);
+        assert_eq!(stored_objects(&home, &m, storage, "capped").await, 2);
+        // The collector deletes the replaced object, and its bytes with it.
+        let server = home.serve(&["--manifest", &m, "--collect-interval", "300ms", "--file-grace", "1s"]).await;
+        garbage_collected(&home).await;
+        drop(server);
+        assert_eq!(home.scalar(usage).await, size as i64);
+        assert_eq!(stored_objects(&home, &m, storage, "capped").await, 1);
+        // Room again, for one replacement.
+        assert_eq!(put().0, 0);
+        let (code, r) = put();
+        assert_eq!((code, r["error"].as_str()), (1, Some("invalid call: quota-exceeded")), "{r}");
+    }
+
+    async fn a_read_never_mixes_two_objects_while_the_name_is_replaced(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let m = manifest(&home, &storage.collection("docs", ""), "");
+        // Three chunks to a read; two writers point the name at A and at B, again and
+        // again, while a reader reads it whole hundreds of times. The collector deletes
+        // replaced objects a second later, so the churn keeps little on the storage.
+        let size = 2 * 1024 * 1024 + 1;
+        assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "doc", "size": size, "fill": "A"})).0, 0);
+        let server = home.serve(&["--manifest", &m, "--collect-interval", "200ms", "--file-grace", "1s"]).await;
+        let writers: Vec<_> = ["A", "B"]
+            .iter()
+            .map(|fill| home.spawn(&[
+                "run", "files", "--manifest", &m, "--instance", &format!("writer-{fill}"), "--timeout", "120s",
+                "--json", "--payload",
+                &json!({"mode": "churn-put", "name": "doc", "size": size, "fill": fill, "count": 2000}).to_string(),
+            ]))
+            .collect();
+        let (code, r) = home.run_json(&[
+            "files", "--manifest", &m, "--instance", "reader", "--timeout", "120s", "--payload",
+            &json!({"mode": "churn-read", "name": "doc", "size": size, "fill": "A", "other": "B", "count": 400}).to_string(),
+        ]);
+        for writer in writers {
+            let out = tokio::task::spawn_blocking(move || writer.wait_with_output()).await.unwrap().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        }
+        drop(server);
+        assert_eq!(code, 0, "{r}");
+        let seen = log(&home, &r);
+        let counts: Vec<u32> = seen
+            .lines()
+            .find_map(|l| l.split_once("churn "))
+            .expect("the reader's counts")
+            .1
+            .split(' ')
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        let [a, b, mixed, gave_up] = counts[..] else { panic!("{seen}") };
+        // Every read was exactly A or exactly B, and the name did change under the reader.
+        assert_eq!(mixed, 0, "{seen}");
+        assert!(a > 0 && b > 0, "{seen}");
+        // A read that found the name replaced at each of its attempts says so (`changed`);
+        // under this churn some do, never most.
+        assert_eq!(a + b + gave_up, 400, "{seen}");
+        assert!(a + b >= 100, "{seen}");
     }
 
     async fn one_tenant_never_sees_anothers_objects(home, storage) {

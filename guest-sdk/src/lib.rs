@@ -183,6 +183,12 @@ impl From<HostError> for JobError {
     }
 }
 
+impl From<files::ReadError> for JobError {
+    fn from(e: files::ReadError) -> Self {
+        JobError::Failed(files::describe_read(&e))
+    }
+}
+
 impl From<serde_json::Error> for JobError {
     fn from(e: serde_json::Error) -> Self {
         JobError::Failed(format!("JSON: {e}"))
@@ -379,46 +385,91 @@ pub mod steps;
 /// largest object), invisible until attached to its name — in a fenced transaction of its
 /// own ([`files::Upload::attach`]) or inside the job's database transaction
 /// ([`files::Upload::attach_in`]), so "the rows I wrote" and "the file I wrote" commit
-/// together. Names belong to the run's tenant.
+/// together. Reading is [`files::read_all`], or [`files::stat_version`] then
+/// [`files::read_version`] chunk by chunk: one object's bytes, never part of two, however
+/// the name is replaced meanwhile. Names belong to the run's tenant.
 pub mod files {
     use crate::HostError;
     use crate::bindings::jobhost::job::files as raw;
     pub use crate::bindings::jobhost::job::files::{
-        ObjectMetadata, ObjectPage, PendingFile, Verdict,
+        ObjectMetadata, ObjectPage, ObjectVersion, PendingFile, ReadError, Verdict,
     };
 
     /// The most bytes one host call moves.
     pub const CHUNK: usize = 1 << 20;
+    /// How many times [`read_all`] starts over on a name replaced under it before it
+    /// gives up with [`ReadError::Changed`].
+    pub const READ_ATTEMPTS: u32 = 8;
 
     pub fn stat(collection: &str, name: &str) -> Result<Option<ObjectMetadata>, HostError> {
         raw::stat(collection, name)
     }
 
-    /// Up to `len` bytes (at most [`CHUNK`]) of an object, from `offset`.
+    /// Up to `len` bytes (at most [`CHUNK`]) of whatever object `name` points at when
+    /// called, from `offset`: chunks read this way may come from two objects if the name
+    /// is replaced between them. [`read_version`] reads one object.
     pub fn read(collection: &str, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, HostError> {
         raw::read(collection, name, offset, len)
     }
 
-    /// A whole object, read chunk by chunk; `None` if there is none. Should the name be
-    /// pointed at another object meanwhile, the read starts again, so the bytes are always
-    /// one object's.
-    pub fn read_all(collection: &str, name: &str) -> Result<Option<Vec<u8>>, HostError> {
-        loop {
-            let Some(before) = stat(collection, name)? else {
+    /// The object `name` points at and its version, for [`read_version`].
+    pub fn stat_version(collection: &str, name: &str) -> Result<Option<ObjectVersion>, HostError> {
+        raw::stat_version(collection, name)
+    }
+
+    /// Up to `len` bytes (at most [`CHUNK`]) of `version` of `name`, from `offset`;
+    /// [`ReadError::Changed`] once the name points at another object (or none).
+    pub fn read_version(
+        collection: &str,
+        name: &str,
+        version: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, ReadError> {
+        raw::read_version(collection, name, version, offset, len)
+    }
+
+    /// A whole object, read chunk by chunk from one version; `None` if there is none.
+    /// Should the name be pointed at another object meanwhile, the read starts again from
+    /// the new one, at most [`READ_ATTEMPTS`] times in all, then fails with
+    /// [`ReadError::Changed`]: the bytes are always exactly one object's.
+    pub fn read_all(collection: &str, name: &str) -> Result<Option<Vec<u8>>, ReadError> {
+        for _ in 0..READ_ATTEMPTS {
+            let Some(object) = stat_version(collection, name).map_err(ReadError::Host)? else {
                 return Ok(None);
             };
-            let mut bytes = Vec::with_capacity(before.size as usize);
-            while (bytes.len() as u64) < before.size {
-                let chunk = read(collection, name, bytes.len() as u64, CHUNK as u64)?;
-                if chunk.is_empty() {
-                    break;
-                }
-                bytes.extend_from_slice(&chunk);
+            match read_whole(collection, name, &object) {
+                Err(ReadError::Changed) => continue,
+                read => return read.map(Some),
             }
-            let after = stat(collection, name)?;
-            if after.as_ref().map(|a| &a.digest) == Some(&before.digest) {
-                return Ok(Some(bytes));
+        }
+        Err(ReadError::Changed)
+    }
+
+    /// Every byte of one version.
+    fn read_whole(
+        collection: &str,
+        name: &str,
+        object: &ObjectVersion,
+    ) -> Result<Vec<u8>, ReadError> {
+        let size = object.metadata.size;
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        while (bytes.len() as u64) < size {
+            let offset = bytes.len() as u64;
+            let chunk = read_version(collection, name, &object.version, offset, CHUNK as u64)?;
+            if chunk.is_empty() {
+                break;
             }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    }
+
+    /// A readable sentence for a failed versioned read.
+    pub fn describe_read(error: &ReadError) -> String {
+        match error {
+            ReadError::Changed => "the object was replaced while it was read".into(),
+            ReadError::Host(e) => crate::describe(e),
         }
     }
 

@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const GUESTS: [&str; 18] = [
+pub const GUESTS: [&str; 19] = [
     "hello",
     "flaky",
     "spin",
@@ -21,6 +21,7 @@ pub const GUESTS: [&str; 18] = [
     "probe",
     "pager",
     "future",
+    "earlier",
     "adversary",
     "filer",
     "linker",

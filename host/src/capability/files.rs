@@ -3,7 +3,7 @@
 //! lease along, and turns failures into fixed `host-error` reasons.
 
 use crate::engine::bindings::jobhost::job::files::{
-    Host, HostUpload, ObjectMetadata, ObjectPage, PendingFile, Verdict,
+    Host, HostUpload, ObjectMetadata, ObjectPage, ObjectVersion, PendingFile, ReadError, Verdict,
 };
 use crate::engine::bindings::jobhost::job::types::HostError;
 use crate::engine::state::GuestState;
@@ -157,6 +157,44 @@ impl Host for GuestState {
         read.map_err(|e| self.files_error(e))
     }
 
+    async fn stat_version(
+        &mut self,
+        collection: String,
+        name: String,
+    ) -> Result<Option<ObjectVersion>, HostError> {
+        let s = self.files_for(&collection, Use::Read)?;
+        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+        match files.stat(&tenant, &collection, &name).await {
+            Ok(file) => Ok(file.map(|f| ObjectVersion {
+                metadata: metadata(&f),
+                version: f.object_key,
+            })),
+            Err(e) => Err(self.files_error(e)),
+        }
+    }
+
+    async fn read_version(
+        &mut self,
+        collection: String,
+        name: String,
+        version: String,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>, ReadError> {
+        let s = self
+            .files_for(&collection, Use::Read)
+            .map_err(ReadError::Host)?;
+        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+        let read = files
+            .read_version(&tenant, &collection, &name, &version, offset, len)
+            .await;
+        match read {
+            Ok(Some(bytes)) => Ok(bytes),
+            Ok(None) => Err(ReadError::Changed),
+            Err(e) => Err(ReadError::Host(self.files_error(e))),
+        }
+    }
+
     async fn list_objects(
         &mut self,
         collection: String,
@@ -242,6 +280,7 @@ impl Host for GuestState {
             .map_err(|e| self.files_error(e))?;
         let written = self.in_transaction(&tx, &write).await?;
         if written == FileWritten::OverQuota {
+            files.discard(&finished).await;
             return Err(self.files_error(FilesError::QuotaExceeded));
         }
         if let Some(scan) = files
@@ -450,6 +489,11 @@ mod tests {
         )
     }
 
+    /// The first two bytes of `version` of `docs/a.txt`.
+    async fn pinned(guest: &mut GuestState, version: &str) -> Result<Vec<u8>, ReadError> {
+        Host::read_version(guest, "docs".into(), "a.txt".into(), version.into(), 0, 2).await
+    }
+
     #[tokio::test]
     async fn uploads_become_visible_only_when_attached_and_only_if_granted() {
         let dir = tempfile::tempdir().unwrap();
@@ -471,6 +515,44 @@ mod tests {
         assert_eq!(meta.size, 5);
         let read = Host::read(&mut guest, "docs".into(), "a.txt".into(), 1, 3).await;
         assert_eq!(read.unwrap(), b"ell");
+        // A read pinned to a version: answered while the name points at it, `changed`
+        // once the name is replaced (and the replacement is another version).
+        let first = Host::stat_version(&mut guest, "docs".into(), "a.txt".into())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(first.metadata.digest, meta.digest);
+        assert_eq!(pinned(&mut guest, &first.version).await.unwrap(), b"he");
+        let upload = Host::start_upload(&mut guest, "docs".into()).await.unwrap();
+        let same = Resource::<UploadHandle>::new_borrow(upload.rep());
+        HostUpload::write(&mut guest, same, b"world".to_vec())
+            .await
+            .unwrap();
+        Host::attach(&mut guest, upload, "a.txt".into())
+            .await
+            .unwrap();
+        assert!(matches!(
+            pinned(&mut guest, &first.version).await,
+            Err(ReadError::Changed)
+        ));
+        let second = Host::stat_version(&mut guest, "docs".into(), "a.txt".into())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_ne!(second.version, first.version);
+        assert_eq!(pinned(&mut guest, &second.version).await.unwrap(), b"wo");
+        assert!(matches!(
+            Host::read_version(
+                &mut guest,
+                "other".into(),
+                "a.txt".into(),
+                second.version,
+                0,
+                2
+            )
+            .await,
+            Err(ReadError::Host(HostError::CapabilityRefused(_)))
+        ));
         // Refusals: a collection not granted, a bad name, too large a chunk.
         assert!(matches!(
             Host::stat(&mut guest, "other".into(), "a.txt".into()).await,

@@ -6,10 +6,11 @@
 //! is recorded in `jobhost_uploads`; it becomes visible only when a row of `jobhost_files`
 //! points its name at that key, written in a transaction fenced by the attempt's lease
 //! (the same transaction deletes the upload's record). Readers resolve a name through the
-//! committed row, so they see the old object or the new one, never part of one, and
-//! objects are never changed once written. Keys a name stops pointing at go to
-//! `jobhost_file_garbage`; the collector (`collector`) deletes those, and the objects of
-//! uploads never attached once no attach can commit any more.
+//! committed row, and objects are never changed once written; a read in several calls
+//! pins the key it started with (its version), so it gets the old object or the new one,
+//! never part of one. Keys a name stops pointing at go to `jobhost_file_garbage`, and
+//! count against their tenant's quota until the collector (`collector`) deletes them; it
+//! also deletes the objects of uploads never attached once no attach can commit any more.
 
 pub mod collector;
 mod local;
@@ -329,6 +330,37 @@ impl Files {
             .await
     }
 
+    /// Up to `len` bytes of `version` (an object key) of the visible object `name`, from
+    /// `offset`; `None` once `name` points elsewhere. The bytes come from the version's
+    /// key, which is never written again, so every chunk of one version is one object's;
+    /// the name is checked first, so a reader learns of a replacement at its next call.
+    /// A version the collector deleted meanwhile was replaced too.
+    pub async fn read_version(
+        &self,
+        tenant: &str,
+        collection: &str,
+        name: &str,
+        version: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, FilesError> {
+        let Some(file) = self
+            .stat(tenant, collection, name)
+            .await?
+            .filter(|f| f.object_key == version)
+        else {
+            return Ok(None);
+        };
+        match self
+            .read_key(collection, &file.object_key, file.size, offset, len)
+            .await
+        {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(FilesError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn read_key(
         &self,
         collection: &str,
@@ -498,7 +530,10 @@ impl Files {
     ) -> Result<Option<FileRecord>, FilesError> {
         let write = self.attach_write(run_id, finished, name)?;
         match self.store.file_write_fenced(fence, &write).await? {
-            Some(FileWritten::OverQuota) => Err(FilesError::QuotaExceeded),
+            Some(FileWritten::OverQuota) => {
+                self.discard(finished).await;
+                Err(FilesError::QuotaExceeded)
+            }
             written => Ok(written.map(|w| self.attached(&write, &w))),
         }
     }
@@ -661,6 +696,20 @@ impl Files {
             crate::kick::kick(&self.store, job, crate::kick::DEFAULT_INSTANCE, None).await
         {
             tracing::warn!(job, code = "driver_failed", error = %e, "could not kick the scan job");
+        }
+    }
+
+    /// Deletes the object of an upload whose attach the quota refused: the guest gave
+    /// the upload up with the call, so nothing can attach it, and its bytes are not left
+    /// on the storage past the quota until the collector comes. Its record stays for the
+    /// collector, which finds nothing left to delete (and on SQLite a guest's open
+    /// transaction may hold the write lock). A failed delete is left to the collector too.
+    pub async fn discard(&self, finished: &Finished) {
+        if let Err(e) = self
+            .delete_object(&finished.collection, &finished.key)
+            .await
+        {
+            tracing::warn!(code = "driver_failed", error = %e, "could not delete a refused upload");
         }
     }
 

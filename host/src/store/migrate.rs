@@ -65,6 +65,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     16 => "0016_claims_and_endings_without_per_run_overhead",
     17 => "0017_claims_and_endings_read_and_write_each_run_once",
     18 => "0018_surveillance_and_claims_read_only_their_rows",
+    19 => "0019_replaced_files_count_until_collected",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -85,6 +86,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     16 => "0016_claims_and_endings_without_per_run_overhead",
     17 => "0017_claims_and_endings_read_and_write_each_run_once",
     18 => "0018_surveillance_and_claims_read_only_their_rows",
+    19 => "0019_replaced_files_count_until_collected",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

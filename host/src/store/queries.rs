@@ -92,24 +92,21 @@ const FILE_UPSERT: &str = "ON CONFLICT (tenant, collection, name) DO UPDATE SET 
     status = excluded.status, run_id = excluded.run_id, created_at = excluded.created_at \
     RETURNING created_at";
 
-/// Whether attaching a file of `:size` bytes as `:name` keeps tenant `:tenant` within its
-/// quota of `:max_objects` objects and `:max_bytes` bytes in `:collection`: the usage
-/// counted by the triggers of migration 0015, less the file the name points at now. The
-/// one SQLite statement of the rule; Postgres' `jobhost_attach_file` (migration 0015)
+/// Whether attaching a file of `:size` bytes keeps tenant `:tenant` within its quota of
+/// `:max_objects` objects and `:max_bytes` bytes in `:collection`: the usage counted by the
+/// triggers of migrations 0015 and 0019 — what its names point at, and what they pointed
+/// at until the collector deletes it — with this file added. The file the name points at
+/// now is not taken off: replaced, it still takes its bytes until it is collected. The
+/// one SQLite statement of the rule; Postgres' `jobhost_attach_file` (migration 0019)
 /// checks the same under a lock on the usage row.
-const FILE_WITHIN_QUOTA: &str = "(SELECT COALESCE(SUM(u.objects), 0) \
-        + CASE WHEN EXISTS (SELECT 1 FROM jobhost_files f WHERE f.tenant = :tenant \
-            AND f.collection = :collection AND f.name = :name) THEN 0 ELSE 1 END <= :max_objects \
-    AND COALESCE(SUM(u.bytes), 0) - COALESCE((SELECT f.size FROM jobhost_files f \
-        WHERE f.tenant = :tenant AND f.collection = :collection AND f.name = :name), 0) \
-        + :size <= :max_bytes \
+const FILE_WITHIN_QUOTA: &str = "(SELECT COALESCE(SUM(u.objects), 0) + 1 <= :max_objects \
+    AND COALESCE(SUM(u.bytes), 0) + :size <= :max_bytes \
     FROM jobhost_file_usage u WHERE u.tenant = :tenant AND u.collection = :collection)";
 
 /// [`FILE_WITHIN_QUOTA`] with its arguments at the given placeholders.
 fn file_within_quota(
     tenant: &str,
     collection: &str,
-    name: &str,
     size: &str,
     max_objects: &str,
     max_bytes: &str,
@@ -117,7 +114,6 @@ fn file_within_quota(
     FILE_WITHIN_QUOTA
         .replace(":tenant", tenant)
         .replace(":collection", collection)
-        .replace(":name", name)
         .replace(":size", size)
         .replace(":max_objects", max_objects)
         .replace(":max_bytes", max_bytes)
@@ -186,11 +182,11 @@ impl Dialect {
             .replace("{file_upsert}", FILE_UPSERT)
             .replace(
                 "{file_within_quota}",
-                &file_within_quota("$1", "$2", "$3", "$5", "$9", "$10"),
+                &file_within_quota("$1", "$2", "$5", "$9", "$10"),
             )
             .replace(
                 "{file_within_quota_fenced}",
-                &file_within_quota("$5", "$6", "$7", "$9", "$13", "$14"),
+                &file_within_quota("$5", "$6", "$9", "$13", "$14"),
             )
             .replace("{now}", self.now)
             .replace("{skip_locked}", self.skip_locked)

@@ -10,9 +10,16 @@
 //! - `remove`: removes `name`;
 //! - `uploads`: opens `count` uploads at once (one after another, each dropped before the
 //!   next starts, with `drop`);
-//! - `chunk`: writes one chunk of `size` bytes straight through the host call.
+//! - `chunk`: writes one chunk of `size` bytes straight through the host call;
+//! - `churn-put`: puts `size` bytes of `fill` as `name` again and again (at most `count`
+//!   times) until a ledger row of run `churn-done` appears;
+//! - `churn-read`: once `name` exists, reads it whole `count` times with `read_all` and
+//!   logs how many reads were exactly `size` bytes of `fill`, exactly `size` bytes of
+//!   `other`, anything else (`mixed`), or gave up on a name replaced at every attempt;
+//!   then writes the `churn-done` row.
 
 use jobhost_guest::bindings::jobhost::job::files as raw;
+use jobhost_guest::files::ReadError;
 use jobhost_guest::{Context, Job, JobError, Outcome, db, files, log};
 use serde::Deserialize;
 use std::time::Duration;
@@ -44,6 +51,8 @@ struct Payload {
     cursor: Option<String>,
     #[serde(default)]
     drop: bool,
+    #[serde(default)]
+    other: String,
 }
 
 fn collection() -> String {
@@ -162,6 +171,47 @@ impl Job for Filer {
             "chunk" => {
                 let upload = raw::start_upload(&p.collection)?;
                 upload.write(&vec![7u8; p.size])?;
+                Ok(Outcome::Done)
+            }
+            "churn-put" => {
+                let content: Vec<u8> = p.fill.bytes().cycle().take(p.size).collect();
+                for _ in 0..p.count {
+                    files::put(&p.collection, &p.name, &content)?;
+                    let done = db::query(
+                        "SELECT COUNT(*) FROM ledger WHERE run_id = 'churn-done'",
+                        &[],
+                    )?;
+                    if done.rows[0][0].as_i64() != Some(0) {
+                        break;
+                    }
+                }
+                Ok(Outcome::Done)
+            }
+            "churn-read" => {
+                let one: Vec<u8> = p.fill.bytes().cycle().take(p.size).collect();
+                let other: Vec<u8> = p.other.bytes().cycle().take(p.size).collect();
+                while files::stat(&p.collection, &p.name)?.is_none() {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                let (mut ones, mut others, mut mixed, mut gave_up) = (0, 0, 0, 0);
+                for _ in 0..p.count {
+                    match files::read_all(&p.collection, &p.name) {
+                        Ok(Some(bytes)) if bytes == one => ones += 1,
+                        Ok(Some(bytes)) if bytes == other => others += 1,
+                        Ok(_) => mixed += 1,
+                        Err(ReadError::Changed) => gave_up += 1,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                let tx = db::begin()?;
+                tx.execute(
+                    "INSERT INTO ledger (run_id, attempt, n) VALUES ('churn-done', 1, 0)",
+                    &[],
+                )?;
+                tx.commit()?;
+                log::info(&format!(
+                    "churn {ones} {others} mixed {mixed} gave up {gave_up}"
+                ));
                 Ok(Outcome::Done)
             }
             other => Err(JobError::unrecoverable(format!("unknown mode {other}"))),
