@@ -98,17 +98,13 @@ impl Fleet {
         self.sweeps.push((child, kill_at));
     }
 
-    /// Kills the sweeps due to die (all of them with `all`); how many were in the middle
-    /// of a run's pass (it held a running run).
+    /// Kills each sweep as soon as it is running a run's pass, or once it is due to die
+    /// (every one with `all`); how many were killed mid-pass.
     async fn kill_sweeps(&mut self, all: bool) -> usize {
         let now = Instant::now();
         let mut mid_pass = 0;
         let mut kept = Vec::new();
         for (mut child, at) in std::mem::take(&mut self.sweeps) {
-            if !all && now < at {
-                kept.push((child, at));
-                continue;
-            }
             let holder = format!("{}-{}", hostname(), child.id());
             let running = self
                 .home
@@ -116,6 +112,10 @@ impl Fleet {
                     "SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running' AND host = '{holder}'"
                 ))
                 .await;
+            if !all && running == 0 && now < at {
+                kept.push((child, at));
+                continue;
+            }
             let _ = child.kill();
             let _ = child.wait();
             mid_pass += usize::from(running > 0);
@@ -283,10 +283,27 @@ async fn the_fleet_keeps_its_invariants_under_kills_freezes_and_cuts() {
                     *faults.entry("cut").or_default() += 1;
                 }
                 // A sweep killed while it runs a pass: its run must be found crashed and
-                // rerun like a serving host's, or the settling below never ends.
-                3 if fleet.sweeps.is_empty() => {
-                    fleet.sweep(now + Duration::from_millis(rand::rng().random_range(700..2500)));
-                    *faults.entry("drive").or_default() += 1;
+                // rerun like a serving host's, or the settling below never ends. The
+                // serving hosts are frozen meanwhile, and a run of an instance of its own
+                // queued, so the sweep has one to take.
+                3 if fleet.sweeps.is_empty() && cut_until.is_none() => {
+                    let until = now + Duration::from_secs(5);
+                    for h in 0..HOSTS {
+                        if let Some(host) = fleet.hosts[h].as_ref().filter(|_| !fleet.stopped[h]) {
+                            host.signal("STOP");
+                            fleet.stopped[h] = true;
+                            thaw.push((h, until));
+                        }
+                    }
+                    let sweeps = faults.entry("drive").or_default();
+                    let instance = format!("d{sweeps}");
+                    *sweeps += 1;
+                    let before = wall_ms();
+                    let kicked = fleet.home.run(&["kick", "writer", "--instance", &instance]);
+                    if kicked.status.success() {
+                        kicks.push((instance, before));
+                    }
+                    fleet.sweep(until);
                 }
                 _ => {}
             }

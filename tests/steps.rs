@@ -488,12 +488,17 @@ mod kills {
                 "INSERT INTO import_source (id, value) \
                  WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ITEMS}) \
                  SELECT i, 'item-' || i FROM n")).await;
-            register(&home, std::path::Path::new(&manifest)).await;
-            kick(&home, "import");
             let serve_args = ["serve", "--manifest", manifest.as_str(), "--workers", "1", "--lease-grace", "1s",
                 "--surveillance-interval", "1s", "--max-reruns", "100"];
             let drive_args = ["drive", "--manifest", manifest.as_str(), "--limit", "1", "--max-passes", "1000",
                 "--lease-grace", "1s", "--surveillance-interval", "1s", "--max-reruns", "100"];
+            // Registered by a host whose surveillance turn is as short as the others' (the
+            // default interval would hold it for 54 s).
+            let server = home.serve(&serve_args[1..]).await;
+            server.signal("TERM");
+            let (code, _) = server.wait_exit(Duration::from_secs(30)).await;
+            assert_eq!(code, Some(0));
+            kick(&home, "import");
             let store = home.store().await;
             let surveillance = jobhost::schedule::surveillance::Surveillance {
                 store: store.clone(),
