@@ -1,7 +1,7 @@
 //! Chaos: three `host serve` processes on one Postgres take a stream of kicks of a job
 //! whose guest writes rows in a fenced transaction, while a driver freezes (SIGSTOP),
-//! thaws (SIGCONT) and kills (SIGKILL) hosts and cuts the database away for seconds, at
-//! random. When the chaos ends and everything has settled, an invariant checker asserts
+//! thaws (SIGCONT) and kills (SIGKILL) hosts, starts `host drive` sweeps and kills them
+//! mid-pass, and cuts the database away for seconds, at random. When the chaos ends and everything has settled, an invariant checker asserts
 //! what must hold whatever happened:
 //!
 //! - no attempt committed after its lease moved on (a later generation started);
@@ -54,6 +54,8 @@ struct Fleet {
     args: Vec<String>,
     hosts: Vec<Option<Server>>,
     stopped: Vec<bool>,
+    /// `host drive` sweeps, and when each is killed.
+    sweeps: Vec<(std::process::Child, Instant)>,
 }
 
 impl Fleet {
@@ -65,6 +67,69 @@ impl Fleet {
         self.stopped[i] = false;
         self.hosts[i].is_some()
     }
+
+    /// Starts a `host drive` sweep of the same manifest, to be killed at `kill_at`: a
+    /// process that claims runs by id and is no serving host.
+    fn sweep(&mut self, kill_at: Instant) {
+        let manifest = self.args[1].clone();
+        let child = self
+            .home
+            .host()
+            .env("JOBHOST_DB", &self.url)
+            .args([
+                "drive",
+                "--manifest",
+                manifest.as_str(),
+                "--limit",
+                "3",
+                "--max-passes",
+                "2",
+                "--lease-grace",
+                "1s",
+                "--surveillance-interval",
+                "1s",
+                "--max-reruns",
+                "5",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn host drive");
+        self.sweeps.push((child, kill_at));
+    }
+
+    /// Kills each sweep as soon as it is running a run's pass, or once it is due to die
+    /// (every one with `all`); how many were killed mid-pass.
+    async fn kill_sweeps(&mut self, all: bool) -> usize {
+        let now = Instant::now();
+        let mut mid_pass = 0;
+        let mut kept = Vec::new();
+        for (mut child, at) in std::mem::take(&mut self.sweeps) {
+            let holder = format!("{}-{}", hostname(), child.id());
+            let running = self
+                .home
+                .scalar(&format!(
+                    "SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running' AND host = '{holder}'"
+                ))
+                .await;
+            if !all && running == 0 && now < at {
+                kept.push((child, at));
+                continue;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            mid_pass += usize::from(running > 0);
+        }
+        self.sweeps = kept;
+        mid_pass
+    }
+}
+
+/// The name a host puts in its id (`<hostname>-<pid>`).
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "host".into())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,6 +202,7 @@ async fn the_fleet_keeps_its_invariants_under_kills_freezes_and_cuts() {
         args,
         hosts: (0..HOSTS).map(|_| None).collect(),
         stopped: vec![false; HOSTS],
+        sweeps: Vec::new(),
     };
     for i in 0..HOSTS {
         assert!(fleet.start(i).await, "host {i} did not start");
@@ -189,9 +255,13 @@ async fn the_fleet_keeps_its_invariants_under_kills_freezes_and_cuts() {
                 true
             }
         });
+        let mid_pass = fleet.kill_sweeps(false).await;
+        if mid_pass > 0 {
+            *faults.entry("drive killed mid-pass").or_default() += mid_pass;
+        }
         if now >= next_fault {
             let i = rand::rng().random_range(0..HOSTS);
-            match rand::rng().random_range(0..3) {
+            match rand::rng().random_range(0..4) {
                 0 if !fleet.stopped[i] && fleet.hosts[i].is_some() => {
                     fleet.hosts[i].as_ref().unwrap().signal("STOP");
                     fleet.stopped[i] = true;
@@ -212,6 +282,29 @@ async fn the_fleet_keeps_its_invariants_under_kills_freezes_and_cuts() {
                         Some(now + Duration::from_millis(rand::rng().random_range(500..3000)));
                     *faults.entry("cut").or_default() += 1;
                 }
+                // A sweep killed while it runs a pass: its run must be found crashed and
+                // rerun like a serving host's, or the settling below never ends. The
+                // serving hosts are frozen meanwhile, and a run of an instance of its own
+                // queued, so the sweep has one to take.
+                3 if fleet.sweeps.is_empty() && cut_until.is_none() => {
+                    let until = now + Duration::from_secs(5);
+                    for h in 0..HOSTS {
+                        if let Some(host) = fleet.hosts[h].as_ref().filter(|_| !fleet.stopped[h]) {
+                            host.signal("STOP");
+                            fleet.stopped[h] = true;
+                            thaw.push((h, until));
+                        }
+                    }
+                    let sweeps = faults.entry("drive").or_default();
+                    let instance = format!("d{sweeps}");
+                    *sweeps += 1;
+                    let before = wall_ms();
+                    let kicked = fleet.home.run(&["kick", "writer", "--instance", &instance]);
+                    if kicked.status.success() {
+                        kicks.push((instance, before));
+                    }
+                    fleet.sweep(until);
+                }
                 _ => {}
             }
             next_fault = now + Duration::from_millis(rand::rng().random_range(500..2500));
@@ -219,7 +312,12 @@ async fn the_fleet_keeps_its_invariants_under_kills_freezes_and_cuts() {
         tokio::time::sleep(Duration::from_millis(rand::rng().random_range(20..150))).await;
     }
 
-    // Settle: the database back, every host thawed and running, every run ended.
+    // Settle: the database back, every sweep gone, every host thawed and running, every
+    // run ended.
+    let mid_pass = fleet.kill_sweeps(true).await;
+    if mid_pass > 0 {
+        *faults.entry("drive killed mid-pass").or_default() += mid_pass;
+    }
     proxy.restore();
     for i in 0..HOSTS {
         if fleet.stopped[i] {

@@ -440,6 +440,9 @@ mod kills {
                 let passes = home.scalar(
                     "SELECT COALESCE(MAX(n), 0) FROM (SELECT COUNT(DISTINCT pass) AS n FROM jobhost_steps GROUP BY run_id) s").await;
                 assert!(passes <= 1, "a ledger spans {passes} passes");
+                // A crash hands the ledger on: the step rows belong to one run, the newest.
+                let holders = home.scalar("SELECT COUNT(DISTINCT run_id) FROM jobhost_steps").await;
+                assert!(holders <= 1, "{holders} runs hold step rows");
                 // The rows copied are exactly those the cursor and the ledger account for: the
                 // committed passes, and the pages of the current one.
                 if let Some((after, in_ledger)) = progress(&home).await {
@@ -464,6 +467,97 @@ mod kills {
             done.close().await;
         }
 
+        // A run of the `import` example is killed mid-pass three times, by turns under
+        // `host serve` and `host drive`, each time once its pass recorded steps; then
+        // surveillance finds it. Each crash hands the pass's ledger to the rerun in the
+        // transaction that queues it: the step rows belong only to the newest run, the
+        // crashed run names its rerun (`resumed_by`) and shows no steps, and the rerun
+        // skips those pages (every row copied once, the counter exact).
+        async fn a_crashed_runs_ledger_moves_to_its_rerun(home) {
+            // One pass of 30 pages, the last one short: a kill lands mid-pass.
+            const ITEMS: i64 = 2_950;
+            let manifest = home.manifest("",
+                "[jobs.import]\ncomponent = \"{guest:import}\"\ntimeout = \"10s\"\n\
+                 retries = 100\nbackoff = \"10ms\"\n\
+                 payload = { page_size = 100, pages_per_pass = 30, pause_ms = 50 }\n\
+                 grants.db = { read = [\"import_source\"], write = [\"import_items\"] }\ngrants.steps = true\n");
+            let manifest = manifest.to_str().unwrap().to_string();
+            let out = home.run(&["migrate", "--manifest", &manifest]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            home.exec(&format!(
+                "INSERT INTO import_source (id, value) \
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {ITEMS}) \
+                 SELECT i, 'item-' || i FROM n")).await;
+            let serve_args = ["serve", "--manifest", manifest.as_str(), "--workers", "1", "--lease-grace", "1s",
+                "--surveillance-interval", "1s", "--max-reruns", "100"];
+            let drive_args = ["drive", "--manifest", manifest.as_str(), "--limit", "1", "--max-passes", "1000",
+                "--lease-grace", "1s", "--surveillance-interval", "1s", "--max-reruns", "100"];
+            // Registered by a host whose surveillance turn is as short as the others' (the
+            // default interval would hold it for 54 s).
+            let server = home.serve(&serve_args[1..]).await;
+            server.signal("TERM");
+            let (code, _) = server.wait_exit(Duration::from_secs(30)).await;
+            assert_eq!(code, Some(0));
+            kick(&home, "import");
+            let store = home.store().await;
+            let surveillance = jobhost::schedule::surveillance::Surveillance {
+                store: store.clone(),
+                catalog: None,
+                host_id: "the-test".into(),
+                interval: Duration::from_millis(100),
+                stale: Duration::ZERO,
+                max_reruns: 100,
+            };
+            let newest = async || store.list_runs(&jobhost::store::RunFilter {
+                job: Some("import".into()), limit: 1, ..Default::default() }).await.unwrap().remove(0);
+            for kill in 0..3 {
+                wait_for_expired_leases(&home, "import").await;
+                let mut child = home.spawn(if kill % 2 == 0 { &serve_args[..] } else { &drive_args[..] });
+                // Killed mid-pass, once this attempt recorded a step of its own.
+                home.wait_for("SELECT COUNT(*) FROM jobhost_steps s JOIN jobhost_runs r ON r.id = s.run_id \
+                    WHERE r.status = 'running' AND s.generation = r.generation", Duration::from_secs(60)).await;
+                let _ = child.kill();
+                let _ = child.wait();
+                let run = newest().await;
+                assert_eq!(run.status, "running", "killed {}", if kill % 2 == 0 { "serve" } else { "drive" });
+                let ledger: Vec<(i64, String, String)> = store.run_steps(&run.id).await.unwrap()
+                    .into_iter().map(|s| (s.pass, s.name, s.result)).collect();
+                wait_for_expired_leases(&home, "import").await;
+                let found = Instant::now();
+                while surveillance.check().await.unwrap().crashed == 0 {
+                    assert!(found.elapsed() < Duration::from_secs(40), "surveillance never found {}", run.id);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let lost = store.get_run(&run.id).await.unwrap().unwrap();
+                let rerun = newest().await;
+                assert_eq!((lost.status.as_str(), lost.resumed_by.as_deref()), ("crashed", Some(rerun.id.as_str())));
+                assert_eq!((rerun.status.as_str(), rerun.pass), ("queued", run.pass));
+                // The ledger moved, whole, to the rerun: its rows belong to no other run.
+                assert!(store.run_steps(&lost.id).await.unwrap().is_empty(), "the crashed run kept its ledger");
+                let moved: Vec<(i64, String, String)> = store.run_steps(&rerun.id).await.unwrap()
+                    .into_iter().map(|s| (s.pass, s.name, s.result)).collect();
+                assert!(!ledger.is_empty());
+                assert_eq!(moved, ledger);
+                assert_eq!(home.scalar(&format!(
+                    "SELECT COUNT(*) FROM jobhost_steps WHERE run_id <> '{}'", rerun.id)).await, 0);
+                let shown = show(&home, &lost.id);
+                assert_eq!((&shown["resumed_by"], &shown["steps"]), (&Value::from(rerun.id.as_str()), &Value::Array(vec![])));
+            }
+            let server = home.serve(&serve_args[1..]).await;
+            home.wait_for("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'import' AND status = 'succeeded'",
+                Duration::from_secs(120)).await;
+            drop(server);
+            assert_eq!(home.scalar("SELECT COUNT(*) FROM import_items").await, ITEMS);
+            assert_eq!(home.scalar("SELECT COUNT(*) FROM import_items i JOIN import_source s ON s.id = i.id AND s.value = i.value").await, ITEMS);
+            let done = newest().await;
+            assert_eq!(done.status, "succeeded");
+            let counters: Value = serde_json::from_str(&done.counters).unwrap();
+            assert_eq!(counters["imported"], ITEMS, "{counters}");
+            assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_steps").await, 0);
+            assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE status = 'crashed' AND resumed_by IS NOT NULL").await, 3);
+            store.close().await;
+        }
+
         // The stepper guest calls an outside service in steps (`links`); hosts running it
         // are killed at random points. No call of a step is made again after the step was
         // recorded, and every repeat of a call made before carries the same idempotency key:
@@ -481,8 +575,8 @@ mod kills {
             let manifest = manifest.to_str().unwrap().to_string();
             let out = home.run(&["migrate", "--manifest", &manifest]);
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            // Every step the ledger ever recorded, with when (reruns copy a ledger: the first
-            // time a name was recorded is what counts).
+            // Every step the ledger ever recorded, with when (a rerun takes over its crashed
+            // run's ledger rows; each is inserted once, when its step is recorded).
             home.exec("CREATE TABLE steps_audit (name TEXT NOT NULL, recorded_at BIGINT NOT NULL)").await;
             match home.backend {
                 common::Backend::Sqlite => {

@@ -14,6 +14,8 @@
 //!   least 10, criterion's minimum).
 //! - `JOBHOST_BENCH_REPS`: timed repetitions of each backlog drain (default 3; one fewer,
 //!   but at least one, above 50 000 runs).
+//! - `JOBHOST_BENCH_CURVE`: the curve's backlog sizes, comma-separated (default 200, 10 000
+//!   and 100 000; quick: 200 and 2 000).
 //! - `JOBHOST_BENCH_PARTS`: the parts to run, comma-separated from `batch`, `latency`,
 //!   `backlog`, `curve`, `trips`, `floor` (default all). Criterion's name filter
 //!   (`-- jobhost`) selects within `batch`, the only part criterion samples.
@@ -52,7 +54,11 @@
 //!   first `job:start` event; process start-up before it (shown as `to 1st`) is not in it.
 //!   One smaller untimed drain first, then `JOBHOST_BENCH_REPS` timed ones, each with fresh
 //!   processes on emptied tables.
-//! - curve: the backlog drain of jobhost alone, 1 host, at 200, 10 000 and 100 000 runs.
+//! - curve: the backlog drain of jobhost alone, 1 host, at 200, 10 000 and 100 000 runs
+//!   (`JOBHOST_BENCH_CURVE`: other sizes, comma-separated), each backlog queued two ways:
+//!   `kicked` as below, and `inserted` as an operator's script, an import or an older
+//!   version may queue one: one kick's row copied by a plain `INSERT`, every copy with a
+//!   random (v4) id and the same due and creation time, instances `b0`….
 //!
 //! Bulk queueing, in one statement: jobhost runs shaped as `Store::insert_run` shapes a
 //! kick's (origin `kick`, the job's payload, instances `b0`…, no component digest,
@@ -188,6 +194,25 @@ const QUEUE_SQLITE: &str = "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i 
     SELECT $2 || printf('%012x', i), $3, 'b' || i, $4, 'kick', $5, 'queued', \
     t.at - $1 + i, t.at - $1 + i, t.at - $1 + i \
     FROM n, (SELECT CAST(unixepoch('subsec') * 1000 AS BIGINT) AS at) AS t";
+/// `$1` copies of the one queued run, as a plain `INSERT` of an operator's would make them:
+/// random v4 ids, its times, instances `b0`….
+const COPY_POSTGRES: &str = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, \
+    payload, status, next_attempt_at, created_at, updated_at) \
+    SELECT CAST(gen_random_uuid() AS TEXT), r.job, 'b' || i, r.tenant, r.origin, r.payload, \
+    r.status, r.next_attempt_at, r.created_at, r.updated_at \
+    FROM generate_series(0, $1 - 1) AS i, (SELECT * FROM jobhost_runs LIMIT 1) AS r";
+const COPY_SQLITE: &str = "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n \
+    WHERE i + 1 < $1) \
+    INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+    next_attempt_at, created_at, updated_at) \
+    SELECT lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' \
+        || substr(hex(randomblob(2)), 2) || '-' || substr('89AB', 1 + abs(random()) % 4, 1) \
+        || substr(hex(randomblob(2)), 2) || '-' || hex(randomblob(6))), \
+    r.job, 'b' || i, r.tenant, r.origin, r.payload, r.status, r.next_attempt_at, \
+    r.created_at, r.updated_at \
+    FROM n, (SELECT * FROM jobhost_runs LIMIT 1) AS r";
+const ONLY_RUN: &str = "SELECT id FROM jobhost_runs";
+const DROP_RUN: &str = "DELETE FROM jobhost_runs WHERE id = $1";
 /// `$1` no-op jobs, in the statement graphile-worker's `addJobs` runs.
 const GRAPHILE_ADD_JOBS: &str = "SELECT COUNT(*) FROM graphile_worker.add_jobs(ARRAY(\
     SELECT json_populate_record(NULL::graphile_worker.job_spec, \
@@ -312,6 +337,18 @@ impl Settings {
             "JOBHOST_BENCH_SAMPLES must be at least 10 (criterion's minimum)"
         );
         let reps = number("JOBHOST_BENCH_REPS", if quick { 1 } else { 3 });
+        let curve = match std::env::var("JOBHOST_BENCH_CURVE") {
+            Ok(v) => v
+                .split(',')
+                .map(|n| {
+                    n.trim()
+                        .parse()
+                        .unwrap_or_else(|_| panic!("JOBHOST_BENCH_CURVE: {n:?} is not a number"))
+                })
+                .collect(),
+            Err(_) if quick => vec![200, 2_000],
+            Err(_) => vec![200, 10_000, 100_000],
+        };
         assert!(reps >= 1, "JOBHOST_BENCH_REPS must be at least 1");
         let parts: Vec<String> = std::env::var("JOBHOST_BENCH_PARTS")
             .unwrap_or_else(|_| "batch,latency,backlog,curve,trips,floor".to_string())
@@ -330,11 +367,7 @@ impl Settings {
             batch: if quick { 50 } else { 200 },
             samples,
             backlog: if quick { 2_000 } else { 20_000 },
-            curve: if quick {
-                vec![200, 2_000]
-            } else {
-                vec![200, 10_000, 100_000]
-            },
+            curve,
             reps,
             kicks: if quick { 50 } else { 300 },
         }
@@ -419,11 +452,34 @@ impl Variant {
     }
 }
 
+/// How a backlog was queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Shape {
+    /// As kicks queue runs: time-ordered (v7-like) ids, one a millisecond.
+    Kicked,
+    /// One kick's row copied by a plain `INSERT`: random (v4) ids, one due and creation
+    /// time for all.
+    Inserted,
+}
+
+impl Shape {
+    const ALL: [Shape; 2] = [Shape::Kicked, Shape::Inserted];
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Shape::Kicked => "kicked",
+            Shape::Inserted => "inserted",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {
     Batch(Variant),
     Backlog(Variant),
-    Curve(Db, usize),
+    Curve(Db, Shape, usize),
 }
 
 impl fmt::Display for Key {
@@ -431,7 +487,7 @@ impl fmt::Display for Key {
         match self {
             Key::Batch(v) => write!(f, "batch/{}", v.id()),
             Key::Backlog(v) => write!(f, "backlog/{}", v.id()),
-            Key::Curve(db, runs) => write!(f, "curve/{db}/{runs}"),
+            Key::Curve(db, shape, runs) => write!(f, "curve/{db}/{shape}/{runs}"),
         }
     }
 }
@@ -735,16 +791,28 @@ impl Record {
             "backlog curve: jobhost, 1 host, {BACKLOG_WORKERS} workers, the backlog queued \
              before it starts; clock as in backlog mode"
         );
-        println!("{:<9} {:>8} {}", "backend", "backlog", Stats::HEADER);
+        println!(
+            "{:<9} {:<8} {:>8} {}",
+            "backend",
+            "queued",
+            "backlog",
+            Stats::HEADER
+        );
         for db in [Db::Postgres, Db::Sqlite] {
-            for &runs in &s.curve {
-                let Some(st) = self.stats(Key::Curve(db, runs), s.reps) else {
-                    println!("{db:<9} {runs:>8} (not run)");
-                    continue;
-                };
-                println!("{db:<9} {runs:>8} {}", st.columns());
+            for shape in Shape::ALL {
+                for &runs in &s.curve {
+                    let Some(st) = self.stats(Key::Curve(db, shape, runs), s.reps) else {
+                        println!("{db:<9} {shape:<8} {runs:>8} (not run)");
+                        continue;
+                    };
+                    println!("{db:<9} {shape:<8} {runs:>8} {}", st.columns());
+                }
             }
         }
+        println!(
+            "queued: kicked, time-ordered ids a millisecond apart; inserted, one kick's row \
+             copied by a plain INSERT (random v4 ids, one due time)"
+        );
     }
 
     fn print_logs(&self) {
@@ -1103,10 +1171,12 @@ fn backlog_mode(rt: &Runtime, noop: &Path, s: &Settings, record: &Record, envs: 
 fn backlog_curve(rt: &Runtime, noop: &Path, s: &Settings, record: &Record, envs: &mut Envs) {
     for db in [Db::Postgres, Db::Sqlite] {
         let env: &Jobhost = envs.jobhost(rt, noop, db, record);
-        for &runs in &s.curve {
-            repeat(rt, s, record, Key::Curve(db, runs), runs, move |n| {
-                env.drain_backlog(n, 1, record)
-            });
+        for shape in Shape::ALL {
+            for &runs in &s.curve {
+                repeat(rt, s, record, Key::Curve(db, shape, runs), runs, move |n| {
+                    env.drain_shaped(n, shape, 1, record)
+                });
+            }
         }
     }
 }
@@ -1301,6 +1371,47 @@ impl Jobhost {
         .expect("release the batch")
     }
 
+    /// Empties the run tables, then queues `runs` runs due now, shaped as `shape` says.
+    async fn queue_shaped(&self, runs: usize, shape: Shape) {
+        if shape == Shape::Kicked {
+            return self.queue_backlog(runs).await;
+        }
+        self.queue_backlog(1).await;
+        let (copy, runs) = (
+            match self.store.pool() {
+                Pool::Postgres(_) => COPY_POSTGRES,
+                Pool::Sqlite(_) => COPY_SQLITE,
+            },
+            runs as i64,
+        );
+        let copied = on_pool!(self.store, p => async {
+            let original: String = sqlx::query_scalar(ONLY_RUN)
+                .fetch_one(p)
+                .await
+                .expect("read the run");
+            let copied = sqlx::query(copy)
+                .bind(runs)
+                .execute(p)
+                .await
+                .expect("copy the run")
+                .rows_affected();
+            sqlx::query(DROP_RUN)
+                .bind(original)
+                .execute(p)
+                .await
+                .expect("drop the original");
+            copied
+        }
+        .await);
+        assert_eq!(copied, runs as u64);
+        if let Pool::Postgres(p) = self.store.pool() {
+            sqlx::raw_sql("ANALYZE jobhost_runs")
+                .execute(p)
+                .await
+                .expect("analyze");
+        }
+    }
+
     /// Empties the run tables, then queues `runs` runs due now, in one statement.
     async fn queue_backlog(&self, runs: usize) {
         let prefix = &new_run_id()[..24];
@@ -1364,7 +1475,18 @@ impl Jobhost {
     /// Queues `runs` runs, starts `hosts` hosts at once and times them from the first
     /// claim to done.
     async fn drain_backlog(&self, runs: usize, hosts: usize, record: &Record) -> Drain {
-        self.queue_backlog(runs).await;
+        self.drain_shaped(runs, Shape::Kicked, hosts, record).await
+    }
+
+    /// [`Jobhost::drain_backlog`] of a backlog queued as `shape` says.
+    async fn drain_shaped(
+        &self,
+        runs: usize,
+        shape: Shape,
+        hosts: usize,
+        record: &Record,
+    ) -> Drain {
+        self.queue_shaped(runs, shape).await;
         let db_before = postgres_cpu();
         let spawned = SystemTime::now();
         let procs: Vec<Proc> = (0..hosts)

@@ -69,28 +69,29 @@ pub async fn drive(
     while report.attempted < limits.runs && report.scanned < limits.scan && !*cancel.borrow() {
         let page = PAGE.min((limits.scan - report.scanned) as i64);
         let candidates = store.due_candidates(&after, page).await?;
-        let Some((last_id, _, last_due, _)) = candidates.last() else {
+        let Some(last) = candidates.last() else {
             break;
         };
-        after = (*last_due, last_id.clone());
+        after = (last.next_attempt_at, last.position.clone());
         // Runs of tenants their quota holds stay queued, as a serving host's claim
         // leaves them.
         let paused = runner.quotas().over(OverQuota::Wait).await?;
-        for (run_id, job, _, tenant) in candidates {
+        for candidate in candidates {
             report.scanned += 1;
             if report.attempted >= limits.runs || *cancel.borrow() {
                 break;
             }
-            if paused.contains(&tenant) {
+            if paused.contains(&candidate.tenant) {
                 continue;
             }
-            let Some(job) = catalog.get(&job) else {
+            let Some(job) = catalog.get(&candidate.job) else {
                 continue;
             };
-            if !driven.insert(run_id.clone()) {
+            if !driven.insert(candidate.id.clone()) {
                 continue;
             }
-            let Some(driven) = drive_run(store, runner, &job, &run_id, limits, &cancel).await?
+            let Some(driven) =
+                drive_run(store, runner, &job, &candidate.id, limits, &cancel).await?
             else {
                 continue;
             };

@@ -88,6 +88,7 @@ fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
         "decode_error": decode_error(problems),
         "scheduled_for": run.scheduled_for.map(time),
         "rerun_of": run.rerun_of,
+        "resumed_by": run.resumed_by,
         "created_at": time(run.created_at),
         "started_at": run.started_at.map(time),
         "finished_at": run.finished_at.map(time),

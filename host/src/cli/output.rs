@@ -46,6 +46,9 @@ pub fn progress(run: &RunRecord, steps: &[crate::store::StepRecord]) {
     if let Some(problem) = view["decode_error"].as_str() {
         println!("  decode error: {problem}");
     }
+    if let Some(rerun) = &run.resumed_by {
+        println!("  resumed by {rerun}, which took its ledger");
+    }
     for step in steps {
         println!(
             "  step {} (pass {}): {}",

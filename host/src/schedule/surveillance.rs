@@ -9,7 +9,7 @@ use super::cron::Cron;
 use crate::catalog::Catalog;
 use crate::failure::FailureCode;
 use crate::runner::new_run_id;
-use crate::store::{Crash, NewReport, NewRun, Origin, ReportKind, Store, StoreError};
+use crate::store::{Crash, LostRun, NewReport, NewRun, Origin, ReportKind, Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,62 +64,84 @@ impl Surveillance {
         self.find_crashed(true).await
     }
 
+    /// Marks each lost run on its own: one that cannot be marked (its rows refused, the
+    /// database gone mid-way) is reported and left for the next check, and never keeps the
+    /// others from being found: every run held past its lease by no host is found.
     async fn find_crashed(&self, only_manual: bool) -> Result<usize, StoreError> {
         let stale_ms = self.stale.as_millis() as i64;
         let mut crashed = 0;
         for lost in self.store.lost_runs(stale_ms).await? {
-            let Some(run) = self.store.get_run(&lost.id).await? else {
-                continue;
-            };
-            if only_manual && run.origin != Origin::Manual.as_str() {
-                continue;
-            }
-            let root = run.rerun_of.clone().unwrap_or_else(|| run.id.clone());
-            // A manual run's caller (`host run`) is gone with its host: nobody waits for a
-            // rerun, and no serving host may know its job. It is reported, not rerun.
-            let manual = run.origin == Origin::Manual.as_str();
-            let rerun = if !manual && self.store.count_reruns(&root).await? < self.max_reruns {
-                Some(NewRun {
-                    id: new_run_id(),
-                    job: run.job.clone(),
-                    instance: run.instance.clone(),
-                    tenant: run.tenant.clone(),
-                    origin: Origin::Rerun,
-                    payload: run.payload.clone(),
-                    // Resume from the last pass that committed its cursor.
-                    cursor: run.cursor.clone(),
-                    component_digest: None,
-                    scheduled_for: run.scheduled_for,
-                    rerun_of: Some(root),
-                    delay_ms: 0,
-                    // The same work, resumed: the same trace.
-                    trace_parent: Some(run.trace()),
-                })
-            } else {
-                None
-            };
-            let payload = self
-                .catalog
-                .as_ref()
-                .and_then(|c| c.get(&run.job))
-                .map_or_else(|| run.payload.clone(), |j| j.spec.payload.to_string());
-            let follow_up = crate::kick::follow_up(&run, payload);
-            let marked = self
-                .store
-                .mark_crashed(&Crash {
-                    run: &lost,
-                    stale_ms,
-                    rerun,
-                    follow_up: Some(follow_up),
-                    report: NewReport::about_run(ReportKind::Crashed, &run, FailureCode::Crashed),
-                })
-                .await?;
-            if marked {
-                tracing::warn!(job = %run.job, run_id = %run.id, code = "crashed", "run crashed: its host stopped renewing the lease");
-                crashed += 1;
+            match self.mark_lost(&lost, stale_ms, only_manual).await {
+                Ok(marked) => crashed += usize::from(marked),
+                Err(e) => tracing::warn!(
+                    job = %lost.job,
+                    run_id = %lost.id,
+                    code = "driver_failed",
+                    error = %e,
+                    "a lost run could not be marked crashed; the next check tries again"
+                ),
             }
         }
         Ok(crashed)
+    }
+
+    /// Marks one lost run crashed, queueing its rerun; whether it was still lost.
+    async fn mark_lost(
+        &self,
+        lost: &LostRun,
+        stale_ms: i64,
+        only_manual: bool,
+    ) -> Result<bool, StoreError> {
+        let Some(run) = self.store.get_run(&lost.id).await? else {
+            return Ok(false);
+        };
+        if only_manual && run.origin != Origin::Manual.as_str() {
+            return Ok(false);
+        }
+        let root = run.rerun_of.clone().unwrap_or_else(|| run.id.clone());
+        // A manual run's caller (`host run`) is gone with its host: nobody waits for a
+        // rerun, and no serving host may know its job. It is reported, not rerun.
+        let manual = run.origin == Origin::Manual.as_str();
+        let rerun = if !manual && self.store.count_reruns(&root).await? < self.max_reruns {
+            Some(NewRun {
+                id: new_run_id(),
+                job: run.job.clone(),
+                instance: run.instance.clone(),
+                tenant: run.tenant.clone(),
+                origin: Origin::Rerun,
+                payload: run.payload.clone(),
+                // Resume from the last pass that committed its cursor.
+                cursor: run.cursor.clone(),
+                component_digest: None,
+                scheduled_for: run.scheduled_for,
+                rerun_of: Some(root),
+                delay_ms: 0,
+                // The same work, resumed: the same trace.
+                trace_parent: Some(run.trace()),
+            })
+        } else {
+            None
+        };
+        let payload = self
+            .catalog
+            .as_ref()
+            .and_then(|c| c.get(&run.job))
+            .map_or_else(|| run.payload.clone(), |j| j.spec.payload.to_string());
+        let follow_up = crate::kick::follow_up(&run, payload);
+        let marked = self
+            .store
+            .mark_crashed(&Crash {
+                run: lost,
+                stale_ms,
+                rerun,
+                follow_up: Some(follow_up),
+                report: NewReport::about_run(ReportKind::Crashed, &run, FailureCode::Crashed),
+            })
+            .await?;
+        if marked {
+            tracing::warn!(job = %run.job, run_id = %run.id, code = "crashed", "run crashed: its host stopped renewing the lease");
+        }
+        Ok(marked)
     }
 
     async fn find_missed(&self) -> Result<usize, StoreError> {

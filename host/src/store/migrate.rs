@@ -66,6 +66,8 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     17 => "0017_claims_and_endings_read_and_write_each_run_once",
     18 => "0018_surveillance_and_claims_read_only_their_rows",
     19 => "0019_replaced_files_count_until_collected",
+    20 => "0020_crashed_runs_hand_their_ledger_on",
+    21 => "0021_backlogs_claimed_in_the_order_they_were_queued",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -87,6 +89,8 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     17 => "0017_claims_and_endings_read_and_write_each_run_once",
     18 => "0018_surveillance_and_claims_read_only_their_rows",
     19 => "0019_replaced_files_count_until_collected",
+    20 => "0020_crashed_runs_hand_their_ledger_on",
+    21 => "0021_backlogs_claimed_in_the_order_they_were_queued",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -612,6 +612,7 @@ impl Store {
             let marked = sqlx::query(q.mark_crashed.as_str())
                 .bind(&c.run.id)
                 .bind(c.stale_ms)
+                .bind(c.rerun.as_ref().map(|r| r.id.as_str()))
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
@@ -637,8 +638,9 @@ impl Store {
             }
             if let Some(rerun) = &c.rerun {
                 // The rerun resumes the crashed run's pass: its counters, and the steps
-                // that pass already recorded, which it does not do again.
-                for sql in [&q.resume_rerun, &q.copy_ledger] {
+                // that pass already recorded, which it does not do again. They move to it:
+                // one ledger, kept by the newest run.
+                for sql in [&q.resume_rerun, &q.move_ledger] {
                     sqlx::query(sql.as_str())
                         .bind(&rerun.id)
                         .bind(&c.run.id)

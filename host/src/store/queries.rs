@@ -32,6 +32,14 @@ pub(crate) struct Dialect {
     /// Makes surveillance read queued manual runs by the index that holds only them:
     /// SQLite's planner, without statistics, would read every queued run by status.
     pub manual_queued_index: &'static str,
+    /// How runs due at the same time are ordered in a claim: on SQLite in the order they
+    /// were queued (the rowid, which ends every entry of the claim's indexes, migration
+    /// 0021), so a backlog's runs are taken where they lie, whatever their ids; on
+    /// Postgres by id (its claim functions).
+    pub queue_order: &'static str,
+    /// A run's place in that order as text (a sweep's page ends there), and `$2` read back.
+    pub queue_position: &'static str,
+    pub queue_position_2: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -47,6 +55,9 @@ pub(crate) const SQLITE: Dialect = Dialect {
     random_unit: "((abs(random()) % 1000000) / 1000000.0)",
     by_tenant_index: "INDEXED BY jobhost_runs_queued_by_tenant",
     manual_queued_index: "INDEXED BY jobhost_runs_manual_queued",
+    queue_order: "rowid",
+    queue_position: "CAST(rowid AS TEXT)",
+    queue_position_2: "CAST($2 AS INTEGER)",
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -63,12 +74,15 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     random_unit: "random()",
     by_tenant_index: "",
     manual_queued_index: "",
+    queue_order: "id",
+    queue_position: "id",
+    queue_position_2: "$2",
 };
 
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
     counters, attempts, failures, generation, host, last_code, last_error, component_digest, \
     scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at, \
-    work_done, defers, trace_parent";
+    work_done, defers, trace_parent, resumed_by";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
     next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant, \
@@ -178,6 +192,9 @@ impl Dialect {
             .replace("{random_unit}", self.random_unit)
             .replace("{by_tenant_index}", self.by_tenant_index)
             .replace("{manual_queued_index}", self.manual_queued_index)
+            .replace("{queue_order}", self.queue_order)
+            .replace("{queue_position_2}", self.queue_position_2)
+            .replace("{queue_position}", self.queue_position)
             .replace("{fence_match}", FENCE_MATCH)
             .replace("{file_upsert}", FILE_UPSERT)
             .replace(
@@ -325,7 +342,7 @@ queries! {
         WHERE status = 'queued' AND tenant = $3 AND origin <> 'manual' \
         AND next_attempt_at <= {now} AND job IN (SELECT value FROM json_each($2)) \
         AND {sequential_free} \
-        ORDER BY next_attempt_at, id LIMIT $1";
+        ORDER BY next_attempt_at, {queue_order} LIMIT $1";
     // A run waiting for a slot (job `$1`, tenant `$2`, run `$3`) starts only while fewer
     // than the job's `max_per_tenant` runs hold one; otherwise it waits again, longer
     // each time (0.5 s doubling to 60 s, up to half of it taken off at random), without
@@ -376,8 +393,9 @@ queries! {
             WHERE status = 'queued' AND origin = 'manual' AND updated_at <= {now} - $1) r \
         WHERE NOT EXISTS (SELECT 1 FROM jobhost_leases l WHERE l.job = r.job \
             AND l.instance = r.instance AND l.holder = r.id AND l.expires_at > {now})";
+    // `$3`: the rerun that resumes it, if any (it takes the run's ledger).
     mark_crashed = "UPDATE jobhost_runs SET status = 'crashed', last_code = 'crashed', \
-        finished_at = {now}, updated_at = {now} \
+        resumed_by = $3, finished_at = {now}, updated_at = {now} \
         WHERE id = $1 AND (status = 'running' OR (status = 'queued' AND origin = 'manual')) \
         AND updated_at <= {now} - $2 \
         AND NOT EXISTS (SELECT 1 FROM jobhost_leases l WHERE l.job = jobhost_runs.job \
@@ -422,12 +440,14 @@ queries! {
         AND NOT EXISTS (SELECT 1 FROM jobhost_runs r WHERE r.job = name)";
     prune_reports = "DELETE FROM jobhost_reports WHERE id IN (SELECT id FROM jobhost_reports \
         WHERE delivered_at IS NOT NULL AND created_at < {now} - $1 ORDER BY id LIMIT $2)";
-    // `host drive`'s candidates: due runs in claim order, a page after the last one seen.
-    due_candidates = "SELECT id, job, next_attempt_at, tenant FROM jobhost_runs \
+    // `host drive`'s candidates: due runs in claim order, a page after the last one seen
+    // (its due time `$1` and position `$2`).
+    due_candidates = "SELECT id, job, next_attempt_at, tenant, {queue_position} AS position \
+        FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
         AND {sequential_free} \
-        AND (next_attempt_at > $1 OR (next_attempt_at = $1 AND id > $2)) \
-        ORDER BY next_attempt_at, id LIMIT $3";
+        AND (next_attempt_at > $1 OR (next_attempt_at = $1 AND {queue_order} > {queue_position_2})) \
+        ORDER BY next_attempt_at, {queue_order} LIMIT $3";
     // Start-or-join: the lease row (created free if there is none) is locked first, so
     // starts of one job and instance take turns; then its live run, if any.
     ensure_lease = "INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
@@ -436,12 +456,13 @@ queries! {
     lock_lease = "SELECT generation FROM jobhost_leases WHERE job = $1 AND instance = $2 {for_update}";
     live_run = "SELECT id FROM jobhost_runs WHERE job = $1 AND instance = $2 \
         AND status IN ('queued', 'running') ORDER BY created_at, id LIMIT 1";
-    // A rerun resumes where its crashed run was: the same pass, counters and ledger.
+    // A rerun resumes where its crashed run was: the same pass, counters and ledger. The
+    // ledger moves (the steps of the crashed run's pass, the only ones it has): it is kept
+    // once, by the newest run, and the crashed run names its rerun (`resumed_by`).
     resume_rerun = "UPDATE jobhost_runs SET (pass, counters, work_done, defers) = \
         (SELECT pass, counters, work_done, defers FROM jobhost_runs WHERE id = $2) WHERE id = $1";
-    copy_ledger = "INSERT INTO jobhost_steps (run_id, pass, name, result, generation, recorded_at) \
-        SELECT $1, s.pass, s.name, s.result, s.generation, s.recorded_at FROM jobhost_steps s \
-        JOIN jobhost_runs r ON r.id = s.run_id AND r.pass = s.pass WHERE s.run_id = $2";
+    move_ledger = "UPDATE jobhost_steps SET run_id = $1 WHERE run_id = $2 \
+        AND pass = (SELECT pass FROM jobhost_runs WHERE id = $2)";
     // The ledger of a run's pass, and of a run for operators.
     pass_steps = "SELECT name, result FROM jobhost_steps WHERE run_id = $1 AND pass = $2";
     run_steps = "SELECT pass, name, result, generation, recorded_at FROM jobhost_steps \

@@ -110,6 +110,10 @@ pub struct RunRecord {
     pub defers: i64,
     /// The `traceparent` it was queued with, if any (see `RunRecord::trace`).
     pub trace_parent: Option<String>,
+    /// A crashed run's rerun, which took its ledger (migration 0020). Not read by claims,
+    /// whose runs are running.
+    #[sqlx(default)]
+    pub resumed_by: Option<String>,
 }
 
 impl RunRecord {
@@ -503,6 +507,18 @@ pub enum ProgressWrite {
         counters: String,
         done: bool,
     },
+}
+
+/// A due run a bounded sweep (`host drive`) may claim, read without claiming it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DueCandidate {
+    pub id: String,
+    pub job: String,
+    pub next_attempt_at: i64,
+    pub tenant: String,
+    /// Its place among the runs due at the same time, in claim order: where the next page
+    /// of candidates starts.
+    pub position: String,
 }
 
 /// A step of a run's ledger, as operators see it.

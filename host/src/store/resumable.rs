@@ -7,7 +7,10 @@
 
 use super::guest::Fence;
 use super::queries::Queries;
-use super::{Exclusive, NewRun, ProgressWrite, Result, RunRecord, StepRecord, Store, StoreError};
+use super::{
+    DueCandidate, Exclusive, NewRun, ProgressWrite, Result, RunRecord, StepRecord, Store,
+    StoreError,
+};
 use sqlx::{Connection, SqliteConnection};
 
 /// Applies a `ProgressWrite` on a SQLite connection inside an open write transaction (a
@@ -97,13 +100,14 @@ impl Store {
         })
     }
 
-    /// Due runs in claim order after `after` (due time, id): a page of candidates for a
-    /// bounded sweep, read without claiming them (id, job, due time, tenant).
+    /// Due runs in claim order after `after` (a due time and a [`DueCandidate::position`];
+    /// `(i64::MIN, "")` for the first page): a page of candidates for a bounded sweep, read
+    /// without claiming them.
     pub async fn due_candidates(
         &self,
         after: &(i64, String),
         limit: i64,
-    ) -> Result<Vec<(String, String, i64, String)>> {
+    ) -> Result<Vec<DueCandidate>> {
         let q = &self.q.due_candidates;
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
             .bind(after.0)

@@ -760,6 +760,7 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         work_done: row.get("work_done")?,
         defers: row.get("defers")?,
         trace_parent: row.get("trace_parent")?,
+        resumed_by: row.get("resumed_by")?,
     })
 }
 

@@ -1,0 +1,11 @@
+-- A backlog drains at the same pace whatever its ids and due times: the SQLite migration of
+-- this number takes runs that share a due time in the order they were queued (by rowid),
+-- where it took them by id, which for runs queued by a plain `INSERT` with random (v4) ids
+-- scattered every claim's and ending's writes over the table and its claim indexes.
+--
+-- Postgres keeps its order (due time, then id; `jobhost_claim_runs`, `jobhost_runs_claim`,
+-- `jobhost_runs_queued_by_tenant`) and changes nothing here: its table has no order of
+-- insertion to key by, an update writes a new row version and new index entries rather than
+-- removing entries in place, and the table of a backlog stays in its shared buffers. The
+-- same backlogs drain there at the pace of time-ordered ones within the noise of a run
+-- (`JOBHOST_BENCH_PARTS=curve cargo bench -p jobhost --bench serve`, the `inserted` rows).
