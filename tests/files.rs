@@ -509,22 +509,24 @@ on_every_backend_and_storage! {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
         let m = manifest(&home, &storage.collection("docs", ""), "");
         // Three chunks to a read; two writers point the name at A and at B, again and
-        // again, while a reader reads it whole hundreds of times. The collector deletes
+        // again, while a reader reads it whole 150 times. The collector deletes
         // replaced objects a second later, so the churn keeps little on the storage.
         let size = 2 * 1024 * 1024 + 1;
         assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "doc", "size": size, "fill": "A"})).0, 0);
         let server = home.serve(&["--manifest", &m, "--collect-interval", "200ms", "--file-grace", "1s"]).await;
+        // A writer stops at 900 puts, within the 1 000 uploads an attempt may start, if the
+        // reader is not done by then.
         let writers: Vec<_> = ["A", "B"]
             .iter()
             .map(|fill| home.spawn(&[
-                "run", "files", "--manifest", &m, "--instance", &format!("writer-{fill}"), "--timeout", "120s",
+                "run", "files", "--manifest", &m, "--instance", &format!("writer-{fill}"), "--timeout", "300s",
                 "--json", "--payload",
-                &json!({"mode": "churn-put", "name": "doc", "size": size, "fill": fill, "count": 2000}).to_string(),
+                &json!({"mode": "churn-put", "name": "doc", "size": size, "fill": fill, "count": 900}).to_string(),
             ]))
             .collect();
         let (code, r) = home.run_json(&[
-            "files", "--manifest", &m, "--instance", "reader", "--timeout", "120s", "--payload",
-            &json!({"mode": "churn-read", "name": "doc", "size": size, "fill": "A", "other": "B", "count": 400}).to_string(),
+            "files", "--manifest", &m, "--instance", "reader", "--timeout", "300s", "--payload",
+            &json!({"mode": "churn-read", "name": "doc", "size": size, "fill": "A", "other": "B", "count": 150}).to_string(),
         ]);
         for writer in writers {
             let out = tokio::task::spawn_blocking(move || writer.wait_with_output()).await.unwrap().unwrap();
@@ -547,8 +549,8 @@ on_every_backend_and_storage! {
         assert!(a > 0 && b > 0, "{seen}");
         // A read that found the name replaced at each of its attempts says so (`changed`);
         // under this churn some do, never most.
-        assert_eq!(a + b + gave_up, 400, "{seen}");
-        assert!(a + b >= 100, "{seen}");
+        assert_eq!(a + b + gave_up, 150, "{seen}");
+        assert!(a + b >= 40, "{seen}");
     }
 
     async fn one_tenant_never_sees_anothers_objects(home, storage) {
