@@ -541,6 +541,23 @@ mod tests {
             .unwrap();
         assert_ne!(second.version, first.version);
         assert_eq!(pinned(&mut guest, &second.version).await.unwrap(), b"wo");
+        // A version the guest made up reads nothing: another tenant's key, a path out of
+        // the collection, NUL, escapes and a huge text are each only `changed`.
+        let other_tenant = second.version.replacen("acme/", "other/", 1);
+        for forged in [
+            other_tenant.as_str(),
+            "../../etc/passwd",
+            "acme/\0",
+            "\u{1b}[2J",
+            "",
+            &"a".repeat(1 << 20),
+        ] {
+            assert!(
+                matches!(pinned(&mut guest, forged).await, Err(ReadError::Changed)),
+                "{:?}",
+                &forged[..forged.len().min(32)]
+            );
+        }
         assert!(matches!(
             Host::read_version(
                 &mut guest,
