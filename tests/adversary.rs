@@ -6,7 +6,7 @@
 //! fixed code, leave nothing half-recorded or locked, keep the host's own memory bounded,
 //! and leave the host serving other jobs.
 
-mod common;
+use crate::common;
 
 use common::{guest, migrations};
 use serde_json::{Value, json};

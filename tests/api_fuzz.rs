@@ -10,7 +10,7 @@
 //! Also: a host started on Postgres with a role that lacks privileges says so, in words
 //! about Postgres, and exits as for any load error.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Home, Server};
 use rand::rngs::StdRng;

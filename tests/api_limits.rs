@@ -3,7 +3,7 @@
 //! limit; connections past the cap are answered 503 at once; the host keeps answering
 //! everyone else. The real binary, spoken to over raw sockets.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Home, Server};
 use std::time::{Duration, Instant};

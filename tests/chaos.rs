@@ -14,7 +14,7 @@
 //! CI runs it for `JOBHOST_CHAOS_SECS` (20 s by default); a longer run prints the same
 //! figures: runs, faults injected, violations.
 
-mod common;
+use crate::common;
 
 use common::proxy::Proxy;
 use common::{Backend, Home, Server};

@@ -2,7 +2,7 @@
 //! each subscriber, at least once and never twice for one key, to the tenants the event
 //! is for.
 
-mod common;
+use crate::common;
 
 use common::Home;
 use serde_json::Value;

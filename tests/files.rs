@@ -2,7 +2,7 @@
 //! SQLite and Postgres, with collections in a local directory and on a real
 //! S3-compatible server (SeaweedFS, started by `scripts/test`).
 
-mod common;
+use crate::common;
 
 use common::{Backend, Home, migrations};
 use serde_json::{Value, json};

@@ -2,7 +2,7 @@
 //! nothing is lost when a host dies, a frozen host cannot commit late, and a host that
 //! loses the database fails its attempt and recovers.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Home, Server};
 use serde_json::{Value, json};

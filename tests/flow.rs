@@ -1,7 +1,7 @@
 //! Flow control end to end, with the real binary and real guests: sequential jobs (one run
 //! at a time across the fleet, without using attempts) and the bound on a run's defers.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Home, Server};
 use serde_json::Value;

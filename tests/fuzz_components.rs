@@ -4,7 +4,7 @@
 //! for the next run to replay. `JOBHOST_FUZZ_SECS` bounds the run (20 s by default) and
 //! `JOBHOST_FUZZ_SEED` replays one.
 
-mod common;
+use crate::common;
 
 use jobhost::engine::{Engine, EngineSettings};
 use jobhost::grants::Grants;

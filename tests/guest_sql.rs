@@ -6,7 +6,7 @@
 //! that every statement touching a table outside the grant is refused, and every one
 //! naming only granted tables runs. `JOBHOST_FUZZ_CASES` sets the number of cases.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Home};
 use jobhost::grants::DbGrant;

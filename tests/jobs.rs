@@ -2,7 +2,7 @@
 //! per new version fleet-wide, and a job left out of the manifest is orphaned (listed,
 //! not scheduled or kicked) until retention has deleted its history.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Home, guest};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! workers are its own, a host serves only the lanes it is given, and one tenant's backlog
 //! delays another tenant's run by a claim's turn, not by the backlog.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Home};
 use serde_json::Value;

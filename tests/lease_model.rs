@@ -19,7 +19,7 @@
 //! `JOBHOST_MODEL_CASES` sets the number of cases per backend (default 6); failures are
 //! kept in `lease_model.proptest-regressions` beside this file and replayed first.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Home};
 use jobhost::grants::DbGrant;

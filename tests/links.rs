@@ -2,7 +2,7 @@
 //! guests against a local HTTP service started by the test (with a small IAM), on SQLite
 //! and Postgres.
 
-mod common;
+use crate::common;
 
 use common::service::{Service, verify};
 use common::{Home, migrations};

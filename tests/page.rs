@@ -1,6 +1,6 @@
 //! The operator's web page, rendered by a real headless browser against a real host.
 
-mod common;
+use crate::common;
 
 use common::{Backend, Home};
 use std::process::Command;

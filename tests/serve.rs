@@ -1,7 +1,7 @@
 //! `host serve` end to end: schedules, kicks, surveillance, reports, the HTTP API and
 //! graceful shutdown, with the real binary and real guests.
 
-mod common;
+use crate::common;
 
 use common::guest;
 use serde_json::Value;

@@ -2,7 +2,7 @@
 //! committed with its writes, start-or-join and `host drive`, with the real binary and
 //! the `stepper` and `import` guests.
 
-mod common;
+use crate::common;
 
 use common::{Home, guest};
 use serde_json::Value;

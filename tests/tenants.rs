@@ -2,7 +2,7 @@
 //! 401 except the open probes; a tenant's token sees and acts on its own jobs and runs
 //! only, and anything of another tenant's answers 404; a disabled tenant takes no new runs.
 
-mod common;
+use crate::common;
 
 use common::{Home, Server};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! cannot set it; spans are exported over OTLP when an endpoint is given. The real binary
 //! against local HTTP servers started by the test, on SQLite and Postgres.
 
-mod common;
+use crate::common;
 
 use common::Home;
 use common::service::Service;

@@ -4,11 +4,13 @@
 //! Spans reach OpenTelemetry through the `tracing` ecosystem (`tracing-opentelemetry`);
 //! only the host's own spans at info and above are exported (an attempt's, whose remote
 //! parent is its run's trace context: see `trace::attempt_span`), whatever the log filter.
-//! Spans are batched and sent from the batch processor's own thread; what is still
+//! Spans are batched on the batch processor's own thread and sent by the host's own
+//! async HTTP client on the host's runtime (no second, blocking client); what is still
 //! buffered is sent at shutdown.
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::Layer;
@@ -21,7 +23,12 @@ pub enum OtlpError {
     Endpoint,
     #[error("cannot set up the OTLP exporter: {0}")]
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    #[error("cannot set up the OTLP exporter's HTTP client")]
+    Client,
 }
+
+/// Longest one export may take, connection included.
+const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The exporter of one process; `shutdown` sends what is left.
 pub struct Exporter {
@@ -30,10 +37,16 @@ pub struct Exporter {
 
 impl Exporter {
     /// Exports to `endpoint`, the collector's base URL (`/v1/traces` is added, as for
-    /// `OTEL_EXPORTER_OTLP_ENDPOINT`).
-    pub fn start(endpoint: &str) -> Result<Exporter, OtlpError> {
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`), sending on `runtime`, which must outlive
+    /// [`Exporter::shutdown`].
+    pub fn start(endpoint: &str, runtime: tokio::runtime::Handle) -> Result<Exporter, OtlpError> {
+        let client = reqwest::Client::builder()
+            .timeout(EXPORT_TIMEOUT)
+            .build()
+            .map_err(|_| OtlpError::Client)?;
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            .with_http_client(OnRuntime { client, runtime })
             .with_protocol(Protocol::HttpBinary)
             .with_endpoint(traces_url(endpoint)?)
             .build()?;
@@ -64,6 +77,32 @@ impl Exporter {
         if self.provider.shutdown().is_err() {
             eprintln!("warning: the OTLP exporter did not send every span before exiting");
         }
+    }
+}
+
+/// The host's async client, driven on the host's runtime: the batch processor's thread
+/// has no runtime of its own, so each request runs as a task there and the thread only
+/// waits for its answer.
+#[derive(Debug)]
+struct OnRuntime {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl HttpClient for OnRuntime {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let client = self.client.clone();
+        let sent = self.runtime.spawn(async move {
+            let response = client.execute(reqwest::Request::try_from(request)?).await?;
+            let mut answer = Response::builder().status(response.status());
+            if let Some(headers) = answer.headers_mut() {
+                *headers = response.headers().clone();
+            }
+            let body = response.bytes().await?;
+            Ok::<_, HttpError>(answer.body(body)?)
+        });
+        sent.await?
     }
 }
 

@@ -58,14 +58,24 @@ pub fn guest(name: &str) -> PathBuf {
             status.success(),
             "building the guests failed (is wasm32-wasip2 installed?)"
         );
-        // Where that cargo puts them: the build's target directory, wherever it is set.
-        std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| workspace().join("target"), |dir| workspace().join(dir))
-            .join("wasm32-wasip2/guest")
+        target_dir().join("wasm32-wasip2/guest")
     });
     let path = dir.join(format!("{name}.wasm"));
     assert!(path.exists(), "no guest {name} at {}", path.display());
     path
+}
+
+/// The build's target directory, wherever it is set: where cargo puts the guests.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace().join("target"), |dir| workspace().join(dir))
+}
+
+/// The compiled-component cache every host the tests start shares: each guest is
+/// compiled once per suite, not once per test (entries are keyed by the component's
+/// digest and the engine's configuration, and written atomically).
+pub fn shared_cache() -> PathBuf {
+    target_dir().join("e2e-component-cache")
 }
 
 pub fn migrations() -> PathBuf {
@@ -180,6 +190,10 @@ impl Home {
     pub fn host(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_host"));
         cmd.env("JOBHOST_HOME", self.path())
+            .env("JOBHOST_CACHE", shared_cache())
+            // Every `serve` on a free port, however a test starts it: tests run side by
+            // side, and a second host on the default port would exit at once.
+            .env("JOBHOST_LISTEN", "127.0.0.1:0")
             .env("JOBHOST_DB", &self.db_url)
             .env("JOBHOST_LOG", "warn")
             .current_dir(self.path());

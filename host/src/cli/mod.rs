@@ -43,6 +43,11 @@ pub struct Global {
     /// Directory for the default database and the compile cache.
     #[arg(long, global = true, env = "JOBHOST_HOME", default_value = DEFAULT_HOME)]
     pub home: PathBuf,
+    /// Directory for compiled components (default: `cache` in the home directory). Hosts
+    /// of one version and configuration may share one; it must be writable only by the
+    /// operator, since what it holds is loaded as native code.
+    #[arg(long, global = true, env = "JOBHOST_CACHE")]
+    pub cache: Option<PathBuf>,
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -190,7 +195,9 @@ impl Global {
     }
 
     pub fn cache_dir(&self) -> PathBuf {
-        self.home.join("cache")
+        self.cache
+            .clone()
+            .unwrap_or_else(|| self.home.join("cache"))
     }
 
     /// Components are compiled by this binary in a child process, under the limits given.
@@ -277,14 +284,6 @@ pub fn main() -> ExitCode {
         let code = crate::engine::compiler::compile_stdin(profile, memory_limit);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
-    let exporter = match init_tracing(&cli) {
-        Ok(exporter) => exporter,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    std::panic::set_hook(Box::new(log_panic));
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -292,6 +291,14 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let exporter = match init_tracing(&cli, runtime.handle()) {
+        Ok(exporter) => exporter,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    std::panic::set_hook(Box::new(log_panic));
     let result: Result<u8, Failure> = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(&cli.global, *args).await,
@@ -345,6 +352,7 @@ pub fn main() -> ExitCode {
             Command::CompileComponent { .. } => unreachable!("handled before the runtime starts"),
         }
     });
+    // Before the runtime is dropped: the last spans are sent on it.
     if let Some(exporter) = exporter {
         exporter.shutdown();
     }
@@ -367,7 +375,10 @@ fn traceparent(text: &str) -> Result<TraceParent, &'static str> {
 
 /// The log on stderr, filtered by `JOBHOST_LOG`; and for `host serve` with an OTLP
 /// endpoint, the span exporter (filtered on its own, see `otlp`).
-fn init_tracing(cli: &Cli) -> Result<Option<crate::otlp::Exporter>, crate::otlp::OtlpError> {
+fn init_tracing(
+    cli: &Cli,
+    runtime: &tokio::runtime::Handle,
+) -> Result<Option<crate::otlp::Exporter>, crate::otlp::OtlpError> {
     use tracing_subscriber::prelude::*;
     use tracing_subscriber::{EnvFilter, fmt};
     let default = match cli.command {
@@ -392,7 +403,7 @@ fn init_tracing(cli: &Cli) -> Result<Option<crate::otlp::Exporter>, crate::otlp:
         Command::Serve(args) => args
             .otlp_endpoint
             .as_deref()
-            .map(crate::otlp::Exporter::start)
+            .map(|endpoint| crate::otlp::Exporter::start(endpoint, runtime.clone()))
             .transpose()?,
         _ => None,
     };

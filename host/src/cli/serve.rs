@@ -22,7 +22,7 @@ use std::time::Duration;
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Address of the HTTP API (port 0 picks a free port; the address is printed).
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, env = "JOBHOST_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Longest a client may take to send a request's head, or leave a kept-alive
     /// connection idle.

@@ -1,0 +1,29 @@
+//! Every end-to-end test in one binary: each file below is a module, so the suite is
+//! compiled and linked once (each test binary is a link of the whole host), shares one
+//! build of the guests (`common::guest`) and one compiled-component cache, and runs its
+//! tests from every file in one pool. Run one file's tests with
+//! `cargo test --test e2e steps::`.
+
+#[macro_use]
+mod common;
+
+mod adversary;
+mod api_fuzz;
+mod api_limits;
+mod chaos;
+mod events;
+mod files;
+mod fleet;
+mod flow;
+mod fuzz_components;
+mod guest_sql;
+mod jobs;
+mod lanes;
+mod lease_model;
+mod links;
+mod page;
+mod run;
+mod serve;
+mod steps;
+mod tenants;
+mod trace;
