@@ -11,49 +11,25 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const GUESTS: [&str; 19] = [
-    "hello",
-    "flaky",
-    "spin",
-    "hog",
-    "ledger",
-    "noop",
-    "probe",
-    "pager",
-    "future",
-    "earlier",
-    "adversary",
-    "filer",
-    "linker",
-    "report",
-    "invite",
-    "notify",
-    "scanner",
-    "import",
-    "stepper",
-];
-
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Builds every guest once per test process (cargo serialises concurrent builds).
+/// Every guest in the workspace (the examples and `tests/guests`), built once per test
+/// process: all workspace members but the host itself. `scripts/test` builds them once
+/// for the whole suite and says where (`JOBHOST_TEST_GUESTS`), so a process per test does
+/// not ask cargo again.
 pub fn guest(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.current_dir(workspace()).args([
-            "build",
-            "--quiet",
-            "--profile",
-            "guest",
-            "--target",
-            "wasm32-wasip2",
-        ]);
-        for g in GUESTS {
-            cmd.args(["-p", g]);
+        if let Some(built) = std::env::var_os("JOBHOST_TEST_GUESTS") {
+            return PathBuf::from(built);
         }
-        let status = cmd.status().expect("run cargo to build the guests");
+        let status = Command::new(env!("CARGO"))
+            .current_dir(workspace())
+            .args(GUEST_BUILD)
+            .status()
+            .expect("run cargo to build the guests");
         assert!(
             status.success(),
             "building the guests failed (is wasm32-wasip2 installed?)"
@@ -64,6 +40,19 @@ pub fn guest(name: &str) -> PathBuf {
     assert!(path.exists(), "no guest {name} at {}", path.display());
     path
 }
+
+/// The cargo arguments that build every guest (`scripts/test` runs the same).
+pub const GUEST_BUILD: [&str; 9] = [
+    "build",
+    "--quiet",
+    "--profile",
+    "guest",
+    "--target",
+    "wasm32-wasip2",
+    "--workspace",
+    "--exclude",
+    "jobhost",
+];
 
 /// The build's target directory, wherever it is set: where cargo puts the guests.
 fn target_dir() -> PathBuf {
