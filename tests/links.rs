@@ -406,11 +406,11 @@ on_every_backend! {
             .map(|s| s.path.trim_start_matches("/iam/memberships/").to_string())
             .expect("a revocation");
         assert!(!service.link_valid(&revoked).await);
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        assert!(
-            !service.link_valid("m-1").await && !service.link_valid("m-2").await,
-            "expired"
-        );
+        let started = Instant::now();
+        while service.link_valid("m-1").await || service.link_valid("m-2").await {
+            assert!(started.elapsed() < Duration::from_secs(15), "never expired");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         // Keys rotate: a new one is published beside the old.
         let started = Instant::now();
         loop {
