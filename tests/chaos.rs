@@ -25,27 +25,33 @@ use std::time::{Duration, Instant};
 const HOSTS: usize = 3;
 const INSTANCES: usize = 8;
 
-#[derive(Debug, sqlx::FromRow)]
-struct Attempt {
-    instance: String,
-    run_id: String,
-    generation: i64,
-    started_at: i64,
+jobhost::record! {
+    #[derive(Debug)]
+    struct Attempt {
+        instance: String,
+        run_id: String,
+        generation: i64,
+        started_at: i64,
+    }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-struct Write {
-    run_id: String,
-    attempt: i64,
-    committed_at: Option<i64>,
+jobhost::record! {
+    #[derive(Debug)]
+    struct Write {
+        run_id: String,
+        attempt: i64,
+        committed_at: Option<i64>,
+    }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-struct Run {
-    id: String,
-    instance: String,
-    status: String,
-    rerun_of: Option<String>,
+jobhost::record! {
+    #[derive(Debug)]
+    struct Run {
+        id: String,
+        instance: String,
+        status: String,
+        rerun_of: Option<String>,
+    }
 }
 
 struct Fleet {

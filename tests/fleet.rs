@@ -33,15 +33,17 @@ async fn start_hosts(home: &Home, n: usize, args: &[&str]) -> Vec<Server> {
     hosts
 }
 
-#[derive(Debug, sqlx::FromRow)]
-struct AttemptRow {
-    job: String,
-    instance: String,
-    generation: i64,
-    host: String,
-    status: String,
-    started_at: i64,
-    finished_at: Option<i64>,
+jobhost::record! {
+    #[derive(Debug)]
+    struct AttemptRow {
+        job: String,
+        instance: String,
+        generation: i64,
+        host: String,
+        status: String,
+        started_at: i64,
+        finished_at: Option<i64>,
+    }
 }
 
 async fn attempts(home: &Home) -> Vec<AttemptRow> {

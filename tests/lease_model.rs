@@ -803,18 +803,22 @@ async fn count(store: &Store, sql: &'static str) -> i64 {
     }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-struct WriteRow {
-    instance: String,
-    generation: i64,
-    at: i64,
+jobhost::record! {
+    #[derive(Debug)]
+    struct WriteRow {
+        instance: String,
+        generation: i64,
+        at: i64,
+    }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-struct StartRow {
-    instance: String,
-    generation: i64,
-    started_at: i64,
+jobhost::record! {
+    #[derive(Debug)]
+    struct StartRow {
+        instance: String,
+        generation: i64,
+        started_at: i64,
+    }
 }
 
 /// The end state: no zombie commit, every kick followed by a run, every run ended.

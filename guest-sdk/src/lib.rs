@@ -42,10 +42,14 @@
 
 extern crate self as jobhost_guest;
 
+/// The WIT package this SDK speaks, carried in the crate (`wit/`, kept identical to the
+/// workspace's `wit/` by a test of the host's), so a job crate builds wherever the SDK is.
+pub const WIT: &str = include_str!("../wit/jobhost.wit");
+
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit",
         world: "job",
         pub_export_macro: true,
         export_macro_name: "__export_job_world",

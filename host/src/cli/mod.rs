@@ -4,6 +4,7 @@
 //! Exit codes: 0 success, 1 the run failed, 2 usage or load error, 3 the run was skipped,
 //! 4 another process held SQLite's write lock for longer than the busy timeout.
 
+mod author;
 mod drive;
 mod output;
 mod run;
@@ -145,6 +146,27 @@ pub enum Command {
     Tokens(tenants::TokensCommand),
     /// List the failure codes and what each means.
     Codes {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the WIT package this host speaks (or write it to DIR/jobhost.wit).
+    Wit {
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Create a job project, with the guest SDK this host speaks inside it.
+    New(author::NewArgs),
+    /// Build the job project in DIR (default: here) and show what the component can touch.
+    Build {
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what a component imports, the grants a job running it needs, and whether this
+    /// host loads it.
+    Inspect {
+        file: PathBuf,
         #[arg(long)]
         json: bool,
     },
@@ -349,6 +371,10 @@ pub fn main() -> ExitCode {
             Command::Tenants(cmd) => tenants::tenants(&cli.global, cmd).await,
             Command::Tokens(cmd) => tenants::tokens(&cli.global, cmd).await,
             Command::Codes { json } => Ok(output::codes(json)),
+            Command::Wit { out } => author::wit(out),
+            Command::New(args) => author::new(args),
+            Command::Build { dir, json } => author::build(&dir, json),
+            Command::Inspect { file, json } => author::inspect_file(&file, json),
             Command::CompileComponent { .. } => unreachable!("handled before the runtime starts"),
         }
     });

@@ -53,13 +53,27 @@ pub struct Claimed {
     pub stamped_after: Instant,
 }
 
-/// A claimed run as the database returns it.
-#[derive(Debug, sqlx::FromRow)]
+/// A claimed run as the database returns it: the run's columns, and its lease's.
+#[derive(Debug)]
 pub(crate) struct ClaimedRow {
-    #[sqlx(flatten)]
     pub run: RunRecord,
     pub lease_deadline_at: Option<i64>,
     pub lease_expires_at: Option<i64>,
+}
+
+impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for ClaimedRow
+where
+    RunRecord: sqlx::FromRow<'r, R>,
+    &'r str: sqlx::ColumnIndex<R>,
+    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    fn from_row(row: &'r R) -> sqlx::Result<Self> {
+        Ok(ClaimedRow {
+            run: RunRecord::from_row(row)?,
+            lease_deadline_at: row.try_get("lease_deadline_at")?,
+            lease_expires_at: row.try_get("lease_expires_at")?,
+        })
+    }
 }
 
 impl ClaimedRow {
@@ -177,8 +191,7 @@ impl Recording {
 }
 
 /// One `Recording` as the Postgres function reads it: a `jobhost_attempt_item` (migration
-/// 0014), sent in the binary format, field by field in the type's order.
-#[derive(sqlx::Encode)]
+/// 0014), sent in the binary format (see its `Encode`).
 struct WireItem<'a> {
     idx: i32,
     kind: &'static str,
@@ -223,6 +236,107 @@ struct WireItem<'a> {
     r_kind: Option<&'a str>,
     r_code: Option<&'a str>,
     r_body: Option<&'a str>,
+}
+
+/// Field by field in the composite type's order. The list destructures the item whole, so
+/// a field added to the struct and not here does not compile.
+impl sqlx::Encode<'_, sqlx::Postgres> for WireItem<'_> {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        let mut record = sqlx::postgres::types::PgRecordEncoder::new(buf);
+        let WireItem {
+            idx,
+            kind,
+            run_id,
+            job,
+            instance,
+            generation,
+            holder,
+            seq,
+            a_pass,
+            a_attempt,
+            a_host,
+            a_status,
+            a_outcome,
+            a_code,
+            a_fuel_used,
+            a_peak_memory,
+            a_duration_ms,
+            a_log,
+            a_log_truncated,
+            a_started_at,
+            require_lease,
+            status,
+            code,
+            error,
+            cursor,
+            counters,
+            pass,
+            failures,
+            defers,
+            delay_ms,
+            hold_ms,
+            f_id,
+            f_tenant,
+            f_origin,
+            f_payload,
+            f_cursor,
+            f_component_digest,
+            f_scheduled_for,
+            f_rerun_of,
+            f_delay_ms,
+            r_kind,
+            r_code,
+            r_body,
+        } = self;
+        record.encode(idx)?;
+        record.encode(kind)?;
+        record.encode(run_id)?;
+        record.encode(job)?;
+        record.encode(instance)?;
+        record.encode(generation)?;
+        record.encode(holder)?;
+        record.encode(seq)?;
+        record.encode(a_pass)?;
+        record.encode(a_attempt)?;
+        record.encode(a_host)?;
+        record.encode(a_status)?;
+        record.encode(a_outcome)?;
+        record.encode(a_code)?;
+        record.encode(a_fuel_used)?;
+        record.encode(a_peak_memory)?;
+        record.encode(a_duration_ms)?;
+        record.encode(a_log)?;
+        record.encode(a_log_truncated)?;
+        record.encode(a_started_at)?;
+        record.encode(require_lease)?;
+        record.encode(status)?;
+        record.encode(code)?;
+        record.encode(error)?;
+        record.encode(cursor)?;
+        record.encode(counters)?;
+        record.encode(pass)?;
+        record.encode(failures)?;
+        record.encode(defers)?;
+        record.encode(delay_ms)?;
+        record.encode(hold_ms)?;
+        record.encode(f_id)?;
+        record.encode(f_tenant)?;
+        record.encode(f_origin)?;
+        record.encode(f_payload)?;
+        record.encode(f_cursor)?;
+        record.encode(f_component_digest)?;
+        record.encode(f_scheduled_for)?;
+        record.encode(f_rerun_of)?;
+        record.encode(f_delay_ms)?;
+        record.encode(r_kind)?;
+        record.encode(r_code)?;
+        record.encode(r_body)?;
+        record.finish();
+        Ok(sqlx::encode::IsNull::No)
+    }
 }
 
 impl sqlx::Type<sqlx::Postgres> for WireItem<'_> {
@@ -435,12 +549,13 @@ impl QueuedTenants {
     }
 }
 
-/// What the Postgres function answers per item.
-#[derive(sqlx::FromRow)]
-struct WireResult {
-    idx: i32,
-    result: String,
-    follow_up: Option<String>,
+crate::record! {
+    /// What the Postgres function answers per item.
+    struct WireResult {
+        idx: i32,
+        result: String,
+        follow_up: Option<String>,
+    }
 }
 
 fn recorded(result: &str, follow_up: Option<String>) -> Result<Recorded> {

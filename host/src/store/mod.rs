@@ -22,6 +22,7 @@ mod queries;
 pub mod records;
 mod resumable;
 mod retention;
+pub mod row;
 pub mod sqlite_guest;
 mod sqlite_writer;
 mod tenants;

@@ -77,43 +77,45 @@ impl Origin {
     }
 }
 
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
-pub struct RunRecord {
-    pub id: String,
-    pub job: String,
-    pub instance: String,
-    pub tenant: String,
-    pub origin: String,
-    pub payload: String,
-    pub status: String,
-    pub pass: i64,
-    pub cursor: Option<String>,
-    pub counters: String,
-    pub attempts: i64,
-    pub failures: i64,
-    pub generation: Option<i64>,
-    pub host: Option<String>,
-    pub last_code: Option<String>,
-    pub last_error: Option<String>,
-    pub component_digest: Option<String>,
-    pub scheduled_for: Option<i64>,
-    pub rerun_of: Option<String>,
-    pub next_attempt_at: i64,
-    pub created_at: i64,
-    pub started_at: Option<i64>,
-    pub finished_at: Option<i64>,
-    pub updated_at: i64,
-    /// 1 once a pass committed `done` with its writes: only the run's end is left to
-    /// record.
-    pub work_done: i64,
-    /// How many passes ended `defer` (the job's `max_defers` bounds them).
-    pub defers: i64,
-    /// The `traceparent` it was queued with, if any (see `RunRecord::trace`).
-    pub trace_parent: Option<String>,
-    /// A crashed run's rerun, which took its ledger (migration 0020). Not read by claims,
-    /// whose runs are running.
-    #[sqlx(default)]
-    pub resumed_by: Option<String>,
+crate::record! {
+    #[derive(Debug, Clone, Serialize)]
+    pub struct RunRecord {
+        pub id: String,
+        pub job: String,
+        pub instance: String,
+        pub tenant: String,
+        pub origin: String,
+        pub payload: String,
+        pub status: String,
+        pub pass: i64,
+        pub cursor: Option<String>,
+        pub counters: String,
+        pub attempts: i64,
+        pub failures: i64,
+        pub generation: Option<i64>,
+        pub host: Option<String>,
+        pub last_code: Option<String>,
+        pub last_error: Option<String>,
+        pub component_digest: Option<String>,
+        pub scheduled_for: Option<i64>,
+        pub rerun_of: Option<String>,
+        pub next_attempt_at: i64,
+        pub created_at: i64,
+        pub started_at: Option<i64>,
+        pub finished_at: Option<i64>,
+        pub updated_at: i64,
+        /// 1 once a pass committed `done` with its writes: only the run's end is left to
+        /// record.
+        pub work_done: i64,
+        /// How many passes ended `defer` (the job's `max_defers` bounds them).
+        pub defers: i64,
+        /// The `traceparent` it was queued with, if any (see `RunRecord::trace`).
+        pub trace_parent: Option<String>,
+        /// A crashed run's rerun, which took its ledger (migration 0020). Not read by claims,
+        /// whose runs are running.
+        pub resumed_by: Option<String>,
+    }
+    missing_as_default: resumed_by
 }
 
 impl RunRecord {
@@ -133,54 +135,60 @@ impl RunRecord {
     }
 }
 
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
-pub struct AttemptRecord {
-    pub run_id: String,
-    pub seq: i64,
-    pub pass: i64,
-    pub attempt: i64,
-    pub generation: i64,
-    pub host: String,
-    pub status: String,
-    pub outcome: Option<String>,
-    pub code: Option<String>,
-    pub fuel_used: Option<i64>,
-    pub peak_memory: Option<i64>,
-    pub duration_ms: Option<i64>,
-    pub log: String,
-    pub log_truncated: i64,
-    pub started_at: i64,
-    pub finished_at: Option<i64>,
+crate::record! {
+    #[derive(Debug, Clone, Serialize)]
+    pub struct AttemptRecord {
+        pub run_id: String,
+        pub seq: i64,
+        pub pass: i64,
+        pub attempt: i64,
+        pub generation: i64,
+        pub host: String,
+        pub status: String,
+        pub outcome: Option<String>,
+        pub code: Option<String>,
+        pub fuel_used: Option<i64>,
+        pub peak_memory: Option<i64>,
+        pub duration_ms: Option<i64>,
+        pub log: String,
+        pub log_truncated: i64,
+        pub started_at: i64,
+        pub finished_at: Option<i64>,
+    }
 }
 
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
-pub struct JobRecord {
-    pub name: String,
-    pub tenant: String,
-    pub component_path: String,
-    pub component_digest: String,
-    pub spec: String,
-    pub schedule: Option<String>,
-    pub next_fire_at: Option<i64>,
-    pub registered_at: i64,
-    pub updated_at: i64,
-    pub last_success_at: Option<i64>,
-    pub missed_reported_at: Option<i64>,
-    pub per_tenant: i64,
-    /// Set while no serving host's manifest names the job.
-    pub orphaned_at: Option<i64>,
+crate::record! {
+    #[derive(Debug, Clone, Serialize)]
+    pub struct JobRecord {
+        pub name: String,
+        pub tenant: String,
+        pub component_path: String,
+        pub component_digest: String,
+        pub spec: String,
+        pub schedule: Option<String>,
+        pub next_fire_at: Option<i64>,
+        pub registered_at: i64,
+        pub updated_at: i64,
+        pub last_success_at: Option<i64>,
+        pub missed_reported_at: Option<i64>,
+        pub per_tenant: i64,
+        /// Set while no serving host's manifest names the job.
+        pub orphaned_at: Option<i64>,
+    }
 }
 
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
-pub struct LeaseRecord {
-    pub job: String,
-    pub instance: String,
-    pub generation: i64,
-    pub holder: Option<String>,
-    pub deadline_at: i64,
-    pub expires_at: i64,
-    pub pending: i64,
-    pub updated_at: i64,
+crate::record! {
+    #[derive(Debug, Clone, Serialize)]
+    pub struct LeaseRecord {
+        pub job: String,
+        pub instance: String,
+        pub generation: i64,
+        pub holder: Option<String>,
+        pub deadline_at: i64,
+        pub expires_at: i64,
+        pub pending: i64,
+        pub updated_at: i64,
+    }
 }
 
 impl LeaseRecord {
@@ -209,13 +217,15 @@ pub struct Lease {
     pub expires_at: i64,
 }
 
-/// A run marked running whose lease its host no longer renews.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
-pub struct LostRun {
-    pub id: String,
-    pub job: String,
-    pub instance: String,
-    pub generation: Option<i64>,
+crate::record! {
+    /// A run marked running whose lease its host no longer renews.
+    #[derive(Debug, Clone, Serialize)]
+    pub struct LostRun {
+        pub id: String,
+        pub job: String,
+        pub instance: String,
+        pub generation: Option<i64>,
+    }
 }
 
 pub struct Crash<'a> {
@@ -227,47 +237,55 @@ pub struct Crash<'a> {
     pub report: NewReport,
 }
 
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
-pub struct ReportRecord {
-    pub id: i64,
-    pub kind: String,
-    pub job: String,
-    pub run_id: Option<String>,
-    pub code: Option<String>,
-    pub body: String,
-    pub created_at: i64,
-    pub logged_at: Option<i64>,
-    pub webhook_attempts: i64,
-    pub next_try_at: i64,
-    pub delivered_at: Option<i64>,
+crate::record! {
+    #[derive(Debug, Clone, Serialize)]
+    pub struct ReportRecord {
+        pub id: i64,
+        pub kind: String,
+        pub job: String,
+        pub run_id: Option<String>,
+        pub code: Option<String>,
+        pub body: String,
+        pub created_at: i64,
+        pub logged_at: Option<i64>,
+        pub webhook_attempts: i64,
+        pub next_try_at: i64,
+        pub delivered_at: Option<i64>,
+    }
 }
 
-/// A registered tenant (`jobhost_tenants`).
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, PartialEq, Eq)]
-pub struct TenantRecord {
-    pub name: String,
-    pub active: i64,
-    pub created_at: i64,
-    pub updated_at: i64,
+crate::record! {
+    /// A registered tenant (`jobhost_tenants`).
+    #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+    pub struct TenantRecord {
+        pub name: String,
+        pub active: i64,
+        pub created_at: i64,
+        pub updated_at: i64,
+    }
 }
 
-/// An API token as listed: never its secret, nor the secret's hash.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, PartialEq, Eq)]
-pub struct TokenRecord {
-    pub id: String,
-    pub tenant: Option<String>,
-    pub label: String,
-    pub created_at: i64,
-    pub revoked_at: Option<i64>,
+crate::record! {
+    /// An API token as listed: never its secret, nor the secret's hash.
+    #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+    pub struct TokenRecord {
+        pub id: String,
+        pub tenant: Option<String>,
+        pub label: String,
+        pub created_at: i64,
+        pub revoked_at: Option<i64>,
+    }
 }
 
-/// What checking a presented token needs: the stored hash and whom it speaks for.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct TokenCheck {
-    pub secret_hash: String,
-    pub tenant: Option<String>,
-    /// 0 if the token's tenant is disabled or no longer registered.
-    pub tenant_active: i64,
+crate::record! {
+    /// What checking a presented token needs: the stored hash and whom it speaks for.
+    #[derive(Debug, Clone)]
+    pub struct TokenCheck {
+        pub secret_hash: String,
+        pub tenant: Option<String>,
+        /// 0 if the token's tenant is disabled or no longer registered.
+        pub tenant_active: i64,
+    }
 }
 
 pub struct JobUpsert<'a> {
@@ -340,13 +358,15 @@ impl ReportKind {
     }
 }
 
-/// What one tenant's attempts used in a window (quotas, metrics, the API).
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, serde::Serialize)]
-pub struct TenantUsage {
-    pub tenant: String,
-    pub fuel_used: i64,
-    pub wall_ms: i64,
-    pub attempts: i64,
+crate::record! {
+    /// What one tenant's attempts used in a window (quotas, metrics, the API).
+    #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+    pub struct TenantUsage {
+        pub tenant: String,
+        pub fuel_used: i64,
+        pub wall_ms: i64,
+        pub attempts: i64,
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -420,36 +440,42 @@ pub struct RunFilter {
     pub limit: i64,
 }
 
-/// A named object of a collection (`jobhost_files`).
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, PartialEq, Eq)]
-pub struct FileRecord {
-    pub tenant: String,
-    pub collection: String,
-    pub name: String,
-    pub object_key: String,
-    pub size: i64,
-    pub digest: String,
-    /// `clean` (visible), `pending` (waiting for its scan) or `rejected`.
-    pub status: String,
-    pub run_id: String,
-    pub created_at: i64,
+crate::record! {
+    /// A named object of a collection (`jobhost_files`).
+    #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+    pub struct FileRecord {
+        pub tenant: String,
+        pub collection: String,
+        pub name: String,
+        pub object_key: String,
+        pub size: i64,
+        pub digest: String,
+        /// `clean` (visible), `pending` (waiting for its scan) or `rejected`.
+        pub status: String,
+        pub run_id: String,
+        pub created_at: i64,
+    }
 }
 
-/// A file waiting for its collection's scan job.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize, PartialEq, Eq)]
-pub struct PendingFile {
-    pub object_key: String,
-    pub tenant: String,
-    pub name: String,
-    pub size: i64,
+crate::record! {
+    /// A file waiting for its collection's scan job.
+    #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+    pub struct PendingFile {
+        pub object_key: String,
+        pub tenant: String,
+        pub name: String,
+        pub size: i64,
+    }
 }
 
-/// An object the collector may delete: an upload never attached, or one no name points
-/// at any more.
-#[derive(Debug, Clone, sqlx::FromRow, PartialEq, Eq)]
-pub struct DeadObject {
-    pub object_key: String,
-    pub collection: String,
+crate::record! {
+    /// An object the collector may delete: an upload never attached, or one no name points
+    /// at any more.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct DeadObject {
+        pub object_key: String,
+        pub collection: String,
+    }
 }
 
 /// A change to what names point at, committed in a fenced transaction: the host's own,
@@ -509,26 +535,30 @@ pub enum ProgressWrite {
     },
 }
 
-/// A due run a bounded sweep (`host drive`) may claim, read without claiming it.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct DueCandidate {
-    pub id: String,
-    pub job: String,
-    pub next_attempt_at: i64,
-    pub tenant: String,
-    /// Its place among the runs due at the same time, in claim order: where the next page
-    /// of candidates starts.
-    pub position: String,
+crate::record! {
+    /// A due run a bounded sweep (`host drive`) may claim, read without claiming it.
+    #[derive(Debug, Clone)]
+    pub struct DueCandidate {
+        pub id: String,
+        pub job: String,
+        pub next_attempt_at: i64,
+        pub tenant: String,
+        /// Its place among the runs due at the same time, in claim order: where the next page
+        /// of candidates starts.
+        pub position: String,
+    }
 }
 
-/// A step of a run's ledger, as operators see it.
-#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
-pub struct StepRecord {
-    pub pass: i64,
-    pub name: String,
-    pub result: String,
-    pub generation: i64,
-    pub recorded_at: i64,
+crate::record! {
+    /// A step of a run's ledger, as operators see it.
+    #[derive(Debug, Clone, Serialize)]
+    pub struct StepRecord {
+        pub pass: i64,
+        pub name: String,
+        pub result: String,
+        pub generation: i64,
+        pub recorded_at: i64,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -542,12 +572,14 @@ pub enum FileWritten {
     OverQuota,
 }
 
-/// A key that signs per-attempt tokens.
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct SigningKeyRecord {
-    pub kid: String,
-    /// The Ed25519 private key's seed, hex.
-    pub seed: String,
-    pub public_key: String,
-    pub created_at: i64,
+crate::record! {
+    /// A key that signs per-attempt tokens.
+    #[derive(Debug, Clone)]
+    pub struct SigningKeyRecord {
+        pub kid: String,
+        /// The Ed25519 private key's seed, hex.
+        pub seed: String,
+        pub public_key: String,
+        pub created_at: i64,
+    }
 }

@@ -1,0 +1,421 @@
+//! `host new`: a job project an author can build anywhere, with no checkout of jobhost
+//! around. The guest SDK this host speaks travels inside the binary and is written into
+//! the project (`vendor/jobhost-guest`), so the project depends on it by a path of its own
+//! and builds from the registry cargo already reaches; a later host's `host new` carries
+//! that host's SDK.
+//!
+//! A language is a set of files written here and a build step (`cli::author`); Rust is
+//! the first.
+
+use crate::job::{JobError, validate_name};
+use std::path::{Path, PathBuf};
+
+/// The SDK's files, as the crate has them (this module's tests keep the list complete and
+/// the SDK's `wit/` identical to the workspace's).
+const SDK_FILES: [(&str, &str); 3] = [
+    ("src/lib.rs", include_str!("../../guest-sdk/src/lib.rs")),
+    ("src/steps.rs", include_str!("../../guest-sdk/src/steps.rs")),
+    (
+        "wit/jobhost.wit",
+        include_str!("../../guest-sdk/wit/jobhost.wit"),
+    ),
+];
+
+/// The SDK's version: the host's own, as the workspace gives both one.
+pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Where a new project keeps the SDK.
+pub const SDK_DIR: &str = "vendor/jobhost-guest";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScaffoldError {
+    #[error(transparent)]
+    Name(#[from] JobError),
+    #[error(
+        "{0} already exists: `host new` never writes over anything; choose another name or --dir"
+    )]
+    Exists(PathBuf),
+    #[error("cannot write the project at {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The languages `host new` writes a project in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+}
+
+/// What `host new` made.
+#[derive(Debug)]
+pub struct Created {
+    pub dir: PathBuf,
+    /// The component `host build` makes, relative to the project.
+    pub component: String,
+    /// The table its migration creates and its job writes.
+    pub table: String,
+}
+
+/// Writes a new project for job `name` into `dir`, which must not exist yet. On any
+/// failure nothing of it is left behind.
+pub fn create(name: &str, dir: &Path, lang: Lang) -> Result<Created, ScaffoldError> {
+    validate_name(name)?;
+    let Lang::Rust = lang;
+    if dir.symlink_metadata().is_ok() {
+        return Err(ScaffoldError::Exists(dir.to_path_buf()));
+    }
+    let names = Names::of(name);
+    let files = rust_project(name, &names);
+    let write = |path: &Path, text: &str| -> std::io::Result<()> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(path, text)
+    };
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|source| ScaffoldError::Write {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    }
+    // `create_dir` fails if something appeared meanwhile: never write into it.
+    std::fs::create_dir(dir).map_err(|source| match source.kind() {
+        std::io::ErrorKind::AlreadyExists => ScaffoldError::Exists(dir.to_path_buf()),
+        _ => ScaffoldError::Write {
+            path: dir.to_path_buf(),
+            source,
+        },
+    })?;
+    for (relative, text) in &files {
+        let path = dir.join(relative);
+        if let Err(source) = write(&path, text) {
+            let _ = std::fs::remove_dir_all(dir);
+            return Err(ScaffoldError::Write { path, source });
+        }
+    }
+    Ok(Created {
+        dir: dir.to_path_buf(),
+        component: format!("target/wasm32-wasip2/release/{}.wasm", names.lib),
+        table: names.table,
+    })
+}
+
+/// The names a job's name gives its project: a package name cargo takes, the library's
+/// (and so the component file's) name, a type name and a table name.
+struct Names {
+    package: String,
+    lib: String,
+    type_name: String,
+    table: String,
+}
+
+impl Names {
+    fn of(job: &str) -> Names {
+        // Job names may hold '.', and may start with a digit; package names and SQL
+        // identifiers may not.
+        let mut package: String = job
+            .chars()
+            .map(|c| if c == '.' { '-' } else { c })
+            .collect();
+        if package.starts_with(|c: char| c.is_ascii_digit()) {
+            package.insert_str(0, "job-");
+        }
+        let lib = package.replace('-', "_");
+        let type_name: String = lib
+            .split('_')
+            .filter(|w| !w.is_empty())
+            .map(|w| {
+                let mut chars = w.chars();
+                chars
+                    .next()
+                    .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                    .unwrap_or_default()
+            })
+            .collect();
+        Names {
+            table: format!("{lib}_items"),
+            package,
+            lib,
+            type_name: if type_name.is_empty() {
+                "Job".into()
+            } else {
+                type_name
+            },
+        }
+    }
+}
+
+/// The SDK's `Cargo.toml` for a project of its own: the workspace's fields spelled out
+/// (this module's test checks them against the workspace's).
+fn sdk_manifest() -> String {
+    format!(
+        r#"[package]
+name = "jobhost-guest"
+description = "Write jobhost jobs in Rust"
+version = "{SDK_VERSION}"
+edition = "2024"
+license = "Apache-2.0"
+rust-version = "1.95"
+
+[dependencies]
+serde = {{ version = "1", features = ["derive"] }}
+serde_json = "1"
+wit-bindgen = "0.46"
+"#
+    )
+}
+
+fn rust_project(job: &str, names: &Names) -> Vec<(String, String)> {
+    let Names {
+        package,
+        lib,
+        type_name,
+        table,
+    } = names;
+    let mut files = vec![
+        (
+            "Cargo.toml".to_string(),
+            format!(
+                r#"[package]
+name = "{package}"
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+# The guest SDK of the host that made this project (`host new`, jobhost {SDK_VERSION}).
+jobhost-guest = {{ path = "{SDK_DIR}" }}
+serde = {{ version = "1", features = ["derive"] }}
+
+# A component is small and quick to load: optimised for size, whole-program, stripped.
+[profile.release]
+opt-level = "s"
+lto = true
+strip = true
+codegen-units = 1
+
+# A workspace of its own, wherever it is created.
+[workspace]
+"#
+            ),
+        ),
+        (
+            "src/lib.rs".to_string(),
+            format!(
+                r#"//! `{job}`: logs, reads its payload, and records each item in one fenced
+//! transaction — every row commits, or none does if the attempt lost its lease.
+
+use jobhost_guest::{{Context, Job, JobError, Outcome, db, log}};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Payload {{
+    /// What to record, one row each.
+    items: Vec<String>,
+}}
+
+struct {type_name};
+
+impl Job for {type_name} {{
+    type Payload = Payload;
+
+    fn run(ctx: Context<Payload>) -> Result<Outcome, JobError> {{
+        log::info(&format!("recording {{}} items", ctx.payload.items.len()));
+        let tx = db::begin()?;
+        for item in &ctx.payload.items {{
+            tx.execute(
+                "INSERT INTO {table} (run_id, item) VALUES ($1, $2)",
+                &[ctx.run_id.as_str().into(), item.as_str().into()],
+            )?;
+        }}
+        tx.commit()?;
+        Ok(Outcome::Done)
+    }}
+}}
+
+jobhost_guest::export_job!({type_name});
+"#
+            ),
+        ),
+        (
+            "jobhost.toml".to_string(),
+            format!(
+                r#"# The manifest of `{job}`; paths are relative to this file.
+#   host run {job} --manifest jobhost.toml      runs it once
+#   host serve --manifest jobhost.toml         serves it (schedules, kicks, the API)
+[host]
+migrations = "migrations"
+
+[jobs.{job}]
+component = "target/wasm32-wasip2/release/{lib}.wasm"
+payload = {{ items = ["first", "second"] }}
+timeout = "30s"
+retries = 2
+grants.db = {{ write = ["{table}"] }}
+"#
+            ),
+        ),
+        (
+            format!("migrations/0001_{table}.sql"),
+            format!(
+                "-- The table `{job}` writes (applied by `host migrate` and at start).\n\
+                 CREATE TABLE {table} (\n    run_id TEXT NOT NULL,\n    item   TEXT NOT NULL\n);\n"
+            ),
+        ),
+        (".gitignore".to_string(), "/target\n/.jobhost\n".to_string()),
+        (
+            "README.md".to_string(),
+            format!(
+                r#"# {job}
+
+A jobhost job, written in Rust against the guest SDK in `{SDK_DIR}` (jobhost
+{SDK_VERSION}).
+
+```sh
+host build                                   # the component, and what it can touch
+host run {job} --manifest jobhost.toml       # one run, on a database in .jobhost/
+```
+
+`host build` runs `cargo build --release --target wasm32-wasip2` (installing the target
+if it is missing) and prints the component's path and the grants a job running it needs.
+The job itself is `src/lib.rs`; its table, `migrations/`; how it runs, `jobhost.toml`.
+"#
+            ),
+        ),
+        (format!("{SDK_DIR}/Cargo.toml"), sdk_manifest()),
+    ];
+    files.extend(
+        SDK_FILES
+            .iter()
+            .map(|(path, text)| (format!("{SDK_DIR}/{path}"), (*text).to_string())),
+    );
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    }
+
+    #[test]
+    fn the_embedded_sdk_is_the_crate_whole() {
+        let sdk = workspace().join("guest-sdk");
+        let mut on_disk = Vec::new();
+        for dir in ["src", "wit"] {
+            for entry in std::fs::read_dir(sdk.join(dir)).unwrap() {
+                let name = entry.unwrap().file_name().into_string().unwrap();
+                on_disk.push(format!("{dir}/{name}"));
+            }
+        }
+        on_disk.sort();
+        let mut embedded: Vec<String> = SDK_FILES.iter().map(|(p, _)| p.to_string()).collect();
+        embedded.sort();
+        assert_eq!(embedded, on_disk, "add the SDK's new files to SDK_FILES");
+    }
+
+    #[test]
+    fn the_sdk_carries_the_workspaces_wit() {
+        let names = |dir: &str| -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(workspace().join(dir))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(names("guest-sdk/wit"), names("wit"));
+        for file in names("wit") {
+            let read = |dir: &str| std::fs::read_to_string(workspace().join(dir).join(&file));
+            assert_eq!(
+                read("guest-sdk/wit").unwrap(),
+                read("wit").unwrap(),
+                "copy wit/{file} to guest-sdk/wit/"
+            );
+        }
+    }
+
+    #[test]
+    fn the_sdk_manifest_spells_out_the_workspaces_fields() {
+        let read = |path: PathBuf| -> toml::Table {
+            toml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+        };
+        let root = read(workspace().join("Cargo.toml"));
+        let crate_manifest = read(workspace().join("guest-sdk/Cargo.toml"));
+        let written: toml::Table = toml::from_str(&sdk_manifest()).unwrap();
+        let package = &root["workspace"]["package"];
+        for field in ["version", "edition", "license", "rust-version"] {
+            assert_eq!(written["package"][field], package[field], "{field}");
+        }
+        assert_eq!(
+            written["package"]["description"],
+            crate_manifest["package"]["description"]
+        );
+        let shared = &root["workspace"]["dependencies"];
+        let deps = written["dependencies"].as_table().unwrap();
+        let wanted = crate_manifest["dependencies"].as_table().unwrap();
+        assert_eq!(
+            deps.keys().collect::<Vec<_>>(),
+            wanted.keys().collect::<Vec<_>>()
+        );
+        for name in wanted.keys() {
+            assert_eq!(deps[name], shared[name], "{name}");
+        }
+    }
+
+    #[test]
+    fn a_project_is_named_from_its_job() {
+        let names = Names::of("nightly.report-v2");
+        assert_eq!(
+            (
+                names.package.as_str(),
+                names.lib.as_str(),
+                names.type_name.as_str(),
+                names.table.as_str()
+            ),
+            (
+                "nightly-report-v2",
+                "nightly_report_v2",
+                "NightlyReportV2",
+                "nightly_report_v2_items"
+            )
+        );
+        assert_eq!(Names::of("7up").package, "job-7up");
+        assert_eq!(Names::of("7up").table, "job_7up_items");
+    }
+
+    #[test]
+    fn a_new_project_never_writes_over_anything() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("demo");
+        let created = create("demo", &project, Lang::Rust).unwrap();
+        assert_eq!(created.component, "target/wasm32-wasip2/release/demo.wasm");
+        assert!(
+            project
+                .join("vendor/jobhost-guest/wit/jobhost.wit")
+                .exists()
+        );
+        let before = std::fs::read_to_string(project.join("src/lib.rs")).unwrap();
+        assert!(matches!(
+            create("demo", &project, Lang::Rust),
+            Err(ScaffoldError::Exists(_))
+        ));
+        assert_eq!(
+            std::fs::read_to_string(project.join("src/lib.rs")).unwrap(),
+            before
+        );
+        let refused = create("Demo", &dir.path().join("other"), Lang::Rust).unwrap_err();
+        assert!(
+            refused.to_string().contains("lower-case letters"),
+            "{refused}"
+        );
+        assert!(!dir.path().join("other").exists());
+    }
+}

@@ -1,0 +1,228 @@
+//! The job author's path, outside this repository: `host new` makes a project in a temp
+//! directory that names nothing of this checkout, `host build` builds it with cargo there
+//! and shows what it can touch, and the project's own manifest runs it; `host inspect`
+//! agrees with the examples' manifest; `host wit` hands out the contract.
+
+use crate::common::{Backend, Home, guest, workspace};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "target") {
+                continue;
+            }
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_job_builds_and_runs_outside_the_repository() {
+    let home = Home::new(Backend::Sqlite).await;
+    let place = tempfile::tempdir().unwrap();
+    let project = place.path().join("demo");
+    let new = |dir: &Path, name: &str| {
+        home.host()
+            .args(["new", name, "--dir"])
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    let created = new(&project, "demo");
+    assert!(created.status.success(), "{}", text(&created));
+    let checkout = std::fs::canonicalize(workspace()).unwrap();
+    let checkout = checkout.to_str().unwrap();
+    let files = files_under(&project);
+    for expected in [
+        "Cargo.toml",
+        "src/lib.rs",
+        "jobhost.toml",
+        "migrations/0001_demo_items.sql",
+        ".gitignore",
+        "README.md",
+        "vendor/jobhost-guest/Cargo.toml",
+        "vendor/jobhost-guest/wit/jobhost.wit",
+    ] {
+        assert!(files.contains(&project.join(expected)), "no {expected}");
+    }
+    for file in &files {
+        let content = std::fs::read_to_string(file).unwrap();
+        assert!(
+            !content.contains(checkout),
+            "{} names the checkout",
+            file.display()
+        );
+    }
+
+    // Nothing is written over; a name that is not a job's gets the rule in words.
+    let lib_before = std::fs::read(project.join("src/lib.rs")).unwrap();
+    let again = new(&project, "demo");
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(text(&again).contains("already exists"), "{}", text(&again));
+    assert_eq!(
+        std::fs::read(project.join("src/lib.rs")).unwrap(),
+        lib_before
+    );
+    let bad = new(&place.path().join("bad"), "Demo!");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad).contains("lower-case letters, digits"),
+        "{}",
+        text(&bad)
+    );
+    assert!(!place.path().join("bad").exists());
+
+    // `host build`: cargo, in the project, with its own target directory.
+    let built = home
+        .host()
+        .args(["build", "--json"])
+        .arg(&project)
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", text(&built));
+    let shown: Value = serde_json::from_slice(&built.stdout).expect("JSON");
+    let component = project.join("target/wasm32-wasip2/release/demo.wasm");
+    assert_eq!(shown["path"], component.display().to_string(), "{shown}");
+    assert_eq!(shown["wit_version"], "0.1.3");
+    assert_eq!(shown["loadable"], true);
+    assert_eq!(shown["capabilities"], serde_json::json!(["db"]));
+    assert_eq!(
+        shown["grants"],
+        serde_json::json!(["grants.db = { read = [\"...\"], write = [\"...\"] }"])
+    );
+    let human = home.host().arg("inspect").arg(&component).output().unwrap();
+    assert!(human.status.success());
+    assert!(text(&human).contains("touches    db"), "{}", text(&human));
+
+    // The project's manifest runs it: its migration, its grant, its payload.
+    let ran = home
+        .host()
+        .current_dir(&project)
+        .args(["run", "demo", "--manifest", "jobhost.toml", "--json"])
+        .output()
+        .unwrap();
+    assert!(ran.status.success(), "{}", text(&ran));
+    let run: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(
+        home.scalar("SELECT COUNT(*) FROM demo_items WHERE item IN ('first', 'second')")
+            .await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn inspect_names_the_grants_the_examples_manifest_gives() {
+    let home = Home::new(Backend::Sqlite).await;
+    let manifest: toml::Table = toml::from_str(
+        &std::fs::read_to_string(workspace().join("examples/jobhost.toml")).unwrap(),
+    )
+    .unwrap();
+    let jobs = manifest["jobs"].as_table().unwrap();
+    assert!(!jobs.is_empty());
+    for (job, entry) in jobs {
+        let component = entry["component"].as_str().unwrap();
+        let name = Path::new(component).file_stem().unwrap().to_str().unwrap();
+        let out = home
+            .host()
+            .arg("inspect")
+            .arg(guest(name))
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{job}: {}", text(&out));
+        let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let needs: BTreeSet<&str> = shown["capabilities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        let granted: BTreeSet<&str> = entry
+            .get("grants")
+            .and_then(|g| g.as_table())
+            .map(|g| {
+                g.iter()
+                    .filter(|(_, v)| v.as_bool() != Some(false))
+                    .map(|(k, _)| k.as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(needs, granted, "job {job}");
+    }
+}
+
+#[tokio::test]
+async fn inspect_says_which_contract_each_side_speaks() {
+    let home = Home::new(Backend::Sqlite).await;
+    let inspect = |name: &str| {
+        let out = home
+            .host()
+            .arg("inspect")
+            .arg(guest(name))
+            .output()
+            .unwrap();
+        (out.status.code(), text(&out))
+    };
+    // Built against the earlier compatible contract: loads.
+    let (code, earlier) = inspect("earlier");
+    assert_eq!(code, Some(0), "{earlier}");
+    assert!(
+        earlier.contains("jobhost:job@0.1.2 (this host speaks jobhost:job@0.1.3)"),
+        "{earlier}"
+    );
+    // Built against a newer one: refused, and both versions named.
+    let (code, future) = inspect("future");
+    assert_eq!(code, Some(1), "{future}");
+    assert!(
+        future.contains("jobhost:job@0.2.0 (this host speaks jobhost:job@0.1.3)"),
+        "{future}"
+    );
+    assert!(
+        future.contains("loads      no: the component targets jobhost:job@0.2.0"),
+        "{future}"
+    );
+    // Not a component at all.
+    let stray = home.path().join("stray.wasm");
+    std::fs::write(&stray, b"\0asm\x01\0\0\0").unwrap();
+    let out = home.host().arg("inspect").arg(&stray).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out).contains("not a WebAssembly component"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[tokio::test]
+async fn wit_hands_out_the_contract_this_host_speaks() {
+    let home = Home::new(Backend::Sqlite).await;
+    let contract = std::fs::read_to_string(workspace().join("wit/jobhost.wit")).unwrap();
+    let out = home.run(&["wit"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), contract);
+    let dir = home.path().join("wit-out");
+    let out = home.run(&["wit", "--out", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("jobhost.wit")).unwrap(),
+        contract
+    );
+}
