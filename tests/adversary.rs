@@ -88,6 +88,20 @@ on_every_backend! {
             if let Some(error) = error {
                 assert_eq!(run["error"], *error, "{mode}");
             }
+            // A trap says what trapped and where in the guest, by the guest's own names, in
+            // a bounded number of lines: a recursion is one line, a panic's runtime another.
+            let error = run["error"].as_str().unwrap_or_default();
+            let frames = match *mode {
+                "stack-overflow" => Some("\nguest backtrace:\n  0-"),
+                "panic-in-transaction" => Some("\nguest backtrace:\n  0-10: the panic runtime\n  11: jobhost_guest::__private::run\n"),
+                _ => None,
+            };
+            if let Some(frames) = frames {
+                assert!(error.contains(frames) && error.lines().count() <= 20, "{mode}: {error}");
+            }
+            if *mode == "stack-overflow" {
+                assert!(error.contains(": adversary::dive"), "{error}");
+            }
         }
         // The transaction the panic left open was rolled back, and holds nothing.
         assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger").await, 0);

@@ -126,6 +126,43 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
             .await,
         2
     );
+
+    // A job that panics: the run says what trapped and names the guest's function.
+    let lib = std::fs::read_to_string(project.join("src/lib.rs")).unwrap();
+    let lib = lib.replace(
+        "        for item in &ctx.payload.items {\n",
+        "        for item in &ctx.payload.items {\n            check(item);\n",
+    ) + "\n#[inline(never)]\nfn check(item: &str) {\n    if item == \"boom\" {\n        panic!(\"cannot record {item}\");\n    }\n}\n";
+    std::fs::write(project.join("src/lib.rs"), lib).unwrap();
+    let rebuilt = home
+        .host()
+        .arg("build")
+        .arg(&project)
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap();
+    assert!(rebuilt.status.success(), "{}", text(&rebuilt));
+    let failed = home
+        .host()
+        .current_dir(&project)
+        .args([
+            "run",
+            "demo",
+            "--manifest",
+            "jobhost.toml",
+            "--retries",
+            "0",
+        ])
+        .args(["--payload", r#"{"items": ["boom"]}"#])
+        .output()
+        .unwrap();
+    let shown = text(&failed);
+    assert_eq!(failed.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("(trap)") && shown.contains("guest backtrace:"),
+        "{shown}"
+    );
+    assert!(shown.contains("demo::check"), "{shown}");
 }
 
 #[tokio::test]

@@ -192,11 +192,12 @@ crate-type = ["cdylib"]
 jobhost-guest = {{ path = "{SDK_DIR}" }}
 serde = {{ version = "1", features = ["derive"] }}
 
-# A component is small and quick to load: optimised for size, whole-program, stripped.
+# A component is small and quick to load: optimised for size, whole-program, its debug
+# info stripped (its function names kept, so a trap's backtrace names them).
 [profile.release]
 opt-level = "s"
 lto = true
-strip = true
+strip = "debuginfo"
 codegen-units = 1
 
 # A workspace of its own, wherever it is created.

@@ -292,7 +292,10 @@ fn classify(
             } else {
                 FailureCode::Trap
             };
-            return Err(fail(code, None));
+            let message = (code == FailureCode::Trap)
+                .then(|| super::trap::describe(&error))
+                .flatten();
+            return Err(fail(code, message));
         }
         Ok(Ok(returned)) => returned,
     };

@@ -9,6 +9,7 @@ pub mod contract;
 pub mod limits;
 pub mod output;
 pub mod state;
+pub mod trap;
 
 use crate::grants::Grants;
 use bindings::{Job, JobPre};
