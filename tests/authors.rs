@@ -127,6 +127,29 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
         2
     );
 
+    // A payload that does not decode: where in it, and what was expected there.
+    let refused = home
+        .host()
+        .current_dir(&project)
+        .args([
+            "run",
+            "demo",
+            "--manifest",
+            "jobhost.toml",
+            "--payload",
+            r#"{"items": ["a", 7]}"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        text(&refused).contains(
+            "error: payload does not match the job: at items[1]: invalid type: integer `7`, expected a string"
+        ),
+        "{}",
+        text(&refused)
+    );
+
     // A job that panics: the run says what trapped and names the guest's function.
     let lib = std::fs::read_to_string(project.join("src/lib.rs")).unwrap();
     let lib = lib.replace(

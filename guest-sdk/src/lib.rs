@@ -62,12 +62,25 @@ pub mod bindings {
 pub mod __private {
     pub use wit_bindgen;
 
+    /// A payload decoded, or why not: where in it (`items[2].id`) and what was expected
+    /// there, in serde's words.
+    pub fn decode_payload<P: serde::de::DeserializeOwned>(text: &str) -> Result<P, String> {
+        let mut decoder = serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(&mut decoder).map_err(|e| {
+            let path = e.path().to_string();
+            match path.as_str() {
+                "." => e.inner().to_string(),
+                _ => format!("at {path}: {}", e.inner()),
+            }
+        })
+    }
+
     use crate::bindings::exports::jobhost::job::handler as raw;
 
     /// The adapter `export_job!` installs: decodes the context, calls the job, encodes
     /// its outcome.
     pub fn run<J: crate::Job>(ctx: raw::Context) -> Result<raw::Outcome, raw::JobError> {
-        let payload: J::Payload = serde_json::from_str(&ctx.payload).map_err(|e| {
+        let payload: J::Payload = decode_payload(&ctx.payload).map_err(|e| {
             raw::JobError::Unrecoverable(format!("payload does not match the job: {e}"))
         })?;
         let cursor = match ctx.cursor.as_deref().map(serde_json::from_str).transpose() {
@@ -717,5 +730,44 @@ pub mod iam {
             action: Some("membership.revoke".into()),
         };
         answer(links::call(mount, &call), 204).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::__private::decode_payload;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Payload {
+        items: Vec<Item>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Item {
+        id: i64,
+    }
+
+    #[test]
+    fn a_payload_that_does_not_decode_says_where_and_what_was_expected() {
+        let error =
+            decode_payload::<Payload>(r#"{"items": [{"id": 1}, {"id": "two"}]}"#).unwrap_err();
+        assert!(
+            error.starts_with("at items[1].id: invalid type: string \"two\", expected i64"),
+            "{error}"
+        );
+        let error = decode_payload::<Payload>("7").unwrap_err();
+        assert!(
+            error.starts_with("invalid type: integer `7`, expected struct Payload"),
+            "{error}"
+        );
+        assert_eq!(
+            decode_payload::<Payload>(r#"{"items": []}"#)
+                .unwrap()
+                .items
+                .len(),
+            0
+        );
     }
 }

@@ -162,6 +162,7 @@ rust-version = "1.95"
 [dependencies]
 serde = {{ version = "1", features = ["derive"] }}
 serde_json = "1"
+serde_path_to_error = "0.1"
 wit-bindgen = "0.46"
 "#
     )
