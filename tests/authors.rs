@@ -3,7 +3,7 @@
 //! and shows what it can touch, and the project's own manifest runs it; `host inspect`
 //! agrees with the examples' manifest; `host wit` hands out the contract.
 
-use crate::common::{Backend, Home, guest, workspace};
+use crate::common::{self, Backend, Home, guest, workspace};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -56,6 +56,7 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
         "migrations/0001_demo_items.sql",
         ".gitignore",
         "README.md",
+        "tests.toml",
         "vendor/jobhost-guest/Cargo.toml",
         "vendor/jobhost-guest/wit/jobhost.wit",
     ] {
@@ -110,6 +111,56 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     let human = home.host().arg("inspect").arg(&component).output().unwrap();
     assert!(human.status.success());
     assert!(text(&human).contains("touches    db"), "{}", text(&human));
+
+    // Its own cases pass out of the box, each on a database of its own.
+    let tested = home
+        .host()
+        .current_dir(&project)
+        .args(["test", "--json"])
+        .output()
+        .unwrap();
+    assert!(tested.status.success(), "{}", text(&tested));
+    let report: Value = serde_json::from_slice(&tested.stdout).unwrap();
+    assert_eq!(
+        (report["passed"].as_i64(), report["failed"].as_i64()),
+        (Some(2), Some(0)),
+        "{report}"
+    );
+    // The same cases on Postgres: a fresh database per case on the server `--db` names.
+    let on_postgres = home
+        .host()
+        .current_dir(&project)
+        .env("JOBHOST_DB", common::postgres_admin_url())
+        .args(["test", "--json"])
+        .output()
+        .unwrap();
+    assert!(on_postgres.status.success(), "{}", text(&on_postgres));
+    // A wrong expected row: exit 1, the case named, expected against actual.
+    let cases = std::fs::read_to_string(project.join("tests.toml")).unwrap();
+    std::fs::write(
+        project.join("tests.toml"),
+        cases.replace(r#"[["first"], ["second"]]"#, r#"[["first"], ["third"]]"#),
+    )
+    .unwrap();
+    let failing = home
+        .host()
+        .current_dir(&project)
+        .arg("test")
+        .output()
+        .unwrap();
+    let shown = text(&failing);
+    assert_eq!(failing.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("case \"records every item\" failed:"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(r#"expected: [["first"], ["third"]]"#)
+            && shown.contains(r#"actual:   [["first"], ["second"]]"#),
+        "{shown}"
+    );
+    assert!(shown.contains("1 of 2 cases passed"), "{shown}");
+    std::fs::write(project.join("tests.toml"), cases).unwrap();
 
     // The project's manifest runs it: its migration, its grant, its payload.
     let ran = home

@@ -36,6 +36,7 @@ pub mod schedule;
 pub mod serve;
 pub mod store;
 pub mod tenant;
+pub mod test_cases;
 pub mod trace;
 pub mod units;
 pub mod views;

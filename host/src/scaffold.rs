@@ -269,6 +269,30 @@ grants.db = {{ write = ["{table}"] }}
                  CREATE TABLE {table} (\n    run_id TEXT NOT NULL,\n    item   TEXT NOT NULL\n);\n"
             ),
         ),
+        (
+            "tests.toml".to_string(),
+            format!(
+                r#"# `host test` runs each case on a throwaway database: the payload, statements to
+# run first (`seed`), and what must hold afterwards. A NULL cell is written "<null>".
+[[case]]
+name = "records every item"
+payload = {{ items = ["first", "second"] }}
+[case.expect]
+status = "succeeded"
+attempts = 1
+log = ["recording 2 items"]
+rows = {{ "SELECT item FROM {table} ORDER BY item" = [["first"], ["second"]] }}
+
+[[case]]
+name = "a payload that does not decode fails at once"
+payload = {{ items = [7] }}
+[case.expect]
+code = "unrecoverable"
+error = "at items[0]"
+attempts = 1
+"#
+            ),
+        ),
         (".gitignore".to_string(), "/target\n/.jobhost\n".to_string()),
         (
             "README.md".to_string(),
@@ -280,6 +304,7 @@ A jobhost job, written in Rust against the guest SDK in `{SDK_DIR}` (jobhost
 
 ```sh
 host build                                   # the component, and what it can touch
+host test                                    # the cases in tests.toml, each on a throwaway database
 host run {job} --manifest jobhost.toml       # one run, on a database in .jobhost/
 ```
 

@@ -1,4 +1,5 @@
-//! The job author's commands: `host wit`, `host new`, `host build`, `host inspect`.
+//! The job author's commands: `host wit`, `host new`, `host build`, `host inspect`
+//! (`host test` is `cli::cases`).
 //!
 //! Exit codes: 0 done (and the component loads on this host), 1 the build failed or this
 //! host would refuse the component, 2 bad input (a name, a directory, a file that is not
@@ -61,6 +62,7 @@ pub fn new(args: NewArgs) -> Result<u8, Failure> {
         "  host build                              # builds {}",
         created.component
     );
+    println!("  host test                               # runs the cases in tests.toml");
     println!(
         "  host run {} --manifest jobhost.toml   # runs it once; it writes to {}",
         args.name, created.table

@@ -5,6 +5,7 @@
 //! 4 another process held SQLite's write lock for longer than the busy timeout.
 
 mod author;
+mod cases;
 mod drive;
 mod output;
 mod run;
@@ -163,6 +164,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a job's cases (`tests.toml`), each on a throwaway database, and show a table.
+    Test(Box<cases::TestArgs>),
     /// Show what a component imports, the grants a job running it needs, and whether this
     /// host loads it.
     Inspect {
@@ -375,6 +378,7 @@ pub fn main() -> ExitCode {
             Command::New(args) => author::new(args),
             Command::Build { dir, json } => author::build(&dir, json),
             Command::Inspect { file, json } => author::inspect_file(&file, json),
+            Command::Test(args) => cases::test(&cli.global, *args).await,
             Command::CompileComponent { .. } => unreachable!("handled before the runtime starts"),
         }
     });

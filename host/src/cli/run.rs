@@ -10,7 +10,7 @@ use crate::job::{self, JobSpec, Limits, RetryPolicy};
 use crate::manifest::Manifest;
 use crate::runner::{RunnerSettings, Step, new_run_id};
 use crate::schedule::surveillance::Surveillance;
-use crate::store::{NewRun, Origin, RunStatus, Store};
+use crate::store::{AttemptRecord, NewRun, Origin, RunRecord, RunStatus, Store};
 use crate::units::{parse_duration, parse_size};
 use clap::Args;
 use std::collections::BTreeMap;
@@ -77,30 +77,15 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         .migrations
         .clone()
         .or_else(|| manifest.as_ref().and_then(|m| m.host.migrations.clone()));
-    let app = App::open(AppConfig {
-        db_url: global.db_url(manifest.as_ref().and_then(|m| m.host.db.as_deref())),
-        operator_migrations: migrations,
-        engine: EngineSettings {
-            cache_dir: Some(global.cache_dir()),
-            compiler: Some(global.compiler()?),
-            ..EngineSettings::default()
-        },
-        runner: RunnerSettings {
-            // This process claims its run again the moment it is due: a short slack, so
-            // that a run left waiting by a killed `host run` is found soon after.
-            claim_slack: Duration::from_secs(1),
-            // The run is claimed when it is about to start: no room for waiting.
-            start_within: Duration::ZERO,
-            ..args.attempts.runner()
-        },
-        home: global.home.clone(),
-        collections: run_collections(&spec, manifest.as_ref()),
-        mounts: manifest
-            .as_ref()
-            .map(|m| m.mounts.clone())
-            .unwrap_or_default(),
-        key_rotation: crate::links::token::ROTATE_AFTER,
-    })
+    let db_url = global.db_url(manifest.as_ref().and_then(|m| m.host.db.as_deref()));
+    let app = open_app(
+        global,
+        db_url,
+        migrations,
+        &spec,
+        manifest.as_ref(),
+        args.attempts,
+    )
     .await?;
     // What a killed `host run` left behind on this database is reported now.
     let swept = Surveillance {
@@ -120,14 +105,71 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
             "reported runs whose host had stopped"
         );
     }
-    let loaded = app.load(&spec).await?;
-    app.register(&spec, &loaded, None).await?;
+    let (record, attempts) = run_to_end(&app, &spec, payload, &args.instance).await?;
+    app.store.close().await;
+    output::run_result(&record, args.json);
+    if !args.json
+        && let Some(last) = attempts.last()
+    {
+        output::log(last);
+    }
+    Ok(match record.status() {
+        Some(RunStatus::Succeeded) => 0,
+        Some(RunStatus::Skipped) => 3,
+        _ => 1,
+    })
+}
+
+/// The process `host run` (and each case of `host test`) runs one job's run in: the
+/// database at `db_url`, migrated, and an engine and runner for this process alone.
+pub(super) async fn open_app(
+    global: &Global,
+    db_url: String,
+    migrations: Option<PathBuf>,
+    spec: &JobSpec,
+    manifest: Option<&Manifest>,
+    attempts: super::AttemptArgs,
+) -> Result<App, Failure> {
+    Ok(App::open(AppConfig {
+        db_url,
+        operator_migrations: migrations,
+        engine: EngineSettings {
+            cache_dir: Some(global.cache_dir()),
+            compiler: Some(global.compiler()?),
+            ..EngineSettings::default()
+        },
+        runner: RunnerSettings {
+            // This process claims its run again the moment it is due: a short slack, so
+            // that a run left waiting by a killed `host run` is found soon after.
+            claim_slack: Duration::from_secs(1),
+            // The run is claimed when it is about to start: no room for waiting.
+            start_within: Duration::ZERO,
+            ..attempts.runner()
+        },
+        home: global.home.clone(),
+        collections: run_collections(spec, manifest),
+        mounts: manifest.map(|m| m.mounts.clone()).unwrap_or_default(),
+        key_rotation: crate::links::token::ROTATE_AFTER,
+    })
+    .await?)
+}
+
+/// Queues one run of `spec` and runs it here, pass after pass and retry after retry, to
+/// its end: the run, and its last attempt.
+pub(super) async fn run_to_end(
+    app: &App,
+    spec: &JobSpec,
+    payload: String,
+    instance: &str,
+) -> Result<(RunRecord, Vec<AttemptRecord>), Failure> {
+    let loaded = app.load(spec).await?;
+    app.register(spec, &loaded, None).await?;
     let run = app
         .store
         .insert_run(&NewRun {
             id: new_run_id(),
             job: spec.name.clone(),
-            instance: args.instance.clone(),
+            instance: instance.to_string(),
             tenant: spec.tenant.clone(),
             origin: Origin::Manual,
             payload,
@@ -144,7 +186,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
     let mut delay = Duration::ZERO;
     loop {
         tokio::time::sleep(delay).await;
-        let Some(claimed) = app.runner.claim_one(&run.id, &spec, &loaded.digest).await? else {
+        let Some(claimed) = app.runner.claim_one(&run.id, spec, &loaded.digest).await? else {
             // Another host took it (or it ended): wait for it to end.
             if finished(&app.store, &run.id).await? {
                 break;
@@ -154,7 +196,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         };
         match app
             .runner
-            .step(claimed, &spec, &loaded, cancel.clone())
+            .step(claimed, spec, &loaded, cancel.clone())
             .await?
         {
             Step::Requeued { delay: next } => delay = next,
@@ -169,18 +211,7 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         .await?
         .expect("the run we inserted exists");
     let attempts = app.store.list_attempts(&run.id, 1).await?;
-    app.store.close().await;
-    output::run_result(&record, args.json);
-    if !args.json
-        && let Some(last) = attempts.last()
-    {
-        output::log(last);
-    }
-    Ok(match record.status() {
-        Some(RunStatus::Succeeded) => 0,
-        Some(RunStatus::Skipped) => 3,
-        _ => 1,
-    })
+    Ok((record, attempts))
 }
 
 async fn finished(store: &Store, id: &str) -> Result<bool, Failure> {

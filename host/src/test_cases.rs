@@ -1,0 +1,313 @@
+//! `host test`'s cases: what an author writes next to a job (`tests.toml`), and how a
+//! finished run is held against it. Running each case on a database of its own is
+//! `cli::test`'s part; this module reads cases and compares.
+//!
+//! ```toml
+//! [[case]]
+//! name = "records every item"
+//! payload = { items = ["a", "b"] }
+//! seed = ["INSERT INTO demo_items (run_id, item) VALUES ('old', 'z')"]
+//! [case.expect]
+//! status = "succeeded"            # or "failed"; with `code`, the failure code
+//! attempts = 1
+//! log = ["recording 2 items"]     # lines the last attempt's log contains
+//! rows = { "SELECT item FROM demo_items ORDER BY item" = [["a"], ["b"], ["z"]] }
+//! ```
+
+use crate::store::RunRecord;
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// How a NULL cell is written in an expected row (TOML has no null).
+pub const NULL: &str = "<null>";
+
+#[derive(Debug, thiserror::Error)]
+pub enum CasesError {
+    #[error("the cases file is not valid: {0}")]
+    Invalid(String),
+    #[error("the cases file has no [[case]]")]
+    Empty,
+    #[error("two cases are named {0:?}: each name must be unique")]
+    Duplicate(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CasesFile {
+    #[serde(rename = "case", default)]
+    cases: Vec<Case>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub name: String,
+    /// The manifest's job to run (default: its only job).
+    pub job: Option<String>,
+    /// The run's payload (default: the job's own from the manifest).
+    pub payload: Option<toml::Value>,
+    /// Statements run after the migrations, before the run.
+    #[serde(default)]
+    pub seed: Vec<String>,
+    #[serde(default)]
+    pub expect: Expect,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expect {
+    /// The run's final status (default `succeeded`, unless a `code` is expected).
+    pub status: Option<String>,
+    /// The failure code it ended with.
+    pub code: Option<String>,
+    /// Text its error contains.
+    pub error: Option<String>,
+    pub attempts: Option<i64>,
+    pub passes: Option<i64>,
+    /// Lines the last attempt's log contains.
+    #[serde(default)]
+    pub log: Vec<String>,
+    /// A query, and the rows it must return afterwards (in order).
+    #[serde(default)]
+    pub rows: BTreeMap<String, Vec<Vec<toml::Value>>>,
+}
+
+impl Case {
+    /// The payload as the JSON text a run is given.
+    pub fn payload_json(&self) -> Option<String> {
+        self.payload
+            .as_ref()
+            .map(|p| serde_json::to_string(p).expect("TOML values are JSON"))
+    }
+}
+
+/// Reads a cases file: every case named once.
+pub fn parse(text: &str) -> Result<Vec<Case>, CasesError> {
+    let file: CasesFile =
+        toml::from_str(text).map_err(|e| CasesError::Invalid(e.message().to_string()))?;
+    if file.cases.is_empty() {
+        return Err(CasesError::Empty);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for case in &file.cases {
+        if !seen.insert(case.name.as_str()) {
+            return Err(CasesError::Duplicate(case.name.clone()));
+        }
+    }
+    Ok(file.cases)
+}
+
+/// One way a run did not match its case.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Mismatch {
+    pub what: String,
+    pub expected: String,
+    pub actual: String,
+}
+
+/// What a finished run showed: its record, its last attempt's log, and each expected
+/// query's rows as JSON cells.
+pub struct Observed<'a> {
+    pub run: &'a RunRecord,
+    pub log: &'a str,
+    pub rows: &'a BTreeMap<String, Result<Vec<Vec<Value>>, String>>,
+}
+
+/// Every way `observed` differs from `expect`; none means the case passed.
+pub fn check(expect: &Expect, observed: &Observed<'_>) -> Vec<Mismatch> {
+    let mut mismatches = Vec::new();
+    let mut differ = |what: &str, expected: String, actual: String| {
+        if expected != actual {
+            mismatches.push(Mismatch {
+                what: what.to_string(),
+                expected,
+                actual,
+            });
+        }
+    };
+    let run = observed.run;
+    let status = match (&expect.status, &expect.code) {
+        (Some(status), _) => Some(status.clone()),
+        (None, None) => Some("succeeded".to_string()),
+        (None, Some(_)) => None,
+    };
+    if let Some(status) = status {
+        differ("status", status, run.status.clone());
+    }
+    if let Some(code) = &expect.code {
+        let actual = run.last_code.clone().unwrap_or_else(|| "(none)".into());
+        differ("code", code.clone(), actual);
+    }
+    if let Some(error) = &expect.error {
+        let actual = run.last_error.clone().unwrap_or_default();
+        if !actual.contains(error.as_str()) {
+            differ("error contains", error.clone(), actual);
+        }
+    }
+    if let Some(attempts) = expect.attempts {
+        differ("attempts", attempts.to_string(), run.attempts.to_string());
+    }
+    if let Some(passes) = expect.passes {
+        differ("passes", passes.to_string(), run.pass.to_string());
+    }
+    for line in &expect.log {
+        if !observed.log.contains(line.as_str()) {
+            differ("log contains", line.clone(), "(not in the log)".into());
+        }
+    }
+    for (query, rows) in &expect.rows {
+        let expected: Vec<Vec<Value>> = rows
+            .iter()
+            .map(|row| row.iter().map(cell_of_toml).collect())
+            .collect();
+        let actual = match observed.rows.get(query) {
+            Some(Ok(actual)) => show_rows(actual),
+            Some(Err(error)) => format!("the query failed: {error}"),
+            None => "(not run)".into(),
+        };
+        differ(&format!("rows of {query}"), show_rows(&expected), actual);
+    }
+    mismatches
+}
+
+/// An expected cell as the JSON a database cell reads as: `"<null>"` is NULL, a whole
+/// number an integer.
+fn cell_of_toml(value: &toml::Value) -> Value {
+    match value {
+        toml::Value::String(s) if s == NULL => Value::Null,
+        other => serde_json::to_value(other).expect("TOML values are JSON"),
+    }
+}
+
+fn show_rows(rows: &[Vec<Value>]) -> String {
+    let cells = |row: &Vec<Value>| -> String {
+        row.iter()
+            .map(|c| match c {
+                Value::Null => NULL.to_string(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "[{}]",
+        rows.iter()
+            .map(|r| format!("[{}]", cells(r)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(status: &str, code: Option<&str>, attempts: i64) -> RunRecord {
+        RunRecord {
+            id: "r".into(),
+            job: "demo".into(),
+            instance: "default".into(),
+            tenant: "operator".into(),
+            origin: "manual".into(),
+            payload: "{}".into(),
+            status: status.into(),
+            pass: 1,
+            cursor: None,
+            counters: "{}".into(),
+            attempts,
+            failures: 0,
+            generation: None,
+            host: None,
+            last_code: code.map(str::to_string),
+            last_error: code.map(|_| "trap: unreachable".to_string()),
+            component_digest: None,
+            scheduled_for: None,
+            rerun_of: None,
+            next_attempt_at: 0,
+            created_at: 0,
+            started_at: None,
+            finished_at: None,
+            updated_at: 0,
+            work_done: 0,
+            defers: 0,
+            trace_parent: None,
+            resumed_by: None,
+        }
+    }
+
+    const CASES: &str = r#"
+        [[case]]
+        name = "records"
+        payload = { items = ["a"] }
+        [case.expect]
+        attempts = 1
+        log = ["recording 1 items"]
+        rows = { "SELECT item, n FROM t" = [["a", 1], ["b", "<null>"]] }
+
+        [[case]]
+        name = "panics"
+        [case.expect]
+        code = "trap"
+        error = "unreachable"
+    "#;
+
+    #[test]
+    fn a_run_that_matches_its_case_passes_and_one_that_does_not_says_how() {
+        let cases = parse(CASES).unwrap();
+        assert_eq!(cases[0].payload_json().unwrap(), r#"{"items":["a"]}"#);
+        let rows = BTreeMap::from([(
+            "SELECT item, n FROM t".to_string(),
+            Ok(vec![
+                vec![Value::from("a"), Value::from(1)],
+                vec![Value::from("b"), Value::Null],
+            ]),
+        )]);
+        let passed = run("succeeded", None, 1);
+        let seen = Observed {
+            run: &passed,
+            log: "recording 1 items\n",
+            rows: &rows,
+        };
+        assert_eq!(check(&cases[0].expect, &seen), []);
+        let retried = run("succeeded", None, 2);
+        let short = BTreeMap::from([("SELECT item, n FROM t".to_string(), Ok(vec![]))]);
+        let seen = Observed {
+            run: &retried,
+            log: "",
+            rows: &short,
+        };
+        let what: Vec<String> = check(&cases[0].expect, &seen)
+            .into_iter()
+            .map(|m| format!("{}: {} / {}", m.what, m.expected, m.actual))
+            .collect();
+        assert_eq!(
+            what,
+            [
+                "attempts: 1 / 2",
+                "log contains: recording 1 items / (not in the log)",
+                "rows of SELECT item, n FROM t: [[\"a\", 1], [\"b\", <null>]] / []"
+            ]
+        );
+        let trapped = run("failed", Some("trap"), 1);
+        let none = BTreeMap::new();
+        let seen = Observed {
+            run: &trapped,
+            log: "",
+            rows: &none,
+        };
+        assert_eq!(check(&cases[1].expect, &seen), []);
+        // Status, the log line and the rows (the query was not run); not the attempts.
+        assert_eq!(check(&cases[0].expect, &seen).len(), 3);
+    }
+
+    #[test]
+    fn a_cases_file_that_cannot_be_read_is_refused_in_words() {
+        assert!(matches!(parse(""), Err(CasesError::Empty)));
+        let twice = "[[case]]\nname = \"a\"\n[[case]]\nname = \"a\"\n";
+        assert!(matches!(parse(twice), Err(CasesError::Duplicate(n)) if n == "a"));
+        let unknown = "[[case]]\nname = \"a\"\n[case.expect]\nstatuss = \"failed\"\n";
+        let error = parse(unknown).unwrap_err().to_string();
+        assert!(error.contains("unknown field `statuss`"), "{error}");
+    }
+}
