@@ -400,7 +400,7 @@ on_every_backend! {
             (vec!["--job", &hello, "--payload", "{not json"], "payload refused: at $: not JSON"),
             (vec!["--job", &hello, "--grant", "net.read=x"], "unknown capability \"net\""),
             (vec!["--job", &hello, "--grant", "db.read=jobhost_leases"], "belongs to the host"),
-            (vec!["--job", &ledger], "imports the `db` capability, which this job was not granted"),
+            (vec!["--job", &ledger], "imports the `db` capability, which this job was not granted: add `grants.db = { read = [\"TABLE\"], write = [\"TABLE\"] }` to its manifest entry"),
             (vec!["--job", &hello, "--name", "Bad Name"], "invalid job name"),
         ];
         for (args, expected) in cases {

@@ -47,8 +47,22 @@ pub enum ContractError {
     NoHandler,
     #[error("the component imports {0}, which jobs may not use")]
     Forbidden(String),
-    #[error("the component imports the `{0}` capability, which this job was not granted")]
+    #[error(
+        "the component imports the `{0}` capability, which this job was not granted: add {line} to its manifest entry (or --grant to host run)",
+        line = grant_line(.0)
+    )]
     NotGranted(String),
+}
+
+/// The manifest line that grants `capability`, for a refusal's message.
+fn grant_line(capability: &str) -> &'static str {
+    match capability {
+        "db" => "`grants.db = { read = [\"TABLE\"], write = [\"TABLE\"] }`",
+        "files" => "`grants.files = { read = [\"COLLECTION\"], write = [\"COLLECTION\"] }`",
+        "links" => "`grants.links = [\"MOUNT\"]` (and a [links.MOUNT] section)",
+        "steps" => "`grants.steps = true`",
+        _ => "its grant",
+    }
 }
 
 /// A parsed import or export name: `namespace:package/interface@version`.
