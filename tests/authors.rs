@@ -160,7 +160,52 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
         "{shown}"
     );
     assert!(shown.contains("1 of 2 cases passed"), "{shown}");
-    std::fs::write(project.join("tests.toml"), cases).unwrap();
+    std::fs::write(project.join("tests.toml"), &cases).unwrap();
+
+    // `host test --watch` runs the cases again when the cases file changes.
+    let mut watching = home
+        .host()
+        .current_dir(&project)
+        .args(["test", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = {
+        use std::io::BufRead;
+        let (send, lines) = std::sync::mpsc::channel();
+        let stdout = watching.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = send.send(line);
+            }
+        });
+        lines
+    };
+    let wait_for = |wanted: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) if line.contains(wanted) => return,
+                Ok(_) => {}
+                Err(_) => panic!("`host test --watch` never printed {wanted:?}"),
+            }
+        }
+    };
+    wait_for("2 of 2 cases passed");
+    wait_for("watching");
+    std::fs::write(
+        project.join("tests.toml"),
+        cases.replace(r#"[["first"], ["second"]]"#, r#"[["first"], ["third"]]"#),
+    )
+    .unwrap();
+    wait_for("1 of 2 cases passed");
+    let _ = watching.kill();
+    let _ = watching.wait();
+    std::fs::write(project.join("tests.toml"), &cases).unwrap();
 
     // The project's manifest runs it: its migration, its grant, its payload.
     let ran = home

@@ -40,6 +40,9 @@ pub struct TestArgs {
     pub attempts: AttemptArgs,
     #[arg(long)]
     pub json: bool,
+    /// Run the cases again each time the cases file, the manifest or a component changes.
+    #[arg(long)]
+    pub watch: bool,
 }
 
 /// One case's outcome.
@@ -62,11 +65,41 @@ impl Outcome {
 }
 
 pub async fn test(global: &Global, args: TestArgs) -> Result<u8, Failure> {
+    if !args.watch {
+        return test_once(global, &args).await;
+    }
+    let (cases_path, manifest_path) = paths(&args);
+    loop {
+        if let Err(failure) = test_once(global, &args).await {
+            eprintln!("error: {}", failure.message);
+        }
+        let mut watched = vec![cases_path.clone(), manifest_path.clone()];
+        if let Ok(manifest) = Manifest::load(&manifest_path) {
+            watched.extend(manifest.jobs.iter().map(|j| j.component.clone()));
+        }
+        super::watch::waiting(&watched);
+        super::watch::until_changed(&watched).await;
+    }
+}
+
+/// The cases file and the manifest `args` name.
+fn paths(args: &TestArgs) -> (PathBuf, PathBuf) {
     let cases_path = if args.path.is_dir() {
         args.path.join("tests.toml")
     } else {
         args.path.clone()
     };
+    let manifest_path = args.manifest.clone().unwrap_or_else(|| {
+        cases_path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("jobhost.toml")
+    });
+    (cases_path, manifest_path)
+}
+
+async fn test_once(global: &Global, args: &TestArgs) -> Result<u8, Failure> {
+    let (cases_path, manifest_path) = paths(args);
     let text = std::fs::read_to_string(&cases_path).map_err(|e| {
         Failure::usage(format!(
             "cannot read the cases in {}: {e}",
@@ -78,12 +111,6 @@ pub async fn test(global: &Global, args: TestArgs) -> Result<u8, Failure> {
     if let Some(only) = &args.only {
         cases.retain(|c| c.name.contains(only.as_str()));
     }
-    let manifest_path = args.manifest.clone().unwrap_or_else(|| {
-        cases_path
-            .parent()
-            .unwrap_or(Path::new("."))
-            .join("jobhost.toml")
-    });
     let manifest = Arc::new(Manifest::load(&manifest_path)?);
     // The global `--db` (or `JOBHOST_DB`) names the backend: a Postgres server gets a
     // fresh database per case (its user must be allowed to create databases); anything

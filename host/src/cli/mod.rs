@@ -12,6 +12,7 @@ mod run;
 mod runs;
 mod serve;
 mod tenants;
+mod watch;
 
 use crate::trace::TraceParent;
 use clap::{Args, Parser, Subcommand};

@@ -62,11 +62,40 @@ pub struct RunArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Run again each time the component (or the manifest) changes.
+    #[arg(long)]
+    pub watch: bool,
 }
 
 pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
+    if !args.watch {
+        return run_once(global, &args).await;
+    }
+    loop {
+        if let Err(failure) = run_once(global, &args).await {
+            eprintln!("error: {}", failure.message);
+        }
+        let mut watched: Vec<PathBuf> = args.manifest.iter().cloned().collect();
+        let manifest = args
+            .manifest
+            .as_deref()
+            .map(Manifest::load)
+            .transpose()
+            .ok()
+            .flatten();
+        if let Ok(spec) = resolve_spec(&args, manifest.as_ref()) {
+            watched.push(spec.component);
+        } else if let Some(job) = &args.job {
+            watched.push(job.clone());
+        }
+        super::watch::waiting(&watched);
+        super::watch::until_changed(&watched).await;
+    }
+}
+
+async fn run_once(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     let manifest = args.manifest.as_deref().map(Manifest::load).transpose()?;
-    let spec = resolve_spec(&args, manifest.as_ref())?;
+    let spec = resolve_spec(args, manifest.as_ref())?;
     let payload = match &args.payload {
         Some(text) => read_payload(text)?,
         None => spec.payload.to_string(),
