@@ -160,6 +160,24 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
         "{shown}"
     );
     assert!(shown.contains("1 of 2 cases passed"), "{shown}");
+    // A case whose limits cannot be read: the file's mistake, exit 2, nothing run.
+    std::fs::write(
+        project.join("tests.toml"),
+        format!("{cases}\n[case.limits]\nmemory = \"lots\"\n"),
+    )
+    .unwrap();
+    let invalid = home
+        .host()
+        .current_dir(&project)
+        .arg("test")
+        .output()
+        .unwrap();
+    assert_eq!(invalid.status.code(), Some(2), "{}", text(&invalid));
+    assert!(
+        text(&invalid).contains("limits.memory: invalid size \"lots\""),
+        "{}",
+        text(&invalid)
+    );
     std::fs::write(project.join("tests.toml"), &cases).unwrap();
 
     // `host test --watch` runs the cases again when the cases file changes.

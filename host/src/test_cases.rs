@@ -12,6 +12,9 @@
 //! attempts = 1
 //! log = ["recording 2 items"]     # lines the last attempt's log contains
 //! rows = { "SELECT item FROM demo_items ORDER BY item" = [["a"], ["b"], ["z"]] }
+//! counters = { recorded = 2 }     # the run's counters afterwards, those named
+//! [case.limits]                   # in place of the manifest's
+//! timeout = "5s"
 //! ```
 
 use crate::store::RunRecord;
@@ -50,8 +53,45 @@ pub struct Case {
     /// Statements run after the migrations, before the run.
     #[serde(default)]
     pub seed: Vec<String>,
+    /// Limits for this case, in place of the manifest's.
+    #[serde(default)]
+    pub limits: CaseLimits,
     #[serde(default)]
     pub expect: Expect,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseLimits {
+    /// Each attempt's deadline, e.g. `"2s"`.
+    pub timeout: Option<String>,
+    /// The memory cap, e.g. `"32MiB"`.
+    pub memory: Option<String>,
+    /// The fuel budget per attempt.
+    pub fuel: Option<u64>,
+    /// Retries after a failed attempt.
+    pub retries: Option<u32>,
+}
+
+impl CaseLimits {
+    /// `spec` with these limits in place of its own.
+    pub fn apply(&self, spec: &mut crate::job::JobSpec) -> Result<(), String> {
+        use crate::units::{parse_duration, parse_size};
+        if let Some(timeout) = &self.timeout {
+            spec.limits.timeout =
+                parse_duration(timeout).map_err(|e| format!("limits.timeout: {e}"))?;
+        }
+        if let Some(memory) = &self.memory {
+            spec.limits.memory = parse_size(memory).map_err(|e| format!("limits.memory: {e}"))?;
+        }
+        if let Some(fuel) = self.fuel {
+            spec.limits.fuel = Some(fuel);
+        }
+        if let Some(retries) = self.retries {
+            spec.retry.retries = retries;
+        }
+        spec.validate().map_err(|e| e.to_string())
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -68,6 +108,11 @@ pub struct Expect {
     /// Lines the last attempt's log contains.
     #[serde(default)]
     pub log: Vec<String>,
+    /// The run's counters afterwards (only those named).
+    #[serde(default)]
+    pub counters: BTreeMap<String, i64>,
+    /// The cursor the run ended with.
+    pub cursor: Option<toml::Value>,
     /// A query, and the rows it must return afterwards (in order).
     #[serde(default)]
     pub rows: BTreeMap<String, Vec<Vec<toml::Value>>>,
@@ -150,6 +195,24 @@ pub fn check(expect: &Expect, observed: &Observed<'_>) -> Vec<Mismatch> {
     }
     if let Some(passes) = expect.passes {
         differ("passes", passes.to_string(), run.pass.to_string());
+    }
+    if !expect.counters.is_empty() {
+        let actual: BTreeMap<String, i64> = serde_json::from_str(&run.counters).unwrap_or_default();
+        for (name, value) in &expect.counters {
+            let found = actual
+                .get(name)
+                .map_or("(none)".to_string(), i64::to_string);
+            differ(&format!("counter {name}"), value.to_string(), found);
+        }
+    }
+    if let Some(cursor) = &expect.cursor {
+        let expected = serde_json::to_value(cursor).expect("TOML values are JSON");
+        let actual = run
+            .cursor
+            .as_deref()
+            .and_then(|c| serde_json::from_str::<Value>(c).ok())
+            .map_or("(none)".to_string(), |c| c.to_string());
+        differ("cursor", expected.to_string(), actual);
     }
     for line in &expect.log {
         if !observed.log.contains(line.as_str()) {
@@ -299,6 +362,42 @@ mod tests {
         assert_eq!(check(&cases[1].expect, &seen), []);
         // Status, the log line and the rows (the query was not run); not the attempts.
         assert_eq!(check(&cases[0].expect, &seen).len(), 3);
+    }
+
+    #[test]
+    fn counters_and_the_cursor_are_held_against_the_case() {
+        let case = &parse(
+            "[[case]]\nname = \"c\"\n[case.expect]\ncursor = { after = 3 }\ncounters = { imported = 3 }\n",
+        )
+        .unwrap()[0];
+        let mut done = run("succeeded", None, 1);
+        done.counters = r#"{"imported":3,"other":1}"#.into();
+        done.cursor = Some(r#"{"after":3}"#.into());
+        let none = BTreeMap::new();
+        let seen = Observed {
+            run: &done,
+            log: "",
+            rows: &none,
+        };
+        assert_eq!(check(&case.expect, &seen), []);
+        done.counters = r#"{"other":1}"#.into();
+        done.cursor = None;
+        let seen = Observed {
+            run: &done,
+            log: "",
+            rows: &none,
+        };
+        let what: Vec<String> = check(&case.expect, &seen)
+            .into_iter()
+            .map(|m| format!("{}: {} / {}", m.what, m.expected, m.actual))
+            .collect();
+        assert_eq!(
+            what,
+            [
+                "counter imported: 3 / (none)",
+                "cursor: {\"after\":3} / (none)"
+            ]
+        );
     }
 
     #[test]

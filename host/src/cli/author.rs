@@ -146,7 +146,7 @@ fn print_human(path: &Path, seen: &Inspection) {
         .wit_version
         .as_deref()
         .map_or("no jobhost handler".to_string(), |v| {
-            format!("jobhost:job@{v}")
+            format!("jobhost:job@{}", shown_name(v))
         });
     println!(
         "contract   {theirs} (this host speaks {})",
@@ -154,7 +154,7 @@ fn print_human(path: &Path, seen: &Inspection) {
     );
     match &seen.verdict {
         Err(refusal) => {
-            println!("loads      no: {refusal}");
+            println!("loads      no: {}", shown_name(&refusal.to_string()));
         }
         Ok(imports) => {
             let names = capability_names(seen);
@@ -171,6 +171,12 @@ fn print_human(path: &Path, seen: &Inspection) {
             }
         }
     }
+}
+
+/// The component's own text (a version, an import's name), bounded and escaped for the
+/// terminal: it is whatever its author put there.
+fn shown_name(text: &str) -> String {
+    crate::guest_text::for_terminal(&crate::guest_text::for_storage(text, 1024)).into_owned()
 }
 
 fn size(bytes: usize) -> String {
@@ -252,4 +258,16 @@ fn cargo_build(dir: &Path) -> Result<Option<PathBuf>, Failure> {
     }
     let status = child.wait()?;
     Ok(component.filter(|_| status.success()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_components_own_names_are_bounded_and_escaped_before_they_are_printed() {
+        assert_eq!(shown_name("0.1.3"), "0.1.3");
+        assert_eq!(shown_name("x\u{1b}[2Jy"), "x\\u{1b}[2Jy");
+        assert!(shown_name(&"n".repeat(1 << 20)).len() <= 1024);
+    }
 }

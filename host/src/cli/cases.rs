@@ -123,7 +123,11 @@ async fn test_once(global: &Global, args: &TestArgs) -> Result<u8, Failure> {
     // manifest is the file's mistake, not a failed case.
     let mut specs = Vec::new();
     for case in &cases {
-        specs.push(spec_of(&manifest, case)?);
+        let mut spec = spec_of(&manifest, case)?;
+        case.limits
+            .apply(&mut spec)
+            .map_err(|e| Failure::usage(format!("case {:?}: {e}", case.name)))?;
+        specs.push(spec);
     }
     let limit = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
     let mut running = tokio::task::JoinSet::new();
