@@ -181,17 +181,26 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     std::fs::write(project.join("tests.toml"), &cases).unwrap();
 
     // `host test --watch` runs the cases again when the cases file changes.
-    let mut watching = home
-        .host()
-        .current_dir(&project)
-        .args(["test", "--watch"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    /// Stopped however the test ends.
+    struct Stopped(std::process::Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut watching = Stopped(
+        home.host()
+            .current_dir(&project)
+            .args(["test", "--watch"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let lines = {
         use std::io::BufRead;
         let (send, lines) = std::sync::mpsc::channel();
-        let stdout = watching.stdout.take().unwrap();
+        let stdout = watching.0.stdout.take().unwrap();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout)
                 .lines()
@@ -221,8 +230,7 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     )
     .unwrap();
     wait_for("1 of 2 cases passed");
-    let _ = watching.kill();
-    let _ = watching.wait();
+    drop(watching);
     std::fs::write(project.join("tests.toml"), &cases).unwrap();
 
     // The project's manifest runs it: its migration, its grant, its payload.

@@ -70,15 +70,17 @@ pub async fn test(global: &Global, args: TestArgs) -> Result<u8, Failure> {
     }
     let (cases_path, manifest_path) = paths(&args);
     loop {
-        if let Err(failure) = test_once(global, &args).await {
-            eprintln!("error: {}", failure.message);
-        }
         let mut watched = vec![cases_path.clone(), manifest_path.clone()];
         if let Ok(manifest) = Manifest::load(&manifest_path) {
             watched.extend(manifest.jobs.iter().map(|j| j.component.clone()));
         }
+        // Taken before the run: a change made while it runs starts the next one.
+        let before = super::watch::stamps(&watched);
+        if let Err(failure) = test_once(global, &args).await {
+            eprintln!("error: {}", failure.message);
+        }
         super::watch::waiting(&watched);
-        super::watch::until_changed(&watched).await;
+        super::watch::until_changed(&watched, before).await;
     }
 }
 

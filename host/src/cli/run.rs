@@ -72,9 +72,6 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         return run_once(global, &args).await;
     }
     loop {
-        if let Err(failure) = run_once(global, &args).await {
-            eprintln!("error: {}", failure.message);
-        }
         let mut watched: Vec<PathBuf> = args.manifest.iter().cloned().collect();
         let manifest = args
             .manifest
@@ -88,8 +85,13 @@ pub async fn run(global: &Global, args: RunArgs) -> Result<u8, Failure> {
         } else if let Some(job) = &args.job {
             watched.push(job.clone());
         }
+        // Taken before the run: a change made while it runs starts the next one.
+        let before = super::watch::stamps(&watched);
+        if let Err(failure) = run_once(global, &args).await {
+            eprintln!("error: {}", failure.message);
+        }
         super::watch::waiting(&watched);
-        super::watch::until_changed(&watched).await;
+        super::watch::until_changed(&watched, before).await;
     }
 }
 

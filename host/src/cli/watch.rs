@@ -8,26 +8,30 @@ use std::time::{Duration, SystemTime};
 /// How often the files are looked at.
 const POLL: Duration = Duration::from_millis(250);
 
-/// Returns once any of `paths` changed (appeared, vanished or was written), and was then
-/// left alone for a moment.
-pub async fn until_changed(paths: &[PathBuf]) {
-    let stamps = || -> Vec<Option<SystemTime>> { paths.iter().map(|p| modified(p)).collect() };
-    let before = stamps();
+/// When each of `paths` was last written (`None`: absent). Taken before a run, so that a
+/// change made while it ran starts the next one.
+pub fn stamps(paths: &[PathBuf]) -> Vec<Option<SystemTime>> {
+    paths.iter().map(|p| modified(p)).collect()
+}
+
+/// Returns once any of `paths` differs from `before` (appeared, vanished or was written),
+/// and was then left alone for a moment.
+pub async fn until_changed(paths: &[PathBuf], before: Vec<Option<SystemTime>>) {
     loop {
-        tokio::time::sleep(POLL).await;
-        let now = stamps();
+        let now = stamps(paths);
         if now != before {
             // A write in progress: wait until it stops changing.
             let mut settled = now;
             loop {
                 tokio::time::sleep(POLL).await;
-                let again = stamps();
+                let again = stamps(paths);
                 if again == settled {
                     return;
                 }
                 settled = again;
             }
         }
+        tokio::time::sleep(POLL).await;
     }
 }
 
