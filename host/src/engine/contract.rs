@@ -45,13 +45,24 @@ pub enum ContractError {
         "the component does not export {PACKAGE}/handler: build it with the jobhost guest SDK (export_job!)"
     )]
     NoHandler,
-    #[error("the component imports {0}, which jobs may not use")]
+    #[error("the component imports {0}, which jobs may not use{hint}", hint = instead(.0))]
     Forbidden(String),
     #[error(
         "the component imports the `{0}` capability, which this job was not granted: add {line} to its manifest entry (or --grant to host run)",
         line = grant_line(.0)
     )]
     NotGranted(String),
+}
+
+/// What a job uses in place of a forbidden import, where there is something.
+fn instead(import: &str) -> &'static str {
+    if import.starts_with("wasi:sockets/") || import.starts_with("wasi:http/") {
+        ": a job reaches outside services through `links` (grants.links and a [links.NAME] section)"
+    } else if import.starts_with("wasi:filesystem/") {
+        ": a job keeps files through `files` (grants.files)"
+    } else {
+        ""
+    }
 }
 
 /// The manifest line that grants `capability`, for a refusal's message.
@@ -224,6 +235,17 @@ mod tests {
         assert_eq!(
             refuse("wasi:sockets/tcp@0.2.4"),
             Err(ContractError::Forbidden("wasi:sockets/tcp@0.2.4".into()))
+        );
+        // The refusal says what a job uses instead.
+        assert_eq!(
+            refuse("wasi:sockets/tcp@0.2.4").unwrap_err().to_string(),
+            "the component imports wasi:sockets/tcp@0.2.4, which jobs may not use: a job reaches outside services through `links` (grants.links and a [links.NAME] section)"
+        );
+        assert!(
+            refuse("acme:secret/api")
+                .unwrap_err()
+                .to_string()
+                .ends_with("which jobs may not use")
         );
         assert!(matches!(
             refuse("wasi:http/outgoing-handler@0.2.4"),
