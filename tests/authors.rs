@@ -112,13 +112,17 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     assert!(human.status.success());
     assert!(text(&human).contains("touches    db"), "{}", text(&human));
 
+    // `host` run in the project, as its author runs it.
+    let in_project = |args: &[&str]| {
+        home.host()
+            .current_dir(&project)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+
     // Its own cases pass out of the box, each on a database of its own.
-    let tested = home
-        .host()
-        .current_dir(&project)
-        .args(["test", "--json"])
-        .output()
-        .unwrap();
+    let tested = in_project(&["test", "--json"]);
     assert!(tested.status.success(), "{}", text(&tested));
     let report: Value = serde_json::from_slice(&tested.stdout).unwrap();
     assert_eq!(
@@ -142,12 +146,7 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
         cases.replace(r#"[["first"], ["second"]]"#, r#"[["first"], ["third"]]"#),
     )
     .unwrap();
-    let failing = home
-        .host()
-        .current_dir(&project)
-        .arg("test")
-        .output()
-        .unwrap();
+    let failing = in_project(&["test"]);
     let shown = text(&failing);
     assert_eq!(failing.status.code(), Some(1), "{shown}");
     assert!(
@@ -166,12 +165,7 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
         format!("{cases}\n[case.limits]\nmemory = \"lots\"\n"),
     )
     .unwrap();
-    let invalid = home
-        .host()
-        .current_dir(&project)
-        .arg("test")
-        .output()
-        .unwrap();
+    let invalid = in_project(&["test"]);
     assert_eq!(invalid.status.code(), Some(2), "{}", text(&invalid));
     assert!(
         text(&invalid).contains("limits.memory: invalid size \"lots\""),
@@ -234,12 +228,7 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     std::fs::write(project.join("tests.toml"), &cases).unwrap();
 
     // The project's manifest runs it: its migration, its grant, its payload.
-    let ran = home
-        .host()
-        .current_dir(&project)
-        .args(["run", "demo", "--manifest", "jobhost.toml", "--json"])
-        .output()
-        .unwrap();
+    let ran = in_project(&["run", "demo", "--manifest", "jobhost.toml", "--json"]);
     assert!(ran.status.success(), "{}", text(&ran));
     let run: Value = serde_json::from_slice(&ran.stdout).unwrap();
     assert_eq!(run["status"], "succeeded", "{run}");
@@ -250,19 +239,14 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     );
 
     // A payload that does not decode: where in it, and what was expected there.
-    let refused = home
-        .host()
-        .current_dir(&project)
-        .args([
-            "run",
-            "demo",
-            "--manifest",
-            "jobhost.toml",
-            "--payload",
-            r#"{"items": ["a", 7]}"#,
-        ])
-        .output()
-        .unwrap();
+    let refused = in_project(&[
+        "run",
+        "demo",
+        "--manifest",
+        "jobhost.toml",
+        "--payload",
+        r#"{"items": ["a", 7]}"#,
+    ]);
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     assert!(
         text(&refused).contains(
@@ -287,20 +271,16 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
         .output()
         .unwrap();
     assert!(rebuilt.status.success(), "{}", text(&rebuilt));
-    let failed = home
-        .host()
-        .current_dir(&project)
-        .args([
-            "run",
-            "demo",
-            "--manifest",
-            "jobhost.toml",
-            "--retries",
-            "0",
-        ])
-        .args(["--payload", r#"{"items": ["boom"]}"#])
-        .output()
-        .unwrap();
+    let failed = in_project(&[
+        "run",
+        "demo",
+        "--manifest",
+        "jobhost.toml",
+        "--retries",
+        "0",
+        "--payload",
+        r#"{"items": ["boom"]}"#,
+    ]);
     let shown = text(&failed);
     assert_eq!(failed.status.code(), Some(1), "{shown}");
     assert!(

@@ -123,6 +123,8 @@ impl Names {
             package.insert_str(0, "job-");
         }
         let lib = package.replace('-', "_");
+        // Never empty: a job name starts with a letter or a digit (and `job-` is put
+        // before a digit).
         let type_name: String = lib
             .split('_')
             .filter(|w| !w.is_empty())
@@ -138,11 +140,7 @@ impl Names {
             table: format!("{lib}_items"),
             package,
             lib,
-            type_name: if type_name.is_empty() {
-                "Job".into()
-            } else {
-                type_name
-            },
+            type_name,
         }
     }
 }

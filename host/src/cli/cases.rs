@@ -10,11 +10,11 @@ use super::run::{open_app, run_to_end};
 use super::{AttemptArgs, Failure, Global};
 use crate::guest_text::for_terminal;
 use crate::manifest::Manifest;
-use crate::store::{Pool, RunRecord};
+use crate::store::RunRecord;
+use crate::store::scratch::ScratchDatabase;
 use crate::test_cases::{self, Case, Mismatch, Observed};
 use clap::Args;
 use serde_json::{Value, json};
-use sqlx::{Column, Row};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -209,7 +209,7 @@ async fn run_case(
         }
     };
     let database = match postgres {
-        Some(url) => match ThrowawayDatabase::create(url).await {
+        Some(url) => match ScratchDatabase::create(url).await {
             Ok(database) => Some(database),
             Err(problem) => {
                 outcome.problem = Some(problem);
@@ -239,7 +239,8 @@ async fn run_case(
         .await
         .map_err(|f| f.message)?;
         for statement in &case.seed {
-            raw(app.store.pool(), statement)
+            app.store
+                .run_script(statement)
                 .await
                 .map_err(|e| format!("the seed statement {statement:?} failed: {e}"))?;
         }
@@ -252,7 +253,8 @@ async fn run_case(
             .map_err(|f| f.message)?;
         let mut rows = BTreeMap::new();
         for query in case.expect.rows.keys() {
-            rows.insert(query.clone(), select(app.store.pool(), query).await);
+            let cells = app.store.select_cells(query).await;
+            rows.insert(query.clone(), cells.map_err(|e| e.to_string()));
         }
         app.store.close().await;
         Ok::<_, String>((run, last, rows))
@@ -281,115 +283,6 @@ async fn run_case(
     }
     outcome.duration_ms = started.elapsed().as_millis();
     outcome
-}
-
-async fn raw(pool: &Pool, statement: &str) -> Result<(), sqlx::Error> {
-    let statement = sqlx::AssertSqlSafe(statement.to_string());
-    match pool {
-        Pool::Sqlite(p) => sqlx::raw_sql(statement).execute(p).await.map(drop),
-        Pool::Postgres(p) => sqlx::raw_sql(statement).execute(p).await.map(drop),
-    }
-}
-
-/// A query's rows, each cell as JSON: integers, reals, text, booleans or null.
-async fn select(pool: &Pool, query: &str) -> Result<Vec<Vec<Value>>, String> {
-    let query = sqlx::AssertSqlSafe(query.to_string());
-    match pool {
-        Pool::Sqlite(p) => {
-            let rows = sqlx::query(query)
-                .fetch_all(p)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(rows.iter().map(cells).collect())
-        }
-        Pool::Postgres(p) => {
-            let rows = sqlx::query(query)
-                .fetch_all(p)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(rows.iter().map(cells).collect())
-        }
-    }
-}
-
-fn cells<R>(row: &R) -> Vec<Value>
-where
-    R: Row,
-    usize: sqlx::ColumnIndex<R>,
-    for<'r> Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> Option<i32>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> Option<f64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> Option<bool>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    (0..row.columns().len())
-        .map(|i| {
-            if let Ok(v) = row.try_get::<Option<i64>, _>(i) {
-                return v.map_or(Value::Null, Value::from);
-            }
-            if let Ok(v) = row.try_get::<Option<i32>, _>(i) {
-                return v.map_or(Value::Null, Value::from);
-            }
-            if let Ok(v) = row.try_get::<Option<f64>, _>(i) {
-                return v.map_or(Value::Null, Value::from);
-            }
-            if let Ok(v) = row.try_get::<Option<bool>, _>(i) {
-                return v.map_or(Value::Null, Value::from);
-            }
-            match row.try_get::<Option<String>, _>(i) {
-                Ok(v) => v.map_or(Value::Null, Value::from),
-                Err(_) => Value::from(format!("<{} value>", row.columns()[i].name())),
-            }
-        })
-        .collect()
-}
-
-/// A Postgres database made for one case and dropped after it.
-struct ThrowawayDatabase {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-impl ThrowawayDatabase {
-    async fn create(admin: &str) -> Result<ThrowawayDatabase, String> {
-        use sqlx::Connection;
-        let name = format!("jobhost_case_{}", uuid::Uuid::now_v7().simple());
-        let mut conn = sqlx::PgConnection::connect(admin).await.map_err(|e| {
-            format!(
-                "cannot reach the --db server: {}",
-                crate::store::describe(&e)
-            )
-        })?;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut conn)
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot create a database for the case: {}",
-                    crate::store::describe(&e)
-                )
-            })?;
-        let _ = conn.close().await;
-        let base = admin.rsplit_once('/').map_or(admin, |(base, _)| base);
-        Ok(ThrowawayDatabase {
-            admin: admin.to_string(),
-            url: format!("{base}/{name}"),
-            name,
-        })
-    }
-
-    async fn drop(self) {
-        use sqlx::Connection;
-        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.admin).await {
-            let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            )))
-            .execute(&mut conn)
-            .await;
-        }
-    }
 }
 
 fn print_table(outcomes: &[Outcome]) {

@@ -23,6 +23,7 @@ pub mod records;
 mod resumable;
 mod retention;
 pub mod row;
+pub mod scratch;
 pub mod sqlite_guest;
 mod sqlite_writer;
 mod tenants;
