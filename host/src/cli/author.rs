@@ -56,15 +56,15 @@ pub fn new(args: NewArgs) -> Result<u8, Failure> {
         scaffold::SDK_VERSION,
         scaffold::SDK_DIR
     );
+    // This binary by its full path: a `host` on the PATH is usually the DNS lookup tool.
+    let host =
+        std::env::current_exe().map_or_else(|_| "host".to_string(), |p| p.display().to_string());
     println!("next:");
     println!("  cd {shown}");
+    println!("  {host} build    # builds {}", created.component);
+    println!("  {host} test     # runs the cases in tests.toml");
     println!(
-        "  host build                              # builds {}",
-        created.component
-    );
-    println!("  host test                               # runs the cases in tests.toml");
-    println!(
-        "  host run {} --manifest jobhost.toml   # runs it once; it writes to {}",
+        "  {host} run {} --manifest jobhost.toml    # runs it once; it writes to {}",
         args.name, created.table
     );
     Ok(0)
