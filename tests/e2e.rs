@@ -18,6 +18,7 @@ mod fleet;
 mod flow;
 mod fuzz_components;
 mod guest_sql;
+mod guide;
 mod jobs;
 mod lanes;
 mod lease_model;

@@ -35,6 +35,10 @@ pub enum ScaffoldError {
         "{0} already exists: `host new` never writes over anything; choose another name or --dir"
     )]
     Exists(PathBuf),
+    #[error(
+        "{0} holds no jobhost guest SDK: `host sdk` updates a project `host new` made (run it in the project)"
+    )]
+    NoSdk(PathBuf),
     #[error("cannot write the project at {path}: {source}")]
     Write {
         path: PathBuf,
@@ -100,6 +104,55 @@ pub fn create(name: &str, dir: &Path, lang: Lang) -> Result<Created, ScaffoldErr
         component: format!("target/wasm32-wasip2/release/{}.wasm", names.lib),
         table: names.table,
     })
+}
+
+/// Brings the vendored SDK of the Rust project in `project` to this host's: each file
+/// written only where it differs (so cargo rebuilds nothing when nothing changed), and a
+/// file this SDK no longer has removed. Returns the files changed, relative to the SDK.
+pub fn update_sdk(project: &Path) -> Result<Vec<String>, ScaffoldError> {
+    let sdk = project.join(SDK_DIR);
+    let ours = sdk.join("Cargo.toml");
+    let manifest = std::fs::read_to_string(&ours).unwrap_or_default();
+    // Only a directory that holds our SDK is touched: never another crate by that path.
+    if !manifest.contains("name = \"jobhost-guest\"") {
+        return Err(ScaffoldError::NoSdk(sdk));
+    }
+    let wanted: Vec<(String, String)> = std::iter::once(("Cargo.toml".to_string(), sdk_manifest()))
+        .chain(
+            SDK_FILES
+                .iter()
+                .map(|(p, t)| ((*p).to_string(), (*t).to_string())),
+        )
+        .collect();
+    let mut changed = Vec::new();
+    let failed = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ScaffoldError::Write { path, source }
+    };
+    for (relative, text) in &wanted {
+        let path = sdk.join(relative);
+        if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
+            continue;
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(failed(parent))?;
+        }
+        std::fs::write(&path, text).map_err(failed(&path))?;
+        changed.push(relative.clone());
+    }
+    for dir in ["src", "wit"] {
+        let Ok(entries) = std::fs::read_dir(sdk.join(dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let relative = format!("{dir}/{}", entry.file_name().to_string_lossy());
+            if !wanted.iter().any(|(p, _)| *p == relative) {
+                std::fs::remove_file(entry.path()).map_err(failed(&entry.path()))?;
+                changed.push(relative);
+            }
+        }
+    }
+    Ok(changed)
 }
 
 /// The names a job's name gives its project: a package name cargo takes, the library's
@@ -190,6 +243,7 @@ crate-type = ["cdylib"]
 # The guest SDK of the host that made this project (`host new`, jobhost {SDK_VERSION}).
 jobhost-guest = {{ path = "{SDK_DIR}" }}
 serde = {{ version = "1", features = ["derive"] }}
+serde_json = "1"
 
 # A component is small and quick to load: optimised for size, whole-program, its debug
 # info stripped (its function names kept, so a trap's backtrace names them).
@@ -414,6 +468,34 @@ mod tests {
         );
         assert_eq!(Names::of("7up").package, "job-7up");
         assert_eq!(Names::of("7up").table, "job_7up_items");
+    }
+
+    #[test]
+    fn the_sdk_is_brought_up_to_date_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("demo");
+        create("demo", &project, Lang::Rust).unwrap();
+        assert_eq!(update_sdk(&project).unwrap(), Vec::<String>::new());
+        let sdk = project.join(SDK_DIR);
+        std::fs::write(sdk.join("src/lib.rs"), "// an older SDK").unwrap();
+        std::fs::write(sdk.join("src/gone.rs"), "// a file dropped since").unwrap();
+        assert_eq!(update_sdk(&project).unwrap(), ["src/lib.rs", "src/gone.rs"]);
+        assert_eq!(
+            std::fs::read_to_string(sdk.join("src/lib.rs")).unwrap(),
+            SDK_FILES[0].1
+        );
+        assert!(!sdk.join("src/gone.rs").exists());
+        let elsewhere = dir.path().join("other");
+        std::fs::create_dir_all(elsewhere.join(SDK_DIR)).unwrap();
+        std::fs::write(
+            elsewhere.join(SDK_DIR).join("Cargo.toml"),
+            "[package]\nname = \"x\"",
+        )
+        .unwrap();
+        assert!(matches!(
+            update_sdk(&elsewhere),
+            Err(ScaffoldError::NoSdk(_))
+        ));
     }
 
     #[test]

@@ -70,6 +70,26 @@ pub fn new(args: NewArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
+/// `host sdk [DIR]`.
+pub fn sdk(dir: &Path) -> Result<u8, Failure> {
+    let changed = scaffold::update_sdk(dir).map_err(Failure::usage)?;
+    if changed.is_empty() {
+        println!(
+            "the guest SDK in {} is up to date (jobhost {})",
+            dir.join(scaffold::SDK_DIR).display(),
+            scaffold::SDK_VERSION
+        );
+    } else {
+        println!(
+            "the guest SDK in {} is updated to jobhost {}; changed: {}",
+            dir.join(scaffold::SDK_DIR).display(),
+            scaffold::SDK_VERSION,
+            changed.join(", ")
+        );
+    }
+    Ok(0)
+}
+
 /// `host build [DIR]`: builds the job project in `dir` for its language, then shows what
 /// the component can touch.
 pub fn build(dir: &Path, as_json: bool) -> Result<u8, Failure> {

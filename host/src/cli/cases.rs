@@ -1,17 +1,24 @@
 //! `host test [DIR|FILE]`: runs an author's cases (`tests.toml` beside the job's
 //! `jobhost.toml`), each on a throwaway database of its own — SQLite in a temporary home,
 //! or with `--db postgres://…` a fresh database on that server — through the same runner,
-//! grants and fence as `host run`, several at once.
+//! grants and fence as `host run`, several at once. A case is sealed: its collections
+//! live in its temporary home and its mounts point at its own server of canned
+//! responses, so no case reads the operator's storage or calls a real service.
 //!
 //! Exit codes: 0 every case passed, 1 a case failed, 2 the cases file, the manifest or
 //! the component is not valid.
 
 use super::run::{open_app, run_to_end};
 use super::{AttemptArgs, Failure, Global};
+use crate::files::{Location, Uploader};
 use crate::guest_text::for_terminal;
 use crate::manifest::Manifest;
+use crate::store::LeaseRequest;
 use crate::store::RunRecord;
+use crate::store::guest::Fence;
 use crate::store::scratch::ScratchDatabase;
+use crate::test_cases::files::{self as case_files, Found};
+use crate::test_cases::links::CannedServer;
 use crate::test_cases::{self, Case, Mismatch, Observed};
 use clap::Args;
 use serde_json::{Value, json};
@@ -129,16 +136,37 @@ async fn test_once(global: &Global, args: &TestArgs) -> Result<u8, Failure> {
         case.limits
             .apply(&mut spec)
             .map_err(|e| Failure::usage(format!("case {:?}: {e}", case.name)))?;
+        if let Some(grants) = &case.grants {
+            spec.grants = grants.clone();
+        }
+        let mounts = case.links.keys().chain(case.expect.requests.keys());
+        if let Some(mount) = mounts
+            .into_iter()
+            .find(|m| !manifest.mounts.contains_key(*m))
+        {
+            return Err(Failure::usage(format!(
+                "case {:?}: the manifest declares no mount {mount:?} (add [links.{mount}])",
+                case.name
+            )));
+        }
         specs.push(spec);
     }
+    let dir = cases_path.parent().unwrap_or(Path::new(".")).to_path_buf();
     let limit = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
     let mut running = tokio::task::JoinSet::new();
     for (index, (case, spec)) in cases.into_iter().zip(specs).enumerate() {
         let (global, manifest, limit) = (global.clone(), manifest.clone(), limit.clone());
-        let (db, attempts) = (postgres.clone(), args.attempts);
+        let (db, attempts, dir) = (postgres.clone(), args.attempts, dir.clone());
         running.spawn(async move {
             let _turn = limit.acquire_owned().await.expect("never closed");
-            let outcome = run_case(&global, &manifest, &case, spec, db.as_deref(), attempts).await;
+            let given = Given {
+                manifest: &manifest,
+                case: &case,
+                dir: &dir,
+                postgres: db.as_deref(),
+                attempts,
+            };
+            let outcome = run_case(&global, given, spec).await;
             (index, outcome)
         });
     }
@@ -182,14 +210,46 @@ fn spec_of(manifest: &Manifest, case: &Case) -> Result<crate::job::JobSpec, Fail
     })
 }
 
-async fn run_case(
-    global: &Global,
-    manifest: &Manifest,
-    case: &Case,
-    spec: crate::job::JobSpec,
-    postgres: Option<&str>,
+/// What a case runs with.
+struct Given<'a> {
+    manifest: &'a Manifest,
+    case: &'a Case,
+    /// The cases file's directory: a case's paths are relative to it.
+    dir: &'a Path,
+    postgres: Option<&'a str>,
     attempts: AttemptArgs,
-) -> Outcome {
+}
+
+/// The manifest as a case sees it: every collection in the case's home, every mount
+/// served by the case's server with no credential of the operator's (a signed attempt
+/// token is kept: it holds no secret).
+fn sealed(manifest: &Manifest, server: Option<&CannedServer>) -> Manifest {
+    let mut sealed = manifest.clone();
+    for collection in sealed.collections.values_mut() {
+        collection.location = Location::Home;
+    }
+    for (name, mount) in sealed.mounts.iter_mut() {
+        if let Some(server) = server {
+            mount.url = server.url_of(name);
+        }
+        if matches!(
+            mount.credential,
+            Some(crate::links::Credential::Secret { .. })
+        ) {
+            mount.credential = None;
+        }
+    }
+    sealed
+}
+
+async fn run_case(global: &Global, given: Given<'_>, spec: crate::job::JobSpec) -> Outcome {
+    let Given {
+        manifest,
+        case,
+        dir,
+        postgres,
+        attempts,
+    } = given;
     let started = Instant::now();
     let mut outcome = Outcome {
         name: case.name.clone(),
@@ -218,6 +278,18 @@ async fn run_case(
         },
         None => None,
     };
+    let server = if manifest.mounts.is_empty() {
+        None
+    } else {
+        match CannedServer::start(case.links.clone()).await {
+            Ok(server) => Some(server),
+            Err(e) => {
+                outcome.problem = Some(format!("cannot start the canned links server: {e}"));
+                return outcome;
+            }
+        }
+    };
+    let manifest = &sealed(manifest, server.as_ref());
     let db_url = database.as_ref().map_or_else(
         || format!("sqlite://{}", home.path().join("jobhost.db").display()),
         |d| d.url.clone(),
@@ -227,7 +299,10 @@ async fn run_case(
     case_global.cache = Some(global.cache_dir());
     case_global.home = home.path().to_path_buf();
     let result = async {
-        let migrations = manifest.host.migrations.clone();
+        let migrations = match &case.migrations {
+            Some(own) => Some(dir.join(own)),
+            None => manifest.host.migrations.clone(),
+        };
         let app = open_app(
             &case_global,
             db_url,
@@ -244,6 +319,7 @@ async fn run_case(
                 .await
                 .map_err(|e| format!("the seed statement {statement:?} failed: {e}"))?;
         }
+        place_files(&app, case, dir, &spec.tenant).await?;
         let payload = case
             .payload_json()
             .unwrap_or_else(|| spec.payload.to_string());
@@ -256,19 +332,23 @@ async fn run_case(
             let cells = app.store.select_cells(query).await;
             rows.insert(query.clone(), cells.map_err(|e| e.to_string()));
         }
+        let files = found_files(&app, case, &run.tenant).await;
         app.store.close().await;
-        Ok::<_, String>((run, last, rows))
+        Ok::<_, String>((run, last, rows, files))
     }
     .await;
     match result {
-        Ok((run, last, rows)) => {
+        Ok((run, last, rows, files)) => {
             let log = last.last().map(|a| a.log.clone()).unwrap_or_default();
+            let requests = server.as_ref().map(|s| s.recorded()).unwrap_or_default();
             outcome.mismatches = test_cases::check(
                 &case.expect,
                 &Observed {
                     run: &run,
                     log: &log,
                     rows: &rows,
+                    files: &files,
+                    requests: &requests,
                 },
             );
             outcome.fuel = last.last().and_then(|a| a.fuel_used);
@@ -283,6 +363,113 @@ async fn run_case(
     }
     outcome.duration_ms = started.elapsed().as_millis();
     outcome
+}
+
+/// Places the case's objects, each attached under a lease of `host test`'s own as an
+/// attempt's would be.
+async fn place_files(
+    app: &crate::app::App,
+    case: &Case,
+    dir: &Path,
+    tenant: &str,
+) -> Result<(), String> {
+    if case.files.is_empty() {
+        return Ok(());
+    }
+    const HOLD_MS: i64 = 60_000;
+    let lease = app
+        .store
+        .acquire_lease(&LeaseRequest {
+            job: "host-test",
+            instance: "files",
+            holder: "host-test",
+            deadline_ms: HOLD_MS,
+            expires_ms: HOLD_MS,
+        })
+        .await
+        .map_err(|e| format!("cannot take a lease to place the case's files: {e}"))?
+        .ok_or("the lease to place the case's files is held elsewhere")?;
+    let fence = Fence {
+        job: lease.job,
+        instance: lease.instance,
+        generation: lease.generation,
+        holder: lease.holder,
+    };
+    let who = Uploader {
+        tenant: tenant.to_string(),
+        run_id: "host-test".into(),
+        attach_by: lease.deadline_at,
+    };
+    for (key, placed) in &case.files {
+        let (collection, name) = case_files::split(key)?;
+        let bytes = placed
+            .bytes(dir)
+            .map_err(|e| format!("files.{key:?}: {e}"))?;
+        let placed = app
+            .files
+            .place(&fence, &who, collection, name, &bytes)
+            .await
+            .map_err(|e| format!("cannot place {key:?}: {e}"))?;
+        if placed.is_none() {
+            return Err("the lease to place the case's files was lost".into());
+        }
+    }
+    Ok(())
+}
+
+/// Each object the case expects, as the run left it.
+async fn found_files(
+    app: &crate::app::App,
+    case: &Case,
+    tenant: &str,
+) -> BTreeMap<String, Result<Option<Found>, String>> {
+    let mut found = BTreeMap::new();
+    for key in case.expect.files.keys() {
+        let (collection, name) = case_files::split(key).expect("checked when parsed");
+        found.insert(key.clone(), read_found(app, tenant, collection, name).await);
+    }
+    found
+}
+
+async fn read_found(
+    app: &crate::app::App,
+    tenant: &str,
+    collection: &str,
+    name: &str,
+) -> Result<Option<Found>, String> {
+    let Some(file) = app
+        .files
+        .stat(tenant, collection, name)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(None);
+    };
+    let size = u64::try_from(file.size).unwrap_or(0);
+    let mut head = Vec::new();
+    let wanted = size.min(case_files::MAX_COMPARED);
+    while (head.len() as u64) < wanted {
+        let chunk = app
+            .files
+            .read(
+                tenant,
+                collection,
+                name,
+                head.len() as u64,
+                wanted - head.len() as u64,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        if chunk.is_empty() {
+            break;
+        }
+        head.extend_from_slice(&chunk);
+    }
+    Ok(Some(Found {
+        size,
+        sha256: file.digest,
+        head,
+    }))
 }
 
 fn print_table(outcomes: &[Outcome]) {

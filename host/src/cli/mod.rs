@@ -167,6 +167,11 @@ pub enum Command {
     },
     /// Run a job's cases (`tests.toml`), each on a throwaway database, and show a table.
     Test(Box<cases::TestArgs>),
+    /// Bring the guest SDK vendored in the project in DIR (default: here) to this host's.
+    Sdk {
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
     /// Show what a component imports, the grants a job running it needs, and whether this
     /// host loads it.
     Inspect {
@@ -377,6 +382,7 @@ pub fn main() -> ExitCode {
             Command::Codes { json } => Ok(output::codes(json)),
             Command::Wit { out } => author::wit(out),
             Command::New(args) => author::new(args),
+            Command::Sdk { dir } => author::sdk(&dir),
             Command::Build { dir, json } => author::build(&dir, json),
             Command::Inspect { file, json } => author::inspect_file(&file, json),
             Command::Test(args) => cases::test(&cli.global, *args).await,

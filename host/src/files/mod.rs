@@ -538,6 +538,25 @@ impl Files {
         }
     }
 
+    /// Writes `bytes` as `name` and attaches it under `fence`, as an attempt would: how
+    /// `host test` places a case's objects before its run. `None` if the lease was lost.
+    pub async fn place(
+        &self,
+        fence: &Fence,
+        who: &Uploader,
+        collection: &str,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<Option<FileRecord>, FilesError> {
+        validate_name(name)?;
+        let mut upload = self.start_upload(who, collection).await?;
+        for chunk in bytes.chunks(MAX_CHUNK) {
+            upload.write(Bytes::copy_from_slice(chunk)).await?;
+        }
+        let finished = upload.finish().await?;
+        self.attach(fence, &who.run_id, &finished, name).await
+    }
+
     /// The row change that attaches a finished upload as `name`, to commit in a
     /// transaction of the caller's (fenced like every guest write).
     pub fn attach_write(

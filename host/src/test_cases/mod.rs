@@ -1,6 +1,7 @@
 //! `host test`'s cases: what an author writes next to a job (`tests.toml`), and how a
 //! finished run is held against it. Running each case on a database of its own is
-//! `cli::test`'s part; this module reads cases and compares.
+//! `cli::cases`'s part; this module reads cases and compares (objects in `files`,
+//! requests to mounts in `links`, which also serves a case's canned responses).
 //!
 //! ```toml
 //! [[case]]
@@ -16,11 +17,22 @@
 //! [case.limits]                   # in place of the manifest's
 //! timeout = "5s"
 //! ```
+//!
+//! A case may also give the job other grants (`grants`, as in the manifest) or other
+//! migrations (`migrations = "dir"`), place objects in collections and answer its calls
+//! to mounts (see [`files`] and [`links`]).
 
+pub mod files;
+pub mod links;
+
+use crate::grants::Grants;
 use crate::store::RunRecord;
+use files::{ExpectedFile, Placed};
+use links::{Canned, ExpectedRequest};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// How a NULL cell is written in an expected row (TOML has no null).
 pub const NULL: &str = "<null>";
@@ -33,6 +45,8 @@ pub enum CasesError {
     Empty,
     #[error("two cases are named {0:?}: each name must be unique")]
     Duplicate(String),
+    #[error("case {case:?}: {problem}")]
+    Case { case: String, problem: String },
 }
 
 #[derive(Debug, Deserialize)]
@@ -53,6 +67,17 @@ pub struct Case {
     /// Statements run after the migrations, before the run.
     #[serde(default)]
     pub seed: Vec<String>,
+    /// The job's grants in this case, in place of the manifest's.
+    pub grants: Option<Grants>,
+    /// The operator migrations applied first, in place of the manifest's (relative to
+    /// the cases file).
+    pub migrations: Option<PathBuf>,
+    /// Objects placed before the run, by `"collection/name"`.
+    #[serde(default)]
+    pub files: BTreeMap<String, Placed>,
+    /// Canned responses, by mount.
+    #[serde(default)]
+    pub links: BTreeMap<String, Vec<Canned>>,
     /// Limits for this case, in place of the manifest's.
     #[serde(default)]
     pub limits: CaseLimits,
@@ -116,6 +141,12 @@ pub struct Expect {
     /// A query, and the rows it must return afterwards (in order).
     #[serde(default)]
     pub rows: BTreeMap<String, Vec<Vec<toml::Value>>>,
+    /// Objects afterwards, by `"collection/name"`.
+    #[serde(default)]
+    pub files: BTreeMap<String, ExpectedFile>,
+    /// Every request each mount got, in order.
+    #[serde(default)]
+    pub requests: BTreeMap<String, Vec<ExpectedRequest>>,
 }
 
 impl Case {
@@ -124,6 +155,32 @@ impl Case {
         self.payload
             .as_ref()
             .map(|p| serde_json::to_string(p).expect("TOML values are JSON"))
+    }
+
+    /// What the TOML cannot say wrong but the case can: objects not named
+    /// `collection/name`, a canned response or an expectation that cannot hold.
+    fn validate(&self) -> Result<(), String> {
+        for key in self.files.keys().chain(self.expect.files.keys()) {
+            files::split(key)?;
+        }
+        for (key, expected) in &self.expect.files {
+            expected
+                .validate()
+                .map_err(|e| format!("expect.files.{key:?}: {e}"))?;
+        }
+        for (mount, canned) in &self.links {
+            for (n, c) in canned.iter().enumerate() {
+                c.validate()
+                    .map_err(|e| format!("links.{mount}, response {}: {e}", n + 1))?;
+            }
+        }
+        for (mount, wanted) in &self.expect.requests {
+            for (n, w) in wanted.iter().enumerate() {
+                w.validate()
+                    .map_err(|e| format!("expect.requests.{mount}, request {}: {e}", n + 1))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -139,6 +196,10 @@ pub fn parse(text: &str) -> Result<Vec<Case>, CasesError> {
         if !seen.insert(case.name.as_str()) {
             return Err(CasesError::Duplicate(case.name.clone()));
         }
+        case.validate().map_err(|problem| CasesError::Case {
+            case: case.name.clone(),
+            problem,
+        })?;
     }
     Ok(file.cases)
 }
@@ -151,12 +212,14 @@ pub struct Mismatch {
     pub actual: String,
 }
 
-/// What a finished run showed: its record, its last attempt's log, and each expected
-/// query's rows as JSON cells.
+/// What a finished run showed: its record, its last attempt's log, each expected
+/// query's rows as JSON cells, each expected object, and the requests each mount got.
 pub struct Observed<'a> {
     pub run: &'a RunRecord,
     pub log: &'a str,
     pub rows: &'a BTreeMap<String, Result<Vec<Vec<Value>>, String>>,
+    pub files: &'a BTreeMap<String, Result<Option<files::Found>, String>>,
+    pub requests: &'a BTreeMap<String, Vec<links::Recorded>>,
 }
 
 /// Every way `observed` differs from `expect`; none means the case passed.
@@ -231,6 +294,8 @@ pub fn check(expect: &Expect, observed: &Observed<'_>) -> Vec<Mismatch> {
         };
         differ(&format!("rows of {query}"), show_rows(&expected), actual);
     }
+    mismatches.extend(files::check(&expect.files, observed.files));
+    mismatches.extend(links::check(&expect.requests, observed.requests));
     mismatches
 }
 
@@ -331,6 +396,8 @@ mod tests {
             run: &passed,
             log: "recording 1 items\n",
             rows: &rows,
+            files: &BTreeMap::new(),
+            requests: &BTreeMap::new(),
         };
         assert_eq!(check(&cases[0].expect, &seen), []);
         let retried = run("succeeded", None, 2);
@@ -339,6 +406,8 @@ mod tests {
             run: &retried,
             log: "",
             rows: &short,
+            files: &BTreeMap::new(),
+            requests: &BTreeMap::new(),
         };
         let what: Vec<String> = check(&cases[0].expect, &seen)
             .into_iter()
@@ -358,6 +427,8 @@ mod tests {
             run: &trapped,
             log: "",
             rows: &none,
+            files: &BTreeMap::new(),
+            requests: &BTreeMap::new(),
         };
         assert_eq!(check(&cases[1].expect, &seen), []);
         // Status, the log line and the rows (the query was not run); not the attempts.
@@ -378,6 +449,8 @@ mod tests {
             run: &done,
             log: "",
             rows: &none,
+            files: &BTreeMap::new(),
+            requests: &BTreeMap::new(),
         };
         assert_eq!(check(&case.expect, &seen), []);
         done.counters = r#"{"other":1}"#.into();
@@ -386,6 +459,8 @@ mod tests {
             run: &done,
             log: "",
             rows: &none,
+            files: &BTreeMap::new(),
+            requests: &BTreeMap::new(),
         };
         let what: Vec<String> = check(&case.expect, &seen)
             .into_iter()
