@@ -8,7 +8,7 @@
 
 use crate::common;
 
-use common::{guest, migrations};
+use common::{Backend, Home, guest, migrations};
 use serde_json::{Value, json};
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -61,6 +61,51 @@ fn json_of(text: &str) -> Value {
     text.lines()
         .find_map(|l| serde_json::from_str(l).ok())
         .unwrap_or_else(|| panic!("no JSON in {text}"))
+}
+
+/// `wasi:sockets` loads (CPython's libc imports it) and gives nothing: no connection
+/// reaches a listener, no UDP socket is made, no name is looked up, and the network
+/// handles a guest may hoard are bounded like any other resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_gets_no_socket_whatever_its_libc_imports() {
+    let home = Home::new(Backend::Sqlite).await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let target = listener.local_addr().unwrap().to_string();
+    let payload = json!({ "mode": "sockets", "target": target }).to_string();
+    let (exit, run) = home.run_json(&[
+        "--job",
+        &adversary(),
+        "--payload",
+        &payload,
+        "--grant",
+        "db.read=ledger",
+    ]);
+    assert_eq!(
+        (exit, run["code"].as_str()),
+        (1, Some("handler_failed")),
+        "{run}"
+    );
+    let error = run["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("sockets refused: tcp PermissionDenied, udp PermissionDenied, lookup "),
+        "{error}"
+    );
+    let nobody = listener.accept().map(drop).unwrap_err();
+    assert_eq!(nobody.kind(), std::io::ErrorKind::WouldBlock);
+    let (exit, run) = home.run_json(&[
+        "--job",
+        &adversary(),
+        "--payload",
+        r#"{"mode":"networks"}"#,
+        "--grant",
+        "db.read=ledger",
+    ]);
+    assert_eq!(
+        (exit, run["code"].as_str()),
+        (1, Some("resource_limit")),
+        "{run}"
+    );
 }
 
 on_every_backend! {

@@ -172,10 +172,10 @@ mod tests {
         let newer = inspect(&component(&[], Some("0.9.0"))).unwrap();
         assert_eq!(newer.wit_version.as_deref(), Some("0.9.0"));
         assert!(matches!(newer.verdict, Err(ContractError::Version { .. })));
-        let sockets = inspect(&component(&["wasi:sockets/tcp@0.2.6"], Some("0.1.3"))).unwrap();
+        let http = inspect(&component(&["wasi:http/types@0.2.6"], Some("0.1.3"))).unwrap();
         assert_eq!(
-            sockets.verdict,
-            Err(ContractError::Forbidden("wasi:sockets/tcp@0.2.6".into()))
+            http.verdict,
+            Err(ContractError::Forbidden("wasi:http/types@0.2.6".into()))
         );
         let no_job = inspect(&component(&[], None)).unwrap();
         assert_eq!(no_job.verdict, Err(ContractError::NoHandler));

@@ -10,7 +10,7 @@ use super::bindings::{PACKAGE, PACKAGE_VERSION};
 use crate::grants::Grants;
 
 /// WASI interfaces a job may import (any 0.2.x version).
-const WASI_ALLOWED: [&str; 20] = [
+const WASI_ALLOWED: [&str; 27] = [
     "io/error",
     "io/poll",
     "io/streams",
@@ -31,6 +31,15 @@ const WASI_ALLOWED: [&str; 20] = [
     "cli/terminal-stderr",
     "filesystem/types",
     "filesystem/preopens",
+    // Linked with every use refused (`engine::add_wasi`): a language runtime's libc may
+    // import them even when the job never opens a socket.
+    "sockets/network",
+    "sockets/instance-network",
+    "sockets/tcp",
+    "sockets/tcp-create-socket",
+    "sockets/udp",
+    "sockets/udp-create-socket",
+    "sockets/ip-name-lookup",
 ];
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -56,7 +65,7 @@ pub enum ContractError {
 
 /// What a job uses in place of a forbidden import, where there is something.
 fn instead(import: &str) -> &'static str {
-    if import.starts_with("wasi:sockets/") || import.starts_with("wasi:http/") {
+    if import.starts_with("wasi:http/") {
         ": a job reaches outside services through `links` (grants.links and a [links.NAME] section)"
     } else if import.starts_with("wasi:filesystem/") {
         ": a job keeps files through `files` (grants.files)"
@@ -233,14 +242,20 @@ mod tests {
     fn refuses_what_jobs_may_not_use() {
         let refuse = |import: &str| check([import].into_iter(), [HANDLER].into_iter());
         assert_eq!(
-            refuse("wasi:sockets/tcp@0.2.4"),
-            Err(ContractError::Forbidden("wasi:sockets/tcp@0.2.4".into()))
+            refuse("wasi:http/outgoing-handler@0.2.4"),
+            Err(ContractError::Forbidden(
+                "wasi:http/outgoing-handler@0.2.4".into()
+            ))
         );
         // The refusal says what a job uses instead.
         assert_eq!(
-            refuse("wasi:sockets/tcp@0.2.4").unwrap_err().to_string(),
-            "the component imports wasi:sockets/tcp@0.2.4, which jobs may not use: a job reaches outside services through `links` (grants.links and a [links.NAME] section)"
+            refuse("wasi:http/outgoing-handler@0.2.4")
+                .unwrap_err()
+                .to_string(),
+            "the component imports wasi:http/outgoing-handler@0.2.4, which jobs may not use: a job reaches outside services through `links` (grants.links and a [links.NAME] section)"
         );
+        // Sockets load (every use is refused when called).
+        assert!(refuse("wasi:sockets/tcp@0.2.4").is_ok());
         assert!(
             refuse("acme:secret/api")
                 .unwrap_err()

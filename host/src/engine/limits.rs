@@ -13,7 +13,9 @@ pub const MAX_JOB_MEMORY: u64 = 4 << 30;
 /// the same with pooling or without.
 pub const MAX_MEMORIES: usize = 2;
 pub const MAX_TABLES: usize = 8;
-pub const MAX_CORE_INSTANCES: usize = 8;
+/// A component built by componentize-py instantiates 14 core modules (CPython, its libc
+/// and adapters); Rust components, 1 to 3.
+pub const MAX_CORE_INSTANCES: usize = 32;
 
 /// Most bytes wasmtime lifts out of a guest's memory for one host call (its strings and
 /// lists together): the attempt's memory cap. No argument of an honest guest is larger

@@ -447,8 +447,9 @@ fn add_wasi(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     use wasmtime_wasi::clocks::WasiClocksView;
     use wasmtime_wasi::filesystem::WasiFilesystem;
     use wasmtime_wasi::filesystem::WasiFilesystemView;
-    use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random};
+    use wasmtime_wasi::p2::bindings::{cli, clocks, filesystem, random, sockets};
     use wasmtime_wasi::random::WasiRandom;
+    use wasmtime_wasi::sockets::{WasiSockets, WasiSocketsView};
     use wasmtime_wasi_io::bindings::wasi::io;
 
     struct HasIo;
@@ -477,5 +478,18 @@ fn add_wasi(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     cli::terminal_stderr::add_to_linker::<GuestState, WasiCli>(l, GuestState::cli)?;
     filesystem::types::add_to_linker::<GuestState, WasiFilesystem>(l, GuestState::filesystem)?;
     filesystem::preopens::add_to_linker::<GuestState, WasiFilesystem>(l, GuestState::filesystem)?;
+    // Sockets are linked so that a language runtime whose libc imports them (CPython's)
+    // loads, and every use is refused: the context allows no TCP, no UDP and no name
+    // lookup, so creating a socket fails before the host makes one (`GuestState::new`).
+    let sockets_options = sockets::network::LinkOptions::default();
+    sockets::network::add_to_linker::<GuestState, WasiSockets>(l, &sockets_options, |t| {
+        t.sockets()
+    })?;
+    sockets::instance_network::add_to_linker::<GuestState, WasiSockets>(l, |t| t.sockets())?;
+    sockets::tcp::add_to_linker::<GuestState, WasiSockets>(l, |t| t.sockets())?;
+    sockets::tcp_create_socket::add_to_linker::<GuestState, WasiSockets>(l, |t| t.sockets())?;
+    sockets::udp::add_to_linker::<GuestState, WasiSockets>(l, |t| t.sockets())?;
+    sockets::udp_create_socket::add_to_linker::<GuestState, WasiSockets>(l, |t| t.sockets())?;
+    sockets::ip_name_lookup::add_to_linker::<GuestState, WasiSockets>(l, |t| t.sockets())?;
     Ok(())
 }

@@ -65,12 +65,16 @@ impl Capabilities {
 
 impl GuestState {
     pub fn new(memory_cap: u64, log: AttemptLog, capabilities: Capabilities) -> Self {
-        // No preopens, no environment, no arguments, no network: stdout and stderr go to
-        // the attempt's log; stdin is empty.
+        // No preopens, no environment, no arguments, no network (no TCP, UDP or name
+        // lookup: said here rather than left to the defaults): stdout and stderr go to the
+        // attempt's log; stdin is empty.
         let wasi = WasiCtx::builder()
             .stdout(log.clone())
             .stderr(log.clone())
             .max_random_size(MAX_RANDOM_BYTES)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
             .build();
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCES);

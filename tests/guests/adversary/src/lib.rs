@@ -14,7 +14,9 @@
 //! `aliased-params` (999 parameters that all name one 128 KiB buffer: 125 MiB for the host
 //! to lift from a guest of a few hundred KiB), `params-total` (ten 1 MiB parameters, each
 //! within its bound, together past the statement's), `random` (64 MiB of random bytes
-//! asked for in one call).
+//! asked for in one call), `sockets` (a TCP connection to `target`, a UDP socket and a
+//! name lookup, each of which must be refused), `networks` (network handles taken and
+//! never given back).
 
 use jobhost_guest::{Context, HostError, Job, JobError, Outcome, db, describe, log};
 use serde::Deserialize;
@@ -27,6 +29,8 @@ struct Payload {
     sql: Vec<String>,
     #[serde(default)]
     passes: u32,
+    #[serde(default)]
+    target: String,
 }
 
 struct Adversary;
@@ -115,6 +119,24 @@ impl Job for Adversary {
                 log::info(&format!("{} random bytes", bytes.len()));
                 Ok(Outcome::Done)
             }
+            "sockets" => {
+                use std::net::{TcpStream, ToSocketAddrs, UdpSocket};
+                let tcp = TcpStream::connect(ctx.payload.target.as_str()).map(drop);
+                let udp = UdpSocket::bind("0.0.0.0:0").map(drop);
+                let lookup = "localhost:80".to_socket_addrs().map(drop);
+                match (tcp, udp, lookup) {
+                    (Err(tcp), Err(udp), Err(lookup)) => Err(JobError::Failed(format!(
+                        "sockets refused: tcp {:?}, udp {:?}, lookup {:?}",
+                        tcp.kind(),
+                        udp.kind(),
+                        lookup.kind()
+                    ))),
+                    _ => Ok(Outcome::Done),
+                }
+            }
+            "networks" => loop {
+                std::mem::forget(wasi::sockets::instance_network::instance_network());
+            },
             "handles" => loop {
                 std::mem::forget(wasi::cli::stdout::get_stdout());
             },
