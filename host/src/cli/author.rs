@@ -7,18 +7,13 @@
 
 use super::Failure;
 use crate::inspect::{InspectError, Inspection, grants_needed, inspect};
-use crate::scaffold::{self, Lang};
+use crate::languages::{self, BuildError, Lang};
 use clap::Args;
 use serde_json::json;
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// The WIT package this host speaks, as `host wit` hands it out.
 pub const WIT: &str = include_str!("../../../wit/jobhost.wit");
-
-/// The target every job is built for.
-const TARGET: &str = "wasm32-wasip2";
 
 #[derive(Args, Debug)]
 pub struct NewArgs {
@@ -48,13 +43,13 @@ pub fn wit(out: Option<PathBuf>) -> Result<u8, Failure> {
 /// `host new NAME`.
 pub fn new(args: NewArgs) -> Result<u8, Failure> {
     let dir = args.dir.unwrap_or_else(|| PathBuf::from(&args.name));
-    let created = scaffold::create(&args.name, &dir, args.lang).map_err(Failure::usage)?;
+    let created = languages::create(&args.name, &dir, args.lang).map_err(Failure::usage)?;
     let shown = created.dir.display();
     println!(
         "created job {} in {shown} (guest SDK {}, in {})",
         args.name,
-        scaffold::SDK_VERSION,
-        scaffold::SDK_DIR
+        languages::SDK_VERSION,
+        args.lang.sdk_dir()
     );
     // This binary by its full path: a `host` on the PATH is usually the DNS lookup tool.
     let host =
@@ -70,20 +65,32 @@ pub fn new(args: NewArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
+/// The language of the project in `dir`, or the rule for one in words.
+fn project_lang(dir: &Path) -> Result<Lang, Failure> {
+    Lang::of_project(dir).ok_or_else(|| {
+        Failure::usage(format!(
+            "no job project in {}: `host build` looks for Cargo.toml (Rust), app.py (Python) or job.js (JavaScript); `host new` makes one",
+            dir.display()
+        ))
+    })
+}
+
 /// `host sdk [DIR]`.
 pub fn sdk(dir: &Path) -> Result<u8, Failure> {
-    let changed = scaffold::update_sdk(dir).map_err(Failure::usage)?;
+    let lang = project_lang(dir)?;
+    let changed = lang.update_sdk(dir).map_err(Failure::usage)?;
+    let place = dir.join(lang.sdk_dir());
     if changed.is_empty() {
         println!(
             "the guest SDK in {} is up to date (jobhost {})",
-            dir.join(scaffold::SDK_DIR).display(),
-            scaffold::SDK_VERSION
+            place.display(),
+            languages::SDK_VERSION
         );
     } else {
         println!(
             "the guest SDK in {} is updated to jobhost {}; changed: {}",
-            dir.join(scaffold::SDK_DIR).display(),
-            scaffold::SDK_VERSION,
+            place.display(),
+            languages::SDK_VERSION,
             changed.join(", ")
         );
     }
@@ -93,19 +100,19 @@ pub fn sdk(dir: &Path) -> Result<u8, Failure> {
 /// `host build [DIR]`: builds the job project in `dir` for its language, then shows what
 /// the component can touch.
 pub fn build(dir: &Path, as_json: bool) -> Result<u8, Failure> {
-    if !dir.join("Cargo.toml").is_file() {
-        return Err(Failure::usage(format!(
-            "no job project in {}: `host build` looks for a Cargo.toml (a Rust job; `host new` makes one)",
-            dir.display()
-        )));
+    let lang = project_lang(dir)?;
+    match lang.build(dir) {
+        Ok(component) => show(&component, as_json),
+        Err(BuildError::Failed(tool)) => {
+            eprintln!("error: the build failed ({tool}'s messages are above)");
+            Ok(1)
+        }
+        Err(BuildError::Project(message)) => Err(Failure::usage(message)),
+        Err(other) => Err(Failure {
+            exit: 1,
+            message: other.to_string(),
+        }),
     }
-    ensure_target()?;
-    let component = cargo_build(dir)?;
-    let Some(component) = component else {
-        eprintln!("error: the build failed (cargo's messages are above)");
-        return Ok(1);
-    };
-    show(&component, as_json)
 }
 
 /// `host inspect FILE`.
@@ -205,79 +212,6 @@ fn size(bytes: usize) -> String {
         b if b >= 1 << 10 => format!("{} KiB", b.div_ceil(1 << 10)),
         b => format!("{b} bytes"),
     }
-}
-
-/// Installs the `wasm32-wasip2` target with rustup where it is missing.
-fn ensure_target() -> Result<(), Failure> {
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .stderr(Stdio::null())
-        .output();
-    match installed {
-        Ok(out) if out.status.success() => {
-            if String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .any(|l| l.trim() == TARGET)
-            {
-                return Ok(());
-            }
-            eprintln!("installing the {TARGET} target (rustup target add {TARGET})");
-            let added = Command::new("rustup")
-                .args(["target", "add", TARGET])
-                .status()?;
-            if added.success() {
-                Ok(())
-            } else {
-                Err(Failure {
-                    exit: 1,
-                    message: format!("could not install the {TARGET} target with rustup"),
-                })
-            }
-        }
-        // No rustup: a toolchain installed another way may have the target; cargo says
-        // so if it has not.
-        _ => Ok(()),
-    }
-}
-
-/// `cargo build --release --target wasm32-wasip2` in `dir`, cargo's own messages on
-/// stderr; the component it made, if it made one.
-fn cargo_build(dir: &Path) -> Result<Option<PathBuf>, Failure> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut child = Command::new(cargo)
-        .current_dir(dir)
-        .args([
-            "build",
-            "--release",
-            "--target",
-            TARGET,
-            "--message-format=json-render-diagnostics",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| Failure::usage(format!("cannot run cargo (is Rust installed?): {e}")))?;
-    let mut component = None;
-    if let Some(stdout) = child.stdout.take() {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(message) = serde_json::from_str::<serde_json::Value>(&line?) else {
-                continue;
-            };
-            let is_cdylib = message["target"]["kind"]
-                .as_array()
-                .is_some_and(|kinds| kinds.iter().any(|k| k == "cdylib"));
-            if message["reason"] == "compiler-artifact" && is_cdylib {
-                component = message["filenames"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|f| f.as_str())
-                    .find(|f| f.ends_with(".wasm"))
-                    .map(PathBuf::from);
-            }
-        }
-    }
-    let status = child.wait()?;
-    Ok(component.filter(|_| status.success()))
 }
 
 #[cfg(test)]

@@ -195,7 +195,7 @@ mod tests {
             MAX_MEMORIES
         );
         assert_eq!(
-            instantiated(64 << 20, &["(module)"; 20]),
+            instantiated(64 << 20, &["(module)"; MAX_CORE_INSTANCES + 8]),
             MAX_CORE_INSTANCES
         );
         let big_table = "(module (table 100000 funcref))";

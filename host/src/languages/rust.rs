@@ -1,115 +1,111 @@
-//! `host new`: a job project an author can build anywhere, with no checkout of jobhost
-//! around. The guest SDK this host speaks travels inside the binary and is written into
-//! the project (`vendor/jobhost-guest`), so the project depends on it by a path of its own
-//! and builds from the registry cargo already reaches; a later host's `host new` carries
-//! that host's SDK.
-//!
-//! A language is a set of files written here and a build step (`cli::author`); Rust is
-//! the first.
+//! Rust jobs: the project `host new --lang rust` writes (the guest SDK crate vendored into
+//! it), `host sdk`'s update of that SDK, and `host build`'s step (cargo, for
+//! `wasm32-wasip2`, installing the target where it is missing).
 
-use crate::job::{JobError, validate_name};
+use super::{BuildError, Names, SDK_DIR, SDK_VERSION, ScaffoldError};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The target every job is built for.
+const TARGET: &str = "wasm32-wasip2";
+
+/// `host build` of a Rust project: the target installed where missing, then cargo.
+pub(super) fn build(dir: &Path) -> Result<PathBuf, BuildError> {
+    ensure_target()?;
+    cargo_build(dir)?.ok_or(BuildError::Failed("cargo"))
+}
+
+/// Installs the `wasm32-wasip2` target with rustup where it is missing.
+fn ensure_target() -> Result<(), BuildError> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .stderr(Stdio::null())
+        .output();
+    match installed {
+        Ok(out) if out.status.success() => {
+            if String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.trim() == TARGET)
+            {
+                return Ok(());
+            }
+            eprintln!("installing the {TARGET} target (rustup target add {TARGET})");
+            let added = Command::new("rustup")
+                .args(["target", "add", TARGET])
+                .status()?;
+            if added.success() {
+                Ok(())
+            } else {
+                Err(BuildError::Tool(format!(
+                    "could not install the {TARGET} target with rustup"
+                )))
+            }
+        }
+        // No rustup: a toolchain installed another way may have the target; cargo says
+        // so if it has not.
+        _ => Ok(()),
+    }
+}
+
+/// `cargo build --release --target wasm32-wasip2` in `dir`, cargo's own messages on
+/// stderr; the component it made, if it made one.
+fn cargo_build(dir: &Path) -> Result<Option<PathBuf>, BuildError> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut child = Command::new(cargo)
+        .current_dir(dir)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            TARGET,
+            "--message-format=json-render-diagnostics",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| BuildError::Tool(format!("cannot run cargo (is Rust installed?): {e}")))?;
+    let mut component = None;
+    if let Some(stdout) = child.stdout.take() {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(message) = serde_json::from_str::<serde_json::Value>(&line?) else {
+                continue;
+            };
+            let is_cdylib = message["target"]["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k == "cdylib"));
+            if message["reason"] == "compiler-artifact" && is_cdylib {
+                component = message["filenames"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|f| f.as_str())
+                    .find(|f| f.ends_with(".wasm"))
+                    .map(PathBuf::from);
+            }
+        }
+    }
+    let status = child.wait()?;
+    Ok(component.filter(|_| status.success()))
+}
 
 /// The SDK's files, as the crate has them (this module's tests keep the list complete and
 /// the SDK's `wit/` identical to the workspace's).
 const SDK_FILES: [(&str, &str); 3] = [
-    ("src/lib.rs", include_str!("../../guest-sdk/src/lib.rs")),
-    ("src/steps.rs", include_str!("../../guest-sdk/src/steps.rs")),
+    ("src/lib.rs", include_str!("../../../guest-sdk/src/lib.rs")),
+    (
+        "src/steps.rs",
+        include_str!("../../../guest-sdk/src/steps.rs"),
+    ),
     (
         "wit/jobhost.wit",
-        include_str!("../../guest-sdk/wit/jobhost.wit"),
+        include_str!("../../../guest-sdk/wit/jobhost.wit"),
     ),
 ];
-
-/// The SDK's version: the host's own, as the workspace gives both one.
-pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Where a new project keeps the SDK.
-pub const SDK_DIR: &str = "vendor/jobhost-guest";
-
-#[derive(Debug, thiserror::Error)]
-pub enum ScaffoldError {
-    #[error(transparent)]
-    Name(#[from] JobError),
-    #[error(
-        "{0} already exists: `host new` never writes over anything; choose another name or --dir"
-    )]
-    Exists(PathBuf),
-    #[error(
-        "{0} holds no jobhost guest SDK: `host sdk` updates a project `host new` made (run it in the project)"
-    )]
-    NoSdk(PathBuf),
-    #[error("cannot write the project at {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-/// The languages `host new` writes a project in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Lang {
-    Rust,
-}
-
-/// What `host new` made.
-#[derive(Debug)]
-pub struct Created {
-    pub dir: PathBuf,
-    /// The component `host build` makes, relative to the project.
-    pub component: String,
-    /// The table its migration creates and its job writes.
-    pub table: String,
-}
-
-/// Writes a new project for job `name` into `dir`, which must not exist yet. On any
-/// failure nothing of it is left behind.
-pub fn create(name: &str, dir: &Path, lang: Lang) -> Result<Created, ScaffoldError> {
-    validate_name(name)?;
-    let Lang::Rust = lang;
-    if dir.symlink_metadata().is_ok() {
-        return Err(ScaffoldError::Exists(dir.to_path_buf()));
-    }
-    let names = Names::of(name);
-    let files = rust_project(name, &names);
-    let write = |path: &Path, text: &str| -> std::io::Result<()> {
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(path, text)
-    };
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|source| ScaffoldError::Write {
-            path: parent.to_path_buf(),
-            source,
-        })?;
-    }
-    // `create_dir` fails if something appeared meanwhile: never write into it.
-    std::fs::create_dir(dir).map_err(|source| match source.kind() {
-        std::io::ErrorKind::AlreadyExists => ScaffoldError::Exists(dir.to_path_buf()),
-        _ => ScaffoldError::Write {
-            path: dir.to_path_buf(),
-            source,
-        },
-    })?;
-    for (relative, text) in &files {
-        let path = dir.join(relative);
-        if let Err(source) = write(&path, text) {
-            let _ = std::fs::remove_dir_all(dir);
-            return Err(ScaffoldError::Write { path, source });
-        }
-    }
-    Ok(Created {
-        dir: dir.to_path_buf(),
-        component: format!("target/wasm32-wasip2/release/{}.wasm", names.lib),
-        table: names.table,
-    })
-}
 
 /// Brings the vendored SDK of the Rust project in `project` to this host's: each file
 /// written only where it differs (so cargo rebuilds nothing when nothing changed), and a
 /// file this SDK no longer has removed. Returns the files changed, relative to the SDK.
-pub fn update_sdk(project: &Path) -> Result<Vec<String>, ScaffoldError> {
+pub(super) fn update_sdk(project: &Path) -> Result<Vec<String>, ScaffoldError> {
     let sdk = project.join(SDK_DIR);
     let ours = sdk.join("Cargo.toml");
     let manifest = std::fs::read_to_string(&ours).unwrap_or_default();
@@ -155,49 +151,6 @@ pub fn update_sdk(project: &Path) -> Result<Vec<String>, ScaffoldError> {
     Ok(changed)
 }
 
-/// The names a job's name gives its project: a package name cargo takes, the library's
-/// (and so the component file's) name, a type name and a table name.
-struct Names {
-    package: String,
-    lib: String,
-    type_name: String,
-    table: String,
-}
-
-impl Names {
-    fn of(job: &str) -> Names {
-        // Job names may hold '.', and may start with a digit; package names and SQL
-        // identifiers may not.
-        let mut package: String = job
-            .chars()
-            .map(|c| if c == '.' { '-' } else { c })
-            .collect();
-        if package.starts_with(|c: char| c.is_ascii_digit()) {
-            package.insert_str(0, "job-");
-        }
-        let lib = package.replace('-', "_");
-        // Never empty: a job name starts with a letter or a digit (and `job-` is put
-        // before a digit).
-        let type_name: String = lib
-            .split('_')
-            .filter(|w| !w.is_empty())
-            .map(|w| {
-                let mut chars = w.chars();
-                chars
-                    .next()
-                    .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
-                    .unwrap_or_default()
-            })
-            .collect();
-        Names {
-            table: format!("{lib}_items"),
-            package,
-            lib,
-            type_name,
-        }
-    }
-}
-
 /// The SDK's `Cargo.toml` for a project of its own: the workspace's fields spelled out
 /// (this module's test checks them against the workspace's).
 fn sdk_manifest() -> String {
@@ -219,7 +172,7 @@ wit-bindgen = "0.46"
     )
 }
 
-fn rust_project(job: &str, names: &Names) -> Vec<(String, String)> {
+pub(super) fn project(job: &str, names: &Names) -> Vec<(String, String)> {
     let Names {
         package,
         lib,
@@ -298,53 +251,14 @@ jobhost_guest::export_job!({type_name});
         ),
         (
             "jobhost.toml".to_string(),
-            format!(
-                r#"# The manifest of `{job}`; paths are relative to this file.
-#   host run {job} --manifest jobhost.toml      runs it once
-#   host serve --manifest jobhost.toml         serves it (schedules, kicks, the API)
-[host]
-migrations = "migrations"
-
-[jobs.{job}]
-component = "target/wasm32-wasip2/release/{lib}.wasm"
-payload = {{ items = ["first", "second"] }}
-timeout = "30s"
-retries = 2
-grants.db = {{ write = ["{table}"] }}
-"#
+            super::manifest(
+                job,
+                &format!("target/wasm32-wasip2/release/{lib}.wasm"),
+                table,
             ),
         ),
-        (
-            format!("migrations/0001_{table}.sql"),
-            format!(
-                "-- The table `{job}` writes (applied by `host migrate` and at start).\n\
-                 CREATE TABLE {table} (\n    run_id TEXT NOT NULL,\n    item   TEXT NOT NULL\n);\n"
-            ),
-        ),
-        (
-            "tests.toml".to_string(),
-            format!(
-                r#"# `host test` runs each case on a throwaway database: the payload, statements to
-# run first (`seed`), and what must hold afterwards. A NULL cell is written "<null>".
-[[case]]
-name = "records every item"
-payload = {{ items = ["first", "second"] }}
-[case.expect]
-status = "succeeded"
-attempts = 1
-log = ["recording 2 items"]
-rows = {{ "SELECT item FROM {table} ORDER BY item" = [["first"], ["second"]] }}
-
-[[case]]
-name = "a payload that does not decode fails at once"
-payload = {{ items = [7] }}
-[case.expect]
-code = "unrecoverable"
-error = "at items[0]"
-attempts = 1
-"#
-            ),
-        ),
+        super::migration(job, table),
+        super::cases(table, "at items[0]"),
         (".gitignore".to_string(), "/target\n/.jobhost\n".to_string()),
         (
             "README.md".to_string(),
@@ -379,6 +293,7 @@ The job itself is `src/lib.rs`; its table, `migrations/`; how it runs, `jobhost.
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::languages::{Lang, Names, create};
 
     fn workspace() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -1,0 +1,85 @@
+// Writes `rows` rows into the `ledger` table in one transaction: the JavaScript twin of
+// examples/ledger (Rust).
+//
+// Payload: {"rows": n, "wait_ms": m, "wait_at": "commit" | "begin"}. With `wait_ms`, it
+// waits that long before committing (`wait_at` = "commit", the default: inside the open
+// transaction) or before opening the transaction ("begin"), to outlive its deadline or its
+// lease. Needs `db.write=ledger` and the table from examples/migrations.
+//
+// "mode" picks a misbehaviour instead, to see what the host makes of it:
+//
+// - raise: an uncaught Error (handler_failed, its stack in the log)
+// - unrecoverable: Unrecoverable (the run ends, never retried)
+// - hog: allocates until the memory cap (memory_limit)
+// - spin: a busy loop (timeout)
+// - secrets: reads a table it was not granted (query_refused)
+// - link: calls a mount it was not granted (refused before anything is sent: `links` is
+//   not in the component at all)
+// - huge-log: 20,000 log lines of 1 KiB (the host keeps a bounded log)
+// - handles: opens transactions and never ends them
+
+import { DONE, Unrecoverable, db, links, log } from './jobhost.js';
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export async function run(ctx) {
+  const { mode } = ctx.payload;
+  if (mode !== undefined) return misbehave(ctx, mode);
+
+  const { rows, wait_ms: wait = 0, wait_at: waitAt = 'commit' } = ctx.payload;
+  if (!Number.isSafeInteger(rows) || rows < 0) {
+    throw new Unrecoverable(`rows is a count of rows, not ${JSON.stringify(rows)}`);
+  }
+  if (waitAt !== 'commit' && waitAt !== 'begin') {
+    throw new Unrecoverable(`wait_at is "commit" or "begin", not ${JSON.stringify(waitAt)}`);
+  }
+
+  if (waitAt === 'begin') await sleep(wait);
+  // Commits when the function's promise resolves; rolls back if it rejects.
+  await db.transaction(async (tx) => {
+    for (let n = 0; n < rows; n++) {
+      tx.execute('INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)', [ctx.runId, ctx.attempt, n]);
+    }
+    if (waitAt === 'commit') await sleep(wait);
+  });
+  log.info(`committed ${rows} rows`);
+  return DONE;
+}
+
+function misbehave(ctx, mode) {
+  switch (mode) {
+    case 'raise':
+      throw new Error('asked to raise');
+    case 'unrecoverable':
+      throw new Unrecoverable('asked to give up');
+    case 'hog': {
+      const held = [];
+      for (;;) held.push(new Uint8Array(1 << 20).fill(1));
+    }
+    case 'spin': {
+      let n = 0;
+      for (;;) n += 1;
+    }
+    case 'secrets': {
+      // `secrets` is not granted: the host refuses, and the HostError fails the attempt.
+      const rows = db.query('SELECT value FROM secrets');
+      log.info(`read ${rows.length} secrets`);
+      return DONE;
+    }
+    case 'link':
+      // No link is granted: refused before anything is sent.
+      links.call('nowhere', 'GET', '');
+      return DONE;
+    case 'huge-log': {
+      const line = 'x'.repeat(1024);
+      for (let i = 0; i < 20000; i++) log.info(`${String(i).padStart(5, '0')} ${line}`);
+      return DONE;
+    }
+    case 'handles': {
+      const held = [];
+      for (;;) held.push(db.begin());
+    }
+    default:
+      throw new Unrecoverable(`no mode ${JSON.stringify(mode)}`);
+  }
+}

@@ -1,0 +1,723 @@
+/**
+ * The jobhost guest SDK for JavaScript: a job is a function `run(ctx)` exported by `job.js`.
+ *
+ *     import { db, log, DONE } from './jobhost.js';
+ *
+ *     export function run(ctx) {
+ *       log.info(`recording ${ctx.payload.items.length} items`);
+ *       db.transaction((tx) => {   // commits when the function returns, rolls back if it throws
+ *         for (const item of ctx.payload.items) {
+ *           tx.execute('INSERT INTO demo_items (run_id, item) VALUES ($1, $2)', [ctx.runId, item]);
+ *         }
+ *       });
+ *       return DONE;
+ *     }
+ *
+ * `run` returns `DONE` (or nothing), `Continue(cursor)` for another pass (which gets the
+ * cursor, any JSON value, as `ctx.cursor`), or `Defer(seconds)`; it may be `async` and
+ * return a promise of one. It throws `Failed` to fail this attempt (it is retried while
+ * retries are left) or `Unrecoverable` to end the run; a host refusal throws a `HostError`
+ * (its `code` is fixed, see `host codes`). Any other exception fails the attempt with its
+ * `Name: message`, and its stack goes to the attempt's log.
+ *
+ * `ctx` holds `job`, `runId`, `instance`, `tenant`, `attempt` and `pass` (1-based),
+ * `payload` (the run's payload, decoded from JSON; a payload that is not JSON ends the run
+ * as unrecoverable), `cursor` (what the previous pass gave `Continue`, or null) and
+ * `counters` (the run's counters by name).
+ *
+ * SQL values: null, numbers (a safe integer binds as an integer, any other number as a
+ * real), bigints and booleans (integers), strings, and bytes (`Uint8Array` or any
+ * `ArrayBuffer` view); integers come back as numbers when they are safe, else as bigints.
+ *
+ * The component holds only the capabilities the job was granted: `host build` builds it
+ * against the grants in `jobhost.toml`, and this file gets them from `./capabilities.js`,
+ * which the build writes. A capability the job was not granted is not in its component at
+ * all; using it throws `HostError` with code `capability-refused`.
+ */
+
+import { log as rawLog, db as rawDb, files as rawFiles, links as rawLinks, steps as rawSteps } from './capabilities.js';
+
+// Most lines of a stack put in the attempt's log (its innermost ones).
+const STACK_LINES = 40;
+// Bytes read or written per `files` call (the host's largest chunk).
+const CHUNK = 1 << 20;
+// Tries `files.readAll` makes when the object is replaced while it reads.
+const READ_TRIES = 3;
+
+// Values made by the generated bindings belong to another realm: `instanceof Error` and
+// `instanceof Uint8Array` are false for them, so they are recognised by shape and copied.
+
+// ---- outcomes and errors -------------------------------------------------------------
+
+/** The run is complete. */
+export const DONE = Object.freeze({ toString: () => 'DONE' });
+
+/**
+ * Run another pass, which gets `cursor` (any JSON value) as `ctx.cursor`. Callable with
+ * or without `new`.
+ */
+export function Continue(cursor) {
+  if (!new.target) return new Continue(cursor);
+  this.cursor = cursor === undefined ? null : cursor;
+}
+
+/** Run another pass after `seconds`. Callable with or without `new`. */
+export function Defer(seconds) {
+  if (!new.target) return new Defer(seconds);
+  if (typeof seconds !== 'number' || !(seconds > 0) || !Number.isFinite(seconds)) {
+    throw new RangeError('a deferral is longer than zero seconds');
+  }
+  this.seconds = seconds;
+}
+
+/** This attempt failed; the host retries it while the job has retries left. */
+export class Failed extends Error {}
+Failed.prototype.name = 'Failed';
+
+/** The run cannot succeed; it is never retried. */
+export class Unrecoverable extends Error {}
+Unrecoverable.prototype.name = 'Unrecoverable';
+
+const DESCRIPTIONS = {
+  'lease-lost': 'lease lost: nothing was committed',
+  'capability-refused': 'capability refused',
+  'query-refused': 'query refused',
+  invalid: 'invalid call',
+  unavailable: 'host unavailable',
+};
+
+/**
+ * The host refused a call. `code` is one of `lease-lost`, `capability-refused`,
+ * `query-refused`, `invalid`, `unavailable`; `reason` is the host's fixed reason, where it
+ * gives one (else undefined).
+ */
+export class HostError extends Error {
+  constructor(code, reason) {
+    const text = DESCRIPTIONS[code] ?? `host error ${code}`;
+    super(reason === undefined ? text : `${text}: ${reason}`);
+    this.code = code;
+    this.reason = reason;
+  }
+}
+HostError.prototype.name = 'HostError';
+
+/** The attempt lost its lease: nothing it was committing was kept. */
+export class LeaseLost extends HostError {
+  constructor() {
+    super('lease-lost');
+  }
+}
+LeaseLost.prototype.name = 'LeaseLost';
+
+/** `files.readAll` found the object replaced on every try. */
+export class Changed extends Error {}
+Changed.prototype.name = 'Changed';
+
+/** The error for a WIT `host-error` ({tag, val}). */
+function hostError(value) {
+  if (value.tag === 'lease-lost') return new LeaseLost();
+  return new HostError(value.tag, value.val);
+}
+
+/** What the bindings throw for an `err`: a ComponentError (of their realm) with `payload`. */
+function refusal(e) {
+  return e !== null && typeof e === 'object' && 'payload' in e && e.payload !== null && typeof e.payload === 'object'
+    && typeof e.payload.tag === 'string'
+    ? e.payload
+    : undefined;
+}
+
+/** Calls a host function, throwing its refusal as a `HostError`. */
+function call(f, ...args) {
+  try {
+    return f(...args);
+  } catch (e) {
+    const payload = refusal(e);
+    if (payload !== undefined) throw hostError(payload);
+    throw e;
+  }
+}
+
+function notGranted(capability) {
+  return new HostError(
+    'capability-refused',
+    `the job was not granted \`${capability}\` when it was built (see jobhost.toml)`,
+  );
+}
+
+function granted(raw, capability) {
+  if (raw === undefined) throw notGranted(capability);
+  return raw;
+}
+
+/** A copy, in this realm, of bytes the bindings lifted. */
+const bytes = (view) => Uint8Array.from(view);
+
+/** `data` (a string, UTF-8 encoded, or bytes) as a Uint8Array. */
+function toBytes(data, what) {
+  if (typeof data === 'string') return new TextEncoder().encode(data);
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  throw new TypeError(`${what} is a string or bytes, not ${typeName(data)}`);
+}
+
+/** A u64 or s64 the bindings give as a bigint: a number when safe. */
+function integer(value) {
+  if (typeof value !== 'bigint') return value;
+  return value >= Number.MIN_SAFE_INTEGER && value <= Number.MAX_SAFE_INTEGER ? Number(value) : value;
+}
+
+function typeName(value) {
+  if (value === null) return 'null';
+  if (typeof value !== 'object') return typeof value;
+  return value.constructor?.name ?? Object.prototype.toString.call(value).slice(8, -1);
+}
+
+/** JSON text for a cursor or a step's result; bigints are refused, as JSON has none. */
+function toJson(value, what) {
+  const text = JSON.stringify(value === undefined ? null : value);
+  if (text === undefined) throw new TypeError(`${what} is not JSON: ${typeName(value)}`);
+  return text;
+}
+
+// ---- the run's context ---------------------------------------------------------------
+
+/** Everything a pass knows about its run. */
+export class Context {
+  constructor(raw) {
+    /** The job's registered name. */
+    this.job = raw.job;
+    /** The run's id (stable across its passes and attempts). */
+    this.runId = raw.runId;
+    /** The instance key: runs of one job and instance never overlap. */
+    this.instance = raw.instance;
+    /** The tenant that owns the job. */
+    this.tenant = raw.tenant;
+    /** 1-based attempt number within this pass. */
+    this.attempt = raw.attempt;
+    /** 1-based pass number within this run. */
+    this.pass = raw.pass;
+    try {
+      /** The run's payload, decoded from JSON. */
+      this.payload = JSON.parse(raw.payload);
+    } catch (e) {
+      throw new Unrecoverable(`the payload is not JSON: ${e?.message ?? e}`);
+    }
+    /** What the previous pass gave `Continue`; null on a run's first pass. */
+    this.cursor = raw.cursor === undefined || raw.cursor === null ? null : JSON.parse(raw.cursor);
+    /** The run's counters, by name. */
+    this.counters = Object.fromEntries(Array.from(raw.counters, (c) => [c.name, integer(c.value)]));
+  }
+}
+
+// ---- log -----------------------------------------------------------------------------
+
+function text(part) {
+  if (typeof part === 'string') return part;
+  if (part !== null && typeof part === 'object') {
+    if (typeof part.message === 'string' && typeof part.stack === 'string') return `${part.name ?? 'Error'}: ${part.message}`;
+    try {
+      const json = JSON.stringify(part, (_, v) => (typeof v === 'bigint' ? v.toString() : v));
+      if (json !== undefined) return json;
+    } catch {
+      // A cycle: fall back to String.
+    }
+  }
+  return String(part);
+}
+
+function writer(level) {
+  return (...parts) => rawLog.write(level, parts.map(text).join(' '));
+}
+
+/**
+ * Log lines, kept on the attempt's record (bounded by the host). Each takes any values,
+ * joined by spaces (objects as JSON).
+ */
+export const log = Object.freeze({
+  trace: writer('trace'),
+  debug: writer('debug'),
+  info: writer('info'),
+  warn: writer('warn'),
+  error: writer('error'),
+});
+
+// ---- db ------------------------------------------------------------------------------
+
+const MIN_S64 = -(1n << 63n);
+const MAX_S64 = (1n << 63n) - 1n;
+
+function toValue(value) {
+  if (value === null || value === undefined) return { tag: 'null' };
+  switch (typeof value) {
+    case 'boolean':
+      return { tag: 'integer', val: value ? 1n : 0n };
+    case 'bigint':
+      if (value < MIN_S64 || value > MAX_S64) throw new RangeError(`${value} does not fit a 64-bit integer`);
+      return { tag: 'integer', val: value };
+    case 'number':
+      return Number.isSafeInteger(value) ? { tag: 'integer', val: BigInt(value) } : { tag: 'real', val: value };
+    case 'string':
+      return { tag: 'text', val: value };
+    default:
+      if (value instanceof ArrayBuffer || ArrayBuffer.isView(value)) return { tag: 'blob', val: toBytes(value) };
+      throw new TypeError(`a statement parameter cannot be ${typeName(value)}`);
+  }
+}
+
+function toValues(params) {
+  if (params === undefined || params === null) return [];
+  return Array.from(params, toValue);
+}
+
+function fromValue(value) {
+  switch (value.tag) {
+    case 'null':
+      return null;
+    case 'integer':
+      return integer(value.val);
+    case 'blob':
+      return bytes(value.val);
+    default:
+      return value.val;
+  }
+}
+
+/** A statement's result: `columns`, and `rows` of plain JavaScript values. */
+export class Rows {
+  constructor(raw) {
+    this.columns = Array.from(raw.columns);
+    this.rows = Array.from(raw.rows, (row) => Array.from(row, fromValue));
+  }
+
+  get length() {
+    return this.rows.length;
+  }
+
+  [Symbol.iterator]() {
+    return this.rows[Symbol.iterator]();
+  }
+
+  /** Each row as an object by column name. */
+  dicts() {
+    return this.rows.map((row) => Object.fromEntries(this.columns.map((c, i) => [c, row[i]])));
+  }
+}
+
+// The bindings' transaction behind a `Transaction`, for `files` and `steps`.
+let openTransaction;
+
+/**
+ * A write transaction, fenced by the attempt's lease. Dropping it without `commit` rolls
+ * it back; `db.transaction(fn)` commits or rolls back for you.
+ */
+export class Transaction {
+  #raw;
+
+  constructor(raw) {
+    this.#raw = raw;
+  }
+
+  static {
+    openTransaction = (tx) => tx.#open();
+  }
+
+  #open() {
+    if (this.#raw === undefined) throw new HostError('invalid', 'the transaction has ended');
+    return this.#raw;
+  }
+
+  #end() {
+    const raw = this.#open();
+    this.#raw = undefined;
+    return raw;
+  }
+
+  /** Whether it was committed or rolled back. */
+  get ended() {
+    return this.#raw === undefined;
+  }
+
+  /** Runs one statement; its rows. */
+  query(sql, params = []) {
+    const raw = this.#open();
+    return new Rows(call(() => raw.query(sql, toValues(params))));
+  }
+
+  /** Runs one statement; how many rows it changed. */
+  execute(sql, params = []) {
+    const raw = this.#open();
+    return integer(call(() => raw.execute(sql, toValues(params))));
+  }
+
+  /** Commits if the attempt still holds its lease; `LeaseLost` means nothing was committed. */
+  commit() {
+    const raw = this.#end();
+    call(() => rawDb.Transaction.commit(raw));
+  }
+
+  /**
+   * Commits with the pass's end (`DONE` or `Continue(cursor)`) and its counter changes,
+   * all or none. Returns the end, for `run` to return.
+   */
+  commitPass(end = DONE) {
+    const steps = granted(rawSteps, 'steps');
+    let rawEnd;
+    if (end === DONE || end === undefined || end === null) {
+      end = DONE;
+      rawEnd = { tag: 'done' };
+    } else if (end instanceof Continue) {
+      rawEnd = { tag: 'continue', val: toJson(end.cursor, 'the cursor') };
+    } else {
+      throw new TypeError('a pass ends with DONE or Continue(cursor)');
+    }
+    const raw = this.#end();
+    call(() => steps.commitPass(raw, rawEnd));
+    return end;
+  }
+
+  /** Rolls back (nothing if it has ended). */
+  rollback() {
+    if (this.#raw !== undefined) rawDb.Transaction.rollback(this.#end());
+  }
+}
+
+const isThenable = (value) => value !== null && (typeof value === 'object' || typeof value === 'function') && typeof value.then === 'function';
+
+/** SQL on the tables the job was granted; writes only in a transaction. */
+export const db = Object.freeze({
+  /** Runs one read-only statement outside any transaction; its rows. */
+  query(sql, params = []) {
+    const raw = granted(rawDb, 'db');
+    return new Rows(call(() => raw.query(sql, toValues(params))));
+  },
+
+  /** Opens the attempt's write transaction (at most one is open at a time). */
+  begin() {
+    const raw = granted(rawDb, 'db');
+    return new Transaction(call(() => raw.begin()));
+  },
+
+  /**
+   * Runs `fn(tx)` in a new transaction and commits it when `fn` returns (unless `fn` ended
+   * it), or rolls it back if `fn` throws; `fn`'s result. An async `fn` gives a promise,
+   * settled once the transaction has ended.
+   */
+  transaction(fn) {
+    const tx = db.begin();
+    const finish = (result) => {
+      if (!tx.ended) tx.commit();
+      return result;
+    };
+    const abandon = (e) => {
+      tx.rollback();
+      throw e;
+    };
+    let result;
+    try {
+      result = fn(tx);
+    } catch (e) {
+      abandon(e);
+    }
+    if (isThenable(result)) return Promise.resolve(result).then(finish, abandon);
+    return finish(result);
+  },
+});
+
+// ---- files ---------------------------------------------------------------------------
+
+/** Object metadata with plain numbers: `name`, `size`, `digest`, `createdAt` (ms). */
+const metadata = (m) => ({ name: m.name, size: integer(m.size), digest: m.digest, createdAt: integer(m.createdAt) });
+
+/** Named objects in the collections the job was granted. */
+export const files = Object.freeze({
+  /** The object's metadata (`name`, `size`, `digest`, `createdAt`), or null. */
+  stat(collection, name) {
+    const raw = granted(rawFiles, 'files');
+    const m = call(() => raw.stat(collection, name));
+    return m === undefined || m === null ? null : metadata(m);
+  },
+
+  /**
+   * Up to `length` bytes (at most 1 MiB) from `offset`. Each call reads what the name
+   * points at then: use `readAll` for a whole object.
+   */
+  read(collection, name, offset = 0, length = CHUNK) {
+    const raw = granted(rawFiles, 'files');
+    return bytes(call(() => raw.read(collection, name, BigInt(offset), BigInt(length))));
+  },
+
+  /** The whole object as one version (never part of a replaced one), or null. */
+  readAll(collection, name) {
+    const raw = granted(rawFiles, 'files');
+    for (let i = 0; i < READ_TRIES; i++) {
+      const version = call(() => raw.statVersion(collection, name));
+      if (version === undefined || version === null) return null;
+      const size = Number(version.metadata.size);
+      const data = new Uint8Array(size);
+      let filled = 0;
+      let changed = false;
+      while (filled < size) {
+        let chunk;
+        try {
+          chunk = raw.readVersion(collection, name, version.version, BigInt(filled), BigInt(Math.min(CHUNK, size - filled)));
+        } catch (e) {
+          const payload = refusal(e);
+          if (payload === undefined) throw e;
+          if (payload.tag === 'changed') {
+            changed = true;
+            break;
+          }
+          throw hostError(payload.val);
+        }
+        if (chunk.length === 0) break;
+        data.set(chunk, filled);
+        filled += chunk.length;
+      }
+      if (!changed) return filled === size ? data : data.slice(0, filled);
+    }
+    throw new Changed(`${collection}/${name} was replaced on every read`);
+  },
+
+  /**
+   * A page of objects whose name starts with `prefix`, in name order, from `cursor` on:
+   * `{ objects, next }` (`next` is the cursor of the next page, null on the last).
+   */
+  list(collection, { prefix = '', cursor = null, limit = 100 } = {}) {
+    const raw = granted(rawFiles, 'files');
+    const page = call(() => raw.listObjects(collection, prefix, cursor ?? undefined, limit));
+    return { objects: Array.from(page.objects, metadata), next: page.next ?? null };
+  },
+
+  /**
+   * Writes `data` (a string, UTF-8 encoded, or bytes) as `name`: visible once attached, in
+   * `tx` if given (it commits with the transaction) or in a fenced write of its own. Its
+   * metadata.
+   */
+  put(collection, name, data, tx) {
+    const raw = granted(rawFiles, 'files');
+    const content = toBytes(data, 'a file');
+    const upload = call(() => raw.startUpload(collection));
+    for (let start = 0; start < content.length; start += CHUNK) {
+      const chunk = content.slice(start, start + CHUNK);
+      call(() => upload.write(chunk));
+    }
+    if (tx === undefined || tx === null) return metadata(call(() => raw.attach(upload, name)));
+    const rawTx = openTransaction(tx);
+    return metadata(call(() => raw.attachIn(rawTx, upload, name)));
+  },
+
+  /** Removes `name`, in `tx` if given; whether there was such an object. */
+  remove(collection, name, tx) {
+    const raw = granted(rawFiles, 'files');
+    if (tx === undefined || tx === null) return call(() => raw.remove(collection, name));
+    const rawTx = openTransaction(tx);
+    return call(() => raw.removeIn(rawTx, collection, name));
+  },
+});
+
+// ---- links ---------------------------------------------------------------------------
+
+/** A mount's answer: `status`, `headers` (pairs, lower-case names), `body` (bytes). */
+export class Response {
+  constructor(raw) {
+    this.status = raw.status;
+    this.headers = Array.from(raw.headers, ([k, v]) => [k, v]);
+    this.body = bytes(raw.body);
+  }
+
+  /** Whether the status is 2xx. */
+  get ok() {
+    return this.status >= 200 && this.status < 300;
+  }
+
+  /** The body decoded from JSON. */
+  json() {
+    return JSON.parse(this.text());
+  }
+
+  /** The body as UTF-8 text. */
+  text() {
+    return new TextDecoder().decode(this.body);
+  }
+}
+
+function headerPairs(headers) {
+  if (headers === undefined || headers === null) return [];
+  const entries = typeof headers[Symbol.iterator] === 'function' ? Array.from(headers) : Object.entries(headers);
+  // As a dict would: a later value of a name replaces an earlier one.
+  const byName = new Map(entries.map(([k, v]) => [String(k), String(v)]));
+  return Array.from(byName);
+}
+
+/**
+ * Calls to the mounts the job was granted; the host adds the credential and an
+ * `Idempotency-Key` derived from the run, the pass and `step`.
+ */
+export const links = Object.freeze({
+  /**
+   * Sends `method path` to `mount`. Options: `headers` (an object, a Map or pairs), `body`
+   * (a string or bytes) or `json` (any JSON value: sent as the body, with
+   * `content-type: application/json` unless given), `step` (names this call within the
+   * pass, for its idempotency key) and `action` (one of the job's declared actions).
+   * A `Response`, whatever its status.
+   */
+  call(mount, method, path, { headers, body, json, step = '', action } = {}) {
+    const raw = granted(rawLinks, 'links');
+    const pairs = headerPairs(headers);
+    let content = body === undefined || body === null ? new Uint8Array(0) : toBytes(body, 'a body');
+    if (json !== undefined) {
+      content = new TextEncoder().encode(toJson(json, 'the json body'));
+      if (!pairs.some(([k]) => k.toLowerCase() === 'content-type')) pairs.push(['content-type', 'application/json']);
+    }
+    const request = {
+      method: String(method),
+      path: String(path),
+      headers: pairs,
+      body: content,
+      step: String(step),
+      action: action === undefined || action === null ? undefined : String(action),
+    };
+    return new Response(call(() => raw.call(mount, request)));
+  },
+});
+
+// ---- steps ---------------------------------------------------------------------------
+
+function noPromise(value, name) {
+  if (isThenable(value)) {
+    throw new TypeError(`step ${name}'s work returned a promise: a step's work is synchronous`);
+  }
+  return value;
+}
+
+/** Memoised steps and counters across the attempts of a pass. */
+export const steps = Object.freeze({
+  /**
+   * `work()`'s result (recorded as JSON; undefined as null), recorded after it runs; a
+   * later attempt of this pass that reaches `name` gets the recorded result and does not
+   * run it. A name may be reached once per attempt.
+   */
+  step(name, work) {
+    const raw = granted(rawSteps, 'steps');
+    const recorded = call(() => raw.start(name));
+    if (recorded !== undefined && recorded !== null) return JSON.parse(recorded);
+    const value = noPromise(work(), name);
+    const json = toJson(value, `step ${name}'s result`);
+    call(() => raw.record(name, json));
+    return value;
+  },
+
+  /**
+   * As `step`, but `work(tx)` writes through `tx` and the result is recorded in it: both
+   * commit together, or neither.
+   */
+  stepIn(tx, name, work) {
+    const raw = granted(rawSteps, 'steps');
+    const recorded = call(() => raw.start(name));
+    if (recorded !== undefined && recorded !== null) return JSON.parse(recorded);
+    const value = noPromise(work(tx), name);
+    const json = toJson(value, `step ${name}'s result`);
+    const rawTx = openTransaction(tx);
+    call(() => raw.recordIn(rawTx, name, json));
+    return value;
+  },
+
+  /**
+   * Adds `delta` (an integer) to the run's counter `name` (committed with the pass's end);
+   * its value with this attempt's changes.
+   */
+  counterAdd(name, delta) {
+    const raw = granted(rawSteps, 'steps');
+    if (typeof delta === 'number' && !Number.isSafeInteger(delta)) {
+      throw new RangeError(`a counter changes by an integer, not ${delta}`);
+    }
+    const change = BigInt(delta);
+    return integer(call(() => raw.counterAdd(name, change)));
+  },
+});
+
+// ---- the export ----------------------------------------------------------------------
+
+function outcome(returned) {
+  if (returned === undefined || returned === null || returned === DONE) return { tag: 'done' };
+  if (returned instanceof Continue) return { tag: 'continue', val: toJson(returned.cursor, 'the cursor') };
+  if (returned instanceof Defer) return { tag: 'defer', val: BigInt(Math.max(1, Math.ceil(returned.seconds * 1000))) };
+  throw new Failed(`run returned ${typeName(returned)}: return DONE, Continue(cursor) or Defer(seconds)`);
+}
+
+const errorLike = (e) => e !== null && typeof e === 'object' && typeof e.message === 'string';
+
+function describe(e) {
+  if (errorLike(e)) {
+    const name = typeof e.name === 'string' && e.name ? e.name : typeName(e);
+    return e.message ? `${name}: ${e.message}` : name;
+  }
+  return `uncaught ${typeName(e)}: ${text(e)}`;
+}
+
+/** The stack's frames, without the bindings' own. */
+function frames(e) {
+  if (e === null || typeof e !== 'object' || typeof e.stack !== 'string') return [];
+  return e.stack
+    .split('\n')
+    .filter((line) => line.trim() !== '' && !/\/initializer\.js:\d+:\d+$/.test(line))
+    .map((line) => `    ${line.trim()}`);
+}
+
+/** What an uncaught error puts in the log: `Name: message`, its stack, its causes. */
+function report(e) {
+  const lines = [describe(e), ...frames(e)];
+  for (let cause = e?.cause, depth = 0; cause !== undefined && depth < 3; cause = cause?.cause, depth++) {
+    lines.push(`Caused by: ${describe(cause)}`, ...frames(cause));
+  }
+  if (lines.length > STACK_LINES + 1) {
+    const left = lines.length - 1 - STACK_LINES;
+    lines.splice(STACK_LINES + 1, left, `    ... ${left} more lines`);
+  }
+  return lines.join('\n');
+}
+
+/** What the export throws so the bindings return `err(job-error)`. */
+function jobError(e) {
+  if (e instanceof Unrecoverable) return { payload: { tag: 'unrecoverable', val: e.message || 'unrecoverable' } };
+  if (e instanceof Failed) return { payload: { tag: 'failed', val: e.message || 'failed' } };
+  if (e instanceof HostError) return { payload: { tag: 'failed', val: e.message } };
+  try {
+    log.error(report(e));
+  } catch {
+    // Logging must not hide the failure.
+  }
+  return { payload: { tag: 'failed', val: describe(e) } };
+}
+
+/**
+ * The component's `handler` export for the job function `run` (the build wires it:
+ * `export const handler = handler(run)` in its entry module).
+ */
+export function handler(run) {
+  if (typeof run !== 'function') throw new TypeError('handler(run) takes the job function');
+  return {
+    run(raw) {
+      const settle = (returned) => {
+        try {
+          return outcome(returned);
+        } catch (e) {
+          throw jobError(e);
+        }
+      };
+      let returned;
+      try {
+        returned = run(new Context(raw));
+      } catch (e) {
+        throw jobError(e);
+      }
+      if (isThenable(returned)) {
+        return Promise.resolve(returned).then(settle, (e) => {
+          throw jobError(e);
+        });
+      }
+      return settle(returned);
+    },
+  };
+}
