@@ -24,6 +24,7 @@ mod lanes;
 mod lease_model;
 mod links;
 mod page;
+mod polyglot;
 mod run;
 mod serve;
 mod steps;

@@ -656,19 +656,23 @@ function describe(e) {
   return `uncaught ${typeName(e)}: ${text(e)}`;
 }
 
-/** The stack's frames, without the bindings' own. */
+/**
+ * The stack's frames (`function@file:line:column`, innermost first), without the bindings'
+ * own, and with the project's files named as in the project (the build runs them from
+ * `build/js/`).
+ */
 function frames(e) {
   if (e === null || typeof e !== 'object' || typeof e.stack !== 'string') return [];
   return e.stack
     .split('\n')
     .filter((line) => line.trim() !== '' && !/\/initializer\.js:\d+:\d+$/.test(line))
-    .map((line) => `    ${line.trim()}`);
+    .map((line) => `    ${line.trim().replace(/@(?:\.\/)?build\/js\//, '@')}`);
 }
 
 /** What an uncaught error puts in the log: `Name: message`, its stack, its causes. */
 function report(e) {
   const lines = [describe(e), ...frames(e)];
-  for (let cause = e?.cause, depth = 0; cause !== undefined && depth < 3; cause = cause?.cause, depth++) {
+  for (let cause = e?.cause, depth = 0; cause != null && depth < 3; cause = cause?.cause, depth++) {
     lines.push(`Caused by: ${describe(cause)}`, ...frames(cause));
   }
   if (lines.length > STACK_LINES + 1) {
@@ -678,8 +682,24 @@ function report(e) {
   return lines.join('\n');
 }
 
+/**
+ * Whether `e` is the engine running out of memory (the memory cap refused to grow): it is
+ * not the job's failure to report but the attempt's end, so the export traps and the host
+ * records `memory_limit`.
+ */
+const outOfMemory = (e) => e === 'out of memory' || (errorLike(e) && e.message === 'out of memory');
+
 /** What the export throws so the bindings return `err(job-error)`. */
 function jobError(e) {
+  if (outOfMemory(e)) {
+    try {
+      log.error('out of memory: the attempt reached its memory cap');
+    } catch {
+      // There may be no memory left to say so.
+    }
+    // Not a job-error: the bindings let it escape, and the call traps.
+    return e;
+  }
   if (e instanceof Unrecoverable) return { payload: { tag: 'unrecoverable', val: e.message || 'unrecoverable' } };
   if (e instanceof Failed) return { payload: { tag: 'failed', val: e.message || 'failed' } };
   if (e instanceof HostError) return { payload: { tag: 'failed', val: e.message } };
@@ -692,8 +712,9 @@ function jobError(e) {
 }
 
 /**
- * The component's `handler` export for the job function `run` (the build wires it:
- * `export const handler = handler(run)` in its entry module).
+ * The component's `handler` export for the job function `run`. The build wires it in the
+ * entry module it writes: `import { handler as wrap } from './jobhost.js';
+ * export const handler = wrap(run);`.
  */
 export function handler(run) {
   if (typeof run !== 'function') throw new TypeError('handler(run) takes the job function');

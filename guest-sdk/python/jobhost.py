@@ -15,13 +15,15 @@
 pass, or ``jobhost.Defer(seconds)``. It raises ``jobhost.Failed`` to fail this attempt (it
 is retried while retries are left) or ``jobhost.Unrecoverable`` to end the run; a host
 refusal raises a ``jobhost.HostError`` (its ``code`` is fixed, see ``host codes``). Any
-other exception fails the attempt with its message, and its traceback goes to the
-attempt's log.
+other exception fails the attempt with its message; its traceback (and an uncaught
+``HostError``'s) goes to the attempt's log. A ``MemoryError`` is not caught: the attempt
+traps, and the host reports ``memory_limit`` when the job's memory cap was the cause.
 
 The component holds only the modules imported when it was built: import what the job
 needs at the top of ``app.py``, never inside ``run``. A capability the job was not
 granted is not in its component at all (``host build`` builds against the grants in
-``jobhost.toml``); using it raises ``HostError`` with code ``capability-refused``.
+``jobhost.toml``); using it raises ``HostError`` with code ``capability-refused``, which,
+uncaught, ends the run (``unrecoverable``: no retry could succeed).
 """
 
 import json as _json
@@ -155,10 +157,14 @@ def _call(function, *args):
 
 
 def _not_granted(capability):
-    return HostError(
+    refusal = HostError(
         "capability-refused",
         f"the job was not granted `{capability}` when it was built (see jobhost.toml)",
     )
+    # No retry can succeed: the capability is not in the component at all. Uncaught, it
+    # ends the run (`unrecoverable`), as the host never retries a `capability_refused`.
+    refusal._final = True
+    return refusal
 
 
 # ---- the run's context ---------------------------------------------------------------
@@ -487,11 +493,19 @@ def _outcome(returned):
     if isinstance(returned, Continue):
         return _handler.Outcome_Continue(_json.dumps(returned.cursor))
     if isinstance(returned, Defer):
-        return _handler.Outcome_Defer(int(returned.seconds * 1000))
+        return _handler.Outcome_Defer(max(1, round(returned.seconds * 1000)))
     raise Failed(
         f"run returned {type(returned).__name__}: return jobhost.DONE, "
         "jobhost.Continue(cursor) or jobhost.Defer(seconds)"
     )
+
+
+def _log_traceback():
+    """Puts the traceback of the exception being handled (its innermost lines) in the log."""
+    lines = _traceback.format_exc().rstrip().splitlines()
+    if len(lines) > _TRACEBACK_LINES:
+        lines = lines[:1] + ["  ..."] + lines[-_TRACEBACK_LINES:]
+    log.error("\n".join(lines))
 
 
 def handler(run):
@@ -506,12 +520,16 @@ def handler(run):
             except Failed as e:
                 raise _Err(_handler.JobError_Failed(str(e) or "failed"))
             except HostError as e:
+                _log_traceback()
+                if getattr(e, "_final", False):
+                    raise _Err(_handler.JobError_Unrecoverable(str(e)))
                 raise _Err(_handler.JobError_Failed(str(e)))
+            except MemoryError:
+                # The job's memory cap (most likely): escaping the export traps, and the
+                # host reports the attempt `memory_limit` (a `failed` would hide why).
+                raise
             except BaseException as e:
-                lines = _traceback.format_exc().rstrip().splitlines()
-                if len(lines) > _TRACEBACK_LINES:
-                    lines = lines[:1] + ["  ..."] + lines[-_TRACEBACK_LINES:]
-                log.error("\n".join(lines))
+                _log_traceback()
                 raise _Err(_handler.JobError_Failed(f"{type(e).__name__}: {e}"))
 
     return Handler

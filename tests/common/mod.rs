@@ -41,6 +41,43 @@ pub fn guest(name: &str) -> PathBuf {
     path
 }
 
+/// A Python or JavaScript example (`examples/python/ledger`, say), built from its source
+/// by `host build` — once per test run (`JOBHOST_TEST_RUN`, set by `scripts/test`; once
+/// per process without it), whichever test process asks first, the others waiting on a
+/// lock — and its component. A build is not byte-reproducible, so building once also
+/// means each component is compiled once for the whole suite.
+pub fn polyglot(example: &str) -> PathBuf {
+    let run = std::env::var("JOBHOST_TEST_RUN").unwrap_or_else(|_| std::process::id().to_string());
+    let built = target_dir().join("polyglot-built");
+    std::fs::create_dir_all(&built).unwrap();
+    let key = example.replace('/', "-");
+    let lock = std::fs::File::create(built.join(format!("{key}.lock"))).unwrap();
+    lock.lock().unwrap();
+    let stamp = built.join(format!("{key}.run"));
+    if let Some(path) = std::fs::read_to_string(&stamp)
+        .ok()
+        .and_then(|s| s.strip_prefix(&format!("{run}\n")).map(PathBuf::from))
+        .filter(|path| path.is_file())
+    {
+        return path;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_host"))
+        .args(["build", "--json"])
+        .arg(workspace().join("examples").join(example))
+        .output()
+        .expect("run host build");
+    assert!(
+        out.status.success(),
+        "host build examples/{example} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let path = PathBuf::from(shown["path"].as_str().unwrap());
+    std::fs::write(&stamp, format!("{run}\n{}", path.display())).unwrap();
+    path
+}
+
 /// The cargo arguments that build every guest (`scripts/test` runs the same).
 pub const GUEST_BUILD: [&str; 9] = [
     "build",

@@ -1,0 +1,240 @@
+//! Python and JavaScript jobs under the same sandbox, grants and fence as Rust ones: the
+//! examples in `examples/python` and `examples/js`, built from source by `host build`
+//! (componentize-py, componentize-js) and run by the real binary on SQLite and Postgres.
+
+use crate::common::{self, Backend, Home, migrations, polyglot};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const LANGS: [&str; 2] = ["python", "js"];
+
+/// The job name an example runs as: `ledger-py`, `ledger-js`.
+fn job(lang: &str, example: &str) -> String {
+    let suffix = if lang == "python" { "py" } else { "js" };
+    format!("{example}-{suffix}")
+}
+
+/// Runs `example` of `lang` once with `payload` and `args`: the exit code and the run.
+fn run(home: &Home, lang: &str, example: &str, payload: Value, args: &[&str]) -> (i32, Value) {
+    let component = polyglot(&format!("{lang}/{example}")).display().to_string();
+    let name = job(lang, example);
+    let payload = payload.to_string();
+    let mut all = vec![
+        "--job", &component, "--name", &name, "--payload", &payload, "--grant", "db.write=ledger",
+    ];
+    all.extend_from_slice(args);
+    home.run_json(&all)
+}
+
+/// The last attempt's log of run `id`.
+fn log_of(home: &Home, id: &str) -> String {
+    let out = home.run(&["runs", "show", id, "--json"]);
+    let shown: Value = serde_json::from_slice(&out.stdout).expect("runs show --json");
+    shown["attempts"]
+        .as_array()
+        .and_then(|a| a.last())
+        .and_then(|a| a["log"].as_str())
+        .unwrap_or_else(|| panic!("no log in {shown}"))
+        .to_string()
+}
+
+on_every_backend! {
+    async fn python_and_js_ledgers_commit_and_are_fenced(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        for lang in LANGS {
+            let (code, done) = run(&home, lang, "ledger", json!({"rows": 3}), &[]);
+            assert_eq!(code, 0, "{lang}: {done}");
+            let id = done["run_id"].as_str().unwrap();
+            let rows = format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'");
+            assert_eq!(home.scalar(&rows).await, 3, "{lang}");
+            assert!(log_of(&home, id).contains("committed 3 rows"), "{lang}");
+
+            // Past its deadline, its writes never commit.
+            let (code, late) = run(&home, lang, "ledger", json!({"rows": 5, "wait_ms": 3000}), &["--timeout", "1s"]);
+            assert_eq!((code, late["code"].as_str()), (1, Some("timeout")), "{lang}: {late}");
+            let id = late["run_id"].as_str().unwrap();
+            assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await, 0, "{lang}");
+        }
+    }
+
+    async fn a_superseded_python_or_js_attempt_commits_nothing(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        for lang in LANGS {
+            let component = polyglot(&format!("{lang}/ledger")).display().to_string();
+            let name = job(lang, "ledger");
+            // The job waits before its transaction opens; meanwhile its lease moves on.
+            let child = home.spawn(&[
+                "run", "--json", "--job", &component, "--name", &name, "--payload",
+                r#"{"rows":5,"wait_ms":4000,"wait_at":"begin"}"#, "--grant", "db.write=ledger",
+                "--timeout", "30s",
+            ]);
+            // Its first load may compile it (tens of seconds on a debug build).
+            home.wait_for(
+                &format!("SELECT COUNT(*) FROM jobhost_leases WHERE job = '{name}' AND holder IS NOT NULL"),
+                Duration::from_secs(120),
+            ).await;
+            assert_eq!(
+                home.exec(&format!("UPDATE jobhost_leases SET generation = generation + 1 WHERE job = '{name}'")).await,
+                1
+            );
+            let out = tokio::task::spawn_blocking(move || child.wait_with_output()).await.unwrap().unwrap();
+            let superseded: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(superseded["code"], "lease_lost", "{lang}: {superseded}");
+            let id = superseded["run_id"].as_str().unwrap();
+            assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await, 0, "{lang}");
+        }
+    }
+
+    async fn python_and_js_failures_end_with_the_codes_rust_ones_do(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        for lang in LANGS {
+            // An uncaught exception fails the attempt, with the language's own traceback.
+            let (code, raised) = run(&home, lang, "ledger", json!({"mode": "raise"}), &[]);
+            assert_eq!((code, raised["code"].as_str()), (1, Some("handler_failed")), "{lang}: {raised}");
+            assert!(raised["error"].as_str().unwrap().contains("asked to raise"), "{lang}: {raised}");
+            let log = log_of(&home, raised["run_id"].as_str().unwrap());
+            let traceback = if lang == "python" { "Traceback (most recent call last)" } else { "job.js" };
+            assert!(log.contains(traceback) && log.contains("asked to raise"), "{lang}: {log}");
+
+            // Unrecoverable: never retried.
+            let (code, gave_up) = run(&home, lang, "ledger", json!({"mode": "unrecoverable"}), &["--retries", "2", "--backoff", "10ms"]);
+            assert_eq!((code, gave_up["code"].as_str()), (1, Some("unrecoverable")), "{lang}: {gave_up}");
+            assert_eq!(gave_up["attempts"], 1, "{lang}");
+
+            // The memory cap, a busy loop, and the grants: the same codes as a Rust guest's.
+            let cases: [(&str, &[&str], &str); 4] = [
+                ("hog", &["--memory", "48MiB"], "memory_limit"),
+                ("spin", &["--timeout", "3s"], "timeout"),
+                ("secrets", &[], "query_refused"),
+                ("link", &[], "capability_refused"),
+            ];
+            for (mode, args, expected) in cases {
+                let (code, failed) = run(&home, lang, "ledger", json!({"mode": mode}), args);
+                assert_eq!((code, failed["code"].as_str()), (1, Some(expected)), "{lang} {mode}: {failed}");
+            }
+        }
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger").await, 0);
+    }
+}
+
+/// The adversarial cases hold for Python and JavaScript components too: a huge log is
+/// stored within its cap, handles hoarded end the attempt at the resource bound, and the
+/// host goes on serving a Rust guest afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_python_and_js_guests_are_bounded_like_any_other() {
+    let home = Home::new(Backend::Sqlite).await;
+    home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+    for lang in LANGS {
+        let (code, logged) = run(&home, lang, "ledger", json!({"mode": "huge-log"}), &[]);
+        assert_eq!(code, 0, "{lang}: {logged}");
+        let log = log_of(&home, logged["run_id"].as_str().unwrap());
+        assert!(log.len() <= 1 << 20 && log.len() > 1000, "{lang}: {} bytes", log.len());
+        let (code, hoarded) = run(&home, lang, "ledger", json!({"mode": "handles"}), &[]);
+        assert_eq!(code, 1, "{lang}: {hoarded}");
+        assert!(
+            matches!(hoarded["code"].as_str(), Some("resource_limit" | "handler_failed")),
+            "{lang}: {hoarded}"
+        );
+    }
+    let (code, after) = home.run_json(&[
+        "--job", &common::guest("ledger").display().to_string(), "--payload", r#"{"rows":1}"#,
+        "--grant", "db.write=ledger",
+    ]);
+    assert_eq!(code, 0, "{after}");
+}
+
+/// `links`: each language's example calls a real HTTP server through its mount, with the
+/// host's idempotency key; steps: each language's example runs pass after pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_and_js_jobs_call_links_and_run_in_passes() {
+    let home = Home::new(Backend::Sqlite).await;
+    home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, Value, String)>::new()));
+    let recorded = seen.clone();
+    let app = axum::Router::new().route(
+        "/echo",
+        axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::Json<Value>| {
+            let recorded = recorded.clone();
+            async move {
+                let key = headers
+                    .get("idempotency-key")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string();
+                recorded.lock().unwrap().push(("POST /echo".into(), body.0.clone(), key));
+                axum::Json(json!({ "echoed": body.0 }))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    for lang in LANGS {
+        let component = polyglot(&format!("{lang}/links"));
+        let name = job(lang, "links");
+        let manifest = home.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &manifest,
+            format!(
+                "[links.api]\nurl = \"{url}\"\n\n[jobs.{name}]\ncomponent = \"{}\"\n\
+                 grants.db = {{ write = [\"ledger\"] }}\ngrants.links = [\"api\"]\n",
+                component.display()
+            ),
+        )
+        .unwrap();
+        let out = home.run(&["run", &name, "--manifest", manifest.to_str().unwrap(), "--json", "--payload", r#"{"item":"tea"}"#]);
+        let done: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{lang}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(done["status"], "succeeded", "{lang}: {done}");
+        let id = done["run_id"].as_str().unwrap().to_string();
+        let calls = seen.lock().unwrap().clone();
+        let call = calls.iter().find(|(_, body, _)| body["run"] == id.as_str()).unwrap_or_else(|| panic!("{lang}: no call in {calls:?}"));
+        assert_eq!(call.1["item"], "tea", "{lang}");
+        assert!(!call.2.is_empty(), "{lang}: the host's idempotency key");
+        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await, 1, "{lang}");
+
+        let component = polyglot(&format!("{lang}/steps")).display().to_string();
+        let name = job(lang, "steps");
+        let (code, paged) = home.run_json(&[
+            "--job", &component, "--name", &name, "--payload", r#"{"pages":3}"#,
+            "--grant", "db.write=ledger", "--grant", "steps",
+        ]);
+        assert_eq!(code, 0, "{lang}: {paged}");
+        assert_eq!(paged["passes"], 3, "{lang}: {paged}");
+        assert_eq!(paged["counters"]["pages"], 3, "{lang}: {paged}");
+        let id = paged["run_id"].as_str().unwrap();
+        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await, 3, "{lang}");
+    }
+}
+
+/// `host new --lang python|js`, then `host build` and `host test` as an author runs them:
+/// the build tool installed into the project on first use (never globally), and the new
+/// project's own cases green.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_python_and_js_projects_build_and_pass_their_cases() {
+    let home = Home::new(Backend::Sqlite).await;
+    let place = tempfile::tempdir().unwrap();
+    for (lang, installed) in [("python", ".venv"), ("js", "node_modules")] {
+        let project = place.path().join(lang);
+        let created = home.host().args(["new", "demo", "--lang", lang, "--dir"]).arg(&project).output().unwrap();
+        assert!(created.status.success(), "{lang}: {}", String::from_utf8_lossy(&created.stderr));
+        let in_project = |args: &[&str]| {
+            home.host()
+                .current_dir(&project)
+                .env_remove("JOBHOST_COMPONENTIZE_PY")
+                .env_remove("JOBHOST_JS_TOOLS")
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        let built = in_project(&["build"]);
+        let said = format!("{}{}", String::from_utf8_lossy(&built.stdout), String::from_utf8_lossy(&built.stderr));
+        assert!(built.status.success(), "{lang}: {said}");
+        assert!(said.contains("installing componentize-"), "{lang}: {said}");
+        assert!(said.contains("touches    db"), "{lang}: {said}");
+        assert!(project.join(installed).is_dir(), "{lang}: the tool is the project's own");
+        let tested = in_project(&["test", "--json"]);
+        let report: Value = serde_json::from_slice(&tested.stdout)
+            .unwrap_or_else(|_| panic!("{lang}: {}", String::from_utf8_lossy(&tested.stderr)));
+        assert_eq!((report["passed"].as_i64(), report["failed"].as_i64()), (Some(2), Some(0)), "{lang}: {report}");
+    }
+}
