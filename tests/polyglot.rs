@@ -20,7 +20,14 @@ fn run(home: &Home, lang: &str, example: &str, payload: Value, args: &[&str]) ->
     let name = job(lang, example);
     let payload = payload.to_string();
     let mut all = vec![
-        "--job", &component, "--name", &name, "--payload", &payload, "--grant", "db.write=ledger",
+        "--job",
+        &component,
+        "--name",
+        &name,
+        "--payload",
+        &payload,
+        "--grant",
+        "db.write=ledger",
     ];
     all.extend_from_slice(args);
     home.run_json(&all)
@@ -30,11 +37,11 @@ fn run(home: &Home, lang: &str, example: &str, payload: Value, args: &[&str]) ->
 fn log_of(home: &Home, id: &str) -> String {
     let out = home.run(&["runs", "show", id, "--json"]);
     let shown: Value = serde_json::from_slice(&out.stdout).expect("runs show --json");
-    shown["attempts"]
+    shown["attempt_records"]
         .as_array()
         .and_then(|a| a.last())
         .and_then(|a| a["log"].as_str())
-        .unwrap_or_else(|| panic!("no log in {shown}"))
+        .unwrap_or_else(|| panic!("no attempt log for run {id}"))
         .to_string()
 }
 
@@ -101,12 +108,12 @@ on_every_backend! {
             assert_eq!((code, gave_up["code"].as_str()), (1, Some("unrecoverable")), "{lang}: {gave_up}");
             assert_eq!(gave_up["attempts"], 1, "{lang}");
 
-            // The memory cap, a busy loop, and the grants: the same codes as a Rust guest's.
-            let cases: [(&str, &[&str], &str); 4] = [
+            // The memory cap, a busy loop, and a table not granted: the same codes as a
+            // Rust guest's.
+            let cases: [(&str, &[&str], &str); 3] = [
                 ("hog", &["--memory", "48MiB"], "memory_limit"),
                 ("spin", &["--timeout", "3s"], "timeout"),
                 ("secrets", &[], "query_refused"),
-                ("link", &[], "capability_refused"),
             ];
             for (mode, args, expected) in cases {
                 let (code, failed) = run(&home, lang, "ledger", json!({"mode": mode}), args);
@@ -128,17 +135,28 @@ async fn hostile_python_and_js_guests_are_bounded_like_any_other() {
         let (code, logged) = run(&home, lang, "ledger", json!({"mode": "huge-log"}), &[]);
         assert_eq!(code, 0, "{lang}: {logged}");
         let log = log_of(&home, logged["run_id"].as_str().unwrap());
-        assert!(log.len() <= 1 << 20 && log.len() > 1000, "{lang}: {} bytes", log.len());
+        assert!(
+            log.len() <= 1 << 20 && log.len() > 1000,
+            "{lang}: {} bytes",
+            log.len()
+        );
         let (code, hoarded) = run(&home, lang, "ledger", json!({"mode": "handles"}), &[]);
         assert_eq!(code, 1, "{lang}: {hoarded}");
         assert!(
-            matches!(hoarded["code"].as_str(), Some("resource_limit" | "handler_failed")),
+            matches!(
+                hoarded["code"].as_str(),
+                Some("resource_limit" | "handler_failed")
+            ),
             "{lang}: {hoarded}"
         );
     }
     let (code, after) = home.run_json(&[
-        "--job", &common::guest("ledger").display().to_string(), "--payload", r#"{"rows":1}"#,
-        "--grant", "db.write=ledger",
+        "--job",
+        &common::guest("ledger").display().to_string(),
+        "--payload",
+        r#"{"rows":1}"#,
+        "--grant",
+        "db.write=ledger",
     ]);
     assert_eq!(code, 0, "{after}");
 }
@@ -153,18 +171,23 @@ async fn python_and_js_jobs_call_links_and_run_in_passes() {
     let recorded = seen.clone();
     let app = axum::Router::new().route(
         "/echo",
-        axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::Json<Value>| {
-            let recorded = recorded.clone();
-            async move {
-                let key = headers
-                    .get("idempotency-key")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default()
-                    .to_string();
-                recorded.lock().unwrap().push(("POST /echo".into(), body.0.clone(), key));
-                axum::Json(json!({ "echoed": body.0 }))
-            }
-        }),
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::Json<Value>| {
+                let recorded = recorded.clone();
+                async move {
+                    let key = headers
+                        .get("idempotency-key")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string();
+                    recorded
+                        .lock()
+                        .unwrap()
+                        .push(("POST /echo".into(), body.0.clone(), key));
+                    axum::Json(json!({ "echoed": body.0 }))
+                }
+            },
+        ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/", listener.local_addr().unwrap());
@@ -182,27 +205,80 @@ async fn python_and_js_jobs_call_links_and_run_in_passes() {
             ),
         )
         .unwrap();
-        let out = home.run(&["run", &name, "--manifest", manifest.to_str().unwrap(), "--json", "--payload", r#"{"item":"tea"}"#]);
-        let done: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{lang}: {}", String::from_utf8_lossy(&out.stderr)));
+        let out = home.run(&[
+            "run",
+            &name,
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--json",
+            "--payload",
+            r#"{"item":"tea"}"#,
+        ]);
+        let done: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{lang}: {}", String::from_utf8_lossy(&out.stderr)));
         assert_eq!(done["status"], "succeeded", "{lang}: {done}");
         let id = done["run_id"].as_str().unwrap().to_string();
         let calls = seen.lock().unwrap().clone();
-        let call = calls.iter().find(|(_, body, _)| body["run"] == id.as_str()).unwrap_or_else(|| panic!("{lang}: no call in {calls:?}"));
+        let call = calls
+            .iter()
+            .find(|(_, body, _)| body["run"] == id.as_str())
+            .unwrap_or_else(|| panic!("{lang}: no call in {calls:?}"));
         assert_eq!(call.1["item"], "tea", "{lang}");
         assert!(!call.2.is_empty(), "{lang}: the host's idempotency key");
-        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await, 1, "{lang}");
+        assert_eq!(
+            home.scalar(&format!(
+                "SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'"
+            ))
+            .await,
+            1,
+            "{lang}"
+        );
+        // A mount it was not granted is refused by the host, as a Rust guest's is; and a
+        // capability the job was not built with is unrecoverable.
+        let out = home.run(&[
+            "run",
+            &name,
+            "--manifest",
+            manifest.to_str().unwrap(),
+            "--json",
+            "--payload",
+            r#"{"item":"tea","mount":"nowhere"}"#,
+        ]);
+        let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(refused["code"], "capability_refused", "{lang}: {refused}");
+        let (code, unbuilt) = run(&home, lang, "ledger", json!({"mode": "link"}), &[]);
+        assert_eq!(
+            (code, unbuilt["code"].as_str()),
+            (1, Some("unrecoverable")),
+            "{lang}: {unbuilt}"
+        );
 
         let component = polyglot(&format!("{lang}/steps")).display().to_string();
         let name = job(lang, "steps");
         let (code, paged) = home.run_json(&[
-            "--job", &component, "--name", &name, "--payload", r#"{"pages":3}"#,
-            "--grant", "db.write=ledger", "--grant", "steps",
+            "--job",
+            &component,
+            "--name",
+            &name,
+            "--payload",
+            r#"{"pages":3}"#,
+            "--grant",
+            "db.write=ledger",
+            "--grant",
+            "steps=on",
         ]);
         assert_eq!(code, 0, "{lang}: {paged}");
         assert_eq!(paged["passes"], 3, "{lang}: {paged}");
         assert_eq!(paged["counters"]["pages"], 3, "{lang}: {paged}");
         let id = paged["run_id"].as_str().unwrap();
-        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await, 3, "{lang}");
+        assert_eq!(
+            home.scalar(&format!(
+                "SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'"
+            ))
+            .await,
+            3,
+            "{lang}"
+        );
     }
 }
 
@@ -215,8 +291,17 @@ async fn new_python_and_js_projects_build_and_pass_their_cases() {
     let place = tempfile::tempdir().unwrap();
     for (lang, installed) in [("python", ".venv"), ("js", "node_modules")] {
         let project = place.path().join(lang);
-        let created = home.host().args(["new", "demo", "--lang", lang, "--dir"]).arg(&project).output().unwrap();
-        assert!(created.status.success(), "{lang}: {}", String::from_utf8_lossy(&created.stderr));
+        let created = home
+            .host()
+            .args(["new", "demo", "--lang", lang, "--dir"])
+            .arg(&project)
+            .output()
+            .unwrap();
+        assert!(
+            created.status.success(),
+            "{lang}: {}",
+            String::from_utf8_lossy(&created.stderr)
+        );
         let in_project = |args: &[&str]| {
             home.host()
                 .current_dir(&project)
@@ -227,14 +312,25 @@ async fn new_python_and_js_projects_build_and_pass_their_cases() {
                 .unwrap()
         };
         let built = in_project(&["build"]);
-        let said = format!("{}{}", String::from_utf8_lossy(&built.stdout), String::from_utf8_lossy(&built.stderr));
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&built.stdout),
+            String::from_utf8_lossy(&built.stderr)
+        );
         assert!(built.status.success(), "{lang}: {said}");
         assert!(said.contains("installing componentize-"), "{lang}: {said}");
         assert!(said.contains("touches    db"), "{lang}: {said}");
-        assert!(project.join(installed).is_dir(), "{lang}: the tool is the project's own");
+        assert!(
+            project.join(installed).is_dir(),
+            "{lang}: the tool is the project's own"
+        );
         let tested = in_project(&["test", "--json"]);
         let report: Value = serde_json::from_slice(&tested.stdout)
             .unwrap_or_else(|_| panic!("{lang}: {}", String::from_utf8_lossy(&tested.stderr)));
-        assert_eq!((report["passed"].as_i64(), report["failed"].as_i64()), (Some(2), Some(0)), "{lang}: {report}");
+        assert_eq!(
+            (report["passed"].as_i64(), report["failed"].as_i64()),
+            (Some(2), Some(0)),
+            "{lang}: {report}"
+        );
     }
 }

@@ -18,12 +18,23 @@
  * return a promise of one. It throws `Failed` to fail this attempt (it is retried while
  * retries are left) or `Unrecoverable` to end the run; a host refusal throws a `HostError`
  * (its `code` is fixed, see `host codes`). Any other exception fails the attempt with its
- * `Name: message`, and its stack goes to the attempt's log.
+ * `Name: message`; its stack (and an uncaught `HostError`'s) goes to the attempt's log.
+ * Running out of memory is not caught: the attempt traps, and the host reports
+ * `memory_limit` when the job's memory cap was the cause.
  *
  * `ctx` holds `job`, `runId`, `instance`, `tenant`, `attempt` and `pass` (1-based),
  * `payload` (the run's payload, decoded from JSON; a payload that is not JSON ends the run
  * as unrecoverable), `cursor` (what the previous pass gave `Continue`, or null) and
  * `counters` (the run's counters by name).
+ *
+ * The capabilities: `log` (`trace` to `error`); `db` (`query`, `begin`, and
+ * `transaction(fn)`, which commits when `fn` returns and rolls back if it throws), its
+ * `Transaction` (`query`, `execute`, `commit`, `commitPass(end)`, `rollback`) and `Rows`
+ * (`columns`, `rows`, `dicts()`); `files` (`stat`, `read`, `readAll`, `list`, `put`,
+ * `remove`); `links` (`call(mount, method, path, {headers, body, json, step, action})`,
+ * giving a `Response`: `status`, `headers`, `body`, `ok`, `json()`, `text()`); and
+ * `steps` (`step(name, fn)`, `stepIn(tx, name, fn)`, `counterAdd(name, delta)`). To wait,
+ * `await new Promise((resolve) => setTimeout(resolve, ms))` in an `async` run.
  *
  * SQL values: null, numbers (a safe integer binds as an integer, any other number as a
  * real), bigints and booleans (integers), strings, and bytes (`Uint8Array` or any
@@ -32,7 +43,8 @@
  * The component holds only the capabilities the job was granted: `host build` builds it
  * against the grants in `jobhost.toml`, and this file gets them from `./capabilities.js`,
  * which the build writes. A capability the job was not granted is not in its component at
- * all; using it throws `HostError` with code `capability-refused`.
+ * all; using it throws `HostError` with code `capability-refused`, which, uncaught, ends
+ * the run (`unrecoverable`: no retry could succeed).
  */
 
 import { log as rawLog, db as rawDb, files as rawFiles, links as rawLinks, steps as rawSteps } from './capabilities.js';
@@ -138,11 +150,18 @@ function call(f, ...args) {
   }
 }
 
+// Refusals no retry can get past: the capability is not in the component at all.
+const unbuilt = new WeakSet();
+
 function notGranted(capability) {
-  return new HostError(
+  const refusal = new HostError(
     'capability-refused',
     `the job was not granted \`${capability}\` when it was built (see jobhost.toml)`,
   );
+  // Uncaught, it ends the run (`unrecoverable`), as the host never retries a
+  // `capability_refused`.
+  unbuilt.add(refusal);
+  return refusal;
 }
 
 function granted(raw, capability) {
@@ -150,8 +169,11 @@ function granted(raw, capability) {
   return raw;
 }
 
-/** A copy, in this realm, of bytes the bindings lifted. */
-const bytes = (view) => Uint8Array.from(view);
+/**
+ * A copy, in this realm, of bytes the bindings lifted (the constructor copies at memory
+ * speed; `Uint8Array.from` would iterate them one by one, seconds per MiB).
+ */
+const bytes = (view) => new Uint8Array(view);
 
 /** `data` (a string, UTF-8 encoded, or bytes) as a Uint8Array. */
 function toBytes(data, what) {
@@ -308,8 +330,9 @@ export class Rows {
 let openTransaction;
 
 /**
- * A write transaction, fenced by the attempt's lease. Dropping it without `commit` rolls
- * it back; `db.transaction(fn)` commits or rolls back for you.
+ * A write transaction, fenced by the attempt's lease. One left open (neither committed nor
+ * rolled back) keeps the next `db.begin` refused (`invalid: transaction-open`) until the
+ * attempt ends, which rolls it back: end it, or let `db.transaction(fn)` end it for you.
  */
 export class Transaction {
   #raw;
@@ -642,7 +665,7 @@ export const steps = Object.freeze({
 function outcome(returned) {
   if (returned === undefined || returned === null || returned === DONE) return { tag: 'done' };
   if (returned instanceof Continue) return { tag: 'continue', val: toJson(returned.cursor, 'the cursor') };
-  if (returned instanceof Defer) return { tag: 'defer', val: BigInt(Math.max(1, Math.ceil(returned.seconds * 1000))) };
+  if (returned instanceof Defer) return { tag: 'defer', val: BigInt(Math.max(1, Math.round(returned.seconds * 1000))) };
   throw new Failed(`run returned ${typeName(returned)}: return DONE, Continue(cursor) or Defer(seconds)`);
 }
 
@@ -663,10 +686,16 @@ function describe(e) {
  */
 function frames(e) {
   if (e === null || typeof e !== 'object' || typeof e.stack !== 'string') return [];
-  return e.stack
+  const lines = e.stack
     .split('\n')
     .filter((line) => line.trim() !== '' && !/\/initializer\.js:\d+:\d+$/.test(line))
-    .map((line) => `    ${line.trim().replace(/@(?:\.\/)?build\/js\//, '@')}`);
+    .map((line) => `    ${line.trim().replace(/@(?:[^@]*\/)?build\/js\//, '@')}`);
+  // A refusal starts where the job called: not in this file, which only passed it on.
+  if (e instanceof HostError) {
+    const caller = lines.findIndex((line) => !/@jobhost\.js:\d+:\d+$/.test(line));
+    if (caller > 0) lines.splice(0, caller);
+  }
+  return lines;
 }
 
 /** What an uncaught error puts in the log: `Name: message`, its stack, its causes. */
@@ -683,9 +712,10 @@ function report(e) {
 }
 
 /**
- * Whether `e` is the engine running out of memory (the memory cap refused to grow): it is
- * not the job's failure to report but the attempt's end, so the export traps and the host
- * records `memory_limit`.
+ * Whether `e` is the engine running out of memory (SpiderMonkey throws the string "out of
+ * memory" when the memory cap refuses to grow): not the job's failure to report but the
+ * attempt's end, so the export traps and the host records `memory_limit` (a `failed` would
+ * hide why).
  */
 const outOfMemory = (e) => e === 'out of memory' || (errorLike(e) && e.message === 'out of memory');
 
@@ -702,12 +732,12 @@ function jobError(e) {
   }
   if (e instanceof Unrecoverable) return { payload: { tag: 'unrecoverable', val: e.message || 'unrecoverable' } };
   if (e instanceof Failed) return { payload: { tag: 'failed', val: e.message || 'failed' } };
-  if (e instanceof HostError) return { payload: { tag: 'failed', val: e.message } };
   try {
     log.error(report(e));
   } catch {
     // Logging must not hide the failure.
   }
+  if (e instanceof HostError) return { payload: { tag: unbuilt.has(e) ? 'unrecoverable' : 'failed', val: e.message } };
   return { payload: { tag: 'failed', val: describe(e) } };
 }
 

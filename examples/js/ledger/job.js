@@ -13,8 +13,8 @@
 // - hog: allocates until the memory cap (memory_limit)
 // - spin: a busy loop (timeout)
 // - secrets: reads a table it was not granted (query_refused)
-// - link: calls a mount it was not granted (refused before anything is sent: `links` is
-//   not in the component at all)
+// - link: calls a mount it was not granted (`links` is not in the component at all:
+//   refused before anything is sent, and the run ends as unrecoverable)
 // - huge-log: 20,000 log lines of 1 KiB (the host keeps a bounded log)
 // - handles: opens transactions and never ends them
 
@@ -23,15 +23,15 @@ import { DONE, Unrecoverable, db, links, log } from './jobhost.js';
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export async function run(ctx) {
-  const { mode } = ctx.payload;
-  if (mode !== undefined) return misbehave(ctx, mode);
+  const payload = isObject(ctx.payload) ? ctx.payload : {};
+  if (payload.mode !== undefined) return misbehave(ctx, payload.mode);
 
-  const { rows, wait_ms: wait = 0, wait_at: waitAt = 'commit' } = ctx.payload;
-  if (!Number.isSafeInteger(rows) || rows < 0) {
-    throw new Unrecoverable(`rows is a count of rows, not ${JSON.stringify(rows)}`);
-  }
-  if (waitAt !== 'commit' && waitAt !== 'begin') {
-    throw new Unrecoverable(`wait_at is "commit" or "begin", not ${JSON.stringify(waitAt)}`);
+  // A payload that does not fit can never succeed: end the run, as the Rust job does.
+  const { rows, wait_ms: wait = 0, wait_at: waitAt = 'commit' } = payload;
+  if (!isCount(rows) || !isCount(wait) || (waitAt !== 'commit' && waitAt !== 'begin')) {
+    throw new Unrecoverable(
+      `the payload is {"rows": n, "wait_ms": m, "wait_at": "commit" | "begin"}, not ${JSON.stringify(ctx.payload)}`,
+    );
   }
 
   if (waitAt === 'begin') await sleep(wait);
@@ -45,6 +45,9 @@ export async function run(ctx) {
   log.info(`committed ${rows} rows`);
   return DONE;
 }
+
+const isObject = (value) => value !== null && typeof value === 'object' && !Array.isArray(value);
+const isCount = (value) => Number.isSafeInteger(value) && value >= 0;
 
 function misbehave(ctx, mode) {
   switch (mode) {

@@ -25,15 +25,21 @@ from jobhost import db, log
 
 
 def run(ctx):
-    mode = ctx.payload.get("mode")
+    payload = ctx.payload if isinstance(ctx.payload, dict) else {}
+    mode = payload.get("mode")
     if mode is not None:
         return misbehave(ctx, mode)
 
-    rows = int(ctx.payload["rows"])
-    wait = ctx.payload.get("wait_ms", 0) / 1000
-    wait_at = ctx.payload.get("wait_at", "commit")
-    if wait_at not in ("commit", "begin"):
-        raise jobhost.Unrecoverable(f"wait_at is \"commit\" or \"begin\", not {wait_at!r}")
+    # A payload that does not fit can never succeed: end the run, as the Rust job does.
+    rows = payload.get("rows")
+    wait_ms = payload.get("wait_ms", 0)
+    wait_at = payload.get("wait_at", "commit")
+    if not is_count(rows) or not is_count(wait_ms) or wait_at not in ("commit", "begin"):
+        raise jobhost.Unrecoverable(
+            'the payload is {"rows": n, "wait_ms": m, "wait_at": "commit" | "begin"}, '
+            f"not {ctx.payload!r}"
+        )
+    wait = wait_ms / 1000
 
     if wait_at == "begin":
         time.sleep(wait)
@@ -47,6 +53,10 @@ def run(ctx):
             time.sleep(wait)
     log.info(f"committed {rows} rows")
     return jobhost.DONE
+
+
+def is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def misbehave(ctx, mode):

@@ -265,14 +265,17 @@ fn job_to_build(dir: &Path) -> Result<(crate::job::JobSpec, PathBuf), BuildError
                 ))
             })?,
     };
-    let component = spec.component.clone();
+    // Absolute: the build tool runs in the project, wherever `host build` was started.
+    let component = std::path::absolute(&spec.component)?;
     Ok((spec, component))
 }
 
-/// Runs a build tool with its output on the terminal: an error if it could not start or
-/// failed.
+/// Runs a build tool with its output on the terminal (stderr): an error if it could not
+/// start or failed.
 fn run_tool(mut command: std::process::Command, name: &'static str) -> Result<(), BuildError> {
+    // Its output goes to stderr: stdout is `host build`'s own (`--json` for tools).
     let status = command
+        .stdout(std::io::stderr())
         .status()
         .map_err(|e| BuildError::Tool(format!("cannot run {name}: {e}")))?;
     if status.success() {
