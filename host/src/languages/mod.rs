@@ -1,6 +1,7 @@
 //! The languages jobs are written in, and `host new`: a job project an author can build
 //! anywhere, with no checkout of jobhost around. The guest SDK this host speaks travels
-//! inside the binary and is written into the project (`vendor/`), so the project builds
+//! inside the binary and is written into the project (`vendor/jobhost-guest` for Rust,
+//! `jobhost.py` or `jobhost.js` beside the job for Python and JavaScript), so it builds
 //! from the registries its language's tools already reach; a later host's `host new`
 //! (or `host sdk`) carries that host's SDK.
 //!
