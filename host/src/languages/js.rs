@@ -48,12 +48,8 @@ pub fn package_json(package: &str) -> String {
 }
 
 pub(super) fn project(job: &str, names: &Names) -> Vec<(String, String)> {
-    let Names {
-        package,
-        lib,
-        table,
-        ..
-    } = names;
+    let Names { package, table, .. } = names;
+    let component = super::Lang::Js.component(names);
     vec![
         (
             ENTRY.to_string(),
@@ -83,7 +79,7 @@ export function run(ctx) {{
         ("package.json".to_string(), package_json(package)),
         (
             "jobhost.toml".to_string(),
-            super::manifest(job, &format!("build/{lib}.wasm"), table),
+            super::manifest(job, &component, table),
         ),
         super::migration(job, table),
         super::cases(table, "items must be a list of strings"),
@@ -105,7 +101,7 @@ host run {job} --manifest jobhost.toml       # one run, on a database in .jobhos
 ```
 
 `host build` runs `npm install` on its first run (componentize-js {COMPONENTIZE_JS}, into
-`node_modules`), then builds `build/{lib}.wasm` against the capabilities `jobhost.toml`
+`node_modules`), then builds `{component}` against the capabilities `jobhost.toml`
 grants the job (and no others). The job is `job.js`: `run(ctx)` returns `DONE`,
 `new Continue(cursor)` or `new Defer(seconds)`, or throws `Failed` / `Unrecoverable`; any
 other error fails the attempt with its stack in the log. Modules of your own go beside
@@ -161,18 +157,11 @@ pub(super) fn build(dir: &Path) -> Result<PathBuf, BuildError> {
 
 /// The SDK's view of the capabilities: those granted imported, the others `undefined`.
 fn capabilities(grants: &Grants) -> String {
-    let version = crate::inspect::Inspection::host_wit_version();
-    let version = version.trim_start_matches("jobhost:job@");
+    let version = world::version();
     let mut text =
         String::from("// Written by `host build`: the capabilities this job was granted.\n");
-    let granted = [
-        ("log", true),
-        ("db", grants.db.is_some()),
-        ("files", grants.files.is_some()),
-        ("links", grants.links.is_some()),
-        ("steps", grants.steps),
-    ];
-    for (name, on) in granted {
+    let log = ("log", true);
+    for (name, on) in std::iter::once(log).chain(world::granted(grants)) {
         if on {
             text.push_str(&format!(
                 "import * as {name} from 'jobhost:job/{name}@{version}';\n"

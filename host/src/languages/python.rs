@@ -27,7 +27,8 @@ import app\n\
 Handler = jobhost.handler(app.run)\n";
 
 pub(super) fn project(job: &str, names: &Names) -> Vec<(String, String)> {
-    let Names { lib, table, .. } = names;
+    let Names { table, .. } = names;
+    let component = super::Lang::Python.component(names);
     vec![
         (
             ENTRY.to_string(),
@@ -57,7 +58,7 @@ def run(ctx):
         (SDK_FILE.to_string(), SDK.to_string()),
         (
             "jobhost.toml".to_string(),
-            super::manifest(job, &format!("build/{lib}.wasm"), table),
+            super::manifest(job, &component, table),
         ),
         super::migration(job, table),
         super::cases(table, "items must be a list of strings"),
@@ -79,7 +80,7 @@ host run {job} --manifest jobhost.toml       # one run, on a database in .jobhos
 ```
 
 `host build` installs componentize-py {COMPONENTIZE_PY} into `.venv` on its first run, then
-builds `build/{lib}.wasm` against the capabilities `jobhost.toml` grants the job (and no
+builds `{component}` against the capabilities `jobhost.toml` grants the job (and no
 others). The job is `app.py`: `run(ctx)` returns `jobhost.DONE`, `jobhost.Continue(cursor)`
 or `jobhost.Defer(seconds)`, or raises `jobhost.Failed` / `jobhost.Unrecoverable`; any
 other exception fails the attempt with its traceback in the log. Import what the job

@@ -175,9 +175,9 @@ wit-bindgen = "0.46"
 pub(super) fn project(job: &str, names: &Names) -> Vec<(String, String)> {
     let Names {
         package,
-        lib,
         type_name,
         table,
+        ..
     } = names;
     let mut files = vec![
         (
@@ -251,11 +251,7 @@ jobhost_guest::export_job!({type_name});
         ),
         (
             "jobhost.toml".to_string(),
-            super::manifest(
-                job,
-                &format!("target/wasm32-wasip2/release/{lib}.wasm"),
-                table,
-            ),
+            super::manifest(job, &super::Lang::Rust.component(names), table),
         ),
         super::migration(job, table),
         super::cases(table, "at items[0]"),

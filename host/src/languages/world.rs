@@ -8,11 +8,26 @@ use crate::grants::Grants;
 /// The WIT package the world is built from: the host's own.
 pub const JOBHOST_WIT: &str = include_str!("../../../wit/jobhost.wit");
 
+/// The version of `jobhost:job` this host speaks (`0.1.3`).
+pub(super) fn version() -> String {
+    let (major, minor, patch) = crate::engine::bindings::PACKAGE_VERSION;
+    format!("{major}.{minor}.{patch}")
+}
+
+/// Each capability interface, and whether `grants` gives the job it.
+pub(super) fn granted(grants: &Grants) -> [(&'static str, bool); 4] {
+    [
+        ("db", grants.db.is_some()),
+        ("files", grants.files.is_some()),
+        ("links", grants.links.is_some()),
+        ("steps", grants.steps),
+    ]
+}
+
 /// The world's text, in a package of its own (`jobhost:build`) that depends on
 /// `jobhost:job` at this host's version.
 pub fn world(grants: &Grants) -> String {
-    let version = crate::inspect::Inspection::host_wit_version();
-    let version = version.trim_start_matches("jobhost:job@");
+    let version = version();
     let mut lines = vec![
         "package jobhost:build;".to_string(),
         String::new(),
@@ -20,13 +35,7 @@ pub fn world(grants: &Grants) -> String {
         "world job {".into(),
         format!("    import jobhost:job/log@{version};"),
     ];
-    let granted = [
-        ("db", grants.db.is_some()),
-        ("files", grants.files.is_some()),
-        ("links", grants.links.is_some()),
-        ("steps", grants.steps),
-    ];
-    for (interface, on) in granted {
+    for (interface, on) in granted(grants) {
         if on {
             lines.push(format!("    import jobhost:job/{interface}@{version};"));
         }
