@@ -33,6 +33,14 @@ fn run(home: &Home, lang: &str, example: &str, payload: Value, args: &[&str]) ->
     home.run_json(&all)
 }
 
+/// The ledger rows run `id` committed.
+async fn rows_of(home: &Home, id: &str) -> i64 {
+    home.scalar(&format!(
+        "SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'"
+    ))
+    .await
+}
+
 /// The last attempt's log of run `id`.
 fn log_of(home: &Home, id: &str) -> String {
     let out = home.run(&["runs", "show", id, "--json"]);
@@ -52,15 +60,14 @@ on_every_backend! {
             let (code, done) = run(&home, lang, "ledger", json!({"rows": 3}), &[]);
             assert_eq!(code, 0, "{lang}: {done}");
             let id = done["run_id"].as_str().unwrap();
-            let rows = format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'");
-            assert_eq!(home.scalar(&rows).await, 3, "{lang}");
+            assert_eq!(rows_of(&home, id).await, 3, "{lang}");
             assert!(log_of(&home, id).contains("committed 3 rows"), "{lang}");
 
             // Past its deadline, its writes never commit.
             let (code, late) = run(&home, lang, "ledger", json!({"rows": 5, "wait_ms": 3000}), &["--timeout", "1s"]);
             assert_eq!((code, late["code"].as_str()), (1, Some("timeout")), "{lang}: {late}");
             let id = late["run_id"].as_str().unwrap();
-            assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await, 0, "{lang}");
+            assert_eq!(rows_of(&home, id).await, 0, "{lang}");
         }
     }
 
@@ -88,7 +95,7 @@ on_every_backend! {
             let superseded: Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(superseded["code"], "lease_lost", "{lang}: {superseded}");
             let id = superseded["run_id"].as_str().unwrap();
-            assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await, 0, "{lang}");
+            assert_eq!(rows_of(&home, id).await, 0, "{lang}");
         }
     }
 
@@ -205,17 +212,20 @@ async fn python_and_js_jobs_call_links_and_run_in_passes() {
             ),
         )
         .unwrap();
-        let out = home.run(&[
-            "run",
-            &name,
-            "--manifest",
-            manifest.to_str().unwrap(),
-            "--json",
-            "--payload",
-            r#"{"item":"tea"}"#,
-        ]);
-        let done: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|_| panic!("{lang}: {}", String::from_utf8_lossy(&out.stderr)));
+        let run_manifest = |payload: &str| -> Value {
+            let out = home.run(&[
+                "run",
+                &name,
+                "--manifest",
+                manifest.to_str().unwrap(),
+                "--json",
+                "--payload",
+                payload,
+            ]);
+            serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|_| panic!("{lang}: {}", String::from_utf8_lossy(&out.stderr)))
+        };
+        let done = run_manifest(r#"{"item":"tea"}"#);
         assert_eq!(done["status"], "succeeded", "{lang}: {done}");
         let id = done["run_id"].as_str().unwrap().to_string();
         let calls = seen.lock().unwrap().clone();
@@ -225,26 +235,10 @@ async fn python_and_js_jobs_call_links_and_run_in_passes() {
             .unwrap_or_else(|| panic!("{lang}: no call in {calls:?}"));
         assert_eq!(call.1["item"], "tea", "{lang}");
         assert!(!call.2.is_empty(), "{lang}: the host's idempotency key");
-        assert_eq!(
-            home.scalar(&format!(
-                "SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'"
-            ))
-            .await,
-            1,
-            "{lang}"
-        );
+        assert_eq!(rows_of(&home, &id).await, 1, "{lang}");
         // A mount it was not granted is refused by the host, as a Rust guest's is; and a
         // capability the job was not built with is unrecoverable.
-        let out = home.run(&[
-            "run",
-            &name,
-            "--manifest",
-            manifest.to_str().unwrap(),
-            "--json",
-            "--payload",
-            r#"{"item":"tea","mount":"nowhere"}"#,
-        ]);
-        let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let refused = run_manifest(r#"{"item":"tea","mount":"nowhere"}"#);
         assert_eq!(refused["code"], "capability_refused", "{lang}: {refused}");
         let (code, unbuilt) = run(&home, lang, "ledger", json!({"mode": "link"}), &[]);
         assert_eq!(
@@ -271,14 +265,7 @@ async fn python_and_js_jobs_call_links_and_run_in_passes() {
         assert_eq!(paged["passes"], 3, "{lang}: {paged}");
         assert_eq!(paged["counters"]["pages"], 3, "{lang}: {paged}");
         let id = paged["run_id"].as_str().unwrap();
-        assert_eq!(
-            home.scalar(&format!(
-                "SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'"
-            ))
-            .await,
-            3,
-            "{lang}"
-        );
+        assert_eq!(rows_of(&home, id).await, 3, "{lang}");
     }
 }
 
