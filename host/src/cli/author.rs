@@ -66,10 +66,10 @@ pub fn new(args: NewArgs) -> Result<u8, Failure> {
 }
 
 /// The language of the project in `dir`, or the rule for one in words.
-fn project_lang(dir: &Path) -> Result<Lang, Failure> {
+fn project_lang(dir: &Path, command: &str) -> Result<Lang, Failure> {
     Lang::of_project(dir).ok_or_else(|| {
         Failure::usage(format!(
-            "no job project in {}: `host build` looks for Cargo.toml (Rust), app.py (Python) or job.js (JavaScript); `host new` makes one",
+            "no job project in {}: `host {command}` looks for Cargo.toml (Rust), app.py (Python) or job.js (JavaScript); `host new` makes one",
             dir.display()
         ))
     })
@@ -77,7 +77,7 @@ fn project_lang(dir: &Path) -> Result<Lang, Failure> {
 
 /// `host sdk [DIR]`.
 pub fn sdk(dir: &Path) -> Result<u8, Failure> {
-    let lang = project_lang(dir)?;
+    let lang = project_lang(dir, "sdk")?;
     let changed = lang.update_sdk(dir).map_err(Failure::usage)?;
     let place = dir.join(lang.sdk_dir());
     if changed.is_empty() {
@@ -100,7 +100,7 @@ pub fn sdk(dir: &Path) -> Result<u8, Failure> {
 /// `host build [DIR]`: builds the job project in `dir` for its language, then shows what
 /// the component can touch.
 pub fn build(dir: &Path, as_json: bool) -> Result<u8, Failure> {
-    let lang = project_lang(dir)?;
+    let lang = project_lang(dir, "build")?;
     match lang.build(dir) {
         Ok(component) => show(&component, as_json),
         Err(BuildError::Failed(tool)) => {
