@@ -12,6 +12,7 @@ mod api_fuzz;
 mod api_limits;
 mod authors;
 mod chaos;
+mod controls;
 mod events;
 mod files;
 mod fleet;

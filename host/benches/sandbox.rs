@@ -184,6 +184,7 @@ async fn guest_call(
         .run_attempt(AttemptSpec {
             loaded,
             cancel: never_cancelled(),
+            stop: never_cancelled(),
             context: PassContext {
                 job: "bench".into(),
                 run_id: "bench".into(),

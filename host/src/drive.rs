@@ -11,7 +11,7 @@ use crate::catalog::Catalog;
 use crate::engine::attempt::CancelToken;
 use crate::quota::OverQuota;
 use crate::runner::{Runner, Step};
-use crate::store::{RunStatus, Store, StoreError};
+use crate::store::{RunRecord, RunStatus, Store, StoreError};
 use serde::Serialize;
 
 /// Candidates read per page.
@@ -40,6 +40,9 @@ pub struct DrivenRun {
     pub code: Option<String>,
 }
 
+/// Shown a run after each of its passes (`host drive`'s progress line).
+pub type OnPass<'a> = &'a (dyn Fn(&RunRecord) + Send + Sync);
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct DriveReport {
     pub scanned: usize,
@@ -54,12 +57,14 @@ pub struct DriveReport {
 
 /// Runs one sweep. `stop` set to true ends it before the next claim (the attempt in
 /// flight runs to its end).
+/// `on_pass` is shown each run as it stands after each of its passes.
 pub async fn drive(
     store: &Store,
     runner: &Runner,
     catalog: &Catalog,
     limits: DriveLimits,
     cancel: CancelToken,
+    on_pass: Option<OnPass<'_>>,
 ) -> Result<DriveReport, StoreError> {
     let mut report = DriveReport::default();
     let mut after = (i64::MIN, String::new());
@@ -91,7 +96,7 @@ pub async fn drive(
                 continue;
             }
             let Some(driven) =
-                drive_run(store, runner, &job, &candidate.id, limits, &cancel).await?
+                drive_run(store, runner, &job, &candidate.id, limits, &cancel, on_pass).await?
             else {
                 continue;
             };
@@ -117,6 +122,7 @@ async fn drive_run(
     run_id: &str,
     limits: DriveLimits,
     cancel: &CancelToken,
+    on_pass: Option<OnPass<'_>>,
 ) -> Result<Option<DrivenRun>, StoreError> {
     let digest = &job.loaded.digest;
     let Some(mut claimed) = runner.claim_one(run_id, &job.spec, digest).await? else {
@@ -128,6 +134,11 @@ async fn drive_run(
             .step(claimed, &job.spec, &job.loaded, cancel.clone())
             .await?;
         passes += 1;
+        if let Some(on_pass) = on_pass
+            && let Some(now) = store.get_run(run_id).await?
+        {
+            on_pass(&now);
+        }
         let next_pass = matches!(step, Step::Requeued { delay } if delay.is_zero());
         if !next_pass || passes >= limits.max_passes || *cancel.borrow() {
             break step;

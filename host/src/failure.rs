@@ -31,11 +31,13 @@ pub enum FailureCode {
     TenantLimit,
     QuotaExceeded,
     PathRefused,
+    CancelledByOperator,
+    TenantDisabled,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 20] = [
+    pub const ALL: [(FailureCode, &'static str); 22] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -116,6 +118,14 @@ impl FailureCode {
             FailureCode::PathRefused,
             "a files call met a symbolic link (or a special file) under a local collection and was refused; the guest failed, and the operator was told",
         ),
+        (
+            FailureCode::CancelledByOperator,
+            "an operator cancelled the run: its lease moved on in the cancelling transaction, so nothing the attempt wrote afterwards committed; never retried",
+        ),
+        (
+            FailureCode::TenantDisabled,
+            "the run was not started: its tenant was disabled while it waited in the queue; recorded `skipped`",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -140,6 +150,8 @@ impl FailureCode {
             FailureCode::TenantLimit => "tenant_limit",
             FailureCode::QuotaExceeded => "quota_exceeded",
             FailureCode::PathRefused => "path_refused",
+            FailureCode::CancelledByOperator => "cancelled_by_operator",
+            FailureCode::TenantDisabled => "tenant_disabled",
         }
     }
 
@@ -164,6 +176,8 @@ impl FailureCode {
                 | FailureCode::TooManyDefers
                 | FailureCode::TenantLimit
                 | FailureCode::QuotaExceeded
+                | FailureCode::CancelledByOperator
+                | FailureCode::TenantDisabled
         )
     }
 }

@@ -219,10 +219,20 @@ async fn tenant_disabled(store: &Store, tenant: &str) -> Result<bool, StoreError
 }
 
 fn new_kick_run(record: &JobRecord, instance: &str, tenant: &str, trace: TraceParent) -> NewRun {
-    let payload = serde_json::from_str::<JobSpec>(&record.spec)
+    kick_run(
+        &record.name,
+        instance,
+        tenant,
+        job_payload(record),
+        Some(trace),
+    )
+}
+
+/// The payload a kick of the job queues its run with: its definition's.
+pub fn job_payload(record: &JobRecord) -> String {
+    serde_json::from_str::<JobSpec>(&record.spec)
         .map(|spec| spec.payload.to_string())
-        .unwrap_or_else(|_| "{}".into());
-    kick_run(&record.name, instance, tenant, payload, Some(trace))
+        .unwrap_or_else(|_| "{}".into())
 }
 
 /// Queues the run a `run_on_boot` job's new version owes (one per active tenant for a

@@ -224,6 +224,33 @@ impl Metrics {
         );
     }
 
+    /// An operator's action on a run (`cancel` or `retry`) through this host.
+    pub fn control(&self, action: &str, job: &str, tenant: &str) {
+        let labels = vec![
+            ("action", action.to_string()),
+            ("job", job.to_string()),
+            ("tenant", tenant.to_string()),
+        ];
+        self.add(
+            "jobhost_operator_actions_total",
+            "Runs cancelled and retried by operators through this host, by job and tenant.",
+            labels,
+            1.0,
+        );
+    }
+
+    /// An operator paused (`pause`) or resumed (`resume`) a job, tenant or lane through this
+    /// host; labelled `job`, `tenant` or `lane` with its name, so a view hides what it must.
+    pub fn pause_changed(&self, action: &str, scope: &'static str, name: &str) {
+        let labels = vec![("action", action.to_string()), (scope, name.to_string())];
+        self.add(
+            "jobhost_pause_changes_total",
+            "Pauses and resumes through this host, by what they named.",
+            labels,
+            1.0,
+        );
+    }
+
     pub fn report(&self, kind: &str, sink: &str, result: &str) {
         let labels = vec![
             ("kind", kind.to_string()),

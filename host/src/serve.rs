@@ -58,6 +58,8 @@ pub struct ServeConfig {
     pub stale: Duration,
     /// How long history is kept (none: for ever); pruned on the surveillance interval.
     pub retention: Option<Duration>,
+    /// The page links a run's trace here (`{trace_id}` replaced), if set.
+    pub trace_url: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +78,12 @@ pub struct Shared {
     pub draining: AtomicBool,
     /// The fleet's gauges as `/metrics` last read them, and when.
     pub gauges: tokio::sync::Mutex<Option<(Instant, Arc<Vec<crate::metrics::Gauge>>)>>,
+    /// This host's lanes and their workers.
+    pub lanes: BTreeMap<String, usize>,
+    /// The console's lane history and live pulse.
+    pub console: crate::http::Console,
+    /// Where a run's trace is shown (`ServeConfig::trace_url`).
+    pub trace_url: Option<String>,
 }
 
 impl Shared {
@@ -114,6 +122,9 @@ pub async fn serve(
         catalog: Arc::new(catalog),
         draining: AtomicBool::new(false),
         gauges: tokio::sync::Mutex::new(None),
+        lanes: config.lanes.clone(),
+        console: crate::http::Console::default(),
+        trace_url: config.trace_url.clone(),
     });
     let (stop_tx, stop) = watch::channel(false);
     let (cancel_tx, cancel) = watch::channel(false);
@@ -126,6 +137,12 @@ pub async fn serve(
         stop.clone(),
     ));
     loops.spawn(report_loop(shared.clone(), config.clone(), stop.clone()));
+    loops.spawn(crate::http::sample_loop(shared.clone(), stop.clone()));
+    loops.spawn(crate::http::pulse_loop(shared.clone(), stop.clone()));
+    loops.spawn(crate::controls::watch_cancels(
+        shared.app.runner.clone(),
+        stop.clone(),
+    ));
     loops.spawn(reload_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(collect_loop(shared.clone(), config.clone(), stop.clone()));
     if let Some(keep) = config.retention {
@@ -388,9 +405,10 @@ async fn dispatch(
         if want > 0 && may_claim {
             let terms = shared.terms(&lane.name);
             if !terms.is_empty() {
-                let claiming = shared.clone();
-                let claim =
-                    claims.spawn(async move { claiming.app.runner.claim(&terms, want).await });
+                let (claiming, lane_name) = (shared.clone(), lane.name.clone());
+                let claim = claims.spawn(async move {
+                    claiming.app.runner.claim(&lane_name, &terms, want).await
+                });
                 asks.insert(claim.id(), want);
                 asked += want;
                 continue;

@@ -1,8 +1,8 @@
 //! The JSON shapes of runs, attempts and jobs, shared by the CLI and the HTTP API.
 
 use crate::store::{
-    AttemptRecord, JobRecord, LeaseRecord, RunRecord, RunStatus, StepRecord, TenantRecord,
-    TokenRecord,
+    AttemptRecord, FileRecord, JobRecord, LeaseRecord, RunRecord, RunStatus, StepRecord,
+    TenantRecord, TokenRecord,
 };
 use serde_json::{Value, json};
 
@@ -97,6 +97,23 @@ fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
         "component_digest": run.component_digest,
         "host": run.host,
         "trace_id": run.trace().trace_id(),
+        "retry_of": run.retry_of,
+        "retried_by": run.retried_by,
+    })
+}
+
+/// The most attached objects a run's detail lists.
+pub const FILES_SHOWN: i64 = 100;
+
+/// An object a run attached.
+pub fn file(f: &FileRecord) -> Value {
+    json!({
+        "collection": f.collection,
+        "name": f.name,
+        "size": f.size,
+        "digest": f.digest,
+        "status": f.status,
+        "attached_at": time(f.created_at),
     })
 }
 
@@ -221,7 +238,7 @@ pub fn token(t: &TokenRecord) -> Value {
 /// that crashed). One place, so each API answer to a tenant goes through it.
 pub fn for_tenant(mut view: Value) -> Value {
     if let Some(object) = view.as_object_mut() {
-        for key in ["component", "host"] {
+        for key in ["component", "host", "pauses"] {
             object.remove(key);
         }
         // A per-tenant job's last success and lease are every tenant's children's: when
@@ -269,6 +286,7 @@ pub fn tenant_statuses(told: &str) -> Option<Vec<RunStatus>> {
         "succeeded" => vec![RunStatus::Succeeded],
         "failed" => vec![RunStatus::Failed, RunStatus::Crashed],
         "dropped" => vec![RunStatus::Skipped],
+        "cancelled" => vec![RunStatus::Cancelled],
         _ => return None,
     })
 }

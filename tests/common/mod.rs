@@ -436,6 +436,16 @@ impl Server {
         self.post_as(Some(&self.token), path, None).await
     }
 
+    pub async fn delete(&self, path: &str) -> (u16, serde_json::Value) {
+        let request = self.client.delete(format!("{}{path}", self.url));
+        let r = with_token(request, Some(&self.token))
+            .send()
+            .await
+            .expect("DELETE");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
     /// A GET with this bearer token, or none.
     pub async fn get_as(&self, token: Option<&str>, path: &str) -> (u16, serde_json::Value) {
         let request = self.client.get(format!("{}{path}", self.url));

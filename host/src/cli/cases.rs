@@ -324,7 +324,7 @@ async fn run_case(global: &Global, given: Given<'_>, spec: crate::job::JobSpec) 
             .payload_json()
             .unwrap_or_else(|| spec.payload.to_string());
         let payload = crate::job::validate_payload(&payload).map_err(|e| e.to_string())?;
-        let (run, last) = run_to_end(&app, &spec, payload, "default")
+        let (run, last) = run_to_end(&app, &spec, payload, "default", None)
             .await
             .map_err(|f| f.message)?;
         let mut rows = BTreeMap::new();

@@ -89,7 +89,18 @@ pub async fn drive(global: &Global, args: DriveArgs) -> Result<u8, Failure> {
         max_passes: args.max_passes,
         scan: args.scan.map_or(args.limit as usize * 20, |s| s as usize),
     };
-    let report = sweep(&app.store, &app.runner, &catalog, limits, cancel).await;
+    let progress = super::progress::Progress::new(args.json);
+    let on_pass = |run: &crate::store::RunRecord| progress.pass(run);
+    let report = sweep(
+        &app.store,
+        &app.runner,
+        &catalog,
+        limits,
+        cancel,
+        Some(&on_pass),
+    )
+    .await;
+    progress.finish();
     stopping.abort();
     app.runner.flush().await;
     app.store.close().await;

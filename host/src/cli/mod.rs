@@ -8,6 +8,7 @@ mod author;
 mod cases;
 mod drive;
 mod output;
+mod progress;
 mod run;
 mod runs;
 mod serve;
@@ -77,6 +78,18 @@ pub enum Command {
     /// Read run history.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// Stop claiming runs of a job, a tenant or a lane (queued runs wait; running ones
+    /// finish) until `host resume`.
+    #[command(subcommand)]
+    Pause(runs::PauseScope),
+    /// Claim runs of a paused job, tenant or lane again.
+    #[command(subcommand)]
+    Resume(runs::PauseScope),
+    /// What is paused.
+    Pauses {
+        #[arg(long)]
+        json: bool,
+    },
     /// List the registered jobs: schedule, next fire time, last success, lease.
     Jobs {
         #[arg(long)]
@@ -335,6 +348,9 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run::run(&cli.global, *args).await,
             Command::Serve(args) => serve::run_serve(&cli.global, *args).await,
             Command::Runs(cmd) => runs::runs(&cli.global, cmd).await,
+            Command::Pause(scope) => runs::pause(&cli.global, scope, true).await,
+            Command::Resume(scope) => runs::pause(&cli.global, scope, false).await,
+            Command::Pauses { json } => runs::pauses(&cli.global, json).await,
             Command::Jobs { json } => serve::jobs(&cli.global, json).await,
             Command::Kick {
                 job,

@@ -136,7 +136,10 @@ async fn run_once(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
             "reported runs whose host had stopped"
         );
     }
-    let (record, attempts) = run_to_end(&app, &spec, payload, &args.instance).await?;
+    let progress = super::progress::Progress::new(args.json);
+    let (record, attempts) =
+        run_to_end(&app, &spec, payload, &args.instance, Some(&progress)).await?;
+    progress.finish();
     app.store.close().await;
     output::run_result(&record, args.json);
     if !args.json
@@ -186,12 +189,14 @@ pub(super) async fn open_app(
 }
 
 /// Queues one run of `spec` and runs it here, pass after pass and retry after retry, to
-/// its end: the run, and its last attempt.
+/// its end: the run, and its last attempt. `progress` is shown each pass that leaves the
+/// run queued.
 pub(super) async fn run_to_end(
     app: &App,
     spec: &JobSpec,
     payload: String,
     instance: &str,
+    progress: Option<&super::progress::Progress>,
 ) -> Result<(RunRecord, Vec<AttemptRecord>), Failure> {
     let loaded = app.load(spec).await?;
     app.register(spec, &loaded, None).await?;
@@ -230,7 +235,14 @@ pub(super) async fn run_to_end(
             .step(claimed, spec, &loaded, cancel.clone())
             .await?
         {
-            Step::Requeued { delay: next } => delay = next,
+            Step::Requeued { delay: next } => {
+                delay = next;
+                if let Some(progress) = progress
+                    && let Some(now) = app.store.get_run(&run.id).await?
+                {
+                    progress.pass(&now);
+                }
+            }
             Step::GivenBack => delay = Duration::ZERO,
             Step::Finished { .. } | Step::Skipped | Step::Abandoned => break,
         }

@@ -1,7 +1,9 @@
-//! `host runs list` and `host runs show`.
+//! `host runs list`, `show`, `cancel` and `retry`; `host pause`, `resume` and `pauses`.
 
 use super::output;
 use super::{Failure, Global};
+use crate::controls::{Action, Actor, ControlError, Controls};
+use crate::metrics::Metrics;
 use crate::store::{RunFilter, RunStatus, Store};
 use crate::units::parse_duration;
 use crate::views::{self, time};
@@ -33,6 +35,55 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Cancel queued or running runs: by id, or every one a filter matches. A running
+    /// attempt is stopped and fenced: nothing it writes afterwards commits.
+    Cancel(ActionArgs),
+    /// Retry failed, crashed or cancelled runs now: by id, or every one a filter matches
+    /// (each run is retried once).
+    Retry(ActionArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ActionArgs {
+    /// The runs, by id.
+    ids: Vec<String>,
+    /// Instead of ids: every run of this job...
+    #[arg(long)]
+    job: Option<String>,
+    /// ... with this status ...
+    #[arg(long, value_parser = parse_status)]
+    status: Option<RunStatus>,
+    /// ... whose last failure code is this ...
+    #[arg(long)]
+    code: Option<String>,
+    /// ... of this tenant ...
+    #[arg(long)]
+    tenant: Option<String>,
+    /// ... created within this long, e.g. 1h.
+    #[arg(long, value_parser = parse_duration)]
+    since: Option<Duration>,
+    /// Act on what the filter matches; without it, only say how many runs that is.
+    #[arg(long)]
+    yes: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PauseScope {
+    Job { name: String },
+    Tenant { name: String },
+    Lane { name: String },
+}
+
+impl PauseScope {
+    fn parts(&self) -> (&'static str, &str) {
+        match self {
+            PauseScope::Job { name } => ("job", name),
+            PauseScope::Tenant { name } => ("tenant", name),
+            PauseScope::Lane { name } => ("lane", name),
+        }
+    }
 }
 
 fn parse_status(text: &str) -> Result<RunStatus, String> {
@@ -89,6 +140,8 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             }
             0
         }
+        RunsCommand::Cancel(args) => act(&store, Action::Cancel, args).await?,
+        RunsCommand::Retry(args) => act(&store, Action::Retry, args).await?,
         RunsCommand::Show { id, json } => {
             let Some(run) = store.get_run(&id).await? else {
                 return Err(Failure::usage(format!("no run with id {id:?}")));
@@ -125,4 +178,152 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
     };
     store.close().await;
     Ok(code)
+}
+
+/// A cancel or retry from the command line: by ids, or by filter (a preview without
+/// `--yes`). The serving host that runs a cancelled attempt stops it within
+/// `controls::CANCEL_POLL`; the fence holds from the cancel's commit.
+async fn act(store: &Store, action: Action, args: ActionArgs) -> Result<u8, Failure> {
+    let metrics = Metrics::default();
+    let controls = Controls {
+        store,
+        metrics: &metrics,
+        runner: None,
+    };
+    let operator = Actor { tenant: None };
+    let verb = match action {
+        Action::Cancel => "cancelled",
+        Action::Retry => "retried",
+    };
+    let filtered = args.job.is_some()
+        || args.status.is_some()
+        || args.code.is_some()
+        || args.tenant.is_some()
+        || args.since.is_some();
+    if args.ids.is_empty() != filtered {
+        return Err(Failure::usage(
+            "name the runs by id, or give a filter (--job, --status, --code, --tenant, --since), not both",
+        ));
+    }
+    if !args.ids.is_empty() {
+        let mut refused = 0;
+        let mut results = Vec::new();
+        for id in &args.ids {
+            let done = match action {
+                Action::Cancel => controls.cancel(operator, id).await.map(|run| (run, None)),
+                Action::Retry => controls
+                    .retry(operator, id)
+                    .await
+                    .map(|retry| (retry.run, Some(id.clone()))),
+            };
+            match done {
+                Ok((run, retry_of)) => {
+                    if args.json {
+                        results.push(
+                            serde_json::json!({"run": views::run(&run), "retry_of": retry_of}),
+                        );
+                    } else if let Some(original) = retry_of {
+                        println!("{original}: retried as {}", run.id);
+                    } else {
+                        println!("{}: {verb}", run.id);
+                    }
+                }
+                Err(ControlError::Store(e)) => return Err(e.into()),
+                Err(e) => {
+                    refused += 1;
+                    if args.json {
+                        results.push(serde_json::json!({"id": id, "error": e.to_string()}));
+                    } else {
+                        eprintln!("{e}");
+                    }
+                }
+            }
+        }
+        if args.json {
+            println!("{}", serde_json::Value::Array(results));
+        }
+        return Ok(u8::from(refused > 0));
+    }
+    if let Some(code) = &args.code
+        && crate::failure::FailureCode::parse(code).is_none()
+    {
+        return Err(Failure::usage(format!(
+            "{code:?} is not a failure code (`host codes` lists them)"
+        )));
+    }
+    let since = match args.since {
+        Some(d) => Some(store.now().await? - d.as_millis() as i64),
+        None => None,
+    };
+    let filter = RunFilter {
+        job: args.job,
+        statuses: args.status.into_iter().collect(),
+        tenant: args.tenant,
+        code: args.code,
+        since,
+        ..Default::default()
+    };
+    if !args.yes {
+        let count = controls.preview(action, &filter, i64::MAX).await?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"count": count, "confirmed": false})
+            );
+        } else {
+            println!("{count} runs match; add --yes to have them {verb}");
+        }
+        return Ok(0);
+    }
+    let mut total = 0;
+    loop {
+        let bulk = controls.apply(operator, action, &filter).await?;
+        total += bulk.done;
+        if !bulk.more || bulk.done == 0 {
+            break;
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::json!({"done": total}));
+    } else {
+        println!("{total} runs {verb}");
+    }
+    Ok(0)
+}
+
+/// `host pause`, `host resume`.
+pub async fn pause(global: &Global, scope: PauseScope, paused: bool) -> Result<u8, Failure> {
+    let (scope, name) = scope.parts();
+    let scope = crate::pause::validate(scope, name).map_err(|e| Failure::usage(e.to_string()))?;
+    let store = Store::open(&global.db_url(None)).await?;
+    let pauses = crate::pause::Pauses::new(store.clone());
+    let changed = if paused {
+        pauses.pause(scope, name).await?
+    } else {
+        pauses.resume(scope, name).await?
+    };
+    store.close().await;
+    let state = if paused { "paused" } else { "resumed" };
+    match changed {
+        true => println!("{} {name}: {state}", scope.as_str()),
+        false => println!("{} {name}: already {state}", scope.as_str()),
+    }
+    Ok(0)
+}
+
+/// `host pauses`.
+pub async fn pauses(global: &Global, json: bool) -> Result<u8, Failure> {
+    let store = Store::open(&global.db_url(None)).await?;
+    let (pauses, _) = store.pause_state().await?;
+    store.close().await;
+    if json {
+        println!("{}", serde_json::to_value(&pauses).expect("serialisable"));
+    } else if pauses.is_empty() {
+        println!("nothing is paused");
+    } else {
+        for p in &pauses {
+            println!("{:<7} {:<32} since {}", p.scope, p.name, time(p.paused_at));
+        }
+    }
+    Ok(0)
 }

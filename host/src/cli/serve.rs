@@ -84,6 +84,10 @@ pub struct ServeArgs {
     /// (its base URL: `/v1/traces` is added).
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    /// Where the page links a run's trace: a URL with `{trace_id}` in it, such as
+    /// `http://jaeger:16686/trace/{trace_id}`.
+    #[arg(long, env = "JOBHOST_TRACE_URL", value_parser = trace_url)]
+    pub trace_url: Option<String>,
     /// After downtime: `one` catch-up run per schedule, or `none`.
     #[arg(long, value_enum)]
     pub catch_up: Option<CatchUpArg>,
@@ -235,9 +239,22 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
         max_reruns: args.max_reruns,
         stale: args.attempts.lease_grace,
         retention: args.retention.or(host.retention),
+        trace_url: args.trace_url,
     };
     serve(app, catalog, config, shutdown_signal()).await?;
     Ok(0)
+}
+
+fn trace_url(text: &str) -> Result<String, String> {
+    let ok = (text.starts_with("http://") || text.starts_with("https://"))
+        && text.contains("{trace_id}")
+        && text.len() <= 512
+        && text.bytes().all(|b| b.is_ascii_graphic());
+    if ok {
+        Ok(text.to_string())
+    } else {
+        Err("use an http(s) URL with {trace_id} in it, at most 512 characters".into())
+    }
 }
 
 /// The connection cap, raised to the process's hard limit on file descriptors if the soft

@@ -42,6 +42,8 @@ pub type CancelToken = tokio::sync::watch::Receiver<bool>;
 pub struct AttemptSpec<'a> {
     pub loaded: &'a Loaded,
     pub cancel: CancelToken,
+    /// Set to `true` when an operator cancels the run: the attempt stops at once, for good.
+    pub stop: CancelToken,
     pub context: PassContext,
     pub memory: u64,
     pub fuel: Option<u64>,
@@ -148,7 +150,8 @@ impl Engine {
         let context = to_wit(spec.context);
         // A host call in flight at the deadline (or at cancellation) is cancelled by
         // dropping the call.
-        let mut cancel = spec.cancel;
+        let (mut cancel, mut stop) = (spec.cancel, spec.stop);
+        let mut stopped_by_operator = false;
         let called = tokio::select! {
             called = tokio::time::timeout_at(spec.deadline, async {
                 let job = spec.loaded.pre.instantiate_async(&mut store).await?;
@@ -157,6 +160,10 @@ impl Engine {
                     .await
             }) => Some(called),
             () = cancelled(&mut cancel) => None,
+            () = cancelled(&mut stop) => {
+                stopped_by_operator = true;
+                None
+            }
         };
         let fuel_used = if self.profile.fuel {
             fuel.saturating_sub(store.get_fuel().unwrap_or(0))
@@ -164,7 +171,7 @@ impl Engine {
             0
         };
         let state = store.data();
-        let result = classify(called, state, spec.deadline);
+        let result = classify(called, stopped_by_operator, state, spec.deadline);
         let (log_text, log_truncated) = log.contents();
         AttemptReport {
             result,
@@ -241,7 +248,7 @@ type Called = Option<
 /// How an attempt ended, as one fixed code: the only place that decides it.
 ///
 /// A pass's end the guest committed with its writes (`steps.commit-pass`) is fixed: it
-/// wins over whatever happened after. Otherwise a lost lease wins over everything
+/// wins over whatever happened after. Otherwise an operator's cancel, then a lost lease
 /// (nothing the attempt wrote committed); then a cancellation, then the deadline — also
 /// when it showed only as a host call cut off at the deadline that the guest then failed
 /// over (a statement interrupted by SQLite's progress handler or Postgres' statement
@@ -249,6 +256,7 @@ type Called = Option<
 /// traps; then what the guest returned.
 fn classify(
     called: Called,
+    stopped_by_operator: bool,
     state: &GuestState,
     deadline: Instant,
 ) -> Result<Outcome, AttemptFailure> {
@@ -264,6 +272,10 @@ fn classify(
             });
         }
         None => {}
+    }
+    // An operator's cancel moved the lease on: the cancel, not the loss it caused, is why.
+    if stopped_by_operator {
+        return Err(fail(FailureCode::CancelledByOperator, None));
     }
     // Whatever the guest returned, a lost lease means its writes did not commit.
     if state.signals.lease_lost {

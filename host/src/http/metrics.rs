@@ -62,9 +62,27 @@ async fn fleet_gauges(s: &Shared) -> Result<Arc<Vec<Gauge>>, ApiError> {
     queue_gauges(s, store, &mut gauges).await?;
     deferral_gauges(store, &mut gauges).await?;
     usage_gauges(s, &mut gauges).await?;
+    pause_gauges(s, &mut gauges).await?;
     let gauges = Arc::new(gauges);
     *cached = Some((Instant::now(), gauges.clone()));
     Ok(gauges)
+}
+
+/// What is paused, fleet-wide: one series per pause, labelled `job`, `tenant` or `lane`.
+async fn pause_gauges(s: &Shared, gauges: &mut Vec<Gauge>) -> Result<(), ApiError> {
+    let pauses = s.app.runner.pauses().current().await?;
+    for pause in &pauses.pauses {
+        let Some(scope) = crate::pause::Scope::parse(&pause.scope) else {
+            continue;
+        };
+        gauges.push(Gauge {
+            name: "jobhost_paused",
+            help: "Paused jobs, tenants and lanes (1 each): nothing of them is claimed.",
+            labels: vec![(scope.as_str(), pause.name.clone())],
+            value: 1.0,
+        });
+    }
+    Ok(())
 }
 
 /// Runs in the database by status and failure code (every status, 0 if none), and the

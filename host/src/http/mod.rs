@@ -15,6 +15,8 @@
 //! not well formed is ignored (the host starts a trace), never stored or echoed.
 
 mod auth;
+mod controls;
+mod dashboard;
 mod events;
 mod metrics;
 mod params;
@@ -30,7 +32,7 @@ use crate::views;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use params::{ApiPath, ApiQuery};
@@ -39,6 +41,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+pub use dashboard::{Console, pulse_loop, sample_loop};
 pub use server::{ConnectionLimits, serve_api};
 
 /// Most runs one page returns.
@@ -52,7 +55,20 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/jobs/{name}/kick", post(kick_job))
         .route("/jobs/{name}/runs", post(start_run))
         .route("/runs", get(list_runs))
+        .route("/runs/count", get(controls::count_runs))
+        .route("/runs/cancel", post(controls::cancel_matching))
+        .route("/runs/retry", post(controls::retry_matching))
         .route("/runs/{id}", get(get_run))
+        .route("/runs/{id}/cancel", post(controls::cancel_run))
+        .route("/runs/{id}/retry", post(controls::retry_run))
+        .route("/pauses", get(controls::list_pauses))
+        .route(
+            "/pauses/{scope}/{name}",
+            post(controls::pause).delete(controls::resume),
+        )
+        .route("/overview", get(dashboard::overview))
+        .route("/jobs/{name}/stats", get(dashboard::job_stats))
+        .route("/stream", get(dashboard::stream))
         .route("/reports", get(list_reports))
         .route("/events/{name}", post(events::emit))
         .route("/tenants", get(tenants::list).post(tenants::add))
@@ -65,7 +81,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
         ));
     Router::new()
         .route("/", get(page))
+        .route("/console/{file}", get(console_file))
         .route("/healthz", get(healthz))
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))
         .route("/.well-known/jwks.json", get(jwks))
@@ -74,6 +92,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
+#[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
     code: &'static str,
@@ -120,8 +139,51 @@ impl IntoResponse for ApiError {
 
 type ApiResult = Result<Json<Value>, ApiError>;
 
-async fn page() -> Html<&'static str> {
-    Html(include_str!("page.html"))
+/// The console's files, served by the host itself: no fonts, scripts or styles from
+/// anywhere else, which the content security policy enforces in the browser.
+const CONSOLE: [(&str, &str, &str); 3] = [
+    (
+        "console.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/console.js"),
+    ),
+    (
+        "charts.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/charts.js"),
+    ),
+    (
+        "console.css",
+        "text/css; charset=utf-8",
+        include_str!("console/console.css"),
+    ),
+];
+
+const CONSOLE_HEADERS: [(header::HeaderName, &str); 4] = [
+    (
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
+         connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    ),
+    (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    (header::REFERRER_POLICY, "no-referrer"),
+    (header::CACHE_CONTROL, "no-cache"),
+];
+
+async fn page() -> Response {
+    (CONSOLE_HEADERS, Html(include_str!("console/index.html"))).into_response()
+}
+
+async fn console_file(ApiPath(file): ApiPath<String>) -> Response {
+    match CONSOLE.iter().find(|(name, _, _)| *name == file) {
+        Some((_, content_type, body)) => (
+            CONSOLE_HEADERS,
+            [(header::CONTENT_TYPE, *content_type)],
+            *body,
+        )
+            .into_response(),
+        None => params::not_found().into_response(),
+    }
 }
 
 /// The public keys of per-attempt tokens, for the services `links` calls.
@@ -170,6 +232,7 @@ async fn list_jobs(
 ) -> ApiResult {
     let store = &s.app.store;
     let now = store.now().await?;
+    let pauses = s.app.runner.pauses().current().await?;
     let mut jobs = store.list_jobs().await?;
     jobs.retain(|job| job.per_tenant != 0 || who.sees(&job.tenant));
     let jobs: Vec<Value> = views::jobs(
@@ -178,9 +241,32 @@ async fn list_jobs(
         now,
     )
     .into_iter()
-    .map(|view| present(&who, view))
+    .map(|mut view| {
+        paused_view(&s, &pauses, &mut view);
+        present(&who, view)
+    })
     .collect();
     Ok(Json(json!({ "jobs": jobs })))
+}
+
+/// Adds a job view's lane and the pauses that hold its runs (a tenant is told whether
+/// its job is paused, not by whom: `pauses` names the operator's lanes and tenants).
+fn paused_view(s: &Shared, pauses: &crate::pause::PauseSet, view: &mut Value) {
+    let name = view["name"].as_str().unwrap_or_default().to_string();
+    let tenant = view["tenant"].as_str().unwrap_or_default().to_string();
+    let lane = s
+        .catalog
+        .get(&name)
+        .map(|j| j.spec.lane.clone())
+        .unwrap_or_else(|| crate::job::DEFAULT_LANE.to_string());
+    let holding: Vec<Value> = pauses
+        .holding(&name, &tenant, &lane)
+        .into_iter()
+        .map(|(scope, name)| json!({"scope": scope.as_str(), "name": name}))
+        .collect();
+    view["paused"] = (!holding.is_empty()).into();
+    view["pauses"] = holding.into();
+    view["lane"] = lane.into();
 }
 
 async fn get_job(
@@ -191,7 +277,10 @@ async fn get_job(
     let job = visible_job(&s, &who, &name).await?;
     let now = s.app.store.now().await?;
     let lease = s.app.store.get_lease(&name, kick::DEFAULT_INSTANCE).await?;
-    Ok(Json(present(&who, views::job(&job, lease.as_ref(), now))))
+    let pauses = s.app.runner.pauses().current().await?;
+    let mut view = views::job(&job, lease.as_ref(), now);
+    paused_view(&s, &pauses, &mut view);
+    Ok(Json(present(&who, view)))
 }
 
 fn unknown_job(name: &str) -> ApiError {
@@ -363,10 +452,20 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result
     serde_json::from_slice(body).map_err(|_| ApiError::invalid(shape))
 }
 
-#[derive(Deserialize)]
-struct RunsQuery {
+/// A run filter as the API takes it: the query string of `GET /runs` and `/runs/count`,
+/// and the `filter` of an action by filter.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunsQuery {
     job: Option<String>,
     status: Option<String>,
+    /// A failure code.
+    code: Option<String>,
+    /// The operator's only: a tenant's token sees its own runs.
+    tenant: Option<String>,
+    instance: Option<String>,
+    /// Text the last error contains, in any case.
+    q: Option<String>,
     /// RFC 3339 time, or a duration back from now (`1h`).
     since: Option<String>,
     until: Option<String>,
@@ -374,6 +473,9 @@ struct RunsQuery {
     /// The `next` token of the previous page.
     before: Option<String>,
 }
+
+/// Longest text `q` searches the last errors for.
+const MAX_SEARCH: usize = 200;
 
 fn parse_time(text: &str, now: i64, field: &str) -> Result<i64, ApiError> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
@@ -400,17 +502,56 @@ fn statuses(who: &Principal, text: &str) -> Result<Vec<RunStatus>, ApiError> {
     found.ok_or_else(|| ApiError::invalid(format!("unknown status {text:?}")))
 }
 
-async fn list_runs(
-    State(s): State<Arc<Shared>>,
-    Extension(who): Extension<Principal>,
-    ApiQuery(q): ApiQuery<RunsQuery>,
-) -> ApiResult {
+/// The filter `q` stands for, as `who` may use it: every part checked before any query.
+pub(crate) async fn run_filter(
+    s: &Shared,
+    who: &Principal,
+    q: RunsQuery,
+) -> Result<RunFilter, ApiError> {
     let job = params::job_filter(q.job)?;
     let now = s.app.store.now().await?;
     let statuses = match q.status.as_deref() {
-        Some(text) => statuses(&who, text)?,
+        Some(text) => statuses(who, text)?,
         None => Vec::new(),
     };
+    let code = q
+        .code
+        .map(|code| match crate::failure::FailureCode::parse(&code) {
+            Some(known) => Ok(known.as_str().to_string()),
+            None => Err(ApiError::invalid(format!(
+                "code: {code:?} is not a failure code (`host codes` lists them)"
+            ))),
+        })
+        .transpose()?;
+    let tenant = match who.tenant() {
+        Some(own) => Some(own.to_string()),
+        None => q
+            .tenant
+            .map(|t| match params::is_tenant_name(&t) {
+                true => Ok(t),
+                false => Err(ApiError::invalid("tenant: use a tenant name")),
+            })
+            .transpose()?,
+    };
+    let instance = q
+        .instance
+        .map(|i| {
+            crate::job::validate_instance(&i)
+                .map(|()| i)
+                .map_err(|e| ApiError::invalid(e.to_string()))
+        })
+        .transpose()?;
+    let error_text =
+        q.q.filter(|text| !text.is_empty())
+            .map(
+                |text| match text.chars().count() <= MAX_SEARCH && !text.contains('\0') {
+                    true => Ok(text),
+                    false => Err(ApiError::invalid(format!(
+                        "q: search for at most {MAX_SEARCH} characters of text"
+                    ))),
+                },
+            )
+            .transpose()?;
     let before = q
         .before
         .as_deref()
@@ -424,28 +565,37 @@ async fn list_runs(
                 })
         })
         .transpose()?;
-    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
-    let runs = s
-        .app
-        .store
-        .list_runs(&RunFilter {
-            job,
-            statuses,
-            tenant: who.tenant().map(str::to_string),
-            since: q
-                .since
-                .as_deref()
-                .map(|t| parse_time(t, now, "since"))
-                .transpose()?,
-            until: q
-                .until
-                .as_deref()
-                .map(|t| parse_time(t, now, "until"))
-                .transpose()?,
-            before,
-            limit,
-        })
-        .await?;
+    Ok(RunFilter {
+        job,
+        statuses,
+        tenant,
+        since: q
+            .since
+            .as_deref()
+            .map(|t| parse_time(t, now, "since"))
+            .transpose()?,
+        until: q
+            .until
+            .as_deref()
+            .map(|t| parse_time(t, now, "until"))
+            .transpose()?,
+        code,
+        instance,
+        error_text,
+        unretried: false,
+        before,
+        limit: q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE),
+    })
+}
+
+async fn list_runs(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiQuery(q): ApiQuery<RunsQuery>,
+) -> ApiResult {
+    let filter = run_filter(&s, &who, q).await?;
+    let limit = filter.limit;
+    let runs = s.app.store.list_runs(&filter).await?;
     let next = (runs.len() as i64 == limit)
         .then(|| runs.last().map(|r| format!("{}_{}", r.created_at, r.id)))
         .flatten();
@@ -479,10 +629,14 @@ async fn get_run(
         .list_attempts(&id, views::ATTEMPTS_SHOWN)
         .await?;
     let steps = s.app.store.run_steps(&id).await?;
-    Ok(Json(present(
-        &who,
-        views::run_detail(&run, &attempts, &steps),
-    )))
+    let files = s.app.store.run_files(&id, views::FILES_SHOWN).await?;
+    let mut detail = views::run_detail(&run, &attempts, &steps);
+    detail["files"] = files.iter().map(views::file).collect();
+    detail["trace_url"] = match (&s.trace_url, detail["trace_id"].as_str()) {
+        (Some(template), Some(id)) => template.replace("{trace_id}", id).into(),
+        _ => Value::Null,
+    };
+    Ok(Json(present(&who, detail)))
 }
 
 #[derive(Deserialize)]

@@ -247,7 +247,9 @@ impl Loop {
 }
 
 /// The ending again, now that the lease is known lost: whatever the attempt returned, the
-/// loss is recorded — on the attempt as on the run, one ending, one code.
+/// loss is recorded — on the attempt as on the run, one ending, one code. An attempt an
+/// operator's cancel stopped lost its lease to that cancel, which ended the run: it keeps
+/// its code.
 fn lease_lost(pending: Pending) -> Pending {
     let Pending {
         mut handover,
@@ -256,6 +258,21 @@ fn lease_lost(pending: Pending) -> Pending {
     } = pending;
     let code = FailureCode::LeaseLost;
     let recording = &mut handover.recording;
+    let cancelled = FailureCode::CancelledByOperator.as_str();
+    if recording
+        .attempt
+        .as_ref()
+        .is_some_and(|a| a.code == Some(cancelled))
+    {
+        if let RunChange::Finish { require_lease, .. } = &mut recording.change {
+            *require_lease = false;
+        }
+        return Pending {
+            handover,
+            second: true,
+            reply,
+        };
+    }
     if let Some(a) = &mut recording.attempt {
         a.status = "failed";
         a.outcome = None;

@@ -10,6 +10,7 @@
 
 pub mod backoff;
 mod finisher;
+mod interrupts;
 
 use crate::capability::db::DbSession;
 use crate::capability::files::FilesSession;
@@ -25,6 +26,7 @@ use crate::job::JobSpec;
 use crate::lease::LeaseTerms;
 use crate::links::{Caller, Links};
 use crate::metrics::Metrics;
+use crate::pause::Pauses;
 use crate::quota::{OverQuota, QuotaBook, Quotas};
 use crate::store::guest::{Access, Fence, GuestDb};
 use crate::store::{
@@ -33,6 +35,7 @@ use crate::store::{
 };
 pub use finisher::Concluding;
 use finisher::{Finisher, Handover};
+pub use interrupts::Interrupts;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +106,8 @@ pub struct Runner {
     links: Arc<Links>,
     finisher: Finisher,
     quotas: QuotaBook,
+    interrupts: Interrupts,
+    pauses: Pauses,
 }
 
 /// A claimed run without a lease, resolved.
@@ -134,6 +139,8 @@ impl Runner {
         );
         Runner {
             quotas: QuotaBook::new(settings.quotas.clone(), store.clone()),
+            interrupts: Interrupts::default(),
+            pauses: Pauses::new(store.clone()),
             store,
             engine,
             guest_db,
@@ -163,6 +170,16 @@ impl Runner {
         &self.quotas
     }
 
+    /// The attempts running on this host, for an operator's cancel to stop.
+    pub fn interrupts(&self) -> &Interrupts {
+        &self.interrupts
+    }
+
+    /// What is paused and which tenants are disabled, as this host's claims see it.
+    pub fn pauses(&self) -> &Pauses {
+        &self.pauses
+    }
+
     /// The terms this host starts attempts of `spec`'s job under.
     pub fn terms(&self, spec: &JobSpec, digest: &str) -> AttemptTerms {
         self.settings
@@ -172,18 +189,32 @@ impl Runner {
 
     /// Claims, leases and starts up to `limit` due runs of the jobs in `terms`, passing
     /// over the runs of tenants whose quota holds them.
+    ///
+    /// Nothing of a paused job, tenant or `lane` is claimed: a pause reaches this host's
+    /// claims once [`Pauses`] has read it (at once for a pause made through this host).
     pub async fn claim(
         &self,
+        lane: &str,
         terms: &BTreeMap<String, AttemptTerms>,
         limit: usize,
     ) -> Result<Vec<Claimed>, StoreError> {
-        let paused = self.quotas.over(OverQuota::Wait).await?;
+        let pauses = self.pauses.current().await?;
+        if pauses.lane(lane) {
+            return Ok(Vec::new());
+        }
+        let mut unpaused = terms.clone();
+        unpaused.retain(|job, _| !pauses.job(job));
+        if unpaused.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut paused = self.quotas.over(OverQuota::Wait).await?;
+        paused.extend(pauses.paused_tenants());
         self.store
             .claim_runs(&ClaimRequest {
                 host: &self.host_id,
                 limit: i64::try_from(limit).unwrap_or(i64::MAX),
                 run_id: None,
-                terms,
+                terms: &unpaused,
                 paused: &paused,
             })
             .await
@@ -234,8 +265,15 @@ impl Runner {
             stamped_after,
         } = claimed;
         let lease = lease.expect("resolved to a leased claim");
+        if self.pauses.current().await?.tenant_disabled(&run.tenant) {
+            return self
+                .not_started(run, spec, lease, FailureCode::TenantDisabled)
+                .await;
+        }
         if self.quotas.fails(&run.tenant).await? {
-            return self.over_quota(run, spec, lease).await;
+            return self
+                .not_started(run, spec, lease, FailureCode::QuotaExceeded)
+                .await;
         }
         let timeout = spec.limits.timeout;
         // Never later than the database's deadline, however long the run waited for a
@@ -252,10 +290,12 @@ impl Runner {
             // only the run's end is left to record, and the guest is not run again.
             AttemptReport::committed_done()
         } else {
+            let (_registered, stop) = self.interrupts.register(&run.id, &spec.lane);
             self.engine
                 .run_attempt(AttemptSpec {
                     loaded,
                     cancel,
+                    stop,
                     context: pass_context(&run, attempt),
                     memory: spec.limits.memory,
                     fuel: spec.limits.fuel,
@@ -302,16 +342,18 @@ impl Runner {
             .await
     }
 
-    /// Ends a run whose tenant is over a quota with policy `fail`, without running it:
-    /// `failed` with code `quota_exceeded`, reported.
-    async fn over_quota(
+    /// Ends a claimed run without running it, reported: its tenant is over a quota with
+    /// policy `fail` (`failed`, `quota_exceeded`), or was disabled while the run waited
+    /// (`skipped`, `tenant_disabled`).
+    async fn not_started(
         &self,
         run: RunRecord,
         spec: &JobSpec,
         lease: Lease,
+        code: FailureCode,
     ) -> Result<Concluding, StoreError> {
         let decided = Decided::Finish {
-            failure: Failure::code(FailureCode::QuotaExceeded),
+            failure: Failure::code(code),
             failures: run.failures,
             counters: None,
         };
@@ -321,8 +363,8 @@ impl Runner {
             job = %run.job,
             run_id = %run.id,
             tenant = %run.tenant,
-            code = "quota_exceeded",
-            "run not started: its tenant is over its quota"
+            code = code.as_str(),
+            "run not started"
         );
         self.hand_over(run, spec, lease, None, change, until).await
     }
@@ -605,11 +647,13 @@ impl Runner {
                 failures,
                 counters,
             } => {
-                let status = if failure.code.is_some() {
-                    RunStatus::Failed
-                } else {
-                    RunStatus::Succeeded
+                let status = match failure.code {
+                    None => RunStatus::Succeeded,
+                    Some(FailureCode::CancelledByOperator) => RunStatus::Cancelled,
+                    Some(FailureCode::TenantDisabled) => RunStatus::Skipped,
+                    Some(_) => RunStatus::Failed,
                 };
+
                 RunChange::Finish {
                     require_lease,
                     status,
@@ -632,10 +676,10 @@ impl Runner {
 
 /// The report a failed run's ending writes.
 fn report_about(run: &RunRecord, code: FailureCode) -> NewReport {
-    let kind = if code == FailureCode::LeaseLost {
-        ReportKind::LeaseLost
-    } else {
-        ReportKind::RunFailed
+    let kind = match code {
+        FailureCode::LeaseLost => ReportKind::LeaseLost,
+        FailureCode::CancelledByOperator => ReportKind::Cancelled,
+        _ => ReportKind::RunFailed,
     };
     NewReport::about_run(kind, run, code)
 }

@@ -68,6 +68,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     19 => "0019_replaced_files_count_until_collected",
     20 => "0020_crashed_runs_hand_their_ledger_on",
     21 => "0021_backlogs_claimed_in_the_order_they_were_queued",
+    22 => "0022_operator_controls",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -91,6 +92,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     19 => "0019_replaced_files_count_until_collected",
     20 => "0020_crashed_runs_hand_their_ledger_on",
     21 => "0021_backlogs_claimed_in_the_order_they_were_queued",
+    22 => "0022_operator_controls",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

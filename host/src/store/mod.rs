@@ -27,6 +27,8 @@ pub mod scratch;
 pub mod sqlite_guest;
 mod sqlite_writer;
 mod tenants;
+#[macro_use]
+mod controls;
 
 pub use attempts::{
     AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Recorded, Recording, RunChange,
@@ -35,6 +37,8 @@ pub use connect::claim_for_serving;
 #[cfg(test)]
 pub(crate) use connect::open_sqlite;
 pub(crate) use connect::sqlite_options;
+use controls::FilterBinds;
+pub use controls::{CancelRequest, RetryRequest};
 use error_class::describe_sqlite;
 pub use error_class::{ErrorClass, describe};
 use pool::Exclusive;
@@ -380,21 +384,27 @@ impl Store {
             Some((created, id)) => (Some(*created), Some(id.as_str())),
             None => (None, None),
         };
-        let statuses = (!filter.statuses.is_empty()).then(|| {
-            let names: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
-            serde_json::to_string(&names).expect("statuses serialise")
-        });
-        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
-            .bind(filter.job.as_deref())
-            .bind(statuses.as_deref())
-            .bind(filter.since)
-            .bind(filter.until)
+        let filtered = FilterBinds::of(filter);
+        Ok(
+            with_pool!(self.reader, p => bind_filter!(sqlx::query_as(q.as_str()), filtered)
             .bind(after_created)
             .bind(after_id)
             .bind(filter.limit)
-            .bind(filter.tenant.as_deref())
             .fetch_all(p)
-            .await?))
+            .await?),
+        )
+    }
+
+    /// How many runs `filter` matches (its paging aside), counted up to `cap`.
+    pub async fn count_matching_runs(&self, filter: &RunFilter, cap: i64) -> Result<i64> {
+        let q = &self.q.count_matching_runs;
+        let filtered = FilterBinds::of(filter);
+        Ok(
+            with_pool!(self.reader, p => bind_filter!(sqlx::query_scalar(q.as_str()), filtered)
+            .bind(cap)
+            .fetch_one(p)
+            .await?),
+        )
     }
 
     /// How many runs there are, by status and last failure code (empty for none).
@@ -906,7 +916,7 @@ where
         .bind(run.trace_parent.map(|t| t.to_string()))
 }
 
-fn bind_report<'q, DB>(
+pub(super) fn bind_report<'q, DB>(
     query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
     report: &'q NewReport,
 ) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>

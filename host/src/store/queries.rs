@@ -82,7 +82,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
     counters, attempts, failures, generation, host, last_code, last_error, component_digest, \
     scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at, \
-    work_done, defers, trace_parent, resumed_by";
+    work_done, defers, trace_parent, resumed_by, retry_of, retried_by";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
     next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant, \
@@ -180,9 +180,20 @@ const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM jobhost_leases WHERE {fence_matc
 const PARKED: &str = "EXISTS (SELECT 1 FROM jobhost_runs h WHERE h.id = jobhost_leases.holder \
     AND h.status = 'queued' AND h.origin <> 'manual' AND h.generation = jobhost_leases.generation)";
 
+/// The run listing's filter: job `$1`, statuses `$2` (a JSON array), created in [`$3`,
+/// `$4`), tenant `$5`, last code `$6`, instance `$7`, last error containing `$8` (a `LIKE`
+/// pattern of lower-case text), and with `$9` = 1 only runs no operator retried yet.
+const RUN_FILTER: &str = "($1 IS NULL OR job = $1) AND ($2 IS NULL OR status IN {json_strings_2}) \
+    AND ($3 IS NULL OR created_at >= $3) AND ($4 IS NULL OR created_at < $4) \
+    AND ($5 IS NULL OR tenant = $5) AND ($6 IS NULL OR last_code = $6) \
+    AND ($7 IS NULL OR instance = $7) \
+    AND ($8 IS NULL OR lower(last_error) LIKE $8 ESCAPE '\\') \
+    AND ($9 = 0 OR retried_by IS NULL)";
+
 impl Dialect {
     fn render(&self, template: &str) -> String {
         template
+            .replace("{run_filter}", RUN_FILTER)
             .replace("{lease_held}", LEASE_HELD)
             .replace("{parked}", PARKED)
             .replace("{sequential_free}", SEQUENTIAL_FREE)
@@ -301,12 +312,13 @@ queries! {
         FROM jobhost_attempts a JOIN jobhost_runs r ON r.id = a.run_id \
         WHERE a.finished_at > {now} - $1 GROUP BY r.tenant ORDER BY r.tenant";
     get_run = "SELECT {run_columns} FROM jobhost_runs WHERE id = $1";
-    list_runs = "SELECT {run_columns} FROM jobhost_runs \
-        WHERE ($1 IS NULL OR job = $1) AND ($2 IS NULL OR status IN {json_strings_2}) \
-        AND ($3 IS NULL OR created_at >= $3) AND ($4 IS NULL OR created_at < $4) \
-        AND ($5 IS NULL OR created_at < $5 OR (created_at = $5 AND id < $6)) \
-        AND ($8 IS NULL OR tenant = $8) \
-        ORDER BY created_at DESC, id DESC LIMIT $7";
+    // Newest first, a page after the run created at `$10` with id `$11`, `$12` of them.
+    list_runs = "SELECT {run_columns} FROM jobhost_runs WHERE {run_filter} \
+        AND ($10 IS NULL OR created_at < $10 OR (created_at = $10 AND id < $11)) \
+        ORDER BY created_at DESC, id DESC LIMIT $12";
+    // How many runs the filter matches, counted up to `$10`.
+    count_matching_runs = "SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_runs WHERE {run_filter} \
+        LIMIT $10) c";
     count_runs = "SELECT status, COALESCE(last_code, ''), COUNT(*) FROM jobhost_runs \
         GROUP BY status, COALESCE(last_code, '')";
     skip_run = "UPDATE jobhost_runs SET status = 'skipped', last_error = $2, \
@@ -414,6 +426,70 @@ queries! {
         deadline_at = {now}, expires_at = {now}, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND holder = $3";
     count_reruns = "SELECT COUNT(*) FROM jobhost_runs WHERE rerun_of = $1";
+    // The operator's controls (migration 0022).
+    list_pauses = "SELECT scope, name, paused_at FROM jobhost_pauses ORDER BY scope, name";
+    pause = "INSERT INTO jobhost_pauses (scope, name, paused_at) VALUES ($1, $2, {now}) \
+        ON CONFLICT (scope, name) DO NOTHING";
+    unpause = "DELETE FROM jobhost_pauses WHERE scope = $1 AND name = $2";
+    // The attempt a cancelled run was running, recorded as the cancel found it; the
+    // attempt's own ending, if its host records one, completes the row.
+    record_cancelled_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, \
+        generation, host, status, code, log, log_truncated, started_at, finished_at) \
+        SELECT id, attempts, pass, failures + 1, generation, COALESCE(host, ''), 'failed', \
+        'cancelled_by_operator', '', 0, updated_at, {now} FROM jobhost_runs \
+        WHERE id = $1 AND status = 'running' AND generation IS NOT NULL AND attempts > 0 \
+        ON CONFLICT (run_id, seq) DO NOTHING";
+    // Only a queued or running run of tenant `$2` (any, if null) is cancelled.
+    cancel_run = "UPDATE jobhost_runs SET status = 'cancelled', \
+        last_code = 'cancelled_by_operator', finished_at = {now}, updated_at = {now} \
+        WHERE id = $1 AND status IN ('queued', 'running') AND ($2 IS NULL OR tenant = $2) \
+        RETURNING {run_columns}";
+    // The cancelled run's lease, if it holds it: released and moved to the next
+    // generation, with its deadline now, so no write of the attempt commits afterwards.
+    fence_off_lease = "UPDATE jobhost_leases SET generation = generation + 1, holder = NULL, \
+        pending = 0, deadline_at = {now}, expires_at = {now}, updated_at = {now} \
+        WHERE job = $1 AND instance = $2 AND holder = $3";
+    // A retry: the original names it, once, if it ended failed, crashed or cancelled and
+    // belongs to tenant `$3` (any, if null).
+    mark_retried = "UPDATE jobhost_runs SET retried_by = $2, updated_at = {now} \
+        WHERE id = $1 AND retried_by IS NULL AND status IN ('failed', 'crashed', 'cancelled') \
+        AND ($3 IS NULL OR tenant = $3)";
+    // The retry resumes where the original's last committed pass left it: its pass and
+    // counters (the cursor comes with the new run), and, below, the pass's ledger.
+    resume_retry = "UPDATE jobhost_runs SET retry_of = $2, (pass, counters, work_done) = \
+        (SELECT pass, counters, work_done FROM jobhost_runs WHERE id = $2) WHERE id = $1 \
+        RETURNING {run_columns}";
+    // The console (`http::dashboard`). Runs created since `$1` that ended, by status and by
+    // when they ended, in buckets of `$2` ms; of tenant `$3` (any, if null). Read by the
+    // creation index: a run created before the window is not counted.
+    ended_by_bucket = "SELECT CAST(COALESCE(finished_at, created_at) / $2 AS BIGINT) * $2 AS t, \
+        status, COUNT(*) FROM jobhost_runs WHERE created_at >= $1 \
+        AND status NOT IN ('queued', 'running') AND ($3 IS NULL OR tenant = $3) \
+        GROUP BY 1, 2 ORDER BY 1, 2";
+    // Failed and crashed runs created since `$1`, by job and code, most first.
+    failures_by_job = "SELECT job, COALESCE(last_code, ''), COUNT(*), MAX(COALESCE(finished_at, \
+        created_at)) FROM jobhost_runs WHERE created_at >= $1 AND status IN ('failed', 'crashed') \
+        AND ($2 IS NULL OR tenant = $2) GROUP BY job, COALESCE(last_code, '') \
+        ORDER BY 3 DESC, 1 LIMIT 50";
+    // The ended runs of job `$1` created since `$2` (of tenant `$3`), newest first, `$4` at
+    // most: when each ended, its status and how long it ran.
+    job_endings = "SELECT COALESCE(finished_at, created_at), status, \
+        CASE WHEN started_at IS NULL OR finished_at IS NULL THEN NULL \
+            ELSE finished_at - started_at END \
+        FROM jobhost_runs WHERE job = $1 AND created_at >= $2 \
+        AND status NOT IN ('queued', 'running') AND ($3 IS NULL OR tenant = $3) \
+        ORDER BY created_at DESC LIMIT $4";
+    // Queued and running runs, and the newest run's creation: what the console's live
+    // updates watch.
+    live_counts = "SELECT \
+        (SELECT COUNT(*) FROM jobhost_runs WHERE status = 'queued'), \
+        (SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running'), \
+        (SELECT COALESCE(MAX(created_at), 0) FROM jobhost_runs)";
+    // The objects run `$1` attached that its names still point at, the latest first.
+    run_files = "SELECT {file_columns} FROM jobhost_files WHERE run_id = $1 \
+        ORDER BY created_at DESC, collection, name LIMIT $2";
+    // The ids of running runs among `$1` that are cancelled (a host's attempts to stop).
+    cancelled_among = "SELECT id FROM jobhost_runs WHERE id IN {json_ids} AND status = 'cancelled'";
     // Retention: finished runs created before the cut-off, oldest first (never a queued or
     // running one), then their attempts, ledgers and rows; delivered reports.
     old_runs = "SELECT id FROM jobhost_runs WHERE created_at < {now} - $1 \

@@ -11,16 +11,19 @@ pub enum RunStatus {
     Failed,
     Skipped,
     Crashed,
+    /// Ended by an operator's cancel (code `cancelled_by_operator`).
+    Cancelled,
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 6] = [
+    pub const ALL: [RunStatus; 7] = [
         RunStatus::Queued,
         RunStatus::Running,
         RunStatus::Succeeded,
         RunStatus::Failed,
         RunStatus::Skipped,
         RunStatus::Crashed,
+        RunStatus::Cancelled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -31,6 +34,7 @@ impl RunStatus {
             RunStatus::Failed => "failed",
             RunStatus::Skipped => "skipped",
             RunStatus::Crashed => "crashed",
+            RunStatus::Cancelled => "cancelled",
         }
     }
 
@@ -61,6 +65,8 @@ pub enum Origin {
     Event,
     /// The first registration of a new version of a `run_on_boot` job.
     Boot,
+    /// An operator's retry of an ended run (`retry_of` names it).
+    Retry,
 }
 
 impl Origin {
@@ -73,6 +79,7 @@ impl Origin {
             Origin::Start => "start",
             Origin::Event => "event",
             Origin::Boot => "boot",
+            Origin::Retry => "retry",
         }
     }
 }
@@ -114,8 +121,12 @@ crate::record! {
         /// A crashed run's rerun, which took its ledger (migration 0020). Not read by claims,
         /// whose runs are running.
         pub resumed_by: Option<String>,
+        /// The run this one retries (an operator's retry, migration 0022).
+        pub retry_of: Option<String>,
+        /// The retry an operator queued of this run, once.
+        pub retried_by: Option<String>,
     }
-    missing_as_default: resumed_by
+    missing_as_default: resumed_by, retry_of, retried_by
 }
 
 impl RunRecord {
@@ -343,6 +354,8 @@ pub enum ReportKind {
     Dropped,
     /// A path under a local collection that the host refused to follow.
     PathRefused,
+    /// An operator cancelled a run.
+    Cancelled,
 }
 
 impl ReportKind {
@@ -354,6 +367,7 @@ impl ReportKind {
             ReportKind::LeaseLost => "lease_lost",
             ReportKind::Dropped => "dropped",
             ReportKind::PathRefused => "path_refused",
+            ReportKind::Cancelled => "cancelled",
         }
     }
 }
@@ -435,9 +449,26 @@ pub struct RunFilter {
     pub tenant: Option<String>,
     pub since: Option<i64>,
     pub until: Option<i64>,
+    /// Only runs whose last failure code is this.
+    pub code: Option<String>,
+    pub instance: Option<String>,
+    /// Only runs whose last error contains this text, in any case.
+    pub error_text: Option<String>,
+    /// Only runs no operator retried yet (a bulk retry sent twice retries each once).
+    pub unretried: bool,
     /// Keyset paging: only runs older than this (created_at, id).
     pub before: Option<(i64, String)>,
     pub limit: i64,
+}
+
+crate::record! {
+    /// A pause of a job, a tenant or a lane (`jobhost_pauses`).
+    #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+    pub struct PauseRecord {
+        pub scope: String,
+        pub name: String,
+        pub paused_at: i64,
+    }
 }
 
 crate::record! {

@@ -761,6 +761,8 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         defers: row.get("defers")?,
         trace_parent: row.get("trace_parent")?,
         resumed_by: row.get("resumed_by")?,
+        retry_of: row.get("retry_of")?,
+        retried_by: row.get("retried_by")?,
     })
 }
 

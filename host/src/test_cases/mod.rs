@@ -361,6 +361,8 @@ mod tests {
             defers: 0,
             trace_parent: None,
             resumed_by: None,
+            retry_of: None,
+            retried_by: None,
         }
     }
 

@@ -1,0 +1,361 @@
+//! The operator's controls on runs: cancel and retry now, one run or every run a filter
+//! matches. The rules live here; the rows are written by `store::controls`, each action
+//! one transaction per run, and the API, the CLI and the page all come through here.
+//!
+//! - **Cancel** a queued or running run: it ends `cancelled` (code
+//!   `cancelled_by_operator`), reported once, never retried. Its lease moves on in the
+//!   cancelling transaction, so an attempt still running — on any host, frozen or not —
+//!   can commit nothing afterwards; the host running it stops it at once
+//!   ([`watch_cancels`]). A kick it had pending is queued, as at any run's end. On
+//!   SQLite a guest's open write transaction holds the file's one write lock: a cancel
+//!   through the host running the attempt stops it first (its transaction rolls back); a
+//!   cancel from another process waits for that transaction to end (it is bounded by the
+//!   host's transaction bound), and what it committed before the cancel stays.
+//! - **Retry** a failed, crashed or cancelled run (a timeout is a failed run): a new run
+//!   with the same payload, `retry_of` the original, resuming its last committed pass.
+//!   A run is retried at most once, so a bulk retry sent twice changes nothing the second
+//!   time.
+//! - **By filter**: at most [`BULK_MAX`] runs per call, each in its own transaction, and
+//!   the answer says whether more match; a call repeated after a failure touches only
+//!   what is still to do.
+
+use crate::failure::FailureCode;
+use crate::metrics::Metrics;
+use crate::runner::{Runner, new_run_id};
+use crate::store::{
+    CancelRequest, NewReport, NewRun, Origin, ReportKind, RetryRequest, RunFilter, RunRecord,
+    RunStatus, Store, StoreError,
+};
+use std::time::Duration;
+
+/// Most runs one action by filter touches; the caller repeats while `more`.
+pub const BULK_MAX: i64 = 1000;
+/// How often a serving host asks whether a run it is running was cancelled elsewhere.
+pub const CANCEL_POLL: Duration = Duration::from_millis(250);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("no run with id {0:?}")]
+    UnknownRun(String),
+    #[error("run {id} is {status}: only a queued or running run can be cancelled")]
+    NotCancellable { id: String, status: String },
+    #[error("run {id} is {status}: only a failed, crashed or cancelled run can be retried")]
+    NotRetryable { id: String, status: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Who acts: the operator (every run) or a tenant (its own runs only; another's do not
+/// exist for it).
+#[derive(Debug, Clone, Copy)]
+pub struct Actor<'a> {
+    pub tenant: Option<&'a str>,
+}
+
+impl Actor<'_> {
+    fn sees(&self, run: &RunRecord) -> bool {
+        self.tenant.is_none_or(|own| own == run.tenant)
+    }
+}
+
+/// A retry queued now, or the one queued before.
+#[derive(Debug)]
+pub struct Retry {
+    pub run: RunRecord,
+    pub already: bool,
+}
+
+/// What an action by filter did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Bulk {
+    pub done: i64,
+    /// More runs match: call again.
+    pub more: bool,
+}
+
+pub struct Controls<'a> {
+    pub store: &'a Store,
+    pub metrics: &'a Metrics,
+    /// This host's runner, to stop an attempt running here at once.
+    pub runner: Option<&'a Runner>,
+}
+
+impl Controls<'_> {
+    async fn visible_run(&self, who: Actor<'_>, id: &str) -> Result<RunRecord, ControlError> {
+        match self.store.get_run(id).await? {
+            Some(run) if who.sees(&run) => Ok(run),
+            _ => Err(ControlError::UnknownRun(id.to_string())),
+        }
+    }
+
+    /// Cancels one run (see the module's rules).
+    pub async fn cancel(&self, who: Actor<'_>, id: &str) -> Result<RunRecord, ControlError> {
+        let run = self.visible_run(who, id).await?;
+        self.cancel_run(who, &run).await
+    }
+
+    async fn cancel_run(&self, who: Actor<'_>, run: &RunRecord) -> Result<RunRecord, ControlError> {
+        let not_cancellable = |status: &str| ControlError::NotCancellable {
+            id: run.id.clone(),
+            status: status.to_string(),
+        };
+        if run.status().is_none_or(RunStatus::is_terminal) {
+            return Err(not_cancellable(&run.status));
+        }
+        let payload = match self.store.get_job(&run.job).await? {
+            Some(job) => crate::kick::job_payload(&job),
+            None => run.payload.clone(),
+        };
+        let request = CancelRequest {
+            run,
+            tenant: who.tenant,
+            follow_up: crate::kick::follow_up(run, payload),
+            report: NewReport::about_run(
+                ReportKind::Cancelled,
+                run,
+                FailureCode::CancelledByOperator,
+            ),
+        };
+        // An attempt running here is stopped first: on SQLite its open transaction holds
+        // the one write lock the cancel needs. A stopped attempt writes nothing more; its
+        // ending, if recorded before the cancel, ends the run `cancelled` itself.
+        let interrupted = self
+            .runner
+            .is_some_and(|runner| runner.interrupts().interrupt(&run.id));
+        let cancelled = match self.store.cancel_run(&request).await? {
+            Some(cancelled) => cancelled,
+            None => match self.store.get_run(&run.id).await? {
+                Some(now) if interrupted && now.status == RunStatus::Cancelled.as_str() => now,
+                now => {
+                    let status = now.map_or_else(|| "gone".to_string(), |r| r.status);
+                    return Err(not_cancellable(&status));
+                }
+            },
+        };
+        self.metrics.control("cancel", &run.job, &run.tenant);
+        tracing::info!(
+            job = %run.job,
+            run_id = %run.id,
+            tenant = %run.tenant,
+            code = "cancelled_by_operator",
+            was = %run.status,
+            "run cancelled"
+        );
+        Ok(cancelled)
+    }
+
+    /// Retries one run now (see the module's rules).
+    pub async fn retry(&self, who: Actor<'_>, id: &str) -> Result<Retry, ControlError> {
+        let run = self.visible_run(who, id).await?;
+        self.retry_run(who, &run).await
+    }
+
+    async fn retry_run(&self, who: Actor<'_>, run: &RunRecord) -> Result<Retry, ControlError> {
+        if let Some(retry) = self.existing_retry(run).await? {
+            return Ok(retry);
+        }
+        if !retryable(run) {
+            return Err(ControlError::NotRetryable {
+                id: run.id.clone(),
+                status: run.status.clone(),
+            });
+        }
+        let request = RetryRequest {
+            original: run,
+            tenant: who.tenant,
+            run: NewRun {
+                id: new_run_id(),
+                job: run.job.clone(),
+                instance: run.instance.clone(),
+                tenant: run.tenant.clone(),
+                origin: Origin::Retry,
+                payload: run.payload.clone(),
+                cursor: run.cursor.clone(),
+                component_digest: None,
+                scheduled_for: run.scheduled_for,
+                rerun_of: None,
+                delay_ms: 0,
+                trace_parent: None,
+            },
+        };
+        match self.store.retry_run(&request).await? {
+            Some(retry) => {
+                self.metrics.control("retry", &run.job, &run.tenant);
+                tracing::info!(job = %run.job, run_id = %run.id, retry = %retry.id, tenant = %run.tenant, "run retried");
+                Ok(Retry {
+                    run: retry,
+                    already: false,
+                })
+            }
+            // Retried meanwhile by another caller.
+            None => match self.store.get_run(&run.id).await? {
+                Some(now) => match self.existing_retry(&now).await? {
+                    Some(retry) => Ok(retry),
+                    None => Err(ControlError::NotRetryable {
+                        id: now.id,
+                        status: now.status,
+                    }),
+                },
+                None => Err(ControlError::UnknownRun(run.id.clone())),
+            },
+        }
+    }
+
+    async fn existing_retry(&self, run: &RunRecord) -> Result<Option<Retry>, ControlError> {
+        let Some(id) = &run.retried_by else {
+            return Ok(None);
+        };
+        Ok(self
+            .store
+            .get_run(id)
+            .await?
+            .map(|run| Retry { run, already: true }))
+    }
+
+    /// How many runs an action by `filter` would touch, counted up to `cap`.
+    pub async fn preview(
+        &self,
+        action: Action,
+        filter: &RunFilter,
+        cap: i64,
+    ) -> Result<i64, ControlError> {
+        match action.narrow(filter) {
+            Some(narrowed) => Ok(self.store.count_matching_runs(&narrowed, cap).await?),
+            None => Ok(0),
+        }
+    }
+
+    /// Cancels or retries up to [`BULK_MAX`] of the runs `filter` matches.
+    pub async fn apply(
+        &self,
+        who: Actor<'_>,
+        action: Action,
+        filter: &RunFilter,
+    ) -> Result<Bulk, ControlError> {
+        let Some(mut narrowed) = action.narrow(filter) else {
+            return Ok(Bulk {
+                done: 0,
+                more: false,
+            });
+        };
+        narrowed.tenant = who.tenant.map(str::to_string).or(narrowed.tenant);
+        narrowed.before = None;
+        narrowed.limit = BULK_MAX + 1;
+        let runs = self.store.list_runs(&narrowed).await?;
+        let more = runs.len() as i64 > BULK_MAX;
+        let mut done = 0;
+        for run in runs.iter().take(BULK_MAX as usize) {
+            let acted = match action {
+                Action::Cancel => self.cancel_run(who, run).await.map(|_| ()),
+                Action::Retry => self.retry_run(who, run).await.map(|_| ()),
+            };
+            match acted {
+                Ok(()) => done += 1,
+                // Ended (or retried) meanwhile: nothing left to do for it.
+                Err(ControlError::NotCancellable { .. } | ControlError::NotRetryable { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Bulk { done, more })
+    }
+}
+
+/// An action by filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Cancel,
+    Retry,
+}
+
+impl Action {
+    /// The filter narrowed to the runs the action applies to; `None` if it names only
+    /// statuses the action does not apply to.
+    fn narrow(self, filter: &RunFilter) -> Option<RunFilter> {
+        let applies: &[RunStatus] = match self {
+            Action::Cancel => &[RunStatus::Queued, RunStatus::Running],
+            Action::Retry => &[RunStatus::Failed, RunStatus::Crashed, RunStatus::Cancelled],
+        };
+        let mut narrowed = filter.clone();
+        narrowed.statuses = if filter.statuses.is_empty() {
+            applies.to_vec()
+        } else {
+            filter
+                .statuses
+                .iter()
+                .copied()
+                .filter(|s| applies.contains(s))
+                .collect()
+        };
+        narrowed.unretried = self == Action::Retry;
+        (!narrowed.statuses.is_empty()).then_some(narrowed)
+    }
+}
+
+fn retryable(run: &RunRecord) -> bool {
+    matches!(
+        run.status(),
+        Some(RunStatus::Failed | RunStatus::Crashed | RunStatus::Cancelled)
+    )
+}
+
+/// Stops the attempts this host runs whose runs were cancelled through another host (or
+/// another process): asks every [`CANCEL_POLL`] while any attempt runs, until `stop`.
+pub async fn watch_cancels(
+    runner: std::sync::Arc<Runner>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(CANCEL_POLL) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let running = runner.interrupts().running();
+        if running.is_empty() {
+            continue;
+        }
+        match runner.store().cancelled_among(&running).await {
+            Ok(cancelled) => {
+                for id in cancelled {
+                    if runner.interrupts().interrupt(&id) {
+                        tracing::info!(run_id = %id, code = "cancelled_by_operator", "stopping a cancelled run's attempt");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(code = "driver_failed", error = %e, "could not check for cancelled runs");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_action_by_filter_touches_only_the_statuses_it_applies_to() {
+        let all = RunFilter::default();
+        let cancel = Action::Cancel.narrow(&all).unwrap();
+        assert_eq!(cancel.statuses, [RunStatus::Queued, RunStatus::Running]);
+        assert!(!cancel.unretried);
+        let retry = Action::Retry.narrow(&all).unwrap();
+        assert_eq!(
+            retry.statuses,
+            [RunStatus::Failed, RunStatus::Crashed, RunStatus::Cancelled]
+        );
+        assert!(retry.unretried, "a run is retried once");
+        let failed = RunFilter {
+            statuses: vec![RunStatus::Failed, RunStatus::Queued],
+            ..Default::default()
+        };
+        assert_eq!(
+            Action::Retry.narrow(&failed).unwrap().statuses,
+            [RunStatus::Failed]
+        );
+        let succeeded = RunFilter {
+            statuses: vec![RunStatus::Succeeded],
+            ..Default::default()
+        };
+        assert!(Action::Cancel.narrow(&succeeded).is_none());
+    }
+}

@@ -1,0 +1,286 @@
+//! The operator's controls as rows: pauses, a fenced cancel and a retry, each one
+//! transaction. Who may do what to which runs, and what follows, is decided in
+//! `crate::controls`; this module only reads and writes.
+
+use super::pool::Exclusive;
+use super::records::{FileRecord, NewReport, NewRun, PauseRecord, RunFilter, RunRecord};
+use super::{Result, Store, bind_new_run, bind_report};
+use sqlx::Connection;
+
+/// The run filter's parameters `$1`..`$9` (`queries::RUN_FILTER`), in order.
+pub(crate) struct FilterBinds {
+    pub job: Option<String>,
+    pub statuses: Option<String>,
+    pub since: Option<i64>,
+    pub until: Option<i64>,
+    pub tenant: Option<String>,
+    pub code: Option<String>,
+    pub instance: Option<String>,
+    pub pattern: Option<String>,
+    pub unretried: i64,
+}
+
+impl FilterBinds {
+    pub(crate) fn of(filter: &RunFilter) -> FilterBinds {
+        let statuses = (!filter.statuses.is_empty()).then(|| {
+            let names: Vec<&str> = filter.statuses.iter().map(|s| s.as_str()).collect();
+            serde_json::to_string(&names).expect("statuses serialise")
+        });
+        FilterBinds {
+            job: filter.job.clone(),
+            statuses,
+            since: filter.since,
+            until: filter.until,
+            tenant: filter.tenant.clone(),
+            code: filter.code.clone(),
+            instance: filter.instance.clone(),
+            pattern: filter.error_text.as_deref().map(contains_pattern),
+            unretried: i64::from(filter.unretried),
+        }
+    }
+}
+
+/// A `LIKE` pattern (escape `\`) matching lower-case text that contains `text`.
+fn contains_pattern(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len() + 2);
+    pattern.push('%');
+    for c in text.to_lowercase().chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('%');
+    pattern
+}
+
+/// Binds a [`FilterBinds`] as `$1`..`$9` of `query`.
+macro_rules! bind_filter {
+    ($query:expr, $f:expr) => {
+        $query
+            .bind($f.job.as_deref())
+            .bind($f.statuses.as_deref())
+            .bind($f.since)
+            .bind($f.until)
+            .bind($f.tenant.as_deref())
+            .bind($f.code.as_deref())
+            .bind($f.instance.as_deref())
+            .bind($f.pattern.as_deref())
+            .bind($f.unretried)
+    };
+}
+
+/// A cancel of `run` (as read before), if it is still queued or running and, with
+/// `tenant`, that tenant's.
+pub struct CancelRequest<'a> {
+    pub run: &'a RunRecord,
+    pub tenant: Option<&'a str>,
+    /// Queued only if the run's lease had kicks pending.
+    pub follow_up: NewRun,
+    pub report: NewReport,
+}
+
+/// A retry of `original`, if it ended failed, crashed or cancelled, was not retried
+/// before and, with `tenant`, is that tenant's.
+pub struct RetryRequest<'a> {
+    pub original: &'a RunRecord,
+    pub tenant: Option<&'a str>,
+    pub run: NewRun,
+}
+
+impl Store {
+    /// The pauses, and the tenants that are disabled.
+    pub async fn pause_state(&self) -> Result<(Vec<PauseRecord>, Vec<String>)> {
+        let q = &self.q.list_pauses;
+        let pauses = with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?);
+        Ok((pauses, self.disabled_tenants().await?))
+    }
+
+    /// Pauses `scope`/`name`; `false` if it was paused already.
+    pub async fn pause(&self, scope: &str, name: &str) -> Result<bool> {
+        let q = &self.q.pause;
+        let added = with_pool!(self.pool, p => sqlx::query(q.as_str())
+            .bind(scope).bind(name).execute(p).await?.rows_affected());
+        Ok(added == 1)
+    }
+
+    /// Resumes `scope`/`name`; `false` if it was not paused.
+    pub async fn unpause(&self, scope: &str, name: &str) -> Result<bool> {
+        let q = &self.q.unpause;
+        let removed = with_pool!(self.pool, p => sqlx::query(q.as_str())
+            .bind(scope).bind(name).execute(p).await?.rows_affected());
+        Ok(removed == 1)
+    }
+
+    /// Runs created since `since` that ended, as (bucket start, status, count), the
+    /// buckets `bucket_ms` wide by when the runs ended.
+    pub async fn ended_by_bucket(
+        &self,
+        since: i64,
+        bucket_ms: i64,
+        tenant: Option<&str>,
+    ) -> Result<Vec<(i64, String, i64)>> {
+        let q = &self.q.ended_by_bucket;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(since).bind(bucket_ms).bind(tenant).fetch_all(p).await?))
+    }
+
+    /// Failed and crashed runs created since `since`, as (job, code, count, last ended).
+    pub async fn failures_by_job(
+        &self,
+        since: i64,
+        tenant: Option<&str>,
+    ) -> Result<Vec<(String, String, i64, i64)>> {
+        let q = &self.q.failures_by_job;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(since).bind(tenant).fetch_all(p).await?))
+    }
+
+    /// The newest `limit` ended runs of `job` created since `since`, as (ended at,
+    /// status, duration in ms).
+    pub async fn job_endings(
+        &self,
+        job: &str,
+        since: i64,
+        tenant: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<(i64, String, Option<i64>)>> {
+        let q = &self.q.job_endings;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(job).bind(since).bind(tenant).bind(limit).fetch_all(p).await?))
+    }
+
+    /// Queued runs, running runs, and the newest run's creation time.
+    pub async fn live_counts(&self) -> Result<(i64, i64, i64)> {
+        let q = &self.q.live_counts;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))
+    }
+
+    /// Up to `limit` objects that run `id` attached, the latest first.
+    pub async fn run_files(&self, id: &str, limit: i64) -> Result<Vec<FileRecord>> {
+        let q = &self.q.run_files;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(id).bind(limit).fetch_all(p).await?))
+    }
+
+    /// The runs among `ids` that are cancelled.
+    pub async fn cancelled_among(&self, ids: &[String]) -> Result<Vec<String>> {
+        let q = &self.q.cancelled_among;
+        let ids = serde_json::to_string(ids).expect("ids serialise");
+        Ok(
+            with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).bind(&ids).fetch_all(p).await?),
+        )
+    }
+
+    /// Cancels a queued or running run, fenced: in one transaction its lease (if it holds
+    /// it) is released at the next generation with its deadline now — so no write of an
+    /// attempt still running commits afterwards, on any host —, a running attempt's row
+    /// is recorded, the run ends `cancelled`, the follow-up of kicks it had pending is
+    /// queued and the report written. `None` if the run was not cancellable.
+    pub async fn cancel_run(&self, c: &CancelRequest<'_>) -> Result<Option<RunRecord>> {
+        self.retrying(|| self.cancel_run_once(c)).await
+    }
+
+    async fn cancel_run_once(&self, c: &CancelRequest<'_>) -> Result<Option<RunRecord>> {
+        let q = self.q;
+        let run = c.run;
+        with_pool!(self.pool, p => {
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+            // The lease before the run, as everywhere: one lock order, no deadlock.
+            let lease: Option<(Option<String>, i64)> = sqlx::query_as(q.lease_holder.as_str())
+                .bind(&run.job)
+                .bind(&run.instance)
+                .fetch_optional(&mut *tx)
+                .await?;
+            sqlx::query(q.record_cancelled_attempt.as_str())
+                .bind(&run.id)
+                .execute(&mut *tx)
+                .await?;
+            let cancelled: Option<RunRecord> = sqlx::query_as(q.cancel_run.as_str())
+                .bind(&run.id)
+                .bind(c.tenant)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(cancelled) = cancelled else {
+                tx.rollback().await?;
+                conn.release();
+                return Ok(None);
+            };
+            let pending = lease
+                .filter(|(holder, _)| holder.as_deref() == Some(run.id.as_str()))
+                .map(|(_, pending)| pending);
+            if pending.is_some() {
+                sqlx::query(q.fence_off_lease.as_str())
+                    .bind(&run.job)
+                    .bind(&run.instance)
+                    .bind(&run.id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            if pending == Some(1) {
+                let _: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), &c.follow_up)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            }
+            bind_report(sqlx::query(q.insert_report.as_str()), &c.report).execute(&mut *tx).await?;
+            tx.commit().await?;
+            conn.release();
+            Ok(Some(cancelled))
+        })
+    }
+
+    /// Queues a retry of an ended run, once: the original names it, and it resumes the
+    /// original's last committed pass (pass, counters, cursor, and that pass's ledger,
+    /// which moves to it). `None` if the original was not retryable or retried already.
+    pub async fn retry_run(&self, r: &RetryRequest<'_>) -> Result<Option<RunRecord>> {
+        self.retrying(|| self.retry_run_once(r)).await
+    }
+
+    async fn retry_run_once(&self, r: &RetryRequest<'_>) -> Result<Option<RunRecord>> {
+        let q = self.q;
+        with_pool!(self.pool, p => {
+            let mut conn = Exclusive::acquire(p).await?;
+            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+            let marked = sqlx::query(q.mark_retried.as_str())
+                .bind(&r.original.id)
+                .bind(&r.run.id)
+                .bind(r.tenant)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if marked != 1 {
+                tx.rollback().await?;
+                conn.release();
+                return Ok(None);
+            }
+            let _: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), &r.run)
+                .fetch_one(&mut *tx)
+                .await?;
+            let retry: RunRecord = sqlx::query_as(q.resume_retry.as_str())
+                .bind(&r.run.id)
+                .bind(&r.original.id)
+                .fetch_one(&mut *tx)
+                .await?;
+            sqlx::query(q.move_ledger.as_str())
+                .bind(&r.run.id)
+                .bind(&r.original.id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            conn.release();
+            Ok(Some(retry))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_text_is_matched_literally_and_in_any_case() {
+        assert_eq!(contains_pattern("Row 3"), "%row 3%");
+        assert_eq!(contains_pattern("100%_a\\b"), "%100\\%\\_a\\\\b%");
+    }
+}
