@@ -1,49 +1,114 @@
-//! The operator's web page, rendered by a real headless browser against a real host.
+//! The operator's console, driven in a real headless Chromium against a real host.
+//!
+//! `tests/page/console.mjs` (Node with `playwright-core`) opens every view on a desktop
+//! and a phone viewport, checks what each shows and that its screenshot is not blank,
+//! cancels a running run and retries a failed one from their run views, previews a bulk
+//! cancel and dismisses it, checks the keyboard, a tenant's token and no token at all.
+//! This test gives it a host with what those checks need, then checks through the API
+//! and the database that the page's actions did what they said.
+//!
+//! Needs `node`, a Chromium (`JOBHOST_TEST_CHROMIUM`, or `chromium` on the path) and
+//! `playwright-core` at the version `tests/page/package.json` pins, in the node_modules
+//! directory `JOBHOST_PAGE_TOOLS` names (`scripts/test` installs it into
+//! `target/page-tools`), else `tests/page/node_modules` (`npm install` in `tests/page`).
+//! The screenshots stay in `target/page-screenshots/` for a look after the run.
 
 use crate::common;
 
 use common::{Backend, Home};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-fn chromium() -> String {
-    let candidates = ["chromium", "chromium-browser", "google-chrome"];
-    std::env::var("JOBHOST_TEST_CHROMIUM").ok().into_iter()
-        .chain(candidates.iter().map(|c| c.to_string()))
-        .find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
-        .expect("the page test needs a headless browser: install chromium (apt-get install chromium) or set JOBHOST_TEST_CHROMIUM")
+/// The views the driver shoots, each on both viewports.
+const VIEWS: [&str; 5] = ["overview", "jobs", "job", "runs", "run"];
+const VIEWPORTS: [&str; 2] = ["desktop", "phone"];
+
+/// `name` as a file: itself if it is a path, else the first match on `PATH`.
+fn on_path(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Some(PathBuf::from(name)).filter(|p| p.is_file());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
 }
 
-/// The page's DOM after its scripts ran.
-fn render(url: &str, profile: &std::path::Path) -> String {
-    let out = Command::new(chromium())
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(url)
+fn runs(path: &Path, arg: &str) -> bool {
+    Command::new(path)
+        .arg(arg)
         .output()
-        .expect("run chromium");
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The browser: `JOBHOST_TEST_CHROMIUM`, else a Chromium on the path.
+fn chromium() -> PathBuf {
+    let candidates = ["chromium", "chromium-browser", "google-chrome"];
+    std::env::var("JOBHOST_TEST_CHROMIUM")
+        .ok()
+        .into_iter()
+        .chain(candidates.iter().map(|c| c.to_string()))
+        .filter_map(|c| on_path(&c))
+        .find(|c| runs(c, "--version"))
+        .expect(
+            "the page test needs a headless browser: install chromium (apt-get install chromium) \
+             or set JOBHOST_TEST_CHROMIUM",
+        )
+}
+
+fn node() -> PathBuf {
+    on_path("node")
+        .filter(|n| runs(n, "--version"))
+        .expect("the page test needs Node.js (node on the path)")
+}
+
+/// The node_modules directory that holds playwright-core.
+fn page_tools() -> PathBuf {
+    let tools = std::env::var_os("JOBHOST_PAGE_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| common::workspace().join("tests/page/node_modules"));
     assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+        tools.join("playwright-core/package.json").is_file(),
+        "the page test needs playwright-core in {} (scripts/test installs it; or run \
+         `npm install` in tests/page, or set JOBHOST_PAGE_TOOLS to a node_modules directory)",
+        tools.display()
     );
-    String::from_utf8(out.stdout).expect("utf-8 DOM")
+    tools
+}
+
+/// Where the screenshots are kept: the build's target directory, which CI keeps.
+fn screenshots() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || common::workspace().join("target"),
+        |dir| common::workspace().join(dir),
+    );
+    let dir = target.join("page-screenshots");
+    // Last run's pictures must not pass for this run's.
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the screenshots directory");
+    dir
+}
+
+fn id_of(run: &Value) -> String {
+    run["run_id"].as_str().expect("a run id").to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_page_shows_jobs_and_recent_runs_and_what_is_failing() {
+async fn the_console_works_in_a_real_browser() {
+    let (chromium, node, tools) = (chromium(), node(), page_tools());
     let home = Home::new(Backend::Sqlite).await;
+    let added = home.run(&["tenants", "add", "acme"]);
+    assert!(
+        added.status.success(),
+        "tenants add: {}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    // `broken` fails at once for good; `slow` waits half a minute before it writes its
+    // rows, long enough for the page to cancel it while it runs (it waits outside its
+    // transaction: on SQLite an open write transaction would hold up the host's own
+    // writes); `greeter` is the operator's, hidden from the tenant, whose job is
+    // `acme-report`.
     let m = home.manifest(
         "",
         r#"
@@ -52,67 +117,144 @@ async fn the_page_shows_jobs_and_recent_runs_and_what_is_failing() {
         [jobs.broken]
         component = "{guest:flaky}"
         payload = { fail_times = 9 }
+        retries = 0
+        [jobs.slow]
+        component = "{guest:ledger}"
+        timeout = "60s"
+        payload = { rows = 3, wait_ms = 30000, wait_at = "begin" }
+        grants.db = { write = ["ledger"] }
         [jobs.acme-report]
         component = "{guest:hello}"
         tenant = "acme"
     "#,
     );
     let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
-    server.post("/jobs/greeter/kick").await;
-    server.post("/jobs/broken/kick").await;
-    server
-        .wait_runs("broken", Duration::from_secs(10), |runs| {
+    for job in ["greeter", "broken", "slow", "acme-report"] {
+        let (status, body) = server.post(&format!("/jobs/{job}/kick")).await;
+        assert_eq!(status, 202, "kick {job}: {body}");
+    }
+    let within = Duration::from_secs(30);
+    let failed = server
+        .wait_runs("broken", within, |runs| {
             runs.iter().any(|r| r["status"] == "failed")
         })
         .await;
-    server
-        .wait_runs("greeter", Duration::from_secs(10), |runs| {
-            runs.iter().any(|r| r["status"] == "succeeded")
+    let failed = id_of(&failed[0]);
+    let running = server
+        .wait_runs("slow", within, |runs| {
+            runs.iter().any(|r| r["status"] == "running")
         })
         .await;
+    let running = id_of(&running[0]);
+    for job in ["greeter", "acme-report"] {
+        server
+            .wait_runs(job, within, |runs| {
+                runs.iter().any(|r| r["status"] == "succeeded")
+            })
+            .await;
+    }
 
-    // The token rides in the fragment, which the browser never sends to the server.
-    let dom = render(
-        &format!("{}/#token={}", server.url, server.token),
-        &home.path().join("chromium"),
+    let out = screenshots();
+    let scenario = json!({
+        "chromium": chromium,
+        "url": server.url,
+        "token": server.token,
+        "tenant_token": home.create_token(Some("acme")),
+        "out": out,
+        "expect": {
+            "job": "broken",
+            "failed_run": failed,
+            "running_run": running,
+            "tenant_job": "acme-report",
+            "hidden_from_tenant": "greeter",
+        },
+    });
+    let scenario_path = home.path().join("scenario.json");
+    std::fs::write(&scenario_path, scenario.to_string()).expect("write the scenario");
+    let driver = common::workspace().join("tests/page/console.mjs");
+    let started = Instant::now();
+    let ran = tokio::task::spawn_blocking(move || {
+        Command::new(node)
+            .arg(driver)
+            .arg(scenario_path)
+            .env("JOBHOST_PAGE_TOOLS", tools)
+            .output()
+            .expect("run node")
+    })
+    .await
+    .expect("join");
+    let said = format!(
+        "the page driver exited with {:?} after {:?}\n--- stdout\n{}\n--- stderr\n{}\n--- host log\n{}",
+        ran.status.code(),
+        started.elapsed(),
+        String::from_utf8_lossy(&ran.stdout),
+        String::from_utf8_lossy(&ran.stderr),
+        home.server_logs(),
     );
-    assert!(
-        dom.contains(r#"<tr class="failing" data-job="broken">"#),
-        "the failing job stands out:\n{dom}"
-    );
-    assert!(dom.contains(r#"<tr class="" data-job="greeter">"#), "{dom}");
-    assert!(
-        dom.contains(r#"data-status="failed""#) && dom.contains(r#"data-status="succeeded""#),
-        "{dom}"
-    );
-    assert!(
-        dom.contains("handler_failed"),
-        "the failure code is shown:\n{dom}"
-    );
-    assert!(dom.contains("3 jobs · 1 failing · 2 recent runs"), "{dom}");
-    assert!(
-        dom.contains(r#"<span id="error"></span>"#),
-        "no error shown:\n{dom}"
-    );
+    assert!(ran.status.success(), "{said}");
+    let summary = String::from_utf8_lossy(&ran.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find_map(|line| line.get("summary").cloned())
+        .unwrap_or_else(|| panic!("no summary line: {said}"));
+    assert_eq!(summary["failed"], 0, "{said}");
+    assert!(summary["passed"].as_u64() > Some(40), "{said}");
 
-    // A tenant's token shows that tenant's jobs only.
-    let acme = home.create_token(Some("acme"));
-    let dom = render(
-        &format!("{}/#token={acme}", server.url),
-        &home.path().join("chromium-acme"),
-    );
-    assert!(dom.contains(r#"data-job="acme-report""#), "{dom}");
-    assert!(
-        !dom.contains(r#"data-job="greeter""#) && !dom.contains("handler_failed"),
-        "{dom}"
-    );
-    assert!(dom.contains("1 jobs · 0 failing · 0 recent runs"), "{dom}");
+    let mut shots: Vec<String> = VIEWS
+        .iter()
+        .flat_map(|view| VIEWPORTS.iter().map(move |vp| format!("{view}-{vp}.png")))
+        .collect();
+    shots.push("jobs-tenant.png".into());
+    for shot in shots {
+        let path = out.join(&shot);
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        assert!(
+            size > 0,
+            "no screenshot {} (or empty): {said}",
+            path.display()
+        );
+    }
 
-    // Without a token the page asks for one and shows nothing.
-    let dom = render(
-        &format!("{}/", server.url),
-        &home.path().join("chromium-none"),
+    // The page's Cancel stopped the running run: cancelled by the operator, its attempt
+    // ended long before the guest would have written its rows, and none were written.
+    let start = Instant::now();
+    let cancelled = loop {
+        let (status, run) = server.get(&format!("/runs/{running}")).await;
+        assert_eq!(status, 200, "{run}");
+        let ended = run["attempt_records"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty() && a.iter().all(|a| !a["finished_at"].is_null()));
+        if ended {
+            break run;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the cancelled run's attempt did not end: {run:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled:#}");
+    assert_eq!(cancelled["code"], "cancelled_by_operator", "{cancelled:#}");
+    let took = cancelled["attempt_records"][0]["duration_ms"].as_i64();
+    assert!(
+        took.is_some_and(|ms| ms < 30_000),
+        "the attempt was not cut short: {cancelled:#}"
     );
-    assert!(dom.contains(r#"<form id="signin">"#), "{dom}");
-    assert!(!dom.contains(r#"data-job="#), "{dom}");
+    let rows = home
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM ledger WHERE run_id = '{running}'"
+        ))
+        .await;
+    assert_eq!(rows, 0, "a cancelled run's rows were committed");
+
+    // The page's Retry queued a new run of the failed one.
+    let retries: Vec<Value> = server
+        .runs(Some("broken"))
+        .await
+        .into_iter()
+        .filter(|r| r["retry_of"] == failed.as_str())
+        .collect();
+    assert_eq!(retries.len(), 1, "one retry of {failed}: {retries:#?}");
+    let (_, original) = server.get(&format!("/runs/{failed}")).await;
+    assert_eq!(original["retried_by"], retries[0]["run_id"], "{original:#}");
 }

@@ -17,3 +17,13 @@ CREATE TABLE jobhost_pauses (
 
 -- The objects a run attached, for its page (a run's files are looked up by its id).
 CREATE INDEX jobhost_files_run ON jobhost_files (run_id);
+
+-- The runs list pages by `(created_at, id)`, newest first, in all, by job and by tenant:
+-- each index ends with the id, so a page after a cursor is one range read in order,
+-- however deep (at a million runs a deep page read every run before it, then sorted ties).
+DROP INDEX jobhost_runs_created;
+CREATE INDEX jobhost_runs_created ON jobhost_runs (created_at, id);
+DROP INDEX jobhost_runs_job;
+CREATE INDEX jobhost_runs_job ON jobhost_runs (job, created_at, id);
+DROP INDEX jobhost_runs_tenant;
+CREATE INDEX jobhost_runs_tenant ON jobhost_runs (tenant, created_at, id);

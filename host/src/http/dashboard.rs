@@ -282,23 +282,18 @@ pub(super) async fn overview(
                     .unwrap_or(1)
                     .max(1)
                     / 6;
+                // A tenant sees its own queue, never the fleet's workers or history.
                 let history: Vec<Value> = samples
                     .iter()
-                    .filter(|x| &x.lane == lane && x.at >= history_since)
+                    .filter(|x| tenant.is_none() && &x.lane == lane && x.at >= history_since)
                     .step_by(step.max(1))
-                    .map(|x| {
-                        // A tenant sees its own queue, never the fleet's history.
-                        match tenant {
-                            None => json!({"t": views::time(x.at), "depth": x.depth, "lag_ms": x.lag_ms, "busy": x.busy}),
-                            Some(_) => json!({"t": views::time(x.at)}),
-                        }
-                    })
-                    .filter(|_| tenant.is_none())
+                    .map(|x| json!({"t": views::time(x.at), "depth": x.depth, "lag_ms": x.lag_ms, "busy": x.busy}))
                     .collect();
+                let fleet = |n: usize| tenant.is_none().then_some(n);
                 json!({
                     "lane": lane,
-                    "workers": s.lanes.get(lane).copied().unwrap_or(0),
-                    "busy": if tenant.is_none() { busy.get(lane).copied().unwrap_or(0) } else { 0 },
+                    "workers": fleet(s.lanes.get(lane).copied().unwrap_or(0)),
+                    "busy": fleet(busy.get(lane).copied().unwrap_or(0)),
                     "depth": depth,
                     "lag_ms": lag_ms,
                     "paused": pauses.lane(lane),

@@ -576,6 +576,9 @@ impl Runner {
     ) -> (AttemptEnding, Result<Outcome, AttemptFailure>) {
         let (status, outcome, code) = match &report.result {
             Ok(outcome) => ("succeeded", Some(outcome.name()), None),
+            Err(failure) if failure.code == FailureCode::CancelledByOperator => {
+                ("cancelled", None, Some(failure.code.as_str()))
+            }
             Err(failure) => ("failed", None, Some(failure.code.as_str())),
         };
         self.metrics.attempt_finished(

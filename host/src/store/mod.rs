@@ -381,8 +381,8 @@ impl Store {
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>> {
         let q = &self.q.list_runs;
         let (after_created, after_id) = match &filter.before {
-            Some((created, id)) => (Some(*created), Some(id.as_str())),
-            None => (None, None),
+            Some((created, id)) => (*created, id.as_str()),
+            None => (i64::MAX, ""),
         };
         let filtered = FilterBinds::of(filter);
         Ok(

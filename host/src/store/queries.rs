@@ -312,9 +312,12 @@ queries! {
         FROM jobhost_attempts a JOIN jobhost_runs r ON r.id = a.run_id \
         WHERE a.finished_at > {now} - $1 GROUP BY r.tenant ORDER BY r.tenant";
     get_run = "SELECT {run_columns} FROM jobhost_runs WHERE id = $1";
-    // Newest first, a page after the run created at `$10` with id `$11`, `$12` of them.
+    // Newest first, a page after the run created at `$10` with id `$11` (the first page:
+    // after the largest time), `$12` of them. A row-value bound, always given, is a range
+    // of the indexes by `(…, created_at, id)` (migration 0022): a deep page reads its
+    // page, not every run before it.
     list_runs = "SELECT {run_columns} FROM jobhost_runs WHERE {run_filter} \
-        AND ($10 IS NULL OR created_at < $10 OR (created_at = $10 AND id < $11)) \
+        AND (created_at, id) < ($10, $11) \
         ORDER BY created_at DESC, id DESC LIMIT $12";
     // How many runs the filter matches, counted up to `$10`.
     count_matching_runs = "SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_runs WHERE {run_filter} \
@@ -435,7 +438,7 @@ queries! {
     // attempt's own ending, if its host records one, completes the row.
     record_cancelled_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, \
         generation, host, status, code, log, log_truncated, started_at, finished_at) \
-        SELECT id, attempts, pass, failures + 1, generation, COALESCE(host, ''), 'failed', \
+        SELECT id, attempts, pass, failures + 1, generation, COALESCE(host, ''), 'cancelled', \
         'cancelled_by_operator', '', 0, updated_at, {now} FROM jobhost_runs \
         WHERE id = $1 AND status = 'running' AND generation IS NOT NULL AND attempts > 0 \
         ON CONFLICT (run_id, seq) DO NOTHING";

@@ -1,0 +1,347 @@
+//! What the console and the runs API cost the database at a million runs, on SQLite and
+//! Postgres in one run: the runs list paged by cursor (first page, a page half-way down,
+//! filtered by status, job, code and text in the last error), with OFFSET paging — what a
+//! page of numbered pages does — as the peer; the count a bulk action previews; and the
+//! reads of the overview, a job's statistics and the live pulse.
+//!
+//! Run with `cargo bench -p jobhost --bench console` (about 6 minutes on 2 cores, most of
+//! it filling the two databases). `JOBHOST_BENCH_RUNS` sets the number of runs (default
+//! 1 000 000); `JOBHOST_TEST_POSTGRES` the Postgres server (default
+//! `postgres://postgres@127.0.0.1:5432/test`), where a database of its own is made and
+//! dropped. Every run is created in the last 7 days, 1 in 20 failed (with an error text),
+//! 1 in 97 cancelled, 1 in 1 000 queued, the rest succeeded; 10 jobs, 5 tenants.
+
+use criterion::{BenchmarkId, Criterion};
+use jobhost::store::{RunFilter, RunStatus, Store};
+use std::sync::Mutex;
+use std::time::Duration;
+
+fn runs() -> i64 {
+    std::env::var("JOBHOST_BENCH_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000)
+}
+
+fn postgres_admin_url() -> String {
+    std::env::var("JOBHOST_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// The rows, written by one statement: `{n}` runs, the newest created now.
+fn fill_sql(backend: &str, n: i64) -> String {
+    let (series, id, cat, now) = match backend {
+        "sqlite" => (
+            format!(
+                "WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < {n} - 1) "
+            ),
+            "printf('run-%09d', i)",
+            "||",
+            "CAST(unixepoch('subsec') * 1000 AS BIGINT)",
+        ),
+        _ => (
+            String::new(),
+            "'run-' || lpad(i::text, 9, '0')",
+            "||",
+            "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        ),
+    };
+    let from = match backend {
+        "sqlite" => "FROM s".to_string(),
+        _ => format!("FROM generate_series(CAST(0 AS BIGINT), {n} - 1) AS s(i)"),
+    };
+    // Run i was created (n - i) * span / n ms ago: i = n - 1 is the newest.
+    let span: i64 = 7 * 24 * 3_600_000;
+    format!(
+        "{series}INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+         attempts, failures, last_code, last_error, next_attempt_at, created_at, started_at, \
+         finished_at, updated_at) \
+         SELECT {id}, 'job-' {cat} (i % 10), 'default', 'tenant-' {cat} (i % 5), 'kick', '{{}}', \
+         CASE WHEN i % 1000 = 7 THEN 'queued' WHEN i % 20 = 0 THEN 'failed' \
+              WHEN i % 97 = 0 THEN 'cancelled' ELSE 'succeeded' END, \
+         1, CASE WHEN i % 20 = 0 THEN 1 ELSE 0 END, \
+         CASE WHEN i % 1000 = 7 THEN NULL WHEN i % 20 = 0 THEN \
+              (CASE WHEN i % 40 = 0 THEN 'timeout' ELSE 'handler_failed' END) \
+              WHEN i % 97 = 0 THEN 'cancelled_by_operator' END, \
+         CASE WHEN i % 20 = 0 THEN 'row ' {cat} (i % 13) {cat} ' of the invoice batch had no customer' END, \
+         {now} - ({n} - i) * {span} / {n}, {now} - ({n} - i) * {span} / {n}, \
+         {now} - ({n} - i) * {span} / {n} + 5, \
+         CASE WHEN i % 1000 = 7 THEN NULL ELSE {now} - ({n} - i) * {span} / {n} + 5 + i % 200 END, \
+         {now} - ({n} - i) * {span} / {n} {from}"
+    )
+}
+
+struct Database {
+    backend: &'static str,
+    store: Store,
+    /// The run half-way down the list, for the deep page's cursor.
+    middle: (i64, String),
+    pg_name: Option<String>,
+}
+
+async fn exec(store: &Store, sql: &str) {
+    match store.pool() {
+        jobhost::store::Pool::Sqlite(p) => sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+            .execute(p)
+            .await
+            .map(|_| ()),
+        jobhost::store::Pool::Postgres(p) => sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+            .execute(p)
+            .await
+            .map(|_| ()),
+    }
+    .expect("statement");
+}
+
+async fn open(backend: &'static str, dir: &std::path::Path, n: i64) -> Database {
+    let (url, pg_name) = match backend {
+        "sqlite" => (format!("sqlite://{}/console.db", dir.display()), None),
+        _ => {
+            use sqlx::Connection;
+            let name = format!("jobhost_bench_console_{}", std::process::id());
+            let mut conn = sqlx::PgConnection::connect(&postgres_admin_url())
+                .await
+                .expect("connect to Postgres (set JOBHOST_TEST_POSTGRES)");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&mut conn)
+            .await
+            .expect("drop");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut conn)
+                .await
+                .expect("create the benchmark database");
+            let admin = postgres_admin_url();
+            let (base, _) = admin.rsplit_once('/').expect("a database URL");
+            (format!("{base}/{name}"), Some(name))
+        }
+    };
+    let store = Store::open(&url).await.expect("open");
+    let started = std::time::Instant::now();
+    exec(&store, &fill_sql(backend, n)).await;
+    exec(&store, "ANALYZE").await;
+    eprintln!("{backend}: {n} runs written in {:.1?}", started.elapsed());
+    let middle = store
+        .list_runs(&RunFilter {
+            limit: 1,
+            before: None,
+            ..Default::default()
+        })
+        .await
+        .expect("newest");
+    let newest = &middle[0];
+    let middle = (newest.created_at - 7 * 24 * 3_600_000 / 2, "~".to_string());
+    Database {
+        backend,
+        store,
+        middle,
+        pg_name,
+    }
+}
+
+async fn offset_page(store: &Store, offset: i64) -> usize {
+    let sql = format!(
+        "SELECT id FROM jobhost_runs ORDER BY created_at DESC, id DESC LIMIT 50 OFFSET {offset}"
+    );
+    match store.pool() {
+        jobhost::store::Pool::Sqlite(p) => {
+            sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql))
+                .fetch_all(p)
+                .await
+                .map(|r| r.len())
+        }
+        jobhost::store::Pool::Postgres(p) => {
+            sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql))
+                .fetch_all(p)
+                .await
+                .map(|r| r.len())
+        }
+    }
+    .expect("offset page")
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let n = runs();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let databases: Vec<Database> = ["sqlite", "postgres"]
+        .into_iter()
+        .map(|backend| rt.block_on(open(backend, dir.path(), n)))
+        .collect();
+    let medians = Mutex::new(Vec::<(String, f64)>::new());
+    let mut c = Criterion::default()
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    let page = |filter: RunFilter| RunFilter {
+        limit: 50,
+        ..filter
+    };
+    for db in &databases {
+        let mut group = c.benchmark_group(format!("console/{}", db.backend));
+        let now = rt.block_on(db.store.now()).expect("now");
+        let middle = Some(db.middle.clone());
+        let cases: Vec<(&str, RunFilter)> = vec![
+            ("list_first_page", page(RunFilter::default())),
+            (
+                "list_deep_page",
+                page(RunFilter {
+                    before: middle.clone(),
+                    ..Default::default()
+                }),
+            ),
+            (
+                "list_failed_first_page",
+                page(RunFilter {
+                    statuses: vec![RunStatus::Failed],
+                    ..Default::default()
+                }),
+            ),
+            (
+                "list_failed_deep_page",
+                page(RunFilter {
+                    statuses: vec![RunStatus::Failed],
+                    before: middle.clone(),
+                    ..Default::default()
+                }),
+            ),
+            (
+                "list_job_code_deep_page",
+                page(RunFilter {
+                    job: Some("job-0".into()),
+                    code: Some("timeout".into()),
+                    before: middle.clone(),
+                    ..Default::default()
+                }),
+            ),
+            (
+                "list_error_text_first_page",
+                page(RunFilter {
+                    error_text: Some("ROW 7 of".into()),
+                    ..Default::default()
+                }),
+            ),
+            (
+                "list_tenant_last_hour",
+                page(RunFilter {
+                    tenant: Some("tenant-3".into()),
+                    since: Some(now - 3_600_000),
+                    ..Default::default()
+                }),
+            ),
+        ];
+        for (name, filter) in &cases {
+            group.bench_function(BenchmarkId::from_parameter(name), |b| {
+                b.to_async(&rt)
+                    .iter(|| async { db.store.list_runs(filter).await.expect("list") })
+            });
+        }
+        group.bench_function(BenchmarkId::from_parameter("offset_deep_page"), |b| {
+            b.to_async(&rt)
+                .iter(|| async { offset_page(&db.store, n / 2).await })
+        });
+        group.bench_function(BenchmarkId::from_parameter("count_failed_capped"), |b| {
+            let filter = RunFilter {
+                statuses: vec![RunStatus::Failed],
+                ..Default::default()
+            };
+            b.to_async(&rt).iter(|| async {
+                db.store
+                    .count_matching_runs(&filter, 100_000)
+                    .await
+                    .expect("count")
+            })
+        });
+        group.bench_function(BenchmarkId::from_parameter("overview_hour"), |b| {
+            b.to_async(&rt).iter(|| async {
+                let since = now - 3_600_000;
+                db.store
+                    .ended_by_bucket(since, 60_000, None)
+                    .await
+                    .expect("buckets");
+                db.store
+                    .failures_by_job(since, None)
+                    .await
+                    .expect("failures");
+                db.store.queue_lag_by_tenant_and_job().await.expect("lanes")
+            })
+        });
+        group.bench_function(BenchmarkId::from_parameter("overview_day"), |b| {
+            b.to_async(&rt).iter(|| async {
+                let since = now - 24 * 3_600_000;
+                db.store
+                    .ended_by_bucket(since, 30 * 60_000, None)
+                    .await
+                    .expect("buckets");
+                db.store
+                    .failures_by_job(now - 3_600_000, None)
+                    .await
+                    .expect("failures")
+            })
+        });
+        group.bench_function(BenchmarkId::from_parameter("job_stats_day"), |b| {
+            b.to_async(&rt).iter(|| async {
+                db.store
+                    .job_endings("job-3", now - 24 * 3_600_000, None, 20_000)
+                    .await
+                    .expect("endings")
+            })
+        });
+        group.bench_function(BenchmarkId::from_parameter("pulse"), |b| {
+            b.to_async(&rt)
+                .iter(|| async { db.store.live_counts().await.expect("pulse") })
+        });
+        group.finish();
+    }
+    c.final_summary();
+    // Criterion's estimates, read back from its report directory.
+    let root = std::env::var("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::PathBuf::from("../target"))
+        .join("criterion");
+    for db in &databases {
+        let dir = root.join(format!("console_{}", db.backend));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let estimates = entry.path().join("new").join("estimates.json");
+            let Ok(text) = std::fs::read_to_string(&estimates) else {
+                continue;
+            };
+            let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            if let Some(median) = value["median"]["point_estimate"].as_f64() {
+                medians.lock().unwrap().push((
+                    format!("{}/{}", db.backend, entry.file_name().to_string_lossy()),
+                    median,
+                ));
+            }
+        }
+    }
+    let mut medians = medians.into_inner().unwrap();
+    medians.sort_by(|a, b| a.0.cmp(&b.0));
+    println!("\n{n} runs; medians:");
+    for (name, median) in &medians {
+        println!("{name:<44} {:>10.3} ms", median / 1e6);
+    }
+    for db in databases {
+        rt.block_on(db.store.close());
+        if let Some(name) = db.pg_name {
+            rt.block_on(async {
+                use sqlx::Connection;
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&postgres_admin_url()).await {
+                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&mut conn)
+                    .await;
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,463 @@
+// Drives the operator console in headless Chromium against a real host.
+//
+//   node tests/page/console.mjs <scenario.json>
+//
+// The scenario (written by tests/page.rs):
+//   { "chromium": "/usr/bin/chromium", "url": "http://127.0.0.1:PORT", "token": "...",
+//     "tenant_token": "...", "out": "/dir/for/screenshots",
+//     "expect": { "job": "broken", "failed_run": "ID", "running_run": "ID",
+//                 "tenant_job": "acme-report", "hidden_from_tenant": "greeter" } }
+//
+// Prints one JSON line per check, {"check", "ok", "detail"}, then {"summary": {...}};
+// exits 1 if any check failed (2 if the scenario could not even start).
+//
+// playwright-core (the version tests/page/package.json pins) is loaded from the
+// node_modules directory JOBHOST_PAGE_TOOLS names (scripts/test installs it into
+// target/page-tools/node_modules), else from tests/page/node_modules (`npm install` here).
+import fs from "node:fs";
+import path from "node:path";
+import zlib from "node:zlib";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const tools = path.resolve(process.env.JOBHOST_PAGE_TOOLS || path.join(here, "node_modules"));
+let chromium;
+try {
+  // Resolved as if from a file inside that node_modules directory.
+  ({ chromium } = createRequire(path.join(tools, "jobhost-page-test.cjs"))("playwright-core"));
+} catch (e) {
+  console.error(`playwright-core is not installed in ${tools} (set JOBHOST_PAGE_TOOLS, or run npm install in tests/page): ${e.message}`);
+  process.exit(2);
+}
+
+const WAIT = 10_000;
+
+const scenarioPath = process.argv[2];
+if (!scenarioPath) {
+  console.error("usage: node console.mjs <scenario.json>");
+  process.exit(2);
+}
+const scenario = JSON.parse(fs.readFileSync(scenarioPath, "utf8"));
+const base = String(scenario.url || "").replace(/\/+$/, "");
+const expect = scenario.expect || {};
+const out = scenario.out || path.join(process.cwd(), "console-screenshots");
+fs.mkdirSync(out, { recursive: true });
+
+const results = [];
+function report(check, ok, detail) {
+  const line = { check, ok: !!ok, detail: detail === undefined ? "" : String(detail) };
+  results.push(line);
+  console.log(JSON.stringify(line));
+}
+
+// The page the checks are on now: shot when a check fails, to see why.
+let onPage = null;
+
+// Runs `fn` as one check: it passes unless it throws; what it returns is the detail.
+async function check(name, fn) {
+  try {
+    const detail = await fn();
+    report(name, true, detail);
+    return true;
+  } catch (e) {
+    let detail = (e && e.message ? e.message : String(e)).split("\n").slice(0, 3).join(" ");
+    if (onPage && !onPage.isClosed()) {
+      const file = path.join(out, "failed-" + name.replace(/[^a-z0-9]+/gi, "-").replace(/^-|-$/g, "").toLowerCase() + ".png");
+      const saved = await onPage.screenshot({ path: file, fullPage: true }).then(() => true, () => false);
+      if (saved) detail += ` (screenshot ${file})`;
+    }
+    report(name, false, detail);
+    return false;
+  }
+}
+
+function assert(cond, message) {
+  if (!cond) throw new Error(message);
+}
+
+// ------------------------------------------------------------------ PNG (no extra package)
+
+// Decodes an 8-bit, non-interlaced greyscale/RGB/RGBA PNG (what Chromium writes) into
+// pixels and tells how many distinct colours it has and the share of the commonest one.
+function pngStats(buffer) {
+  const sig = buffer.subarray(0, 8).toString("hex");
+  assert(sig === "89504e470d0a1a0a", "not a PNG");
+  let pos = 8;
+  let width = 0, height = 0, depth = 0, colorType = 0, interlace = 0;
+  const idat = [];
+  while (pos < buffer.length) {
+    const len = buffer.readUInt32BE(pos);
+    const type = buffer.subarray(pos + 4, pos + 8).toString("latin1");
+    const data = buffer.subarray(pos + 8, pos + 8 + len);
+    if (type === "IHDR") {
+      width = data.readUInt32BE(0);
+      height = data.readUInt32BE(4);
+      depth = data[8];
+      colorType = data[9];
+      interlace = data[12];
+    } else if (type === "IDAT") idat.push(data);
+    else if (type === "IEND") break;
+    pos += 12 + len;
+  }
+  assert(depth === 8 && interlace === 0, `unsupported PNG (depth ${depth}, interlace ${interlace})`);
+  const channels = { 0: 1, 2: 3, 4: 2, 6: 4 }[colorType];
+  assert(channels, `unsupported PNG colour type ${colorType}`);
+  const raw = zlib.inflateSync(Buffer.concat(idat));
+  const stride = width * channels;
+  const prev = Buffer.alloc(stride);
+  const cur = Buffer.alloc(stride);
+  const counts = new Map();
+  for (let y = 0; y < height; y++) {
+    const off = y * (stride + 1);
+    const filter = raw[off];
+    for (let x = 0; x < stride; x++) {
+      const rawByte = raw[off + 1 + x];
+      const a = x >= channels ? cur[x - channels] : 0;
+      const b = prev[x];
+      const c = x >= channels ? prev[x - channels] : 0;
+      let v;
+      switch (filter) {
+        case 0: v = rawByte; break;
+        case 1: v = rawByte + a; break;
+        case 2: v = rawByte + b; break;
+        case 3: v = rawByte + ((a + b) >> 1); break;
+        case 4: {
+          const p = a + b - c;
+          const pa = Math.abs(p - a), pb = Math.abs(p - b), pc = Math.abs(p - c);
+          v = rawByte + (pa <= pb && pa <= pc ? a : pb <= pc ? b : c);
+          break;
+        }
+        default: throw new Error("bad PNG filter " + filter);
+      }
+      cur[x] = v & 255;
+    }
+    for (let x = 0; x < stride; x += channels) {
+      let key;
+      if (channels >= 3) key = (cur[x] << 16) | (cur[x + 1] << 8) | cur[x + 2];
+      else key = cur[x];
+      counts.set(key, (counts.get(key) || 0) + 1);
+    }
+    cur.copy(prev);
+  }
+  let top = 0;
+  for (const n of counts.values()) if (n > top) top = n;
+  return { width, height, colors: counts.size, topShare: top / (width * height) };
+}
+
+// ------------------------------------------------------------------ browser helpers
+
+const VIEWPORTS = {
+  desktop: { width: 1280, height: 800 },
+  phone: { width: 390, height: 844 },
+};
+
+async function newPage(browser, viewport, name) {
+  const context = await browser.newContext({ viewport, deviceScaleFactor: 1, isMobile: viewport.width < 500, hasTouch: viewport.width < 500 });
+  const page = await context.newPage();
+  page.setDefaultTimeout(WAIT);
+  onPage = page;
+  page.problems = [];
+  page.on("pageerror", (e) => page.problems.push(`${name}: page error: ${e.message}`));
+  page.on("console", (m) => {
+    // A failed request is logged by Chromium too; the page shows those in #error, which
+    // is checked on its own. Anything else logged as an error (CSP violations, script
+    // errors) is a problem.
+    if (m.type() === "error" && !/Failed to load resource/.test(m.text())) page.problems.push(`${name}: console: ${m.text()}`);
+  });
+  return { context, page };
+}
+
+async function signIn(page, tokenValue) {
+  await page.goto(`${base}/#token=${encodeURIComponent(tokenValue)}`);
+  await page.waitForSelector("main[data-view]");
+  const left = await page.evaluate(() => location.hash);
+  assert(!left.includes("token="), "the token stays in the address bar: " + left);
+}
+
+async function go(page, hash, view) {
+  const before = await page.evaluate(() => location.hash);
+  if (before === hash) {
+    await page.evaluate(() => window.dispatchEvent(new HashChangeEvent("hashchange")));
+  } else {
+    await page.evaluate((h) => { location.hash = h; }, hash);
+  }
+  await page.waitForFunction(([h, v]) => location.hash === h && document.querySelector(`main[data-view="${v}"]`), [hash, view]);
+}
+
+const errorText = (page) => page.$eval("#error", (e) => e.textContent.trim());
+
+// The host's API, called from inside the page with the page's own token.
+async function apiFromPage(page, method, apiPath, body) {
+  return page.evaluate(async ([m, p, b]) => {
+    const headers = { Authorization: "Bearer " + sessionStorage.getItem("jobhost-token") };
+    if (b !== null) headers["Content-Type"] = "application/json";
+    const r = await fetch(p, { method: m, headers, body: b === null ? undefined : JSON.stringify(b) });
+    let data = null;
+    try { data = await r.json(); } catch (_) { /* not JSON */ }
+    return { status: r.status, data };
+  }, [method, apiPath, body === undefined ? null : body]);
+}
+
+// ------------------------------------------------------------------ the checks
+
+const enc = encodeURIComponent;
+const VIEWS = [
+  {
+    view: "overview", hash: "#/",
+    dom: async (page) => {
+      await page.waitForSelector("main svg.chart");
+      const text = await page.textContent("main");
+      assert(/Runs finished/.test(text), "no runs chart heading");
+      return "chart drawn";
+    },
+  },
+  {
+    view: "jobs", hash: "#/jobs",
+    dom: async (page) => {
+      assert(await page.$(`tr[data-job="${expect.job}"]`), `no row for job ${expect.job}`);
+      const jobs = await page.$$eval("tr[data-job]", (rows) => rows.map((r) => r.dataset.job));
+      const statuses = await page.$$eval("main [data-status]", (b) => [...new Set(b.map((x) => x.dataset.status))]);
+      return `${jobs.length} jobs; statuses ${statuses.join(",")}`;
+    },
+  },
+  {
+    view: "job", hash: `#/jobs/${enc(expect.job)}`,
+    dom: async (page) => {
+      const title = await page.textContent("main h1");
+      assert(title.includes(expect.job), `title is ${title}`);
+      await page.waitForSelector("main svg.chart");
+      const runs = await page.$$eval("tr[data-run]", (r) => r.length);
+      assert(runs > 0, "no recent runs listed");
+      return `${runs} recent runs`;
+    },
+  },
+  {
+    view: "runs", hash: "#/runs",
+    dom: async (page) => {
+      const runs = await page.$$eval("tr[data-run]", (r) => r.map((x) => x.dataset.status));
+      assert(runs.length > 0, "no runs listed");
+      assert(runs.includes("failed"), "no failed run listed: " + [...new Set(runs)].join(","));
+      assert(await page.$("#runs-q"), "no search box");
+      return `${runs.length} runs; statuses ${[...new Set(runs)].join(",")}`;
+    },
+  },
+  {
+    view: "run", hash: `#/runs/${enc(expect.failed_run)}`,
+    dom: async (page) => {
+      const text = await page.textContent("main");
+      assert(text.includes(expect.failed_run), "the run id is not shown");
+      assert(text.includes(expect.job), "the job name is not shown");
+      assert(await page.$(".page-title [data-status=failed]"), "no failed badge in the header");
+      await page.waitForSelector("main svg.chart");
+      assert(await page.$("#run-retry"), "no Retry button on a failed run");
+      return "header, timeline and Retry present";
+    },
+  },
+];
+
+async function viewChecks(browser) {
+  for (const [vpName, viewport] of Object.entries(VIEWPORTS)) {
+    const { context, page } = await newPage(browser, viewport, vpName);
+    try {
+      const signed = await check(`${vpName}: sign in with the token in the fragment`, async () => {
+        await signIn(page, scenario.token);
+        return "token taken from the fragment and dropped";
+      });
+      if (!signed) continue;
+      for (const v of VIEWS) {
+        const name = `${v.view}-${vpName}`;
+        const shown = await check(`${name}: renders`, async () => {
+          await go(page, v.hash, v.view);
+          return `main[data-view=${v.view}]`;
+        });
+        if (!shown) continue;
+        await check(`${name}: content`, () => v.dom(page));
+        await check(`${name}: no error shown`, async () => {
+          const e = await errorText(page);
+          assert(e === "", "#error says: " + e);
+          return "#error empty";
+        });
+        await check(`${name}: screenshot is not blank`, async () => {
+          // Let charts draw after layout, and relative times settle.
+          await page.waitForTimeout(150);
+          const file = path.join(out, `${name}.png`);
+          const png = await page.screenshot({ path: file, fullPage: true });
+          const s = pngStats(png);
+          assert(s.colors >= 8, `only ${s.colors} colours`);
+          assert(s.topShare < 0.97, `${(s.topShare * 100).toFixed(1)}% of pixels share one colour`);
+          return `${file} ${s.width}x${s.height}, ${s.colors} colours, top ${(s.topShare * 100).toFixed(1)}%`;
+        });
+        if (vpName === "phone") {
+          await check(`${name}: fits a phone (no page-wide horizontal scroll)`, async () => {
+            const [sw, iw] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+            assert(sw <= iw + 1, `the page is ${sw}px wide in a ${iw}px viewport`);
+            return `${sw}px ≤ ${iw}px`;
+          });
+        }
+      }
+      await check(`${vpName}: no console errors`, async () => {
+        assert(page.problems.length === 0, page.problems.slice(0, 3).join(" | "));
+        return "none";
+      });
+    } finally {
+      await context.close();
+    }
+  }
+}
+
+async function actionChecks(browser) {
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "actions");
+  try {
+    await signIn(page, scenario.token);
+
+    if (expect.running_run) {
+      await check("cancel a running run from its run view", async () => {
+        await go(page, `#/runs/${enc(expect.running_run)}`, "run");
+        await page.click("#run-cancel");
+        await page.waitForSelector("dialog#confirm[open]");
+        await page.click("#confirm-yes");
+        await page.waitForFunction(() => !document.getElementById("confirm").open);
+        await page.waitForSelector(".page-title [data-status=cancelled]");
+        const badge = await page.textContent(".page-title [data-status]");
+        assert(badge.trim() === "cancelled", "badge says " + badge);
+        return `run ${expect.running_run} shows cancelled`;
+      });
+    }
+
+    if (expect.failed_run) {
+      await check("retry a failed run from its run view", async () => {
+        await go(page, `#/runs/${enc(expect.failed_run)}`, "run");
+        await page.click("#run-retry");
+        const prefix = "#/runs/";
+        await page.waitForFunction(([old]) => location.hash.startsWith("#/runs/") && location.hash !== old &&
+          document.querySelector("main[data-view=run]"), [`${prefix}${enc(expect.failed_run)}`]);
+        const newId = decodeURIComponent((await page.evaluate(() => location.hash)).slice(prefix.length));
+        const answer = await apiFromPage(page, "GET", `/runs/${enc(newId)}`);
+        assert(answer.status === 200, `GET /runs/${newId} answered ${answer.status}`);
+        assert(answer.data.retry_of === expect.failed_run, `the new run's retry_of is ${answer.data.retry_of}`);
+        await page.waitForSelector(`main a[href="#/runs/${enc(expect.failed_run)}"]`);
+        return `retried as ${newId}, which links back`;
+      });
+    }
+
+    if (expect.job) {
+      await check("bulk cancel preview shows the count and Escape changes nothing", async () => {
+        const cancelled = async () => {
+          const r = await apiFromPage(page, "GET", `/runs?job=${enc(expect.job)}&status=cancelled&limit=200`);
+          assert(r.status === 200, "listing cancelled runs answered " + r.status);
+          return r.data.runs.length;
+        };
+        const before = await cancelled();
+        await go(page, `#/runs?job=${enc(expect.job)}`, "runs");
+        await page.click("#bulk-cancel");
+        await page.waitForSelector("dialog#confirm[open] #confirm-count");
+        const shown = await page.textContent("#confirm-count");
+        const count = await page.getAttribute("#confirm-count", "data-count");
+        assert(/\d/.test(shown) && /^\d+$/.test(count || ""), `the dialog shows ${JSON.stringify(shown)}`);
+        const preview = await apiFromPage(page, "POST", "/runs/cancel", { filter: { job: expect.job }, confirm: false });
+        assert(preview.status === 200 && typeof preview.data.count === "number", "preview answered " + preview.status);
+        const focusInside = await page.evaluate(() => document.getElementById("confirm").contains(document.activeElement));
+        assert(focusInside, "focus is not inside the dialog");
+        await page.keyboard.press("Escape");
+        await page.waitForFunction(() => !document.getElementById("confirm").open);
+        await page.waitForTimeout(300);
+        const after = await cancelled();
+        assert(after === before, `cancelled runs went from ${before} to ${after}`);
+        return `dialog showed ${count} (preview says ${preview.data.count}); nothing cancelled`;
+      });
+    }
+
+    await check("keyboard: Tab reaches the nav links, focus is visible, / focuses the runs search", async () => {
+      // From a fresh load (the token stays in sessionStorage), as an operator arriving.
+      await page.evaluate(() => { location.hash = "#/"; });
+      await page.reload();
+      await page.waitForSelector("main[data-view=overview]");
+      const reached = new Set();
+      let outline = "";
+      for (let i = 0; i < 12 && reached.size < 3; i++) {
+        await page.keyboard.press("Tab");
+        const info = await page.evaluate(() => {
+          const a = document.activeElement;
+          if (!a || !a.dataset || !a.dataset.nav) return null;
+          const s = getComputedStyle(a);
+          return { nav: a.dataset.nav, outline: s.outlineStyle + " " + s.outlineWidth };
+        });
+        if (info) { reached.add(info.nav); outline = info.outline; }
+      }
+      assert(reached.size === 3, "reached only " + [...reached].join(","));
+      assert(!/^none/.test(outline) && !/ 0px$/.test(outline), "no visible focus outline: " + outline);
+      await page.keyboard.press("/");
+      await page.waitForSelector("main[data-view=runs]");
+      await page.waitForFunction(() => document.activeElement && document.activeElement.id === "runs-q");
+      return `nav links ${[...reached].join(",")}; outline ${outline}; / → #runs-q`;
+    });
+
+    await check("actions: no console errors", async () => {
+      assert(page.problems.length === 0, page.problems.slice(0, 3).join(" | "));
+      return "none";
+    });
+  } finally {
+    await context.close();
+  }
+}
+
+async function tenantChecks(browser) {
+  if (!scenario.tenant_token) return;
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "tenant");
+  try {
+    await check("tenant: sees its jobs only, and no pause buttons", async () => {
+      await signIn(page, scenario.tenant_token);
+      await go(page, "#/jobs", "jobs");
+      const jobs = await page.$$eval("tr[data-job]", (rows) => rows.map((r) => r.dataset.job));
+      if (expect.tenant_job) assert(jobs.includes(expect.tenant_job), `${expect.tenant_job} is missing: ${jobs.join(",")}`);
+      if (expect.hidden_from_tenant) assert(!jobs.includes(expect.hidden_from_tenant), `${expect.hidden_from_tenant} is shown to the tenant`);
+      const pauseButtons = await page.$$eval("main button", (b) => b.filter((x) => /^(Pause|Resume)\b/.test(x.textContent.trim())).length);
+      assert(pauseButtons === 0, `${pauseButtons} pause buttons shown`);
+      const e = await errorText(page);
+      assert(e === "", "#error says: " + e);
+      await page.screenshot({ path: path.join(out, "jobs-tenant.png"), fullPage: true });
+      return `jobs: ${jobs.join(",")}`;
+    });
+  } finally {
+    await context.close();
+  }
+}
+
+async function signedOutChecks(browser) {
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "signed-out");
+  try {
+    await check("without a token: the sign-in form and nothing else", async () => {
+      await page.goto(`${base}/`);
+      await page.waitForSelector("form#signin:not([hidden])");
+      const inMain = await page.$$eval("main *", (n) => n.length);
+      assert(inMain === 0, `main has ${inMain} elements`);
+      assert(!(await page.$("[data-job]")), "jobs shown without a token");
+      return "sign-in form shown";
+    });
+  } finally {
+    await context.close();
+  }
+}
+
+let browser;
+let exitCode = 0;
+try {
+  browser = await chromium.launch({
+    executablePath: scenario.chromium || "/usr/bin/chromium",
+    headless: true,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+  });
+  await viewChecks(browser);
+  await actionChecks(browser);
+  await tenantChecks(browser);
+  await signedOutChecks(browser);
+} catch (e) {
+  report("driver", false, e && e.stack ? e.stack.split("\n").slice(0, 3).join(" ") : String(e));
+} finally {
+  if (browser) await browser.close().catch(() => {});
+  const failed = results.filter((r) => !r.ok).map((r) => r.check);
+  console.log(JSON.stringify({ summary: { checks: results.length, passed: results.length - failed.length, failed: failed.length, failures: failed, screenshots: out } }));
+  exitCode = failed.length ? 1 : 0;
+}
+process.exit(exitCode);
