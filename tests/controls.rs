@@ -48,6 +48,14 @@ async fn kick(server: &Server, job: &str) -> String {
     kicked["run_id"].as_str().expect("queued").to_string()
 }
 
+/// Pauses through the API, then lets a claim already in flight (which read the pauses
+/// before) finish: a pause holds from the claims that start after it.
+async fn pause(server: &Server, what: &str) {
+    let (status, paused) = server.post(&format!("/pauses/{what}")).await;
+    assert_eq!(status, 200, "{paused}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
 async fn run(server: &Server, id: &str) -> Value {
     let (status, run) = server.get(&format!("/runs/{id}")).await;
     assert_eq!(status, 200, "{run}");
@@ -101,8 +109,7 @@ on_every_backend! {
     async fn a_cancelled_queued_run_never_starts(home) {
         let m = manifest(&home, "commit");
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
-        let (status, _) = server.post("/pauses/job/hello").await;
-        assert_eq!(status, 200);
+        pause(&server, "job/hello").await;
         let id = kick(&server, "hello").await;
         let (status, cancelled) = server.post(&format!("/runs/{id}/cancel")).await;
         assert_eq!(status, 200, "{cancelled}");
@@ -191,9 +198,28 @@ on_every_backend! {
             r["status"] == "queued" && r["passes"].as_i64() >= Some(2)
         })
         .await;
+        // A kick while the run holds its instance's lease waits in the lease's pending flag:
+        // the cancel queues it, as any end of the run would.
+        let (status, pending) = server.post("/jobs/pager/kick").await;
+        assert_eq!((status, pending["result"].as_str()), (202, Some("pending")), "{pending}");
         let (status, _) = server.post(&format!("/runs/{id}/cancel")).await;
         assert_eq!(status, 200);
         assert_cancelled(&home, &server, &id).await;
+        let follow_ups = home
+            .scalar(&format!("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'pager' AND origin = 'kick' AND id <> '{id}'"))
+            .await;
+        assert_eq!(follow_ups, 1, "the pending kick is not lost");
+        // The follow-up holds the instance's lease; cancelled by filter, it frees it for the
+        // retry below (which would otherwise end skipped, as any run that finds its
+        // instance's lease held).
+        let body = r#"{"filter": {"job": "pager", "status": "queued"}, "confirm": true}"#;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'pager' AND status = 'running'").await > 0 {
+            assert!(Instant::now() < deadline, "the follow-up's first pass did not end");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let (status, done) = server.post_as(Some(&server.token), "/runs/cancel", Some(body)).await;
+        assert_eq!((status, &done["done"]), (200, &Value::from(1)), "{done}");
         let cancelled = run(&server, &id).await;
         assert_eq!(cancelled["passes"], waiting["passes"], "committed passes stay");
         assert_eq!(cancelled["cursor"], waiting["cursor"]);
@@ -232,7 +258,9 @@ on_every_backend! {
         assert_eq!(retry_run["payload"], serde_json::json!({"fail_times": 1000}));
 
         // By filter: a preview counts and changes nothing; confirmed, each run is retried
-        // once, and sending it again retries nothing more.
+        // once, and sending it again retries nothing more. The job is paused, so the
+        // retries wait (a retry that failed could be retried in turn).
+        pause(&server, "job/flaky").await;
         let body = r#"{"filter": {"job": "flaky", "status": "failed"}}"#;
         let (status, preview) = server.post_as(Some(&server.token), "/runs/retry", Some(body)).await;
         assert_eq!(status, 200, "{preview}");
@@ -260,8 +288,7 @@ on_every_backend! {
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
         let out = home.run(&["pause", "job", "hello"]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let (status, _) = server.post("/pauses/lane/bulk").await;
-        assert_eq!(status, 200);
+        pause(&server, "lane/bulk").await;
         let mut held = Vec::new();
         for instance in ["a", "b", "c"] {
             held.push(kick(&server, &format!("hello?instance={instance}")).await);
@@ -346,8 +373,7 @@ on_every_backend! {
     async fn cancel_and_retry_by_filter_preview_first_and_act_in_bounded_batches(home) {
         let m = manifest(&home, "commit");
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
-        let (status, _) = server.post("/pauses/job/hello").await;
-        assert_eq!(status, 200);
+        pause(&server, "job/hello").await;
         let store = home.store().await;
         for i in 0..30 {
             common::queue_run(&store, "hello", &format!("held-{i:02}"), 0).await;
@@ -368,4 +394,49 @@ on_every_backend! {
         let out = home.run(&["runs", "cancel", "some-run", "--job", "hello"]);
         assert_eq!(out.status.code(), Some(2), "ids or a filter, not both");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_run_shows_a_long_runs_progress_pass_by_pass_and_nothing_with_json() {
+    let home = Home::new(Backend::Sqlite).await;
+    let pager = common::guest("pager");
+    let args = [
+        "run",
+        "--job",
+        pager.to_str().unwrap(),
+        "--payload",
+        r#"{"pages": 3}"#,
+    ];
+    let out = home.run(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Not a terminal: one plain line per pass, on stderr.
+    let progress = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = progress
+        .lines()
+        .filter(|l| l.starts_with("pager pass "))
+        .collect();
+    // After each pass that leaves the run queued: the pass to run next and its cursor.
+    assert_eq!(lines.len(), 2, "{progress}");
+    assert!(
+        lines[0].starts_with("pager pass 2 · cursor {\"page\":1} · "),
+        "{progress}"
+    );
+    assert!(
+        lines[1].starts_with("pager pass 3 · cursor {\"page\":2} · ") && lines[1].ends_with(" s"),
+        "{progress}"
+    );
+    assert!(
+        !progress.contains('\r') && !progress.contains('\x1b'),
+        "{progress:?}"
+    );
+    let mut json = args.to_vec();
+    json.push("--json");
+    let out = home.run(&json);
+    assert!(out.status.success());
+    let quiet = String::from_utf8_lossy(&out.stderr);
+    assert!(!quiet.contains("pager pass"), "{quiet}");
 }

@@ -4,12 +4,21 @@
 //! page of numbered pages does — as the peer; the count a bulk action previews; and the
 //! reads of the overview, a job's statistics and the live pulse.
 //!
-//! Run with `cargo bench -p jobhost --bench console` (about 6 minutes on 2 cores, most of
+//! Then, on the Postgres database: what open pages cost it on a busy fleet. A real `host
+//! serve` runs the `noop` job, kicked 100 times a second, and N simulated pages (0, then
+//! 10) each do what the overview page does: listen to `/stream` and read `/overview` and
+//! `/pauses` on every pulse whose version changed. The database's CPU is the CPU time of
+//! the Postgres processes serving the database (from `/proc`) over 30 s.
+//!
+//! Run with `cargo bench -p jobhost --bench console` (about 8 minutes on 2 cores, most of
 //! it filling the two databases). `JOBHOST_BENCH_RUNS` sets the number of runs (default
 //! 1 000 000); `JOBHOST_TEST_POSTGRES` the Postgres server (default
 //! `postgres://postgres@127.0.0.1:5432/test`), where a database of its own is made and
 //! dropped. Every run is created in the last 7 days, 1 in 20 failed (with an error text),
 //! 1 in 97 cancelled, 1 in 1 000 queued, the rest succeeded; 10 jobs, 5 tenants.
+
+#[path = "support/guests.rs"]
+mod guests;
 
 use criterion::{BenchmarkId, Criterion};
 use jobhost::store::{RunFilter, RunStatus, Store};
@@ -329,6 +338,9 @@ fn main() {
     for (name, median) in &medians {
         println!("{name:<44} {:>10.3} ms", median / 1e6);
     }
+    if let Some(pg) = databases.iter().find(|db| db.backend == "postgres") {
+        rt.block_on(pages(pg, dir.path()));
+    }
     for db in databases {
         rt.block_on(db.store.close());
         if let Some(name) = db.pg_name {
@@ -344,4 +356,177 @@ fn main() {
             });
         }
     }
+}
+
+/// CPU time (ms) used so far by the Postgres processes serving database `name`.
+fn postgres_cpu_ms(name: &str) -> f64 {
+    let ticks_per_ms = 100.0 / 1000.0;
+    let mut total = 0.0;
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    for entry in procs.flatten() {
+        let path = entry.path();
+        let title = std::fs::read(path.join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&title).contains(name) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
+            continue;
+        };
+        // Fields after the command's closing parenthesis: utime and stime are the 12th and
+        // 13th.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 = [11, 12]
+            .iter()
+            .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+            .sum();
+        total += ticks / ticks_per_ms;
+    }
+    total
+}
+
+/// What 0 and then 10 open overview pages cost the database of a busy host (see the
+/// module's doc).
+async fn pages(db: &Database, dir: &std::path::Path) {
+    use std::io::BufRead;
+    let Some(name) = db.pg_name.clone() else {
+        return;
+    };
+    let noop = match guests::locate_or_build(&["noop"]) {
+        Ok(mut found) => found.remove(0),
+        Err(e) => {
+            eprintln!("pages: {e}");
+            return;
+        }
+    };
+    let admin = postgres_admin_url();
+    let (base, _) = admin.rsplit_once('/').expect("a database URL");
+    let url = format!("{base}/{name}");
+    let manifest = dir.join("pages.toml");
+    std::fs::write(
+        &manifest,
+        format!("[jobs.noop]\ncomponent = \"{}\"\n", noop.display()),
+    )
+    .expect("manifest");
+    let host = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_host"));
+        command
+            .args(args)
+            .env("JOBHOST_HOME", dir)
+            .env("JOBHOST_DB", &url)
+            .env("JOBHOST_LOG", "warn");
+        command
+    };
+    let created = host(&["tokens", "create", "--json"])
+        .output()
+        .expect("host tokens create");
+    let token: serde_json::Value = serde_json::from_slice(&created.stdout).expect("token JSON");
+    let token = token["token"].as_str().expect("a token").to_string();
+    let mut serve = host(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--manifest",
+        manifest.to_str().expect("utf-8"),
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .expect("host serve");
+    let mut line = String::new();
+    std::io::BufReader::new(serve.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("listening line");
+    let base = format!("http://{}", line.trim().trim_start_matches("listening on "));
+    let client = reqwest::Client::new();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let kicker = {
+        let (client, base, token, stop) =
+            (client.clone(), base.clone(), token.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut k = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                k += 1;
+                let _ = client
+                    .post(format!("{base}/jobs/noop/kick?instance=i{}", k % 1000))
+                    .bearer_auth(&token)
+                    .send()
+                    .await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    println!(
+        "\nopen overview pages on a busy host (Postgres, {} runs kept):",
+        runs()
+    );
+    let mut idle_ms_per_s = 0.0;
+    for open in [0usize, 10] {
+        let reads = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let readers: Vec<_> = (0..open)
+            .map(|_| {
+                let (client, base, token, reads) =
+                    (client.clone(), base.clone(), token.clone(), reads.clone());
+                tokio::spawn(async move {
+                    let Ok(mut stream) = client
+                        .get(format!("{base}/stream"))
+                        .bearer_auth(&token)
+                        .send()
+                        .await
+                    else {
+                        return;
+                    };
+                    while let Ok(Some(chunk)) = stream.chunk().await {
+                        if !String::from_utf8_lossy(&chunk).contains("event: pulse") {
+                            continue;
+                        }
+                        for path in ["/overview?window=hour", "/pauses"] {
+                            if let Ok(answer) = client
+                                .get(format!("{base}{path}"))
+                                .bearer_auth(&token)
+                                .send()
+                                .await
+                            {
+                                let _ = answer.bytes().await;
+                            }
+                        }
+                        reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let (cpu, at, read) = (
+            postgres_cpu_ms(&name),
+            std::time::Instant::now(),
+            reads.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let seconds = at.elapsed().as_secs_f64();
+        let ms_per_s = (postgres_cpu_ms(&name) - cpu) / seconds;
+        let refreshes = (reads.load(std::sync::atomic::Ordering::Relaxed) - read) as f64 / seconds;
+        for reader in readers {
+            reader.abort();
+        }
+        if open == 0 {
+            idle_ms_per_s = ms_per_s;
+            println!("  no page:  the database used {ms_per_s:.1} ms of CPU a second");
+        } else {
+            println!(
+                "  {open} pages: {ms_per_s:.1} ms a second; {:.2} ms a second per page, \
+                 each refreshing {:.2} times a second",
+                (ms_per_s - idle_ms_per_s) / open as f64,
+                refreshes / open as f64
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = kicker.await;
+    let _ = serve.kill();
+    let _ = serve.wait();
 }

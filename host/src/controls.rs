@@ -1,6 +1,6 @@
 //! The operator's controls on runs: cancel and retry now, one run or every run a filter
-//! matches. The rules live here; the rows are written by `store::controls`, each action
-//! one transaction per run, and the API, the CLI and the page all come through here.
+//! matches. The rules live here; the rows are written by `store::controls`, a batch of runs
+//! in one transaction, and the API, the CLI and the page all come through here.
 //!
 //! - **Cancel** a queued or running run: it ends `cancelled` (code
 //!   `cancelled_by_operator`), reported once, never retried. Its lease moves on in the
@@ -15,7 +15,7 @@
 //!   with the same payload, `retry_of` the original, resuming its last committed pass.
 //!   A run is retried at most once, so a bulk retry sent twice changes nothing the second
 //!   time.
-//! - **By filter**: at most [`BULK_MAX`] runs per call, each in its own transaction, and
+//! - **By filter**: at most [`BULK_MAX`] runs per call, [`BATCH`] to a transaction, and
 //!   the answer says whether more match; a call repeated after a failure touches only
 //!   what is still to do.
 
@@ -30,6 +30,8 @@ use std::time::Duration;
 
 /// Most runs one action by filter touches; the caller repeats while `more`.
 pub const BULK_MAX: i64 = 1000;
+/// Runs acted on in one transaction.
+pub const BATCH: usize = 100;
 /// How often a serving host asks whether a run it is running was cancelled elsewhere.
 pub const CANCEL_POLL: Duration = Duration::from_millis(250);
 
@@ -91,114 +93,166 @@ impl Controls<'_> {
     /// Cancels one run (see the module's rules).
     pub async fn cancel(&self, who: Actor<'_>, id: &str) -> Result<RunRecord, ControlError> {
         let run = self.visible_run(who, id).await?;
-        self.cancel_run(who, &run).await
+        let mut cancelled = self.cancel_batch(who, std::slice::from_ref(&run)).await?;
+        match cancelled.pop().flatten() {
+            Some(run) => Ok(run),
+            None => {
+                let now = self.store.get_run(&run.id).await?;
+                Err(ControlError::NotCancellable {
+                    id: run.id,
+                    status: now.map_or_else(|| "gone".to_string(), |r| r.status),
+                })
+            }
+        }
     }
 
-    async fn cancel_run(&self, who: Actor<'_>, run: &RunRecord) -> Result<RunRecord, ControlError> {
-        let not_cancellable = |status: &str| ControlError::NotCancellable {
-            id: run.id.clone(),
-            status: status.to_string(),
-        };
-        if run.status().is_none_or(RunStatus::is_terminal) {
-            return Err(not_cancellable(&run.status));
+    /// Cancels `runs` in one transaction: per run, as cancelled, or `None` if it was not
+    /// cancellable (ended meanwhile).
+    async fn cancel_batch(
+        &self,
+        who: Actor<'_>,
+        runs: &[RunRecord],
+    ) -> Result<Vec<Option<RunRecord>>, ControlError> {
+        let live: Vec<&RunRecord> = runs
+            .iter()
+            .filter(|run| run.status().is_some_and(|s| !s.is_terminal()))
+            .collect();
+        let mut payloads = std::collections::BTreeMap::new();
+        for run in &live {
+            if !payloads.contains_key(&run.job) {
+                let payload = match self.store.get_job(&run.job).await? {
+                    Some(job) => crate::kick::job_payload(&job),
+                    None => run.payload.clone(),
+                };
+                payloads.insert(run.job.clone(), payload);
+            }
         }
-        let payload = match self.store.get_job(&run.job).await? {
-            Some(job) => crate::kick::job_payload(&job),
-            None => run.payload.clone(),
-        };
-        let request = CancelRequest {
-            run,
-            tenant: who.tenant,
-            follow_up: crate::kick::follow_up(run, payload),
-            report: NewReport::about_run(
-                ReportKind::Cancelled,
+        let requests: Vec<CancelRequest<'_>> = live
+            .iter()
+            .map(|run| CancelRequest {
                 run,
-                FailureCode::CancelledByOperator,
-            ),
-        };
+                tenant: who.tenant,
+                follow_up: crate::kick::follow_up(run, payloads[&run.job].clone()),
+                report: NewReport::about_run(
+                    ReportKind::Cancelled,
+                    run,
+                    FailureCode::CancelledByOperator,
+                ),
+            })
+            .collect();
         // An attempt running here is stopped first: on SQLite its open transaction holds
         // the one write lock the cancel needs. A stopped attempt writes nothing more; its
         // ending, if recorded before the cancel, ends the run `cancelled` itself.
-        let interrupted = self
-            .runner
-            .is_some_and(|runner| runner.interrupts().interrupt(&run.id));
-        let cancelled = match self.store.cancel_run(&request).await? {
-            Some(cancelled) => cancelled,
-            None => match self.store.get_run(&run.id).await? {
-                Some(now) if interrupted && now.status == RunStatus::Cancelled.as_str() => now,
-                now => {
-                    let status = now.map_or_else(|| "gone".to_string(), |r| r.status);
-                    return Err(not_cancellable(&status));
-                }
-            },
-        };
-        self.metrics.control("cancel", &run.job, &run.tenant);
-        tracing::info!(
-            job = %run.job,
-            run_id = %run.id,
-            tenant = %run.tenant,
-            code = "cancelled_by_operator",
-            was = %run.status,
-            "run cancelled"
-        );
-        Ok(cancelled)
+        let interrupted: Vec<bool> = live
+            .iter()
+            .map(|run| {
+                self.runner
+                    .is_some_and(|runner| runner.interrupts().interrupt(&run.id))
+            })
+            .collect();
+        let answers = self.store.cancel_runs(&requests).await?;
+        let mut by_id = std::collections::BTreeMap::new();
+        for ((run, answer), interrupted) in live.iter().zip(answers).zip(interrupted) {
+            let cancelled = match answer {
+                Some(cancelled) => Some(cancelled),
+                None if interrupted => self
+                    .store
+                    .get_run(&run.id)
+                    .await?
+                    .filter(|now| now.status == RunStatus::Cancelled.as_str()),
+                None => None,
+            };
+            if cancelled.is_some() {
+                self.metrics.control("cancel", &run.job, &run.tenant);
+                tracing::info!(
+                    job = %run.job,
+                    run_id = %run.id,
+                    tenant = %run.tenant,
+                    code = "cancelled_by_operator",
+                    was = %run.status,
+                    "run cancelled"
+                );
+            }
+            by_id.insert(run.id.clone(), cancelled);
+        }
+        Ok(runs
+            .iter()
+            .map(|run| by_id.remove(&run.id).flatten())
+            .collect())
     }
 
     /// Retries one run now (see the module's rules).
     pub async fn retry(&self, who: Actor<'_>, id: &str) -> Result<Retry, ControlError> {
         let run = self.visible_run(who, id).await?;
-        self.retry_run(who, &run).await
-    }
-
-    async fn retry_run(&self, who: Actor<'_>, run: &RunRecord) -> Result<Retry, ControlError> {
-        if let Some(retry) = self.existing_retry(run).await? {
+        if let Some(retry) = self.existing_retry(&run).await? {
             return Ok(retry);
         }
-        if !retryable(run) {
+        if !retryable(&run) {
             return Err(ControlError::NotRetryable {
-                id: run.id.clone(),
-                status: run.status.clone(),
+                id: run.id,
+                status: run.status,
             });
         }
-        let request = RetryRequest {
-            original: run,
-            tenant: who.tenant,
-            run: NewRun {
-                id: new_run_id(),
-                job: run.job.clone(),
-                instance: run.instance.clone(),
-                tenant: run.tenant.clone(),
-                origin: Origin::Retry,
-                payload: run.payload.clone(),
-                cursor: run.cursor.clone(),
-                component_digest: None,
-                scheduled_for: run.scheduled_for,
-                rerun_of: None,
-                delay_ms: 0,
-                trace_parent: None,
+        if let Some(retry) = self
+            .retry_batch(who, std::slice::from_ref(&run))
+            .await?
+            .pop()
+            .flatten()
+        {
+            return Ok(Retry {
+                run: retry,
+                already: false,
+            });
+        }
+        // Retried (or gone) meanwhile.
+        match self.store.get_run(&run.id).await? {
+            Some(now) => match self.existing_retry(&now).await? {
+                Some(retry) => Ok(retry),
+                None => Err(ControlError::NotRetryable {
+                    id: now.id,
+                    status: now.status,
+                }),
             },
-        };
-        match self.store.retry_run(&request).await? {
-            Some(retry) => {
+            None => Err(ControlError::UnknownRun(run.id)),
+        }
+    }
+
+    /// Retries `runs` in one transaction: per run, its retry, or `None` if it was not
+    /// retryable or retried already.
+    async fn retry_batch(
+        &self,
+        who: Actor<'_>,
+        runs: &[RunRecord],
+    ) -> Result<Vec<Option<RunRecord>>, ControlError> {
+        let requests: Vec<RetryRequest<'_>> = runs
+            .iter()
+            .map(|run| RetryRequest {
+                original: run,
+                tenant: who.tenant,
+                run: NewRun {
+                    id: new_run_id(),
+                    job: run.job.clone(),
+                    instance: run.instance.clone(),
+                    tenant: run.tenant.clone(),
+                    origin: Origin::Retry,
+                    payload: run.payload.clone(),
+                    cursor: run.cursor.clone(),
+                    component_digest: None,
+                    scheduled_for: run.scheduled_for,
+                    rerun_of: None,
+                    delay_ms: 0,
+                    trace_parent: None,
+                },
+            })
+            .collect();
+        let answers = self.store.retry_runs(&requests).await?;
+        for (run, retry) in runs.iter().zip(&answers) {
+            if let Some(retry) = retry {
                 self.metrics.control("retry", &run.job, &run.tenant);
                 tracing::info!(job = %run.job, run_id = %run.id, retry = %retry.id, tenant = %run.tenant, "run retried");
-                Ok(Retry {
-                    run: retry,
-                    already: false,
-                })
             }
-            // Retried meanwhile by another caller.
-            None => match self.store.get_run(&run.id).await? {
-                Some(now) => match self.existing_retry(&now).await? {
-                    Some(retry) => Ok(retry),
-                    None => Err(ControlError::NotRetryable {
-                        id: now.id,
-                        status: now.status,
-                    }),
-                },
-                None => Err(ControlError::UnknownRun(run.id.clone())),
-            },
         }
+        Ok(answers)
     }
 
     async fn existing_retry(&self, run: &RunRecord) -> Result<Option<Retry>, ControlError> {
@@ -225,7 +279,8 @@ impl Controls<'_> {
         }
     }
 
-    /// Cancels or retries up to [`BULK_MAX`] of the runs `filter` matches.
+    /// Cancels or retries up to [`BULK_MAX`] of the runs `filter` matches, [`BATCH`] to a
+    /// transaction.
     pub async fn apply(
         &self,
         who: Actor<'_>,
@@ -244,17 +299,13 @@ impl Controls<'_> {
         let runs = self.store.list_runs(&narrowed).await?;
         let more = runs.len() as i64 > BULK_MAX;
         let mut done = 0;
-        for run in runs.iter().take(BULK_MAX as usize) {
+        for batch in runs[..runs.len().min(BULK_MAX as usize)].chunks(BATCH) {
             let acted = match action {
-                Action::Cancel => self.cancel_run(who, run).await.map(|_| ()),
-                Action::Retry => self.retry_run(who, run).await.map(|_| ()),
+                Action::Cancel => self.cancel_batch(who, batch).await?,
+                Action::Retry => self.retry_batch(who, batch).await?,
             };
-            match acted {
-                Ok(()) => done += 1,
-                // Ended (or retried) meanwhile: nothing left to do for it.
-                Err(ControlError::NotCancellable { .. } | ControlError::NotRetryable { .. }) => {}
-                Err(e) => return Err(e),
-            }
+            // A run that ended (or was retried) meanwhile is passed over.
+            done += acted.iter().flatten().count() as i64;
         }
         Ok(Bulk { done, more })
     }

@@ -78,9 +78,10 @@ pub async fn drive(
             break;
         };
         after = (last.next_attempt_at, last.position.clone());
-        // Runs of tenants their quota holds stay queued, as a serving host's claim
-        // leaves them.
+        // Runs of tenants their quota holds, and of paused jobs, tenants and lanes, stay
+        // queued, as a serving host's claim leaves them.
         let paused = runner.quotas().over(OverQuota::Wait).await?;
+        let pauses = runner.pauses().current().await?;
         for candidate in candidates {
             report.scanned += 1;
             if report.attempted >= limits.runs || *cancel.borrow() {
@@ -92,6 +93,12 @@ pub async fn drive(
             let Some(job) = catalog.get(&candidate.job) else {
                 continue;
             };
+            if !pauses
+                .holding(&job.spec.name, &candidate.tenant, &job.spec.lane)
+                .is_empty()
+            {
+                continue;
+            }
             if !driven.insert(candidate.id.clone()) {
                 continue;
             }

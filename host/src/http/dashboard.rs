@@ -46,10 +46,15 @@ struct LaneSample {
     busy: usize,
 }
 
-/// The console's state on this host: lane history and the latest pulse.
+/// The console's state on this host: lane history, the latest pulse, and the views read
+/// within the last pulse.
 pub struct Console {
     samples: Mutex<VecDeque<LaneSample>>,
     pulse: watch::Sender<Value>,
+    /// Overviews and job statistics by what was asked (window, job, tenant): every page
+    /// that refreshes on one pulse gets the one read, so open pages do not multiply the
+    /// database's work.
+    views: tokio::sync::Mutex<BTreeMap<String, (std::time::Instant, Value)>>,
 }
 
 impl Default for Console {
@@ -57,6 +62,7 @@ impl Default for Console {
         Console {
             samples: Mutex::new(VecDeque::new()),
             pulse: watch::channel(Value::Null).0,
+            views: tokio::sync::Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -64,6 +70,24 @@ impl Default for Console {
 impl Console {
     fn samples(&self) -> std::sync::MutexGuard<'_, VecDeque<LaneSample>> {
         self.samples.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The view `key` as read within the last [`PULSE_EVERY`], else read now by `read`
+    /// (callers asking meanwhile wait for that one read).
+    async fn shared_view<F>(&self, key: String, read: F) -> Result<Value, ApiError>
+    where
+        F: std::future::Future<Output = Result<Value, ApiError>>,
+    {
+        let mut views = self.views.lock().await;
+        if let Some((at, value)) = views.get(&key)
+            && at.elapsed() < PULSE_EVERY
+        {
+            return Ok(value.clone());
+        }
+        let value = read.await?;
+        views.retain(|_, (at, _)| at.elapsed() < PULSE_EVERY);
+        views.insert(key, (std::time::Instant::now(), value.clone()));
+        Ok(value)
     }
 }
 
@@ -232,6 +256,18 @@ pub(super) async fn overview(
     ApiQuery(q): ApiQuery<WindowQuery>,
 ) -> ApiResult {
     let (name, length, bucket) = window(q.window.as_deref())?;
+    let key = format!("overview/{name}/{}", who.tenant().unwrap_or(""));
+    let read = read_overview(&s, &who, name, length, bucket);
+    Ok(Json(s.console.shared_view(key, read).await?))
+}
+
+async fn read_overview(
+    s: &Shared,
+    who: &Principal,
+    name: &str,
+    length: i64,
+    bucket: i64,
+) -> Result<Value, ApiError> {
     let store = &s.app.store;
     let now = store.now().await?;
     let since = now - length;
@@ -269,7 +305,7 @@ pub(super) async fn overview(
             json!({"job": job, "code": code, "count": count, "last_at": views::time(last)})
         })
         .collect();
-    let queues = lane_queues(&s, tenant).await?;
+    let queues = lane_queues(s, tenant).await?;
     let busy = s.app.runner.interrupts().busy_by_lane();
     let pauses = s.app.runner.pauses().current().await?;
     let history_since = now - length;
@@ -312,7 +348,7 @@ pub(super) async fn overview(
             .collect(),
         Some(_) => Vec::new(),
     };
-    Ok(Json(json!({
+    Ok(json!({
         "window": name,
         "bucket_ms": bucket,
         "now": views::time(now),
@@ -322,7 +358,7 @@ pub(super) async fn overview(
         "workers": if tenant.is_none() { json!({"busy": busy_total, "total": total}) } else { Value::Null },
         "failures": failures,
         "pauses": shown_pauses,
-    })))
+    }))
 }
 
 /// The value at quantile `q` of sorted `values`.
@@ -353,6 +389,23 @@ pub(super) async fn job_stats(
 ) -> ApiResult {
     let job = super::visible_job(&s, &who, &name).await?;
     let (window_name, length, bucket) = window(q.window.as_deref())?;
+    let key = format!(
+        "job/{}/{window_name}/{}",
+        job.name,
+        who.tenant().unwrap_or("")
+    );
+    let read = read_job_stats(&s, &who, job, window_name, length, bucket);
+    Ok(Json(s.console.shared_view(key, read).await?))
+}
+
+async fn read_job_stats(
+    s: &Shared,
+    who: &Principal,
+    job: crate::store::JobRecord,
+    window_name: &str,
+    length: i64,
+    bucket: i64,
+) -> Result<Value, ApiError> {
     let store = &s.app.store;
     let now = store.now().await?;
     let endings = store
@@ -398,7 +451,7 @@ pub(super) async fn job_stats(
         .map(|j| j.spec.lane.clone())
         .unwrap_or_else(|| crate::job::DEFAULT_LANE.to_string());
     let decided = succeeded + failed;
-    Ok(Json(json!({
+    Ok(json!({
         "job": job.name,
         "window": window_name,
         "bucket_ms": bucket,
@@ -411,7 +464,7 @@ pub(super) async fn job_stats(
         "durations": durations,
         "next_fires": next_fires,
         "lane": lane,
-    })))
+    }))
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ pub(crate) struct FilterBinds {
     pub tenant: Option<String>,
     pub code: Option<String>,
     pub instance: Option<String>,
-    pub pattern: Option<String>,
+    pub text: Option<String>,
     pub unretried: i64,
 }
 
@@ -34,24 +34,12 @@ impl FilterBinds {
             tenant: filter.tenant.clone(),
             code: filter.code.clone(),
             instance: filter.instance.clone(),
-            pattern: filter.error_text.as_deref().map(contains_pattern),
+            // SQLite's `lower` changes ASCII letters only: there, an error's other capitals
+            // match only themselves.
+            text: filter.error_text.as_deref().map(str::to_lowercase),
             unretried: i64::from(filter.unretried),
         }
     }
-}
-
-/// A `LIKE` pattern (escape `\`) matching lower-case text that contains `text`.
-fn contains_pattern(text: &str) -> String {
-    let mut pattern = String::with_capacity(text.len() + 2);
-    pattern.push('%');
-    for c in text.to_lowercase().chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            pattern.push('\\');
-        }
-        pattern.push(c);
-    }
-    pattern.push('%');
-    pattern
 }
 
 /// Binds a [`FilterBinds`] as `$1`..`$9` of `query`.
@@ -65,7 +53,7 @@ macro_rules! bind_filter {
             .bind($f.tenant.as_deref())
             .bind($f.code.as_deref())
             .bind($f.instance.as_deref())
-            .bind($f.pattern.as_deref())
+            .bind($f.text.as_deref())
             .bind($f.unretried)
     };
 }
@@ -172,104 +160,121 @@ impl Store {
         )
     }
 
-    /// Cancels a queued or running run, fenced: in one transaction its lease (if it holds
-    /// it) is released at the next generation with its deadline now — so no write of an
-    /// attempt still running commits afterwards, on any host —, a running attempt's row
-    /// is recorded, the run ends `cancelled`, the follow-up of kicks it had pending is
-    /// queued and the report written. `None` if the run was not cancellable.
-    pub async fn cancel_run(&self, c: &CancelRequest<'_>) -> Result<Option<RunRecord>> {
-        self.retrying(|| self.cancel_run_once(c)).await
+    /// Cancels queued or running runs, fenced, in one transaction: for each, its lease (if
+    /// it holds it) is released at the next generation with its deadline now — so no write
+    /// of an attempt still running commits afterwards, on any host —, a running attempt's
+    /// row is recorded, the run ends `cancelled`, the follow-up of kicks it had pending is
+    /// queued and the report written. Per request, the run as cancelled, or `None` if it was
+    /// not cancellable. Leases are locked in key order, as every transaction locks them.
+    pub async fn cancel_runs(&self, batch: &[CancelRequest<'_>]) -> Result<Vec<Option<RunRecord>>> {
+        self.retrying(|| self.cancel_runs_once(batch)).await
     }
 
-    async fn cancel_run_once(&self, c: &CancelRequest<'_>) -> Result<Option<RunRecord>> {
+    async fn cancel_runs_once(
+        &self,
+        batch: &[CancelRequest<'_>],
+    ) -> Result<Vec<Option<RunRecord>>> {
         let q = self.q;
-        let run = c.run;
+        let mut order: Vec<usize> = (0..batch.len()).collect();
+        order.sort_by(|&a, &b| {
+            let key = |c: &CancelRequest<'_>| {
+                (c.run.job.clone(), c.run.instance.clone(), c.run.id.clone())
+            };
+            key(&batch[a]).cmp(&key(&batch[b]))
+        });
+        let mut answers: Vec<Option<RunRecord>> = vec![None; batch.len()];
         with_pool!(self.pool, p => {
             let mut conn = Exclusive::acquire(p).await?;
             let mut tx = conn.begin_with(self.dialect.begin_write).await?;
-            // The lease before the run, as everywhere: one lock order, no deadlock.
-            let lease: Option<(Option<String>, i64)> = sqlx::query_as(q.lease_holder.as_str())
-                .bind(&run.job)
-                .bind(&run.instance)
-                .fetch_optional(&mut *tx)
-                .await?;
-            sqlx::query(q.record_cancelled_attempt.as_str())
-                .bind(&run.id)
-                .execute(&mut *tx)
-                .await?;
-            let cancelled: Option<RunRecord> = sqlx::query_as(q.cancel_run.as_str())
-                .bind(&run.id)
-                .bind(c.tenant)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let Some(cancelled) = cancelled else {
-                tx.rollback().await?;
-                conn.release();
-                return Ok(None);
-            };
-            let pending = lease
-                .filter(|(holder, _)| holder.as_deref() == Some(run.id.as_str()))
-                .map(|(_, pending)| pending);
-            if pending.is_some() {
-                sqlx::query(q.fence_off_lease.as_str())
+            for &i in &order {
+                let (c, run) = (&batch[i], batch[i].run);
+                let lease: Option<(Option<String>, i64)> = sqlx::query_as(q.lease_holder.as_str())
                     .bind(&run.job)
                     .bind(&run.instance)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                sqlx::query(q.record_cancelled_attempt.as_str())
                     .bind(&run.id)
+                    .bind(c.tenant)
                     .execute(&mut *tx)
                     .await?;
-            }
-            if pending == Some(1) {
-                let _: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), &c.follow_up)
-                    .fetch_one(&mut *tx)
+                let cancelled: Option<RunRecord> = sqlx::query_as(q.cancel_run.as_str())
+                    .bind(&run.id)
+                    .bind(c.tenant)
+                    .fetch_optional(&mut *tx)
                     .await?;
+                if cancelled.is_none() {
+                    continue;
+                }
+                let pending = lease
+                    .filter(|(holder, _)| holder.as_deref() == Some(run.id.as_str()))
+                    .map(|(_, pending)| pending);
+                if pending.is_some() {
+                    sqlx::query(q.fence_off_lease.as_str())
+                        .bind(&run.job)
+                        .bind(&run.instance)
+                        .bind(&run.id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                if pending == Some(1) {
+                    let _: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), &c.follow_up)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                }
+                bind_report(sqlx::query(q.insert_report.as_str()), &c.report).execute(&mut *tx).await?;
+                answers[i] = cancelled;
             }
-            bind_report(sqlx::query(q.insert_report.as_str()), &c.report).execute(&mut *tx).await?;
             tx.commit().await?;
             conn.release();
-            Ok(Some(cancelled))
+            Ok(answers)
         })
     }
 
-    /// Queues a retry of an ended run, once: the original names it, and it resumes the
-    /// original's last committed pass (pass, counters, cursor, and that pass's ledger,
-    /// which moves to it). `None` if the original was not retryable or retried already.
-    pub async fn retry_run(&self, r: &RetryRequest<'_>) -> Result<Option<RunRecord>> {
-        self.retrying(|| self.retry_run_once(r)).await
+    /// Queues retries of ended runs, in one transaction, each once: the original names
+    /// it, and it resumes the original's last committed pass (pass, counters, cursor, and
+    /// that pass's ledger, which moves to it). Per request, the retry, or `None` if the
+    /// original was not retryable or retried already.
+    pub async fn retry_runs(&self, batch: &[RetryRequest<'_>]) -> Result<Vec<Option<RunRecord>>> {
+        self.retrying(|| self.retry_runs_once(batch)).await
     }
 
-    async fn retry_run_once(&self, r: &RetryRequest<'_>) -> Result<Option<RunRecord>> {
+    async fn retry_runs_once(&self, batch: &[RetryRequest<'_>]) -> Result<Vec<Option<RunRecord>>> {
         let q = self.q;
+        let mut answers = Vec::with_capacity(batch.len());
         with_pool!(self.pool, p => {
             let mut conn = Exclusive::acquire(p).await?;
             let mut tx = conn.begin_with(self.dialect.begin_write).await?;
-            let marked = sqlx::query(q.mark_retried.as_str())
-                .bind(&r.original.id)
-                .bind(&r.run.id)
-                .bind(r.tenant)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            if marked != 1 {
-                tx.rollback().await?;
-                conn.release();
-                return Ok(None);
+            for r in batch {
+                let marked = sqlx::query(q.mark_retried.as_str())
+                    .bind(&r.original.id)
+                    .bind(&r.run.id)
+                    .bind(r.tenant)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if marked != 1 {
+                    answers.push(None);
+                    continue;
+                }
+                let _: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), &r.run)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let retry: RunRecord = sqlx::query_as(q.resume_retry.as_str())
+                    .bind(&r.run.id)
+                    .bind(&r.original.id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                sqlx::query(q.move_ledger.as_str())
+                    .bind(&r.run.id)
+                    .bind(&r.original.id)
+                    .execute(&mut *tx)
+                    .await?;
+                answers.push(Some(retry));
             }
-            let _: RunRecord = bind_new_run(sqlx::query_as(q.insert_run.as_str()), &r.run)
-                .fetch_one(&mut *tx)
-                .await?;
-            let retry: RunRecord = sqlx::query_as(q.resume_retry.as_str())
-                .bind(&r.run.id)
-                .bind(&r.original.id)
-                .fetch_one(&mut *tx)
-                .await?;
-            sqlx::query(q.move_ledger.as_str())
-                .bind(&r.run.id)
-                .bind(&r.original.id)
-                .execute(&mut *tx)
-                .await?;
             tx.commit().await?;
             conn.release();
-            Ok(Some(retry))
+            Ok(answers)
         })
     }
 }
@@ -279,8 +284,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn error_text_is_matched_literally_and_in_any_case() {
-        assert_eq!(contains_pattern("Row 3"), "%row 3%");
-        assert_eq!(contains_pattern("100%_a\\b"), "%100\\%\\_a\\\\b%");
+    fn error_text_is_searched_in_lower_case() {
+        let filter = RunFilter {
+            error_text: Some("Row 3 %_".into()),
+            ..Default::default()
+        };
+        assert_eq!(FilterBinds::of(&filter).text.as_deref(), Some("row 3 %_"));
     }
 }

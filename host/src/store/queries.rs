@@ -40,6 +40,8 @@ pub(crate) struct Dialect {
     /// A run's place in that order as text (a sweep's page ends there), and `$2` read back.
     pub queue_position: &'static str,
     pub queue_position_2: &'static str,
+    /// Where text `$2` starts in text `$1` (1-based), 0 if nowhere.
+    pub text_position: &'static str,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -58,6 +60,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     queue_order: "rowid",
     queue_position: "CAST(rowid AS TEXT)",
     queue_position_2: "CAST($2 AS INTEGER)",
+    text_position: "instr",
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -77,6 +80,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     queue_order: "id",
     queue_position: "id",
     queue_position_2: "$2",
+    text_position: "strpos",
 };
 
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
@@ -182,18 +186,22 @@ const PARKED: &str = "EXISTS (SELECT 1 FROM jobhost_runs h WHERE h.id = jobhost_
 
 /// The run listing's filter: job `$1`, statuses `$2` (a JSON array), created in [`$3`,
 /// `$4`), tenant `$5`, last code `$6`, instance `$7`, last error containing `$8` (a `LIKE`
-/// pattern of lower-case text), and with `$9` = 1 only runs no operator retried yet.
+/// lower-case text), and with `$9` = 1 only runs no operator retried yet. The text is found
+/// by its position, not `LIKE '%text%'`: Postgres guesses such a `LIKE` rare and read and
+/// sorted every run (123 ms at a million) instead of reading the creation index in order
+/// until a page matched (6 ms; `cargo bench -p jobhost --bench console`).
 const RUN_FILTER: &str = "($1 IS NULL OR job = $1) AND ($2 IS NULL OR status IN {json_strings_2}) \
     AND ($3 IS NULL OR created_at >= $3) AND ($4 IS NULL OR created_at < $4) \
     AND ($5 IS NULL OR tenant = $5) AND ($6 IS NULL OR last_code = $6) \
     AND ($7 IS NULL OR instance = $7) \
-    AND ($8 IS NULL OR lower(last_error) LIKE $8 ESCAPE '\\') \
+    AND ($8 IS NULL OR {text_position}(lower(last_error), $8) > 0) \
     AND ($9 = 0 OR retried_by IS NULL)";
 
 impl Dialect {
     fn render(&self, template: &str) -> String {
         template
             .replace("{run_filter}", RUN_FILTER)
+            .replace("{text_position}", self.text_position)
             .replace("{lease_held}", LEASE_HELD)
             .replace("{parked}", PARKED)
             .replace("{sequential_free}", SEQUENTIAL_FREE)
@@ -441,6 +449,7 @@ queries! {
         SELECT id, attempts, pass, failures + 1, generation, COALESCE(host, ''), 'cancelled', \
         'cancelled_by_operator', '', 0, updated_at, {now} FROM jobhost_runs \
         WHERE id = $1 AND status = 'running' AND generation IS NOT NULL AND attempts > 0 \
+        AND ($2 IS NULL OR tenant = $2) \
         ON CONFLICT (run_id, seq) DO NOTHING";
     // Only a queued or running run of tenant `$2` (any, if null) is cancelled.
     cancel_run = "UPDATE jobhost_runs SET status = 'cancelled', \
