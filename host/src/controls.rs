@@ -68,7 +68,7 @@ pub struct Retry {
 }
 
 /// What an action by filter did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bulk {
     pub done: i64,
     /// More runs match: call again.

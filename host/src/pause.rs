@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 pub const FRESH: Duration = Duration::from_millis(250);
 
 /// What a pause names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
     Job,
     Tenant,
@@ -43,8 +42,6 @@ pub enum PauseError {
     Scope(String),
     #[error("{scope} {name:?} is not a name: use 1-64 lower-case letters, digits, '-', '_' or '.'")]
     Name { scope: &'static str, name: String },
-    #[error(transparent)]
-    Store(#[from] StoreError),
 }
 
 /// Checks a pause's scope and name (every scope's names follow the job name rule).

@@ -152,6 +152,10 @@ async fn sample(s: &Shared) -> Result<(), crate::store::StoreError> {
     Ok(())
 }
 
+/// What the pulse becomes when the host stops: every stream ends, so a page left open does
+/// not hold the host's shutdown for its grace period.
+const CLOSED: &str = "closed";
+
 /// Reads the pulse every [`PULSE_EVERY`] while a page listens, until `stop`.
 pub async fn pulse_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
@@ -171,7 +175,10 @@ pub async fn pulse_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         tokio::select! {
             _ = tokio::time::sleep(PULSE_EVERY) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = stop.wait_for(|s| *s) => {
+                shared.console.pulse.send_replace(Value::from(CLOSED));
+                return;
+            }
         }
     }
 }
@@ -213,6 +220,9 @@ pub(super) async fn stream(
                     pulses.changed().await.ok()?;
                 }
                 let pulse = pulses.borrow_and_update().clone();
+                if pulse == CLOSED {
+                    return None;
+                }
                 if !pulse.is_null() {
                     let event = Event::default()
                         .event("pulse")
