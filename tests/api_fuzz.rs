@@ -97,7 +97,7 @@ fn corpus() -> Vec<String> {
 
 /// Requests with a hostile value in each place a client's text goes, as (method, path,
 /// body). `{}` is the value.
-const ROUTES: [(&str, &str, Option<&str>); 20] = [
+const ROUTES: [(&str, &str, Option<&str>); 31] = [
     ("GET", "/jobs/{}", None),
     ("POST", "/jobs/{}/kick", None),
     ("POST", "/jobs/greeter/kick?instance={}", None),
@@ -118,6 +118,17 @@ const ROUTES: [(&str, &str, Option<&str>); 20] = [
     ("POST", "/tenants/{}/enable", None),
     ("GET", "/usage?tenant={}", None),
     ("GET", "/runs/{}/attempts", None),
+    ("GET", "/runs?code={}", None),
+    ("GET", "/runs?tenant={}", None),
+    ("GET", "/runs?instance={}", None),
+    ("GET", "/runs?q={}", None),
+    ("GET", "/runs/count?job={}", None),
+    ("POST", "/runs/{}/cancel", None),
+    ("POST", "/runs/{}/retry", None),
+    ("DELETE", "/pauses/job/{}", None),
+    ("DELETE", "/pauses/{}/x", None),
+    ("GET", "/jobs/{}/stats", None),
+    ("GET", "/overview?window={}", None),
 ];
 
 /// One HTTP/1.1 answer: status, content type and body.
