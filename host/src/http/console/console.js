@@ -1210,7 +1210,7 @@
           h("td", {}, f.collection), h("td", { class: "mono" }, f.name), h("td", { class: "num" }, bytes(f.size)),
           h("td", { class: "mono", title: f.digest || "" }, shortDigest(f.digest)), h("td", {}, h("span", { class: "tag" }, f.status || dash)),
           h("td", {}, when(f.attached_at)))), { empty: Array.isArray(r.files) ? "No files attached." : "Files are not reported by this host." })),
-        section("Links", { id: "run-links", sub: "calls to other jobs" }, table(["Attempt", "At", "Name", "Took", "Result", "Detail"], links.map(({ a, c }) => h("tr", {},
+        section("Links", { id: "run-links", sub: "calls to mounted services" }, table(["Attempt", "At", "Name", "Took", "Result", "Detail"], links.map(({ a, c }) => h("tr", {},
           h("td", {}, "#" + a.seq), h("td", { class: "num" }, "+" + dur(c.at_ms)), h("td", { class: "mono" }, c.name || ""),
           h("td", { class: "num" }, dur(c.ms)), h("td", {}, c.result === "ok" ? h("span", { class: "ok" }, "ok") : code(c.result)),
           h("td", { class: "err" }, c.detail || ""))), { empty: "No links calls." })),
