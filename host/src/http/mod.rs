@@ -1,9 +1,10 @@
-//! The HTTP API, the metrics endpoint and the operator's web page.
+//! The HTTP API, the metrics endpoint and the operator's console.
 //!
 //! Errors are JSON `{"error": {"code": ..., "message": ...}}` with a fixed code:
 //! `unauthenticated`, `unknown_job`, `unknown_run`, `unknown_tenant`, `not_found`,
-//! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `invalid_parameter`, `shutting_down`,
-//! `unavailable`, `request_timeout`, `body_too_large`, `too_many_connections` (`server`).
+//! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `not_cancellable`, `not_retryable`,
+//! `invalid_parameter`, `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
+//! `too_many_connections` (`server`).
 //! Every path and query parameter is read and checked before any query (`params`): an id
 //! that no job, run or tenant could have answers 404 as an unknown one does.
 //!
