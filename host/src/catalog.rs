@@ -104,6 +104,14 @@ impl Catalog {
         self.jobs.read().expect("catalog lock").get(name).cloned()
     }
 
+    /// The lane whose workers run `job` here: the default lane for a job this host does
+    /// not have (another host's, or one no longer in the manifest).
+    pub fn lane_of(&self, job: &str) -> String {
+        self.get(job)
+            .map(|j| j.spec.lane.clone())
+            .unwrap_or_else(|| crate::job::DEFAULT_LANE.to_string())
+    }
+
     pub fn all(&self) -> Vec<Arc<CatalogJob>> {
         self.jobs
             .read()

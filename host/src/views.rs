@@ -1,8 +1,8 @@
 //! The JSON shapes of runs, attempts and jobs, shared by the CLI and the HTTP API.
 
 use crate::store::{
-    AttemptRecord, FileRecord, JobRecord, LeaseRecord, RunRecord, RunStatus, StepRecord,
-    TenantRecord, TokenRecord,
+    AttemptRecord, FileRecord, JobRecord, LeaseRecord, PauseRecord, RunRecord, RunStatus,
+    StepRecord, TenantRecord, TokenRecord,
 };
 use serde_json::{Value, json};
 
@@ -100,6 +100,11 @@ fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
         "retry_of": run.retry_of,
         "retried_by": run.retried_by,
     })
+}
+
+/// A pause of a job, a tenant or a lane.
+pub fn pause(p: &PauseRecord) -> Value {
+    json!({"scope": p.scope, "name": p.name, "paused_at": time(p.paused_at)})
 }
 
 /// The most attached objects a run's detail lists.

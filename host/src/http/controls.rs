@@ -181,46 +181,51 @@ pub(super) async fn list_pauses(
 ) -> ApiResult {
     operator_only(&who)?;
     let pauses = s.app.runner.pauses().current().await?;
-    let pauses: Vec<_> = pauses
-        .pauses
-        .iter()
-        .map(|p| json!({"scope": p.scope, "name": p.name, "paused_at": views::time(p.paused_at)}))
-        .collect();
+    let pauses: Vec<_> = pauses.pauses.iter().map(views::pause).collect();
     Ok(Json(json!({ "pauses": pauses })))
 }
 
 pub(super) async fn pause(
-    State(s): State<Arc<Shared>>,
-    Extension(who): Extension<Principal>,
-    ApiPath((scope, name)): ApiPath<(String, String)>,
+    s: State<Arc<Shared>>,
+    who: Extension<Principal>,
+    path: ApiPath<(String, String)>,
 ) -> ApiResult {
-    operator_only(&who)?;
-    let scope = checked(&scope, &name)?;
-    let changed = s.app.runner.pauses().pause(scope, &name).await?;
-    if changed {
-        s.app.metrics.pause_changed("pause", scope.as_str(), &name);
-        tracing::info!(scope = scope.as_str(), name = %name, "paused");
-    }
-    Ok(Json(
-        json!({"scope": scope.as_str(), "name": name, "paused": true, "changed": changed}),
-    ))
+    set_paused(s, who, path, true).await
 }
 
 pub(super) async fn resume(
+    s: State<Arc<Shared>>,
+    who: Extension<Principal>,
+    path: ApiPath<(String, String)>,
+) -> ApiResult {
+    set_paused(s, who, path, false).await
+}
+
+/// Pauses (`paused`) or resumes `scope`/`name`; `changed` says whether it was otherwise.
+async fn set_paused(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiPath((scope, name)): ApiPath<(String, String)>,
+    paused: bool,
 ) -> ApiResult {
     operator_only(&who)?;
     let scope = checked(&scope, &name)?;
-    let changed = s.app.runner.pauses().resume(scope, &name).await?;
+    let pauses = s.app.runner.pauses();
+    let changed = if paused {
+        pauses.pause(scope, &name).await?
+    } else {
+        pauses.resume(scope, &name).await?
+    };
     if changed {
-        s.app.metrics.pause_changed("resume", scope.as_str(), &name);
-        tracing::info!(scope = scope.as_str(), name = %name, "resumed");
-        s.app.wake.notify_one();
+        let action = if paused { "pause" } else { "resume" };
+        s.app.metrics.pause_changed(action, scope.as_str(), &name);
+        tracing::info!(scope = scope.as_str(), name = %name, action, "pause changed");
+        if !paused {
+            s.app.wake.notify_one();
+        }
     }
     Ok(Json(
-        json!({"scope": scope.as_str(), "name": name, "paused": false, "changed": changed}),
+        json!({"scope": scope.as_str(), "name": name, "paused": paused, "changed": changed}),
     ))
 }
 

@@ -103,11 +103,7 @@ async fn lane_queues(
         if tenant.is_some_and(|own| own != run_tenant) {
             continue;
         }
-        let lane = s
-            .catalog
-            .get(&job)
-            .map(|j| j.spec.lane.clone())
-            .unwrap_or_else(|| crate::job::DEFAULT_LANE.to_string());
+        let lane = s.catalog.lane_of(&job);
         let entry = lanes.entry(lane).or_default();
         entry.0 += due;
         entry.1 = entry.1.max(lag_ms);
@@ -351,11 +347,7 @@ async fn read_overview(
     let total: usize = s.lanes.values().sum();
     let busy_total: usize = busy.values().sum();
     let shown_pauses: Vec<Value> = match tenant {
-        None => pauses
-            .pauses
-            .iter()
-            .map(|p| json!({"scope": p.scope, "name": p.name, "paused_at": views::time(p.paused_at)}))
-            .collect(),
+        None => pauses.pauses.iter().map(views::pause).collect(),
         Some(_) => Vec::new(),
     };
     Ok(json!({
@@ -455,11 +447,7 @@ async fn read_job_stats(
             .collect(),
         _ => Vec::new(),
     };
-    let lane = s
-        .catalog
-        .get(&job.name)
-        .map(|j| j.spec.lane.clone())
-        .unwrap_or_else(|| crate::job::DEFAULT_LANE.to_string());
+    let lane = s.catalog.lane_of(&job.name);
     let decided = succeeded + failed;
     Ok(json!({
         "job": job.name,

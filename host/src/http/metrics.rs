@@ -149,11 +149,7 @@ async fn queue_gauges(s: &Shared, store: &Store, gauges: &mut Vec<Gauge>) -> Res
         .map(|j| (j.spec.lane.clone(), (0, 0)))
         .collect();
     for (tenant, job, due, lag_ms) in store.queue_lag_by_tenant_and_job().await? {
-        let lane = s
-            .catalog
-            .get(&job)
-            .map(|j| j.spec.lane.clone())
-            .unwrap_or_else(|| crate::job::DEFAULT_LANE.to_string());
+        let lane = s.catalog.lane_of(&job);
         for (key, map) in [(tenant, &mut by_tenant), (lane, &mut by_lane)] {
             let entry = map.entry(key).or_default();
             entry.0 += due;

@@ -255,11 +255,7 @@ async fn list_jobs(
 fn paused_view(s: &Shared, pauses: &crate::pause::PauseSet, view: &mut Value) {
     let name = view["name"].as_str().unwrap_or_default().to_string();
     let tenant = view["tenant"].as_str().unwrap_or_default().to_string();
-    let lane = s
-        .catalog
-        .get(&name)
-        .map(|j| j.spec.lane.clone())
-        .unwrap_or_else(|| crate::job::DEFAULT_LANE.to_string());
+    let lane = s.catalog.lane_of(&name);
     let holding: Vec<Value> = pauses
         .holding(&name, &tenant, &lane)
         .into_iter()
