@@ -28,6 +28,10 @@ fn manifest(home: &Home, ledger_wait_at: &str) -> std::path::PathBuf {
             [jobs.pager]
             component = "{{guest:pager}}"
             payload = {{ pages = 1000, defer_ms = 60000 }}
+            [jobs.spin]
+            component = "{{guest:spin}}"
+            timeout = "60s"
+            retries = 0
             [jobs.hello]
             component = "{{guest:hello}}"
             [jobs.bulky]
@@ -148,6 +152,27 @@ on_every_backend! {
         tokio::time::sleep(Duration::from_secs(8)).await;
         assert_eq!(ledger_rows(&home, &id).await, 0, "no row of a cancelled attempt commits");
         assert_eq!(run_status(&server, &id).await, "cancelled");
+    }
+
+    async fn a_guest_spinning_in_pure_compute_is_stopped_by_a_cancel_from_another_process(home) {
+        // No host call to cut: only the epoch deadline callback can stop it.
+        let m = manifest(&home, "commit");
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let id = kick(&server, "spin").await;
+        wait_run(&server, &id, "the attempt", |r| r["status"] == "running").await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let asked = Instant::now();
+        let out = home.run(&["runs", "cancel", &id]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let run = wait_run(&server, &id, "the stopped attempt", |r| {
+            r["attempt_records"][0]["finished_at"].is_string()
+        })
+        .await;
+        assert!(asked.elapsed() < Duration::from_secs(10), "stopped long before its 60 s deadline");
+        assert_eq!(run["status"], "cancelled", "{run}");
+        assert_eq!(run["attempt_records"][0]["code"], "cancelled_by_operator", "{run}");
+        let next = kick(&server, "hello").await;
+        wait_run(&server, &next, "another run", |r| r["status"] == "succeeded").await;
     }
 
     async fn a_cancel_from_another_process_fences_an_attempt_whose_host_is_frozen(home) {

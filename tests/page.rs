@@ -126,10 +126,15 @@ async fn the_console_works_in_a_real_browser() {
         [jobs.acme-report]
         component = "{guest:hello}"
         tenant = "acme"
+        [jobs.hostile]
+        component = "{guest:adversary}"
+        payload = { mode = "markup" }
+        grants.db = { write = ["ledger"] }
+        retries = 0
     "#,
     );
     let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
-    for job in ["greeter", "broken", "slow", "acme-report"] {
+    for job in ["greeter", "broken", "slow", "acme-report", "hostile"] {
         let (status, body) = server.post(&format!("/jobs/{job}/kick")).await;
         assert_eq!(status, 202, "kick {job}: {body}");
     }
@@ -140,6 +145,12 @@ async fn the_console_works_in_a_real_browser() {
         })
         .await;
     let failed = id_of(&failed[0]);
+    let hostile = server
+        .wait_runs("hostile", within, |runs| {
+            runs.iter().any(|r| r["status"] == "failed")
+        })
+        .await;
+    let hostile = id_of(&hostile[0]);
     let running = server
         .wait_runs("slow", within, |runs| {
             runs.iter().any(|r| r["status"] == "running")
@@ -165,6 +176,7 @@ async fn the_console_works_in_a_real_browser() {
             "job": "broken",
             "failed_run": failed,
             "running_run": running,
+            "hostile_run": hostile,
             "tenant_job": "acme-report",
             "hidden_from_tenant": "greeter",
         },

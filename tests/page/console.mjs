@@ -306,6 +306,29 @@ async function viewChecks(browser) {
   }
 }
 
+// A guest's log and error hold markup and script: the run view shows them as text, and
+// nothing of them runs or renders.
+async function hostileChecks(browser) {
+  if (!expect.hostile_run) return;
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "hostile");
+  try {
+    await signIn(page, scenario.token);
+    await check("a guest's markup is shown as text", async () => {
+      const title = await page.title();
+      await go(page, `#/runs/${enc(expect.hostile_run)}`, "run");
+      await page.waitForTimeout(500);
+      const text = await page.textContent("main");
+      assert(text.includes("<b>bold</b>"), "the error's markup is not shown as text");
+      assert(text.includes("<script>"), "the log's markup is not shown as text");
+      assert(!(await page.$("main b, main img[src=x], main script")), "guest markup became elements");
+      assert((await page.title()) === title, `the guest's script ran: title ${await page.title()}`);
+      return "shown as text, nothing ran";
+    });
+  } finally {
+    await context.close();
+  }
+}
+
 async function actionChecks(browser) {
   const { context, page } = await newPage(browser, VIEWPORTS.desktop, "actions");
   try {
@@ -449,6 +472,7 @@ try {
     args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
   });
   await viewChecks(browser);
+  await hostileChecks(browser);
   await actionChecks(browser);
   await tenantChecks(browser);
   await signedOutChecks(browser);

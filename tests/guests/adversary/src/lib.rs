@@ -6,7 +6,8 @@
 //! runs out), `panic-in-transaction` (a panic with a write transaction open), `huge-log`,
 //! `huge-sql`, `huge-param`, `many-params` (host-call arguments past every bound),
 //! `handles` (host resources taken and never given back), `escapes` (terminal escape
-//! sequences in logs and the error), `nul` (NUL and invalid UTF-8 everywhere text goes
+//! sequences in logs and the error), `markup` (HTML and script in a log line and the
+//! error, for the console), `nul` (NUL and invalid UTF-8 everywhere text goes
 //! back), `nul-flood` (a log of nothing but NUL and invalid bytes, which take three bytes
 //! each once made safe to store), `nul-cursor` (a cursor holding an escaped NUL),
 //! `huge-cursor`, `sql` (runs the statements in `sql`, for memory bounds), `passes`
@@ -145,6 +146,14 @@ impl Job for Adversary {
                 print!("\u{1b}]0;a new title\u{7}");
                 Err(JobError::Failed(
                     "\u{1b}[1A\u{1b}[2Kerased the line above".into(),
+                ))
+            }
+            "markup" => {
+                log::warn(
+                    "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>",
+                );
+                Err(JobError::Failed(
+                    "<b>bold</b><img src=x onerror=\"document.title='pwned'\">".into(),
                 ))
             }
             "nul" => {
