@@ -75,7 +75,7 @@ pub enum Command {
     Run(Box<run::RunArgs>),
     /// Run the host: schedules, kicks, workers, surveillance and the HTTP API.
     Serve(Box<serve::ServeArgs>),
-    /// Read run history.
+    /// Read run history; cancel and retry runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
     /// Stop claiming runs of a job, a tenant or a lane (queued runs wait; running ones

@@ -71,8 +71,11 @@ pub struct ActionArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum PauseScope {
+    /// A job, by name: none of its runs is claimed.
     Job { name: String },
+    /// A tenant: none of its runs is claimed, whatever the job.
     Tenant { name: String },
+    /// A lane: its workers claim nothing.
     Lane { name: String },
 }
 
@@ -202,7 +205,7 @@ async fn act(store: &Store, action: Action, args: ActionArgs) -> Result<u8, Fail
         || args.since.is_some();
     if args.ids.is_empty() != filtered {
         return Err(Failure::usage(
-            "name the runs by id, or give a filter (--job, --status, --code, --tenant, --since), not both",
+            "name the runs by id, or by a filter (--job, --status, --code, --tenant, --since): one of the two",
         ));
     }
     if !args.ids.is_empty() {
