@@ -14,6 +14,7 @@ mod authors;
 mod chaos;
 mod controls;
 mod events;
+mod family;
 mod files;
 mod fleet;
 mod flow;

@@ -394,6 +394,8 @@ pub mod db {
     }
 }
 
+pub mod jobs;
+pub mod run;
 pub mod steps;
 
 /// Named objects in the collections the job was granted.

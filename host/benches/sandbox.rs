@@ -203,6 +203,8 @@ async fn guest_call(
             files: None,
             links: None,
             steps: None,
+            jobs: None,
+            run: None,
         })
         .await
 }

@@ -60,6 +60,26 @@ impl Actor<'_> {
     }
 }
 
+/// How a run ended early ends: an operator's cancel, or what its family decided
+/// (`crate::family`).
+#[derive(Debug, Clone, Copy)]
+pub struct Ending {
+    pub status: RunStatus,
+    pub code: FailureCode,
+    pub report: ReportKind,
+    /// Counted as an operator's action.
+    pub by_operator: bool,
+}
+
+impl Ending {
+    pub const OPERATOR_CANCEL: Ending = Ending {
+        status: RunStatus::Cancelled,
+        code: FailureCode::CancelledByOperator,
+        report: ReportKind::Cancelled,
+        by_operator: true,
+    };
+}
+
 /// A retry queued now, or the one queued before.
 #[derive(Debug)]
 pub struct Retry {
@@ -113,6 +133,17 @@ impl Controls<'_> {
         who: Actor<'_>,
         runs: &[RunRecord],
     ) -> Result<Vec<Option<RunRecord>>, ControlError> {
+        self.end_batch(who, runs, Ending::OPERATOR_CANCEL).await
+    }
+
+    /// Ends `runs` as a cancel does (fenced, in one transaction), with `ending`'s status
+    /// and code: per run, as ended, or `None` if it had ended meanwhile.
+    pub async fn end_batch(
+        &self,
+        who: Actor<'_>,
+        runs: &[RunRecord],
+        ending: Ending,
+    ) -> Result<Vec<Option<RunRecord>>, ControlError> {
         let live: Vec<&RunRecord> = runs
             .iter()
             .filter(|run| run.status().is_some_and(|s| !s.is_terminal()))
@@ -132,12 +163,10 @@ impl Controls<'_> {
             .map(|run| CancelRequest {
                 run,
                 tenant: who.tenant,
+                status: ending.status.as_str(),
+                code: ending.code.as_str(),
                 follow_up: crate::kick::follow_up(run, payloads[&run.job].clone()),
-                report: NewReport::about_run(
-                    ReportKind::Cancelled,
-                    run,
-                    FailureCode::CancelledByOperator,
-                ),
+                report: NewReport::about_run(ending.report, run, ending.code),
             })
             .collect();
         // An attempt running here is stopped first: on SQLite its open transaction holds
@@ -159,18 +188,20 @@ impl Controls<'_> {
                     .store
                     .get_run(&run.id)
                     .await?
-                    .filter(|now| now.status == RunStatus::Cancelled.as_str()),
+                    .filter(|now| now.status == ending.status.as_str()),
                 None => None,
             };
             if cancelled.is_some() {
-                self.metrics.control("cancel", &run.job, &run.tenant);
+                if ending.by_operator {
+                    self.metrics.control("cancel", &run.job, &run.tenant);
+                }
                 tracing::info!(
                     job = %run.job,
                     run_id = %run.id,
                     tenant = %run.tenant,
-                    code = "cancelled_by_operator",
+                    code = ending.code.as_str(),
                     was = %run.status,
-                    "run cancelled"
+                    "run ended early"
                 );
             }
             by_id.insert(run.id.clone(), cancelled);

@@ -74,6 +74,31 @@ pub async fn emit(
         .map(crate::job::validate_payload)
         .transpose()
         .map_err(EmitError::Payload)?;
+    let runs = event_runs(store, name, key, tenant, payload.as_deref(), Some(trace)).await?;
+    let inserted = store.insert_runs_once(&runs).await?;
+    Ok(runs
+        .into_iter()
+        .zip(inserted)
+        .map(|(run, inserted)| EventRun {
+            job: run.job,
+            tenant: run.tenant,
+            run_id: run.id,
+            duplicate: !inserted,
+        })
+        .collect())
+}
+
+/// The runs event `name` with dedup `key` of `tenant` queues (see the module's rules):
+/// `payload` is checked by the caller. Shared by `emit` and a guest's `jobs.emit`, which
+/// queues them in its own (fenced) write.
+pub async fn event_runs(
+    store: &Store,
+    name: &str,
+    key: &str,
+    tenant: Option<&str>,
+    payload: Option<&str>,
+    trace: Option<crate::trace::TraceParent>,
+) -> Result<Vec<NewRun>, StoreError> {
     let (active, disabled): (Vec<_>, Vec<_>) = store
         .list_tenants()
         .await?
@@ -84,6 +109,9 @@ pub async fn emit(
     let occasion = format!("event:{name}:{}:{key}", tenant.unwrap_or("*"));
     let mut runs = Vec::new();
     for job in store.list_jobs().await? {
+        if job.orphaned_at.is_some() {
+            continue;
+        }
         let Ok(spec) = serde_json::from_str::<JobSpec>(&job.spec) else {
             continue;
         };
@@ -104,27 +132,19 @@ pub async fn emit(
                 instance: instance(&occasion, name, &run_tenant),
                 tenant: run_tenant,
                 origin: Origin::Event,
-                payload: payload.clone().unwrap_or_else(|| spec.payload.to_string()),
+                payload: payload
+                    .map(str::to_string)
+                    .unwrap_or_else(|| spec.payload.to_string()),
                 cursor: None,
                 component_digest: None,
                 scheduled_for: None,
                 rerun_of: None,
                 delay_ms: 0,
-                trace_parent: Some(trace),
+                trace_parent: trace,
             });
         }
     }
-    let inserted = store.insert_runs_once(&runs).await?;
-    Ok(runs
-        .into_iter()
-        .zip(inserted)
-        .map(|(run, inserted)| EventRun {
-            job: run.job,
-            tenant: run.tenant,
-            run_id: run.id,
-            duplicate: !inserted,
-        })
-        .collect())
+    Ok(runs)
 }
 
 /// The instance of an event's run for `run_tenant`: the event's name and a digest of the

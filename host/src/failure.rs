@@ -33,11 +33,14 @@ pub enum FailureCode {
     PathRefused,
     CancelledByOperator,
     TenantDisabled,
+    RunLimit,
+    ChildFailed,
+    ParentFailed,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 22] = [
+    pub const ALL: [(FailureCode, &'static str); 25] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -126,6 +129,18 @@ impl FailureCode {
             FailureCode::TenantDisabled,
             "the run was not started: its tenant was disabled while it waited in the queue; recorded `skipped`",
         ),
+        (
+            FailureCode::RunLimit,
+            "the attempt tried to start more runs (10 000), or runs with more payload (32 MiB), than an attempt may; the call was refused and the guest failed; never retried",
+        ),
+        (
+            FailureCode::ChildFailed,
+            "a child the run waited for with policy `fail` failed, crashed or was cancelled: the run failed without its next pass, and its unfinished children were cancelled",
+        ),
+        (
+            FailureCode::ParentFailed,
+            "the run's parent failed or was cancelled before the run ended: it was cancelled (a detached run never is); never retried",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -152,6 +167,9 @@ impl FailureCode {
             FailureCode::PathRefused => "path_refused",
             FailureCode::CancelledByOperator => "cancelled_by_operator",
             FailureCode::TenantDisabled => "tenant_disabled",
+            FailureCode::RunLimit => "run_limit",
+            FailureCode::ChildFailed => "child_failed",
+            FailureCode::ParentFailed => "parent_failed",
         }
     }
 
@@ -178,6 +196,9 @@ impl FailureCode {
                 | FailureCode::QuotaExceeded
                 | FailureCode::CancelledByOperator
                 | FailureCode::TenantDisabled
+                | FailureCode::RunLimit
+                | FailureCode::ChildFailed
+                | FailureCode::ParentFailed
         )
     }
 }

@@ -31,6 +31,8 @@ pub enum GrantError {
     ReservedTable(String),
     #[error("invalid {kind} name {name:?}: use 1-63 lower-case letters, digits, '-' and '_'")]
     Name { kind: &'static str, name: String },
+    #[error("invalid grants.jobs entry {0:?}: name a job, or an event as event:NAME")]
+    Startable(String),
 }
 
 /// Table-name prefixes that belong to the host or the database engine.
@@ -49,6 +51,35 @@ pub struct Grants {
     /// Memoised steps, counters and a pass's end committed with its writes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub steps: bool,
+    /// Jobs the job may start (enqueue, kick) and, as `event:NAME`, events it may emit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<BTreeSet<String>>,
+}
+
+/// The prefix of an event in `grants.jobs`.
+pub const EVENT_GRANT: &str = "event:";
+
+impl Grants {
+    /// Whether the job may start runs of `job`.
+    pub fn may_start(&self, job: &str) -> bool {
+        self.jobs.as_ref().is_some_and(|jobs| jobs.contains(job))
+    }
+
+    /// Whether the job may emit `event`.
+    pub fn may_emit(&self, event: &str) -> bool {
+        self.jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.contains(&format!("{EVENT_GRANT}{event}")))
+    }
+
+    /// The jobs (not events) the job may start.
+    pub fn startable_jobs(&self) -> impl Iterator<Item = &str> {
+        self.jobs
+            .iter()
+            .flatten()
+            .filter(|name| !name.starts_with(EVENT_GRANT))
+            .map(String::as_str)
+    }
 }
 
 /// Tables a job may read, and tables it may write (writing implies reading).
@@ -170,6 +201,8 @@ impl Grants {
                 _ => return Err(syntax()),
             },
             ("steps", Some(_)) => return Err(syntax()),
+            ("jobs", None) => self.jobs.get_or_insert_with(BTreeSet::new).extend(names),
+            ("jobs", Some(_)) => return Err(syntax()),
             ("db" | "files", None) => return Err(syntax()),
             (other, _) => return Err(GrantError::UnknownCapability(other.into())),
         }
@@ -201,6 +234,17 @@ impl Grants {
                 .iter()
                 .map(|m| validate_name("mount", m))
                 .collect::<Result<_, _>>()?;
+        }
+        if let Some(jobs) = &checked.jobs {
+            for name in jobs {
+                let valid = match name.strip_prefix(EVENT_GRANT) {
+                    Some(event) => crate::events::validate_event(event).is_ok(),
+                    None => crate::job::validate_name(name).is_ok(),
+                };
+                if !valid {
+                    return Err(GrantError::Startable(name.clone()));
+                }
+            }
         }
         *self = checked;
         Ok(())

@@ -11,6 +11,7 @@ pub mod drive;
 pub mod engine;
 pub mod events;
 pub mod failure;
+pub mod family;
 pub mod fan_out;
 pub mod files;
 #[cfg(test)]

@@ -40,6 +40,7 @@
 //! grants.db = { write = ["ledger"] }
 //! grants.files = { write = ["reports"] }
 //! grants.links = ["billing"]
+//! grants.jobs = ["thumbnail", "event:order-paid"]   # may start these jobs, emit this event
 //! lane = "bulk"
 //! max_per_tenant = 3                    # queued or running per tenant
 //! over_limit = "defer"                  # default "skip"
@@ -330,6 +331,13 @@ impl Manifest {
                 Ok(spec) => {
                     for problem in undeclared(&spec, &collections, &mounts) {
                         problems.push(format!("job {name}: {problem}"));
+                    }
+                    for started in spec.grants.startable_jobs() {
+                        if !file.jobs.contains_key(started) {
+                            problems.push(format!(
+                                "job {name}: granted job {started:?} is not in this manifest ([jobs.{started}])"
+                            ));
+                        }
                     }
                     jobs.push(spec);
                 }

@@ -143,6 +143,11 @@ pub async fn serve(
         shared.app.runner.clone(),
         stop.clone(),
     ));
+    loops.spawn(crate::family::keep_sweeping(
+        shared.app.runner.clone(),
+        shared.app.metrics.clone(),
+        stop.clone(),
+    ));
     loops.spawn(reload_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(collect_loop(shared.clone(), config.clone(), stop.clone()));
     if let Some(keep) = config.retention {

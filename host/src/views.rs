@@ -70,13 +70,14 @@ fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
         None => decoded(run.cursor.as_deref(), "cursor", &mut problems),
     };
     let counters = decoded(Some(&run.counters), "counters", &mut problems);
+    let result = decoded(run.result.as_deref(), "result", &mut problems);
     json!({
         "run_id": run.id,
         "job": run.job,
         "instance": run.instance,
         "tenant": run.tenant,
         "origin": run.origin,
-        "status": run.status,
+        "status": run.shown_status(),
         "attempts": run.attempts,
         "passes": run.pass,
         "defers": run.defers,
@@ -99,6 +100,12 @@ fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
         "trace_id": run.trace().trace_id(),
         "retry_of": run.retry_of,
         "retried_by": run.retried_by,
+        "parent_run": run.parent_run,
+        "parent_attempt": run.parent_attempt,
+        "detached": run.detached == 1,
+        "event": run.event,
+        "waits_for": run.waiting_pass().map(|_| run.wait_policy.as_deref()),
+        "result": result,
     })
 }
 

@@ -4,8 +4,10 @@
 
 pub mod db;
 pub mod files;
+pub mod jobs;
 pub mod links;
 pub mod log;
+pub mod run;
 pub mod steps;
 
 use crate::engine::bindings::jobhost::job::types;

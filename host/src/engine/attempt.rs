@@ -9,7 +9,9 @@ use super::state::GuestState;
 use super::{Engine, Loaded, MAX_LOG_BYTES};
 use crate::capability::db::{DbCapability, DbSession};
 use crate::capability::files::{FilesCapability, FilesSession};
+use crate::capability::jobs::{JobsCapability, JobsSession};
 use crate::capability::links::{LinksCapability, LinksSession};
+use crate::capability::run::{RunCapability, RunSession};
 use crate::capability::steps::{CommittedEnd, StepsCapability, StepsSession};
 use crate::failure::FailureCode;
 use crate::json_rule;
@@ -52,6 +54,8 @@ pub struct AttemptSpec<'a> {
     pub files: Option<FilesSession>,
     pub links: Option<LinksSession>,
     pub steps: Option<StepsSession>,
+    pub jobs: Option<JobsSession>,
+    pub run: Option<RunSession>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +93,8 @@ pub struct AttemptReport {
     /// The run's counters after the pass (JSON), if the attempt changed them: kept only
     /// with an outcome.
     pub counters: Option<String>,
+    /// The pass recorded that it waits for the children it started (`jobs`).
+    pub waits_for_children: bool,
 }
 
 impl AttemptReport {
@@ -103,6 +109,7 @@ impl AttemptReport {
             log: String::new(),
             log_truncated: false,
             counters: None,
+            waits_for_children: false,
         }
     }
 }
@@ -136,6 +143,7 @@ impl Engine {
                 log: String::new(),
                 log_truncated: false,
                 counters: None,
+                waits_for_children: false,
             };
         }
         let capabilities = Capabilities {
@@ -143,6 +151,8 @@ impl Engine {
             files: FilesCapability::new(spec.files),
             links: LinksCapability::new(spec.links),
             steps: StepsCapability::new(spec.steps),
+            jobs: JobsCapability::new(spec.jobs),
+            run: RunCapability::new(spec.run),
         };
         let state = GuestState::new(spec.memory, log.clone(), capabilities);
         let fuel = spec.fuel.unwrap_or(u64::MAX);
@@ -181,6 +191,7 @@ impl Engine {
             log: log_text,
             log_truncated,
             counters: state.steps.changed_counters(),
+            waits_for_children: state.jobs.waits(),
         }
     }
 

@@ -13,4 +13,4 @@ wasmtime::component::bindgen!({
 
 /// The WIT package this host implements, as it appears in import and export names.
 pub const PACKAGE: &str = "jobhost:job";
-pub const PACKAGE_VERSION: (u64, u64, u64) = (0, 1, 3);
+pub const PACKAGE_VERSION: (u64, u64, u64) = (0, 1, 4);

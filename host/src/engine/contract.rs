@@ -81,6 +81,7 @@ fn grant_line(capability: &str) -> &'static str {
         "files" => "`grants.files = { read = [\"COLLECTION\"], write = [\"COLLECTION\"] }`",
         "links" => "`grants.links = [\"MOUNT\"]` (and a [links.MOUNT] section)",
         "steps" => "`grants.steps = true`",
+        "jobs" => "`grants.jobs = [\"JOB\", \"event:NAME\"]`",
         _ => "its grant",
     }
 }
@@ -135,6 +136,7 @@ pub struct Imports {
     pub files: bool,
     pub links: bool,
     pub steps: bool,
+    pub jobs: bool,
 }
 
 /// Checks a component's imports and exports against what any job may use.
@@ -159,11 +161,13 @@ pub fn check<'a>(
         if name.package == PACKAGE {
             compatible(name.version)?;
             match name.interface {
-                "types" | "log" => {}
+                // `run` reaches only the run's own row: every job may import it.
+                "types" | "log" | "run" => {}
                 "db" => found.db = true,
                 "files" => found.files = true,
                 "links" => found.links = true,
                 "steps" => found.steps = true,
+                "jobs" => found.jobs = true,
                 _ => return Err(ContractError::Forbidden(import.to_string())),
             }
         } else if let Some(wasi) = name.package.strip_prefix("wasi:") {
@@ -182,17 +186,22 @@ pub fn check<'a>(
 /// Checks that every capability a component imports was granted to this job.
 pub fn check_grants(imports: &Imports, grants: &Grants) -> Result<(), ContractError> {
     let missing = [
-        // `files` and `steps` use db's transaction type, so a component built against
-        // them imports db even when it never runs a statement (Python and JavaScript
-        // components import whole interfaces): with either granted, db loads without its
-        // own grant, and each statement is refused when called.
+        // `files`, `steps` and `jobs` use db's transaction type, so a component built
+        // against them imports db even when it never runs a statement (Python and
+        // JavaScript components import whole interfaces): with any of them granted, db
+        // loads without its own grant, and each statement is refused when called.
         (
-            imports.db && grants.db.is_none() && grants.files.is_none() && !grants.steps,
+            imports.db
+                && grants.db.is_none()
+                && grants.files.is_none()
+                && !grants.steps
+                && grants.jobs.is_none(),
             "db",
         ),
         (imports.files && grants.files.is_none(), "files"),
         (imports.links && grants.links.is_none(), "links"),
         (imports.steps && !grants.steps, "steps"),
+        (imports.jobs && grants.jobs.is_none(), "jobs"),
     ];
     match missing.iter().find(|(missing, _)| *missing) {
         Some((_, capability)) => Err(ContractError::NotGranted((*capability).into())),

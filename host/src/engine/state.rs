@@ -4,7 +4,9 @@ use super::limits::MemoryLimiter;
 use super::output::AttemptLog;
 use crate::capability::db::DbCapability;
 use crate::capability::files::FilesCapability;
+use crate::capability::jobs::JobsCapability;
 use crate::capability::links::LinksCapability;
+use crate::capability::run::RunCapability;
 use crate::capability::steps::StepsCapability;
 use crate::failure::FailureCode;
 use wasmtime::component::ResourceTable;
@@ -39,6 +41,8 @@ pub struct GuestState {
     pub(crate) files: FilesCapability,
     pub(crate) links: LinksCapability,
     pub(crate) steps: StepsCapability,
+    pub(crate) jobs: JobsCapability,
+    pub(crate) run: RunCapability,
     pub(crate) signals: Signals,
 }
 
@@ -48,6 +52,8 @@ pub struct Capabilities {
     pub files: FilesCapability,
     pub links: LinksCapability,
     pub steps: StepsCapability,
+    pub jobs: JobsCapability,
+    pub run: RunCapability,
 }
 
 impl Capabilities {
@@ -59,6 +65,8 @@ impl Capabilities {
             files: FilesCapability::new(None),
             links: LinksCapability::new(None),
             steps: StepsCapability::new(None),
+            jobs: JobsCapability::new(None),
+            run: RunCapability::new(None),
         }
     }
 }
@@ -87,6 +95,8 @@ impl GuestState {
             files: capabilities.files,
             links: capabilities.links,
             steps: capabilities.steps,
+            jobs: capabilities.jobs,
+            run: capabilities.run,
             signals: Signals::default(),
         }
     }

@@ -89,9 +89,10 @@ async fn pause_gauges(s: &Shared, gauges: &mut Vec<Gauge>) -> Result<(), ApiErro
 /// skipped ones again by why they were not run.
 fn run_gauges(counts: &[(String, String, i64)]) -> Vec<Gauge> {
     let mut gauges = Vec::new();
-    for status in RunStatus::ALL {
+    let statuses = RunStatus::ALL.iter().map(|s| s.as_str());
+    for status in statuses.chain([crate::store::WAITING]) {
         let mut seen = false;
-        for (_, code, n) in counts.iter().filter(|(s, _, _)| s == status.as_str()) {
+        for (_, code, n) in counts.iter().filter(|(s, _, _)| s == status) {
             seen = true;
             gauges.push(runs_gauge(status, code, *n));
         }
@@ -113,14 +114,11 @@ fn run_gauges(counts: &[(String, String, i64)]) -> Vec<Gauge> {
     gauges
 }
 
-fn runs_gauge(status: RunStatus, code: &str, n: i64) -> Gauge {
+fn runs_gauge(status: &str, code: &str, n: i64) -> Gauge {
     Gauge {
         name: "jobhost_runs",
-        help: "Runs in the database, by status and failure code.",
-        labels: vec![
-            ("status", status.as_str().to_string()),
-            ("code", code.to_string()),
-        ],
+        help: "Runs in the database, by status (`waiting`: queued, sleeping until its children ended) and failure code.",
+        labels: vec![("status", status.to_string()), ("code", code.to_string())],
         value: n as f64,
     }
 }

@@ -170,7 +170,7 @@ fn capabilities(grants: &Grants) -> String {
             text.push_str(&format!("const {name} = undefined;\n"));
         }
     }
-    text.push_str("export { log, db, files, links, steps };\n");
+    text.push_str("export { log, db, files, links, steps, jobs };\n");
     text
 }
 
@@ -216,8 +216,8 @@ mod tests {
     fn a_capability_not_granted_is_not_imported() {
         let grants: Grants = toml::from_str("db = { write = [\"t\"] }").unwrap();
         let text = capabilities(&grants);
-        assert!(text.contains("import * as log from 'jobhost:job/log@0.1.3';"));
-        assert!(text.contains("import * as db from 'jobhost:job/db@0.1.3';"));
+        assert!(text.contains("import * as log from 'jobhost:job/log@0.1.4';"));
+        assert!(text.contains("import * as db from 'jobhost:job/db@0.1.4';"));
         assert!(text.contains("const links = undefined;"));
         assert!(!text.contains("jobhost:job/links"));
     }

@@ -90,8 +90,13 @@ fn cargo_build(dir: &Path) -> Result<Option<PathBuf>, BuildError> {
 
 /// The SDK's files, as the crate has them (this module's tests keep the list complete and
 /// the SDK's `wit/` identical to the workspace's).
-const SDK_FILES: [(&str, &str); 3] = [
+const SDK_FILES: [(&str, &str); 5] = [
+    (
+        "src/jobs.rs",
+        include_str!("../../../guest-sdk/src/jobs.rs"),
+    ),
     ("src/lib.rs", include_str!("../../../guest-sdk/src/lib.rs")),
+    ("src/run.rs", include_str!("../../../guest-sdk/src/run.rs")),
     (
         "src/steps.rs",
         include_str!("../../../guest-sdk/src/steps.rs"),
@@ -393,7 +398,7 @@ mod tests {
         assert_eq!(update_sdk(&project).unwrap(), ["src/lib.rs", "src/gone.rs"]);
         assert_eq!(
             std::fs::read_to_string(sdk.join("src/lib.rs")).unwrap(),
-            SDK_FILES[0].1
+            include_str!("../../../guest-sdk/src/lib.rs")
         );
         assert!(!sdk.join("src/gone.rs").exists());
         let elsewhere = dir.path().join("other");

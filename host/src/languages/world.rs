@@ -8,19 +8,20 @@ use crate::grants::Grants;
 /// The WIT package the world is built from: the host's own.
 pub const JOBHOST_WIT: &str = include_str!("../../../wit/jobhost.wit");
 
-/// The version of `jobhost:job` this host speaks (`0.1.3`).
+/// The version of `jobhost:job` this host speaks (`0.1.4`).
 pub(super) fn version() -> String {
     let (major, minor, patch) = crate::engine::bindings::PACKAGE_VERSION;
     format!("{major}.{minor}.{patch}")
 }
 
 /// Each capability interface, and whether `grants` gives the job it.
-pub(super) fn granted(grants: &Grants) -> [(&'static str, bool); 4] {
+pub(super) fn granted(grants: &Grants) -> [(&'static str, bool); 5] {
     [
         ("db", grants.db.is_some()),
         ("files", grants.files.is_some()),
         ("links", grants.links.is_some()),
         ("steps", grants.steps),
+        ("jobs", grants.jobs.is_some()),
     ]
 }
 
@@ -61,15 +62,15 @@ mod tests {
     fn the_world_imports_what_was_granted_and_nothing_more() {
         let nothing = world(&Grants::default());
         assert!(
-            nothing.contains("import jobhost:job/log@0.1.3;"),
+            nothing.contains("import jobhost:job/log@0.1.4;"),
             "{nothing}"
         );
-        assert!(nothing.contains("export jobhost:job/handler@0.1.3;"));
+        assert!(nothing.contains("export jobhost:job/handler@0.1.4;"));
         assert!(!nothing.contains("/db@"));
         let grants: Grants = toml::from_str("db = { write = [\"t\"] }\nlinks = [\"api\"]").unwrap();
         let some = world(&grants);
-        assert!(some.contains("import jobhost:job/db@0.1.3;"));
-        assert!(some.contains("import jobhost:job/links@0.1.3;"));
+        assert!(some.contains("import jobhost:job/db@0.1.4;"));
+        assert!(some.contains("import jobhost:job/links@0.1.4;"));
         assert!(!some.contains("/files@") && !some.contains("/steps@"));
     }
 }

@@ -14,7 +14,9 @@ mod interrupts;
 
 use crate::capability::db::DbSession;
 use crate::capability::files::FilesSession;
+use crate::capability::jobs::JobsSession;
 use crate::capability::links::LinksSession;
+use crate::capability::run::RunSession;
 use crate::capability::steps::StepsSession;
 use crate::engine::attempt::{
     AttemptFailure, AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext,
@@ -28,6 +30,7 @@ use crate::links::{Caller, Links};
 use crate::metrics::Metrics;
 use crate::pause::Pauses;
 use crate::quota::{OverQuota, QuotaBook, Quotas};
+use crate::store::family::ParentLink;
 use crate::store::guest::{Access, Fence, GuestDb};
 use crate::store::{
     AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Lease, NewReport, Origin, Recording,
@@ -304,13 +307,26 @@ impl Runner {
                     files: self.files_session(&run, spec, &lease),
                     links: self.links_session(&run, spec, &lease, deadline),
                     steps: self.steps_session(&run, spec, &lease),
+                    jobs: self.jobs_session(&run, spec, &lease, attempt),
+                    run: Some(RunSession {
+                        store: self.store.clone(),
+                        fence: fence_of(&lease),
+                        run: run.clone(),
+                        retries: spec.retry.retries,
+                    }),
                 })
                 .instrument(span.clone())
                 .await
         };
         let counters = report.counters.clone();
+        let waits = report.waits_for_children;
         let (ending, result) = span.in_scope(|| self.attempt_ending(&run, attempt, report));
         let decided = decide(&run, spec, result, counters);
+        let decided = if waits {
+            wait_for_children(&run, decided)
+        } else {
+            decided
+        };
         let change = self.change(&run, spec, decided, true);
         self.hand_over(run, spec, lease, Some(ending), change, until)
             .await
@@ -540,6 +556,29 @@ impl Runner {
         })
     }
 
+    fn jobs_session(
+        &self,
+        run: &RunRecord,
+        spec: &JobSpec,
+        lease: &Lease,
+        attempt: i64,
+    ) -> Option<JobsSession> {
+        spec.grants.jobs.as_ref()?;
+        Some(JobsSession {
+            store: self.store.clone(),
+            fence: fence_of(lease),
+            parent: ParentLink {
+                run_id: run.id.clone(),
+                generation: lease.generation,
+                pass: run.pass,
+                attempt,
+            },
+            tenant: run.tenant.clone(),
+            grants: Arc::new(spec.grants.clone()),
+            trace: run.trace().to_string(),
+        })
+    }
+
     fn links_session(
         &self,
         run: &RunRecord,
@@ -685,6 +724,36 @@ fn report_about(run: &RunRecord, code: FailureCode) -> NewReport {
         _ => ReportKind::RunFailed,
     };
     NewReport::about_run(kind, run, code)
+}
+
+/// How long a run that waits for its children sleeps: in effect for ever, since the
+/// family sweep (`crate::family`) makes it due once its children ended.
+pub const CHILDREN_WAIT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// A pass that recorded a wait for its children and ended with its next pass queued
+/// (`continue` or `defer`) sleeps until they ended instead. A failed attempt's wait is
+/// void: its retry runs the pass again.
+fn wait_for_children(run: &RunRecord, decided: Decided) -> Decided {
+    match decided {
+        Decided::Requeue {
+            pass,
+            cursor,
+            counters,
+            failures,
+            defers,
+            failure,
+            ..
+        } if failure.code.is_none() && pass > run.pass => Decided::Requeue {
+            delay: CHILDREN_WAIT,
+            pass,
+            cursor,
+            counters,
+            failures,
+            defers,
+            failure,
+        },
+        other => other,
+    }
 }
 
 /// What to do with a run after an attempt.

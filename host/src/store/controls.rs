@@ -59,10 +59,12 @@ macro_rules! bind_filter {
 }
 
 /// A cancel of `run` (as read before), if it is still queued or running and, with
-/// `tenant`, that tenant's.
+/// `tenant`, that tenant's: it ends with `status` and `code`.
 pub struct CancelRequest<'a> {
     pub run: &'a RunRecord,
     pub tenant: Option<&'a str>,
+    pub status: &'static str,
+    pub code: &'static str,
     /// Queued only if the run's lease had kicks pending.
     pub follow_up: NewRun,
     pub report: NewReport,
@@ -196,11 +198,14 @@ impl Store {
                 sqlx::query(q.record_cancelled_attempt.as_str())
                     .bind(&run.id)
                     .bind(c.tenant)
+                    .bind(c.code)
                     .execute(&mut *tx)
                     .await?;
                 let cancelled: Option<RunRecord> = sqlx::query_as(q.cancel_run.as_str())
                     .bind(&run.id)
                     .bind(c.tenant)
+                    .bind(c.status)
+                    .bind(c.code)
                     .fetch_optional(&mut *tx)
                     .await?;
                 if cancelled.is_none() {

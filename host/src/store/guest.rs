@@ -4,6 +4,7 @@
 //! the database itself (SQLite: an authorizer; Postgres: a role per job) and fences every
 //! commit with the attempt's lease in the same transaction. Every failure is a fixed code.
 
+use super::family::Enqueue;
 use super::postgres_guest::PgGuest;
 use super::sqlite_guest::SqliteGuest;
 use super::{FileWrite, FileWritten, ProgressWrite};
@@ -196,6 +197,9 @@ pub(crate) trait TxSession: Send {
     /// Applies a change to the run's progress in the transaction, likewise; whether it
     /// changed a row.
     async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError>;
+    /// Queues runs a guest's `jobs` call started, in the transaction, likewise; per run,
+    /// whether it was inserted, or `LeaseLost` when the parent no longer runs its pass.
+    async fn enqueue(&mut self, write: &Enqueue) -> Result<Vec<bool>, GuestDbError>;
     /// Rolls back whatever is open and gives the connection back.
     async fn release(self: Box<Self>);
     /// Whether the database takes no other write while this transaction is open (SQLite,
@@ -284,6 +288,15 @@ impl GuestTx {
             .as_mut()
             .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
         session.progress_write(write).await
+    }
+
+    /// Queues runs inside the transaction.
+    pub async fn enqueue(&mut self, write: &Enqueue) -> Result<Vec<bool>, GuestDbError> {
+        let mut guard = self.session.lock().await;
+        let session = guard
+            .as_mut()
+            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
+        session.enqueue(write).await
     }
 
     /// Checks the fence and commits, both in the transaction: all or nothing.

@@ -11,6 +11,7 @@ mod pool;
 pub mod attempts;
 mod connect;
 mod error_class;
+pub mod family;
 mod files;
 pub mod guest;
 pub mod migrate;

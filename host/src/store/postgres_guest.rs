@@ -15,6 +15,7 @@
 //! attempt to another is reset (`DISCARD ALL`) first, so no setting, lock or temporary
 //! object outlives an attempt.
 
+use super::family::Enqueue;
 use super::guest::{
     Access, Fence, GuestDbError, MAX_RESULT_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows, SqlValue,
     TxSession,
@@ -310,7 +311,7 @@ fn role_name(database: &str, job: &str) -> String {
 
 /// Which host functions a role is granted: a role provisioned by a host that granted
 /// fewer is granted again (the fingerprint changes with it).
-const HOST_FUNCTIONS: &str = "0015";
+const HOST_FUNCTIONS: &str = "0023";
 
 fn grant_fingerprint(grant: &DbGrant) -> String {
     let text = serde_json::to_string(grant).expect("a grant serialises");
@@ -422,6 +423,7 @@ async fn provision_on(
         "jobhost_mark_file(text, text, text)",
         "jobhost_record_step(text, bigint, text, text, bigint)",
         "jobhost_end_pass(text, bigint, bigint, text, text, boolean)",
+        "jobhost_enqueue_runs(text, bigint, bigint, jsonb)",
     ] {
         ddl.push(format!(
             "GRANT EXECUTE ON FUNCTION {function} TO \"{role}\""
@@ -694,6 +696,30 @@ impl TxSession for Session {
         rows.first()
             .and_then(|row| row.try_get::<_, bool>(0).ok())
             .ok_or(GuestDbError::Refused(Refusal::Failed))
+    }
+
+    async fn enqueue(&mut self, write: &Enqueue) -> Result<Vec<bool>, GuestDbError> {
+        let (parent, generation, pass, runs) = super::family::postgres_arguments(write);
+        let client = &self.conn().client;
+        let arguments: [(&(dyn ToSql + Sync), Type); 4] = [
+            (&parent, Type::TEXT),
+            (&generation, Type::INT8),
+            (&pass, Type::INT8),
+            (&runs, Type::TEXT),
+        ];
+        let rows = match client
+            .query_typed(super::family::POSTGRES_ENQUEUE, &arguments)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => return Err(self.classify(&e)),
+        };
+        let ids: Option<Vec<String>> = rows
+            .first()
+            .ok_or(GuestDbError::Refused(Refusal::Failed))?
+            .try_get(0)
+            .map_err(|_| GuestDbError::Refused(Refusal::Failed))?;
+        super::family::inserted_of(write, ids).ok_or(GuestDbError::LeaseLost)
     }
 
     /// Postgres locks rows, not the database: the host's own writes go on beside it.

@@ -86,7 +86,8 @@ pub(crate) const POSTGRES: Dialect = Dialect {
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
     counters, attempts, failures, generation, host, last_code, last_error, component_digest, \
     scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at, \
-    work_done, defers, trace_parent, resumed_by, retry_of, retried_by";
+    work_done, defers, trace_parent, resumed_by, retry_of, retried_by, parent_run, \
+    parent_attempt, event, detached, wait_pass, wait_policy, result";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
     next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant, \
@@ -171,6 +172,10 @@ const QUEUE_RUN: &str = "INSERT INTO jobhost_runs (id, job, instance, tenant, or
         CASE WHEN o.over = 'skip' THEN {now} END, $12 \
     FROM {over_limit} o WHERE 1 = 1";
 
+/// A run's status as shown (`RunRecord::shown_status`).
+const SHOWN_STATUS: &str = "CASE WHEN status = 'queued' AND wait_policy IS NOT NULL \
+    AND wait_pass < pass THEN 'waiting' ELSE status END";
+
 /// The attempt whose fence is `$1`..`$4` holds its lease.
 const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM jobhost_leases WHERE {fence_match})";
 
@@ -202,6 +207,7 @@ impl Dialect {
         template
             .replace("{run_filter}", RUN_FILTER)
             .replace("{text_position}", self.text_position)
+            .replace("{shown_status}", SHOWN_STATUS)
             .replace("{lease_held}", LEASE_HELD)
             .replace("{parked}", PARKED)
             .replace("{sequential_free}", SEQUENTIAL_FREE)
@@ -330,8 +336,9 @@ queries! {
     // How many runs the filter matches, counted up to `$10`.
     count_matching_runs = "SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_runs WHERE {run_filter} \
         LIMIT $10) c";
-    count_runs = "SELECT status, COALESCE(last_code, ''), COUNT(*) FROM jobhost_runs \
-        GROUP BY status, COALESCE(last_code, '')";
+    // A queued run that sleeps until its children ended counts as `waiting`.
+    count_runs = "SELECT {shown_status}, COALESCE(last_code, ''), COUNT(*) FROM jobhost_runs \
+        GROUP BY {shown_status}, COALESCE(last_code, '')";
     skip_run = "UPDATE jobhost_runs SET status = 'skipped', last_error = $2, \
         finished_at = {now}, updated_at = {now} WHERE id = $1 AND status = 'running'";
     list_attempts = "SELECT {attempt_columns} FROM jobhost_attempts WHERE run_id = $1 \
@@ -447,13 +454,14 @@ queries! {
     record_cancelled_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, \
         generation, host, status, code, log, log_truncated, started_at, finished_at) \
         SELECT id, attempts, pass, failures + 1, generation, COALESCE(host, ''), 'cancelled', \
-        'cancelled_by_operator', '', 0, updated_at, {now} FROM jobhost_runs \
+        $3, '', 0, updated_at, {now} FROM jobhost_runs \
         WHERE id = $1 AND status = 'running' AND generation IS NOT NULL AND attempts > 0 \
         AND ($2 IS NULL OR tenant = $2) \
         ON CONFLICT (run_id, seq) DO NOTHING";
-    // Only a queued or running run of tenant `$2` (any, if null) is cancelled.
-    cancel_run = "UPDATE jobhost_runs SET status = 'cancelled', \
-        last_code = 'cancelled_by_operator', finished_at = {now}, updated_at = {now} \
+    // Only a queued or running run of tenant `$2` (any, if null) is ended, with status `$3`
+    // and code `$4` (an operator's cancel, or a family's ending: `crate::family`).
+    cancel_run = "UPDATE jobhost_runs SET status = $3, \
+        last_code = $4, finished_at = {now}, updated_at = {now} \
         WHERE id = $1 AND status IN ('queued', 'running') AND ($2 IS NULL OR tenant = $2) \
         RETURNING {run_columns}";
     // The cancelled run's lease, if it holds it: released and moved to the next
@@ -500,6 +508,39 @@ queries! {
     // The objects run `$1` attached that its names still point at, the latest first.
     run_files = "SELECT {file_columns} FROM jobhost_files WHERE run_id = $1 \
         ORDER BY created_at DESC, collection, name LIMIT $2";
+    // Jobs that start jobs (`store::family`). The parent `$1` runs pass `$3` at generation
+    // `$2`: a guest's enqueue inserts nothing otherwise.
+    parent_running = "SELECT 1 FROM jobhost_runs WHERE id = $1 AND status = 'running' \
+        AND generation = $2 AND pass = $3";
+    // A run a guest's call queues; one whose id exists already is left alone.
+    insert_child_run = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, \
+        status, next_attempt_at, created_at, updated_at, trace_parent, parent_run, \
+        parent_attempt, parent_pass, detached, event) \
+        VALUES ($1, $2, $3, $4, $5, $6, 'queued', {now} + $7, {now}, {now}, $8, $9, $10, $11, \
+        $12, $13) ON CONFLICT (id) DO NOTHING";
+    mark_family = "UPDATE jobhost_runs SET family = 1 WHERE id = $1 AND family = 0";
+    // Fenced by `$1`..`$4`: the running run `$5` of that generation.
+    set_result = "UPDATE jobhost_runs SET result = $6, updated_at = {now} \
+        WHERE id = $5 AND status = 'running' AND generation = $3 AND {lease_held}";
+    wait_for_children = "UPDATE jobhost_runs SET wait_pass = pass, wait_policy = $6, \
+        family = 1, updated_at = {now} \
+        WHERE id = $5 AND status = 'running' AND generation = $3 AND {lease_held}";
+    children_page = "SELECT id, job, instance, status, last_code, result FROM jobhost_runs \
+        WHERE parent_run = $1 AND parent_pass = $2 AND detached = 0 AND id > $3 \
+        ORDER BY id LIMIT $4";
+    children_tally = "SELECT status, COUNT(*) FROM jobhost_runs \
+        WHERE parent_run = $1 AND parent_pass = $2 AND detached = 0 GROUP BY status";
+    family_rows = "SELECT id, status, pass, wait_pass, wait_policy FROM jobhost_runs \
+        WHERE family = 1 ORDER BY id LIMIT $1";
+    unfinished_children = "SELECT {run_columns} FROM jobhost_runs \
+        WHERE parent_run = $1 AND detached = 0 AND status IN ('queued', 'running') LIMIT $2";
+    // A waiting run sleeps queued, its pass ended, due at no time: woken, it is due now.
+    wake_parent = "UPDATE jobhost_runs SET wait_policy = NULL, next_attempt_at = {now}, \
+        updated_at = {now} WHERE id = $1 AND status = 'queued' AND wait_policy IS NOT NULL \
+        AND wait_pass < pass";
+    // Only an ended run: a live one may start more children.
+    family_settled = "UPDATE jobhost_runs SET family = 0 \
+        WHERE id = $1 AND status NOT IN ('queued', 'running')";
     // The ids of running runs among `$1` that are cancelled (a host's attempts to stop).
     cancelled_among = "SELECT id FROM jobhost_runs WHERE id IN {json_ids} AND status = 'cancelled'";
     // Retention: finished runs created before the cut-off, oldest first (never a queued or

@@ -15,6 +15,10 @@ pub enum RunStatus {
     Cancelled,
 }
 
+/// How a queued run that sleeps until its children ended is shown (it is `queued` in
+/// its row, with its lease parked).
+pub const WAITING: &str = "waiting";
+
 impl RunStatus {
     pub const ALL: [RunStatus; 7] = [
         RunStatus::Queued,
@@ -67,6 +71,8 @@ pub enum Origin {
     Boot,
     /// An operator's retry of an ended run (`retry_of` names it).
     Retry,
+    /// Another run's `jobs.enqueue` (`parent_run` names it).
+    Child,
 }
 
 impl Origin {
@@ -80,12 +86,13 @@ impl Origin {
             Origin::Event => "event",
             Origin::Boot => "boot",
             Origin::Retry => "retry",
+            Origin::Child => "child",
         }
     }
 }
 
 crate::record! {
-    #[derive(Debug, Clone, Serialize)]
+    #[derive(Debug, Clone, Default, Serialize)]
     pub struct RunRecord {
         pub id: String,
         pub job: String,
@@ -125,8 +132,21 @@ crate::record! {
         pub retry_of: Option<String>,
         /// The retry an operator queued of this run, once.
         pub retried_by: Option<String>,
+        /// The run whose `jobs` call queued this one, and its attempt (migration 0023).
+        pub parent_run: Option<String>,
+        pub parent_attempt: Option<i64>,
+        /// The event that queued a run of origin `event`.
+        pub event: Option<String>,
+        /// 1: neither waited for nor cancelled with its parent.
+        pub detached: i64,
+        /// The pass that waits for its children, and how a failed child counts.
+        pub wait_pass: Option<i64>,
+        pub wait_policy: Option<String>,
+        /// The JSON value the run hands a waiting parent.
+        pub result: Option<String>,
     }
-    missing_as_default: resumed_by, retry_of, retried_by
+    missing_as_default: resumed_by, retry_of, retried_by, parent_run, parent_attempt, event,
+        detached, wait_pass, wait_policy, result
 }
 
 impl RunRecord {
@@ -138,6 +158,22 @@ impl RunRecord {
     pub fn dropped_by_limit(&self) -> bool {
         self.status() == Some(RunStatus::Skipped)
             && self.last_code.as_deref() == Some(crate::failure::FailureCode::TenantLimit.as_str())
+    }
+
+    /// The pass whose children the run sleeps waiting for, if it does: the pass that
+    /// asked to wait has ended and the next is queued (`crate::family`).
+    pub fn waiting_pass(&self) -> Option<i64> {
+        let pass = self.wait_pass.filter(|p| *p < self.pass)?;
+        (self.status == RunStatus::Queued.as_str() && self.wait_policy.is_some()).then_some(pass)
+    }
+
+    /// The status shown to people: a queued run that waits for its children is `waiting`.
+    pub fn shown_status(&self) -> &str {
+        if self.waiting_pass().is_some() {
+            WAITING
+        } else {
+            &self.status
+        }
     }
 
     /// The run's trace context: decided when it was queued, or derived from its id.

@@ -16,6 +16,7 @@
 //! at all (then it can only be a CTE of the statement, which is prepared again with that
 //! name allowed).
 
+use super::family::Enqueue;
 use super::guest::{
     Access, Fence, GuestDbError, MAX_PARAMS, MAX_SQL_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows,
     SqlValue, TxSession, collect_rows,
@@ -614,6 +615,15 @@ impl TxSession for Session {
         let written = super::resumable::apply_sqlite(self.conn(), q, write).await;
         let written = host.classify(written);
         self.still_in_transaction(written).await
+    }
+
+    async fn enqueue(&mut self, write: &Enqueue) -> Result<Vec<bool>, GuestDbError> {
+        let (q, host) = self.as_host().await?;
+        let written = super::family::apply_sqlite(self.conn(), q, write).await;
+        let written = host.classify(written);
+        self.still_in_transaction(written)
+            .await?
+            .ok_or(GuestDbError::LeaseLost)
     }
 
     async fn release(self: Box<Self>) {

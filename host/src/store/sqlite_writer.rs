@@ -763,6 +763,13 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         resumed_by: row.get("resumed_by")?,
         retry_of: row.get("retry_of")?,
         retried_by: row.get("retried_by")?,
+        parent_run: row.get("parent_run")?,
+        parent_attempt: row.get("parent_attempt")?,
+        event: row.get("event")?,
+        detached: row.get("detached")?,
+        wait_pass: row.get("wait_pass")?,
+        wait_policy: row.get("wait_policy")?,
+        result: row.get("result")?,
     })
 }
 

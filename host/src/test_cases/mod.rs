@@ -360,9 +360,7 @@ mod tests {
             work_done: 0,
             defers: 0,
             trace_parent: None,
-            resumed_by: None,
-            retry_of: None,
-            retried_by: None,
+            ..RunRecord::default()
         }
     }
 

@@ -1,0 +1,187 @@
+//! A parent that starts children and waits for them, and the children (one component,
+//! two jobs: `family` and `family-child`, told apart by the job's name).
+//!
+//! The parent's payload: `{"children": n, "in_tx": bool, "fail_after": bool, "wait":
+//! "fail" | "continue" | null, "failing": [i, ...], "wait_ms": m, "detached": bool,
+//! "delay_ms": d, "job": "family-child"}`. Its first pass waits `wait_ms` (to be superseded meanwhile),
+//! then queues `n` runs of `job` (payload `{"n": i, "fail": i in failing}`), inside a
+//! transaction that also writes a `ledger` row (`in_tx`) or each batch in a write of its
+//! own; with `fail_after` it then fails (the transaction rolls back). Children that do not
+//! fail are due `delay_ms` later. With `wait` the pass
+//! continues, waiting for its children; the next pass sums their results into its own
+//! (`{"succeeded", "other", "sum"}`) and logs what started it.
+//!
+//! A child hands back `{"n": n}`, or, with `fail`, fails for good.
+
+use jobhost_guest::jobs::{self, NewRun, Options, WaitPolicy};
+use jobhost_guest::{Context, Job, JobError, Outcome, db, log, run};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+#[derive(Deserialize)]
+struct Payload {
+    #[serde(default)]
+    children: u64,
+    #[serde(default)]
+    in_tx: bool,
+    #[serde(default)]
+    fail_after: bool,
+    #[serde(default)]
+    wait: Option<String>,
+    #[serde(default)]
+    failing: Vec<u64>,
+    #[serde(default)]
+    wait_ms: u64,
+    #[serde(default)]
+    detached: bool,
+    #[serde(default = "child_job")]
+    job: String,
+    /// A child's number, and whether it fails.
+    #[serde(default)]
+    n: u64,
+    #[serde(default)]
+    fail: bool,
+    /// Children not failing are due this much later.
+    #[serde(default)]
+    delay_ms: u64,
+}
+
+fn child_job() -> String {
+    "family-child".into()
+}
+
+/// Runs queued per call: the host takes at most 1000.
+const BATCH: u64 = 1000;
+
+struct Family;
+
+impl Job for Family {
+    type Payload = Payload;
+
+    fn run(ctx: Context<Payload>) -> Result<Outcome, JobError> {
+        if ctx.job.ends_with("child") {
+            return child(&ctx.payload);
+        }
+        let info = run::info();
+        log::info(&format!(
+            "pass {} attempt {}: final={} retries_left={} started_by={:?} deferrals={}",
+            ctx.pass,
+            ctx.attempt,
+            info.final_attempt,
+            info.retries_left,
+            info.started_by,
+            info.deferrals
+        ));
+        if ctx.pass > 1 {
+            return sum_up();
+        }
+        start_children(&ctx)?;
+        match ctx.payload.wait.as_deref() {
+            Some(policy) => {
+                let policy = if policy == "fail" {
+                    WaitPolicy::Fail
+                } else {
+                    WaitPolicy::Continue
+                };
+                jobs::wait_for_children(policy)?;
+                Ok(Outcome::Continue(json!({})))
+            }
+            None => Ok(Outcome::Done),
+        }
+    }
+}
+
+fn child(payload: &Payload) -> Result<Outcome, JobError> {
+    log::info(&format!(
+        "child {}: started_by={:?}",
+        payload.n,
+        run::info().started_by
+    ));
+    if payload.fail {
+        return Err(JobError::unrecoverable(format!(
+            "child {} fails",
+            payload.n
+        )));
+    }
+    run::set_result(&json!({ "n": payload.n }))?;
+    Ok(Outcome::Done)
+}
+
+fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
+    let p = &ctx.payload;
+    std::thread::sleep(Duration::from_millis(p.wait_ms));
+    let options = |n: &u64| Options {
+        detached: p.detached,
+        delay: match p.failing.contains(n) {
+            true => Duration::ZERO,
+            false => Duration::from_millis(p.delay_ms),
+        },
+        ..Options::default()
+    };
+    let batches: Vec<Vec<NewRun<'_, Value>>> = (0..p.children)
+        .collect::<Vec<_>>()
+        .chunks(BATCH as usize)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .map(|n| NewRun {
+                    job: p.job.as_str(),
+                    payload: json!({ "n": n, "fail": p.failing.contains(n) }),
+                    options: options(n),
+                })
+                .collect()
+        })
+        .collect();
+    if p.in_tx {
+        let tx = db::begin()?;
+        tx.execute(
+            "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)",
+            &[ctx.run_id.as_str().into(), ctx.attempt.into(), 0i64.into()],
+        )?;
+        for batch in &batches {
+            jobs::enqueue_all_in(&tx, batch)?;
+        }
+        if p.fail_after {
+            return Err(JobError::failed(
+                "failing after queueing, before the commit",
+            ));
+        }
+        tx.commit()?;
+    } else {
+        for batch in &batches {
+            jobs::enqueue_all(batch)?;
+        }
+        if p.fail_after {
+            return Err(JobError::failed("failing after queueing"));
+        }
+    }
+    log::info(&format!("started {} runs of {}", p.children, p.job));
+    Ok(())
+}
+
+fn sum_up() -> Result<Outcome, JobError> {
+    let children = run::children()?;
+    let mut succeeded = 0;
+    let mut sum = 0;
+    for c in &children {
+        if c.status == "succeeded" {
+            succeeded += 1;
+        }
+        let n = c
+            .result
+            .as_deref()
+            .and_then(|r| serde_json::from_str::<Value>(r).ok())
+            .and_then(|v| v["n"].as_u64())
+            .unwrap_or(0);
+        sum += n;
+    }
+    let other = children.len() - succeeded;
+    log::info(&format!(
+        "children: {succeeded} succeeded, {other} other, sum {sum}"
+    ));
+    run::set_result(&json!({ "succeeded": succeeded, "other": other, "sum": sum }))?;
+    Ok(Outcome::Done)
+}
+
+jobhost_guest::export_job!(Family);

@@ -1,0 +1,335 @@
+//! The rows of jobs that start jobs: runs a guest's `jobs` calls queue (inside its
+//! transaction or in a fenced write of the host's own), a run's result, a parent's wait,
+//! and what the family sweep reads. What a call may start, and what a family's state
+//! leads to, is decided in `capability::jobs` and `crate::family`; this module only reads
+//! and writes.
+//!
+//! Inside a guest's transaction the runs are inserted by the statements here (SQLite) or
+//! by `jobhost_enqueue_runs` (Postgres, migration 0023), which the job's role may call:
+//! they commit with the guest's rows, fenced, or not at all.
+
+use super::guest::{Fence, GuestDbError};
+use super::pool::Exclusive;
+use super::queries::Queries;
+use super::{Result, RunRecord, Store};
+use serde::Serialize;
+use sqlx::{Connection, SqliteConnection};
+
+/// The attempt whose call queues runs: they record it as their parent, and are queued
+/// only while it runs its pass.
+#[derive(Debug, Clone)]
+pub struct ParentLink {
+    pub run_id: String,
+    pub generation: i64,
+    pub pass: i64,
+    pub attempt: i64,
+}
+
+/// A run a guest's call queues.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ChildRun {
+    pub id: String,
+    pub job: String,
+    pub instance: String,
+    pub tenant: String,
+    /// `child`, `kick` or `event`.
+    pub origin: &'static str,
+    pub payload: String,
+    /// Due this many milliseconds from now; negative for a run claimed ahead (priority).
+    pub delay_ms: i64,
+    pub trace_parent: Option<String>,
+    pub parent_attempt: i64,
+    /// 1: neither waited for nor cancelled with its parent.
+    pub detached: i64,
+    /// The event, for a run an `emit` queued.
+    pub event: Option<String>,
+}
+
+/// Runs to queue for one parent, in one write.
+#[derive(Debug, Clone)]
+pub struct Enqueue {
+    pub parent: ParentLink,
+    pub runs: Vec<ChildRun>,
+}
+
+impl Enqueue {
+    fn json(&self) -> String {
+        serde_json::to_string(&self.runs).expect("runs serialise")
+    }
+
+    fn any_attached(&self) -> bool {
+        self.runs.iter().any(|r| r.detached == 0)
+    }
+}
+
+crate::record! {
+    /// A child's state, as its waiting parent reads it.
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+    pub struct ChildState {
+        pub id: String,
+        pub job: String,
+        pub instance: String,
+        pub status: String,
+        pub last_code: Option<String>,
+        pub result: Option<String>,
+    }
+}
+
+crate::record! {
+    /// A run the family sweep looks after (`family` = 1).
+    #[derive(Debug, Clone)]
+    pub struct FamilyRow {
+        pub id: String,
+        pub status: String,
+        pub pass: i64,
+        pub wait_pass: Option<i64>,
+        pub wait_policy: Option<String>,
+    }
+}
+
+/// Applies `write` on a SQLite connection inside an open write transaction (a guest's,
+/// fenced as it commits, or the host's own). Per run, whether it was inserted; `None`
+/// when the parent no longer runs its pass (nothing inserted).
+pub(crate) async fn apply_sqlite(
+    conn: &mut SqliteConnection,
+    q: &'static Queries,
+    write: &Enqueue,
+) -> std::result::Result<Option<Vec<bool>>, sqlx::Error> {
+    let parent = &write.parent;
+    let running: Option<i64> = sqlx::query_scalar(q.parent_running.as_str())
+        .persistent(false)
+        .bind(&parent.run_id)
+        .bind(parent.generation)
+        .bind(parent.pass)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if running.is_none() {
+        return Ok(None);
+    }
+    let mut inserted = Vec::with_capacity(write.runs.len());
+    for run in &write.runs {
+        let changed = sqlx::query(q.insert_child_run.as_str())
+            .bind(&run.id)
+            .bind(&run.job)
+            .bind(&run.instance)
+            .bind(&run.tenant)
+            .bind(run.origin)
+            .bind(&run.payload)
+            .bind(run.delay_ms)
+            .bind(&run.trace_parent)
+            .bind(&parent.run_id)
+            .bind(run.parent_attempt)
+            .bind(parent.pass)
+            .bind(run.detached)
+            .bind(&run.event)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        inserted.push(changed == 1);
+    }
+    if write.any_attached() {
+        sqlx::query(q.mark_family.as_str())
+            .persistent(false)
+            .bind(&parent.run_id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(Some(inserted))
+}
+
+/// The call that applies `write` on Postgres, in the calling transaction, and its
+/// arguments: the parent, its generation and pass, the runs as JSON.
+pub(crate) const POSTGRES_ENQUEUE: &str =
+    "SELECT jobhost_enqueue_runs($1, $2, $3, CAST($4 AS jsonb))";
+
+/// Per run of `write`, whether it is among the ids Postgres inserted; `None` when the
+/// parent no longer ran its pass.
+pub(crate) fn inserted_of(write: &Enqueue, ids: Option<Vec<String>>) -> Option<Vec<bool>> {
+    let ids: std::collections::HashSet<String> = ids?.into_iter().collect();
+    Some(write.runs.iter().map(|r| ids.contains(&r.id)).collect())
+}
+
+/// The arguments of [`POSTGRES_ENQUEUE`].
+pub(crate) fn postgres_arguments(write: &Enqueue) -> (String, i64, i64, String) {
+    let parent = &write.parent;
+    (
+        parent.run_id.clone(),
+        parent.generation,
+        parent.pass,
+        write.json(),
+    )
+}
+
+impl Store {
+    /// Queues `write`'s runs in a transaction of its own, fenced by the attempt's lease.
+    /// `Err(LeaseLost)` when the lease was lost or the parent no longer runs its pass
+    /// (nothing queued).
+    pub async fn enqueue_fenced(
+        &self,
+        fence: &Fence,
+        write: &Enqueue,
+    ) -> std::result::Result<Vec<bool>, GuestDbError> {
+        let queued = self
+            .retrying(|| self.enqueue_fenced_once(fence, write))
+            .await
+            .map_err(|_| GuestDbError::Unavailable)?;
+        queued.ok_or(GuestDbError::LeaseLost)
+    }
+
+    async fn enqueue_fenced_once(
+        &self,
+        fence: &Fence,
+        write: &Enqueue,
+    ) -> Result<Option<Vec<bool>>> {
+        let q = self.q;
+        match &self.pool {
+            super::Pool::Sqlite(p) => {
+                let mut conn = Exclusive::acquire(p).await?;
+                let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+                let held = bind_fence(sqlx::query(q.fence.as_str()), fence)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let inserted = match held {
+                    Some(_) => apply_sqlite(&mut tx, q, write).await?,
+                    None => None,
+                };
+                match inserted {
+                    Some(_) => tx.commit().await?,
+                    None => tx.rollback().await?,
+                }
+                conn.release();
+                Ok(inserted)
+            }
+            super::Pool::Postgres(p) => {
+                let (parent, generation, pass, runs) = postgres_arguments(write);
+                let ids = self
+                    .fenced_postgres(p, fence, async |conn| {
+                        sqlx::query_scalar::<_, Option<Vec<String>>>(POSTGRES_ENQUEUE)
+                            .bind(&parent)
+                            .bind(generation)
+                            .bind(pass)
+                            .bind(&runs)
+                            .fetch_one(conn)
+                            .await
+                    })
+                    .await?;
+                Ok(ids.and_then(|ids| inserted_of(write, ids)))
+            }
+        }
+    }
+
+    /// Sets run `run_id`'s result while its attempt at `generation` runs, fenced by the
+    /// attempt's lease: false when the lease was lost (nothing set).
+    pub async fn set_result_fenced(
+        &self,
+        fence: &Fence,
+        run_id: &str,
+        value: &str,
+    ) -> Result<bool> {
+        let sql = self.q.set_result.as_str();
+        self.fenced_run_update(fence, sql, run_id, value).await
+    }
+
+    /// Records that run `run_id`'s pass waits for its children with `policy`, fenced.
+    pub async fn wait_for_children_fenced(
+        &self,
+        fence: &Fence,
+        run_id: &str,
+        policy: &str,
+    ) -> Result<bool> {
+        let sql = self.q.wait_for_children.as_str();
+        self.fenced_run_update(fence, sql, run_id, policy).await
+    }
+
+    /// One update of the running run `$5` at generation `$3` with value `$6`, in one
+    /// statement with the lease check (`$1`..`$4`) inside.
+    async fn fenced_run_update(
+        &self,
+        fence: &Fence,
+        sql: &'static str,
+        run_id: &str,
+        value: &str,
+    ) -> Result<bool> {
+        self.retrying(|| async {
+            let changed = with_pool!(self.pool, p => bind_fence(sqlx::query(sql), fence)
+                .bind(run_id)
+                .bind(value)
+                .execute(p)
+                .await?
+                .rows_affected());
+            Ok(changed == 1)
+        })
+        .await
+    }
+
+    /// A page of run `parent`'s attached children started by its pass `pass`, in id
+    /// order after `after`.
+    pub async fn children(
+        &self,
+        parent: &str,
+        pass: i64,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<ChildState>> {
+        let q = &self.q.children_page;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(parent).bind(pass).bind(after.unwrap_or("")).bind(limit)
+            .fetch_all(p).await?))
+    }
+
+    /// How run `parent`'s attached children started by pass `pass` stand: (status,
+    /// count).
+    pub async fn children_tally(&self, parent: &str, pass: i64) -> Result<Vec<(String, i64)>> {
+        let q = &self.q.children_tally;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(parent).bind(pass).fetch_all(p).await?))
+    }
+
+    /// Up to `limit` runs the family sweep looks after.
+    pub async fn family_rows(&self, limit: i64) -> Result<Vec<FamilyRow>> {
+        let q = &self.q.family_rows;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+            .bind(limit).fetch_all(p).await?))
+    }
+
+    /// Up to `limit` unfinished attached children of run `parent`, of any pass.
+    pub async fn unfinished_children(&self, parent: &str, limit: i64) -> Result<Vec<RunRecord>> {
+        let q = &self.q.unfinished_children;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+            .bind(parent).bind(limit).fetch_all(p).await?))
+    }
+
+    /// Wakes the waiting run `id` (its next pass due now); false if it was not waiting.
+    pub async fn wake_parent(&self, id: &str) -> Result<bool> {
+        let q = &self.q.wake_parent;
+        let changed = with_pool!(self.pool, p => sqlx::query(q.as_str())
+            .bind(id).execute(p).await?.rows_affected());
+        Ok(changed == 1)
+    }
+
+    /// Leaves run `id` to itself: it has no child left to look after.
+    pub async fn family_settled(&self, id: &str) -> Result<()> {
+        let q = &self.q.family_settled;
+        with_pool!(self.pool, p => {
+            sqlx::query(q.as_str()).bind(id).execute(p).await?;
+        });
+        Ok(())
+    }
+}
+
+/// Binds an attempt's fence as `$1`..`$4`.
+fn bind_fence<'q, DB>(
+    query: sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>,
+    fence: &'q Fence,
+) -> sqlx::query::Query<'q, DB, <DB as sqlx::Database>::Arguments>
+where
+    DB: sqlx::Database,
+    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    query
+        .bind(fence.job.as_str())
+        .bind(fence.instance.as_str())
+        .bind(fence.generation)
+        .bind(fence.holder.as_str())
+}
