@@ -133,7 +133,7 @@ impl Controls<'_> {
         who: Actor<'_>,
         runs: &[RunRecord],
     ) -> Result<Vec<Option<RunRecord>>, ControlError> {
-        self.end_batch(who, runs, Ending::OPERATOR_CANCEL).await
+        Ok(self.end_batch(who, runs, Ending::OPERATOR_CANCEL).await?)
     }
 
     /// Ends `runs` as a cancel does (fenced, in one transaction), with `ending`'s status
@@ -143,7 +143,7 @@ impl Controls<'_> {
         who: Actor<'_>,
         runs: &[RunRecord],
         ending: Ending,
-    ) -> Result<Vec<Option<RunRecord>>, ControlError> {
+    ) -> Result<Vec<Option<RunRecord>>, StoreError> {
         let live: Vec<&RunRecord> = runs
             .iter()
             .filter(|run| run.status().is_some_and(|s| !s.is_terminal()))

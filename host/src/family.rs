@@ -93,7 +93,7 @@ pub async fn sweep(
     store: &Store,
     metrics: &Metrics,
     runner: Option<&Runner>,
-) -> Result<Swept, crate::controls::ControlError> {
+) -> Result<Swept, StoreError> {
     let controls = Controls {
         store,
         metrics,
@@ -172,14 +172,9 @@ pub async fn keep_sweeping(
                 );
             }
             Ok(_) => {}
-            Err(crate::controls::ControlError::Store(e)) => log_failed(&e),
-            Err(_) => {}
+            Err(e) => tracing::warn!(code = "driver_failed", error = %e, "family sweep failed"),
         }
     }
-}
-
-fn log_failed(e: &StoreError) {
-    tracing::warn!(code = "driver_failed", error = %e, "family sweep failed");
 }
 
 #[cfg(test)]

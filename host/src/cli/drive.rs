@@ -78,6 +78,8 @@ pub async fn drive(global: &Global, args: DriveArgs) -> Result<u8, Failure> {
         max_reruns: args.max_reruns,
     };
     surveillance.check().await?;
+    // Parents whose children ended since are due in this sweep.
+    crate::family::sweep(&app.store, &app.metrics, Some(&app.runner)).await?;
     let (stop, cancel) = tokio::sync::watch::channel(false);
     let signalled = super::serve::shutdown_signal();
     let stopping = tokio::spawn(async move {

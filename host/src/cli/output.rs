@@ -20,7 +20,9 @@ pub fn run_result(run: &RunRecord, as_json: bool) {
         .unwrap_or_default();
     print!(
         "run {} of {}: {} after {attempts}{took}",
-        run.id, run.job, run.status
+        run.id,
+        run.job,
+        run.shown_status()
     );
     if let Some(code) = &run.last_code
         && run.status != "succeeded"
@@ -28,6 +30,11 @@ pub fn run_result(run: &RunRecord, as_json: bool) {
         print!(" ({code})");
     }
     println!();
+    if run.waiting_pass().is_some() {
+        println!(
+            "  it waits for the runs it started: `host serve` (or `host drive`) runs them, then its next pass"
+        );
+    }
     if run.status != "succeeded"
         && let Some(error) = &run.last_error
     {

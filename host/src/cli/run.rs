@@ -150,6 +150,7 @@ async fn run_once(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     Ok(match record.status() {
         Some(RunStatus::Succeeded) => 0,
         Some(RunStatus::Skipped) => 3,
+        Some(RunStatus::Queued) if record.waiting_pass().is_some() => 0,
         _ => 1,
     })
 }
@@ -235,6 +236,9 @@ pub(super) async fn run_to_end(
             .step(claimed, spec, &loaded, cancel.clone())
             .await?
         {
+            // It sleeps until its children ended: they run under `host serve` or
+            // `host drive`, which then run its next pass.
+            Step::Requeued { delay: next } if next >= crate::runner::CHILDREN_WAIT => break,
             Step::Requeued { delay: next } => {
                 delay = next;
                 if let Some(progress) = progress
