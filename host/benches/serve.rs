@@ -9,15 +9,15 @@
 //!
 //! Settings (environment):
 //! - `JOBHOST_BENCH_QUICK=1`: batches of 50, backlogs of 2 000, a curve of 200 and 2 000,
-//!   50 kicks, one repetition, 10 samples.
+//!   50 kicks, a fan-out of 1 000 children, one repetition, 10 samples.
 //! - `JOBHOST_BENCH_SAMPLES`: criterion samples per batch-mode variant (default 20; at
 //!   least 10, criterion's minimum).
-//! - `JOBHOST_BENCH_REPS`: timed repetitions of each backlog drain (default 3; one fewer,
-//!   but at least one, above 50 000 runs).
+//! - `JOBHOST_BENCH_REPS`: timed repetitions of each backlog drain and fan-out (default 3;
+//!   a drain one fewer, but at least one, above 50 000 runs).
 //! - `JOBHOST_BENCH_CURVE`: the curve's backlog sizes, comma-separated (default 200, 10 000
 //!   and 100 000; quick: 200 and 2 000).
 //! - `JOBHOST_BENCH_PARTS`: the parts to run, comma-separated from `batch`, `latency`,
-//!   `backlog`, `curve`, `trips`, `floor` (default all). Criterion's name filter
+//!   `backlog`, `curve`, `trips`, `floor`, `fanout` (default all). Criterion's name filter
 //!   (`-- jobhost`) selects within `batch`, the only part criterion samples.
 //! - `JOBHOST_TEST_POSTGRES`: the Postgres server, as for the tests (default
 //!   `postgres://postgres@127.0.0.1:5432/test`); each system gets a database
@@ -26,7 +26,8 @@
 //! The processes: the release `host` binary (`CARGO_BIN_EXE_host`), `host serve --listen
 //! 127.0.0.1:0 --workers W --manifest M` with one job, `noop` (the `noop` guest, built into
 //! `target/wasm32-wasip2/guest/` first if missing), a home of its own and the default log
-//! level; graphile-worker 0.17 from `benches/graphile/` (`npm ci` there first if
+//! level (the fan-out's: its own manifest, below); graphile-worker 0.17 from
+//! `benches/graphile/` (`npm ci` there first if
 //! `node_modules` is missing), `node worker.js --concurrency W`, with its defaults (pool of
 //! 10 connections: with 24 it warns that the pool is smaller than the concurrency) or with
 //! its batching preset (`--batched`: a local queue of 500, completions batched without
@@ -108,6 +109,35 @@
 //! connection every 0.1 ms, first sees it no longer `queued` (so it includes the kick's own
 //! answer, shown apart, and up to a poll's resolution). Database-side: the run's
 //! `started_at - created_at`, whole milliseconds on the database clock.
+//!
+//! `fanout`: one parent starts 10 000 children (quick: 1 000) and waits for them, on
+//! Postgres, 1 process (24 workers / concurrency 24), started on emptied
+//! tables and idle (jobhost: `listening on`; graphile-worker: `ready`) before the parent is
+//! queued. jobhost: `host serve` with the `family` guest (built first if missing) as the
+//! jobs `family` (payload `{"children": N, "in_tx": false, "wait": "continue"}`) and
+//! `family-child`; the parent's first pass queues its children with `jobs::enqueue_all`
+//! in batches of 1 000 (each batch a write of its own), calls `wait-for-children` and
+//! continues; the family sweep (every 250 ms) wakes it once every child ended, and its
+//! second pass sums their results. graphile-worker (`worker.js`): a `parent` task sets a
+//! counter row (`bench_fanin`, made by `setup.js`) to N and queues N `child` jobs with one
+//! `add_jobs` statement, in one transaction; each `child` decrements the counter in one
+//! statement that, for the child taking it to 0, also adds the `resume` job. The clock
+//! runs from just before the parent is queued (jobhost: sending `POST /jobs/family/kick`;
+//! graphile-worker: its `add_job` statement, from this process) to the resume starting:
+//! jobhost's second pass's attempt `started_at` (stamped in its claim, whole ms on the
+//! database clock), graphile-worker's `resume` task reporting its start. Done, for the
+//! processes' CPU and the server's (as in the backlog drains, from the parent's queueing),
+//! is the first check (every 5 ms) that sees the resume started: jobhost's parent claimed
+//! in pass 2, graphile-worker's report. Shown beside it, not clocked: `enqueue`, jobhost's
+//! first pass (its attempt's `started_at` to `finished_at`: the component's start, the ten
+//! batches, the wait) and graphile-worker's `parent` task (start to commit); `last ->
+//! resume`, from the last child's end (jobhost: its `finished_at`; graphile-worker: the
+//! statement that took the counter to 0) to the resume. Afterwards, outside the clock:
+//! every child succeeded, and the parent (jobhost) with the result `{"succeeded": N,
+//! "sum": N(N-1)/2}` (49 995 000 for 10 000), or (graphile-worker) no job left (it keeps a
+//! failed one), the counter at 0 and its total, which `resume` reports, N(N-1)/2. One
+//! untimed fan-out of 100 children first (jobhost: the job `family-warm-up`), then
+//! `JOBHOST_BENCH_REPS` timed ones, each with a fresh process.
 
 #[path = "support/guests.rs"]
 mod guests;
@@ -219,6 +249,28 @@ const GRAPHILE_ADD_JOBS: &str = "SELECT COUNT(*) FROM graphile_worker.add_jobs(A
     '{\"identifier\": \"noop\", \"payload\": {}}'::json) FROM generate_series(1, $1)), false)";
 const GRAPHILE_BUSY: &str = "SELECT EXISTS (SELECT 1 FROM graphile_worker._private_jobs)";
 
+/// The fan-out's parent job (the `family` guest), the one of its untimed warm-up, and
+/// their children's job.
+const FANOUT_PARENT: &str = "family";
+const FANOUT_WARM_UP_JOB: &str = "family-warm-up";
+const FANOUT_CHILD: &str = "family-child";
+/// Children of the untimed fan-out before the timed ones.
+const FANOUT_WARM_UP: usize = 100;
+/// The parent's status, pass, result, and end.
+const PARENT_STATE: &str =
+    "SELECT status, pass, result, finished_at FROM jobhost_runs WHERE id = $1";
+/// The parent's attempts: pass, start and end.
+const PARENT_ATTEMPTS: &str = "SELECT pass, started_at, finished_at FROM jobhost_attempts \
+    WHERE run_id = $1 ORDER BY seq";
+/// Children, succeeded children, and the last child's end.
+const CHILDREN_OUTCOME: &str = "SELECT COUNT(*), \
+    COALESCE(SUM(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END), 0), MAX(finished_at) \
+    FROM jobhost_runs WHERE parent_run = $1";
+/// graphile-worker's fan-out parent, for `$1` children.
+const GRAPHILE_ADD_PARENT: &str =
+    "SELECT graphile_worker.add_job('parent', json_build_object('children', $1::int))";
+const GRAPHILE_FANIN: &str = "SELECT remaining, total FROM bench_fanin WHERE id = 1";
+
 /// Runs `$body` with `$p` bound to the store's sqlx pool, whichever backend it is.
 macro_rules! on_pool {
     ($store:expr, $p:ident => $body:expr) => {
@@ -230,8 +282,8 @@ macro_rules! on_pool {
 }
 
 fn main() {
-    let noop = match guests::locate_or_build(&["noop"]).map(|mut found| found.remove(0)) {
-        Ok(path) => path,
+    let (noop, family) = match guests::locate_or_build(&["noop", "family"]) {
+        Ok(mut found) => (found.remove(0), found.remove(0)),
         Err(message) => {
             eprintln!("serve benchmarks: {message}");
             std::process::exit(1);
@@ -273,6 +325,9 @@ fn main() {
     }
     if settings.runs("floor") {
         rt.block_on(floor(&settings, &record));
+    }
+    if settings.runs("fanout") {
+        fan_out(&rt, &family, &settings, &record, &mut envs);
     }
     record.enter("the end");
     rt.block_on(envs.stop(&record));
@@ -320,6 +375,8 @@ struct Settings {
     curve: Vec<usize>,
     reps: usize,
     kicks: usize,
+    /// The fan-out's children.
+    fanout: usize,
 }
 
 impl Settings {
@@ -351,13 +408,16 @@ impl Settings {
         };
         assert!(reps >= 1, "JOBHOST_BENCH_REPS must be at least 1");
         let parts: Vec<String> = std::env::var("JOBHOST_BENCH_PARTS")
-            .unwrap_or_else(|_| "batch,latency,backlog,curve,trips,floor".to_string())
+            .unwrap_or_else(|_| "batch,latency,backlog,curve,trips,floor,fanout".to_string())
             .split(',')
             .map(|p| p.trim().to_string())
             .collect();
         for part in &parts {
             assert!(
-                ["batch", "latency", "backlog", "curve", "trips", "floor"].contains(&part.as_str()),
+                [
+                    "batch", "latency", "backlog", "curve", "trips", "floor", "fanout"
+                ]
+                .contains(&part.as_str()),
                 "JOBHOST_BENCH_PARTS: unknown part {part:?}"
             );
         }
@@ -370,6 +430,7 @@ impl Settings {
             curve,
             reps,
             kicks: if quick { 50 } else { 300 },
+            fanout: if quick { 1_000 } else { 10_000 },
         }
     }
 
@@ -576,6 +637,22 @@ struct Trips {
     elapsed: Duration,
 }
 
+/// One fan-out: a parent, its children, and the parent's resume.
+struct Fanout {
+    children: usize,
+    /// From just before the parent is queued to its resume's start.
+    resumed: Duration,
+    /// The parent's first pass (jobhost) or task (graphile-worker), which queues the
+    /// children.
+    enqueued: Duration,
+    /// From the last child's end to the resume's start.
+    last_to_resume: Option<Duration>,
+    /// CPU time of the process, from queueing the parent to seeing the resume.
+    cpu: Duration,
+    /// CPU time of the Postgres server's processes over the same window.
+    db_cpu: Duration,
+}
+
 /// Everything measured, for the summary.
 #[derive(Default)]
 struct Record {
@@ -583,6 +660,7 @@ struct Record {
     kicks: Mutex<BTreeMap<Db, Vec<Kick>>>,
     trips: Mutex<Option<Trips>>,
     floor: Mutex<Vec<FloorDrains>>,
+    fanouts: Mutex<BTreeMap<System, Vec<Fanout>>>,
     /// What runs now (a criterion benchmark, a backlog drain...), for the log lines.
     phase: Mutex<String>,
     /// WARN and ERROR lines of the processes' logs, by system: how many in each phase, and
@@ -664,6 +742,9 @@ impl Record {
             print_trips(trips);
         }
         self.print_floor();
+        if s.runs("fanout") {
+            self.print_fanout(s);
+        }
         self.print_logs();
     }
 
@@ -837,6 +918,80 @@ impl Record {
         }
     }
 
+    fn print_fanout(&self, s: &Settings) {
+        println!();
+        println!(
+            "fan-out: one parent queues {} children and waits for them; 1 process \
+             ({BACKLOG_WORKERS} workers / concurrency {BACKLOG_WORKERS}), Postgres; clock: from \
+             queueing the parent (jobhost: the kick's request; graphile-worker: add_job) to its \
+             resume starting; medians",
+            s.fanout
+        );
+        println!(
+            "{:<24} {:>3} {:>11} {:>10} {:>11} {:>11} {:>10} {:>9}  comparison",
+            "system",
+            "n",
+            "to resume",
+            "children/s",
+            "enqueue",
+            "last->res.",
+            "CPU µs/ch.",
+            "DB µs/ch."
+        );
+        let fanouts = self.fanouts.lock().unwrap();
+        let summary = |system: System| {
+            let all = fanouts.get(&system).filter(|f| !f.is_empty())?;
+            let median_ms = |f: &dyn Fn(&Fanout) -> Option<Duration>| -> Option<Duration> {
+                let values: Vec<f64> = all.iter().filter_map(f).map(|d| d.as_secs_f64()).collect();
+                (!values.is_empty()).then(|| Duration::from_secs_f64(median(values)))
+            };
+            let children: usize = all.iter().map(|f| f.children).sum();
+            let per_child = |d: Duration| d.as_secs_f64() * 1e6 / children as f64;
+            let resumed = median_ms(&|f| Some(f.resumed)).expect("a fan-out");
+            Some((
+                all.len(),
+                resumed,
+                all[0].children as f64 / resumed.as_secs_f64(),
+                median_ms(&|f| Some(f.enqueued)).expect("a fan-out"),
+                median_ms(&|f| f.last_to_resume),
+                per_child(all.iter().map(|f| f.cpu).sum()),
+                per_child(all.iter().map(|f| f.db_cpu).sum()),
+            ))
+        };
+        let graphile_rate = summary(System::Graphile).map(|row| row.2);
+        for (system, label) in [
+            (System::JobhostPostgres, "jobhost postgres"),
+            (System::Graphile, "graphile-worker"),
+        ] {
+            let Some((n, resumed, rate, enqueued, last, cpu, db)) = summary(system) else {
+                println!("{label:<24} (not run)");
+                continue;
+            };
+            let comparison = match system {
+                System::JobhostPostgres => {
+                    format!("{} graphile", times(Some(rate), graphile_rate))
+                }
+                _ => String::new(),
+            };
+            println!(
+                "{label:<24} {n:>3} {:>11} {rate:>10.0} {:>11} {:>11} {cpu:>10.1} {db:>9.1}  \
+                 {comparison}",
+                fmt_duration(resumed),
+                fmt_duration(enqueued),
+                last.map_or("-".to_string(), fmt_duration),
+            );
+        }
+        println!(
+            "enqueue (not clocked): jobhost, the parent's first pass (start, {} enqueue_all \
+             calls of up to 1000, the wait); graphile-worker, the parent task (counter row and \
+             one add_jobs, one transaction). last->res.: from the last child's end to the \
+             resume (jobhost: the family sweep wakes the parent, every 250 ms; \
+             graphile-worker: the last child adds it). CPU: the process's, DB: the Postgres \
+             server's, from queueing the parent to seeing the resume, per child",
+            s.fanout.div_ceil(1000)
+        );
+    }
+
     /// The floor's table, and the backlog drains' database CPU beside it when they ran.
     fn print_floor(&self) {
         let floor = self.floor.lock().unwrap();
@@ -974,6 +1129,17 @@ impl Stats {
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
+}
+
+/// The median of some values (at least one).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
 }
 
 fn times(a: Option<f64>, b: Option<f64>) -> String {
@@ -1191,7 +1357,88 @@ fn round_trips(rt: &Runtime, noop: &Path, s: &Settings, record: &Record, envs: &
     *record.trips.lock().unwrap() = Some(trips);
 }
 
+/// The fan-out: jobhost on a database of its own, then graphile-worker; one untimed
+/// fan-out of `FANOUT_WARM_UP` children each, then `s.reps` timed ones.
+fn fan_out(rt: &Runtime, family: &Path, s: &Settings, record: &Record, envs: &mut Envs) {
+    let report = |system: &str, f: &Fanout, rep: usize| {
+        eprintln!(
+            "fanout/{system} ({rep}/{}): {} children, resumed after {} ({:.0} children/s), \
+             enqueued in {}, last child -> resume {}",
+            s.reps,
+            f.children,
+            fmt_duration(f.resumed),
+            f.children as f64 / f.resumed.as_secs_f64(),
+            fmt_duration(f.enqueued),
+            f.last_to_resume.map_or("-".to_string(), fmt_duration),
+        );
+    };
+    record.enter("fanout/jobhost");
+    let env = rt.block_on(Jobhost::family(family, s.fanout, record));
+    rt.block_on(env.fan_out(FANOUT_WARM_UP_JOB, FANOUT_WARM_UP, record));
+    for rep in 1..=s.reps {
+        let f = rt.block_on(env.fan_out(FANOUT_PARENT, s.fanout, record));
+        report("jobhost", &f, rep);
+        record
+            .fanouts
+            .lock()
+            .unwrap()
+            .entry(System::JobhostPostgres)
+            .or_default()
+            .push(f);
+    }
+    rt.block_on(env.stop(record));
+    record.enter("fanout/graphile");
+    let env: &Graphile = envs.graphile(rt);
+    rt.block_on(env.fan_out(FANOUT_WARM_UP, record));
+    for rep in 1..=s.reps {
+        let f = rt.block_on(env.fan_out(s.fanout, record));
+        report("graphile", &f, rep);
+        record
+            .fanouts
+            .lock()
+            .unwrap()
+            .entry(System::Graphile)
+            .or_default()
+            .push(f);
+    }
+}
+
 // ---- jobhost ------------------------------------------------------------------------
+
+/// The manifest of the one job `noop`.
+fn noop_manifest(noop: &Path) -> String {
+    let component = toml::Value::String(noop.display().to_string());
+    format!("[jobs.{JOB}]\ncomponent = {component}\n")
+}
+
+/// The fan-out's manifest: the parents `family` (`children` children) and
+/// `family-warm-up` (`FANOUT_WARM_UP`), and `family-child`. One component is parent and
+/// child, so every job has the grants it imports (the `ledger` table, from the examples'
+/// migrations, is written only with `in_tx`, which the fan-out leaves off).
+fn family_manifest(family: &Path, children: usize) -> String {
+    let component = toml::Value::String(family.display().to_string());
+    let migrations = guests::workspace_dir()
+        .join("examples")
+        .join("migrations")
+        .canonicalize()
+        .expect("examples/migrations");
+    let migrations = toml::Value::String(migrations.display().to_string());
+    let grants = format!(
+        "component = {component}\ngrants.db = {{ write = [\"ledger\"] }}\n\
+         grants.jobs = [\"{FANOUT_CHILD}\"]\nretries = 0\n"
+    );
+    let parent = |name: &str, children: usize| {
+        format!(
+            "[jobs.{name}]\n{grants}timeout = \"600s\"\n\
+             payload = {{ children = {children}, in_tx = false, wait = \"continue\" }}\n"
+        )
+    };
+    format!(
+        "[host]\nmigrations = {migrations}\n\n{}\n{}\n[jobs.{FANOUT_CHILD}]\n{grants}",
+        parent(FANOUT_PARENT, children),
+        parent(FANOUT_WARM_UP_JOB, FANOUT_WARM_UP),
+    )
+}
 
 /// One database, one home, and the `host serve` processes on them.
 struct Jobhost {
@@ -1215,38 +1462,60 @@ impl Jobhost {
     async fn sqlite(noop: &Path, record: &Record) -> Jobhost {
         let home = tempfile::tempdir().expect("temp dir");
         let db_url = format!("sqlite://{}/jobhost.db", home.path().display());
-        Jobhost::open(home, db_url, None, noop, record).await
+        Jobhost::open(home, db_url, None, &noop_manifest(noop), JOB, record).await
     }
 
     async fn postgres(noop: &Path, record: &Record) -> Jobhost {
         let home = tempfile::tempdir().expect("temp dir");
         let database = PgDatabase::create().await;
         let db_url = database.url.clone();
-        Jobhost::open(home, db_url, Some(database), noop, record).await
+        Jobhost::open(
+            home,
+            db_url,
+            Some(database),
+            &noop_manifest(noop),
+            JOB,
+            record,
+        )
+        .await
     }
 
-    /// Writes the manifest; a first host registers the job, applies the migrations and
-    /// fills the compile cache, then stops.
+    /// The fan-out's database (Postgres) and manifest: `family` with `children` children
+    /// and `family-warm-up` with [`FANOUT_WARM_UP`], both of `family-child`.
+    async fn family(family: &Path, children: usize, record: &Record) -> Jobhost {
+        let home = tempfile::tempdir().expect("temp dir");
+        let database = PgDatabase::create().await;
+        let db_url = database.url.clone();
+        let manifest = family_manifest(family, children);
+        Jobhost::open(
+            home,
+            db_url,
+            Some(database),
+            &manifest,
+            FANOUT_PARENT,
+            record,
+        )
+        .await
+    }
+
+    /// Writes the manifest; a first host registers the jobs, applies the migrations and
+    /// fills the compile cache, then stops. `job`'s tenant and payload are the kicks'.
     async fn open(
         home: TempDir,
         db_url: String,
         database: Option<PgDatabase>,
-        noop: &Path,
+        manifest_text: &str,
+        job: &str,
         record: &Record,
     ) -> Jobhost {
         let manifest = home.path().join("jobhost.toml");
-        let component = toml::Value::String(noop.display().to_string());
-        std::fs::write(
-            &manifest,
-            format!("[jobs.{JOB}]\ncomponent = {component}\n"),
-        )
-        .expect("write the manifest");
+        std::fs::write(&manifest, manifest_text).expect("write the manifest");
         let first = spawn_host(home.path(), &manifest, &db_url, BATCH_WORKERS);
         first.report("listening", START_TIMEOUT).await;
         first.stop(record).await;
         let store = Store::open(&db_url).await.expect("open the store");
         let job = store
-            .get_job(JOB)
+            .get_job(job)
             .await
             .expect("read the job")
             .expect("host serve registered the job");
@@ -1600,6 +1869,122 @@ impl Jobhost {
         kicks
     }
 
+    /// Empties the run tables, starts one host, kicks `job` (a `family` parent of
+    /// `children` children) over its HTTP API and times it to the parent's second pass;
+    /// checks the children and the parent's result once it ended.
+    async fn fan_out(&self, job: &str, children: usize, record: &Record) -> Fanout {
+        let Pool::Postgres(p) = self.store.pool() else {
+            unreachable!("the fan-out runs on Postgres")
+        };
+        sqlx::raw_sql(CLEAR_POSTGRES)
+            .execute(p)
+            .await
+            .expect("empty the tables");
+        let host = self.spawn_host(BACKLOG_WORKERS, &self.db_url);
+        let listening = host.report("listening", START_TIMEOUT).await;
+        let addr = listening.value["listening"].as_str().expect("an address");
+        let url = format!("http://{addr}/jobs/{job}/kick");
+        let db_before = postgres_cpu();
+        let cpu_before = host.cpu();
+        let kicked = SystemTime::now();
+        let response = self
+            .http
+            .post(&url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("kick");
+        assert_eq!(response.status().as_u16(), 202, "kick refused");
+        let body: Value = response.json().await.expect("kick body");
+        assert_eq!(body["result"], "queued", "{body}");
+        let id = body["run_id"].as_str().expect("run_id");
+        let state = || async move {
+            let state: (String, i64, Option<String>, Option<i64>) = sqlx::query_as(PARENT_STATE)
+                .bind(id)
+                .fetch_one(p)
+                .await
+                .expect("read the parent");
+            state
+        };
+        // Done: the first check that sees the parent claimed for its second pass (or
+        // ended, should it not get there).
+        let start = Instant::now();
+        loop {
+            let (status, pass, _, finished) = state().await;
+            if (pass >= 2 && status != "queued") || finished.is_some() {
+                break;
+            }
+            host.check_alive();
+            assert!(
+                start.elapsed() < DRAIN_TIMEOUT,
+                "the parent did not resume within {DRAIN_TIMEOUT:?}"
+            );
+            tokio::time::sleep(CHECK_EVERY).await;
+        }
+        let cpu = host.cpu().saturating_sub(cpu_before);
+        let db_cpu = postgres_cpu().saturating_sub(db_before);
+        let (status, result) = loop {
+            let (status, _, result, finished) = state().await;
+            if finished.is_some() {
+                break (status, result);
+            }
+            host.check_alive();
+            assert!(
+                start.elapsed() < DRAIN_TIMEOUT,
+                "the parent did not end within {DRAIN_TIMEOUT:?}"
+            );
+            tokio::time::sleep(CHECK_EVERY).await;
+        };
+        host.stop(record).await;
+        let logs = self.home.path().display();
+        assert_eq!(
+            status, "succeeded",
+            "the parent succeeded (host logs in {logs})"
+        );
+        let n = children as u64;
+        let result: Value = serde_json::from_str(&result.expect("the parent's result"))
+            .expect("the result is JSON");
+        assert_eq!(
+            (result["succeeded"].as_u64(), result["sum"].as_u64()),
+            (Some(n), Some(n * n.saturating_sub(1) / 2)),
+            "the parent's result: {result}"
+        );
+        let (total, succeeded, last_end): (i64, i64, Option<i64>) =
+            sqlx::query_as(CHILDREN_OUTCOME)
+                .bind(id)
+                .fetch_one(p)
+                .await
+                .expect("count the children");
+        assert_eq!(
+            (total, succeeded),
+            (children as i64, children as i64),
+            "every child succeeded (host logs in {logs})"
+        );
+        let attempts: Vec<(i64, i64, Option<i64>)> = sqlx::query_as(PARENT_ATTEMPTS)
+            .bind(id)
+            .fetch_all(p)
+            .await
+            .expect("read the parent's attempts");
+        let first = attempts
+            .iter()
+            .find(|a| a.0 == 1)
+            .expect("the parent's first pass");
+        let second = attempts
+            .iter()
+            .find(|a| a.0 == 2)
+            .expect("the parent's second pass");
+        let at = |ms: i64| UNIX_EPOCH + Duration::from_millis(ms as u64);
+        let ms = |ms: i64| Duration::from_millis(ms.max(0) as u64);
+        Fanout {
+            children,
+            resumed: at(second.1).duration_since(kicked).unwrap_or_default(),
+            enqueued: ms(first.2.expect("the first pass ended") - first.1),
+            last_to_resume: last_end.map(|end| ms(second.1 - end)),
+            cpu,
+            db_cpu,
+        }
+    }
+
     async fn stop(mut self, record: &Record) {
         self.scale_to(0, record).await;
         self.store.close().await;
@@ -1822,6 +2207,60 @@ impl Graphile {
             db_cpu,
             peak_rss_kib: Some(peak_rss_kib),
             to_first_claim: Some(first.duration_since(spawned).unwrap_or_default()),
+        }
+    }
+
+    /// Starts one worker, adds the `parent` job of `children` children and times it to
+    /// the `resume` job's start; checks the counter and that no job is left once done.
+    async fn fan_out(&self, children: usize, record: &Record) -> Fanout {
+        assert!(!self.busy().await, "the previous fan-out is not done");
+        let worker = self.spawn_worker(BACKLOG_WORKERS, false);
+        worker.report("ready", START_TIMEOUT).await;
+        let db_before = postgres_cpu();
+        let cpu_before = worker.cpu();
+        let added = SystemTime::now();
+        sqlx::query(GRAPHILE_ADD_PARENT)
+            .bind(children as i32)
+            .execute(&self.pool)
+            .await
+            .expect("add the parent");
+        let resumed = worker.report("resumed_at", DRAIN_TIMEOUT).await;
+        let cpu = worker.cpu().saturating_sub(cpu_before);
+        let db_cpu = postgres_cpu().saturating_sub(db_before);
+        wait_drained(|| self.busy(), std::slice::from_ref(&worker)).await;
+        let parent = worker.found("enqueued_ms").expect("the parent's report");
+        let last_child = worker
+            .found("last_child_at")
+            .expect("the last child's report");
+        worker.stop(record).await;
+        let n = children as i64;
+        let (remaining, total): (i32, i64) = sqlx::query_as(GRAPHILE_FANIN)
+            .fetch_one(&self.pool)
+            .await
+            .expect("read the counter");
+        assert_eq!(
+            (remaining, total, resumed.value["total"].as_i64()),
+            (0, n * (n - 1) / 2, Some(n * (n - 1) / 2)),
+            "every child counted, and the resume saw their total"
+        );
+        let at = |report: &Report, key: &str| {
+            let ms = report.value[key].as_f64().expect("a time");
+            UNIX_EPOCH + Duration::from_secs_f64(ms / 1e3)
+        };
+        let resumed_at = at(&resumed, "resumed_at");
+        Fanout {
+            children,
+            resumed: resumed_at.duration_since(added).unwrap_or_default(),
+            enqueued: Duration::from_secs_f64(
+                parent.value["enqueued_ms"].as_f64().expect("a duration") / 1e3,
+            ),
+            last_to_resume: Some(
+                resumed_at
+                    .duration_since(at(&last_child, "last_child_at"))
+                    .unwrap_or_default(),
+            ),
+            cpu,
+            db_cpu,
         }
     }
 

@@ -93,7 +93,8 @@ fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
         "created_at": time(run.created_at),
         "started_at": run.started_at.map(time),
         "finished_at": run.finished_at.map(time),
-        "next_attempt_at": (run.status == "queued").then(|| time(run.next_attempt_at)),
+        // A waiting run is due when its children ended, not at the time its row holds.
+        "next_attempt_at": (run.shown_status() == "queued").then(|| time(run.next_attempt_at)),
         "duration_ms": duration_ms(run),
         "component_digest": run.component_digest,
         "host": run.host,

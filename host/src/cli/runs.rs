@@ -134,7 +134,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                         "{:<36}  {:<20}  {:<9}  {:>8}  {:<18}  {}",
                         r.id,
                         r.job,
-                        r.status,
+                        r.shown_status(),
                         r.attempts,
                         r.last_code.as_deref().unwrap_or("-"),
                         time(r.created_at)

@@ -138,10 +138,10 @@
   const OUTCOME_COLORS = {
     succeeded: "var(--st-succeeded)", failed: "var(--st-failed)", crashed: "var(--st-crashed)",
     cancelled: "var(--st-cancelled)", skipped: "var(--st-skipped)", dropped: "var(--st-skipped)",
-    running: "var(--st-running)", queued: "var(--st-queued)",
+    running: "var(--st-running)", queued: "var(--st-queued)", waiting: "var(--st-queued)",
   };
   const colorOf = (s) => OUTCOME_COLORS[s] || "var(--muted)";
-  const canCancel = (s) => s === "queued" || s === "running";
+  const canCancel = (s) => s === "queued" || s === "waiting" || s === "running";
   const canRetry = (s) => s === "failed" || s === "crashed" || s === "cancelled";
 
   // ---------------------------------------------------------------- token and API
@@ -1096,6 +1096,7 @@
         r.retried_by ? ["retried by", r.retried_by] : null,
         r.rerun_of ? ["rerun of", r.rerun_of] : null,
         r.resumed_by ? ["resumed by", r.resumed_by] : null,
+        r.parent_run ? ["started by", r.parent_run] : null,
       ].filter(Boolean);
       const actions = [];
       if (canCancel(r.status)) actions.push(h("button", { type: "button", class: "danger", id: "run-cancel", "data-key": "run-cancel", onclick: () => cancelRun(r.run_id) }, "Cancel"));
