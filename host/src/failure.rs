@@ -33,11 +33,12 @@ pub enum FailureCode {
     PathRefused,
     CancelledByOperator,
     TenantDisabled,
+    InvalidDefer,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 22] = [
+    pub const ALL: [(FailureCode, &'static str); 23] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -126,6 +127,10 @@ impl FailureCode {
             FailureCode::TenantDisabled,
             "the run was not started: its tenant was disabled while it waited in the queue; recorded `skipped`",
         ),
+        (
+            FailureCode::InvalidDefer,
+            "the handler returned `defer` with a delay the host refuses (zero, or over 7 days); never retried",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -152,6 +157,7 @@ impl FailureCode {
             FailureCode::PathRefused => "path_refused",
             FailureCode::CancelledByOperator => "cancelled_by_operator",
             FailureCode::TenantDisabled => "tenant_disabled",
+            FailureCode::InvalidDefer => "invalid_defer",
         }
     }
 
@@ -178,6 +184,7 @@ impl FailureCode {
                 | FailureCode::QuotaExceeded
                 | FailureCode::CancelledByOperator
                 | FailureCode::TenantDisabled
+                | FailureCode::InvalidDefer
         )
     }
 }

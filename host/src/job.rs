@@ -73,7 +73,8 @@ pub struct Flow {
     #[serde(default)]
     pub sequential: bool,
     /// How many times a run may end a pass with `defer`; one more ends it
-    /// `too_many_defers`. `None`: unbounded.
+    /// `too_many_defers`. `None`: [`DEFAULT_MAX_DEFERS`] (read through
+    /// [`Flow::defers_allowed`]), so a run that defers forever still ends.
     #[serde(default)]
     pub max_defers: Option<u32>,
     /// At most this many runs of the job queued or running per tenant (across its
@@ -82,6 +83,18 @@ pub struct Flow {
     pub max_per_tenant: Option<u32>,
     #[serde(default)]
     pub over_limit: OverLimit,
+}
+
+/// The defers a run may make when its job sets no `max_defers`: enough for any polling
+/// job a person would write, few enough that a job deferring by mistake ends in hours,
+/// not never.
+pub const DEFAULT_MAX_DEFERS: u32 = 100;
+
+impl Flow {
+    /// The defers a run of the job may make; the one past them ends it `too_many_defers`.
+    pub fn defers_allowed(&self) -> u32 {
+        self.max_defers.unwrap_or(DEFAULT_MAX_DEFERS)
+    }
 }
 
 /// What a run queued over its job's `max_per_tenant` does.

@@ -712,7 +712,8 @@ enum Decided {
 /// The rules: an outcome ends the run or queues its next pass, and commits the pass's
 /// counters with it; a `defer` is a pass that ends without using an attempt (the failures
 /// start again from none, as after any pass), counted on the run, and the one past the
-/// job's `max_defers` ends the run `too_many_defers` with the pass's counters dropped; a
+/// job's `max_defers` (by default `job::DEFAULT_MAX_DEFERS`) ends the run
+/// `too_many_defers` with the pass's counters dropped; a
 /// failure is retried after backoff while retries remain and its code allows, and its
 /// counter changes are dropped with the rest of the attempt; a cancelled attempt (host
 /// shutdown) is requeued without counting against the job.
@@ -746,12 +747,7 @@ fn decide(
             0,
             Failure::none(),
         ),
-        Ok(Outcome::Defer { .. })
-            if spec
-                .flow
-                .max_defers
-                .is_some_and(|max| run.defers >= i64::from(max)) =>
-        {
+        Ok(Outcome::Defer { .. }) if run.defers >= i64::from(spec.flow.defers_allowed()) => {
             Decided::Finish {
                 failure: Failure::code(FailureCode::TooManyDefers),
                 failures: run.failures,
