@@ -45,10 +45,6 @@ use std::sync::atomic::Ordering;
 pub use dashboard::{Console, pulse_loop, sample_loop};
 pub use server::{ConnectionLimits, serve_api};
 
-/// Most runs one page returns.
-pub const MAX_PAGE: i64 = 500;
-const DEFAULT_PAGE: i64 = 50;
-
 pub fn router(shared: Arc<Shared>) -> Router {
     let api = Router::new()
         .route("/jobs", get(list_jobs))
@@ -581,7 +577,7 @@ pub(crate) async fn run_filter(
         error_text,
         unretried: false,
         before,
-        limit: q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE),
+        limit: views::page_size(q.limit),
     })
 }
 
@@ -648,7 +644,7 @@ async fn list_reports(
     ApiQuery(q): ApiQuery<ReportsQuery>,
 ) -> ApiResult {
     let job = params::job_filter(q.job)?;
-    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    let limit = views::page_size(q.limit);
     let reports = s
         .app
         .store
