@@ -264,6 +264,10 @@ on_every_backend! {
         let missed = reports.iter().find(|r| r["kind"] == "missed").unwrap();
         assert_eq!(missed["code"], "missed");
         assert_eq!(missed["period_ms"], 1000);
+        // It never succeeded: the report says since when the fleet has known it.
+        assert_eq!(missed["last_success_at"], Value::Null, "{missed}");
+        let registered = home.scalar("SELECT registered_at FROM jobhost_jobs WHERE name = 'broken'").await;
+        assert_eq!(missed["first_seen_at"].as_i64(), Some(registered), "{missed}");
         assert!(reports.iter().any(|r| r["kind"] == "run_failed" && r["code"] == "handler_failed"));
         // Reported once per period, not once per check.
         tokio::time::sleep(Duration::from_secs(3)).await;
