@@ -284,7 +284,7 @@ impl Runner {
         // record what happened (retrying if the database is briefly unreachable).
         let until = deadline + self.settings.lease.grace;
         let attempt = run.failures + 1;
-        let span = crate::trace::attempt_span(&run);
+        let span = crate::trace::attempt_span(&run, attempt, &spec.lane);
         let report = if run.work_done == 1 {
             // The last pass committed `done` with its writes before its host stopped:
             // only the run's end is left to record, and the guest is not run again.
