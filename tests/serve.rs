@@ -455,6 +455,7 @@ on_every_backend! {
         assert_eq!((code, missing["error"]["code"].as_str()), (404, Some("unknown_run")));
         let (code, unknown) = server.post("/jobs/nope/kick").await;
         assert_eq!((code, unknown["error"]["code"].as_str()), (404, Some("unknown_job")));
+        assert_eq!(unknown["error"]["message"], "no job named \"nope\"; known jobs: hello, runaway");
         let metrics = server.text("/metrics").await;
         for series in [
             r#"jobhost_runs{status="succeeded",code=""} 3"#,
@@ -476,7 +477,8 @@ on_every_backend! {
         assert_eq!(kicked["result"], "queued");
         let out = home.run(&["kick", "nope"]);
         assert_eq!(out.status.code(), Some(2));
-        assert!(String::from_utf8_lossy(&out.stderr).contains("unknown job \"nope\""));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("unknown job \"nope\"; known jobs: hello, runaway (see `host jobs`)"), "{err}");
         let logs = home.server_logs();
         assert!(!logs.contains("sqlite://") && !logs.contains("postgres://"), "no database URL in logs");
     }

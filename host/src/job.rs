@@ -97,6 +97,27 @@ impl Flow {
     }
 }
 
+/// Most names [`known_jobs`] lists.
+pub const KNOWN_JOBS_SHOWN: usize = 20;
+
+/// The jobs there are, for an error about a job that is not one of them: their names,
+/// sorted, at most [`KNOWN_JOBS_SHOWN`] and then how many more, so a typo shows at once
+/// and a fleet of thousands of jobs does not flood the answer.
+pub fn known_jobs<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut names: Vec<&str> = names.into_iter().collect();
+    names.sort_unstable();
+    names.dedup();
+    match names.len() {
+        0 => "no job is known".to_string(),
+        n if n <= KNOWN_JOBS_SHOWN => format!("known jobs: {}", names.join(", ")),
+        n => format!(
+            "known jobs: {} and {} more",
+            names[..KNOWN_JOBS_SHOWN].join(", "),
+            n - KNOWN_JOBS_SHOWN
+        ),
+    }
+}
+
 /// What a run queued over its job's `max_per_tenant` does.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -207,6 +228,20 @@ pub fn validate_payload(text: &str) -> Result<String, JobError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_unknown_jobs_error_lists_at_most_twenty_known_jobs() {
+        assert_eq!(known_jobs([]), "no job is known");
+        assert_eq!(
+            known_jobs(["sync", "ledger", "sync"]),
+            "known jobs: ledger, sync"
+        );
+        let many: Vec<String> = (0..23).map(|n| format!("job{n:02}")).collect();
+        let listed = known_jobs(many.iter().map(String::as_str).rev());
+        assert!(listed.starts_with("known jobs: job00, job01, "), "{listed}");
+        assert!(listed.ends_with(", job19 and 3 more"), "{listed}");
+        assert!(!listed.contains("job20"), "{listed}");
+    }
 
     #[test]
     fn names() {
