@@ -108,6 +108,52 @@ async fn a_guest_gets_no_socket_whatever_its_libc_imports() {
     );
 }
 
+/// A defer of zero is refused with its own code, never retried; a run that defers for
+/// ever, in a job that sets no `max_defers`, ends at the default cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_defer_is_refused_and_endless_defers_end_at_the_default_cap() {
+    let home = Home::new(Backend::Sqlite).await;
+    let (exit, run) = home.run_json(&[
+        "--job",
+        &adversary(),
+        "--payload",
+        r#"{"mode":"defer","defer_ms":0}"#,
+        "--grant",
+        "db.read=ledger",
+        "--retries",
+        "3",
+        "--backoff",
+        "10ms",
+    ]);
+    assert_eq!(
+        (exit, run["code"].as_str(), run["attempts"].as_i64()),
+        (1, Some("invalid_defer"), Some(1)),
+        "{run}"
+    );
+    assert_eq!(run["defers"], 0, "{run}");
+    assert!(
+        run["error"].as_str().unwrap().starts_with("defer(0 ms): "),
+        "{run}"
+    );
+
+    let (exit, run) = home.run_json(&[
+        "--job",
+        &adversary(),
+        "--payload",
+        r#"{"mode":"defer","defer_ms":1}"#,
+        "--grant",
+        "db.read=ledger",
+    ]);
+    let cap = i64::from(jobhost::job::DEFAULT_MAX_DEFERS);
+    assert_eq!(
+        (exit, run["code"].as_str(), run["defers"].as_i64()),
+        (1, Some("too_many_defers"), Some(cap)),
+        "{run}"
+    );
+    // Every defer was a pass of its own, and the one past the cap ended the run.
+    assert_eq!(run["passes"].as_i64(), Some(cap + 1), "{run}");
+}
+
 on_every_backend! {
     async fn each_hostile_mode_ends_with_its_fixed_code(home) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);

@@ -466,6 +466,23 @@ on_every_backend! {
     }
 }
 
+/// `host run NAME --manifest M` of a job M lacks is refused, naming the jobs M has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_job_is_refused_naming_the_jobs_the_manifest_has() {
+    let home = common::Home::new(Backend::Sqlite).await;
+    let m = home.manifest(
+        "",
+        "[jobs.hello]\ncomponent = \"{guest:hello}\"\n[jobs.noop]\ncomponent = \"{guest:noop}\"\n",
+    );
+    let out = home.run(&["run", "helo", "--manifest", m.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("unknown job \"helo\" in ") && err.contains("; known jobs: hello, noop"),
+        "{err}"
+    );
+}
+
 /// Errors about the database say what is wrong in words, quickly, without a password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_errors_say_what_is_wrong() {

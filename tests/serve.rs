@@ -264,6 +264,10 @@ on_every_backend! {
         let missed = reports.iter().find(|r| r["kind"] == "missed").unwrap();
         assert_eq!(missed["code"], "missed");
         assert_eq!(missed["period_ms"], 1000);
+        // It never succeeded: the report says since when the fleet has known it.
+        assert_eq!(missed["last_success_at"], Value::Null, "{missed}");
+        let registered = home.scalar("SELECT registered_at FROM jobhost_jobs WHERE name = 'broken'").await;
+        assert_eq!(missed["first_seen_at"].as_i64(), Some(registered), "{missed}");
         assert!(reports.iter().any(|r| r["kind"] == "run_failed" && r["code"] == "handler_failed"));
         // Reported once per period, not once per check.
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -451,6 +455,7 @@ on_every_backend! {
         assert_eq!((code, missing["error"]["code"].as_str()), (404, Some("unknown_run")));
         let (code, unknown) = server.post("/jobs/nope/kick").await;
         assert_eq!((code, unknown["error"]["code"].as_str()), (404, Some("unknown_job")));
+        assert_eq!(unknown["error"]["message"], "no job named \"nope\"; known jobs: hello, runaway");
         let metrics = server.text("/metrics").await;
         for series in [
             r#"jobhost_runs{status="succeeded",code=""} 3"#,
@@ -472,7 +477,8 @@ on_every_backend! {
         assert_eq!(kicked["result"], "queued");
         let out = home.run(&["kick", "nope"]);
         assert_eq!(out.status.code(), Some(2));
-        assert!(String::from_utf8_lossy(&out.stderr).contains("unknown job \"nope\""));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("unknown job \"nope\"; known jobs: hello, runaway (see `host jobs`)"), "{err}");
         let logs = home.server_logs();
         assert!(!logs.contains("sqlite://") && !logs.contains("postgres://"), "no database URL in logs");
     }
@@ -625,4 +631,61 @@ async fn sqlite_claims_an_inserted_backlog_in_the_order_it_was_queued() {
         overtaken, 0,
         "runs were claimed out of the order they were queued in"
     );
+}
+
+/// `host runs list` and `GET /runs` page alike — 50 runs unless asked, at most 500 — and
+/// both take an instance filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_and_the_api_list_runs_by_instance_in_pages_of_one_size() {
+    let home = common::Home::new(common::Backend::Sqlite).await;
+    let store = home.store().await;
+    // 505 runs due in a minute, of a job no host serves: five of instance `b`.
+    for i in 0..505 {
+        let instance = if i % 101 == 0 { "b" } else { "a" };
+        common::queue_run(&store, "paged", instance, 60_000).await;
+    }
+    store.close().await;
+    let cli = |args: &[&str]| -> Vec<Value> {
+        let mut all = vec!["runs", "list", "--json"];
+        all.extend_from_slice(args);
+        let out = home.run(&all);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let ids = |runs: &[Value]| -> Vec<String> {
+        runs.iter()
+            .map(|r| r["run_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let first_page = cli(&[]);
+    assert_eq!(first_page.len(), 50);
+    assert_eq!(cli(&["--limit", "100000"]).len(), 500);
+    assert_eq!(cli(&["--limit", "0"]).len(), 1);
+    let of_b = cli(&["--instance", "b"]);
+    assert_eq!(of_b.len(), 5, "{of_b:#?}");
+    assert!(of_b.iter().all(|r| r["instance"] == "b"), "{of_b:#?}");
+    let refused = home.run(&["runs", "list", "--instance", ""]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("invalid instance key"));
+
+    let m = home.manifest("", "[jobs.noop]\ncomponent = \"{guest:noop}\"\n");
+    let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+    let (_, page) = server.get("/runs").await;
+    assert_eq!(page["limit"], 50);
+    assert_eq!(ids(page["runs"].as_array().unwrap()), ids(&first_page));
+    let (_, all) = server.get("/runs?limit=100000").await;
+    assert_eq!(
+        (all["limit"].as_i64(), all["runs"].as_array().unwrap().len()),
+        (Some(500), 500)
+    );
+    let (_, api_b) = server.get("/runs?instance=b").await;
+    assert_eq!(ids(api_b["runs"].as_array().unwrap()), ids(&of_b));
 }

@@ -138,6 +138,11 @@ on_every_backend! {
         let (_, foreign) = server.get_as(acme, "/jobs/ledger").await;
         let (_, missing) = server.get_as(acme, "/jobs/nope").await;
         assert_eq!(foreign["error"]["code"], missing["error"]["code"]);
+        // Each names the jobs the tenant sees, never another tenant's.
+        assert_eq!(foreign["error"]["message"], "no job named \"ledger\"; known jobs: greeter");
+        assert_eq!(missing["error"]["message"], "no job named \"nope\"; known jobs: greeter");
+        let (_, everyone) = server.get("/jobs/nope").await;
+        assert_eq!(everyone["error"]["message"], "no job named \"nope\"; known jobs: greeter, ledger");
         assert_eq!(server.get_as(acme, &format!("/runs/{foreign_run}")).await.1["error"]["code"], "unknown_run");
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'ledger'").await, 1, "nothing kicked or started");
 

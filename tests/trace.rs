@@ -19,8 +19,8 @@ const PARENT: &str = "00f067aa0ba902b7";
 const GIVEN: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 /// The mount `api` (the test's service) and three jobs: `caller` calls `api/echo` and
-/// then fails (so a report is written), `quiet` does nothing, `listener` subscribes to
-/// `thing.done`.
+/// then fails (so a report is written), `quiet` does nothing (on lane `traced`),
+/// `listener` subscribes to `thing.done`.
 fn manifest(home: &Home, service: &Service) -> String {
     let m = home.manifest(
         "",
@@ -37,8 +37,12 @@ fn manifest(home: &Home, service: &Service) -> String {
             payload = {{ mount = "api", path = "echo", fail_first = true }}
             grants.links = ["api"]
 
+            [lanes.traced]
+            workers = 1
+
             [jobs.quiet]
             component = "{{guest:noop}}"
+            lane = "traced"
 
             [jobs.listener]
             component = "{{guest:noop}}"
@@ -203,9 +207,14 @@ on_every_backend! {
         assert_eq!(trace, TRACE);
         assert_ne!(parent, PARENT);
 
-        // The host's log line of the attempt names the trace (its span's field).
+        // The host's log line of the attempt names the trace, and the attempt's number,
+        // tenant and lane (its span's fields).
         let start = Instant::now();
-        while !home.server_logs().lines().any(|l| l.contains("attempt finished") && l.contains(TRACE)) {
+        while !home.server_logs().lines().any(|l| {
+            l.contains("attempt finished")
+                && l.contains(TRACE)
+                && l.contains("attempt=1 tenant=default lane=default")
+        }) {
             assert!(start.elapsed() < Duration::from_secs(10), "{}", home.server_logs());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -401,5 +410,26 @@ on_every_backend! {
             "no exported attempt span in the caller's trace ({} requests)",
             bodies.len()
         );
+        // The span's attributes, as OTLP's protobuf encodes them: each a `KeyValue` (key,
+        // field 1; value, field 2) whose `AnyValue` is a string (field 1) or an int (field 3).
+        let attribute = |key: &str, value: &[u8]| {
+            let mut bytes = vec![0x0a, key.len() as u8];
+            bytes.extend_from_slice(key.as_bytes());
+            bytes.extend_from_slice(&[0x12, value.len() as u8]);
+            bytes.extend_from_slice(value);
+            bytes
+        };
+        let text = |value: &str| [&[0x0a, value.len() as u8][..], value.as_bytes()].concat();
+        for (key, value) in [
+            ("attempt", vec![0x18, 1]),
+            ("tenant", text("default")),
+            ("lane", text("traced")),
+        ] {
+            let expected = attribute(key, &value);
+            assert!(
+                bodies.iter().any(|b| contains(b, &trace) && contains(b, &expected)),
+                "no exported attempt span with {key} = {value:?}"
+            );
+        }
     }
 }

@@ -73,13 +73,30 @@ export function Continue(cursor) {
   this.cursor = cursor === undefined ? null : cursor;
 }
 
-/** Run another pass after `seconds`. Callable with or without `new`. */
+/**
+ * Run another pass after `seconds`: a number over 0 and at most 7 days (604800). Callable
+ * with or without `new`. Anything else throws here, where the job made it (`TypeError`
+ * for what is not a number, `RangeError` for zero, a negative, NaN or too long), rather
+ * than reach the host as a delay it would refuse (`invalid_defer`) or wrap around.
+ */
 export function Defer(seconds) {
   if (!new.target) return new Defer(seconds);
-  if (typeof seconds !== 'number' || !(seconds > 0) || !Number.isFinite(seconds)) {
-    throw new RangeError('a deferral is longer than zero seconds');
-  }
+  deferMs(seconds);
   this.seconds = seconds;
+}
+
+// The longest defer the host takes, in seconds (the host's `engine::attempt::MAX_DEFER`).
+const MAX_DEFER_SECONDS = 604800;
+
+/** `seconds` as the host's milliseconds (a sub-millisecond delay is 1), checked. */
+function deferMs(seconds) {
+  if (typeof seconds !== 'number') {
+    throw new TypeError(`Defer(seconds): seconds is a number, not ${typeName(seconds)}`);
+  }
+  if (!(seconds > 0 && seconds <= MAX_DEFER_SECONDS)) {
+    throw new RangeError(`Defer(seconds): seconds is over 0 and at most ${MAX_DEFER_SECONDS} (7 days), not ${seconds}`);
+  }
+  return BigInt(Math.max(1, Math.round(seconds * 1000)));
 }
 
 /** This attempt failed; the host retries it while the job has retries left. */
@@ -665,7 +682,7 @@ export const steps = Object.freeze({
 function outcome(returned) {
   if (returned === undefined || returned === null || returned === DONE) return { tag: 'done' };
   if (returned instanceof Continue) return { tag: 'continue', val: toJson(returned.cursor, 'the cursor') };
-  if (returned instanceof Defer) return { tag: 'defer', val: BigInt(Math.max(1, Math.round(returned.seconds * 1000))) };
+  if (returned instanceof Defer) return { tag: 'defer', val: deferMs(returned.seconds) };
   throw new Failed(`run returned ${typeName(returned)}: return DONE, Continue(cursor) or Defer(seconds)`);
 }
 

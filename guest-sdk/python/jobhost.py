@@ -84,12 +84,30 @@ class Continue:
 
 
 class Defer:
-    """Run another pass after ``seconds``."""
+    """Run another pass after ``seconds``: a number over 0 and at most 7 days (604800).
+    Anything else raises here, where the job made it (``TypeError`` for what is not a
+    number, ``ValueError`` for zero, a negative, NaN or too long), rather than reach the
+    host as a delay it would refuse (``invalid_defer``)."""
 
     def __init__(self, seconds):
-        if seconds <= 0:
-            raise ValueError("a deferral is longer than zero seconds")
+        _defer_ms(seconds)
         self.seconds = seconds
+
+
+# The longest defer the host takes, in seconds (the host's `engine::attempt::MAX_DEFER`).
+_MAX_DEFER_SECONDS = 604800
+
+
+def _defer_ms(seconds):
+    """``seconds`` as the host's milliseconds (a sub-millisecond delay is 1), checked."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"jobhost.Defer(seconds): seconds is a number, not {type(seconds).__name__}")
+    if not 0 < seconds <= _MAX_DEFER_SECONDS:
+        raise ValueError(
+            f"jobhost.Defer(seconds): seconds is over 0 and at most {_MAX_DEFER_SECONDS} "
+            f"(7 days), not {seconds!r}"
+        )
+    return max(1, round(seconds * 1000))
 
 
 class Failed(Exception):
@@ -493,7 +511,7 @@ def _outcome(returned):
     if isinstance(returned, Continue):
         return _handler.Outcome_Continue(_json.dumps(returned.cursor))
     if isinstance(returned, Defer):
-        return _handler.Outcome_Defer(max(1, round(returned.seconds * 1000)))
+        return _handler.Outcome_Defer(_defer_ms(returned.seconds))
     raise Failed(
         f"run returned {type(returned).__name__}: return jobhost.DONE, "
         "jobhost.Continue(cursor) or jobhost.Defer(seconds)"

@@ -109,8 +109,13 @@ pub mod __private {
         match J::run(context) {
             Ok(crate::Outcome::Done) => Ok(raw::Outcome::Done),
             Ok(crate::Outcome::Continue(cursor)) => Ok(raw::Outcome::Continue(cursor.to_string())),
+            // A sub-millisecond delay is 1 ms, not the zero the host refuses.
             Ok(crate::Outcome::Defer(delay)) => Ok(raw::Outcome::Defer(
-                delay.as_millis().try_into().unwrap_or(u64::MAX),
+                delay
+                    .as_millis()
+                    .max(u128::from(!delay.is_zero()))
+                    .try_into()
+                    .unwrap_or(u64::MAX),
             )),
             Err(crate::JobError::Failed(m)) => Err(raw::JobError::Failed(m)),
             Err(crate::JobError::Unrecoverable(m)) => Err(raw::JobError::Unrecoverable(m)),
@@ -160,7 +165,8 @@ pub enum Outcome {
     Done,
     /// Run another pass, which gets this cursor.
     Continue(serde_json::Value),
-    /// Run another pass after this delay.
+    /// Run another pass after this delay: longer than zero and at most 7 days, or the run
+    /// ends `invalid_defer`.
     Defer(Duration),
 }
 

@@ -36,11 +36,12 @@ pub enum FailureCode {
     RunLimit,
     ChildFailed,
     ParentFailed,
+    InvalidDefer,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 25] = [
+    pub const ALL: [(FailureCode, &'static str); 26] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -141,6 +142,10 @@ impl FailureCode {
             FailureCode::ParentFailed,
             "the run's parent failed or was cancelled before the run ended: it was cancelled (a detached run never is); never retried",
         ),
+        (
+            FailureCode::InvalidDefer,
+            "the handler returned `defer` with a delay the host refuses (zero, or over 7 days); never retried",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -170,6 +175,7 @@ impl FailureCode {
             FailureCode::RunLimit => "run_limit",
             FailureCode::ChildFailed => "child_failed",
             FailureCode::ParentFailed => "parent_failed",
+            FailureCode::InvalidDefer => "invalid_defer",
         }
     }
 
@@ -199,6 +205,7 @@ impl FailureCode {
                 | FailureCode::RunLimit
                 | FailureCode::ChildFailed
                 | FailureCode::ParentFailed
+                | FailureCode::InvalidDefer
         )
     }
 }

@@ -73,7 +73,8 @@ pub struct Flow {
     #[serde(default)]
     pub sequential: bool,
     /// How many times a run may end a pass with `defer`; one more ends it
-    /// `too_many_defers`. `None`: unbounded.
+    /// `too_many_defers`. `None`: [`DEFAULT_MAX_DEFERS`] (read through
+    /// [`Flow::defers_allowed`]), so a run that defers forever still ends.
     #[serde(default)]
     pub max_defers: Option<u32>,
     /// At most this many runs of the job queued or running per tenant (across its
@@ -82,6 +83,39 @@ pub struct Flow {
     pub max_per_tenant: Option<u32>,
     #[serde(default)]
     pub over_limit: OverLimit,
+}
+
+/// The defers a run may make when its job sets no `max_defers`: enough for any polling
+/// job a person would write, few enough that a job deferring by mistake ends in hours,
+/// not never.
+pub const DEFAULT_MAX_DEFERS: u32 = 100;
+
+impl Flow {
+    /// The defers a run of the job may make; the one past them ends it `too_many_defers`.
+    pub fn defers_allowed(&self) -> u32 {
+        self.max_defers.unwrap_or(DEFAULT_MAX_DEFERS)
+    }
+}
+
+/// Most names [`known_jobs`] lists.
+pub const KNOWN_JOBS_SHOWN: usize = 20;
+
+/// The jobs there are, for an error about a job that is not one of them: their names,
+/// sorted, at most [`KNOWN_JOBS_SHOWN`] and then how many more, so a typo shows at once
+/// and a fleet of thousands of jobs does not flood the answer.
+pub fn known_jobs<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut names: Vec<&str> = names.into_iter().collect();
+    names.sort_unstable();
+    names.dedup();
+    match names.len() {
+        0 => "no job is known".to_string(),
+        n if n <= KNOWN_JOBS_SHOWN => format!("known jobs: {}", names.join(", ")),
+        n => format!(
+            "known jobs: {} and {} more",
+            names[..KNOWN_JOBS_SHOWN].join(", "),
+            n - KNOWN_JOBS_SHOWN
+        ),
+    }
 }
 
 /// What a run queued over its job's `max_per_tenant` does.
@@ -194,6 +228,20 @@ pub fn validate_payload(text: &str) -> Result<String, JobError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_unknown_jobs_error_lists_at_most_twenty_known_jobs() {
+        assert_eq!(known_jobs([]), "no job is known");
+        assert_eq!(
+            known_jobs(["sync", "ledger", "sync"]),
+            "known jobs: ledger, sync"
+        );
+        let many: Vec<String> = (0..23).map(|n| format!("job{n:02}")).collect();
+        let listed = known_jobs(many.iter().map(String::as_str).rev());
+        assert!(listed.starts_with("known jobs: job00, job01, "), "{listed}");
+        assert!(listed.ends_with(", job19 and 3 more"), "{listed}");
+        assert!(!listed.contains("job20"), "{listed}");
+    }
 
     #[test]
     fn names() {

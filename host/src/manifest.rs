@@ -44,6 +44,7 @@
 //! lane = "bulk"
 //! max_per_tenant = 3                    # queued or running per tenant
 //! over_limit = "defer"                  # default "skip"
+//! max_defers = 20                       # defers a run may make; default 100 (`job::DEFAULT_MAX_DEFERS`)
 //! ```
 //!
 //! Relative paths are resolved against the manifest's own directory. Every problem of a
@@ -146,6 +147,7 @@ struct JobSection {
     /// The actions the job may name in `links` calls (put in its tokens).
     actions: Option<BTreeSet<String>>,
     sequential: Option<bool>,
+    /// The defers a run may make; unset, `job::DEFAULT_MAX_DEFERS`.
     max_defers: Option<u32>,
     /// At most this many runs queued or running per tenant; `over_limit` says what a run
     /// over it does (`skip`, the default, or `defer`).

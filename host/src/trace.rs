@@ -150,10 +150,12 @@ impl TraceParent {
     }
 }
 
-/// The span an attempt of `run` runs in: it carries the run's trace id, so the host's
-/// log lines of the attempt name it.
+/// The span attempt number `attempt` (of its pass) of `run` runs in, on a worker of
+/// `lane`: it carries the run's trace id, so the host's log lines of the attempt name it,
+/// and the attempt, tenant and lane, so a trace tells a retry from a first try and whose
+/// work took which workers.
 /// Exported (`otlp`), it is a child of the run's context, so it joins the caller's trace.
-pub fn attempt_span(run: &crate::store::RunRecord) -> tracing::Span {
+pub fn attempt_span(run: &crate::store::RunRecord, attempt: i64, lane: &str) -> tracing::Span {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
     let trace = run.trace();
     let span = tracing::info_span!(
@@ -161,6 +163,9 @@ pub fn attempt_span(run: &crate::store::RunRecord) -> tracing::Span {
         trace_id = %trace.trace_id(),
         job = %run.job,
         run_id = %run.id,
+        attempt,
+        tenant = %run.tenant,
+        lane = %lane,
     );
     // Without an exporter there is no context to set: nothing to do.
     let _ = span.set_parent(trace.remote_context());

@@ -6,6 +6,17 @@ use crate::store::{
 };
 use serde_json::{Value, json};
 
+/// Runs (or reports) one listing returns unless asked for another number: `host runs
+/// list` and the API's `GET /runs` and `GET /reports` alike.
+pub const DEFAULT_PAGE: i64 = 50;
+/// Most one listing returns, whatever is asked: a page is one query's rows, held at once.
+pub const MAX_PAGE: i64 = 500;
+
+/// The size of a listing's page: `asked` (the default if not) within 1 and [`MAX_PAGE`].
+pub fn page_size(asked: Option<i64>) -> i64 {
+    asked.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE)
+}
+
 pub fn time(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
@@ -307,6 +318,15 @@ pub fn tenant_statuses(told: &str) -> Option<Vec<RunStatus>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_is_fifty_unless_asked_and_never_over_five_hundred() {
+        assert_eq!(page_size(None), 50);
+        assert_eq!(page_size(Some(7)), 7);
+        assert_eq!(page_size(Some(0)), 1);
+        assert_eq!(page_size(Some(-3)), 1);
+        assert_eq!(page_size(Some(100_000)), 500);
+    }
 
     #[test]
     fn a_tenant_view_drops_host_details_and_tells_five_statuses() {

@@ -203,9 +203,10 @@ fn spec_of(manifest: &Manifest, case: &Case) -> Result<crate::job::JobSpec, Fail
     };
     manifest.job(&name).cloned().ok_or_else(|| {
         Failure::usage(format!(
-            "case {:?}: no job {name:?} in {}",
+            "case {:?}: no job {name:?} in {}; {}",
             case.name,
-            manifest.path.display()
+            manifest.path.display(),
+            crate::job::known_jobs(manifest.jobs.iter().map(|j| j.name.as_str()))
         ))
     })
 }

@@ -273,8 +273,9 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
     let mut spec = match (&args.manifest_job, manifest) {
         (Some(name), Some(manifest)) => manifest.job(name).cloned().ok_or_else(|| {
             Failure::usage(format!(
-                "unknown job {name:?} in {}",
-                manifest.path.display()
+                "unknown job {name:?} in {}; {}",
+                manifest.path.display(),
+                crate::job::known_jobs(manifest.jobs.iter().map(|j| j.name.as_str()))
             ))
         })?,
         _ => {

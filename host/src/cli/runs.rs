@@ -10,21 +10,22 @@ use crate::views::{self, time};
 use clap::Subcommand;
 use std::time::Duration;
 
-/// Most runs one listing returns.
-pub const MAX_LIMIT: i64 = 500;
-
 #[derive(Subcommand, Debug)]
 pub enum RunsCommand {
     /// The most recent runs, newest first.
     List {
         #[arg(long)]
         job: Option<String>,
+        /// Only the runs of this instance (a per-tenant job's: its tenant).
+        #[arg(long)]
+        instance: Option<String>,
         #[arg(long, value_parser = parse_status)]
         status: Option<RunStatus>,
         /// Only runs created within this long, e.g. 1h.
         #[arg(long, value_parser = parse_duration)]
         since: Option<Duration>,
-        #[arg(long, default_value_t = 20)]
+        /// How many, newest first (at most 500, as the API's `GET /runs`).
+        #[arg(long, default_value_t = views::DEFAULT_PAGE)]
         limit: i64,
         #[arg(long)]
         json: bool,
@@ -101,11 +102,15 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
     let code = match cmd {
         RunsCommand::List {
             job,
+            instance,
             status,
             since,
             limit,
             json,
         } => {
+            if let Some(instance) = &instance {
+                crate::job::validate_instance(instance)?;
+            }
             let since = match since {
                 Some(d) => Some(store.now().await? - d.as_millis() as i64),
                 None => None,
@@ -113,9 +118,10 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             let runs = store
                 .list_runs(&RunFilter {
                     job,
+                    instance,
                     statuses: status.into_iter().collect(),
                     since,
-                    limit: limit.clamp(1, MAX_LIMIT),
+                    limit: views::page_size(Some(limit)),
                     ..Default::default()
                 })
                 .await?;

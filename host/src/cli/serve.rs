@@ -379,9 +379,12 @@ pub async fn kick_cmd(
 ) -> Result<u8, Failure> {
     crate::job::validate_instance(instance)?;
     let store = Store::open(&global.db_url(None)).await?;
-    let result = kick::kick(&store, job, instance, trace).await;
+    let result = match kick::kick(&store, job, instance, trace).await {
+        Ok(kicked) => Ok(kicked),
+        Err(e) => Err(refused(&store, job, e).await),
+    };
     store.close().await;
-    let kicked = result.map_err(|e| refused(job, e))?;
+    let kicked = result?;
     if json {
         println!("{}", serde_json::to_value(&kicked).expect("serialisable"));
     } else {
@@ -416,12 +419,17 @@ pub async fn kick_cmd(
     Ok(0)
 }
 
-/// A kick or start that could not be taken, in words.
-fn refused(job: &str, error: KickError) -> Failure {
+/// A kick or start that could not be taken, in words (an unknown job's with the jobs
+/// there are).
+async fn refused(store: &Store, job: &str, error: KickError) -> Failure {
     match error {
-        KickError::UnknownJob(_) => {
-            Failure::usage(format!("unknown job {job:?} (see `host jobs`)"))
-        }
+        KickError::UnknownJob(_) => match store.list_jobs().await {
+            Ok(jobs) => Failure::usage(format!(
+                "unknown job {job:?}; {} (see `host jobs`)",
+                crate::job::known_jobs(jobs.iter().map(|j| j.name.as_str()))
+            )),
+            Err(e) => e.into(),
+        },
         KickError::TenantDisabled(_) | KickError::UnknownTenant(_) => {
             Failure::usage(format!("{error} (see `host tenants list`)"))
         }
@@ -443,9 +451,12 @@ pub async fn start_cmd(
     crate::job::validate_instance(instance)?;
     let payload = payload.map(super::run::read_payload).transpose()?;
     let store = Store::open(&global.db_url(None)).await?;
-    let result = kick::start(&store, job, instance, payload.as_deref(), trace).await;
+    let result = match kick::start(&store, job, instance, payload.as_deref(), trace).await {
+        Ok(started) => Ok(started),
+        Err(e) => Err(refused(&store, job, e).await),
+    };
     store.close().await;
-    let started = result.map_err(|e| refused(job, e))?;
+    let started = result?;
     if json {
         println!("{}", serde_json::to_value(&started).expect("serialisable"));
     } else if started.joined {

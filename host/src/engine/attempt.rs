@@ -336,14 +336,16 @@ fn classify(
                 )),
             }
         }
-        Ok(handler::Outcome::Defer(ms)) => {
-            let delay = Duration::from_millis(ms);
-            if delay <= MAX_DEFER {
-                Ok(Outcome::Defer { delay })
-            } else {
-                Err(fail(FailureCode::InvalidOutcome, None))
-            }
-        }
+        Ok(handler::Outcome::Defer(ms)) => match defer_delay(ms) {
+            Some(delay) => Ok(Outcome::Defer { delay }),
+            None => Err(fail(
+                FailureCode::InvalidDefer,
+                Some(format!(
+                    "defer({ms} ms): a defer is longer than zero and at most {} days",
+                    MAX_DEFER.as_secs() / 86_400
+                )),
+            )),
+        },
         // Reusing a step name is a bug in the job, whatever it made of the refusal.
         Err(handler::JobError::Unrecoverable(message) | handler::JobError::Failed(message))
             if state.signals.refused == Some(FailureCode::StepReused) =>
@@ -364,6 +366,14 @@ fn classify(
     }
 }
 
+/// The delay a `defer(ms)` asks for, if the host takes it: a zero delay would spin the run
+/// through its defers (a pass wanting to run again at once is a `continue`), and one over
+/// [`MAX_DEFER`] parks a lease for longer than anyone watches it.
+fn defer_delay(ms: u64) -> Option<Duration> {
+    let delay = Duration::from_millis(ms);
+    (!delay.is_zero() && delay <= MAX_DEFER).then_some(delay)
+}
+
 fn to_wit(c: PassContext) -> handler::Context {
     handler::Context {
         job: c.job,
@@ -379,5 +389,20 @@ fn to_wit(c: PassContext) -> handler::Context {
             .into_iter()
             .map(|(name, value)| Counter { name, value })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_defer_is_longer_than_zero_and_at_most_seven_days() {
+        assert_eq!(defer_delay(0), None);
+        assert_eq!(defer_delay(1), Some(Duration::from_millis(1)));
+        let week = MAX_DEFER.as_millis() as u64;
+        assert_eq!(defer_delay(week), Some(MAX_DEFER));
+        assert_eq!(defer_delay(week + 1), None);
+        assert_eq!(defer_delay(u64::MAX), None);
     }
 }

@@ -45,10 +45,6 @@ use std::sync::atomic::Ordering;
 pub use dashboard::{Console, pulse_loop, sample_loop};
 pub use server::{ConnectionLimits, serve_api};
 
-/// Most runs one page returns.
-pub const MAX_PAGE: i64 = 500;
-const DEFAULT_PAGE: i64 = 50;
-
 pub fn router(shared: Arc<Shared>) -> Router {
     let api = Router::new()
         .route("/jobs", get(list_jobs))
@@ -218,13 +214,18 @@ fn present(who: &Principal, view: Value) -> Value {
 /// does one whose name breaks the job name rule (it is never looked up).
 /// Every tenant sees a per-tenant job (and, through the run filter, only its own children).
 async fn visible_job(s: &Shared, who: &Principal, name: &str) -> Result<JobRecord, ApiError> {
-    if !params::is_job_name(name) {
-        return Err(unknown_job(name));
+    if params::is_job_name(name)
+        && let Some(job) = s.app.store.get_job(name).await?
+        && sees_job(who, &job)
+    {
+        return Ok(job);
     }
-    match s.app.store.get_job(name).await? {
-        Some(job) if job.per_tenant != 0 || who.sees(&job.tenant) => Ok(job),
-        _ => Err(unknown_job(name)),
-    }
+    Err(unknown_job(s, who, name).await)
+}
+
+/// Whether `who` sees `job`: its own, or a per-tenant job (one child of which is its own).
+fn sees_job(who: &Principal, job: &JobRecord) -> bool {
+    job.per_tenant != 0 || who.sees(&job.tenant)
 }
 
 async fn list_jobs(
@@ -235,7 +236,7 @@ async fn list_jobs(
     let now = store.now().await?;
     let pauses = s.app.runner.pauses().current().await?;
     let mut jobs = store.list_jobs().await?;
-    jobs.retain(|job| job.per_tenant != 0 || who.sees(&job.tenant));
+    jobs.retain(|job| sees_job(&who, job));
     let jobs: Vec<Value> = views::jobs(
         &jobs,
         &store.instance_leases(crate::kick::DEFAULT_INSTANCE).await?,
@@ -280,12 +281,23 @@ async fn get_job(
     Ok(Json(present(&who, view)))
 }
 
-fn unknown_job(name: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "unknown_job",
-        format!("no job named {name:?}"),
-    )
+/// 404 `unknown_job`, naming the jobs `who` sees (a bounded list), so a typo shows at once;
+/// another tenant's job is never named.
+async fn unknown_job(s: &Shared, who: &Principal, name: &str) -> ApiError {
+    match s.app.store.list_jobs().await {
+        Ok(jobs) => {
+            let known = jobs.iter().filter(|job| sees_job(who, job));
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_job",
+                format!(
+                    "no job named {name:?}; {}",
+                    crate::job::known_jobs(known.map(|job| job.name.as_str()))
+                ),
+            )
+        }
+        Err(e) => e.into(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -320,7 +332,7 @@ async fn kick_job(
                 Json(serde_json::to_value(kicked).expect("serialisable")),
             ))
         }
-        Err(e) => Err(kick_refused(&name, e)),
+        Err(e) => Err(kick_refused(&s, &who, &name, e).await),
     }
 }
 
@@ -371,9 +383,9 @@ fn instance_for(who: &Principal, job: &JobRecord, asked: Option<&str>) -> Result
     }
 }
 
-fn kick_refused(name: &str, error: KickError) -> ApiError {
+async fn kick_refused(s: &Shared, who: &Principal, name: &str, error: KickError) -> ApiError {
     match error {
-        KickError::UnknownJob(_) => unknown_job(name),
+        KickError::UnknownJob(_) => unknown_job(s, who, name).await,
         KickError::UnknownTenant(_) => {
             ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", error.to_string())
         }
@@ -433,7 +445,7 @@ async fn start_run(
                 Json(serde_json::to_value(started).expect("serialisable")),
             ))
         }
-        Err(e) => Err(kick_refused(&name, e)),
+        Err(e) => Err(kick_refused(&s, &who, &name, e).await),
     }
 }
 
@@ -581,7 +593,7 @@ pub(crate) async fn run_filter(
         error_text,
         unretried: false,
         before,
-        limit: q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE),
+        limit: views::page_size(q.limit),
     })
 }
 
@@ -648,7 +660,7 @@ async fn list_reports(
     ApiQuery(q): ApiQuery<ReportsQuery>,
 ) -> ApiResult {
     let job = params::job_filter(q.job)?;
-    let limit = q.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE);
+    let limit = views::page_size(q.limit);
     let reports = s
         .app
         .store

@@ -348,3 +348,15 @@ impl Names {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The Python and JavaScript SDKs check a `Defer` where the job makes it, against the
+    /// host's own bound: they must not drift apart.
+    #[test]
+    fn the_sdks_refuse_the_defers_the_host_refuses() {
+        let seconds = crate::engine::attempt::MAX_DEFER.as_secs();
+        assert!(super::python::SDK.contains(&format!("\n_MAX_DEFER_SECONDS = {seconds}\n")));
+        assert!(super::js::SDK.contains(&format!("\nconst MAX_DEFER_SECONDS = {seconds};\n")));
+    }
+}

@@ -287,7 +287,7 @@ impl Runner {
         // record what happened (retrying if the database is briefly unreachable).
         let until = deadline + self.settings.lease.grace;
         let attempt = run.failures + 1;
-        let span = crate::trace::attempt_span(&run);
+        let span = crate::trace::attempt_span(&run, attempt, &spec.lane);
         let report = if run.work_done == 1 {
             // The last pass committed `done` with its writes before its host stopped:
             // only the run's end is left to record, and the guest is not run again.
@@ -368,12 +368,7 @@ impl Runner {
         lease: Lease,
         code: FailureCode,
     ) -> Result<Concluding, StoreError> {
-        let decided = Decided::Finish {
-            failure: Failure::code(code),
-            failures: run.failures,
-            counters: None,
-        };
-        let change = self.change(&run, spec, decided, true);
+        let change = self.change(&run, spec, unstarted(&run, code), true);
         let until = Instant::now() + self.settings.lease.grace;
         tracing::info!(
             job = %run.job,
@@ -451,12 +446,7 @@ impl Runner {
         let run = claimed.run;
         if let Some(previous) = LeaseTerms::held_by(&run) {
             // A retry could not move the lease on: it moved on without this run.
-            let failure = Failure::code(FailureCode::LeaseLost);
-            let decided = Decided::Finish {
-                failure,
-                failures: run.failures,
-                counters: None,
-            };
+            let decided = unstarted(&run, FailureCode::LeaseLost);
             let change = self.change(&run, spec, decided, false);
             let until = Instant::now() + self.settings.lease.grace;
             let concluding = self
@@ -688,30 +678,21 @@ impl Runner {
                 failure,
                 failures,
                 counters,
-            } => {
-                let status = match failure.code {
-                    None => RunStatus::Succeeded,
-                    Some(FailureCode::CancelledByOperator) => RunStatus::Cancelled,
-                    Some(FailureCode::TenantDisabled) => RunStatus::Skipped,
-                    Some(_) => RunStatus::Failed,
-                };
-
-                RunChange::Finish {
-                    require_lease,
-                    status,
-                    code: failure.code.map(FailureCode::as_str),
-                    error: failure.message,
-                    cursor: run.cursor.clone(),
-                    counters,
-                    pass: run.pass,
-                    failures,
-                    follow_up: Some(Box::new(crate::kick::follow_up(
-                        run,
-                        spec.payload.to_string(),
-                    ))),
-                    report: failure.code.map(|code| Box::new(report_about(run, code))),
-                }
-            }
+            } => RunChange::Finish {
+                require_lease,
+                status: final_status(failure.code),
+                code: failure.code.map(FailureCode::as_str),
+                error: failure.message,
+                cursor: run.cursor.clone(),
+                counters,
+                pass: run.pass,
+                failures,
+                follow_up: Some(Box::new(crate::kick::follow_up(
+                    run,
+                    spec.payload.to_string(),
+                ))),
+                report: failure.code.map(|code| Box::new(report_about(run, code))),
+            },
         }
     }
 }
@@ -756,7 +737,18 @@ fn wait_for_children(run: &RunRecord, decided: Decided) -> Decided {
     }
 }
 
+/// The status a run ends with, by its failure code (none: it succeeded).
+fn final_status(code: Option<FailureCode>) -> RunStatus {
+    match code {
+        None => RunStatus::Succeeded,
+        Some(FailureCode::CancelledByOperator) => RunStatus::Cancelled,
+        Some(FailureCode::TenantDisabled) => RunStatus::Skipped,
+        Some(_) => RunStatus::Failed,
+    }
+}
+
 /// What to do with a run after an attempt.
+#[derive(Debug, PartialEq)]
 enum Decided {
     /// Back to the queue: a retry after backoff, the next pass, or a cancelled attempt.
     Requeue {
@@ -781,7 +773,8 @@ enum Decided {
 /// The rules: an outcome ends the run or queues its next pass, and commits the pass's
 /// counters with it; a `defer` is a pass that ends without using an attempt (the failures
 /// start again from none, as after any pass), counted on the run, and the one past the
-/// job's `max_defers` ends the run `too_many_defers` with the pass's counters dropped; a
+/// job's `max_defers` (by default `job::DEFAULT_MAX_DEFERS`) ends the run
+/// `too_many_defers` with the pass's counters dropped; a
 /// failure is retried after backoff while retries remain and its code allows, and its
 /// counter changes are dropped with the rest of the attempt; a cancelled attempt (host
 /// shutdown) is requeued without counting against the job.
@@ -815,12 +808,7 @@ fn decide(
             0,
             Failure::none(),
         ),
-        Ok(Outcome::Defer { .. })
-            if spec
-                .flow
-                .max_defers
-                .is_some_and(|max| run.defers >= i64::from(max)) =>
-        {
+        Ok(Outcome::Defer { .. }) if run.defers >= i64::from(spec.flow.defers_allowed()) => {
             Decided::Finish {
                 failure: Failure::code(FailureCode::TooManyDefers),
                 failures: run.failures,
@@ -865,7 +853,20 @@ fn decide(
     }
 }
 
+/// A claimed run that ends without an attempt, with `code`: its tenant over a quota with
+/// policy `fail` (`quota_exceeded`) or disabled meanwhile (`tenant_disabled`), or a retry
+/// whose lease moved on without it (`lease_lost`). No attempt ran, so none is counted, and
+/// the counters stay as the last pass left them.
+fn unstarted(run: &RunRecord, code: FailureCode) -> Decided {
+    Decided::Finish {
+        failure: Failure::code(code),
+        failures: run.failures,
+        counters: None,
+    }
+}
+
 /// A failure code with the guest's own message, if any.
+#[derive(Debug, PartialEq)]
 struct Failure {
     code: Option<FailureCode>,
     message: Option<String>,
@@ -916,4 +917,334 @@ fn fence_of(lease: &Lease) -> Fence {
 /// A new, time-ordered run id.
 pub fn new_run_id() -> String {
     uuid::Uuid::now_v7().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{DEFAULT_MAX_DEFERS, Flow, RetryPolicy};
+
+    /// A run in its third pass, after `failures` failed attempts of it.
+    fn run(failures: i64, defers: i64) -> RunRecord {
+        RunRecord {
+            id: "r".into(),
+            job: "demo".into(),
+            instance: "default".into(),
+            tenant: "acme".into(),
+            origin: "kick".into(),
+            payload: "{}".into(),
+            status: "running".into(),
+            pass: 3,
+            cursor: Some("\"page-3\"".into()),
+            counters: "{}".into(),
+            attempts: failures + 1,
+            failures,
+            generation: Some(1),
+            defers,
+            ..RunRecord::default()
+        }
+    }
+
+    /// A job with `retries` retries (backoff from 100 ms to 1 s) and `max_defers`.
+    fn spec(retries: u32, max_defers: Option<u32>) -> JobSpec {
+        JobSpec {
+            name: "demo".into(),
+            tenant: "acme".into(),
+            component: "demo.wasm".into(),
+            limits: Default::default(),
+            retry: RetryPolicy {
+                retries,
+                backoff_base: Duration::from_millis(100),
+                backoff_max: Duration::from_secs(1),
+            },
+            grants: Default::default(),
+            actions: Default::default(),
+            schedule: None,
+            payload: serde_json::json!({}),
+            per_tenant: false,
+            on: Default::default(),
+            run_on_boot: false,
+            flow: Flow {
+                max_defers,
+                ..Flow::default()
+            },
+            lane: crate::job::DEFAULT_LANE.into(),
+        }
+    }
+
+    fn failed(code: FailureCode) -> Result<Outcome, AttemptFailure> {
+        Err(AttemptFailure {
+            code,
+            message: Some("it broke".into()),
+        })
+    }
+
+    const COUNTERS: &str = r#"{"rows":2}"#;
+
+    fn decided(
+        run: &RunRecord,
+        spec: &JobSpec,
+        result: Result<Outcome, AttemptFailure>,
+    ) -> Decided {
+        decide(run, spec, result, Some(COUNTERS.into()))
+    }
+
+    /// The run ended with `code`, after `failures` failures, its pass's counters dropped.
+    fn finished_with(code: FailureCode, failures: i64, message: Option<&str>) -> Decided {
+        Decided::Finish {
+            failure: Failure {
+                code: Some(code),
+                message: message.map(str::to_string),
+            },
+            failures,
+            counters: None,
+        }
+    }
+
+    #[test]
+    fn done_ends_the_run_succeeded_with_its_counters() {
+        let decided = decided(&run(1, 0), &spec(2, None), Ok(Outcome::Done));
+        assert_eq!(
+            decided,
+            Decided::Finish {
+                failure: Failure::none(),
+                failures: 0,
+                counters: Some(COUNTERS.into()),
+            }
+        );
+        assert_eq!(final_status(None), RunStatus::Succeeded);
+    }
+
+    #[test]
+    fn continue_queues_the_next_pass_at_once_with_a_fresh_count_of_failures() {
+        let next = Outcome::Continue {
+            cursor: "\"page-4\"".into(),
+        };
+        assert_eq!(
+            decided(&run(1, 2), &spec(2, None), Ok(next)),
+            Decided::Requeue {
+                delay: Duration::ZERO,
+                pass: 4,
+                cursor: Some("\"page-4\"".into()),
+                counters: Some(COUNTERS.into()),
+                failures: 0,
+                defers: 2,
+                failure: Failure::none(),
+            }
+        );
+    }
+
+    #[test]
+    fn a_failure_with_retries_left_is_retried_after_backoff_in_the_same_pass() {
+        let Decided::Requeue {
+            delay,
+            pass,
+            cursor,
+            counters,
+            failures,
+            defers,
+            failure,
+        } = decided(
+            &run(1, 0),
+            &spec(2, None),
+            failed(FailureCode::HandlerFailed),
+        )
+        else {
+            panic!("a second failure of three allowed is retried");
+        };
+        // The second failure waits between half of 200 ms and all of it.
+        assert!(
+            (Duration::from_millis(100)..=Duration::from_millis(200)).contains(&delay),
+            "{delay:?}"
+        );
+        assert_eq!((pass, cursor.as_deref()), (3, Some("\"page-3\"")));
+        assert_eq!((counters, failures, defers), (None, 2, 0));
+        assert_eq!(failure.code, Some(FailureCode::HandlerFailed));
+        assert_eq!(failure.message.as_deref(), Some("it broke"));
+    }
+
+    #[test]
+    fn the_failure_that_uses_the_last_retry_ends_the_run_failed() {
+        assert_eq!(
+            decided(
+                &run(2, 0),
+                &spec(2, None),
+                failed(FailureCode::HandlerFailed)
+            ),
+            finished_with(FailureCode::HandlerFailed, 3, Some("it broke"))
+        );
+        assert_eq!(
+            final_status(Some(FailureCode::HandlerFailed)),
+            RunStatus::Failed
+        );
+    }
+
+    #[test]
+    fn a_code_that_no_retry_could_fix_ends_the_run_with_retries_left() {
+        for code in [
+            FailureCode::Unrecoverable,
+            FailureCode::CapabilityRefused,
+            FailureCode::InvalidOutcome,
+            FailureCode::InvalidDefer,
+            FailureCode::StepReused,
+        ] {
+            assert_eq!(
+                decided(&run(0, 0), &spec(5, None), failed(code)),
+                finished_with(code, 1, Some("it broke")),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_limits_of_an_attempt_are_retried_like_any_failure() {
+        for code in [
+            FailureCode::Timeout,
+            FailureCode::OutOfFuel,
+            FailureCode::MemoryLimit,
+            FailureCode::ResourceLimit,
+        ] {
+            let retried = decided(&run(0, 0), &spec(1, None), failed(code));
+            assert!(
+                matches!(&retried, Decided::Requeue { failures: 1, failure, .. } if failure.code == Some(code)),
+                "{code}: {retried:?}"
+            );
+            assert_eq!(
+                decided(&run(1, 0), &spec(1, None), failed(code)),
+                finished_with(code, 2, Some("it broke")),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lost_lease_is_retried_while_retries_remain_then_ends_the_run() {
+        let retried = decided(&run(0, 0), &spec(1, None), failed(FailureCode::LeaseLost));
+        assert!(
+            matches!(
+                &retried,
+                Decided::Requeue {
+                    failures: 1,
+                    counters: None,
+                    ..
+                }
+            ),
+            "{retried:?}"
+        );
+        assert_eq!(
+            decided(&run(1, 0), &spec(1, None), failed(FailureCode::LeaseLost)),
+            finished_with(FailureCode::LeaseLost, 2, Some("it broke"))
+        );
+        // A retry that finds its lease moved on ends the run without another attempt.
+        assert_eq!(
+            unstarted(&run(1, 0), FailureCode::LeaseLost),
+            finished_with(FailureCode::LeaseLost, 1, None)
+        );
+    }
+
+    #[test]
+    fn a_run_over_quota_or_of_a_disabled_tenant_ends_without_an_attempt() {
+        assert_eq!(
+            unstarted(&run(1, 0), FailureCode::QuotaExceeded),
+            finished_with(FailureCode::QuotaExceeded, 1, None)
+        );
+        assert_eq!(
+            final_status(Some(FailureCode::QuotaExceeded)),
+            RunStatus::Failed
+        );
+        assert_eq!(
+            unstarted(&run(0, 0), FailureCode::TenantDisabled),
+            finished_with(FailureCode::TenantDisabled, 0, None)
+        );
+        assert_eq!(
+            final_status(Some(FailureCode::TenantDisabled)),
+            RunStatus::Skipped
+        );
+    }
+
+    #[test]
+    fn a_defer_queues_the_next_pass_after_its_delay_and_counts_it() {
+        let defer = Outcome::Defer {
+            delay: Duration::from_secs(30),
+        };
+        assert_eq!(
+            decided(&run(1, 2), &spec(0, Some(3)), Ok(defer)),
+            Decided::Requeue {
+                delay: Duration::from_secs(30),
+                pass: 4,
+                cursor: Some("\"page-3\"".into()),
+                counters: Some(COUNTERS.into()),
+                failures: 0,
+                defers: 3,
+                failure: Failure::none(),
+            }
+        );
+    }
+
+    #[test]
+    fn the_defer_past_max_defers_ends_the_run_and_drops_its_counters() {
+        let defer = || {
+            Ok(Outcome::Defer {
+                delay: Duration::from_secs(1),
+            })
+        };
+        assert_eq!(
+            decided(&run(0, 3), &spec(2, Some(3)), defer()),
+            finished_with(FailureCode::TooManyDefers, 0, None)
+        );
+        assert_eq!(
+            decided(&run(0, 0), &spec(2, Some(0)), defer()),
+            finished_with(FailureCode::TooManyDefers, 0, None)
+        );
+    }
+
+    #[test]
+    fn without_max_defers_a_run_still_ends_after_the_default_cap() {
+        let defer = || {
+            Ok(Outcome::Defer {
+                delay: Duration::from_secs(1),
+            })
+        };
+        let last = i64::from(DEFAULT_MAX_DEFERS) - 1;
+        assert!(matches!(
+            decided(&run(0, last), &spec(0, None), defer()),
+            Decided::Requeue { defers, .. } if defers == last + 1
+        ));
+        assert_eq!(
+            decided(&run(0, last + 1), &spec(0, None), defer()),
+            finished_with(FailureCode::TooManyDefers, 0, None)
+        );
+    }
+
+    #[test]
+    fn a_cancelled_attempt_is_requeued_at_once_without_counting_a_failure() {
+        assert_eq!(
+            decided(&run(1, 2), &spec(0, None), failed(FailureCode::Cancelled)),
+            Decided::Requeue {
+                delay: Duration::ZERO,
+                pass: 3,
+                cursor: Some("\"page-3\"".into()),
+                counters: None,
+                failures: 1,
+                defers: 2,
+                failure: Failure::code(FailureCode::Cancelled),
+            }
+        );
+    }
+
+    #[test]
+    fn an_operators_cancel_ends_the_run_cancelled_with_retries_left() {
+        assert_eq!(
+            decided(
+                &run(0, 0),
+                &spec(3, None),
+                failed(FailureCode::CancelledByOperator)
+            ),
+            finished_with(FailureCode::CancelledByOperator, 1, Some("it broke"))
+        );
+        assert_eq!(
+            final_status(Some(FailureCode::CancelledByOperator)),
+            RunStatus::Cancelled
+        );
+    }
 }

@@ -179,6 +179,9 @@ impl Surveillance {
                     "code": "missed",
                     "period_ms": period,
                     "last_success_at": record.last_success_at,
+                    // What a job that never succeeded is missed counting from: without it,
+                    // such a report could not say since when.
+                    "first_seen_at": record.registered_at,
                 })
                 .to_string(),
             };
@@ -187,7 +190,7 @@ impl Surveillance {
                 .mark_missed(&record.name, record.missed_reported_at, &report)
                 .await?
             {
-                tracing::warn!(job = %record.name, code = "missed", "schedule missed: no success within twice its period");
+                tracing::warn!(job = %record.name, code = "missed", last_success_at = record.last_success_at, first_seen_at = record.registered_at, "schedule missed: no success within twice its period");
                 missed += 1;
             }
         }

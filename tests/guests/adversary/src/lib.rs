@@ -17,7 +17,8 @@
 //! within its bound, together past the statement's), `random` (64 MiB of random bytes
 //! asked for in one call), `sockets` (a TCP connection to `target`, a UDP socket and a
 //! name lookup, each of which must be refused), `networks` (network handles taken and
-//! never given back).
+//! never given back), `defer` (defers every pass by `defer_ms`, zero too: for ever, but
+//! for the host's bounds).
 
 use jobhost_guest::{Context, HostError, Job, JobError, Outcome, db, describe, log};
 use serde::Deserialize;
@@ -32,6 +33,8 @@ struct Payload {
     passes: u32,
     #[serde(default)]
     target: String,
+    #[serde(default)]
+    defer_ms: u64,
 }
 
 struct Adversary;
@@ -178,6 +181,9 @@ impl Job for Adversary {
             "nul-cursor" if ctx.pass == 1 => Ok(Outcome::Continue(serde_json::json!("a\u{0}b"))),
             "nul-cursor" => Ok(Outcome::Done),
             "huge-cursor" => Ok(Outcome::Continue(serde_json::json!("x".repeat(1 << 20)))),
+            "defer" => Ok(Outcome::Defer(std::time::Duration::from_millis(
+                ctx.payload.defer_ms,
+            ))),
             "sql" => {
                 for sql in &ctx.payload.sql {
                     db::query(sql, &[]).map_err(refused)?;
