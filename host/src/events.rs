@@ -2,6 +2,8 @@
 //! subscribes to the event (`on = ["invoice.created"]`), at least once and never twice
 //! for one dedup key.
 //!
+//! An orphaned job is reached by no event.
+//!
 //! Who receives an event: an event without a tenant (the operator's) reaches every
 //! subscriber of an active tenant, and every active tenant's child of a per-tenant
 //! subscriber; an event of tenant `acme` (every event a tenant's token emits) reaches only
@@ -84,6 +86,10 @@ pub async fn emit(
     let occasion = format!("event:{name}:{}:{key}", tenant.unwrap_or("*"));
     let mut runs = Vec::new();
     for job in store.list_jobs().await? {
+        // An orphaned job takes no new runs, as a kick of it is refused.
+        if job.orphaned_at.is_some() {
+            continue;
+        }
         let Ok(spec) = serde_json::from_str::<JobSpec>(&job.spec) else {
             continue;
         };

@@ -31,6 +31,7 @@ pub mod name_rule;
 pub mod otlp;
 pub mod pause;
 pub mod quota;
+pub mod registration;
 pub mod report;
 pub mod retention;
 pub mod runner;

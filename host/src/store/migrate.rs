@@ -69,6 +69,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     20 => "0020_crashed_runs_hand_their_ledger_on",
     21 => "0021_backlogs_claimed_in_the_order_they_were_queued",
     22 => "0022_operator_controls",
+    24 => "0024_served_jobs_and_failed_steps",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -93,6 +94,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     20 => "0020_crashed_runs_hand_their_ledger_on",
     21 => "0021_backlogs_claimed_in_the_order_they_were_queued",
     22 => "0022_operator_controls",
+    24 => "0024_served_jobs_and_failed_steps",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

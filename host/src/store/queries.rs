@@ -680,9 +680,13 @@ queries! {
     get_tenant = "SELECT name, active, created_at, updated_at FROM jobhost_tenants WHERE name = $1";
     set_tenant_active = "UPDATE jobhost_tenants SET active = $2, updated_at = {now} WHERE name = $1";
     disabled_tenants = "SELECT name FROM jobhost_tenants WHERE active = 0";
-    // Jobs no longer named by a serving host's manifest (`$1`: the names it serves).
+    // A serving host registers the jobs it serves (`$1`), restoring any orphaned.
+    serve_jobs = "UPDATE jobhost_jobs SET served_at = {now}, orphaned_at = NULL \
+        WHERE name IN {json_ids}";
+    // Jobs that no host registered, served or upserted, for the last `$1` ms.
     mark_orphans = "UPDATE jobhost_jobs SET orphaned_at = {now} \
-        WHERE orphaned_at IS NULL AND name NOT IN {json_ids}";
+        WHERE orphaned_at IS NULL AND updated_at < {now} - $1 \
+        AND (served_at IS NULL OR served_at < {now} - $1)";
     // The first registration of a version of a run_on_boot job takes its boot.
     take_boot = "UPDATE jobhost_jobs SET boot_digest = $2 \
         WHERE name = $1 AND boot_digest IS DISTINCT FROM $2";
