@@ -6,6 +6,7 @@ pub mod db;
 pub mod files;
 pub mod links;
 pub mod log;
+pub mod refusal;
 pub mod steps;
 
 use crate::engine::bindings::jobhost::job::types;

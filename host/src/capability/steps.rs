@@ -6,7 +6,6 @@
 use crate::engine::bindings::jobhost::job::steps::{Host, PassEnd};
 use crate::engine::bindings::jobhost::job::types::HostError;
 use crate::engine::state::GuestState;
-use crate::failure::FailureCode;
 use crate::json_rule;
 use crate::store::guest::{Fence, GuestDbError};
 use crate::store::{ProgressWrite, Store};
@@ -105,8 +104,7 @@ impl GuestState {
     fn steps_session(&mut self) -> Result<&StepsSession, HostError> {
         if self.steps.session.is_none() {
             self.signals
-                .refused
-                .get_or_insert(FailureCode::CapabilityRefused);
+                .refuse(crate::capability::refusal::capability_not_granted("steps"));
             return Err(HostError::CapabilityRefused("not-granted".into()));
         }
         if self.steps.committed.is_some() {
@@ -159,7 +157,8 @@ impl Host for GuestState {
         }
         let (store, run_id, pass) = (session.store.clone(), session.run_id.clone(), session.pass);
         if self.steps.reached.contains(&name) {
-            self.signals.refused.get_or_insert(FailureCode::StepReused);
+            self.signals
+                .refuse(crate::capability::refusal::step_reused());
             return Err(invalid("step-reused"));
         }
         if self.steps.ledger.is_none() {
@@ -317,6 +316,7 @@ mod tests {
     use super::*;
     use crate::engine::output::AttemptLog;
     use crate::engine::state::Capabilities;
+    use crate::failure::FailureCode;
     use crate::store::LeaseRequest;
 
     /// An attempt's state with only `steps`, on a fresh SQLite store holding the lease.
@@ -378,7 +378,7 @@ mod tests {
         let (mut first, _) = attempt(&dir, 1).await;
         assert!(matches!(first.start("a".into()).await, Ok(None)));
         assert_eq!(reason(first.start("a".into()).await), "step-reused");
-        assert_eq!(first.signals.refused, Some(FailureCode::StepReused));
+        assert_eq!(first.signals.refused_code(), Some(FailureCode::StepReused));
         assert_eq!(
             reason(first.record("b".into(), "1".into()).await),
             "step-not-started"
@@ -468,6 +468,9 @@ mod tests {
             state.start("a".into()).await,
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"
         ));
-        assert_eq!(state.signals.refused, Some(FailureCode::CapabilityRefused));
+        assert_eq!(
+            state.signals.refused_code(),
+            Some(FailureCode::CapabilityRefused)
+        );
     }
 }

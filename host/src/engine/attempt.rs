@@ -10,6 +10,7 @@ use super::{Engine, Loaded, MAX_LOG_BYTES};
 use crate::capability::db::{DbCapability, DbSession};
 use crate::capability::files::{FilesCapability, FilesSession};
 use crate::capability::links::{LinksCapability, LinksSession};
+use crate::capability::refusal::Refused;
 use crate::capability::steps::{CommittedEnd, StepsCapability, StepsSession};
 use crate::failure::FailureCode;
 use crate::json_rule;
@@ -74,8 +75,12 @@ impl Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptFailure {
     pub code: FailureCode,
-    /// The guest's own message (truncated), for the run record only.
+    /// The guest's own message (truncated), for the run record only; after a refusal,
+    /// the host's reason first.
     pub message: Option<String>,
+    /// Why a host call was refused, in the host's words (`capability::refusal`): the one
+    /// text of a failure a report may carry.
+    pub reason: Option<String>,
 }
 
 #[derive(Debug)]
@@ -129,6 +134,7 @@ impl Engine {
                 result: Err(AttemptFailure {
                     code: FailureCode::OutOfFuel,
                     message: None,
+                    reason: None,
                 }),
                 fuel_used: 0,
                 peak_memory: 0,
@@ -263,6 +269,17 @@ fn classify(
     let fail = |code, message: Option<String>| AttemptFailure {
         code,
         message: message.map(|m| crate::guest_text::for_storage(&m, MAX_MESSAGE_BYTES)),
+        reason: None,
+    };
+    // A failure after a refusal: the refusal's code, and its reason before the guest's
+    // words.
+    let refused = |refused: &Refused, message: String| AttemptFailure {
+        code: refused.code,
+        message: Some(crate::guest_text::for_storage(
+            &refused.with_guest_message(&message),
+            MAX_MESSAGE_BYTES,
+        )),
+        reason: Some(refused.reason.clone()),
     };
     match state.steps.committed() {
         Some(CommittedEnd::Done) => return Ok(Outcome::Done),
@@ -335,21 +352,19 @@ fn classify(
         }
         // Reusing a step name is a bug in the job, whatever it made of the refusal.
         Err(handler::JobError::Unrecoverable(message) | handler::JobError::Failed(message))
-            if state.signals.refused == Some(FailureCode::StepReused) =>
+            if state.signals.refused_code() == Some(FailureCode::StepReused) =>
         {
-            Err(fail(FailureCode::StepReused, Some(message)))
+            let reused = state.signals.refused.as_ref().expect("checked above");
+            Err(refused(reused, message))
         }
         Err(handler::JobError::Unrecoverable(message)) => {
             Err(fail(FailureCode::Unrecoverable, Some(message)))
         }
-        Err(handler::JobError::Failed(message)) => {
-            let code = if state.signals.unavailable {
-                FailureCode::DriverFailed
-            } else {
-                state.signals.refused.unwrap_or(FailureCode::HandlerFailed)
-            };
-            Err(fail(code, Some(message)))
-        }
+        Err(handler::JobError::Failed(message)) => match &state.signals.refused {
+            _ if state.signals.unavailable => Err(fail(FailureCode::DriverFailed, Some(message))),
+            Some(first) => Err(refused(first, message)),
+            None => Err(fail(FailureCode::HandlerFailed, Some(message))),
+        },
     }
 }
 

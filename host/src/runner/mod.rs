@@ -670,7 +670,13 @@ impl Runner {
                         run,
                         spec.payload.to_string(),
                     ))),
-                    report: failure.code.map(|code| Box::new(report_about(run, code))),
+                    report: failure.code.map(|code| {
+                        let report = report_about(run, code);
+                        Box::new(match &failure.reason {
+                            Some(reason) => report.with_reason(reason),
+                            None => report,
+                        })
+                    }),
                 }
             }
         }
@@ -780,6 +786,7 @@ fn decide(
             let failure = Failure {
                 code: Some(f.code),
                 message: f.message,
+                reason: f.reason,
             };
             let allowed = i64::from(spec.retry.retries) + 1;
             if f.code.is_retryable() && failures < allowed {
@@ -796,10 +803,12 @@ fn decide(
     }
 }
 
-/// A failure code with the guest's own message, if any.
+/// A failure code with the guest's own message, if any, and the host's reason for a
+/// refusal.
 struct Failure {
     code: Option<FailureCode>,
     message: Option<String>,
+    reason: Option<String>,
 }
 
 impl Failure {
@@ -807,6 +816,7 @@ impl Failure {
         Failure {
             code: None,
             message: None,
+            reason: None,
         }
     }
 
@@ -814,6 +824,7 @@ impl Failure {
         Failure {
             code: Some(code),
             message: None,
+            reason: None,
         }
     }
 }

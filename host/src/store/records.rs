@@ -414,6 +414,16 @@ impl NewReport {
         }
     }
 
+    /// The report with a refusal's reason: host-written text (`capability::refusal`),
+    /// never the guest's.
+    pub fn with_reason(mut self, reason: &str) -> Self {
+        let mut body: serde_json::Value =
+            serde_json::from_str(&self.body).expect("a report's body is JSON");
+        body["reason"] = reason.into();
+        self.body = body.to_string();
+        self
+    }
+
     /// A report about the host's own storage, by one of its chores (`job`): no run, and
     /// `details` (fixed fields, host-made values) beside the kind, job and code.
     pub fn about_storage(
