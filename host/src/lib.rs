@@ -9,6 +9,7 @@ pub mod cli;
 pub mod controls;
 pub mod drive;
 pub mod engine;
+pub mod event_filter;
 pub mod events;
 pub mod failure;
 pub mod fan_out;
