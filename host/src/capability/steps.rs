@@ -19,6 +19,12 @@ pub const MAX_STEPS_PER_PASS: usize = 1000;
 /// Most bytes of results one pass's ledger may hold: the ledger is read into the host's
 /// memory when an attempt reaches its first step.
 pub const MAX_LEDGER_BYTES: usize = 4 << 20;
+/// Most steps a failed attempt notes as failed in (`Store::note_step_failures`): an
+/// attempt fails in one step, the others it reached it recorded, unless their transaction
+/// did not commit.
+pub const MAX_NOTED_FAILURES: usize = 16;
+/// Longest message a failed step keeps of its attempt's failure, in bytes.
+pub const MAX_STEP_ERROR_BYTES: usize = 512;
 /// Longest counter name, in bytes.
 pub const MAX_COUNTER_NAME_BYTES: usize = 64;
 /// Most counters one run may have.
@@ -79,6 +85,21 @@ impl StepsCapability {
     /// The run's counters after this attempt's changes (JSON), if it changed any.
     pub fn changed_counters(&self) -> Option<String> {
         self.counters_changed.then(|| counters_json(&self.counters))
+    }
+
+    /// The steps this attempt reached that the pass's ledger did not hold when it read it:
+    /// those an attempt that fails may have failed in (at most [`MAX_NOTED_FAILURES`]).
+    pub fn reached_new(&self) -> Vec<String> {
+        let ledger = self.ledger.as_ref();
+        let mut names: Vec<String> = self
+            .reached
+            .iter()
+            .filter(|name| !ledger.is_some_and(|l| l.contains_key(*name)))
+            .cloned()
+            .collect();
+        names.sort();
+        names.truncate(MAX_NOTED_FAILURES);
+        names
     }
 
     /// The pass's end, if the guest committed it with its writes.

@@ -94,6 +94,8 @@ pub struct AttemptReport {
     /// The run's counters after the pass (JSON), if the attempt changed them: kept only
     /// with an outcome.
     pub counters: Option<String>,
+    /// The steps the attempt reached that the pass's ledger did not hold.
+    pub steps_reached: Vec<String>,
 }
 
 impl AttemptReport {
@@ -108,6 +110,7 @@ impl AttemptReport {
             log: String::new(),
             log_truncated: false,
             counters: None,
+            steps_reached: Vec::new(),
         }
     }
 }
@@ -142,6 +145,7 @@ impl Engine {
                 log: String::new(),
                 log_truncated: false,
                 counters: None,
+                steps_reached: Vec::new(),
             };
         }
         let capabilities = Capabilities {
@@ -187,6 +191,7 @@ impl Engine {
             log: log_text,
             log_truncated,
             counters: state.steps.changed_counters(),
+            steps_reached: state.steps.reached_new(),
         }
     }
 

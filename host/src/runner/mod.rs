@@ -15,7 +15,7 @@ mod interrupts;
 use crate::capability::db::DbSession;
 use crate::capability::files::FilesSession;
 use crate::capability::links::LinksSession;
-use crate::capability::steps::StepsSession;
+use crate::capability::steps::{MAX_STEP_ERROR_BYTES, StepsSession};
 use crate::engine::attempt::{
     AttemptFailure, AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext,
 };
@@ -309,11 +309,43 @@ impl Runner {
                 .await
         };
         let counters = report.counters.clone();
+        self.note_failed_steps(&run, &report).await;
         let (ending, result) = span.in_scope(|| self.attempt_ending(&run, attempt, report));
         let decided = decide(&run, spec, result, counters);
         let change = self.change(&run, spec, decided, true);
         self.hand_over(run, spec, lease, Some(ending), change, until)
             .await
+    }
+
+    /// Keeps, for each step a failed attempt reached without recording it, one more failed
+    /// attempt and this failure (its code and its message, bounded and terminal-safe), so
+    /// the run's ledger says where its attempts failed and how often. An attempt stopped
+    /// by the host's shutdown did not fail. Diagnostic: a failure to note it is logged,
+    /// and the attempt's ending recorded all the same.
+    async fn note_failed_steps(&self, run: &RunRecord, report: &AttemptReport) {
+        let Err(failure) = &report.result else {
+            return;
+        };
+        if report.steps_reached.is_empty() || failure.code == FailureCode::Cancelled {
+            return;
+        }
+        let message = failure.message.as_deref().map(|m| {
+            let bounded = crate::guest_text::for_storage(m, MAX_STEP_ERROR_BYTES);
+            crate::guest_text::for_terminal(&bounded).into_owned()
+        });
+        let noted = self
+            .store
+            .note_step_failures(
+                &run.id,
+                run.pass,
+                &report.steps_reached,
+                failure.code.as_str(),
+                message.as_deref(),
+            )
+            .await;
+        if let Err(e) = noted {
+            tracing::warn!(run_id = %run.id, code = "driver_failed", error = %e, "could not note the steps the attempt failed in");
+        }
     }
 
     /// Hands what a run's attempt (or a decision without one) led to to the finisher.

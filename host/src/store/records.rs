@@ -591,6 +591,22 @@ crate::record! {
 }
 
 crate::record! {
+    /// A step that attempts reached and failed in without recording it.
+    #[derive(Debug, Clone, Serialize)]
+    pub struct StepFailureRecord {
+        pub pass: i64,
+        pub name: String,
+        /// How many attempts failed after reaching it without recording it.
+        pub attempts: i64,
+        /// The last such attempt's failure code, and its message, bounded and
+        /// terminal-safe.
+        pub last_code: String,
+        pub last_error: Option<String>,
+        pub failed_at: i64,
+    }
+}
+
+crate::record! {
     /// A step of a run's ledger, as operators see it.
     #[derive(Debug, Clone, Serialize)]
     pub struct StepRecord {
