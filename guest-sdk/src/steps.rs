@@ -284,7 +284,10 @@ mod tests {
         let (json, first) = as_recorded(page).unwrap();
         let replayed: Page = serde_json::from_str(&json).unwrap();
         assert_eq!(first, replayed);
-        assert_eq!(first.scratch, 0, "a skipped field is not kept on the first run either");
+        assert_eq!(
+            first.scratch, 0,
+            "a skipped field is not kept on the first run either"
+        );
         assert_eq!(first.scores["a"], 0.1 + 0.2);
     }
 
