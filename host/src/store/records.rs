@@ -183,7 +183,7 @@ crate::record! {
         pub last_success_at: Option<i64>,
         pub missed_reported_at: Option<i64>,
         pub per_tenant: i64,
-        /// Set while no serving host's manifest names the job.
+        /// Set once no serving host registered the job within the orphan grace.
         pub orphaned_at: Option<i64>,
     }
 }
