@@ -94,7 +94,7 @@ async fn serve_with(home: &Home, manifest: &Path, grace: &str) -> common::Server
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hosts_restarting_in_turn_never_orphan_a_job_the_other_serves() {
     let home = Home::new(Backend::Postgres).await;
-    let grace = "5s";
+    let grace = "8s";
     let all = manifest_as(
         &home,
         "all.toml",
