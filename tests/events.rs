@@ -1,6 +1,6 @@
 //! Event-triggered jobs end to end: `POST /events/{name}` and `host emit` queue one run of
 //! each subscriber, at least once and never twice for one key, to the tenants the event
-//! is for.
+//! is for, and whose payload filter (`where`) the event's payload matches.
 
 use crate::common;
 
@@ -141,6 +141,61 @@ on_every_backend! {
         let out = home.run(&["check", "--manifest", bad.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("invalid event name"));
+    }
+
+    async fn only_events_whose_payload_matches_a_filter_queue_its_run(home) {
+        let m = home.manifest("", r#"
+            [jobs.gold]
+            component = "{guest:hello}"
+            on = [{ event = "order.paid", where = { "customer.tier" = "gold", total = 10 } }, "order.refunded"]
+            [jobs.nested]
+            component = "{guest:hello}"
+            on = [{ event = "order.paid", where = { customer.tier = "gold", "items.0.sku" = "x-1" } }]
+            [jobs.every]
+            component = "{guest:hello}"
+            on = ["order.paid"]
+        "#);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let op = Some(server.token.as_str());
+        let to = &server;
+        let emit = |key: &'static str, payload: &'static str| {
+            let body = format!(r#"{{"key":"{key}","payload":{payload}}}"#);
+            async move {
+                let (status, answer) = to.post_as(op, "/events/order.paid", Some(&body)).await;
+                assert_eq!(status, 202, "{answer}");
+                let mut jobs: Vec<String> = answer["runs"].as_array().unwrap().iter()
+                    .map(|r| r["job"].as_str().unwrap().to_string()).collect();
+                jobs.sort();
+                jobs
+            }
+        };
+        assert_eq!(emit("o1", r#"{"customer":{"tier":"gold"},"total":10.0,"items":[{"sku":"x-1"}]}"#).await, ["every", "gold", "nested"]);
+        assert_eq!(emit("o2", r#"{"customer":{"tier":"silver"},"total":10,"items":[{"sku":"x-1"}]}"#).await, ["every"]);
+        assert_eq!(emit("o3", r#"{"customer":{"tier":"gold"},"total":"10","items":[]}"#).await, ["every"]);
+        assert_eq!(emit("o4", r#"{"customer":{"tier":"gold"},"total":10}"#).await, ["every", "gold"]);
+        // Without a payload, no filter matches.
+        let (_, bare) = server.post_as(op, "/events/order.paid", Some(r#"{"key":"o5"}"#)).await;
+        assert_eq!(reached(&bare).0, pairs(&[("every", "default")]));
+        // An event the job takes unfiltered reaches it whatever its payload.
+        let (_, refunded) = server.post_as(op, "/events/order.refunded", Some(r#"{"key":"o6","payload":{"total":1}}"#)).await;
+        assert_eq!(reached(&refunded).0, pairs(&[("gold", "default")]));
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'gold'").await, 3);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'nested'").await, 1);
+
+        // A filter that could never be read is the manifest's error, said at load.
+        for (on, says) in [
+            (r#"[{ event = "e", where = { "a..b" = 1 } }]"#, "invalid path \"a..b\""),
+            (r#"[{ event = "e", where = { tags = ["a"] } }]"#, "the value at \"tags\" in `where` is not a string, number or boolean"),
+            (r#"[{ event = "e", where = {} }]"#, "`where` has no conditions"),
+            (r#"[{ event = "e", when = { a = 1 } }]"#, "each `on` entry is an event name or"),
+            (r#"["e", { event = "e", where = { a = 1 } }]"#, "the event \"e\" is given twice"),
+        ] {
+            let bad = home.manifest("", &format!("[jobs.x]\ncomponent = \"{{guest:hello}}\"\non = {on}\n"));
+            let out = home.run(&["check", "--manifest", bad.to_str().unwrap()]);
+            assert_eq!(out.status.code(), Some(2), "{on}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(stderr.contains(says), "{on}: {stderr}");
+        }
     }
 
     async fn twenty_concurrent_emits_of_one_key_queue_each_run_once(home) {

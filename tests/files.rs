@@ -9,6 +9,12 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
 
+/// The run's error after a link or special file refused a `files` call: the host's
+/// reason (never the path), then the guest's words.
+const PATH_REFUSED: &str = "path_refused: path-refused: a symbolic link or special file stands in an \
+    object's path under a local collection (see the path_refused report); the guest's error: \
+    capability refused: path-refused";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Storage {
     Local,
@@ -350,6 +356,9 @@ on_every_backend_and_storage! {
         assert_eq!((code, r["code"].as_str()), (1, Some("capability_refused")), "{r}");
         let (code, r) = run(&home, &m, "reader", json!({"mode": "put", "name": "x", "size": 1}));
         assert_eq!((code, r["code"].as_str()), (1, Some("capability_refused")), "{r}");
+        // Each says why in the host's words, the collection named as the grant names it.
+        let error = r["error"].as_str().unwrap();
+        assert!(error.starts_with(r#"capability_refused: not-granted: write of collection "docs" not granted (the job may read "docs"; write none; scan none); the guest's error: "#), "{r}");
         // Nothing of that became visible, and the host still works.
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_files").await, 0);
         assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "fine", "size": 1})).0, 0);
@@ -735,11 +744,7 @@ async fn planted_links_are_refused_at_every_level(home: Home) {
     let refused = |(code, r): (i32, Value)| {
         assert_eq!(
             (code, r["code"].as_str(), r["error"].as_str()),
-            (
-                1,
-                Some("path_refused"),
-                Some("capability refused: path-refused")
-            ),
+            (1, Some("path_refused"), Some(PATH_REFUSED)),
             "{r}"
         );
         assert!(!r.to_string().contains("TOP-SECRET"), "{r}");
@@ -901,7 +906,7 @@ async fn planted_links_are_refused_at_every_level(home: Home) {
             (Some("failed"), Some("path_refused")),
             "{run}"
         );
-        assert_eq!(run["error"], "capability refused: path-refused", "{run}");
+        assert_eq!(run["error"], PATH_REFUSED, "{run}");
     };
     served_refusal(finished("acme-io", json!({"mode": "read", "name": "doc"})).await);
     served_refusal(finished("globex-io", json!({"mode": "read", "name": "g"})).await);

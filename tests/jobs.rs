@@ -1,11 +1,187 @@
 //! A job's life across manifests and versions, end to end: `run_on_boot` queues one run
-//! per new version fleet-wide, and a job left out of the manifest is orphaned (listed,
-//! not scheduled or kicked) until retention has deleted its history.
+//! per new version fleet-wide, and a job no serving host registered within the orphan
+//! grace is orphaned (listed, not scheduled, kicked or reached by events) until retention
+//! has deleted its history or a host registers it again; a fleet of hosts with different
+//! manifests restarting in turn never orphans a job one of them serves.
 
 use crate::common;
 
 use common::{Backend, Home, guest};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// A manifest in a file of its own (`Home::manifest` writes `jobhost.toml`): hosts of one
+/// fleet with different manifests.
+fn manifest_as(home: &Home, file: &str, jobs: &str) -> PathBuf {
+    let written = home.manifest("", jobs);
+    let path = home.path().join(file);
+    std::fs::rename(written, &path).unwrap();
+    path
+}
+
+fn noop_job(name: &str, on: &str) -> String {
+    format!("[jobs.{name}]\ncomponent = \"{{guest:noop}}\"\non = [\"{on}\"]\n")
+}
+
+/// Every job that is orphaned at any moment, read from the jobs table every 50 ms until
+/// `stop` is set.
+fn watch_orphans(
+    db_url: String,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<BTreeSet<String>> {
+    tokio::spawn(async move {
+        let store = jobhost::store::Store::open(&db_url)
+            .await
+            .expect("open store");
+        let mut seen = BTreeSet::new();
+        while !stop.load(Ordering::Acquire) {
+            for job in store.list_jobs().await.expect("list jobs") {
+                if job.orphaned_at.is_some() {
+                    seen.insert(job.name);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        store.close().await;
+        seen
+    })
+}
+
+/// `host jobs`' lines, by job name: whether each ends `orphaned`.
+fn listed_orphans(home: &Home) -> Vec<(String, bool)> {
+    let out = home.run(&["jobs"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            Some((
+                l.split_whitespace().next()?.to_string(),
+                l.ends_with("orphaned"),
+            ))
+        })
+        .collect()
+}
+
+async fn stop(server: common::Server) {
+    server.signal("TERM");
+    assert_eq!(server.wait_exit(Duration::from_secs(30)).await.0, Some(0));
+}
+
+async fn serve_with(home: &Home, manifest: &Path, grace: &str) -> common::Server {
+    home.serve(&[
+        "--manifest",
+        manifest.to_str().unwrap(),
+        "--orphan-grace",
+        grace,
+    ])
+    .await
+}
+
+/// The orphan race: hosts A and B serve one database with different manifests and restart
+/// in turn, each restart a real gap (stopped, then started). Neither ever orphans a job the
+/// other serves — with orphaning at start, A's restart orphaned B's job — while a job
+/// neither serves any more is orphaned once the grace has passed, and restored when a host
+/// serves it again. SQLite takes one serving process per file, so this is Postgres'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_restarting_in_turn_never_orphan_a_job_the_other_serves() {
+    let home = Home::new(Backend::Postgres).await;
+    let grace = "8s";
+    let all = manifest_as(
+        &home,
+        "all.toml",
+        &[
+            noop_job("shared", "e"),
+            noop_job("only_a", "e"),
+            noop_job("only_b", "e"),
+            noop_job("neither", "e"),
+        ]
+        .concat(),
+    );
+    let a_jobs = manifest_as(
+        &home,
+        "a.toml",
+        &[noop_job("shared", "e"), noop_job("only_a", "e")].concat(),
+    );
+    let b_jobs = manifest_as(
+        &home,
+        "b.toml",
+        &[noop_job("shared", "e"), noop_job("only_b", "e")].concat(),
+    );
+    // Every job registered once, `neither` for the last time.
+    stop(serve_with(&home, &all, grace).await).await;
+
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = watch_orphans(home.db_url.clone(), done.clone());
+    let mut a = serve_with(&home, &a_jobs, grace).await;
+    let mut b = serve_with(&home, &b_jobs, grace).await;
+    for _ in 0..3 {
+        stop(a).await;
+        a = serve_with(&home, &a_jobs, grace).await;
+        stop(b).await;
+        b = serve_with(&home, &b_jobs, grace).await;
+    }
+    home.wait_for(
+        "SELECT COUNT(*) FROM jobhost_jobs WHERE name = 'neither' AND orphaned_at IS NOT NULL",
+        Duration::from_secs(30),
+    )
+    .await;
+    // One more restart each after `neither` was orphaned.
+    stop(a).await;
+    let a = serve_with(&home, &a_jobs, grace).await;
+    stop(b).await;
+    let b = serve_with(&home, &b_jobs, grace).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    done.store(true, Ordering::Release);
+    assert_eq!(
+        watcher.await.unwrap(),
+        BTreeSet::from(["neither".to_string()])
+    );
+    let listed = listed_orphans(&home);
+    let expected: Vec<(String, bool)> = [
+        ("neither", true),
+        ("only_a", false),
+        ("only_b", false),
+        ("shared", false),
+    ]
+    .iter()
+    .map(|(n, o)| (n.to_string(), *o))
+    .collect();
+    assert_eq!(listed, expected);
+    // An event reaches what the fleet serves, not the orphan.
+    let (status, emitted) = a
+        .post_as(Some(&a.token), "/events/e", Some(r#"{"key":"k1"}"#))
+        .await;
+    assert_eq!(status, 202, "{emitted}");
+    let mut reached: Vec<&str> = emitted["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["job"].as_str().unwrap())
+        .collect();
+    reached.sort();
+    assert_eq!(reached, ["only_a", "only_b", "shared"]);
+
+    // A host that serves it again restores it.
+    stop(a).await;
+    let a = serve_with(&home, &all, grace).await;
+    home.wait_for(
+        "SELECT COUNT(*) FROM jobhost_jobs WHERE name = 'neither' AND orphaned_at IS NULL",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(listed_orphans(&home).iter().all(|(_, orphaned)| !orphaned));
+    stop(a).await;
+    stop(b).await;
+}
 
 async fn serve_and_stop_once(home: &Home, manifest: &std::path::Path, wait_sql: &str) {
     let args = ["--manifest", manifest.to_str().unwrap()];
@@ -70,7 +246,10 @@ on_every_backend! {
         server.wait_exit(Duration::from_secs(30)).await;
 
         let m = home.manifest("", "[jobs.kept]\ncomponent = \"{guest:noop}\"\n");
-        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let server = home.serve(&["--manifest", m.to_str().unwrap(), "--orphan-grace", "1s"]).await;
+        // Orphaned once no host registered them for the grace.
+        home.wait_for("SELECT COUNT(*) FROM jobhost_jobs a JOIN jobhost_jobs b ON a.name = 'gone' AND b.name = 'ticker' \
+            WHERE a.orphaned_at IS NOT NULL AND b.orphaned_at IS NOT NULL", Duration::from_secs(20)).await;
         let (_, jobs) = server.get("/jobs").await;
         let orphaned: Vec<(&str, bool)> = jobs["jobs"].as_array().unwrap().iter()
             .map(|j| (j["name"].as_str().unwrap(), j["orphaned"].as_bool().unwrap())).collect();
@@ -100,5 +279,32 @@ on_every_backend! {
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
         let (_, jobs) = server.get("/jobs").await;
         assert!(jobs["jobs"].as_array().unwrap().iter().all(|j| j["orphaned"] == false), "{jobs}");
+    }
+
+    async fn an_event_queues_no_run_of_an_orphaned_job_until_it_is_served_again(home) {
+        let both = [noop_job("kept", "tick"), noop_job("gone", "tick")].concat();
+        let m = home.manifest("", &both);
+        stop(serve_with(&home, &m, "1s").await).await;
+        let m = home.manifest("", &noop_job("kept", "tick"));
+        let server = serve_with(&home, &m, "1s").await;
+        home.wait_for("SELECT COUNT(*) FROM jobhost_jobs WHERE name = 'gone' AND orphaned_at IS NOT NULL", Duration::from_secs(20)).await;
+        let emit = |key: &str| {
+            let out = home.run(&["emit", "tick", "--key", key, "--json"]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let mut jobs: Vec<String> = answer["runs"].as_array().unwrap().iter()
+                .map(|r| r["job"].as_str().unwrap().to_string()).collect();
+            jobs.sort();
+            jobs
+        };
+        assert_eq!(emit("k1"), ["kept"]);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'gone'").await, 0);
+        stop(server).await;
+        // Served again, it is restored and reached.
+        let m = home.manifest("", &both);
+        let server = serve_with(&home, &m, "1s").await;
+        home.wait_for("SELECT COUNT(*) FROM jobhost_jobs WHERE name = 'gone' AND orphaned_at IS NULL", Duration::from_secs(20)).await;
+        assert_eq!(emit("k2"), ["gone", "kept"]);
+        stop(server).await;
     }
 }

@@ -162,10 +162,22 @@ on_every_backend! {
             (json!({"mount": "signed", "path": "echo", "action": "invoice.delete"}), "capability refused: action-not-declared"),
             (json!({"mount": "nowhere", "path": "echo"}), "capability refused: not-granted"),
         ];
+        // A refusal's run says why in the host's words, naming only granted mounts (never
+        // `nowhere`, the guest's), then what the guest made of it.
+        let granted = r#"(the job may call "api", "down", "signed")"#;
+        let with_reason = |guest: &str| {
+            let reason = match guest.strip_prefix("capability refused: ") {
+                Some("method-not-allowed") => format!("method-not-allowed: mount \"api\" does not allow the call's method {granted}"),
+                Some("action-not-declared") => format!("action-not-declared: the call to mount \"signed\" names an action its job does not declare {granted}"),
+                Some("not-granted") => format!("not-granted: a mount is outside the job's links grant {granted}"),
+                _ => return guest.to_string(),
+            };
+            format!("capability_refused: {reason}; the guest's error: {guest}")
+        };
         for (payload, error) in cases {
             let (code, run, _) = call(&home, &m, "caller", payload.clone());
             assert_eq!(code, 1, "{payload}: {run}");
-            assert_eq!(run["error"], error, "{payload}: {run}");
+            assert_eq!(run["error"], with_reason(error), "{payload}: {run}");
         }
         let (code, run, _) = call(&home, &m, "ungranted", json!({"mount": "api", "path": "echo"}));
         assert_eq!((code, run["code"].as_str()), (1, Some("capability_refused")), "{run}");
@@ -391,7 +403,10 @@ on_every_backend! {
             (undeclared["code"].as_str(), undeclared["error"].as_str()),
             (
                 Some("capability_refused"),
-                Some("capability refused: action-not-declared")
+                Some(
+                    "capability_refused: action-not-declared: the call to mount \"iam\" names an action its job \
+                     does not declare (the job may call \"iam\"); the guest's error: capability refused: action-not-declared"
+                )
             ),
             "{undeclared}"
         );

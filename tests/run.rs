@@ -265,11 +265,14 @@ on_every_backend! {
     async fn tables_not_granted_are_refused_by_the_database(home) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
         let probe = path("probe");
+        // What the guest made of the refusal, after the host's reason.
         let refused = |payload: &str, grant: &str| {
             let (code, run) = home.run_json(&["--job", &probe, "--payload", payload, "--grant", grant]);
             assert_eq!(code, 1, "{payload} should be refused: {run}");
             assert_eq!(run["code"], "query_refused", "{payload}: {run}");
-            run["error"].as_str().unwrap().to_string()
+            let (host, guest) = run["error"].as_str().unwrap().split_once("; the guest's error: ").unwrap();
+            assert!(host.starts_with("query_refused: "), "{payload}: {run}");
+            guest.to_string()
         };
         let read = |sql: &str| serde_json::json!({ "read": [sql] }).to_string();
         let write = |sql: &str| serde_json::json!({ "write": [sql] }).to_string();
@@ -357,6 +360,33 @@ on_every_backend! {
         assert_eq!(code, 0);
     }
 
+    async fn a_refused_run_and_its_report_say_why_in_the_hosts_words(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let probe = path("probe");
+        let write = serde_json::json!({ "write": ["INSERT INTO ledger VALUES ('x', 1, 1)"] }).to_string();
+        let (code, run) = home.run_json(&["--job", &probe, "--payload", &write, "--grant", "db.read=ledger"]);
+        assert_eq!((code, run["code"].as_str()), (1, Some("query_refused")), "{run}");
+        let reason = "not-granted: the statement reads a table outside the job's db grant, or writes one it may \
+            only read (the job may read \"ledger\"; write none)";
+        let id = run["run_id"].as_str().unwrap();
+        let shown = String::from_utf8(home.run(&["runs", "show", id]).stdout).unwrap();
+        assert!(shown.contains(&format!("error: query_refused: {reason}; the guest's error: query refused: not-granted")), "{shown}");
+        // The report carries the host's reason alone, never the guest's words.
+        let store = home.store().await;
+        let reports = store.list_reports(Some("probe"), None, 10).await.unwrap();
+        store.close().await;
+        assert_eq!(reports.len(), 1);
+        let body: Value = serde_json::from_str(&reports[0].body).unwrap();
+        assert_eq!((body["code"].as_str(), body["reason"].as_str()), (Some("query_refused"), Some(reason)), "{body}");
+        assert!(!reports[0].body.contains("guest"), "{body}");
+        // A name the guest chose is not echoed: the reason names only what was granted.
+        let chosen = serde_json::json!({ "read": ["SELECT * FROM \"\u{1b}[2Jplanted\""] }).to_string();
+        let (_, run) = home.run_json(&["--job", &probe, "--payload", &chosen, "--grant", "db.read=ledger"]);
+        let error = run["error"].as_str().unwrap();
+        let (host, _) = error.split_once("; the guest's error: ").unwrap();
+        assert!(host.starts_with("query_refused: ") && !host.contains("planted") && !host.contains('\u{1b}'), "{error}");
+    }
+
     async fn a_transaction_open_too_long_is_rolled_back(home) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
         let mut holder = home.spawn(&[
@@ -377,7 +407,11 @@ on_every_backend! {
         assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger WHERE attempt = 1 AND n > 0").await, 0);
         let last: Value = serde_json::from_slice(&home.run(&["runs", "list", "--json", "--job", "ledger"]).stdout).unwrap();
         assert_eq!(last[0]["code"], "query_refused");
-        assert_eq!(last[0]["error"], "query refused: transaction-timeout");
+        assert_eq!(
+            last[0]["error"],
+            "query_refused: transaction-timeout: the transaction stayed open past its bound and was rolled back; \
+             the guest's error: query refused: transaction-timeout"
+        );
     }
 
     async fn bad_input_gets_a_clear_error_and_changes_nothing(home) {

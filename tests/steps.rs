@@ -113,6 +113,48 @@ on_every_backend! {
         assert_eq!(run["error"], "try 3 failed");
     }
 
+    async fn a_step_attempts_failed_in_keeps_their_count_and_the_last_error(home) {
+        // `flaky` fails all three of its tries in each of the run's two attempts.
+        let (code, run) = stepper(&home, r#"{"scenario":"retry","fail_times":5,"attempts":3}"#,
+            &["--retries", "1", "--backoff", "10ms"]);
+        assert_eq!((code, &run["attempts"]), (1, &2.into()), "{run}");
+        let id = run["run_id"].as_str().unwrap();
+        let shown = show(&home, id);
+        let failed = shown["failed_steps"].as_array().unwrap();
+        assert_eq!(failed.len(), 1, "{shown}");
+        assert_eq!(
+            (&failed[0]["name"], &failed[0]["pass"], &failed[0]["failed_attempts"], &failed[0]["last_code"], &failed[0]["last_error"]),
+            (&"flaky".into(), &1.into(), &2.into(), &"handler_failed".into(), &"try 3 failed".into()),
+            "{shown}"
+        );
+        assert_eq!(shown["steps"], Value::Array(vec![]), "never recorded");
+        let out = home.run(&["runs", "show", id]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("step flaky (pass 1) failed 2 times, last: handler_failed: try 3 failed"), "{text}");
+
+        // A step that failed once and was then recorded still says it failed, after its
+        // pass's ledger is gone.
+        let (code, run) = stepper(&home, r#"{"scenario":"retry","fail_times":1,"attempts":1,"first_attempt_only":true}"#,
+            &["--retries", "1", "--backoff", "10ms"]);
+        assert_eq!((code, &run["attempts"]), (0, &2.into()), "{run}");
+        let once = show(&home, run["run_id"].as_str().unwrap());
+        assert_eq!(once["failed_steps"][0]["failed_attempts"], 1, "{once}");
+        assert_eq!(once["failed_steps"][0]["last_error"], "try 1 failed", "{once}");
+        let out = home.run(&["runs", "show", run["run_id"].as_str().unwrap()]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("step flaky (pass 1) failed once, last: handler_failed: try 1 failed"), "{text}");
+        // An attempt that failed between steps failed in none.
+        let (code, run) = stepper(&home, r#"{"scenario":"memo","steps":3,"fail_after":1}"#,
+            &["--retries", "1", "--backoff", "10ms"]);
+        assert_eq!(code, 0, "{run}");
+        assert_eq!(show(&home, run["run_id"].as_str().unwrap())["failed_steps"], Value::Array(vec![]));
+        // The API's run view shows the same.
+        let server = home.serve(&[]).await;
+        let (status, viewed) = server.get(&format!("/runs/{id}")).await;
+        assert_eq!(status, 200, "{viewed}");
+        assert_eq!(viewed["failed_steps"], shown["failed_steps"]);
+    }
+
     async fn step_bounds_are_refused_with_fixed_reasons(home) {
         let (code, run) = stepper(&home, r#"{"scenario":"bounds"}"#, &[]);
         assert_eq!(code, 0, "{run}");

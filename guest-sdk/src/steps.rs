@@ -70,8 +70,8 @@ where
     if let Some(recorded) = start(name)? {
         return Ok(recorded);
     }
-    let value = f().map_err(StepError::Failed)?;
-    raw::record(name, &encode(&value)?)?;
+    let (json, value) = as_recorded(f().map_err(StepError::Failed)?)?;
+    raw::record(name, &json)?;
     Ok(value)
 }
 
@@ -87,8 +87,8 @@ where
     if let Some(recorded) = start(name)? {
         return Ok(recorded);
     }
-    let value = f(tx).map_err(StepError::Failed)?;
-    raw::record_in(tx.raw(), name, &encode(&value)?)?;
+    let (json, value) = as_recorded(f(tx).map_err(StepError::Failed)?)?;
+    raw::record_in(tx.raw(), name, &json)?;
     Ok(value)
 }
 
@@ -193,7 +193,8 @@ pub enum StepError {
     /// (not recorded).
     Host(HostError),
     /// The recorded result does not decode as the step's type: the job's code changed it
-    /// between attempts.
+    /// between attempts, or (on the first run, before recording) the type's JSON does not
+    /// decode as itself, as a NaN float's `null` does not.
     Decode(serde_json::Error),
     /// The result does not encode as JSON (a map with non-string keys, say); the work was
     /// done but not recorded.
@@ -248,6 +249,53 @@ fn start<T: DeserializeOwned>(name: &str) -> Result<Option<T>, StepError> {
         .transpose()
 }
 
-fn encode<T: Serialize>(value: &T) -> Result<String, StepError> {
-    serde_json::to_string(value).map_err(StepError::Encode)
+/// The JSON to record for `value`, and the value read back from it: the first run returns
+/// what a replay would decode, so a type whose JSON form loses something (a skipped
+/// field, a float the JSON cannot hold) behaves the same on every attempt, and one that
+/// does not decode fails before anything is recorded.
+fn as_recorded<T: Serialize + DeserializeOwned>(value: T) -> Result<(String, T), StepError> {
+    let json = serde_json::to_string(&value).map_err(StepError::Encode)?;
+    let read_back = serde_json::from_str(&json).map_err(StepError::Decode)?;
+    Ok((json, read_back))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use std::collections::BTreeMap;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Page {
+        next: Option<String>,
+        /// Work of this attempt only, never recorded.
+        #[serde(skip)]
+        scratch: u32,
+        scores: BTreeMap<String, f64>,
+    }
+
+    #[test]
+    fn the_first_run_returns_what_a_replay_decodes() {
+        let page = Page {
+            next: Some("p2".into()),
+            scratch: 7,
+            scores: BTreeMap::from([("a".into(), 0.1 + 0.2)]),
+        };
+        let (json, first) = as_recorded(page).unwrap();
+        let replayed: Page = serde_json::from_str(&json).unwrap();
+        assert_eq!(first, replayed);
+        assert_eq!(
+            first.scratch, 0,
+            "a skipped field is not kept on the first run either"
+        );
+        assert_eq!(first.scores["a"], 0.1 + 0.2);
+    }
+
+    #[test]
+    fn a_value_no_replay_could_decode_fails_before_it_is_recorded() {
+        // NaN encodes as `null`, which no f64 decodes: a replay would fail, so the first
+        // run does too, rather than returning NaN once and failing every attempt after.
+        assert!(matches!(as_recorded(f64::NAN), Err(StepError::Decode(_))));
+        assert_eq!(as_recorded(1.5f64).unwrap(), ("1.5".to_string(), 1.5));
+    }
 }

@@ -463,6 +463,7 @@ fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::V
         payload,
         per_tenant: false,
         on: Default::default(),
+        on_where: Default::default(),
         run_on_boot: false,
         flow: Default::default(),
         lane: jobhost::job::DEFAULT_LANE.into(),

@@ -2,6 +2,9 @@
 //! subscribes to the event (`on = ["invoice.created"]`), at least once and never twice
 //! for one dedup key.
 //!
+//! A subscription may filter on the event's payload (`event_filter`): only an event whose
+//! payload matches queues the job's run. An orphaned job is reached by no event.
+//!
 //! Who receives an event: an event without a tenant (the operator's) reaches every
 //! subscriber of an active tenant, and every active tenant's child of a per-tenant
 //! subscriber; an event of tenant `acme` (every event a tenant's token emits) reaches only
@@ -106,9 +109,14 @@ pub async fn event_runs(
         .partition(|t| t.active != 0);
     let active: Vec<String> = active.into_iter().map(|t| t.name).collect();
     let disabled: HashSet<String> = disabled.into_iter().map(|t| t.name).collect();
+    // What payload filters read; an event without a payload matches none.
+    let event_payload: Option<serde_json::Value> = payload
+        .as_deref()
+        .and_then(|p| serde_json::from_str(p).ok());
     let occasion = format!("event:{name}:{}:{key}", tenant.unwrap_or("*"));
     let mut runs = Vec::new();
     for job in store.list_jobs().await? {
+        // An orphaned job takes no new runs, as a kick of it is refused.
         if job.orphaned_at.is_some() {
             continue;
         }
@@ -116,6 +124,11 @@ pub async fn event_runs(
             continue;
         };
         if !spec.on.contains(name) {
+            continue;
+        }
+        if let Some(filter) = spec.on_where.get(name)
+            && !event_payload.as_ref().is_some_and(|p| filter.matches(p))
+        {
             continue;
         }
         let tenants: Vec<String> = match (spec.per_tenant, tenant) {

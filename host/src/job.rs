@@ -163,6 +163,9 @@ pub struct JobSpec {
     /// The events each of which queues a run of the job (`events`).
     #[serde(default)]
     pub on: std::collections::BTreeSet<String>,
+    /// The payload filter of some of those events: only a matching event queues a run.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub on_where: std::collections::BTreeMap<String, crate::event_filter::Filter>,
     /// Absent from definitions registered before flow control.
     #[serde(default)]
     pub flow: Flow,

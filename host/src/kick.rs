@@ -62,7 +62,7 @@ pub enum KickError {
     TenantDisabled(String),
     #[error("a per-tenant job's instances are its tenants: no registered tenant {0:?}")]
     UnknownTenant(String),
-    #[error("the job {0:?} is orphaned: no serving host's manifest names it")]
+    #[error("the job {0:?} is orphaned: no serving host registered it within the orphan grace")]
     Orphaned(String),
     #[error(transparent)]
     Payload(crate::job::JobError),

@@ -50,6 +50,7 @@
 //! Relative paths are resolved against the manifest's own directory. Every problem of a
 //! manifest is reported at once, not just the first.
 
+use crate::event_filter::Filter;
 use crate::files::{
     CollectionSpec, DEFAULT_MAX_OBJECT, DEFAULT_MAX_TENANT_BYTES, DEFAULT_MAX_TENANT_OBJECTS,
     Location,
@@ -139,8 +140,9 @@ struct JobSection {
     payload: Option<toml::Value>,
     /// One child run per active tenant for each fire or kick.
     per_tenant: Option<bool>,
-    /// The events that queue a run of the job.
-    on: Option<BTreeSet<String>>,
+    /// The events that queue a run of the job: names, or `{ event = NAME, where = {
+    /// PATH = VALUE, ... } }` to take only events whose payload matches.
+    on: Option<Vec<toml::Value>>,
     /// One run when the fleet first registers a new version of the job.
     run_on_boot: Option<bool>,
     grants: Option<Grants>,
@@ -541,10 +543,7 @@ fn job(
         }
     }
     let per_tenant = section.per_tenant.unwrap_or(false);
-    let on = section.on.clone().unwrap_or_default();
-    for event in &on {
-        crate::events::validate_event(event).map_err(|e| e.to_string())?;
-    }
+    let (on, on_where) = triggers(section.on.as_deref().unwrap_or_default())?;
     if per_tenant && section.tenant.is_some() {
         return Err(
             "a per_tenant job runs as each active tenant: it has no `tenant` of its own".into(),
@@ -582,6 +581,7 @@ fn job(
         payload,
         per_tenant,
         on,
+        on_where,
         run_on_boot: section.run_on_boot.unwrap_or(false),
         flow: Flow {
             sequential: section
@@ -603,6 +603,44 @@ fn job(
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
+}
+
+/// A job's `on`: the events it subscribes to, and the payload filters of those given one.
+fn triggers(on: &[toml::Value]) -> Result<(BTreeSet<String>, BTreeMap<String, Filter>), String> {
+    const SHAPE: &str =
+        "each `on` entry is an event name or `{ event = \"NAME\", where = { PATH = VALUE } }`";
+    let mut events = BTreeSet::new();
+    let mut filters = BTreeMap::new();
+    for entry in on {
+        let (event, filter) = match entry {
+            toml::Value::String(event) => (event.clone(), None),
+            toml::Value::Table(t) if t.keys().all(|k| k == "event" || k == "where") => {
+                let event = t.get("event").and_then(toml::Value::as_str).ok_or(SHAPE)?;
+                let filter = match t.get("where") {
+                    None => None,
+                    Some(toml::Value::Table(w)) => Some(
+                        Filter::from_table(w)
+                            .map_err(|e| format!("the trigger of event {event:?}: {e}"))?,
+                    ),
+                    Some(_) => {
+                        return Err(format!(
+                            "the trigger of event {event:?}: `where` is a table of PATH = VALUE"
+                        ));
+                    }
+                };
+                (event.to_string(), filter)
+            }
+            _ => return Err(SHAPE.into()),
+        };
+        crate::events::validate_event(&event).map_err(|e| e.to_string())?;
+        if !events.insert(event.clone()) {
+            return Err(format!("the event {event:?} is given twice in `on`"));
+        }
+        if let Some(filter) = filter {
+            filters.insert(event, filter);
+        }
+    }
+    Ok((events, filters))
 }
 
 /// Collections and mounts a job is granted that the manifest does not declare.

@@ -61,12 +61,17 @@ impl Reporter {
 
     async fn deliver(&self, report: &ReportRecord) -> Result<(), StoreError> {
         if report.logged_at.is_none() {
+            // A refusal's reason: host-written text (`capability::refusal`).
+            let reason = serde_json::from_str::<serde_json::Value>(&report.body)
+                .ok()
+                .and_then(|body| body["reason"].as_str().map(str::to_string));
             tracing::warn!(
                 report_id = report.id,
                 kind = %report.kind,
                 job = %report.job,
                 run_id = report.run_id.as_deref(),
                 code = report.code.as_deref(),
+                reason = reason.as_deref(),
                 "report"
             );
             self.metrics.report(&report.kind, "log", "delivered");

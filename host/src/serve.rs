@@ -60,6 +60,8 @@ pub struct ServeConfig {
     pub retention: Option<Duration>,
     /// The page links a run's trace here (`{trace_id}` replaced), if set.
     pub trace_url: Option<String>,
+    /// How long a job no host registers stays un-orphaned (`registration`).
+    pub orphan_grace: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +151,11 @@ pub async fn serve(
         stop.clone(),
     ));
     loops.spawn(reload_loop(shared.clone(), config.clone(), stop.clone()));
+    loops.spawn(registration_loop(
+        shared.clone(),
+        config.clone(),
+        stop.clone(),
+    ));
     loops.spawn(collect_loop(shared.clone(), config.clone(), stop.clone()));
     if let Some(keep) = config.retention {
         loops.spawn(retention_loop(
@@ -682,6 +689,36 @@ async fn reload_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch::
             _ = stop.wait_for(|s| *s) => return,
         }
         shared.catalog.reload_changed(&shared.app).await;
+    }
+}
+
+/// Registers this host's jobs, and orphans what no host registered within the grace.
+async fn registration_loop(
+    shared: Arc<Shared>,
+    config: ServeConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let serving: Vec<String> = shared
+            .catalog
+            .all()
+            .iter()
+            .map(|j| j.spec.name.clone())
+            .collect();
+        match crate::registration::beat(&shared.app.store, &serving, config.orphan_grace).await {
+            Ok(0) => {}
+            Ok(orphaned) => tracing::info!(
+                jobs = orphaned,
+                "jobs no serving host registered within the orphan grace are orphaned: not scheduled, kicked or reached by events"
+            ),
+            Err(e) => {
+                tracing::warn!(code = "driver_failed", error = %e, "registering the served jobs failed")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(crate::registration::beat_interval(config.orphan_grace)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use crate::store::{
     AttemptRecord, FileRecord, JobRecord, LeaseRecord, PauseRecord, RunRecord, RunStatus,
-    StepRecord, TenantRecord, TokenRecord,
+    StepFailureRecord, StepRecord, TenantRecord, TokenRecord,
 };
 use serde_json::{Value, json};
 
@@ -183,7 +183,12 @@ pub const ATTEMPTS_SHOWN: i64 = 100;
 /// whether it had more) and its ledger (the steps its current pass recorded; after a
 /// failure, the evidence of how far the last pass got). Each attempt names the run's
 /// trace, which its log lines, its span and its calls belong to.
-pub fn run_detail(r: &RunRecord, attempts: &[AttemptRecord], steps: &[StepRecord]) -> Value {
+pub fn run_detail(
+    r: &RunRecord,
+    attempts: &[AttemptRecord],
+    steps: &[StepRecord],
+    failed_steps: &[StepFailureRecord],
+) -> Value {
     let mut value = run_view(r, usize::MAX);
     value["payload"] = decoded(Some(&r.payload), "payload", &mut Vec::new());
     let trace_id = r.trace().trace_id();
@@ -196,7 +201,21 @@ pub fn run_detail(r: &RunRecord, attempts: &[AttemptRecord], steps: &[StepRecord
     // Attempts are numbered from 1 without gaps: a first one shown past 1 had others before.
     value["earlier_attempts_omitted"] = attempts.first().is_some_and(|a| a.seq > 1).into();
     value["steps"] = Value::Array(steps.iter().map(step).collect());
+    value["failed_steps"] = Value::Array(failed_steps.iter().map(failed_step).collect());
     value
+}
+
+/// A step attempts failed in without recording it (every pass's; a step recorded later
+/// is in `steps` too): how many, and the last one's failure.
+pub fn failed_step(s: &StepFailureRecord) -> Value {
+    json!({
+        "pass": s.pass,
+        "name": s.name,
+        "failed_attempts": s.attempts,
+        "last_code": s.last_code,
+        "last_error": s.last_error,
+        "last_failed_at": time(s.failed_at),
+    })
 }
 
 pub fn job(job: &JobRecord, lease: Option<&LeaseRecord>, now: i64) -> Value {

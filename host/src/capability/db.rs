@@ -1,9 +1,10 @@
 //! `jobhost:job/db`: the guest's SQL, through the [`GuestDb`] port.
 
+use crate::capability::refusal;
 use crate::engine::bindings::jobhost::job::db::{Host, HostTransaction, Rows, Value};
 use crate::engine::bindings::jobhost::job::types::HostError;
 use crate::engine::state::GuestState;
-use crate::failure::FailureCode;
+use crate::grants::DbGrant;
 use crate::store::guest::{Access, GuestDb, GuestDbError, GuestTx, SqlRows, SqlValue};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -48,9 +49,7 @@ impl GuestState {
         match &self.db.session {
             Some(s) => Ok((s.db.clone(), s.access.clone(), s.txn_bound)),
             None => {
-                self.signals
-                    .refused
-                    .get_or_insert(FailureCode::CapabilityRefused);
+                self.signals.refuse(refusal::capability_not_granted("db"));
                 Err(HostError::CapabilityRefused("not-granted".into()))
             }
         }
@@ -63,11 +62,15 @@ impl GuestState {
                 self.signals.lease_lost = true;
                 HostError::LeaseLost
             }
-            GuestDbError::Refused(refusal) => {
-                self.signals
-                    .refused
-                    .get_or_insert(FailureCode::QueryRefused);
-                HostError::QueryRefused(refusal.reason().into())
+            GuestDbError::Refused(refused) => {
+                if self.signals.refused.is_none() {
+                    let grant = self.db.session.as_ref().map(|s| s.access.grant.clone());
+                    self.signals.refuse(refusal::query(
+                        refused,
+                        grant.as_deref().unwrap_or(&DbGrant::default()),
+                    ));
+                }
+                HostError::QueryRefused(refused.reason().into())
             }
             GuestDbError::Invalid(reason) => HostError::Invalid(reason.into()),
             GuestDbError::Unavailable => {

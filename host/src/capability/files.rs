@@ -2,12 +2,12 @@
 //! translates: it checks the call against the job's grant, passes the run's tenant and
 //! lease along, and turns failures into fixed `host-error` reasons.
 
+use crate::capability::refusal;
 use crate::engine::bindings::jobhost::job::files::{
     Host, HostUpload, ObjectMetadata, ObjectPage, ObjectVersion, PendingFile, ReadError, Verdict,
 };
 use crate::engine::bindings::jobhost::job::types::HostError;
 use crate::engine::state::GuestState;
-use crate::failure::FailureCode;
 use crate::files::{
     Files, FilesError, MAX_OPEN_UPLOADS, MAX_UPLOADS_PER_ATTEMPT, Upload, Uploader,
 };
@@ -80,9 +80,14 @@ impl GuestState {
             Use::Scan => s.grant.may_scan(collection),
         });
         if !allowed {
+            let using = match using {
+                Use::Read => "read",
+                Use::Write => "write",
+                Use::Scan => "scan",
+            };
+            let grant = self.files.session.as_ref().map(|s| s.grant.clone());
             self.signals
-                .refused
-                .get_or_insert(FailureCode::CapabilityRefused);
+                .refuse(refusal::collection(collection, using, grant.as_deref()));
             return Err(HostError::CapabilityRefused("not-granted".into()));
         }
         Ok(self.files.session.as_ref().expect("checked above"))
@@ -91,9 +96,7 @@ impl GuestState {
     fn files_error(&mut self, error: FilesError) -> HostError {
         match error {
             FilesError::UnknownCollection => {
-                self.signals
-                    .refused
-                    .get_or_insert(FailureCode::CapabilityRefused);
+                self.signals.refuse(refusal::undeclared_collection());
                 HostError::CapabilityRefused("not-granted".into())
             }
             FilesError::InvalidName => HostError::Invalid("invalid-name".into()),
@@ -104,7 +107,7 @@ impl GuestState {
             FilesError::NotFound => HostError::Invalid("not-found".into()),
             // The operator was told where; the guest learns only that the host refused.
             FilesError::PathRefused => {
-                self.signals.refused.get_or_insert(FailureCode::PathRefused);
+                self.signals.refuse(refusal::path_refused());
                 HostError::CapabilityRefused("path-refused".into())
             }
             FilesError::Open { .. } | FilesError::Objects(_) | FilesError::Store(_) => {
@@ -437,6 +440,7 @@ mod tests {
     use super::*;
     use crate::engine::output::AttemptLog;
     use crate::engine::state::Capabilities;
+    use crate::failure::FailureCode;
     use crate::files::CollectionSpec;
     use crate::store::{LeaseRequest, Store};
     use std::collections::BTreeMap;
@@ -575,7 +579,10 @@ mod tests {
             Host::stat(&mut guest, "other".into(), "a.txt".into()).await,
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"
         ));
-        assert_eq!(guest.signals.refused, Some(FailureCode::CapabilityRefused));
+        assert_eq!(
+            guest.signals.refused_code(),
+            Some(FailureCode::CapabilityRefused)
+        );
         assert!(matches!(
             Host::stat(&mut guest, "docs".into(), "../a".into()).await,
             Err(HostError::Invalid(r)) if r == "invalid-name"

@@ -4,12 +4,12 @@
 //! and the ids that make a retried pass start nothing twice. The rows are
 //! `store::family`'s; what a wait leads to is the runner's and `crate::family`'s.
 
+use crate::capability::refusal;
 use crate::engine::bindings::jobhost::job::jobs::{
     Enqueued, Host, NewRun as WitNewRun, Options, WaitPolicy,
 };
 use crate::engine::bindings::jobhost::job::types::HostError;
 use crate::engine::state::GuestState;
-use crate::failure::FailureCode;
 use crate::grants::Grants;
 use crate::store::family::{ChildRun, Enqueue, ParentLink};
 use crate::store::guest::{Fence, GuestDbError};
@@ -106,14 +106,21 @@ impl GuestState {
     }
 
     fn refuse(&mut self, reason: &str) -> HostError {
-        self.signals
-            .refused
-            .get_or_insert(FailureCode::CapabilityRefused);
+        let grant = self
+            .jobs
+            .session
+            .as_ref()
+            .and_then(|s| s.grants.jobs.as_ref());
+        let refused = match grant {
+            None => refusal::capability_not_granted("jobs"),
+            Some(grant) => refusal::start(reason, Some(grant)),
+        };
+        self.signals.refuse(refused);
         HostError::CapabilityRefused(reason.into())
     }
 
     fn over_limit(&mut self) -> HostError {
-        self.signals.refused.get_or_insert(FailureCode::RunLimit);
+        self.signals.refuse(refusal::run_limit());
         invalid("run-limit")
     }
 

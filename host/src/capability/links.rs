@@ -2,10 +2,10 @@
 //! translates: it checks the mount against the job's grant (nothing is sent otherwise),
 //! passes the attempt along, and turns failures into fixed `host-error` reasons.
 
+use crate::capability::refusal;
 use crate::engine::bindings::jobhost::job::links::{Host, Request, Response};
 use crate::engine::bindings::jobhost::job::types::HostError;
 use crate::engine::state::GuestState;
-use crate::failure::FailureCode;
 use crate::links::{Caller, LinkError, Links};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -29,18 +29,18 @@ impl LinksCapability {
 }
 
 impl GuestState {
-    fn refuse_link(&mut self, reason: &str) -> HostError {
+    fn refuse_link(&mut self, reason: &str, mount: &str) -> HostError {
+        let grant = self.links.session.as_ref().map(|s| s.grant.clone());
         self.signals
-            .refused
-            .get_or_insert(FailureCode::CapabilityRefused);
+            .refuse(refusal::link(reason, mount, grant.as_deref()));
         HostError::CapabilityRefused(reason.into())
     }
 
-    fn link_error(&mut self, error: LinkError) -> HostError {
+    fn link_error(&mut self, error: LinkError, mount: &str) -> HostError {
         match error {
-            LinkError::UnknownMount => self.refuse_link("not-granted"),
-            LinkError::MethodNotAllowed => self.refuse_link("method-not-allowed"),
-            LinkError::ActionNotDeclared => self.refuse_link("action-not-declared"),
+            LinkError::UnknownMount => self.refuse_link("not-granted", mount),
+            LinkError::MethodNotAllowed => self.refuse_link("method-not-allowed", mount),
+            LinkError::ActionNotDeclared => self.refuse_link("action-not-declared", mount),
             LinkError::BadPath => HostError::Invalid("bad-path".into()),
             LinkError::BadHeader => HostError::Invalid("bad-header".into()),
             LinkError::HeaderNotAllowed => HostError::Invalid("header-not-allowed".into()),
@@ -68,7 +68,7 @@ impl Host for GuestState {
             .as_ref()
             .filter(|s| s.grant.contains(&mount))
         else {
-            return Err(self.refuse_link("not-granted"));
+            return Err(self.refuse_link("not-granted", &mount));
         };
         let (links, caller) = (session.links.clone(), session.caller.clone());
         let request = crate::links::Request {
@@ -85,7 +85,7 @@ impl Host for GuestState {
                 headers: response.headers,
                 body: response.body,
             }),
-            Err(e) => Err(self.link_error(e)),
+            Err(e) => Err(self.link_error(e, &mount)),
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod files;
 pub mod jobs;
 pub mod links;
 pub mod log;
+pub mod refusal;
 pub mod run;
 pub mod steps;
 

@@ -6,7 +6,6 @@
 use crate::engine::bindings::jobhost::job::steps::{Host, PassEnd};
 use crate::engine::bindings::jobhost::job::types::HostError;
 use crate::engine::state::GuestState;
-use crate::failure::FailureCode;
 use crate::json_rule;
 use crate::store::guest::{Fence, GuestDbError};
 use crate::store::{ProgressWrite, Store};
@@ -20,6 +19,12 @@ pub const MAX_STEPS_PER_PASS: usize = 1000;
 /// Most bytes of results one pass's ledger may hold: the ledger is read into the host's
 /// memory when an attempt reaches its first step.
 pub const MAX_LEDGER_BYTES: usize = 4 << 20;
+/// Most steps a failed attempt notes as failed in (`Store::note_step_failures`): an
+/// attempt fails in one step, the others it reached it recorded, unless their transaction
+/// did not commit.
+pub const MAX_NOTED_FAILURES: usize = 16;
+/// Longest message a failed step keeps of its attempt's failure, in bytes.
+pub const MAX_STEP_ERROR_BYTES: usize = 512;
 /// Longest counter name, in bytes.
 pub const MAX_COUNTER_NAME_BYTES: usize = 64;
 /// Most counters one run may have.
@@ -82,6 +87,21 @@ impl StepsCapability {
         self.counters_changed.then(|| counters_json(&self.counters))
     }
 
+    /// The steps this attempt reached that the pass's ledger did not hold when it read it:
+    /// those an attempt that fails may have failed in (at most [`MAX_NOTED_FAILURES`]).
+    pub fn reached_new(&self) -> Vec<String> {
+        let ledger = self.ledger.as_ref();
+        let mut names: Vec<String> = self
+            .reached
+            .iter()
+            .filter(|name| !ledger.is_some_and(|l| l.contains_key(*name)))
+            .cloned()
+            .collect();
+        names.sort();
+        names.truncate(MAX_NOTED_FAILURES);
+        names
+    }
+
     /// The pass's end, if the guest committed it with its writes.
     pub fn committed(&self) -> Option<&CommittedEnd> {
         self.committed.as_ref()
@@ -105,8 +125,7 @@ impl GuestState {
     fn steps_session(&mut self) -> Result<&StepsSession, HostError> {
         if self.steps.session.is_none() {
             self.signals
-                .refused
-                .get_or_insert(FailureCode::CapabilityRefused);
+                .refuse(crate::capability::refusal::capability_not_granted("steps"));
             return Err(HostError::CapabilityRefused("not-granted".into()));
         }
         if self.steps.committed.is_some() {
@@ -159,7 +178,8 @@ impl Host for GuestState {
         }
         let (store, run_id, pass) = (session.store.clone(), session.run_id.clone(), session.pass);
         if self.steps.reached.contains(&name) {
-            self.signals.refused.get_or_insert(FailureCode::StepReused);
+            self.signals
+                .refuse(crate::capability::refusal::step_reused());
             return Err(invalid("step-reused"));
         }
         if self.steps.ledger.is_none() {
@@ -317,6 +337,7 @@ mod tests {
     use super::*;
     use crate::engine::output::AttemptLog;
     use crate::engine::state::Capabilities;
+    use crate::failure::FailureCode;
     use crate::store::LeaseRequest;
 
     /// An attempt's state with only `steps`, on a fresh SQLite store holding the lease.
@@ -378,7 +399,7 @@ mod tests {
         let (mut first, _) = attempt(&dir, 1).await;
         assert!(matches!(first.start("a".into()).await, Ok(None)));
         assert_eq!(reason(first.start("a".into()).await), "step-reused");
-        assert_eq!(first.signals.refused, Some(FailureCode::StepReused));
+        assert_eq!(first.signals.refused_code(), Some(FailureCode::StepReused));
         assert_eq!(
             reason(first.record("b".into(), "1".into()).await),
             "step-not-started"
@@ -468,6 +489,9 @@ mod tests {
             state.start("a".into()).await,
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"
         ));
-        assert_eq!(state.signals.refused, Some(FailureCode::CapabilityRefused));
+        assert_eq!(
+            state.signals.refused_code(),
+            Some(FailureCode::CapabilityRefused)
+        );
     }
 }

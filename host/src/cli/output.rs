@@ -66,6 +66,28 @@ pub fn progress(run: &RunRecord, steps: &[crate::store::StepRecord]) {
     }
 }
 
+/// The steps attempts failed in without recording them.
+pub fn failed_steps(failed: &[crate::store::StepFailureRecord]) {
+    for step in failed {
+        let times = if step.attempts == 1 { "once" } else { "times" };
+        let count = if step.attempts == 1 {
+            String::new()
+        } else {
+            format!("{} ", step.attempts)
+        };
+        println!(
+            "  step {} (pass {}) failed {count}{times}, last: {}{}",
+            for_terminal(&step.name),
+            step.pass,
+            step.last_code,
+            step.last_error
+                .as_deref()
+                .map(|e| format!(": {}", for_terminal(e)))
+                .unwrap_or_default()
+        );
+    }
+}
+
 /// An attempt's log, indented under what was printed about it.
 pub fn log(attempt: &AttemptRecord) {
     for line in attempt.log.lines() {

@@ -157,12 +157,17 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             };
             let attempts = store.list_attempts(&id, views::ATTEMPTS_SHOWN).await?;
             let steps = store.run_steps(&id).await?;
+            let failed_steps = store.run_step_failures(&id).await?;
             if json {
-                println!("{}", views::run_detail(&run, &attempts, &steps));
+                println!(
+                    "{}",
+                    views::run_detail(&run, &attempts, &steps, &failed_steps)
+                );
             } else {
                 output::run_result(&run, false);
                 println!("  trace {}", run.trace().trace_id());
                 output::progress(&run, &steps);
+                output::failed_steps(&failed_steps);
                 for a in &attempts {
                     println!(
                         "  attempt {} (pass {}, try {}, generation {}): {}{} in {} ms, fuel {}, peak memory {}",

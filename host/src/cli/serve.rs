@@ -77,6 +77,11 @@ pub struct ServeArgs {
     /// is published a quarter of this before it signs.
     #[arg(long, value_parser = parse_duration, default_value = "24h")]
     pub key_rotation: Duration,
+    /// How long a job that no serving host registers (its manifest names it) stays
+    /// scheduled and kickable before it is orphaned; each host registers its jobs four
+    /// times per grace. Every host of a fleet should use the same [default: 60s].
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub orphan_grace: Option<Duration>,
     /// POST every report to this URL (JSON).
     #[arg(long)]
     pub webhook: Option<String>,
@@ -200,14 +205,6 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
     .await?;
     let specs = manifest.map(|m| m.jobs).unwrap_or_default();
     let catalog = Catalog::load(&app, specs, tz).await?;
-    let serving: Vec<String> = catalog.all().iter().map(|j| j.spec.name.clone()).collect();
-    let orphaned = app.store.mark_orphans(&serving).await?;
-    if orphaned > 0 {
-        tracing::info!(
-            jobs = orphaned,
-            "jobs no longer in the manifest are orphaned: not scheduled or kicked"
-        );
-    }
     let config = ServeConfig {
         listen: args.listen,
         api_limits: crate::http::ConnectionLimits {
@@ -240,6 +237,9 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
         stale: args.attempts.lease_grace,
         retention: args.retention.or(host.retention),
         trace_url: args.trace_url,
+        orphan_grace: args
+            .orphan_grace
+            .unwrap_or(crate::registration::ORPHAN_GRACE),
     };
     serve(app, catalog, config, shutdown_signal()).await?;
     Ok(0)

@@ -11,6 +11,7 @@ use crate::capability::db::{DbCapability, DbSession};
 use crate::capability::files::{FilesCapability, FilesSession};
 use crate::capability::jobs::{JobsCapability, JobsSession};
 use crate::capability::links::{LinksCapability, LinksSession};
+use crate::capability::refusal::Refused;
 use crate::capability::run::{RunCapability, RunSession};
 use crate::capability::steps::{CommittedEnd, StepsCapability, StepsSession};
 use crate::failure::FailureCode;
@@ -78,8 +79,12 @@ impl Outcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptFailure {
     pub code: FailureCode,
-    /// The guest's own message (truncated), for the run record only.
+    /// The guest's own message (truncated), for the run record only; after a refusal,
+    /// the host's reason first.
     pub message: Option<String>,
+    /// Why a host call was refused, in the host's words (`capability::refusal`): the one
+    /// text of a failure a report may carry.
+    pub reason: Option<String>,
 }
 
 #[derive(Debug)]
@@ -95,6 +100,8 @@ pub struct AttemptReport {
     pub counters: Option<String>,
     /// The pass recorded that it waits for the children it started (`jobs`).
     pub waits_for_children: bool,
+    /// The steps the attempt reached that the pass's ledger did not hold.
+    pub steps_reached: Vec<String>,
 }
 
 impl AttemptReport {
@@ -110,6 +117,7 @@ impl AttemptReport {
             log_truncated: false,
             counters: None,
             waits_for_children: false,
+            steps_reached: Vec::new(),
         }
     }
 }
@@ -136,6 +144,7 @@ impl Engine {
                 result: Err(AttemptFailure {
                     code: FailureCode::OutOfFuel,
                     message: None,
+                    reason: None,
                 }),
                 fuel_used: 0,
                 peak_memory: 0,
@@ -144,6 +153,7 @@ impl Engine {
                 log_truncated: false,
                 counters: None,
                 waits_for_children: false,
+                steps_reached: Vec::new(),
             };
         }
         let capabilities = Capabilities {
@@ -192,6 +202,7 @@ impl Engine {
             log_truncated,
             counters: state.steps.changed_counters(),
             waits_for_children: state.jobs.waits(),
+            steps_reached: state.steps.reached_new(),
         }
     }
 
@@ -274,6 +285,17 @@ fn classify(
     let fail = |code, message: Option<String>| AttemptFailure {
         code,
         message: message.map(|m| crate::guest_text::for_storage(&m, MAX_MESSAGE_BYTES)),
+        reason: None,
+    };
+    // A failure after a refusal: the refusal's code, and its reason before the guest's
+    // words.
+    let refused = |refused: &Refused, message: String| AttemptFailure {
+        code: refused.code,
+        message: Some(crate::guest_text::for_storage(
+            &refused.with_guest_message(&message),
+            MAX_MESSAGE_BYTES,
+        )),
+        reason: Some(refused.reason.clone()),
     };
     match state.steps.committed() {
         Some(CommittedEnd::Done) => return Ok(Outcome::Done),
@@ -348,21 +370,19 @@ fn classify(
         },
         // Reusing a step name is a bug in the job, whatever it made of the refusal.
         Err(handler::JobError::Unrecoverable(message) | handler::JobError::Failed(message))
-            if state.signals.refused == Some(FailureCode::StepReused) =>
+            if state.signals.refused_code() == Some(FailureCode::StepReused) =>
         {
-            Err(fail(FailureCode::StepReused, Some(message)))
+            let reused = state.signals.refused.as_ref().expect("checked above");
+            Err(refused(reused, message))
         }
         Err(handler::JobError::Unrecoverable(message)) => {
             Err(fail(FailureCode::Unrecoverable, Some(message)))
         }
-        Err(handler::JobError::Failed(message)) => {
-            let code = if state.signals.unavailable {
-                FailureCode::DriverFailed
-            } else {
-                state.signals.refused.unwrap_or(FailureCode::HandlerFailed)
-            };
-            Err(fail(code, Some(message)))
-        }
+        Err(handler::JobError::Failed(message)) => match &state.signals.refused {
+            _ if state.signals.unavailable => Err(fail(FailureCode::DriverFailed, Some(message))),
+            Some(first) => Err(refused(first, message)),
+            None => Err(fail(FailureCode::HandlerFailed, Some(message))),
+        },
     }
 }
 

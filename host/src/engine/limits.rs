@@ -224,6 +224,7 @@ mod tests {
             payload: serde_json::json!({}),
             per_tenant: false,
             on: Default::default(),
+            on_where: Default::default(),
             run_on_boot: false,
             flow: Default::default(),
             lane: crate::job::DEFAULT_LANE.into(),

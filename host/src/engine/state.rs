@@ -6,6 +6,7 @@ use crate::capability::db::DbCapability;
 use crate::capability::files::FilesCapability;
 use crate::capability::jobs::JobsCapability;
 use crate::capability::links::LinksCapability;
+use crate::capability::refusal::Refused;
 use crate::capability::run::RunCapability;
 use crate::capability::steps::StepsCapability;
 use crate::failure::FailureCode;
@@ -18,10 +19,22 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 pub struct Signals {
     /// A commit's fence failed: the attempt no longer held its lease.
     pub lease_lost: bool,
-    /// The first refusal a host call returned.
-    pub refused: Option<FailureCode>,
+    /// The first refusal a host call returned, with the host's reason.
+    pub refused: Option<Refused>,
     /// A host call could not reach the database.
     pub unavailable: bool,
+}
+
+impl Signals {
+    /// Notes a refusal, unless one was noted before: the first is why.
+    pub fn refuse(&mut self, refused: Refused) {
+        self.refused.get_or_insert(refused);
+    }
+
+    /// The code of the refusal noted, if any.
+    pub fn refused_code(&self) -> Option<FailureCode> {
+        self.refused.as_ref().map(|r| r.code)
+    }
 }
 
 /// Most host resources (handles: streams, transactions, uploads...) an attempt may hold

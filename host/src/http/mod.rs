@@ -638,8 +638,9 @@ async fn get_run(
         .list_attempts(&id, views::ATTEMPTS_SHOWN)
         .await?;
     let steps = s.app.store.run_steps(&id).await?;
+    let failed_steps = s.app.store.run_step_failures(&id).await?;
     let files = s.app.store.run_files(&id, views::FILES_SHOWN).await?;
-    let mut detail = views::run_detail(&run, &attempts, &steps);
+    let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
     detail["files"] = files.iter().map(views::file).collect();
     detail["trace_url"] = match (&s.trace_url, detail["trace_id"].as_str()) {
         (Some(template), Some(id)) => template.replace("{trace_id}", id).into(),

@@ -17,7 +17,7 @@ use crate::capability::files::FilesSession;
 use crate::capability::jobs::JobsSession;
 use crate::capability::links::LinksSession;
 use crate::capability::run::RunSession;
-use crate::capability::steps::StepsSession;
+use crate::capability::steps::{MAX_STEP_ERROR_BYTES, StepsSession};
 use crate::engine::attempt::{
     AttemptFailure, AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext,
 };
@@ -319,6 +319,7 @@ impl Runner {
                 .await
         };
         let counters = report.counters.clone();
+        self.note_failed_steps(&run, &report).await;
         let waits = report.waits_for_children;
         let (ending, result) = span.in_scope(|| self.attempt_ending(&run, attempt, report));
         let decided = decide(&run, spec, result, counters);
@@ -330,6 +331,37 @@ impl Runner {
         let change = self.change(&run, spec, decided, true);
         self.hand_over(run, spec, lease, Some(ending), change, until)
             .await
+    }
+
+    /// Keeps, for each step a failed attempt reached without recording it, one more failed
+    /// attempt and this failure (its code and its message, bounded and terminal-safe), so
+    /// the run's ledger says where its attempts failed and how often. An attempt stopped
+    /// by the host's shutdown did not fail. Diagnostic: a failure to note it is logged,
+    /// and the attempt's ending recorded all the same.
+    async fn note_failed_steps(&self, run: &RunRecord, report: &AttemptReport) {
+        let Err(failure) = &report.result else {
+            return;
+        };
+        if report.steps_reached.is_empty() || failure.code == FailureCode::Cancelled {
+            return;
+        }
+        let message = failure.message.as_deref().map(|m| {
+            let bounded = crate::guest_text::for_storage(m, MAX_STEP_ERROR_BYTES);
+            crate::guest_text::for_terminal(&bounded).into_owned()
+        });
+        let noted = self
+            .store
+            .note_step_failures(
+                &run.id,
+                run.pass,
+                &report.steps_reached,
+                failure.code.as_str(),
+                message.as_deref(),
+            )
+            .await;
+        if let Err(e) = noted {
+            tracing::warn!(run_id = %run.id, code = "driver_failed", error = %e, "could not note the steps the attempt failed in");
+        }
     }
 
     /// Hands what a run's attempt (or a decision without one) led to to the finisher.
@@ -691,7 +723,13 @@ impl Runner {
                     run,
                     spec.payload.to_string(),
                 ))),
-                report: failure.code.map(|code| Box::new(report_about(run, code))),
+                report: failure.code.map(|code| {
+                    let report = report_about(run, code);
+                    Box::new(match &failure.reason {
+                        Some(reason) => report.with_reason(reason),
+                        None => report,
+                    })
+                }),
             },
         }
     }
@@ -837,6 +875,7 @@ fn decide(
             let failure = Failure {
                 code: Some(f.code),
                 message: f.message,
+                reason: f.reason,
             };
             let allowed = i64::from(spec.retry.retries) + 1;
             if f.code.is_retryable() && failures < allowed {
@@ -865,11 +904,13 @@ fn unstarted(run: &RunRecord, code: FailureCode) -> Decided {
     }
 }
 
-/// A failure code with the guest's own message, if any.
+/// A failure code with the guest's own message, if any, and the host's reason for a
+/// refusal.
 #[derive(Debug, PartialEq)]
 struct Failure {
     code: Option<FailureCode>,
     message: Option<String>,
+    reason: Option<String>,
 }
 
 impl Failure {
@@ -877,6 +918,7 @@ impl Failure {
         Failure {
             code: None,
             message: None,
+            reason: None,
         }
     }
 
@@ -884,6 +926,7 @@ impl Failure {
         Failure {
             code: Some(code),
             message: None,
+            reason: None,
         }
     }
 }
@@ -963,6 +1006,7 @@ mod tests {
             payload: serde_json::json!({}),
             per_tenant: false,
             on: Default::default(),
+            on_where: Default::default(),
             run_on_boot: false,
             flow: Flow {
                 max_defers,
@@ -976,6 +1020,7 @@ mod tests {
         Err(AttemptFailure {
             code,
             message: Some("it broke".into()),
+            reason: None,
         })
     }
 
@@ -995,6 +1040,7 @@ mod tests {
             failure: Failure {
                 code: Some(code),
                 message: message.map(str::to_string),
+                reason: None,
             },
             failures,
             counters: None,

@@ -70,6 +70,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     21 => "0021_backlogs_claimed_in_the_order_they_were_queued",
     22 => "0022_operator_controls",
     23 => "0023_jobs_that_start_jobs",
+    24 => "0024_served_jobs_and_failed_steps",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -95,6 +96,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     21 => "0021_backlogs_claimed_in_the_order_they_were_queued",
     22 => "0022_operator_controls",
     23 => "0023_jobs_that_start_jobs",
+    24 => "0024_served_jobs_and_failed_steps",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

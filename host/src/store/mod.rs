@@ -504,13 +504,23 @@ impl Store {
         })
     }
 
-    /// Marks the jobs not in `serving` (the names a serving host's manifest has) orphaned;
-    /// how many it marked.
-    pub async fn mark_orphans(&self, serving: &[String]) -> Result<u64> {
-        let q = &self.q.mark_orphans;
+    /// Registers `serving` (the names a serving host's manifest has) as served now, and
+    /// restores any of them that was orphaned.
+    pub async fn serve_jobs(&self, serving: &[String]) -> Result<()> {
+        let q = &self.q.serve_jobs;
         let names = serde_json::to_string(serving).expect("names serialise");
+        with_pool!(self.pool, p => {
+            sqlx::query(q.as_str()).bind(&names).execute(p).await?;
+        });
+        Ok(())
+    }
+
+    /// Marks orphaned the jobs nothing registered for `grace`; how many it marked.
+    pub async fn mark_orphans(&self, grace: Duration) -> Result<u64> {
+        let q = &self.q.mark_orphans;
+        let grace = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
         Ok(
-            with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(&names).execute(p).await?.rows_affected()),
+            with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(grace).execute(p).await?.rows_affected()),
         )
     }
 

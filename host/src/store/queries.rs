@@ -549,6 +549,7 @@ queries! {
         AND status NOT IN ('queued', 'running') ORDER BY created_at LIMIT $2";
     prune_attempts = "DELETE FROM jobhost_attempts WHERE run_id IN {json_ids}";
     prune_steps = "DELETE FROM jobhost_steps WHERE run_id IN {json_ids}";
+    prune_step_failures = "DELETE FROM jobhost_step_failures WHERE run_id IN {json_ids}";
     prune_runs = "DELETE FROM jobhost_runs WHERE id IN {json_ids} \
         AND status NOT IN ('queued', 'running')";
     // An orphaned job once it has no runs left (and its leases).
@@ -598,6 +599,18 @@ queries! {
         WHERE run_id = $1 ORDER BY pass, recorded_at, name";
     record_step_fenced = "INSERT INTO jobhost_steps (run_id, pass, name, result, generation, recorded_at) \
         SELECT $5, $6, $7, $8, $3, {now} WHERE {lease_held}";
+    // An attempt that failed after reaching step `$3` of pass `$2` of run `$1`, unless the
+    // step is recorded (in a transaction that committed): one more failed attempt, and
+    // its failure (`$4` code, `$5` message) the last.
+    note_step_failure = "INSERT INTO jobhost_step_failures \
+        (run_id, pass, name, attempts, last_code, last_error, failed_at) \
+        SELECT $1, $2, $3, 1, $4, $5, {now} WHERE NOT EXISTS (SELECT 1 FROM jobhost_steps s \
+            WHERE s.run_id = $1 AND s.pass = $2 AND s.name = $3) \
+        ON CONFLICT (run_id, pass, name) DO UPDATE SET \
+        attempts = jobhost_step_failures.attempts + 1, last_code = excluded.last_code, \
+        last_error = excluded.last_error, failed_at = excluded.failed_at";
+    run_step_failures = "SELECT pass, name, attempts, last_code, last_error, failed_at \
+        FROM jobhost_step_failures WHERE run_id = $1 ORDER BY pass, failed_at, name";
     record_step = "INSERT INTO jobhost_steps (run_id, pass, name, result, generation, recorded_at) \
         VALUES ($1, $2, $3, $4, $5, {now})";
     end_pass = "UPDATE jobhost_runs SET cursor = CASE WHEN $6 = 1 THEN cursor ELSE $4 END, \
@@ -721,9 +734,13 @@ queries! {
     get_tenant = "SELECT name, active, created_at, updated_at FROM jobhost_tenants WHERE name = $1";
     set_tenant_active = "UPDATE jobhost_tenants SET active = $2, updated_at = {now} WHERE name = $1";
     disabled_tenants = "SELECT name FROM jobhost_tenants WHERE active = 0";
-    // Jobs no longer named by a serving host's manifest (`$1`: the names it serves).
+    // A serving host registers the jobs it serves (`$1`), restoring any orphaned.
+    serve_jobs = "UPDATE jobhost_jobs SET served_at = {now}, orphaned_at = NULL \
+        WHERE name IN {json_ids}";
+    // Jobs that no host registered, served or upserted, for the last `$1` ms.
     mark_orphans = "UPDATE jobhost_jobs SET orphaned_at = {now} \
-        WHERE orphaned_at IS NULL AND name NOT IN {json_ids}";
+        WHERE orphaned_at IS NULL AND updated_at < {now} - $1 \
+        AND (served_at IS NULL OR served_at < {now} - $1)";
     // The first registration of a version of a run_on_boot job takes its boot.
     take_boot = "UPDATE jobhost_jobs SET boot_digest = $2 \
         WHERE name = $1 AND boot_digest IS DISTINCT FROM $2";

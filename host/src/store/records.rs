@@ -219,7 +219,7 @@ crate::record! {
         pub last_success_at: Option<i64>,
         pub missed_reported_at: Option<i64>,
         pub per_tenant: i64,
-        /// Set while no serving host's manifest names the job.
+        /// Set once no serving host registered the job within the orphan grace.
         pub orphaned_at: Option<i64>,
     }
 }
@@ -450,6 +450,16 @@ impl NewReport {
         }
     }
 
+    /// The report with a refusal's reason: host-written text (`capability::refusal`),
+    /// never the guest's.
+    pub fn with_reason(mut self, reason: &str) -> Self {
+        let mut body: serde_json::Value =
+            serde_json::from_str(&self.body).expect("a report's body is JSON");
+        body["reason"] = reason.into();
+        self.body = body.to_string();
+        self
+    }
+
     /// A report about the host's own storage, by one of its chores (`job`): no run, and
     /// `details` (fixed fields, host-made values) beside the kind, job and code.
     pub fn about_storage(
@@ -613,6 +623,22 @@ crate::record! {
         /// Its place among the runs due at the same time, in claim order: where the next page
         /// of candidates starts.
         pub position: String,
+    }
+}
+
+crate::record! {
+    /// A step that attempts reached and failed in without recording it.
+    #[derive(Debug, Clone, Serialize)]
+    pub struct StepFailureRecord {
+        pub pass: i64,
+        pub name: String,
+        /// How many attempts failed after reaching it without recording it.
+        pub attempts: i64,
+        /// The last such attempt's failure code, and its message, bounded and
+        /// terminal-safe.
+        pub last_code: String,
+        pub last_error: Option<String>,
+        pub failed_at: i64,
     }
 }
 

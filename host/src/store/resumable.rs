@@ -8,8 +8,8 @@
 use super::guest::Fence;
 use super::queries::Queries;
 use super::{
-    DueCandidate, Exclusive, NewRun, ProgressWrite, Result, RunRecord, StepRecord, Store,
-    StoreError,
+    DueCandidate, Exclusive, NewRun, ProgressWrite, Result, RunRecord, StepFailureRecord,
+    StepRecord, Store, StoreError,
 };
 use sqlx::{Connection, SqliteConnection};
 
@@ -130,6 +130,42 @@ impl Store {
     /// A run's ledger, for operators: the steps its current (or last) pass recorded.
     pub async fn run_steps(&self, run_id: &str) -> Result<Vec<StepRecord>> {
         let q = &self.q.run_steps;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(run_id)
+            .fetch_all(p)
+            .await?))
+    }
+
+    /// Notes that an attempt of `run_id`'s pass `pass` failed (`code`, `message`) after
+    /// reaching `names`: each one it did not record counts one more failed attempt, with
+    /// this failure its last.
+    pub async fn note_step_failures(
+        &self,
+        run_id: &str,
+        pass: i64,
+        names: &[String],
+        code: &str,
+        message: Option<&str>,
+    ) -> Result<()> {
+        let q = &self.q.note_step_failure;
+        for name in names {
+            with_pool!(self.pool, p => {
+                sqlx::query(q.as_str())
+                    .bind(run_id)
+                    .bind(pass)
+                    .bind(name)
+                    .bind(code)
+                    .bind(message)
+                    .execute(p)
+                    .await?;
+            });
+        }
+        Ok(())
+    }
+
+    /// The steps of a run that attempts failed in without recording them, every pass's.
+    pub async fn run_step_failures(&self, run_id: &str) -> Result<Vec<StepFailureRecord>> {
+        let q = &self.q.run_step_failures;
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
             .bind(run_id)
             .fetch_all(p)

@@ -36,7 +36,7 @@ impl Store {
                 .fetch_all(&mut *tx)
                 .await?;
             let ids = serde_json::to_string(&ids).expect("ids serialise");
-            for sql in [&q.prune_attempts, &q.prune_steps] {
+            for sql in [&q.prune_attempts, &q.prune_steps, &q.prune_step_failures] {
                 sqlx::query(sql.as_str()).bind(&ids).execute(&mut *tx).await?;
             }
             let runs = sqlx::query(q.prune_runs.as_str())

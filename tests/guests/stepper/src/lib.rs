@@ -21,9 +21,10 @@
 //!   (defaults): a step named by `name_bytes` bytes, one whose result is a string of
 //!   `result_bytes` bytes, one whose result nests `depth` arrays deep. Logs `refused
 //!   {name|result|depth}: {reason}` or `accepted {...}` for each. Ends `done`.
-//! - `{"scenario": "retry", "fail_times": f, "attempts": a}`: the step `flaky`, whose work
-//!   fails its first `f` tries, run with `step_with` for up to `a` tries 5 ms apart; logs
-//!   `flaky: {tries} tries` when it succeeds, or fails the attempt with its error.
+//! - `{"scenario": "retry", "fail_times": f, "attempts": a, "first_attempt_only": false}`:
+//!   the step `flaky`, whose work fails its first `f` tries (with `first_attempt_only`,
+//!   only in the run's first attempt), run with `step_with` for up to `a` tries 5 ms apart;
+//!   logs `flaky: {tries} tries` when it succeeds, or fails the attempt with its error.
 //! - `{"scenario": "bad_cursor", "depth": 40, "commit_pass": false}`: returns `continue`
 //!   with a cursor nesting `depth` arrays deep; with `commit_pass`, ends the pass with it
 //!   through `commit-pass` instead, logs `refused cursor: {reason}` and ends `done`. A
@@ -78,6 +79,8 @@ enum Scenario {
     Retry {
         fail_times: u32,
         attempts: u32,
+        #[serde(default)]
+        first_attempt_only: bool,
     },
 }
 
@@ -144,7 +147,11 @@ impl Job for Stepper {
             Scenario::Retry {
                 fail_times,
                 attempts,
-            } => retry(*fail_times, *attempts),
+                first_attempt_only,
+            } => {
+                let failing = !*first_attempt_only || ctx.attempt == 1;
+                retry(if failing { *fail_times } else { 0 }, *attempts)
+            }
         }
     }
 }
