@@ -982,13 +982,12 @@ impl Record {
             );
         }
         println!(
-            "enqueue (not clocked): jobhost, the parent's first pass (start, {} enqueue_all \
-             calls of up to 1000, the wait); graphile-worker, the parent task (counter row and \
+            "enqueue (not clocked): jobhost, the parent's first pass (start, the children in \
+             enqueue_all calls of 1000, the wait); graphile-worker, the parent task (counter row and \
              one add_jobs, one transaction). last->res.: from the last child's end to the \
              resume (jobhost: the family sweep wakes the parent, every 250 ms; \
              graphile-worker: the last child adds it). CPU: the process's, DB: the Postgres \
-             server's, from queueing the parent to seeing the resume, per child",
-            s.fanout.div_ceil(1000)
+             server's, from queueing the parent to seeing the resume, per child"
         );
     }
 

@@ -110,9 +110,8 @@ pub async fn event_runs(
     let active: Vec<String> = active.into_iter().map(|t| t.name).collect();
     let disabled: HashSet<String> = disabled.into_iter().map(|t| t.name).collect();
     // What payload filters read; an event without a payload matches none.
-    let event_payload: Option<serde_json::Value> = payload
-        .as_deref()
-        .and_then(|p| serde_json::from_str(p).ok());
+    let event_payload: Option<serde_json::Value> =
+        payload.and_then(|p| serde_json::from_str(p).ok());
     let occasion = format!("event:{name}:{}:{key}", tenant.unwrap_or("*"));
     let mut runs = Vec::new();
     for job in store.list_jobs().await? {

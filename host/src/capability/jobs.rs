@@ -464,3 +464,97 @@ impl Host for GuestState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::FailureCode;
+
+    fn asked(job: &str, payload: &str, key: Option<&str>) -> WitNewRun {
+        WitNewRun {
+            job: job.into(),
+            payload: payload.into(),
+            options: Options {
+                instance: None,
+                delay_ms: 0,
+                priority: 0,
+                dedup_key: key.map(str::to_string),
+                detached: false,
+            },
+        }
+    }
+
+    fn parent(run_id: &str, pass: i64) -> ParentLink {
+        ParentLink {
+            run_id: run_id.into(),
+            generation: 1,
+            pass,
+            attempt: 1,
+        }
+    }
+
+    #[test]
+    fn a_retried_pass_names_the_same_children_and_a_changed_call_new_ones() {
+        let p = parent("p", 1);
+        let id =
+            |p: &ParentLink, call, index, run: &WitNewRun| child_id(p, "acme", call, index, run);
+        let a = asked("thumb", r#"{"n":1}"#, None);
+        assert_eq!(id(&p, 0, 0, &a), id(&p, 0, 0, &a));
+        assert_ne!(id(&p, 0, 0, &a), id(&p, 0, 1, &a));
+        assert_ne!(id(&p, 0, 0, &a), id(&p, 1, 0, &a));
+        assert_ne!(
+            id(&p, 0, 0, &a),
+            id(&p, 0, 0, &asked("thumb", r#"{"n":2}"#, None))
+        );
+        assert_ne!(id(&p, 0, 0, &a), id(&parent("p", 2), 0, 0, &a));
+        assert_ne!(id(&p, 0, 0, &a), id(&parent("q", 1), 0, 0, &a));
+    }
+
+    #[test]
+    fn a_dedup_key_names_one_run_per_job_and_tenant_whoever_asks() {
+        let keyed = asked("thumb", r#"{"n":1}"#, Some("order-7"));
+        let other = asked("thumb", r#"{"n":2}"#, Some("order-7"));
+        assert_eq!(
+            child_id(&parent("p", 1), "acme", 0, 0, &keyed),
+            child_id(&parent("q", 3), "acme", 5, 9, &other)
+        );
+        assert_ne!(
+            child_id(&parent("p", 1), "acme", 0, 0, &keyed),
+            child_id(&parent("p", 1), "beta", 0, 0, &keyed)
+        );
+        assert_ne!(
+            child_id(&parent("p", 1), "acme", 0, 0, &keyed),
+            child_id(
+                &parent("p", 1),
+                "acme",
+                0,
+                0,
+                &asked("resize", "{}", Some("order-7"))
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_job_without_the_grant_is_refused_and_the_bound_holds() {
+        use crate::engine::output::AttemptLog;
+        use crate::engine::state::Capabilities;
+        let mut state = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
+        assert!(matches!(
+            state.kick("thumb".into()).await,
+            Err(HostError::CapabilityRefused(r)) if r == "not-granted"
+        ));
+        assert_eq!(
+            state.signals.refused_code(),
+            Some(FailureCode::CapabilityRefused)
+        );
+        let mut bounded = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
+        bounded.jobs.started = MAX_RUNS_PER_ATTEMPT - 1;
+        assert!(bounded.reserve(1, 10).is_ok());
+        assert!(matches!(bounded.reserve(1, 10), Err(HostError::Invalid(r)) if r == "run-limit"));
+        assert_eq!(bounded.signals.refused_code(), Some(FailureCode::RunLimit));
+        assert_eq!(
+            bounded.jobs.started, MAX_RUNS_PER_ATTEMPT,
+            "a refused call counts nothing"
+        );
+    }
+}

@@ -288,14 +288,14 @@ impl Store {
     /// Up to `limit` runs the family sweep looks after.
     pub async fn family_rows(&self, limit: i64) -> Result<Vec<FamilyRow>> {
         let q = &self.q.family_rows;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
             .bind(limit).fetch_all(p).await?))
     }
 
     /// Up to `limit` unfinished attached children of run `parent`, of any pass.
     pub async fn unfinished_children(&self, parent: &str, limit: i64) -> Result<Vec<RunRecord>> {
         let q = &self.q.unfinished_children;
-        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
             .bind(parent).bind(limit).fetch_all(p).await?))
     }
 
