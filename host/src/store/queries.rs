@@ -535,7 +535,10 @@ queries! {
     unfinished_children = "SELECT {run_columns} FROM jobhost_runs \
         WHERE parent_run = $1 AND detached = 0 AND status IN ('queued', 'running') LIMIT $2";
     // A waiting run sleeps queued, its pass ended, due at no time: woken, it is due now.
-    wake_parent = "UPDATE jobhost_runs SET wait_policy = NULL, next_attempt_at = {now}, \
+    // Setting its status (to what it is) fires Postgres' notification of a queued run, so
+    // idle hosts claim it at once rather than at their next poll.
+    wake_parent = "UPDATE jobhost_runs SET status = 'queued', wait_policy = NULL, \
+        next_attempt_at = {now}, \
         updated_at = {now} WHERE id = $1 AND status = 'queued' AND wait_policy IS NOT NULL \
         AND wait_pass < pass";
     // Only an ended run: a live one may start more children.
