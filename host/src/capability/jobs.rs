@@ -77,6 +77,12 @@ fn invalid(reason: &str) -> HostError {
     HostError::Invalid(reason.into())
 }
 
+/// A payload by the payload rule, canonical; refused with the rule's reason.
+fn checked_payload(text: &str) -> Result<String, HostError> {
+    crate::json_rule::canonical(text.as_bytes(), crate::json_rule::PAYLOAD)
+        .map_err(|refusal| invalid(refusal.code()))
+}
+
 /// A child's id: from its dedup key (one run per job, tenant and key, for good), or from
 /// the parent's pass, the call's place in it, and what the call asked for.
 fn child_id(parent: &ParentLink, tenant: &str, call: u64, index: usize, run: &WitNewRun) -> String {
@@ -161,10 +167,7 @@ impl GuestState {
         let mut bytes = 0;
         for (index, run) in runs.iter().enumerate() {
             self.target(&run.job).await?;
-            let payload = crate::job::validate_payload(&run.payload).map_err(|e| match e {
-                crate::job::JobError::Payload(refusal) => invalid(refusal.code()),
-                _ => invalid("invalid-payload"),
-            })?;
+            let payload = checked_payload(&run.payload)?;
             let options = &run.options;
             for text in [&options.dedup_key, &options.instance]
                 .into_iter()
@@ -270,10 +273,7 @@ impl GuestState {
         if !session.grants.may_emit(event) {
             return Err(self.refuse("event-not-granted"));
         }
-        let payload = crate::job::validate_payload(payload).map_err(|e| match e {
-            crate::job::JobError::Payload(refusal) => invalid(refusal.code()),
-            _ => invalid("invalid-payload"),
-        })?;
+        let payload = checked_payload(payload)?;
         let session = self.jobs.session.as_ref().expect("checked above");
         let key = format!(
             "{}.{}.{}",

@@ -189,3 +189,34 @@ impl Host for GuestState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::output::AttemptLog;
+    use crate::engine::state::Capabilities;
+
+    fn reason<T: std::fmt::Debug>(result: Result<T, HostError>) -> String {
+        match result {
+            Err(HostError::Invalid(reason)) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_hostile_result_or_page_is_refused_before_anything_is_read_or_written() {
+        let mut state = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
+        assert_eq!(reason(state.set_result("NaN".into()).await), "non-finite");
+        assert_eq!(
+            reason(state.set_result("{\"a\":\0}".into()).await),
+            "not-json"
+        );
+        let deep = format!("{}{}", "[".repeat(17), "]".repeat(17));
+        assert_eq!(reason(state.set_result(deep).await), "too-deep");
+        let huge = format!("\"{}\"", "x".repeat(RESULT.max_bytes));
+        assert_eq!(reason(state.set_result(huge).await), "too-large");
+        for limit in [0, MAX_CHILDREN_PAGE + 1, u32::MAX] {
+            assert_eq!(reason(state.children(None, limit).await), "invalid-limit");
+        }
+    }
+}
