@@ -339,3 +339,31 @@ fn a_manifest_granting_an_unknown_job_is_refused_at_load() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("grants.jobs"), "{stderr}");
 }
+
+/// `host run` of a parent registers the jobs it may start, so its runs are queued; a pass
+/// that waits ends the command, saying what becomes of the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_run_queues_a_parents_children_and_says_what_a_wait_leaves() {
+    let home = Home::new(common::Backend::Sqlite).await;
+    let m = manifest(&home);
+    let out = home.run(&["run", "commits", "--manifest", m.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let queued = home
+        .scalar(
+            "SELECT COUNT(*) FROM jobhost_runs WHERE job = 'family-child' AND status = 'queued'",
+        )
+        .await;
+    assert_eq!(queued, 100, "{stdout}");
+
+    let out = home.run(&["run", "lenient", "--manifest", m.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains(": waiting after 1 attempt"), "{stdout}");
+    assert!(stdout.contains("host runs cancel"), "{stdout}");
+}

@@ -30,7 +30,12 @@ pub fn run_result(run: &RunRecord, as_json: bool) {
         print!(" ({code})");
     }
     println!();
-    if run.waiting_pass().is_some() {
+    if run.waiting_pass().is_some() && run.origin == crate::store::Origin::Manual.as_str() {
+        println!(
+            "  it waits for the runs it started, which `host serve` or `host drive` run; a `host run` run belongs to its process, so no host runs its next pass: to fan in, kick the job under `host serve`, and end this one with `host runs cancel {}`",
+            run.id
+        );
+    } else if run.waiting_pass().is_some() {
         println!(
             "  it waits for the runs it started: `host serve` (or `host drive`) runs them, then its next pass"
         );

@@ -118,6 +118,7 @@ async fn run_once(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
         args.attempts,
     )
     .await?;
+    register_startable(&app, &spec, manifest.as_ref()).await?;
     // What a killed `host run` left behind on this database is reported now.
     let swept = Surveillance {
         store: app.store.clone(),
@@ -259,6 +260,25 @@ pub(super) async fn run_to_end(
         .expect("the run we inserted exists");
     let attempts = app.store.list_attempts(&run.id, 1).await?;
     Ok((record, attempts))
+}
+
+/// Registers the manifest's jobs that `spec` may start (`grants.jobs`), so the runs its
+/// pass queues have their job: they run under `host serve` or `host drive`.
+async fn register_startable(
+    app: &App,
+    spec: &JobSpec,
+    manifest: Option<&Manifest>,
+) -> Result<(), Failure> {
+    let Some(manifest) = manifest else {
+        return Ok(());
+    };
+    for name in spec.grants.startable_jobs() {
+        if let Some(started) = manifest.job(name).filter(|s| s.name != spec.name) {
+            let loaded = app.load(started).await?;
+            app.register(started, &loaded, None).await?;
+        }
+    }
+    Ok(())
 }
 
 async fn finished(store: &Store, id: &str) -> Result<bool, Failure> {
