@@ -198,6 +198,7 @@ async fn guest_call(
             },
             memory: limits.memory,
             fuel: limits.fuel,
+            record: None,
             deadline,
             db: None,
             files: None,
@@ -467,6 +468,7 @@ fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::V
         run_on_boot: false,
         flow: Default::default(),
         lane: jobhost::job::DEFAULT_LANE.into(),
+        recorder: Default::default(),
     }
 }
 

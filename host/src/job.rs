@@ -173,6 +173,9 @@ pub struct JobSpec {
     /// so one lane's runs never take another's slots.
     #[serde(default = "default_lane")]
     pub lane: String,
+    /// What its attempts keep of their host calls, to be replayed (`journal`).
+    #[serde(default)]
+    pub recorder: crate::journal::Recorder,
 }
 
 /// The lane of jobs that name none; its workers are `--workers`.

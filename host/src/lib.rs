@@ -22,6 +22,7 @@ pub mod guest_text;
 pub mod http;
 pub mod inspect;
 pub mod job;
+pub mod journal;
 pub mod json_rule;
 pub mod kick;
 pub mod languages;

@@ -45,6 +45,8 @@
 //! max_per_tenant = 3                    # queued or running per tenant
 //! over_limit = "defer"                  # default "skip"
 //! max_defers = 20                       # defers a run may make; default 100 (`job::DEFAULT_MAX_DEFERS`)
+//! record = "always"                     # journal host calls of every attempt; default "failures", or "off"
+//! record_limit = "4MiB"                 # a journal's cap; default 1MiB
 //! ```
 //!
 //! Relative paths are resolved against the manifest's own directory. Every problem of a
@@ -57,6 +59,7 @@ use crate::files::{
 };
 use crate::grants::Grants;
 use crate::job::{Flow, JobSpec, Limits, OverLimit, RetryPolicy};
+use crate::journal::{RecordPolicy, Recorder};
 use crate::links::{Credential, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, MountSpec, SecretSource};
 use crate::quota::{OverQuota, Quota, Quotas};
 use serde::Deserialize;
@@ -157,6 +160,12 @@ struct JobSection {
     over_limit: Option<OverLimit>,
     /// The lane whose workers run the job (`[lanes.NAME]`; `default` otherwise).
     lane: Option<String>,
+    /// Which attempts keep a journal of their host calls: `failures` (the default),
+    /// `always` or `off`.
+    record: Option<String>,
+    /// A journal's cap (1MiB by default).
+    #[serde(default, with = "opt_size")]
+    record_limit: Option<u64>,
 }
 
 /// `[tenants.NAME]` (or `[tenant_defaults]`, for every tenant not named): the tenant's
@@ -600,9 +609,30 @@ fn job(
             .clone()
             .or_else(|| defaults.lane.clone())
             .unwrap_or_else(|| crate::job::DEFAULT_LANE.to_string()),
+        recorder: recorder(section, defaults)?,
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
+}
+
+/// A job's `record` and `record_limit`.
+fn recorder(section: &JobSection, defaults: &JobSection) -> Result<Recorder, String> {
+    let policy = match section.record.as_ref().or(defaults.record.as_ref()) {
+        None => RecordPolicy::default(),
+        Some(text) => RecordPolicy::parse(text)
+            .ok_or_else(|| format!("record = {text:?}: use \"failures\", \"always\" or \"off\""))?,
+    };
+    let limit = section
+        .record_limit
+        .or(defaults.record_limit)
+        .unwrap_or(crate::journal::DEFAULT_LIMIT);
+    if limit == 0 || limit > crate::journal::MAX_LIMIT {
+        return Err(format!(
+            "record_limit: a journal's cap is more than 0 and at most {} MiB",
+            crate::journal::MAX_LIMIT >> 20
+        ));
+    }
+    Ok(Recorder { policy, limit })
 }
 
 /// A job's `on`: the events it subscribes to, and the payload filters of those given one.

@@ -34,13 +34,14 @@ impl DbCapability {
     }
 }
 
-/// A transaction in the guest's resource table.
-pub struct TxHandle(GuestTx);
+/// A transaction in the guest's resource table: `None` in a replay, where nothing is
+/// behind it.
+pub struct TxHandle(Option<GuestTx>);
 
 impl TxHandle {
     /// The open transaction, for another capability's writes that commit with it.
-    pub(crate) fn guest_tx(&mut self) -> &mut GuestTx {
-        &mut self.0
+    pub(crate) fn guest_tx(&mut self) -> Option<&mut GuestTx> {
+        self.0.as_mut()
     }
 }
 
@@ -93,8 +94,8 @@ impl GuestState {
         };
         let open: Resource<TxHandle> = Resource::new_borrow(rep);
         let blocked = match self.table.get(&open) {
-            Ok(tx) => tx.0.blocks_other_writers().await,
-            Err(_) => false,
+            Ok(TxHandle(Some(tx))) => tx.blocks_other_writers().await,
+            _ => false,
         };
         if blocked {
             Err(HostError::Invalid("transaction-open".into()))
@@ -103,8 +104,9 @@ impl GuestState {
         }
     }
 
-    /// Takes the guest's transaction out of its table, to end it.
-    pub(crate) fn take_tx(&mut self, tx: Resource<TxHandle>) -> Result<GuestTx, HostError> {
+    /// Takes the guest's transaction out of its table, to end it (`None`: a replayed
+    /// one).
+    pub(crate) fn take_tx(&mut self, tx: Resource<TxHandle>) -> Result<Option<GuestTx>, HostError> {
         let handle = self
             .table
             .delete(tx)
@@ -134,28 +136,34 @@ impl GuestState {
     pub(crate) fn tx(&mut self, tx: &Resource<TxHandle>) -> Result<&mut GuestTx, HostError> {
         self.table
             .get_mut(tx)
-            .map(|h| &mut h.0)
-            .map_err(|_| HostError::Invalid("unknown-transaction".into()))
+            .ok()
+            .and_then(|h| h.0.as_mut())
+            .ok_or_else(|| HostError::Invalid("unknown-transaction".into()))
     }
 }
 
 impl Host for GuestState {
     async fn query(&mut self, sql: String, params: Vec<Value>) -> Result<Rows, HostError> {
-        let (db, access, _) = self.db_session()?;
-        let result = db.query(&access, &sql, &to_sql(params)).await;
-        self.translate(result).map(to_rows)
+        crate::journaled!(self, "db.query", (&sql, &params), async {
+            let (db, access, _) = self.db_session()?;
+            let result = db.query(&access, &sql, &to_sql(params)).await;
+            self.translate(result).map(to_rows)
+        })
     }
 
     async fn begin(&mut self) -> Result<Resource<TxHandle>, HostError> {
         if self.db.open_tx.is_some() {
             return Err(HostError::Invalid("transaction-open".into()));
         }
-        let (db, access, bound) = self.db_session()?;
-        let result = db.begin(&access, Instant::now() + bound).await;
-        let tx = self.translate(result)?;
+        let began: Result<Option<GuestTx>, HostError> = crate::journaled!(self, "db.begin", (), resource async {
+            let (db, access, bound) = self.db_session()?;
+            let result = db.begin(&access, Instant::now() + bound).await;
+            self.translate(result)
+        });
+        // A replayed transaction has nothing behind it: its calls are answered too.
         let handle = self
             .table
-            .push(TxHandle(tx))
+            .push(TxHandle(began?))
             .map_err(|_| HostError::Invalid("too-many-resources".into()))?;
         self.db.open_tx = Some(handle.rep());
         Ok(handle)
@@ -169,8 +177,10 @@ impl HostTransaction for GuestState {
         sql: String,
         params: Vec<Value>,
     ) -> Result<Rows, HostError> {
-        let result = self.tx(&tx)?.query(&sql, &to_sql(params)).await;
-        self.translate(result).map(to_rows)
+        crate::journaled!(self, "db.transaction.query", (&sql, &params), async {
+            let result = self.tx(&tx)?.query(&sql, &to_sql(params)).await;
+            self.translate(result).map(to_rows)
+        })
     }
 
     async fn execute(
@@ -179,19 +189,30 @@ impl HostTransaction for GuestState {
         sql: String,
         params: Vec<Value>,
     ) -> Result<u64, HostError> {
-        let result = self.tx(&tx)?.execute(&sql, &to_sql(params)).await;
-        self.translate(result)
+        crate::journaled!(self, "db.transaction.execute", (&sql, &params), async {
+            let result = self.tx(&tx)?.execute(&sql, &to_sql(params)).await;
+            self.translate(result)
+        })
     }
 
     async fn commit(&mut self, tx: Resource<TxHandle>) -> Result<(), HostError> {
         let tx = self.take_tx(tx)?;
-        self.commit_taken(tx).await
+        crate::journaled!(self, "db.transaction.commit", (), async {
+            match tx {
+                Some(tx) => self.commit_taken(tx).await,
+                None => Err(HostError::Invalid("unknown-transaction".into())),
+            }
+        })
     }
 
     async fn rollback(&mut self, tx: Resource<TxHandle>) {
         if let Ok(handle) = self.take_tx(tx) {
-            self.files.rolled_back();
-            handle.rollback().await;
+            crate::journaled!(self, "db.transaction.rollback", (), async {
+                if let Some(handle) = handle {
+                    self.files.rolled_back();
+                    handle.rollback().await;
+                }
+            })
         }
     }
 

@@ -60,8 +60,9 @@ impl FilesCapability {
     }
 }
 
-/// An upload in the guest's resource table.
-pub struct UploadHandle(Upload);
+/// An upload in the guest's resource table: `None` in a replay, where nothing is behind
+/// it.
+pub struct UploadHandle(Option<Upload>);
 
 /// How a capability may be used on a collection.
 #[derive(Clone, Copy)]
@@ -139,12 +140,14 @@ impl Host for GuestState {
         collection: String,
         name: String,
     ) -> Result<Option<ObjectMetadata>, HostError> {
-        let s = self.files_for(&collection, Use::Read)?;
-        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-        match files.stat(&tenant, &collection, &name).await {
-            Ok(file) => Ok(file.as_ref().map(metadata)),
-            Err(e) => Err(self.files_error(e)),
-        }
+        crate::journaled!(self, "files.stat", (&collection, &name), async {
+            let s = self.files_for(&collection, Use::Read)?;
+            let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+            match files.stat(&tenant, &collection, &name).await {
+                Ok(file) => Ok(file.as_ref().map(metadata)),
+                Err(e) => Err(self.files_error(e)),
+            }
+        })
     }
 
     async fn read(
@@ -154,10 +157,17 @@ impl Host for GuestState {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, HostError> {
-        let s = self.files_for(&collection, Use::Read)?;
-        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-        let read = files.read(&tenant, &collection, &name, offset, len).await;
-        read.map_err(|e| self.files_error(e))
+        crate::journaled!(
+            self,
+            "files.read",
+            (&collection, &name, offset, len),
+            async {
+                let s = self.files_for(&collection, Use::Read)?;
+                let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+                let read = files.read(&tenant, &collection, &name, offset, len).await;
+                read.map_err(|e| self.files_error(e))
+            }
+        )
     }
 
     async fn stat_version(
@@ -165,15 +175,17 @@ impl Host for GuestState {
         collection: String,
         name: String,
     ) -> Result<Option<ObjectVersion>, HostError> {
-        let s = self.files_for(&collection, Use::Read)?;
-        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-        match files.stat(&tenant, &collection, &name).await {
-            Ok(file) => Ok(file.map(|f| ObjectVersion {
-                metadata: metadata(&f),
-                version: f.object_key,
-            })),
-            Err(e) => Err(self.files_error(e)),
-        }
+        crate::journaled!(self, "files.stat-version", (&collection, &name), async {
+            let s = self.files_for(&collection, Use::Read)?;
+            let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+            match files.stat(&tenant, &collection, &name).await {
+                Ok(file) => Ok(file.map(|f| ObjectVersion {
+                    metadata: metadata(&f),
+                    version: f.object_key,
+                })),
+                Err(e) => Err(self.files_error(e)),
+            }
+        })
     }
 
     async fn read_version(
@@ -184,18 +196,21 @@ impl Host for GuestState {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, ReadError> {
-        let s = self
-            .files_for(&collection, Use::Read)
-            .map_err(ReadError::Host)?;
-        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-        let read = files
-            .read_version(&tenant, &collection, &name, &version, offset, len)
-            .await;
-        match read {
-            Ok(Some(bytes)) => Ok(bytes),
-            Ok(None) => Err(ReadError::Changed),
-            Err(e) => Err(ReadError::Host(self.files_error(e))),
-        }
+        let args = (&collection, &name, &version, offset, len);
+        crate::journaled!(self, "files.read-version", args, async {
+            let s = self
+                .files_for(&collection, Use::Read)
+                .map_err(ReadError::Host)?;
+            let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+            let read = files
+                .read_version(&tenant, &collection, &name, &version, offset, len)
+                .await;
+            match read {
+                Ok(Some(bytes)) => Ok(bytes),
+                Ok(None) => Err(ReadError::Changed),
+                Err(e) => Err(ReadError::Host(self.files_error(e))),
+            }
+        })
     }
 
     async fn list_objects(
@@ -205,40 +220,45 @@ impl Host for GuestState {
         cursor: Option<String>,
         limit: u32,
     ) -> Result<ObjectPage, HostError> {
-        let s = self.files_for(&collection, Use::Read)?;
-        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-        match files
-            .list(&tenant, &collection, &prefix, cursor.as_deref(), limit)
-            .await
-        {
-            Ok((page, next)) => Ok(ObjectPage {
-                objects: page.iter().map(metadata).collect(),
-                next,
-            }),
-            Err(e) => Err(self.files_error(e)),
-        }
+        let args = (&collection, &prefix, &cursor, limit);
+        crate::journaled!(self, "files.list-objects", args, async {
+            let s = self.files_for(&collection, Use::Read)?;
+            let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+            match files
+                .list(&tenant, &collection, &prefix, cursor.as_deref(), limit)
+                .await
+            {
+                Ok((page, next)) => Ok(ObjectPage {
+                    objects: page.iter().map(metadata).collect(),
+                    next,
+                }),
+                Err(e) => Err(self.files_error(e)),
+            }
+        })
     }
 
     async fn start_upload(
         &mut self,
         collection: String,
     ) -> Result<Resource<UploadHandle>, HostError> {
-        let s = self.files_for(&collection, Use::Write)?;
-        let (files, uploader) = (s.files.clone(), s.uploader.clone());
-        self.own_write_allowed().await?;
-        if self.files.open_uploads >= MAX_OPEN_UPLOADS
-            || self.files.uploads_started >= MAX_UPLOADS_PER_ATTEMPT
-        {
-            return Err(HostError::Invalid("too-many-uploads".into()));
-        }
-        self.files.uploads_started += 1;
-        let upload = match files.start_upload(&uploader, &collection).await {
-            Ok(upload) => upload,
-            Err(e) => return Err(self.files_error(e)),
-        };
+        let started: Result<Option<Upload>, HostError> = crate::journaled!(self, "files.start-upload", (&collection,), resource async {
+            let s = self.files_for(&collection, Use::Write)?;
+            let (files, uploader) = (s.files.clone(), s.uploader.clone());
+            self.own_write_allowed().await?;
+            if self.files.open_uploads >= MAX_OPEN_UPLOADS
+                || self.files.uploads_started >= MAX_UPLOADS_PER_ATTEMPT
+            {
+                return Err(HostError::Invalid("too-many-uploads".into()));
+            }
+            self.files.uploads_started += 1;
+            match files.start_upload(&uploader, &collection).await {
+                Ok(upload) => Ok(upload),
+                Err(e) => Err(self.files_error(e)),
+            }
+        });
         let handle = self
             .table
-            .push(UploadHandle(upload))
+            .push(UploadHandle(started?))
             .map_err(|_| HostError::Invalid("too-many-resources".into()))?;
         self.files.open_uploads += 1;
         Ok(handle)
@@ -249,24 +269,26 @@ impl Host for GuestState {
         upload: Resource<UploadHandle>,
         name: String,
     ) -> Result<ObjectMetadata, HostError> {
-        if let Err(refused) = self.own_write_allowed().await {
-            // The guest gave the upload up with the call: it is discarded, unattached.
-            self.take_upload(upload);
-            return Err(refused);
-        }
-        let finished = self.finish_upload(upload).await?;
-        let s = self.files_for(&finished.collection, Use::Write)?;
-        let (files, fence, run_id) = (s.files.clone(), s.fence.clone(), s.uploader.run_id.clone());
-        match files.attach(&fence, &run_id, &finished, &name).await {
-            Ok(Some(file)) => {
-                if let Some(scan) = files.spec(&file.collection).and_then(|c| c.scan.clone()) {
-                    files.kick_scan(&scan).await;
+        // The guest gives the upload up with the call, whatever the call answers.
+        let taken = self.take_upload(upload);
+        crate::journaled!(self, "files.attach", (&name,), async {
+            // Refused, the upload is discarded, unattached.
+            self.own_write_allowed().await?;
+            let finished = self.finish_upload(taken).await?;
+            let s = self.files_for(&finished.collection, Use::Write)?;
+            let (files, fence, run_id) =
+                (s.files.clone(), s.fence.clone(), s.uploader.run_id.clone());
+            match files.attach(&fence, &run_id, &finished, &name).await {
+                Ok(Some(file)) => {
+                    if let Some(scan) = files.spec(&file.collection).and_then(|c| c.scan.clone()) {
+                        files.kick_scan(&scan).await;
+                    }
+                    Ok(metadata(&file))
                 }
-                Ok(metadata(&file))
+                Ok(None) => Err(self.lease_lost()),
+                Err(e) => Err(self.files_error(e)),
             }
-            Ok(None) => Err(self.lease_lost()),
-            Err(e) => Err(self.files_error(e)),
-        }
+        })
     }
 
     async fn attach_in(
@@ -275,35 +297,41 @@ impl Host for GuestState {
         upload: Resource<UploadHandle>,
         name: String,
     ) -> Result<ObjectMetadata, HostError> {
-        let finished = self.finish_upload(upload).await?;
-        let s = self.files_for(&finished.collection, Use::Write)?;
-        let (files, run_id) = (s.files.clone(), s.uploader.run_id.clone());
-        let write = files
-            .attach_write(&run_id, &finished, &name)
-            .map_err(|e| self.files_error(e))?;
-        let written = self.in_transaction(&tx, &write).await?;
-        if written == FileWritten::OverQuota {
-            files.discard(&finished).await;
-            return Err(self.files_error(FilesError::QuotaExceeded));
-        }
-        if let Some(scan) = files
-            .spec(&finished.collection)
-            .and_then(|c| c.scan.clone())
-        {
-            self.files.scans_after_commit.insert(scan);
-        }
-        Ok(metadata(&files.attached(&write, &written)))
+        let taken = self.take_upload(upload);
+        crate::journaled!(self, "files.attach-in", (&name,), async {
+            let finished = self.finish_upload(taken).await?;
+            let s = self.files_for(&finished.collection, Use::Write)?;
+            let (files, run_id) = (s.files.clone(), s.uploader.run_id.clone());
+            let write = files
+                .attach_write(&run_id, &finished, &name)
+                .map_err(|e| self.files_error(e))?;
+            let written = self.in_transaction(&tx, &write).await?;
+            if written == FileWritten::OverQuota {
+                files.discard(&finished).await;
+                return Err(self.files_error(FilesError::QuotaExceeded));
+            }
+            if let Some(scan) = files
+                .spec(&finished.collection)
+                .and_then(|c| c.scan.clone())
+            {
+                self.files.scans_after_commit.insert(scan);
+            }
+            Ok(metadata(&files.attached(&write, &written)))
+        })
     }
 
     async fn remove(&mut self, collection: String, name: String) -> Result<bool, HostError> {
-        let s = self.files_for(&collection, Use::Write)?;
-        let (files, fence, tenant) = (s.files.clone(), s.fence.clone(), s.uploader.tenant.clone());
-        self.own_write_allowed().await?;
-        match files.remove(&fence, &tenant, &collection, &name).await {
-            Ok(Some(removed)) => Ok(removed),
-            Ok(None) => Err(self.lease_lost()),
-            Err(e) => Err(self.files_error(e)),
-        }
+        crate::journaled!(self, "files.remove", (&collection, &name), async {
+            let s = self.files_for(&collection, Use::Write)?;
+            let (files, fence, tenant) =
+                (s.files.clone(), s.fence.clone(), s.uploader.tenant.clone());
+            self.own_write_allowed().await?;
+            match files.remove(&fence, &tenant, &collection, &name).await {
+                Ok(Some(removed)) => Ok(removed),
+                Ok(None) => Err(self.lease_lost()),
+                Err(e) => Err(self.files_error(e)),
+            }
+        })
     }
 
     async fn remove_in(
@@ -312,12 +340,14 @@ impl Host for GuestState {
         collection: String,
         name: String,
     ) -> Result<bool, HostError> {
-        let s = self.files_for(&collection, Use::Write)?;
-        let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-        let write = files
-            .remove_write(&tenant, &collection, &name)
-            .map_err(|e| self.files_error(e))?;
-        Ok(self.in_transaction(&tx, &write).await? == FileWritten::Changed(true))
+        crate::journaled!(self, "files.remove-in", (&collection, &name), async {
+            let s = self.files_for(&collection, Use::Write)?;
+            let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+            let write = files
+                .remove_write(&tenant, &collection, &name)
+                .map_err(|e| self.files_error(e))?;
+            Ok(self.in_transaction(&tx, &write).await? == FileWritten::Changed(true))
+        })
     }
 
     async fn scan_pending(
@@ -325,19 +355,21 @@ impl Host for GuestState {
         collection: String,
         limit: u32,
     ) -> Result<Vec<PendingFile>, HostError> {
-        let files = self.files_for(&collection, Use::Scan)?.files.clone();
-        match files.pending(&collection, limit).await {
-            Ok(pending) => Ok(pending
-                .into_iter()
-                .map(|p| PendingFile {
-                    id: p.object_key,
-                    tenant: p.tenant,
-                    name: p.name,
-                    size: p.size.max(0) as u64,
-                })
-                .collect()),
-            Err(e) => Err(self.files_error(e)),
-        }
+        crate::journaled!(self, "files.scan-pending", (&collection, limit), async {
+            let files = self.files_for(&collection, Use::Scan)?.files.clone();
+            match files.pending(&collection, limit).await {
+                Ok(pending) => Ok(pending
+                    .into_iter()
+                    .map(|p| PendingFile {
+                        id: p.object_key,
+                        tenant: p.tenant,
+                        name: p.name,
+                        size: p.size.max(0) as u64,
+                    })
+                    .collect()),
+                Err(e) => Err(self.files_error(e)),
+            }
+        })
     }
 
     async fn scan_read(
@@ -347,9 +379,16 @@ impl Host for GuestState {
         offset: u64,
         len: u64,
     ) -> Result<Vec<u8>, HostError> {
-        let files = self.files_for(&collection, Use::Scan)?.files.clone();
-        let read = files.read_pending(&collection, &id, offset, len).await;
-        read.map_err(|e| self.files_error(e))
+        crate::journaled!(
+            self,
+            "files.scan-read",
+            (&collection, &id, offset, len),
+            async {
+                let files = self.files_for(&collection, Use::Scan)?.files.clone();
+                let read = files.read_pending(&collection, &id, offset, len).await;
+                read.map_err(|e| self.files_error(e))
+            }
+        )
     }
 
     async fn scan_mark(
@@ -358,18 +397,25 @@ impl Host for GuestState {
         id: String,
         verdict: Verdict,
     ) -> Result<(), HostError> {
-        let s = self.files_for(&collection, Use::Scan)?;
-        let (files, fence) = (s.files.clone(), s.fence.clone());
-        self.own_write_allowed().await?;
-        match files
-            .mark(&fence, &collection, &id, verdict == Verdict::Clean)
-            .await
-        {
-            Ok(Some(true)) => Ok(()),
-            Ok(Some(false)) => Err(HostError::Invalid("not-found".into())),
-            Ok(None) => Err(self.lease_lost()),
-            Err(e) => Err(self.files_error(e)),
-        }
+        crate::journaled!(
+            self,
+            "files.scan-mark",
+            (&collection, &id, &verdict),
+            async {
+                let s = self.files_for(&collection, Use::Scan)?;
+                let (files, fence) = (s.files.clone(), s.fence.clone());
+                self.own_write_allowed().await?;
+                match files
+                    .mark(&fence, &collection, &id, verdict == Verdict::Clean)
+                    .await
+                {
+                    Ok(Some(true)) => Ok(()),
+                    Ok(Some(false)) => Err(HostError::Invalid("not-found".into())),
+                    Ok(None) => Err(self.lease_lost()),
+                    Err(e) => Err(self.files_error(e)),
+                }
+            }
+        )
     }
 }
 
@@ -381,13 +427,13 @@ impl GuestState {
         Some(taken)
     }
 
-    /// Takes an upload out of the guest's table and completes its object (invisible).
+    /// Completes an upload taken out of the guest's table (its object stays invisible).
     async fn finish_upload(
         &mut self,
-        upload: Resource<UploadHandle>,
+        taken: Option<UploadHandle>,
     ) -> Result<crate::files::Finished, HostError> {
-        let UploadHandle(upload) = self
-            .take_upload(upload)
+        let upload = taken
+            .and_then(|UploadHandle(upload)| upload)
             .ok_or_else(|| HostError::Invalid("unknown-upload".into()))?;
         upload.finish().await.map_err(|e| self.files_error(e))
     }
@@ -401,8 +447,10 @@ impl GuestState {
         let tx = self
             .table
             .get_mut(tx)
-            .map_err(|_| HostError::Invalid("unknown-transaction".into()))?;
-        let written = tx.guest_tx().file_write(write).await;
+            .ok()
+            .and_then(|tx| tx.guest_tx())
+            .ok_or_else(|| HostError::Invalid("unknown-transaction".into()))?;
+        let written = tx.file_write(write).await;
         written.map_err(|e| match e {
             GuestDbError::LeaseLost => self.lease_lost(),
             GuestDbError::Unavailable => {
@@ -421,17 +469,37 @@ impl HostUpload for GuestState {
         upload: Resource<UploadHandle>,
         chunk: Vec<u8>,
     ) -> Result<(), HostError> {
-        let handle = self
-            .table
-            .get_mut(&upload)
-            .map_err(|_| HostError::Invalid("unknown-upload".into()))?;
-        let written = handle.0.write(chunk.into()).await;
-        written.map_err(|e| self.files_error(e))
+        crate::journaled!(self, "files.upload.write", (&chunk,), async {
+            let handle = self
+                .table
+                .get_mut(&upload)
+                .ok()
+                .and_then(|handle| handle.0.as_mut())
+                .ok_or_else(|| HostError::Invalid("unknown-upload".into()))?;
+            let written = handle.write(chunk.into()).await;
+            written.map_err(|e| self.files_error(e))
+        })
     }
 
     async fn drop(&mut self, upload: Resource<UploadHandle>) -> wasmtime::Result<()> {
         self.take_upload(upload);
         Ok(())
+    }
+}
+
+impl crate::journal::CodeOf for Result<Vec<u8>, ReadError> {
+    fn code_of(&self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Ok(_) => "ok".into(),
+            Err(ReadError::Changed) => "changed".into(),
+            Err(ReadError::Host(error)) => crate::journal::error_code(error),
+        }
+    }
+}
+
+impl crate::journal::Placeholder for Result<Vec<u8>, ReadError> {
+    fn placeholder() -> Self {
+        Err(ReadError::Host(HostError::Unavailable))
     }
 }
 

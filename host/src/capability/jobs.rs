@@ -71,6 +71,12 @@ impl JobsCapability {
     pub fn waits(&self) -> bool {
         self.waits.is_some()
     }
+
+    /// In a replay: whether the original pass recorded that it waits (the policy does not
+    /// change how the attempt ends).
+    pub(crate) fn replay_waits(&mut self, waits: bool) {
+        self.waits = waits.then_some(WaitPolicy::Continue);
+    }
 }
 
 fn invalid(reason: &str) -> HostError {
@@ -372,11 +378,13 @@ impl Host for GuestState {
         payload: String,
         options: Options,
     ) -> Result<Enqueued, HostError> {
-        let write = self
-            .plan_enqueue(vec![new_run(job, payload, options)])
-            .await?;
-        let inserted = self.enqueue_own(&write).await?;
-        one(answers(&write, inserted))
+        crate::journaled!(self, "jobs.enqueue", (&job, &payload, &options), async {
+            let write = self
+                .plan_enqueue(vec![new_run(job, payload, options)])
+                .await?;
+            let inserted = self.enqueue_own(&write).await?;
+            one(answers(&write, inserted))
+        })
     }
 
     async fn enqueue_in(
@@ -386,17 +394,21 @@ impl Host for GuestState {
         payload: String,
         options: Options,
     ) -> Result<Enqueued, HostError> {
-        let write = self
-            .plan_enqueue(vec![new_run(job, payload, options)])
-            .await?;
-        let inserted = self.enqueue_in_tx(&tx, &write).await?;
-        one(answers(&write, inserted))
+        crate::journaled!(self, "jobs.enqueue-in", (&job, &payload, &options), async {
+            let write = self
+                .plan_enqueue(vec![new_run(job, payload, options)])
+                .await?;
+            let inserted = self.enqueue_in_tx(&tx, &write).await?;
+            one(answers(&write, inserted))
+        })
     }
 
     async fn enqueue_all(&mut self, runs: Vec<WitNewRun>) -> Result<Vec<Enqueued>, HostError> {
-        let write = self.plan_enqueue(runs).await?;
-        let inserted = self.enqueue_own(&write).await?;
-        Ok(answers(&write, inserted))
+        crate::journaled!(self, "jobs.enqueue-all", (&runs,), async {
+            let write = self.plan_enqueue(runs).await?;
+            let inserted = self.enqueue_own(&write).await?;
+            Ok(answers(&write, inserted))
+        })
     }
 
     async fn enqueue_all_in(
@@ -404,15 +416,19 @@ impl Host for GuestState {
         tx: Resource<crate::capability::db::TxHandle>,
         runs: Vec<WitNewRun>,
     ) -> Result<Vec<Enqueued>, HostError> {
-        let write = self.plan_enqueue(runs).await?;
-        let inserted = self.enqueue_in_tx(&tx, &write).await?;
-        Ok(answers(&write, inserted))
+        crate::journaled!(self, "jobs.enqueue-all-in", (&runs,), async {
+            let write = self.plan_enqueue(runs).await?;
+            let inserted = self.enqueue_in_tx(&tx, &write).await?;
+            Ok(answers(&write, inserted))
+        })
     }
 
     async fn kick(&mut self, job: String) -> Result<String, HostError> {
-        let write = self.plan_kick(&job).await?;
-        self.enqueue_own(&write).await?;
-        Ok(write.runs[0].id.clone())
+        crate::journaled!(self, "jobs.kick", (&job,), async {
+            let write = self.plan_kick(&job).await?;
+            self.enqueue_own(&write).await?;
+            Ok(write.runs[0].id.clone())
+        })
     }
 
     async fn kick_in(
@@ -420,15 +436,19 @@ impl Host for GuestState {
         tx: Resource<crate::capability::db::TxHandle>,
         job: String,
     ) -> Result<String, HostError> {
-        let write = self.plan_kick(&job).await?;
-        self.enqueue_in_tx(&tx, &write).await?;
-        Ok(write.runs[0].id.clone())
+        crate::journaled!(self, "jobs.kick-in", (&job,), async {
+            let write = self.plan_kick(&job).await?;
+            self.enqueue_in_tx(&tx, &write).await?;
+            Ok(write.runs[0].id.clone())
+        })
     }
 
     async fn emit(&mut self, event: String, payload: String) -> Result<u32, HostError> {
-        let write = self.plan_emit(&event, &payload).await?;
-        let inserted = self.enqueue_own(&write).await?;
-        Ok(queued(&inserted))
+        crate::journaled!(self, "jobs.emit", (&event, &payload), async {
+            let write = self.plan_emit(&event, &payload).await?;
+            let inserted = self.enqueue_own(&write).await?;
+            Ok(queued(&inserted))
+        })
     }
 
     async fn emit_in(
@@ -437,31 +457,35 @@ impl Host for GuestState {
         event: String,
         payload: String,
     ) -> Result<u32, HostError> {
-        let write = self.plan_emit(&event, &payload).await?;
-        let inserted = self.enqueue_in_tx(&tx, &write).await?;
-        Ok(queued(&inserted))
+        crate::journaled!(self, "jobs.emit-in", (&event, &payload), async {
+            let write = self.plan_emit(&event, &payload).await?;
+            let inserted = self.enqueue_in_tx(&tx, &write).await?;
+            Ok(queued(&inserted))
+        })
     }
 
     async fn wait_for_children(&mut self, policy: WaitPolicy) -> Result<(), HostError> {
-        self.own_write_allowed().await?;
-        let session = self.jobs_session()?;
-        let (store, fence, run_id) = (
-            session.store.clone(),
-            session.fence.clone(),
-            session.parent.run_id.clone(),
-        );
-        let name = match policy {
-            WaitPolicy::Fail => "fail",
-            WaitPolicy::Continue => "continue",
-        };
-        match store.wait_for_children_fenced(&fence, &run_id, name).await {
-            Ok(true) => {
-                self.jobs.waits = Some(policy);
-                Ok(())
+        crate::journaled!(self, "jobs.wait-for-children", (&policy,), async {
+            self.own_write_allowed().await?;
+            let session = self.jobs_session()?;
+            let (store, fence, run_id) = (
+                session.store.clone(),
+                session.fence.clone(),
+                session.parent.run_id.clone(),
+            );
+            let name = match policy {
+                WaitPolicy::Fail => "fail",
+                WaitPolicy::Continue => "continue",
+            };
+            match store.wait_for_children_fenced(&fence, &run_id, name).await {
+                Ok(true) => {
+                    self.jobs.waits = Some(policy);
+                    Ok(())
+                }
+                Ok(false) => self.translate(Err(GuestDbError::LeaseLost)),
+                Err(_) => self.translate(Err(GuestDbError::Unavailable)),
             }
-            Ok(false) => self.translate(Err(GuestDbError::LeaseLost)),
-            Err(_) => self.translate(Err(GuestDbError::Unavailable)),
-        }
+        })
     }
 }
 

@@ -62,31 +62,33 @@ impl GuestState {
 
 impl Host for GuestState {
     async fn call(&mut self, mount: String, request: Request) -> Result<Response, HostError> {
-        let Some(session) = self
-            .links
-            .session
-            .as_ref()
-            .filter(|s| s.grant.contains(&mount))
-        else {
-            return Err(self.refuse_link("not-granted", &mount));
-        };
-        let (links, caller) = (session.links.clone(), session.caller.clone());
-        let request = crate::links::Request {
-            method: request.method,
-            path: request.path,
-            headers: request.headers,
-            body: request.body,
-            step: request.step,
-            action: request.action,
-        };
-        match links.call(&caller, &mount, request).await {
-            Ok(response) => Ok(Response {
-                status: response.status,
-                headers: response.headers,
-                body: response.body,
-            }),
-            Err(e) => Err(self.link_error(e, &mount)),
-        }
+        crate::journaled!(self, "links.call", (&mount, &request), async {
+            let Some(session) = self
+                .links
+                .session
+                .as_ref()
+                .filter(|s| s.grant.contains(&mount))
+            else {
+                return Err(self.refuse_link("not-granted", &mount));
+            };
+            let (links, caller) = (session.links.clone(), session.caller.clone());
+            let request = crate::links::Request {
+                method: request.method,
+                path: request.path,
+                headers: request.headers,
+                body: request.body,
+                step: request.step,
+                action: request.action,
+            };
+            match links.call(&caller, &mount, request).await {
+                Ok(response) => Ok(Response {
+                    status: response.status,
+                    headers: response.headers,
+                    body: response.body,
+                }),
+                Err(e) => Err(self.link_error(e, &mount)),
+            }
+        })
     }
 }
 

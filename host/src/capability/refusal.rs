@@ -19,7 +19,7 @@ const MAX_NAMES: usize = 8;
 const MAX_NAME: usize = 64;
 
 /// The first refusal a host call returned in an attempt, with its reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Refused {
     pub code: FailureCode,
     pub reason: String,

@@ -102,21 +102,23 @@ impl GuestState {
 
 impl Host for GuestState {
     async fn info(&mut self) -> Info {
-        let row = self.run_row().await;
-        match (&self.run.session, row) {
-            // The claim's counts are the attempt's; the row adds what started the run.
-            (Some(session), Ok(row)) => Info {
-                started_by: started_by(&row),
-                ..info(&session.run, session.retries)
-            },
-            (Some(session), Err(_)) => info(&session.run, session.retries),
-            (None, _) => Info {
-                final_attempt: true,
-                retries_left: 0,
-                started_by: StartedBy::Manual,
-                deferrals: 0,
-            },
-        }
+        crate::journaled!(self, "run.info", (), async {
+            let row = self.run_row().await;
+            match (&self.run.session, row) {
+                // The claim's counts are the attempt's; the row adds what started the run.
+                (Some(session), Ok(row)) => Info {
+                    started_by: started_by(&row),
+                    ..info(&session.run, session.retries)
+                },
+                (Some(session), Err(_)) => info(&session.run, session.retries),
+                (None, _) => Info {
+                    final_attempt: true,
+                    retries_left: 0,
+                    started_by: StartedBy::Manual,
+                    deferrals: 0,
+                },
+            }
+        })
     }
 
     async fn children(
@@ -124,68 +126,89 @@ impl Host for GuestState {
         cursor: Option<String>,
         limit: u32,
     ) -> Result<ChildPage, HostError> {
-        if limit == 0 || limit > MAX_CHILDREN_PAGE {
-            return Err(HostError::Invalid("invalid-limit".into()));
-        }
-        let run = self.run_row().await?;
-        let store = self.run_session()?.store.clone();
-        // The previous pass waited: its children are the ones to read.
-        let waited = run.wait_pass.filter(|p| *p < run.pass);
-        let Some(pass) = waited else {
-            return Ok(ChildPage {
-                children: Vec::new(),
-                next: None,
-            });
-        };
-        let page = store
-            .children(&run.id, pass, cursor.as_deref(), i64::from(limit))
-            .await;
-        let page = match page {
-            Ok(page) => page,
-            Err(_) => {
-                self.signals.unavailable = true;
-                return Err(HostError::Unavailable);
+        crate::journaled!(self, "run.children", (&cursor, limit), async {
+            if limit == 0 || limit > MAX_CHILDREN_PAGE {
+                return Err(HostError::Invalid("invalid-limit".into()));
             }
-        };
-        let next = (page.len() == limit as usize)
-            .then(|| page.last().map(|c| c.id.clone()))
-            .flatten();
-        Ok(ChildPage {
-            children: page
-                .into_iter()
-                .map(|c| Child {
-                    run_id: c.id,
-                    job: c.job,
-                    instance: c.instance,
-                    status: c.status,
-                    code: c.last_code,
-                    result: c.result,
-                })
-                .collect(),
-            next,
+            let run = self.run_row().await?;
+            let store = self.run_session()?.store.clone();
+            // The previous pass waited: its children are the ones to read.
+            let waited = run.wait_pass.filter(|p| *p < run.pass);
+            let Some(pass) = waited else {
+                return Ok(ChildPage {
+                    children: Vec::new(),
+                    next: None,
+                });
+            };
+            let page = store
+                .children(&run.id, pass, cursor.as_deref(), i64::from(limit))
+                .await;
+            let page = match page {
+                Ok(page) => page,
+                Err(_) => {
+                    self.signals.unavailable = true;
+                    return Err(HostError::Unavailable);
+                }
+            };
+            let next = (page.len() == limit as usize)
+                .then(|| page.last().map(|c| c.id.clone()))
+                .flatten();
+            Ok(ChildPage {
+                children: page
+                    .into_iter()
+                    .map(|c| Child {
+                        run_id: c.id,
+                        job: c.job,
+                        instance: c.instance,
+                        status: c.status,
+                        code: c.last_code,
+                        result: c.result,
+                    })
+                    .collect(),
+                next,
+            })
         })
     }
 
     async fn set_result(&mut self, value: String) -> Result<(), HostError> {
-        let canonical = crate::json_rule::canonical(value.as_bytes(), RESULT)
-            .map_err(|refusal| HostError::Invalid(refusal.code().into()))?;
-        self.own_write_allowed().await?;
-        let session = self.run_session()?;
-        let (store, fence, id) = (
-            session.store.clone(),
-            session.fence.clone(),
-            session.run.id.clone(),
-        );
-        match store.set_result_fenced(&fence, &id, &canonical).await {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                self.signals.lease_lost = true;
-                Err(HostError::LeaseLost)
+        crate::journaled!(self, "run.set-result", (&value,), async {
+            let canonical = crate::json_rule::canonical(value.as_bytes(), RESULT)
+                .map_err(|refusal| HostError::Invalid(refusal.code().into()))?;
+            self.own_write_allowed().await?;
+            let session = self.run_session()?;
+            let (store, fence, id) = (
+                session.store.clone(),
+                session.fence.clone(),
+                session.run.id.clone(),
+            );
+            match store.set_result_fenced(&fence, &id, &canonical).await {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    self.signals.lease_lost = true;
+                    Err(HostError::LeaseLost)
+                }
+                Err(_) => {
+                    self.signals.unavailable = true;
+                    Err(HostError::Unavailable)
+                }
             }
-            Err(_) => {
-                self.signals.unavailable = true;
-                Err(HostError::Unavailable)
-            }
+        })
+    }
+}
+
+impl crate::journal::CodeOf for Info {
+    fn code_of(&self) -> std::borrow::Cow<'static, str> {
+        "ok".into()
+    }
+}
+
+impl crate::journal::Placeholder for Info {
+    fn placeholder() -> Self {
+        Info {
+            final_attempt: true,
+            retries_left: 0,
+            started_by: StartedBy::Manual,
+            deferrals: 0,
         }
     }
 }

@@ -41,7 +41,7 @@ pub struct StepsSession {
 }
 
 /// How a pass ended, committed with the guest's writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CommittedEnd {
     Done,
     Continue { cursor: String },
@@ -105,6 +105,11 @@ impl StepsCapability {
     /// The pass's end, if the guest committed it with its writes.
     pub fn committed(&self) -> Option<&CommittedEnd> {
         self.committed.as_ref()
+    }
+
+    /// In a replay: the end the original attempt's `commit-pass` committed.
+    pub(crate) fn replay_committed(&mut self, committed: Option<CommittedEnd>) {
+        self.committed = committed;
     }
 }
 
@@ -172,67 +177,72 @@ impl GuestState {
 
 impl Host for GuestState {
     async fn start(&mut self, name: String) -> Result<Option<String>, HostError> {
-        let session = self.steps_session()?;
-        if !valid_name(&name, MAX_STEP_NAME_BYTES) {
-            return Err(invalid("invalid-step-name"));
-        }
-        let (store, run_id, pass) = (session.store.clone(), session.run_id.clone(), session.pass);
-        if self.steps.reached.contains(&name) {
-            self.signals
-                .refuse(crate::capability::refusal::step_reused());
-            return Err(invalid("step-reused"));
-        }
-        if self.steps.ledger.is_none() {
-            // One read per attempt, however many steps it reaches.
-            let steps = match store.pass_steps(&run_id, pass).await {
-                Ok(steps) => steps,
-                Err(_) => {
-                    self.signals.unavailable = true;
-                    return Err(HostError::Unavailable);
-                }
-            };
-            self.steps.ledger_bytes = steps.iter().map(|(_, r)| r.len()).sum();
-            self.steps.ledger = Some(steps.into_iter().collect());
-        }
-        let ledger = self.steps.ledger.as_ref().expect("read above");
-        let hit = ledger.get(&name).cloned();
-        // Names reached are held in memory too: bounded like the ledger.
-        let full = self.steps.reached.len() >= MAX_STEPS_PER_PASS
-            || (hit.is_none() && ledger.len() + self.steps.new_records >= MAX_STEPS_PER_PASS);
-        if full {
-            return Err(invalid("too-many-steps"));
-        }
-        if hit.is_some() {
-            self.steps.recorded.insert(name.clone());
-        }
-        self.steps.reached.insert(name);
-        Ok(hit)
+        crate::journaled!(self, "steps.start", (&name,), async {
+            let session = self.steps_session()?;
+            if !valid_name(&name, MAX_STEP_NAME_BYTES) {
+                return Err(invalid("invalid-step-name"));
+            }
+            let (store, run_id, pass) =
+                (session.store.clone(), session.run_id.clone(), session.pass);
+            if self.steps.reached.contains(&name) {
+                self.signals
+                    .refuse(crate::capability::refusal::step_reused());
+                return Err(invalid("step-reused"));
+            }
+            if self.steps.ledger.is_none() {
+                // One read per attempt, however many steps it reaches.
+                let steps = match store.pass_steps(&run_id, pass).await {
+                    Ok(steps) => steps,
+                    Err(_) => {
+                        self.signals.unavailable = true;
+                        return Err(HostError::Unavailable);
+                    }
+                };
+                self.steps.ledger_bytes = steps.iter().map(|(_, r)| r.len()).sum();
+                self.steps.ledger = Some(steps.into_iter().collect());
+            }
+            let ledger = self.steps.ledger.as_ref().expect("read above");
+            let hit = ledger.get(&name).cloned();
+            // Names reached are held in memory too: bounded like the ledger.
+            let full = self.steps.reached.len() >= MAX_STEPS_PER_PASS
+                || (hit.is_none() && ledger.len() + self.steps.new_records >= MAX_STEPS_PER_PASS);
+            if full {
+                return Err(invalid("too-many-steps"));
+            }
+            if hit.is_some() {
+                self.steps.recorded.insert(name.clone());
+            }
+            self.steps.reached.insert(name);
+            Ok(hit)
+        })
     }
 
     async fn record(&mut self, name: String, result: String) -> Result<(), HostError> {
-        let result = self.recordable(&name, &result)?;
-        self.own_write_allowed().await?;
-        let session = self.steps.session.as_ref().expect("checked by recordable");
-        let (store, fence) = (session.store.clone(), session.fence.clone());
-        let (run_id, pass) = (session.run_id.clone(), session.pass);
-        let size = result.len();
-        match store
-            .record_step_fenced(&fence, &run_id, pass, &name, &result)
-            .await
-        {
-            Ok(true) => {
-                self.step_recorded(name, size);
-                Ok(())
+        crate::journaled!(self, "steps.record", (&name, &result), async {
+            let result = self.recordable(&name, &result)?;
+            self.own_write_allowed().await?;
+            let session = self.steps.session.as_ref().expect("checked by recordable");
+            let (store, fence) = (session.store.clone(), session.fence.clone());
+            let (run_id, pass) = (session.run_id.clone(), session.pass);
+            let size = result.len();
+            match store
+                .record_step_fenced(&fence, &run_id, pass, &name, &result)
+                .await
+            {
+                Ok(true) => {
+                    self.step_recorded(name, size);
+                    Ok(())
+                }
+                Ok(false) => {
+                    self.signals.lease_lost = true;
+                    Err(HostError::LeaseLost)
+                }
+                Err(_) => {
+                    self.signals.unavailable = true;
+                    Err(HostError::Unavailable)
+                }
             }
-            Ok(false) => {
-                self.signals.lease_lost = true;
-                Err(HostError::LeaseLost)
-            }
-            Err(_) => {
-                self.signals.unavailable = true;
-                Err(HostError::Unavailable)
-            }
-        }
+        })
     }
 
     async fn record_in(
@@ -241,37 +251,41 @@ impl Host for GuestState {
         name: String,
         result: String,
     ) -> Result<(), HostError> {
-        let result = self.recordable(&name, &result)?;
-        let size = result.len();
-        let write = self.step_write(&name, result);
-        let written = self.tx(&tx)?.progress_write(&write).await;
-        match self.translate(written)? {
-            true => {
-                self.step_recorded(name, size);
-                Ok(())
+        crate::journaled!(self, "steps.record-in", (&name, &result), async {
+            let result = self.recordable(&name, &result)?;
+            let size = result.len();
+            let write = self.step_write(&name, result);
+            let written = self.tx(&tx)?.progress_write(&write).await;
+            match self.translate(written)? {
+                true => {
+                    self.step_recorded(name, size);
+                    Ok(())
+                }
+                false => Err(HostError::QueryRefused("failed".into())),
             }
-            false => Err(HostError::QueryRefused("failed".into())),
-        }
+        })
     }
 
     async fn counter_add(&mut self, name: String, delta: i64) -> Result<i64, HostError> {
-        self.steps_session()?;
-        if !valid_name(&name, MAX_COUNTER_NAME_BYTES) {
-            return Err(invalid("invalid-counter-name"));
-        }
-        let counters = &mut self.steps.counters;
-        if !counters.contains_key(&name) && counters.len() >= MAX_COUNTERS {
-            return Err(invalid("too-many-counters"));
-        }
-        let value = counters
-            .get(&name)
-            .copied()
-            .unwrap_or(0)
-            .checked_add(delta)
-            .ok_or_else(|| invalid("counter-overflow"))?;
-        counters.insert(name, value);
-        self.steps.counters_changed = true;
-        Ok(value)
+        crate::journaled!(self, "steps.counter-add", (&name, delta), async {
+            self.steps_session()?;
+            if !valid_name(&name, MAX_COUNTER_NAME_BYTES) {
+                return Err(invalid("invalid-counter-name"));
+            }
+            let counters = &mut self.steps.counters;
+            if !counters.contains_key(&name) && counters.len() >= MAX_COUNTERS {
+                return Err(invalid("too-many-counters"));
+            }
+            let value = counters
+                .get(&name)
+                .copied()
+                .unwrap_or(0)
+                .checked_add(delta)
+                .ok_or_else(|| invalid("counter-overflow"))?;
+            counters.insert(name, value);
+            self.steps.counters_changed = true;
+            Ok(value)
+        })
     }
 
     async fn commit_pass(
@@ -279,56 +293,61 @@ impl Host for GuestState {
         tx: Resource<crate::capability::db::TxHandle>,
         end: PassEnd,
     ) -> Result<(), HostError> {
-        let checked = self
-            .steps_session()
-            .map(|s| (s.run_id.clone(), s.pass, s.fence.generation));
-        let mut taken = self.take_tx(tx)?;
-        let (run_id, pass, generation) = match checked {
-            Ok(session) => session,
-            Err(refused) => {
-                self.roll_back_taken(taken).await;
-                return Err(refused);
-            }
-        };
-        let committed = match end {
-            PassEnd::Done => CommittedEnd::Done,
-            PassEnd::Continue(cursor) => {
-                match json_rule::canonical(cursor.as_bytes(), json_rule::CURSOR) {
-                    Ok(cursor) => CommittedEnd::Continue { cursor },
-                    Err(refusal) => {
-                        self.roll_back_taken(taken).await;
-                        return Err(invalid(refusal.code()));
+        let taken = self.take_tx(tx)?;
+        crate::journaled!(self, "steps.commit-pass", (&end,), async {
+            let checked = self
+                .steps_session()
+                .map(|s| (s.run_id.clone(), s.pass, s.fence.generation));
+            let Some(mut taken) = taken else {
+                return Err(invalid("unknown-transaction"));
+            };
+            let (run_id, pass, generation) = match checked {
+                Ok(session) => session,
+                Err(refused) => {
+                    self.roll_back_taken(taken).await;
+                    return Err(refused);
+                }
+            };
+            let committed = match end {
+                PassEnd::Done => CommittedEnd::Done,
+                PassEnd::Continue(cursor) => {
+                    match json_rule::canonical(cursor.as_bytes(), json_rule::CURSOR) {
+                        Ok(cursor) => CommittedEnd::Continue { cursor },
+                        Err(refusal) => {
+                            self.roll_back_taken(taken).await;
+                            return Err(invalid(refusal.code()));
+                        }
                     }
                 }
+            };
+            let write = ProgressWrite::EndPass {
+                run_id,
+                generation,
+                pass,
+                cursor: match &committed {
+                    CommittedEnd::Continue { cursor } => Some(cursor.clone()),
+                    CommittedEnd::Done => None,
+                },
+                counters: counters_json(&self.steps.counters),
+                done: committed == CommittedEnd::Done,
+            };
+            let written = taken.progress_write(&write).await;
+            match written {
+                Ok(true) => {}
+                // The run is no longer running this attempt's pass: its lease moved on.
+                Ok(false) => {
+                    self.roll_back_taken(taken).await;
+                    return self.translate(Err(GuestDbError::LeaseLost));
+                }
+                Err(e) => {
+                    self.roll_back_taken(taken).await;
+                    return self.translate(Err(e));
+                }
             }
-        };
-        let write = ProgressWrite::EndPass {
-            run_id,
-            generation,
-            pass,
-            cursor: match &committed {
-                CommittedEnd::Continue { cursor } => Some(cursor.clone()),
-                CommittedEnd::Done => None,
-            },
-            counters: counters_json(&self.steps.counters),
-            done: committed == CommittedEnd::Done,
-        };
-        let written = taken.progress_write(&write).await;
-        match written {
-            Ok(true) => {}
-            // The run is no longer running this attempt's pass: its lease moved on.
-            Ok(false) => {
-                self.roll_back_taken(taken).await;
-                return self.translate(Err(GuestDbError::LeaseLost));
-            }
-            Err(e) => {
-                self.roll_back_taken(taken).await;
-                return self.translate(Err(e));
-            }
-        }
-        self.commit_taken(taken).await?;
-        self.steps.committed = Some(committed);
-        Ok(())
+            self.commit_taken(taken).await?;
+            self.steps.committed = Some(committed);
+            Ok(())
+        })
     }
 }
 

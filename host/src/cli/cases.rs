@@ -262,6 +262,11 @@ async fn run_case(global: &Global, given: Given<'_>, spec: crate::job::JobSpec) 
         mismatches: Vec::new(),
         problem: None,
     };
+    if let Some(journal) = &case.journal {
+        replay_case(global, case, &dir.join(journal), &spec, &mut outcome).await;
+        outcome.duration_ms = started.elapsed().as_millis();
+        return outcome;
+    }
     let home = match tempfile::tempdir() {
         Ok(home) => home,
         Err(e) => {
@@ -364,6 +369,74 @@ async fn run_case(global: &Global, given: Given<'_>, spec: crate::job::JobSpec) 
     }
     outcome.duration_ms = started.elapsed().as_millis();
     outcome
+}
+
+/// A journal case: the job's component replayed against the journal, held against the
+/// case's `expect` as a run would be (its status, code, error and log), and failed if its
+/// calls diverge from the journal's.
+async fn replay_case(
+    global: &Global,
+    case: &Case,
+    path: &Path,
+    spec: &crate::job::JobSpec,
+    outcome: &mut Outcome,
+) {
+    let result = async {
+        let journal = super::replay::read_journal(path).map_err(|f| f.message)?;
+        let engine = crate::engine::Engine::new(&crate::engine::EngineSettings {
+            cache_dir: Some(global.cache_dir()),
+            compiler: Some(global.compiler().map_err(|f| f.message)?),
+            ..crate::engine::EngineSettings::default()
+        })
+        .map_err(|e| e.to_string())?;
+        let loaded = engine
+            .load(&spec.component, &crate::grants::Grants::everything())
+            .map_err(|e| e.to_string())?;
+        let replayed = engine
+            .replay(&loaded, &journal, true)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((journal, replayed))
+    }
+    .await;
+    let (journal, replayed) = match result {
+        Ok(done) => done,
+        Err(problem) => {
+            outcome.problem = Some(problem);
+            return;
+        }
+    };
+    let run = RunRecord {
+        id: journal.run_id.clone(),
+        job: journal.job.clone(),
+        status: replayed.status.to_string(),
+        last_code: replayed.code.map(str::to_string),
+        last_error: replayed.message.clone(),
+        attempts: 1,
+        pass: journal.context.pass.into(),
+        ..RunRecord::default()
+    };
+    let none = BTreeMap::new();
+    outcome.mismatches = test_cases::check(
+        &case.expect,
+        &Observed {
+            run: &run,
+            log: &replayed.log,
+            rows: &none,
+            files: &BTreeMap::new(),
+            requests: &BTreeMap::new(),
+        },
+    );
+    if let Some(stop) = &replayed.stopped {
+        outcome.mismatches.push(Mismatch {
+            what: "replay".into(),
+            expected: "the component ends against the journal's answers".into(),
+            actual: stop.to_string(),
+        });
+    }
+    outcome.fuel = Some(i64::try_from(replayed.fuel_used).unwrap_or(i64::MAX));
+    outcome.log = replayed.log;
+    outcome.run = Some(run);
 }
 
 /// Places the case's objects, each attached under a lease of `host test`'s own as an

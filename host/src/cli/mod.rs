@@ -9,6 +9,7 @@ mod cases;
 mod drive;
 mod output;
 mod progress;
+mod replay;
 mod run;
 mod runs;
 mod serve;
@@ -75,6 +76,9 @@ pub enum Command {
     Run(Box<run::RunArgs>),
     /// Run the host: schedules, kicks, workers, surveillance and the HTTP API.
     Serve(Box<serve::ServeArgs>),
+    /// Re-execute a recorded attempt from its journal, touching nothing: its log, its
+    /// outcome, a trap's frames; with --job, where a rebuilt component's calls diverge.
+    Replay(Box<replay::ReplayArgs>),
     /// Read run history; cancel and retry runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
@@ -348,6 +352,7 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run::run(&cli.global, *args).await,
             Command::Serve(args) => serve::run_serve(&cli.global, *args).await,
             Command::Runs(cmd) => runs::runs(&cli.global, cmd).await,
+            Command::Replay(args) => replay::replay(&cli.global, *args).await,
             Command::Pause(scope) => runs::pause(&cli.global, scope, true).await,
             Command::Resume(scope) => runs::pause(&cli.global, scope, false).await,
             Command::Pauses { json } => runs::pauses(&cli.global, json).await,

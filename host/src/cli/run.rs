@@ -319,6 +319,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                 run_on_boot: false,
                 flow: Default::default(),
                 lane: crate::job::DEFAULT_LANE.into(),
+                recorder: Default::default(),
             }
         }
     };

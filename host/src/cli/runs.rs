@@ -36,6 +36,15 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print an attempt's journal (the JSON `host replay --from` reads), to replay it
+    /// elsewhere: on a laptop with no access to this database.
+    Export {
+        id: String,
+        /// The attempt (its number in `host runs show`); the run's last recorded one if
+        /// not given.
+        #[arg(long)]
+        attempt: Option<i64>,
+    },
     /// Cancel queued or running runs: by id, or every one a filter matches. A running
     /// attempt is stopped and fenced: nothing it writes afterwards commits.
     Cancel(ActionArgs),
@@ -158,6 +167,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             let attempts = store.list_attempts(&id, views::ATTEMPTS_SHOWN).await?;
             let steps = store.run_steps(&id).await?;
             let failed_steps = store.run_step_failures(&id).await?;
+            let journals = store.run_journals(&id).await?;
             if json {
                 println!(
                     "{}",
@@ -185,8 +195,30 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                         crate::units::format_size(a.peak_memory.unwrap_or(0) as u64),
                     );
                     output::log(a);
+                    if let Some(journal) = journals.iter().find(|j| j.seq == a.seq) {
+                        println!(
+                            "    journal: {} host calls{}; replay it with `host replay {id} --attempt {}`",
+                            journal.calls,
+                            if journal.replayable == 1 {
+                                ""
+                            } else {
+                                " (truncated at its cap)"
+                            },
+                            a.seq
+                        );
+                    }
                 }
             }
+            0
+        }
+        RunsCommand::Export { id, attempt } => {
+            let Some(journal) = store.journal(&id, attempt).await? else {
+                return Err(Failure::usage(match attempt {
+                    Some(seq) => format!("run {id:?} has no journal of attempt {seq}"),
+                    None => format!("run {id:?} has no journal"),
+                }));
+            };
+            println!("{}", journal.body);
             0
         }
     };

@@ -15,6 +15,7 @@ use crate::capability::refusal::Refused;
 use crate::capability::run::{RunCapability, RunSession};
 use crate::capability::steps::{CommittedEnd, StepsCapability, StepsSession};
 use crate::failure::FailureCode;
+use crate::journal::{Journal, Recorded};
 use crate::json_rule;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -26,7 +27,7 @@ pub const MAX_DEFER: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const MAX_MESSAGE_BYTES: usize = 2048;
 
 /// What the handler is told about its run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PassContext {
     pub job: String,
     pub run_id: String,
@@ -57,6 +58,8 @@ pub struct AttemptSpec<'a> {
     pub steps: Option<StepsSession>,
     pub jobs: Option<JobsSession>,
     pub run: Option<RunSession>,
+    /// The journal's cap; `None` records nothing (`record = "off"`).
+    pub record: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +105,8 @@ pub struct AttemptReport {
     pub waits_for_children: bool,
     /// The steps the attempt reached that the pass's ledger did not hold.
     pub steps_reached: Vec<String>,
+    /// The host calls the attempt made, when it was recorded, and the seed it was given.
+    pub journal: Option<(Recorded, u128)>,
 }
 
 impl AttemptReport {
@@ -118,6 +123,7 @@ impl AttemptReport {
             counters: None,
             waits_for_children: false,
             steps_reached: Vec::new(),
+            journal: None,
         }
     }
 }
@@ -133,6 +139,37 @@ impl std::fmt::Display for DeadlineReached {
 }
 
 impl std::error::Error for DeadlineReached {}
+
+/// The error the epoch callback raises once a replay stopped.
+#[derive(Debug)]
+pub(crate) struct ReplayStopped;
+
+impl std::fmt::Display for ReplayStopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the replay stopped")
+    }
+}
+
+impl std::error::Error for ReplayStopped {}
+
+/// One handler call to make: an attempt's, or a replay's.
+pub(crate) struct Execution<'a> {
+    pub loaded: &'a Loaded,
+    pub state: GuestState,
+    pub fuel: Option<u64>,
+    pub deadline: Instant,
+    pub cancel: CancelToken,
+    pub stop: CancelToken,
+    pub context: PassContext,
+    pub replaying: bool,
+}
+
+/// How the call ended, and the store it ran in (what the host calls noted, the log).
+pub(crate) struct Executed {
+    pub result: Result<Outcome, AttemptFailure>,
+    pub fuel_used: u64,
+    pub store: wasmtime::Store<GuestState>,
+}
 
 impl Engine {
     pub async fn run_attempt(&self, spec: AttemptSpec<'_>) -> AttemptReport {
@@ -154,6 +191,7 @@ impl Engine {
                 counters: None,
                 waits_for_children: false,
                 steps_reached: Vec::new(),
+                journal: None,
             };
         }
         let capabilities = Capabilities {
@@ -164,17 +202,51 @@ impl Engine {
             jobs: JobsCapability::new(spec.jobs),
             run: RunCapability::new(spec.run),
         };
-        let state = GuestState::new(spec.memory, log.clone(), capabilities);
-        let fuel = spec.fuel.unwrap_or(u64::MAX);
-        let mut store = self.attempt_store(state, fuel, spec.deadline, hostcall_bytes(spec.memory));
-        let context = to_wit(spec.context);
+        let journal = spec.record.map_or_else(Journal::off, Journal::recording);
+        let seed = crate::journal::wasi::fresh_seed();
+        let state = GuestState::journaled(spec.memory, log.clone(), capabilities, journal, seed);
+        let executed = self
+            .execute(Execution {
+                loaded: spec.loaded,
+                state,
+                fuel: spec.fuel,
+                deadline: spec.deadline,
+                cancel: spec.cancel,
+                stop: spec.stop,
+                context: spec.context,
+                replaying: false,
+            })
+            .await;
+        let state = executed.store.data();
+        let (log_text, log_truncated) = log.contents();
+        AttemptReport {
+            result: executed.result,
+            fuel_used: executed.fuel_used,
+            peak_memory: state.limiter.peak() as u64,
+            duration: started.elapsed(),
+            log: log_text,
+            log_truncated,
+            counters: state.steps.changed_counters(),
+            waits_for_children: state.jobs.waits(),
+            steps_reached: state.steps.reached_new(),
+            journal: spec.record.map(|_| (state.journal.take(), seed)),
+        }
+    }
+
+    /// Instantiates and calls a handler in a store set up as an attempt's, and classifies
+    /// how it ended: the one path attempts and replays share.
+    pub(crate) async fn execute(&self, run: Execution<'_>) -> Executed {
+        let fuel = run.fuel.unwrap_or(u64::MAX);
+        let hostcall = hostcall_bytes(run.state.limiter.cap());
+        let mut store = self.attempt_store(run.state, fuel, run.deadline, hostcall, run.replaying);
+        let context = to_wit(run.context);
         // A host call in flight at the deadline (or at cancellation) is cancelled by
         // dropping the call.
-        let (mut cancel, mut stop) = (spec.cancel, spec.stop);
+        let (mut cancel, mut stop) = (run.cancel, run.stop);
         let mut stopped_by_operator = false;
         let called = tokio::select! {
-            called = tokio::time::timeout_at(spec.deadline, async {
-                let job = spec.loaded.pre.instantiate_async(&mut store).await?;
+            called = tokio::time::timeout_at(run.deadline, async {
+                let job = run.loaded.pre.instantiate_async(&mut store).await?;
                 job.jobhost_job_handler()
                     .call_run(&mut store, &context)
                     .await
@@ -190,19 +262,11 @@ impl Engine {
         } else {
             0
         };
-        let state = store.data();
-        let result = classify(called, stopped_by_operator, state, spec.deadline);
-        let (log_text, log_truncated) = log.contents();
-        AttemptReport {
+        let result = classify(called, stopped_by_operator, store.data(), run.deadline);
+        Executed {
             result,
             fuel_used,
-            peak_memory: state.limiter.peak() as u64,
-            duration: started.elapsed(),
-            log: log_text,
-            log_truncated,
-            counters: state.steps.changed_counters(),
-            waits_for_children: state.jobs.waits(),
-            steps_reached: state.steps.reached_new(),
+            store,
         }
     }
 
@@ -218,20 +282,23 @@ impl Engine {
         deadline: Instant,
     ) -> wasmtime::Result<()> {
         let state = GuestState::new(memory, AttemptLog::new(MAX_LOG_BYTES), Capabilities::none());
-        let mut store = self.attempt_store(state, u64::MAX, deadline, hostcall_bytes(memory));
+        let mut store =
+            self.attempt_store(state, u64::MAX, deadline, hostcall_bytes(memory), false);
         loaded.pre.instantiate_async(&mut store).await?;
         Ok(())
     }
 
     /// A store for one attempt: the memory limiter, the bound on what one host call lifts,
     /// the fuel (if metered), and an epoch deadline callback that yields to the runtime
-    /// every tick and traps at `deadline`.
+    /// every tick and traps at `deadline` — or, `replaying`, once the replay stopped
+    /// (the guest was answered a placeholder it must not go on with).
     fn attempt_store(
         &self,
         state: GuestState,
         fuel: u64,
         deadline: Instant,
         hostcall_bytes: usize,
+        replaying: bool,
     ) -> wasmtime::Store<GuestState> {
         let mut store = wasmtime::Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -241,9 +308,11 @@ impl Engine {
         }
         let deadline = deadline.into_std();
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
+        store.epoch_deadline_callback(move |store| {
             if std::time::Instant::now() >= deadline {
                 Err(wasmtime::Error::new(DeadlineReached))
+            } else if replaying && store.data().journal.stopped().is_some() {
+                Err(wasmtime::Error::new(ReplayStopped))
             } else {
                 Ok(UpdateDeadline::Yield(1))
             }

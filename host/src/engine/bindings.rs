@@ -5,6 +5,8 @@ wasmtime::component::bindgen!({
     world: "job",
     imports: { default: async },
     exports: { default: async },
+    // The flight recorder keeps what each call answered (`journal`).
+    additional_derives: [serde::Serialize, serde::Deserialize],
     with: {
         "jobhost:job/db.transaction": crate::capability::db::TxHandle,
         "jobhost:job/files.upload": crate::capability::files::UploadHandle,

@@ -54,6 +54,11 @@ impl MemoryLimiter {
         }
     }
 
+    /// The memory cap, in bytes.
+    pub fn cap(&self) -> u64 {
+        self.cap as u64
+    }
+
     /// The most bytes the attempt's memories and tables held together.
     pub fn peak(&self) -> usize {
         self.peak
@@ -228,6 +233,7 @@ mod tests {
             run_on_boot: false,
             flow: Default::default(),
             lane: crate::job::DEFAULT_LANE.into(),
+            recorder: Default::default(),
         };
         assert_eq!(spec.validate(), Ok(()));
         spec.limits.memory = MAX_JOB_MEMORY + 1;

@@ -10,6 +10,7 @@ use crate::capability::refusal::Refused;
 use crate::capability::run::RunCapability;
 use crate::capability::steps::StepsCapability;
 use crate::failure::FailureCode;
+use crate::journal::{Answer, Journal, Noticed, Placeholder, wasi};
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -57,6 +58,8 @@ pub struct GuestState {
     pub(crate) jobs: JobsCapability,
     pub(crate) run: RunCapability,
     pub(crate) signals: Signals,
+    /// The flight recorder (or, in a replay, the player) of the attempt's host calls.
+    pub(crate) journal: Journal,
 }
 
 /// The capabilities one attempt was given.
@@ -85,10 +88,25 @@ impl Capabilities {
 }
 
 impl GuestState {
+    /// A state whose host calls are not journaled.
     pub fn new(memory_cap: u64, log: AttemptLog, capabilities: Capabilities) -> Self {
+        let seed = crate::journal::wasi::fresh_seed();
+        GuestState::journaled(memory_cap, log, capabilities, Journal::off(), seed)
+    }
+
+    /// `journal` records the attempt's host calls (or answers them, in a replay);
+    /// `insecure_seed` is what `wasi:random/insecure-seed` answers.
+    pub fn journaled(
+        memory_cap: u64,
+        log: AttemptLog,
+        capabilities: Capabilities,
+        journal: Journal,
+        insecure_seed: u128,
+    ) -> Self {
         // No preopens, no environment, no arguments, no network (no TCP, UDP or name
         // lookup: said here rather than left to the defaults): stdout and stderr go to the
-        // attempt's log; stdin is empty.
+        // attempt's log; stdin is empty. So the clocks and the generators are the only
+        // inputs WASI gives, and they go through the journal.
         let wasi = WasiCtx::builder()
             .stdout(log.clone())
             .stderr(log.clone())
@@ -96,6 +114,11 @@ impl GuestState {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
+            .wall_clock(wasi::WallClock::new(journal.clone()))
+            .monotonic_clock(wasi::MonotonicClock::new(journal.clone()))
+            .secure_random(wasi::Random::secure(journal.clone()))
+            .insecure_random(wasi::Random::insecure(journal.clone()))
+            .insecure_random_seed(insecure_seed)
             .build();
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCES);
@@ -111,7 +134,52 @@ impl GuestState {
             jobs: capabilities.jobs,
             run: capabilities.run,
             signals: Signals::default(),
+            journal,
         }
+    }
+
+    /// What the calls so far noted, cheaply compared: whether a call changed it.
+    pub(crate) fn noticed_mark(&self) -> (bool, bool, bool, bool, bool) {
+        (
+            self.signals.lease_lost,
+            self.signals.unavailable,
+            self.signals.refused.is_some(),
+            self.steps.committed().is_some(),
+            self.jobs.waits(),
+        )
+    }
+
+    /// What the attempt has noted, if a call changed it since `before`.
+    pub(crate) fn noticed_since(&self, before: (bool, bool, bool, bool, bool)) -> Option<Noticed> {
+        (self.noticed_mark() != before).then(|| Noticed {
+            lease_lost: self.signals.lease_lost,
+            unavailable: self.signals.unavailable,
+            refused: self.signals.refused.clone(),
+            committed: self.steps.committed().cloned(),
+            waits_for_children: self.jobs.waits(),
+        })
+    }
+
+    /// A replayed call's answer, with what the original call noted noted again; once the
+    /// replay stopped, a placeholder (the attempt is stopped at its next tick).
+    pub(crate) fn replayed<R>(&mut self, call: &str, answer: Answer) -> R
+    where
+        R: serde::de::DeserializeOwned + Placeholder,
+    {
+        let Some((bytes, noticed)) = answer.answer else {
+            return R::placeholder();
+        };
+        let Some(value) = self.journal.decode(call, &bytes) else {
+            return R::placeholder();
+        };
+        if let Some(noticed) = noticed {
+            self.signals.lease_lost = noticed.lease_lost;
+            self.signals.unavailable = noticed.unavailable;
+            self.signals.refused = noticed.refused;
+            self.steps.replay_committed(noticed.committed);
+            self.jobs.replay_waits(noticed.waits_for_children);
+        }
+        value
     }
 }
 

@@ -3,7 +3,7 @@
 //! Errors are JSON `{"error": {"code": ..., "message": ...}}` with a fixed code:
 //! `unauthenticated`, `unknown_job`, `unknown_run`, `unknown_tenant`, `not_found`,
 //! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `not_cancellable`, `not_retryable`,
-//! `invalid_parameter`, `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
+//! `unknown_journal`, `unreadable_journal`, `invalid_parameter`, `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
 //! `too_many_connections` (`server`).
 //! Every path and query parameter is read and checked before any query (`params`): an id
 //! that no job, run or tenant could have answers 404 as an unknown one does.
@@ -19,6 +19,7 @@ mod auth;
 mod controls;
 mod dashboard;
 mod events;
+mod journals;
 mod metrics;
 mod params;
 mod server;
@@ -58,6 +59,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/runs/{id}", get(get_run))
         .route("/runs/{id}/cancel", post(controls::cancel_run))
         .route("/runs/{id}/retry", post(controls::retry_run))
+        .route("/runs/{id}/attempts/{seq}/calls", get(journals::calls))
+        .route("/runs/{id}/attempts/{seq}/journal", get(journals::export))
         .route("/pauses", get(controls::list_pauses))
         .route(
             "/pauses/{scope}/{name}",
@@ -640,8 +643,10 @@ async fn get_run(
     let steps = s.app.store.run_steps(&id).await?;
     let failed_steps = s.app.store.run_step_failures(&id).await?;
     let files = s.app.store.run_files(&id, views::FILES_SHOWN).await?;
+    let journals = s.app.store.run_journals(&id).await?;
     let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
     detail["files"] = files.iter().map(views::file).collect();
+    detail["journals"] = json!(journals);
     detail["trace_url"] = match (&s.trace_url, detail["trace_id"].as_str()) {
         (Some(template), Some(id)) => template.replace("{trace_id}", id).into(),
         _ => Value::Null,

@@ -25,6 +25,7 @@ use crate::engine::{Engine, Loaded};
 use crate::failure::FailureCode;
 use crate::files::{Files, Uploader};
 use crate::job::JobSpec;
+use crate::journal::{self, file::JournalFile};
 use crate::lease::LeaseTerms;
 use crate::links::{Caller, Links};
 use crate::metrics::Metrics;
@@ -288,7 +289,7 @@ impl Runner {
         let until = deadline + self.settings.lease.grace;
         let attempt = run.failures + 1;
         let span = crate::trace::attempt_span(&run, attempt, &spec.lane);
-        let report = if run.work_done == 1 {
+        let mut report = if run.work_done == 1 {
             // The last pass committed `done` with its writes before its host stopped:
             // only the run's end is left to record, and the guest is not run again.
             AttemptReport::committed_done()
@@ -300,6 +301,7 @@ impl Runner {
                     cancel,
                     stop,
                     context: pass_context(&run, attempt),
+                    record: spec.recorder.cap(),
                     memory: spec.limits.memory,
                     fuel: spec.limits.fuel,
                     deadline,
@@ -320,6 +322,8 @@ impl Runner {
         };
         let counters = report.counters.clone();
         self.note_failed_steps(&run, &report).await;
+        self.keep_journal(&run, spec, loaded, attempt, &mut report)
+            .await;
         let waits = report.waits_for_children;
         let (ending, result) = span.in_scope(|| self.attempt_ending(&run, attempt, report));
         let decided = decide(&run, spec, result, counters);
@@ -331,6 +335,57 @@ impl Runner {
         let change = self.change(&run, spec, decided, true);
         self.hand_over(run, spec, lease, Some(ending), change, until)
             .await
+    }
+
+    /// Keeps the attempt's journal when its job's `record` says so: a failed attempt's
+    /// by default. Diagnostic, like the failed steps: a failure to keep it is logged.
+    async fn keep_journal(
+        &self,
+        run: &RunRecord,
+        spec: &JobSpec,
+        loaded: &Loaded,
+        attempt: i64,
+        report: &mut AttemptReport,
+    ) {
+        let Some((recorded, seed)) = report.journal.take() else {
+            return;
+        };
+        let failed = report.result.is_err();
+        if !spec.recorder.policy.keeps(failed) {
+            return;
+        }
+        let (status, outcome, code) = ending_names(&report.result);
+        let journal = JournalFile {
+            format: journal::file::FORMAT.into(),
+            version: journal::file::VERSION,
+            job: run.job.clone(),
+            tenant: run.tenant.clone(),
+            run_id: run.id.clone(),
+            seq: run.attempts,
+            component: loaded.digest.clone(),
+            context: pass_context(run, attempt),
+            limits: journal::file::Limits {
+                memory: spec.limits.memory,
+                fuel: spec.limits.fuel,
+                timeout_ms: spec.limits.timeout.as_millis() as u64,
+            },
+            insecure_seed: seed.to_string(),
+            environment: Vec::new(),
+            arguments: Vec::new(),
+            stdin: String::new(),
+            truncated: recorded.truncated,
+            calls: recorded.calls,
+            ending: journal::file::Ending {
+                status: status.into(),
+                outcome: outcome.map(Into::into),
+                code: code.map(Into::into),
+                fuel_used: report.fuel_used,
+                log_digest: journal::file::log_digest(&report.log),
+            },
+        };
+        if let Err(error) = self.store.put_journal(&journal).await {
+            tracing::warn!(run_id = %run.id, seq = run.attempts, code = "driver_failed", error = %error, "could not keep the attempt's journal");
+        }
     }
 
     /// Keeps, for each step a failed attempt reached without recording it, one more failed
@@ -635,13 +690,7 @@ impl Runner {
         attempt: i64,
         report: AttemptReport,
     ) -> (AttemptEnding, Result<Outcome, AttemptFailure>) {
-        let (status, outcome, code) = match &report.result {
-            Ok(outcome) => ("succeeded", Some(outcome.name()), None),
-            Err(failure) if failure.code == FailureCode::CancelledByOperator => {
-                ("cancelled", None, Some(failure.code.as_str()))
-            }
-            Err(failure) => ("failed", None, Some(failure.code.as_str())),
-        };
+        let (status, outcome, code) = ending_names(&report.result);
         self.metrics.attempt_finished(
             &run.job,
             &run.tenant,
@@ -736,6 +785,19 @@ impl Runner {
 }
 
 /// The report a failed run's ending writes.
+/// An attempt's status, outcome and code as its row (and its journal) names them.
+fn ending_names(
+    result: &Result<Outcome, AttemptFailure>,
+) -> (&'static str, Option<&'static str>, Option<&'static str>) {
+    match result {
+        Ok(outcome) => ("succeeded", Some(outcome.name()), None),
+        Err(failure) if failure.code == FailureCode::CancelledByOperator => {
+            ("cancelled", None, Some(failure.code.as_str()))
+        }
+        Err(failure) => ("failed", None, Some(failure.code.as_str())),
+    }
+}
+
 fn report_about(run: &RunRecord, code: FailureCode) -> NewReport {
     let kind = match code {
         FailureCode::LeaseLost => ReportKind::LeaseLost,
@@ -1013,6 +1075,7 @@ mod tests {
                 ..Flow::default()
             },
             lane: crate::job::DEFAULT_LANE.into(),
+            recorder: Default::default(),
         }
     }
 

@@ -71,6 +71,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     22 => "0022_operator_controls",
     23 => "0023_jobs_that_start_jobs",
     24 => "0024_served_jobs_and_failed_steps",
+    25 => "0025_journals",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -97,6 +98,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     22 => "0022_operator_controls",
     23 => "0023_jobs_that_start_jobs",
     24 => "0024_served_jobs_and_failed_steps",
+    25 => "0025_journals",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -553,6 +553,7 @@ queries! {
     prune_attempts = "DELETE FROM jobhost_attempts WHERE run_id IN {json_ids}";
     prune_steps = "DELETE FROM jobhost_steps WHERE run_id IN {json_ids}";
     prune_step_failures = "DELETE FROM jobhost_step_failures WHERE run_id IN {json_ids}";
+    prune_journals = "DELETE FROM jobhost_journals WHERE run_id IN {json_ids}";
     prune_runs = "DELETE FROM jobhost_runs WHERE id IN {json_ids} \
         AND status NOT IN ('queued', 'running')";
     // An orphaned job once it has no runs left (and its leases).
@@ -612,6 +613,20 @@ queries! {
         ON CONFLICT (run_id, pass, name) DO UPDATE SET \
         attempts = jobhost_step_failures.attempts + 1, last_code = excluded.last_code, \
         last_error = excluded.last_error, failed_at = excluded.failed_at";
+    // The flight recorder: an attempt's journal (a seq reused by an attempt whose ending
+    // was not recorded replaces the one before), and what a run has.
+    put_journal = "INSERT INTO jobhost_journals \
+        (run_id, seq, job, tenant, calls, bytes, replayable, body, recorded_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {now}) \
+        ON CONFLICT (run_id, seq) DO UPDATE SET job = excluded.job, tenant = excluded.tenant, \
+        calls = excluded.calls, bytes = excluded.bytes, replayable = excluded.replayable, \
+        body = excluded.body, recorded_at = excluded.recorded_at";
+    journal = "SELECT run_id, seq, job, tenant, calls, bytes, replayable, body, recorded_at \
+        FROM jobhost_journals WHERE run_id = $1 AND seq = $2";
+    last_journal = "SELECT run_id, seq, job, tenant, calls, bytes, replayable, body, recorded_at \
+        FROM jobhost_journals WHERE run_id = $1 ORDER BY seq DESC LIMIT 1";
+    run_journals = "SELECT run_id, seq, job, tenant, calls, bytes, replayable, '' AS body, \
+        recorded_at FROM jobhost_journals WHERE run_id = $1 ORDER BY seq";
     run_step_failures = "SELECT pass, name, attempts, last_code, last_error, failed_at \
         FROM jobhost_step_failures WHERE run_id = $1 ORDER BY pass, failed_at, name";
     record_step = "INSERT INTO jobhost_steps (run_id, pass, name, result, generation, recorded_at) \

@@ -1,5 +1,5 @@
-//! The rows retention deletes: finished runs older than the cut-off with their attempts
-//! and ledgers, delivered reports, orphaned jobs whose runs are all gone, and the leases
+//! The rows retention deletes: finished runs older than the cut-off with their attempts,
+//! ledgers and journals, delivered reports, orphaned jobs whose runs are all gone, and the leases
 //! of instances idle since the cut-off. What is old enough, and when, is `retention`'s.
 
 use super::{Exclusive, Result, Store};
@@ -36,7 +36,12 @@ impl Store {
                 .fetch_all(&mut *tx)
                 .await?;
             let ids = serde_json::to_string(&ids).expect("ids serialise");
-            for sql in [&q.prune_attempts, &q.prune_steps, &q.prune_step_failures] {
+            for sql in [
+                &q.prune_attempts,
+                &q.prune_steps,
+                &q.prune_step_failures,
+                &q.prune_journals,
+            ] {
                 sqlx::query(sql.as_str()).bind(&ids).execute(&mut *tx).await?;
             }
             let runs = sqlx::query(q.prune_runs.as_str())

@@ -21,6 +21,11 @@
 //! A case may also give the job other grants (`grants`, as in the manifest) or other
 //! migrations (`migrations = "dir"`), place objects in collections and answer its calls
 //! to mounts (see [`files`] and [`links`]).
+//!
+//! A case may instead replay a recorded attempt (`journal = "FILE"`, a journal `host runs
+//! export` wrote): the job's component is run against the journal's answers, with nothing
+//! live, and must reach what `expect` says (`status`, `code`, `error`, `log`) without its
+//! calls diverging from the journal's — so a failure fixed once stays fixed.
 
 pub mod files;
 pub mod links;
@@ -81,6 +86,8 @@ pub struct Case {
     /// Limits for this case, in place of the manifest's.
     #[serde(default)]
     pub limits: CaseLimits,
+    /// A journal to replay instead of a run (relative to the cases file).
+    pub journal: Option<PathBuf>,
     #[serde(default)]
     pub expect: Expect,
 }
@@ -160,6 +167,26 @@ impl Case {
     /// What the TOML cannot say wrong but the case can: objects not named
     /// `collection/name`, a canned response or an expectation that cannot hold.
     fn validate(&self) -> Result<(), String> {
+        if self.journal.is_some() {
+            let live = [
+                (self.payload.is_some(), "payload"),
+                (!self.seed.is_empty(), "seed"),
+                (self.grants.is_some(), "grants"),
+                (self.migrations.is_some(), "migrations"),
+                (!self.files.is_empty(), "files"),
+                (!self.links.is_empty(), "links"),
+                (!self.expect.rows.is_empty(), "expect.rows"),
+                (!self.expect.files.is_empty(), "expect.files"),
+                (!self.expect.requests.is_empty(), "expect.requests"),
+                (!self.expect.counters.is_empty(), "expect.counters"),
+                (self.expect.cursor.is_some(), "expect.cursor"),
+            ];
+            if let Some((_, key)) = live.iter().find(|(given, _)| *given) {
+                return Err(format!(
+                    "`{key}` cannot go with `journal`: a journal case replays the recorded answers, and nothing is read or written"
+                ));
+            }
+        }
         for key in self.files.keys().chain(self.expect.files.keys()) {
             files::split(key)?;
         }

@@ -1091,6 +1091,21 @@
         return;
       }
       const attempts = Array.isArray(r.attempt_records) ? r.attempt_records : [];
+      // Attempts that kept a journal: their host calls, from the flight recorder.
+      const journals = new Map((Array.isArray(r.journals) ? r.journals : []).map((j) => [j.seq, j]));
+      await Promise.all(attempts.filter((a) => journals.has(a.seq)).map(async (a) => {
+        const t = await tryGet(errs, `/runs/${encodeURIComponent(id)}/attempts/${a.seq}/calls`);
+        if (!t || !Array.isArray(t.calls)) return;
+        a.journal = { total: t.total, replayable: t.replayable, shown: t.calls.length };
+        a.calls = t.calls.map((c) => {
+          const dot = String(c.call).indexOf(".");
+          return {
+            kind: dot > 0 ? c.call.slice(0, dot) : c.call, name: dot > 0 ? c.call.slice(dot + 1) : "",
+            at_ms: (Number(c.at) || 0) / 1000, ms: (Number(c.micros) || 0) / 1000, result: c.code, detail: c.args,
+          };
+        });
+      }));
+      if (!ctx.alive()) return;
       const rel = [
         r.retry_of ? ["retry of", r.retry_of] : null,
         r.retried_by ? ["retried by", r.retried_by] : null,
@@ -1162,7 +1177,11 @@
             h("td", { class: "num" }, "+" + dur(c.at_ms)), h("td", {}, h("span", { class: "tag" }, c.kind)), h("td", { class: "mono" }, c.name || ""),
             h("td", { class: "num" }, dur(c.ms)), h("td", {}, c.result === "ok" ? h("span", { class: "ok" }, "ok") : code(c.result)),
             h("td", { class: "err" }, c.detail || ""))), { class: "calls" }) : null,
-          a.log_truncated ? h("p", { class: "muted pad" }, "the log was truncated") : null);
+          a.log_truncated ? h("p", { class: "muted pad" }, "the log was truncated") : null,
+          a.journal ? h("p", { class: "muted pad journal" },
+            `journal: ${num(a.journal.total)} host calls${a.journal.shown < a.journal.total ? ` (first ${num(a.journal.shown)} shown)` : ""}${a.journal.replayable ? "" : ", truncated at its cap"} · `,
+            h("button", { type: "button", class: "link", "data-key": "export-" + a.seq, onclick: () => exportJournal(r.run_id, a.seq) }, "export"),
+            " · replay it with ", h("code", {}, `host replay --from ${r.run_id}-${a.seq}.journal --job JOB.wasm`)) : null);
       });
       fill(attemptsBox, (list.length ? list : [h("p", { class: "muted pad" }, r.status === "queued" ? "Not started yet." : "No attempts recorded.")]),
         r.earlier_attempts_omitted ? h("p", { class: "muted pad" }, "earlier attempts are not shown") : null);
@@ -1218,6 +1237,22 @@
         section("Payload", { id: "run-payload" }, h("pre", { class: "json" }, json(r.payload === undefined ? null : r.payload)))));
     };
     return root;
+  }
+
+  // The journal as a file: fetched with the token (a plain link would carry none).
+  async function exportJournal(runId, seq) {
+    const path = `/runs/${encodeURIComponent(runId)}/attempts/${seq}/journal`;
+    try {
+      const body = await api(path);
+      const url = URL.createObjectURL(new Blob([JSON.stringify(body)], { type: "application/json" }));
+      const a = h("a", { href: url, download: `${runId}-${seq}.journal` });
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 1000);
+    } catch (e) {
+      fail(e, "export the journal");
+    }
   }
 
   function notFoundView(ctx) {

@@ -1,0 +1,201 @@
+//! `host replay`: re-executes a recorded attempt from its journal (`journal::replay`),
+//! from the database or from an exported file, and says how it ended and whether that is
+//! how the attempt ended.
+
+use super::{Failure, Global};
+use crate::engine::{Engine, EngineSettings, Loaded};
+use crate::grants::Grants;
+use crate::guest_text::for_terminal;
+use crate::journal::file::JournalFile;
+use crate::journal::replay::Replayed;
+use crate::store::Store;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The exit code of a replay that stopped before the guest ended: the component asked for
+/// a call the journal does not have there.
+pub const EXIT_DIVERGED: u8 = 1;
+
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    /// The run whose attempt to replay, from the database.
+    #[arg(required_unless_present = "from", conflicts_with = "from")]
+    run: Option<String>,
+    /// The attempt (its number in `host runs show`); the run's last recorded one if not
+    /// given.
+    #[arg(long)]
+    attempt: Option<i64>,
+    /// A journal `host runs export` wrote, instead of a run: no database is opened.
+    #[arg(long, value_name = "FILE")]
+    from: Option<PathBuf>,
+    /// Replay with this component instead of the one that ran (a rebuilt one, with a fix
+    /// or more logging): it is answered from the journal until its calls diverge from it.
+    #[arg(long, value_name = "WASM")]
+    job: Option<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn replay(global: &Global, args: ReplayArgs) -> Result<u8, Failure> {
+    let (journal, recorded_path) = match &args.from {
+        Some(path) => (read_journal(path)?, None),
+        None => {
+            let run = args
+                .run
+                .as_deref()
+                .expect("clap requires RUN without --from");
+            from_database(global, run, args.attempt).await?
+        }
+    };
+    if !journal.replayable() {
+        eprintln!(
+            "note: this journal passed its cap ({} calls kept): the replay stops where it was cut",
+            journal.calls.len()
+        );
+    }
+    let component = match (&args.job, recorded_path) {
+        (Some(path), _) => path.clone(),
+        (None, Some(path)) => path,
+        (None, None) => {
+            return Err(Failure::usage(
+                "a journal from a file needs its component: give it with --job",
+            ));
+        }
+    };
+    let engine = Engine::new(&EngineSettings {
+        cache_dir: Some(global.cache_dir()),
+        compiler: Some(global.compiler()?),
+        ..EngineSettings::default()
+    })?;
+    let loaded = load(&engine, &component)?;
+    // A component given with --job may differ: that is what it is for. One found from the
+    // run's job must be the one that ran.
+    let replayed = engine
+        .replay(&loaded, &journal, args.job.is_some())
+        .await
+        .map_err(Failure::usage)?;
+    if args.json {
+        let shown = serde_json::json!({
+            "run_id": journal.run_id,
+            "attempt": journal.seq,
+            "job": journal.job,
+            "component": loaded.digest,
+            "recorded_component": journal.component,
+            "replay": replayed,
+            "recorded": journal.ending,
+        });
+        println!("{shown}");
+    } else {
+        print_replay(&journal, &loaded, &replayed);
+    }
+    Ok(match &replayed.stopped {
+        Some(crate::journal::Stop::Diverged { .. } | crate::journal::Stop::End { .. }) => {
+            EXIT_DIVERGED
+        }
+        _ => 0,
+    })
+}
+
+/// Reads an exported journal, bounded before it is read whole.
+pub fn read_journal(path: &Path) -> Result<JournalFile, Failure> {
+    use std::io::Read as _;
+    let cannot = |e: std::io::Error| Failure::usage(format!("cannot read {}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(crate::journal::file::MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    JournalFile::parse(&bytes).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+}
+
+/// The journal of a run's attempt, and the component its job registered.
+async fn from_database(
+    global: &Global,
+    run: &str,
+    attempt: Option<i64>,
+) -> Result<(JournalFile, Option<PathBuf>), Failure> {
+    let store = Store::open(&global.db_url(None)).await?;
+    let record = store.journal(run, attempt).await?.ok_or_else(|| {
+        Failure::usage(match attempt {
+            Some(seq) => format!(
+                "run {run:?} has no journal of attempt {seq}: `host runs show {run}` lists the attempts that kept one"
+            ),
+            None => format!(
+                "run {run:?} has no journal: failed attempts keep one unless the job's record = \"off\""
+            ),
+        })
+    })?;
+    let journal = JournalFile::parse(record.body.as_bytes())
+        .map_err(|e| Failure::usage(format!("the journal of run {run:?}: {e}")))?;
+    let path = store
+        .get_job(&journal.job)
+        .await?
+        .map(|job| PathBuf::from(job.component_path));
+    store.close().await;
+    Ok((journal, path))
+}
+
+fn load(engine: &Engine, path: &Path) -> Result<Arc<Loaded>, Failure> {
+    // Every call is answered from the journal: nothing a grant guards is live, so the
+    // component loads whatever it imports of the contract.
+    Ok(engine.load(path, &Grants::everything())?)
+}
+
+fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
+    let short = |digest: &str| digest.chars().take(12).collect::<String>();
+    println!(
+        "replay of run {} attempt {} (job {}, component {}{})",
+        journal.run_id,
+        journal.seq,
+        journal.job,
+        short(&loaded.digest),
+        if loaded.digest == journal.component {
+            String::new()
+        } else {
+            format!(", recorded with {}", short(&journal.component))
+        }
+    );
+    println!(
+        "{} of {} calls answered from the journal; nothing was written anywhere",
+        replayed.calls_answered, replayed.calls_recorded
+    );
+    println!("--- log");
+    print!("{}", for_terminal(&replayed.log));
+    if !replayed.log.is_empty() && !replayed.log.ends_with('\n') {
+        println!();
+    }
+    println!("--- end of log");
+    if let Some(stop) = &replayed.stopped {
+        println!("stopped: {}", for_terminal(&stop.to_string()));
+        if let Some(code) = &replayed.original_code
+            && !matches!(stop, crate::journal::Stop::Diverged { .. })
+        {
+            println!("the original attempt ended here: {code}");
+        }
+    } else {
+        match (replayed.outcome, replayed.code) {
+            (Some(outcome), _) => println!("outcome: {outcome}"),
+            (None, Some(code)) => println!("failed: {code}"),
+            (None, None) => {}
+        }
+        if let Some(message) = &replayed.message {
+            for line in message.lines() {
+                println!("  {}", for_terminal(line));
+            }
+        }
+    }
+    let recorded = match (&journal.ending.outcome, &journal.ending.code) {
+        (Some(outcome), _) => outcome.clone(),
+        (None, Some(code)) => code.clone(),
+        (None, None) => journal.ending.status.clone(),
+    };
+    let said = |same: bool| if same { "the same" } else { "different" };
+    println!(
+        "the original attempt: {recorded}; outcome {}, log {}, fuel {} ({} recorded, {} replayed)",
+        said(replayed.same.outcome),
+        said(replayed.same.log),
+        said(replayed.same.fuel),
+        journal.ending.fuel_used,
+        replayed.fuel_used
+    );
+}

@@ -1,0 +1,70 @@
+//! The flight recorder's rows: one journal per recorded attempt, its text as exported.
+//! Which attempts keep one is the runner's (`journal::RecordPolicy`); this module only
+//! reads and writes.
+
+use super::{Result, Store};
+use crate::journal::file::JournalFile;
+
+crate::record! {
+    /// A kept journal: `body` is the journal's JSON (empty in a listing).
+    #[derive(Debug, Clone, Default, serde::Serialize)]
+    pub struct JournalRecord {
+        pub run_id: String,
+        pub seq: i64,
+        pub job: String,
+        pub tenant: String,
+        pub calls: i64,
+        pub bytes: i64,
+        pub replayable: i64,
+        #[serde(skip)]
+        pub body: String,
+        pub recorded_at: i64,
+    }
+}
+
+impl Store {
+    /// Keeps an attempt's journal (replacing one its seq had).
+    pub async fn put_journal(&self, journal: &JournalFile) -> Result<()> {
+        let body = journal.to_json();
+        let q = &self.q.put_journal;
+        with_pool!(self.pool, p => {
+            sqlx::query(q.as_str())
+                .bind(&journal.run_id)
+                .bind(journal.seq)
+                .bind(&journal.job)
+                .bind(&journal.tenant)
+                .bind(journal.calls.len() as i64)
+                .bind(body.len() as i64)
+                .bind(i64::from(journal.replayable()))
+                .bind(&body)
+                .execute(p)
+                .await?;
+        });
+        Ok(())
+    }
+
+    /// The journal of attempt `seq` of a run, or (`None`) its last recorded one.
+    pub async fn journal(&self, run_id: &str, seq: Option<i64>) -> Result<Option<JournalRecord>> {
+        Ok(match seq {
+            Some(seq) => with_pool!(self.reader, p => sqlx::query_as(self.q.journal.as_str())
+                .bind(run_id)
+                .bind(seq)
+                .fetch_optional(p)
+                .await?),
+            None => with_pool!(self.reader, p => sqlx::query_as(self.q.last_journal.as_str())
+                .bind(run_id)
+                .fetch_optional(p)
+                .await?),
+        })
+    }
+
+    /// The journals a run keeps, without their text.
+    pub async fn run_journals(&self, run_id: &str) -> Result<Vec<JournalRecord>> {
+        Ok(
+            with_pool!(self.reader, p => sqlx::query_as(self.q.run_journals.as_str())
+            .bind(run_id)
+            .fetch_all(p)
+            .await?),
+        )
+    }
+}
