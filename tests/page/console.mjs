@@ -251,7 +251,11 @@ const VIEWS = [
       assert(await page.$(".page-title [data-status=failed]"), "no failed badge in the header");
       await page.waitForSelector("main svg.chart");
       assert(await page.$("#run-retry"), "no Retry button on a failed run");
-      return "header, timeline and Retry present";
+      // The failed attempt kept its journal: the flight recorder's line and its export.
+      await page.waitForSelector("main .journal button[data-key^=export-]", { state: "attached" });
+      const journal = await page.textContent("main .journal");
+      assert(journal.includes("host calls") && journal.includes("host replay"), "no journal line: " + journal);
+      return "header, timeline, Retry and the journal's export present";
     },
   },
 ];

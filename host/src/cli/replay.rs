@@ -12,8 +12,8 @@ use crate::store::Store;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The exit code of a replay that stopped before the guest ended: the component asked for
-/// a call the journal does not have there.
+/// The exit code of a replay that stopped before the guest ended (the component asked for
+/// a call the journal does not have there), or that did not end as the attempt did.
 pub const EXIT_DIVERGED: u8 = 1;
 
 #[derive(clap::Args, Debug)]
@@ -88,11 +88,18 @@ pub async fn replay(global: &Global, args: ReplayArgs) -> Result<u8, Failure> {
     } else {
         print_replay(&journal, &loaded, &replayed);
     }
-    Ok(match &replayed.stopped {
-        Some(crate::journal::Stop::Diverged { .. } | crate::journal::Stop::End { .. }) => {
-            EXIT_DIVERGED
-        }
-        _ => 0,
+    let diverged = matches!(
+        replayed.stopped,
+        Some(crate::journal::Stop::Diverged { .. } | crate::journal::Stop::End { .. })
+    );
+    // The component that ran, answered the same, must end the same: if it does not, the
+    // replay did not reproduce the attempt, and says so by its exit code too.
+    let recorded_component = loaded.digest == journal.component;
+    let unreproduced = recorded_component && !replayed.same.all();
+    Ok(if diverged || unreproduced {
+        EXIT_DIVERGED
+    } else {
+        0
     })
 }
 
@@ -115,6 +122,10 @@ async fn from_database(
     attempt: Option<i64>,
 ) -> Result<(JournalFile, Option<PathBuf>), Failure> {
     let store = Store::open(&global.db_url(None)).await?;
+    if store.get_run(run).await?.is_none() {
+        store.close().await;
+        return Err(Failure::usage(format!("no run with id {run:?}")));
+    }
     let record = store.journal(run, attempt).await?.ok_or_else(|| {
         Failure::usage(match attempt {
             Some(seq) => format!(

@@ -169,10 +169,9 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             let failed_steps = store.run_step_failures(&id).await?;
             let journals = store.run_journals(&id).await?;
             if json {
-                println!(
-                    "{}",
-                    views::run_detail(&run, &attempts, &steps, &failed_steps)
-                );
+                let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
+                detail["journals"] = serde_json::json!(journals);
+                println!("{detail}");
             } else {
                 output::run_result(&run, false);
                 println!("  trace {}", run.trace().trace_id());

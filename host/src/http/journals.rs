@@ -24,7 +24,15 @@ pub(super) async fn calls(
     Extension(who): Extension<Principal>,
     ApiPath((id, seq)): ApiPath<(String, i64)>,
 ) -> ApiResult {
-    let (record, journal) = visible(&s, &who, &id, seq).await?;
+    let record = visible(&s, &who, &id, seq).await?;
+    // The host wrote it; one it cannot read is reported, not shown.
+    let journal = JournalFile::parse(record.body.as_bytes()).map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unreadable_journal",
+            "the journal cannot be read by this host version",
+        )
+    })?;
     Ok(Json(crate::journal::timeline(
         &journal,
         record.recorded_at,
@@ -39,7 +47,7 @@ pub(super) async fn export(
     Extension(who): Extension<Principal>,
     ApiPath((id, seq)): ApiPath<(String, i64)>,
 ) -> Result<Response, ApiError> {
-    let (record, _) = visible(&s, &who, &id, seq).await?;
+    let record = visible(&s, &who, &id, seq).await?;
     let name = format!(
         "attachment; filename=\"{}-{}.journal\"",
         record.run_id, record.seq
@@ -60,7 +68,7 @@ async fn visible(
     who: &Principal,
     id: &str,
     seq: i64,
-) -> Result<(JournalRecord, JournalFile), ApiError> {
+) -> Result<JournalRecord, ApiError> {
     let unknown = || {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -72,16 +80,5 @@ async fn visible(
         return Err(unknown());
     }
     let record = s.app.store.journal(id, Some(seq)).await?;
-    let Some(record) = record.filter(|r| who.sees(&r.tenant)) else {
-        return Err(unknown());
-    };
-    // The host wrote it; one it cannot read is reported, not shown.
-    let journal = JournalFile::parse(record.body.as_bytes()).map_err(|_| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "unreadable_journal",
-            "the journal cannot be read by this host version",
-        )
-    })?;
-    Ok((record, journal))
+    record.filter(|r| who.sees(&r.tenant)).ok_or_else(unknown)
 }

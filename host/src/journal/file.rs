@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 pub const FORMAT: &str = "jobhost-journal";
 /// The layout's version: a host reads only its own.
 pub const VERSION: u32 = 1;
-/// The largest journal file a host reads (its cap, encoded, with room for the header).
-pub const MAX_FILE_BYTES: u64 = 2 * super::MAX_LIMIT + (1 << 20);
+/// The largest journal file a host reads: the largest cap (which counts calls as they are
+/// kept), with room for the header (the handler's context: a payload, a cursor).
+pub const MAX_FILE_BYTES: u64 = super::MAX_LIMIT + (8 << 20);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JournalFile {
@@ -69,6 +70,14 @@ pub enum FileError {
     NotJournal,
     #[error("the journal is of version {0}; this host reads version {VERSION}")]
     Version(u32),
+    #[error("the journal's memory cap is out of bounds: a job's is 1 MiB to 4 GiB")]
+    Limits,
+    #[error(
+        "the journal is damaged: it says it is a journal of this version, but it does not read (line {line}, column {column})"
+    )]
+    Damaged { line: usize, column: usize },
+    #[error("the journal's insecure_seed is not a number")]
+    Seed,
 }
 
 impl JournalFile {
@@ -89,13 +98,27 @@ impl JournalFile {
         if head.version != VERSION {
             return Err(FileError::Version(head.version));
         }
-        serde_json::from_slice(text).map_err(|_| FileError::NotJournal)
+        let journal: JournalFile =
+            serde_json::from_slice(text).map_err(|e| FileError::Damaged {
+                line: e.line(),
+                column: e.column(),
+            })?;
+        if journal.insecure_seed.parse::<u128>().is_err() {
+            return Err(FileError::Seed);
+        }
+        // A journal file is input from anywhere: the sandbox it replays in is sized by it.
+        let memory = journal.limits.memory;
+        if !(1 << 20..=crate::engine::limits::MAX_JOB_MEMORY).contains(&memory) {
+            return Err(FileError::Limits);
+        }
+        Ok(journal)
     }
 
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a journal serialises")
     }
 
+    /// The insecure seed (`parse` refused a journal whose seed is not a number).
     pub fn seed(&self) -> u128 {
         self.insecure_seed.parse().unwrap_or_default()
     }
@@ -152,7 +175,7 @@ mod tests {
         ));
         assert!(matches!(
             JournalFile::parse(br#"{"format":"jobhost-journal","version":1}"#),
-            Err(FileError::NotJournal)
+            Err(FileError::Damaged { line: 1, .. })
         ));
     }
 }

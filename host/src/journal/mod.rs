@@ -29,8 +29,9 @@ pub const DEFAULT_LIMIT: u64 = 1 << 20;
 pub const MAX_LIMIT: u64 = 64 << 20;
 /// Most characters of a call's argument summary.
 pub const SUMMARY_CHARS: usize = 120;
-/// What one call costs the cap beyond its answer and summary (its name, digest, timing).
-const CALL_OVERHEAD: u64 = 48;
+/// What one call costs the cap beyond its name, summary, code and answer: its digest,
+/// timing and JSON keys as the journal is kept.
+const CALL_OVERHEAD: u64 = 112;
 
 /// Which attempts keep their journal (`record` in the manifest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -166,6 +167,9 @@ impl std::fmt::Display for Stop {
                 f,
                 "call {call} ({journal}) was in flight when the original attempt was stopped"
             ),
+            Stop::Truncated { call: 1 } => f.write_str(
+                "the journal was truncated at its cap before its first call: nothing was kept",
+            ),
             Stop::Truncated { call } => write!(
                 f,
                 "the journal was truncated at its cap after call {}: nothing later was kept",
@@ -278,6 +282,11 @@ impl Journal {
             return Begun::Off;
         };
         match &mut *tape {
+            // Past its cap a journal keeps nothing more: nothing more is encoded.
+            Tape::Recording(recording) if recording.truncated => Begun::Record(Pending {
+                index: None,
+                started: Instant::now(),
+            }),
             Tape::Recording(recording) => {
                 let at = recording.started.elapsed().as_micros() as u64;
                 let index = recording.push(Call {
@@ -423,11 +432,7 @@ impl Recording {
         micros: u64,
         noticed: Option<Noticed>,
     ) {
-        let cost = answer.len() as u64
-            + noticed
-                .as_ref()
-                .and_then(|n| n.refused.as_ref())
-                .map_or(0, |r| r.reason.len() as u64);
+        let cost = answer_cost(&answer, &code, noticed.as_ref());
         if self.truncated || self.bytes + cost > self.limit {
             // The call stays, cut: a replay stops at it, as at the journal's end.
             self.truncated = true;
@@ -489,8 +494,25 @@ impl Replaying {
     }
 }
 
+/// What a call costs the cap as it is kept: the journal's cap bounds the kept text, so a
+/// summary counts twice (JSON may escape every character of it) and an answer as its
+/// base64.
 fn call_cost(call: &Call) -> u64 {
-    (call.call.len() + call.args.len()) as u64 + CALL_OVERHEAD
+    (call.call.len() + 2 * call.args.len()) as u64 + CALL_OVERHEAD
+}
+
+/// What a call's answer adds to its cost: the answer as base64, its code, and what it
+/// noted (a refusal's reason, escaped).
+fn answer_cost(answer: &[u8], code: &str, noticed: Option<&Noticed>) -> u64 {
+    let base64 = answer.len().div_ceil(3) * 4;
+    let noticed = noticed.map_or(0, |n| {
+        64 + n.refused.as_ref().map_or(0, |r| 2 * r.reason.len() + 32)
+            + match &n.committed {
+                Some(CommittedEnd::Continue { cursor }) => 2 * cursor.len() + 32,
+                _ => 16,
+            }
+    });
+    (base64 + 2 * code.len() + noticed) as u64
 }
 
 /// A journal's calls for people (the page's timeline): function, short arguments,

@@ -17,6 +17,8 @@ use tokio::time::Instant;
 /// How long a replay may run beyond the original attempt's timeout (it waits for no
 /// database or service, but sleeps as long as the guest slept).
 const REPLAY_SLACK: Duration = Duration::from_secs(10);
+/// The longest a replay runs, whatever its journal says the attempt's timeout was.
+const MAX_REPLAY: Duration = Duration::from_secs(24 * 3600);
 
 /// Why a journal cannot be replayed with a component.
 #[derive(Debug, thiserror::Error)]
@@ -104,8 +106,8 @@ impl Engine {
         } else {
             journal.limits.fuel
         };
-        let deadline =
-            Instant::now() + Duration::from_millis(journal.limits.timeout_ms) + REPLAY_SLACK;
+        let timeout = Duration::from_millis(journal.limits.timeout_ms).min(MAX_REPLAY);
+        let deadline = Instant::now() + timeout + REPLAY_SLACK;
         let (_never_cancel, cancel) = tokio::sync::watch::channel(false);
         let executed = self
             .execute(Execution {

@@ -15,11 +15,17 @@ crate::record! {
         pub tenant: String,
         pub calls: i64,
         pub bytes: i64,
+        /// 1 unless the journal passed its cap (shown as a boolean).
+        #[serde(serialize_with = "one_is_true")]
         pub replayable: i64,
         #[serde(skip)]
         pub body: String,
         pub recorded_at: i64,
     }
+}
+
+fn one_is_true<S: serde::Serializer>(value: &i64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_bool(*value == 1)
 }
 
 impl Store {
