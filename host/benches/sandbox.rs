@@ -17,12 +17,33 @@
 //! - `load`: loading the noop component into an engine that has not loaded it yet, by
 //!   compiling it (`compile`) or from the on-disk compile cache (`compile-cache`, a second
 //!   `host run`), and from the engine's own map of loaded components (`in-memory`).
-//! - `attempt`: one run end to end on SQLite (insert, claim, lease, attempt, ending).
+//! - `attempt`: one run end to end on SQLite (insert, claim, lease, attempt, ending), with
+//!   the flight recorder off (`…/unrecorded`: `recorder.policy = off`, no journal), on as by
+//!   default (`…/recorded`: every host call journaled in memory, the journal dropped when
+//!   the attempt succeeds) and keeping every attempt's journal (`…/kept`: `always`, one
+//!   more write per attempt): `recorded` against `unrecorded` is what the recorder costs
+//!   every run; `kept` what persisting a journal adds. For the noop guest (`on-demand`) and
+//!   for one fenced write from the guest (`ledger-1-row`); `pooling/recorded`, the noop
+//!   guest with the pooling allocator, as jobs run by default.
 //! - `db_write`: one guest write transaction fenced by the lease (`fenced`) against the same
-//!   write through a plain sqlx pool (`sqlx-direct`); and, through the `steps` capability
-//!   as a guest calls it, a step hit (`step-hit`: an attempt's first `start` finds the
-//!   recorded result — one read of the ledger) and a step miss (`step-miss`: `start`, then
-//!   `record` in a fenced transaction of its own), each in a fresh attempt's state.
+//!   write through a plain sqlx pool (`sqlx-direct`); the same write made as a guest makes
+//!   it, through the `db` capability's host calls (begin, execute, commit) on a fresh
+//!   attempt's state, unjournaled (`fenced-capability`) and journaled
+//!   (`fenced-capability-recorded`): the pair is the recorder's cost per call, without the
+//!   sandbox around it; and, through the `steps` capability as a guest calls it, a step hit
+//!   (`step-hit`: an attempt's first `start` finds the recorded result — one read of the
+//!   ledger) and a step miss (`step-miss`: `start`, then `record` in a fenced transaction of
+//!   its own), each in a fresh attempt's state.
+//!
+//! The recorder's goal is at most 5 % over the figures without it: compare
+//! `attempt/*/recorded` with `attempt/*/unrecorded`, and `db_write/fenced-capability-recorded`
+//! with `db_write/fenced-capability`. The ledger guest journals three calls (`db.begin`,
+//! `db.transaction.execute`, `db.transaction.commit`), the noop guest none: its pair shows
+//! only noise. And noise is large here: every statement is a hand-off to the connection's
+//! thread, so a write's time is bimodal, and on a small shared machine a variant's median
+//! moves by 10 % and more from one run to the next. Judge 5 % from several runs in
+//! alternating order, each variant alone (`-- '^db_write/fenced-capability$'`, then
+//! `-- '^db_write/fenced-capability-recorded$'`, and again the other way round).
 //!
 //! The `noop`, `ledger` and `spin` guests are taken from the workspace's target directory
 //! (`target/wasm32-wasip2/guest/`), and built there first if they are missing.
@@ -32,14 +53,19 @@ mod guests;
 
 use criterion::{BatchSize, Criterion, SamplingMode};
 use jobhost::app::{App, AppConfig};
+use jobhost::capability::db::{DbCapability, DbSession};
 use jobhost::capability::steps::{StepsCapability, StepsSession};
 use jobhost::engine::attempt::{AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext};
+use jobhost::engine::bindings::jobhost::job::db::{
+    Host as DbHost, HostTransaction as DbTransaction, Value,
+};
 use jobhost::engine::bindings::jobhost::job::steps::Host as StepsHost;
 use jobhost::engine::output::AttemptLog;
 use jobhost::engine::state::{Capabilities, GuestState};
 use jobhost::engine::{Engine, EngineSettings, Loaded};
 use jobhost::grants::{DbGrant, Grants};
 use jobhost::job::{JobSpec, Limits, RetryPolicy};
+use jobhost::journal::{Journal, RecordPolicy, Recorder};
 use jobhost::runner::{RunnerSettings, Step, new_run_id};
 use jobhost::store::guest::{Access, Fence, GuestDb, SqlValue};
 use jobhost::store::{LeaseRequest, NewRun, Origin, RunStatus, Store};
@@ -50,8 +76,9 @@ use std::time::Duration;
 use tempfile::TempDir;
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
+use wasmtime::component::Resource;
 
-/// The write both `db_write` variants make (and the ledger guest makes once per attempt).
+/// The write the `db_write` variants make (and the ledger guest makes once per attempt).
 const INSERT_LEDGER: &str = "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)";
 /// Far beyond any benchmark's length: nothing is measured against a deadline.
 const GENEROUS: Duration = Duration::from_secs(30);
@@ -404,8 +431,9 @@ impl Host {
     }
 
     /// One run from queue to finish: insert it, claim it (taking the lease, starting the
-    /// attempt), run the attempt, and wait until its ending is recorded.
-    async fn run_once(&self, spec: &JobSpec, loaded: &Loaded) {
+    /// attempt), run the attempt, and wait until its ending is recorded. Returns the run's
+    /// id.
+    async fn run_once(&self, spec: &JobSpec, loaded: &Loaded) -> String {
         let store = &self.app.store;
         let run = store
             .insert_run(&NewRun {
@@ -448,6 +476,7 @@ impl Host {
             "{} did not succeed: {step:?}",
             spec.name
         );
+        run.id
     }
 }
 
@@ -472,13 +501,34 @@ fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::V
     }
 }
 
+/// `spec` with its attempts recording as `policy` says (the default cap).
+fn recording(spec: &JobSpec, policy: RecordPolicy) -> JobSpec {
+    JobSpec {
+        recorder: Recorder {
+            policy,
+            ..Recorder::default()
+        },
+        ..spec.clone()
+    }
+}
+
 /// What one run costs end to end on SQLite: the instantiate cost above plus the store's
 /// writes around it (insert, claim, lease, attempt start and end, finish). Shows how much
 /// of an attempt the sandbox is, and whether pooling still matters once the store is in
 /// the path. `ledger-1-row` (on-demand) adds one fenced write from inside the guest.
+///
+/// And what the flight recorder costs a run, each variant named for its job's `recorder`:
+///
+/// - `…/unrecorded`: `off`: no journal, the host calls go straight through.
+/// - `…/recorded`: `failures`, the default: every host call (capabilities, clocks,
+///   random) journaled in memory; the run succeeds, so nothing is kept.
+/// - `…/kept`: `always`: the same, and the journal written to the store at the attempt's
+///   end.
+///
+/// Each variant runs on a host of its own, a fresh database, so none runs on the runs (and
+/// journals) the one before it left; a check run before each asserts it keeps a journal
+/// exactly when it should.
 fn bench_attempt(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
-    let (on_demand, pooled) =
-        rt.block_on(async { (Host::open(false).await, Host::open(true).await) });
     let noop = job_spec(
         "noop",
         &guests.noop,
@@ -493,31 +543,51 @@ fn bench_attempt(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
         grants,
         serde_json::json!({ "rows": 1 }),
     );
-
-    let variants = rt.block_on(async {
-        [
-            ("on-demand", &on_demand, on_demand.job(noop.clone()).await),
-            ("pooling", &pooled, pooled.job(noop).await),
-            ("ledger-1-row", &on_demand, on_demand.job(ledger).await),
-        ]
-    });
+    let recorders = [
+        ("unrecorded", RecordPolicy::Off),
+        ("recorded", RecordPolicy::Failures),
+        ("kept", RecordPolicy::Always),
+    ];
+    // (id, pooling allocator, job)
+    let mut variants = Vec::new();
+    for (guest, spec) in [("on-demand", &noop), ("ledger-1-row", &ledger)] {
+        for (recorder, policy) in recorders {
+            variants.push((
+                format!("{guest}/{recorder}"),
+                false,
+                recording(spec, policy),
+            ));
+        }
+    }
+    variants.push((
+        "pooling/recorded".to_string(),
+        true,
+        recording(&noop, RecordPolicy::Failures),
+    ));
 
     let mut group = c.benchmark_group("attempt");
     // Each iteration takes milliseconds: fewer, longer samples keep the group short.
     group
         .sample_size(40)
         .measurement_time(Duration::from_secs(8));
-    for (id, host, (spec, loaded)) in &variants {
-        rt.block_on(host.run_once(spec, loaded));
-        group.bench_function(*id, |b| {
-            b.to_async(rt).iter(|| host.run_once(spec, loaded));
+    for (id, pooling, spec) in variants {
+        let host = rt.block_on(Host::open(pooling));
+        let (spec, loaded) = rt.block_on(host.job(spec));
+        let run_id = rt.block_on(host.run_once(&spec, &loaded));
+        let kept = rt
+            .block_on(host.app.store.journal(&run_id, None))
+            .expect("read the run's journal");
+        assert_eq!(
+            kept.is_some(),
+            spec.recorder.policy == RecordPolicy::Always,
+            "{id}: a journal kept when it should not be, or missing: {kept:?}"
+        );
+        group.bench_function(&id, |b| {
+            b.to_async(rt).iter(|| host.run_once(&spec, &loaded));
         });
+        rt.block_on(host.app.store.close());
     }
     group.finish();
-    rt.block_on(async {
-        on_demand.app.store.close().await;
-        pooled.app.store.close().await;
-    });
 }
 
 // ---- db_write -----------------------------------------------------------------------
@@ -526,6 +596,19 @@ fn bench_attempt(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
 /// progress handler installed, statement not cached, commit fenced by the lease in the
 /// same transaction) against the same `BEGIN IMMEDIATE; INSERT; COMMIT` through a plain
 /// sqlx pool with the store's connection settings, on the same database file.
+///
+/// - `fenced`: the guest transaction on `GuestDb` directly ([`fenced_write`]).
+/// - `sqlx-direct`: the plain pool ([`direct_write`]).
+/// - `fenced-capability`, `fenced-capability-recorded`: the same write as a guest makes
+///   it, through the `db` capability's host calls — `begin`, `transaction.execute`,
+///   `transaction.commit` — on an attempt's state ([`capability_write`]), with the journal
+///   off and recording (the default cap). The state is a fresh one each iteration, made
+///   outside the measurement, so the journal never nears its cap; both variants make it
+///   the same way, so they differ only by the journal: the pair is what recording three
+///   host calls costs (the arguments' summary and digest, the answer's encoding), without
+///   the sandbox around it. The state is dropped inside the measurement, the journal with
+///   it, as an attempt's is.
+/// - `step-hit`, `step-miss`: the `steps` capability (below).
 fn bench_db_write(c: &mut Criterion, rt: &Runtime) {
     let dir = tempfile::tempdir().expect("create a temporary directory");
     let url = format!("sqlite://{}/bench.db", dir.path().display());
@@ -580,6 +663,68 @@ fn bench_db_write(c: &mut Criterion, rt: &Runtime) {
             direct_write(&direct, n)
         });
     });
+    // An attempt's state with the `db` capability, journaled by `journal`: the same for
+    // both capability variants.
+    let db_state = |journal: Journal| {
+        let session = DbSession {
+            db: guest_db.clone(),
+            access: access.clone(),
+            txn_bound: TXN_BOUND,
+        };
+        GuestState::journaled(
+            64 << 20,
+            AttemptLog::new(1024),
+            Capabilities {
+                db: DbCapability::new(Some(session)),
+                ..Capabilities::none()
+            },
+            journal,
+            0,
+        )
+    };
+    // Whether each capability variant's journal records (up to the default cap).
+    let journal = |recording: bool| {
+        if recording {
+            Journal::recording(jobhost::journal::DEFAULT_LIMIT)
+        } else {
+            Journal::off()
+        }
+    };
+    for (id, recording) in [
+        ("fenced-capability", false),
+        ("fenced-capability-recorded", true),
+    ] {
+        // A check: the write goes through, and is journaled exactly when recording.
+        let check = journal(recording);
+        n += 1;
+        rt.block_on(capability_write(db_state(check.clone()), n));
+        let recorded = check.take();
+        let calls: Vec<&str> = recorded.calls.iter().map(|c| c.call.as_str()).collect();
+        if !recording {
+            assert!(calls.is_empty(), "{id}: journaled {calls:?}");
+        } else {
+            assert_eq!(
+                calls,
+                [
+                    "db.begin",
+                    "db.transaction.execute",
+                    "db.transaction.commit"
+                ],
+                "{id}"
+            );
+            assert!(!recorded.truncated, "{id}: journal truncated");
+        }
+        group.bench_function(id, |b| {
+            b.to_async(rt).iter_batched(
+                || {
+                    n += 1;
+                    (db_state(journal(recording)), n)
+                },
+                |(state, n)| capability_write(state, n),
+                BatchSize::SmallInput,
+            );
+        });
+    }
     let fence = access.fence.clone();
     let attempt = |pass: i64| {
         let session = StepsSession {
@@ -681,6 +826,32 @@ async fn fenced_write(db: &GuestDb, access: &Access, n: i64) {
         .await
         .expect("insert through the guest path");
     tx.commit().await.expect("commit under the lease");
+}
+
+/// The same write as [`fenced_write`], made as a guest makes it: through the `db`
+/// capability's host calls on the attempt's `state` (journaled if its journal records),
+/// which is dropped at the end, as an attempt's is.
+async fn capability_write(mut state: GuestState, n: i64) {
+    let tx = DbHost::begin(&mut state)
+        .await
+        .expect("begin the guest transaction");
+    let params = vec![
+        Value::Text("bench".into()),
+        Value::Integer(1),
+        Value::Integer(n),
+    ];
+    let changed = DbTransaction::execute(
+        &mut state,
+        Resource::new_borrow(tx.rep()),
+        INSERT_LEDGER.into(),
+        params,
+    )
+    .await
+    .expect("insert through the capability");
+    assert_eq!(changed, 1);
+    DbTransaction::commit(&mut state, tx)
+        .await
+        .expect("commit under the lease");
 }
 
 /// The same write with nothing in between: the baseline for `fenced`.

@@ -201,12 +201,19 @@ fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
         (None, None) => journal.ending.status.clone(),
     };
     let said = |same: bool| if same { "the same" } else { "different" };
+    let fuel = if replayed.fuel_metered {
+        format!(
+            "fuel {} ({} recorded, {} replayed)",
+            said(replayed.same.fuel),
+            journal.ending.fuel_used,
+            replayed.fuel_used
+        )
+    } else {
+        "fuel not metered".to_string()
+    };
     println!(
-        "the original attempt: {recorded}; outcome {}, log {}, fuel {} ({} recorded, {} replayed)",
+        "the original attempt: {recorded}; outcome {}, log {}, {fuel}",
         said(replayed.same.outcome),
         said(replayed.same.log),
-        said(replayed.same.fuel),
-        journal.ending.fuel_used,
-        replayed.fuel_used
     );
 }

@@ -47,6 +47,14 @@ pub struct Limits {
     pub memory: u64,
     pub fuel: Option<u64>,
     pub timeout_ms: u64,
+    /// Whether the recording host metered fuel (`--fuel-metering`): unmetered, the
+    /// attempt's `fuel_used` is 0 and says nothing.
+    #[serde(default = "metered")]
+    pub fuel_metered: bool,
+}
+
+fn metered() -> bool {
+    true
 }
 
 /// How the attempt ended, as recorded: what a replay is compared with.

@@ -295,7 +295,8 @@ impl Journal {
                     digest: digest(args),
                     at,
                     micros: 0,
-                    code: "cut".into(),
+                    // Set when the call ends; one that never does is cut (`take`).
+                    code: String::new(),
                     answer: None,
                     noticed: None,
                 });
@@ -398,11 +399,16 @@ impl Journal {
     /// The calls recorded so far, taken: for the attempt's end.
     pub fn take(&self) -> Recorded {
         match self.lock().as_deref_mut() {
-            Some(Tape::Recording(recording)) => Recorded {
-                calls: std::mem::take(&mut recording.calls),
-                bytes: recording.bytes,
-                truncated: recording.truncated,
-            },
+            Some(Tape::Recording(recording)) => {
+                for call in recording.calls.iter_mut().filter(|c| c.answer.is_none()) {
+                    call.code = "cut".into();
+                }
+                Recorded {
+                    calls: std::mem::take(&mut recording.calls),
+                    bytes: recording.bytes,
+                    truncated: recording.truncated,
+                }
+            }
             _ => Recorded::default(),
         }
     }
@@ -559,24 +565,28 @@ pub fn digest<A: Serialize + ?Sized>(args: &A) -> String {
 /// escaped.
 pub fn summary<A: std::fmt::Debug + ?Sized>(args: &A) -> String {
     use std::fmt::Write as _;
-    struct Bounded(String);
+    /// The text so far and its length in characters.
+    struct Bounded(String, usize);
     impl std::fmt::Write for Bounded {
         fn write_str(&mut self, s: &str) -> std::fmt::Result {
             for c in s.chars() {
-                if self.0.chars().count() >= SUMMARY_CHARS {
+                if self.1 >= SUMMARY_CHARS {
                     self.0.push('…');
                     return Err(std::fmt::Error);
                 }
                 if c.is_control() {
-                    self.0.extend(c.escape_default());
+                    let escaped = c.escape_default();
+                    self.1 += escaped.len();
+                    self.0.extend(escaped);
                 } else {
+                    self.1 += 1;
                     self.0.push(c);
                 }
             }
             Ok(())
         }
     }
-    let mut out = Bounded(String::new());
+    let mut out = Bounded(String::with_capacity(SUMMARY_CHARS + 8), 0);
     let _ = write!(out, "{args:?}");
     out.0
 }

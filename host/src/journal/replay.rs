@@ -48,8 +48,10 @@ pub struct Replayed {
     /// What the original attempt was stopped by, when the replay ends where it did (a
     /// deadline or a cancel leaves no trace in the guest: only the journal's end says so).
     pub original_code: Option<String>,
-    /// Whether the replay ended as the original attempt did: same code, log and fuel.
+    /// Whether the replay ended as the original attempt did: same code, log and fuel
+    /// (fuel only where both the attempt and the replay metered it: `fuel_metered`).
     pub same: Same,
+    pub fuel_metered: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -101,7 +103,8 @@ impl Engine {
         let original = journal.ending.code.as_deref();
         // An attempt stopped from outside ran until its fuel says: the replay is given
         // exactly that, so it stops where the original was stopped.
-        let fuel = if stopped_from_outside(original) && self.meters_fuel() {
+        let metered = journal.limits.fuel_metered && self.meters_fuel();
+        let fuel = if stopped_from_outside(original) && metered {
             Some(journal.ending.fuel_used)
         } else {
             journal.limits.fuel
@@ -144,7 +147,8 @@ impl Engine {
         let same = Same {
             outcome: same_outcome,
             log: log_digest(&log_text) == journal.ending.log_digest,
-            fuel: executed.fuel_used == journal.ending.fuel_used,
+            // Unmetered on either side, fuel says nothing: not a difference.
+            fuel: !metered || executed.fuel_used == journal.ending.fuel_used,
         };
         Ok(Replayed {
             status,
@@ -158,6 +162,7 @@ impl Engine {
             calls_recorded,
             original_code: journal.ending.code.clone(),
             same,
+            fuel_metered: metered,
         })
     }
 }

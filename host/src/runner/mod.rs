@@ -368,6 +368,7 @@ impl Runner {
                 memory: spec.limits.memory,
                 fuel: spec.limits.fuel,
                 timeout_ms: spec.limits.timeout.as_millis() as u64,
+                fuel_metered: self.engine.meters_fuel(),
             },
             insecure_seed: seed.to_string(),
             environment: Vec::new(),
