@@ -35,6 +35,10 @@
 //!   ledger) and a step miss (`step-miss`: `start`, then `record` in a fenced transaction of
 //!   its own), each in a fresh attempt's state.
 //!
+//! - `journal`: the recorder's own work, with no I/O to blur it: the three calls the ledger
+//!   guest journals (`ledger-calls`), and a query answering 100 rows of three columns
+//!   (`query-100-rows`), each through a journal recording and through one that is off.
+//!
 //! The recorder's goal is at most 5 % over the figures without it: compare
 //! `attempt/*/recorded` with `attempt/*/unrecorded`, and `db_write/fenced-capability-recorded`
 //! with `db_write/fenced-capability`. The ledger guest journals three calls (`db.begin`,
@@ -110,6 +114,7 @@ fn main() {
     bench_load(&mut c, &guests);
     bench_attempt(&mut c, &rt, &guests);
     bench_db_write(&mut c, &rt);
+    bench_journal(&mut c);
 
     c.final_summary();
 }
@@ -852,6 +857,86 @@ async fn capability_write(mut state: GuestState, n: i64) {
     DbTransaction::commit(&mut state, tx)
         .await
         .expect("commit under the lease");
+}
+
+/// The recorder's own work per call, as `journaled!` does it (begin: the arguments'
+/// summary and digest; end: the answer encoded), against a journal that is off: the
+/// figure the I/O-bound pairs above cannot resolve below their noise.
+fn bench_journal(c: &mut Criterion) {
+    use jobhost::engine::bindings::jobhost::job::db::Rows;
+    use jobhost::engine::bindings::jobhost::job::types::HostError;
+    use jobhost::journal::{Begun, CodeOf};
+    fn call<A, R>(journal: &Journal, name: &str, args: &A, answer: R)
+    where
+        A: serde::Serialize + std::fmt::Debug,
+        R: serde::Serialize + CodeOf,
+    {
+        if let Begun::Record(pending) = journal.begin(name, args) {
+            journal.end(pending, &answer, answer.code_of(), None);
+        }
+    }
+    let sql = INSERT_LEDGER.to_string();
+    let params = vec![
+        Value::Text("bench".into()),
+        Value::Integer(1),
+        Value::Integer(7),
+    ];
+    let rows: Result<Rows, HostError> = Ok(Rows {
+        columns: vec!["id".into(), "customer".into(), "amount".into()],
+        rows: (0..100)
+            .map(|n| {
+                vec![
+                    Value::Integer(n),
+                    Value::Text(format!("customer-{n}")),
+                    Value::Integer(n * 10),
+                ]
+            })
+            .collect(),
+    });
+    let query = "SELECT id, customer, amount FROM invoices ORDER BY id".to_string();
+    let mut group = c.benchmark_group("journal");
+    for (id, recording) in [("off", false), ("recording", true)] {
+        let journal = || {
+            if recording {
+                Journal::recording(jobhost::journal::DEFAULT_LIMIT)
+            } else {
+                Journal::off()
+            }
+        };
+        group.bench_function(format!("ledger-calls/{id}"), |b| {
+            b.iter(|| {
+                let journal = journal();
+                call(&journal, "db.begin", &(), Ok::<(), HostError>(()));
+                let args = (&sql, &params);
+                call(
+                    &journal,
+                    "db.transaction.execute",
+                    &args,
+                    Ok::<u64, HostError>(1),
+                );
+                call(
+                    &journal,
+                    "db.transaction.commit",
+                    &(),
+                    Ok::<(), HostError>(()),
+                );
+                journal
+            });
+        });
+        group.bench_function(format!("query-100-rows/{id}"), |b| {
+            b.iter(|| {
+                let journal = journal();
+                call(
+                    &journal,
+                    "db.query",
+                    &(&query, &Vec::<Value>::new()),
+                    rows.clone(),
+                );
+                journal
+            });
+        });
+    }
+    group.finish();
 }
 
 /// The same write with nothing in between: the baseline for `fenced`.
