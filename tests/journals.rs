@@ -743,6 +743,14 @@ on_every_backend! {
         // ... and with it, it replays (from the same file, still without a database).
         let out = from("sound.journal", printed.as_bytes(), Some(&flaky));
         assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+        // A journal's text is anyone's: escape sequences in it reach no terminal.
+        let mut escaping = journal.clone();
+        escaping["job"] = json!("\u{1b}]0;owned\u{7}job");
+        escaping["run_id"] = json!("\u{1b}[2Jrun");
+        escaping["ending"]["code"] = json!("\u{1b}[31mcode");
+        let out = from("escaping.journal", escaping.to_string().as_bytes(), Some(&flaky));
+        assert!(!out.stdout.contains(&0x1b) && !out.stderr.contains(&0x1b), "{}", all_output(&out));
+        assert!(text(&out.stdout).contains("replay of run"), "{}", all_output(&out));
         assert!(text(&out.stdout).contains("failed: handler_failed"), "{}", all_output(&out));
         assert!(!absent.exists(), "host replay --from opened a database");
 

@@ -152,13 +152,16 @@ fn load(engine: &Engine, path: &Path) -> Result<Arc<Loaded>, Failure> {
     Ok(engine.load(path, &Grants::everything())?)
 }
 
+/// A replay for people. A journal from a file may hold any text: each of its strings is
+/// made terminal-safe before it is printed.
 fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
-    let short = |digest: &str| digest.chars().take(12).collect::<String>();
+    let short =
+        |digest: &str| for_terminal(&digest.chars().take(12).collect::<String>()).into_owned();
     println!(
         "replay of run {} attempt {} (job {}, component {}{})",
-        journal.run_id,
+        for_terminal(&journal.run_id),
         journal.seq,
-        journal.job,
+        for_terminal(&journal.job),
         short(&loaded.digest),
         if loaded.digest == journal.component {
             String::new()
@@ -181,7 +184,7 @@ fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
         if let Some(code) = &replayed.original_code
             && !matches!(stop, crate::journal::Stop::Diverged { .. })
         {
-            println!("the original attempt ended here: {code}");
+            println!("the original attempt ended here: {}", for_terminal(code));
         }
     } else {
         match (replayed.outcome, replayed.code) {
@@ -195,11 +198,11 @@ fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
             }
         }
     }
-    let recorded = match (&journal.ending.outcome, &journal.ending.code) {
-        (Some(outcome), _) => outcome.clone(),
-        (None, Some(code)) => code.clone(),
-        (None, None) => journal.ending.status.clone(),
-    };
+    let recorded = for_terminal(match (&journal.ending.outcome, &journal.ending.code) {
+        (Some(outcome), _) => outcome,
+        (None, Some(code)) => code,
+        (None, None) => &journal.ending.status,
+    });
     let said = |same: bool| if same { "the same" } else { "different" };
     let fuel = if replayed.fuel_metered {
         format!(
