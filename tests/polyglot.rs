@@ -1,6 +1,7 @@
 //! Python and JavaScript jobs under the same sandbox, grants and fence as Rust ones: the
 //! examples in `examples/python` and `examples/js`, built from source by `host build`
-//! (componentize-py, componentize-js) and run by the real binary on SQLite and Postgres.
+//! (componentize-py, componentize-js) and run by the real binary on SQLite and Postgres;
+//! their failed attempts replay from their journals as a Rust guest's do.
 
 use crate::common::{self, Backend, Home, migrations, polyglot};
 use serde_json::{Value, json};
@@ -51,6 +52,26 @@ fn log_of(home: &Home, id: &str) -> String {
         .and_then(|a| a["log"].as_str())
         .unwrap_or_else(|| panic!("no attempt log for run {id}"))
         .to_string()
+}
+
+/// Asserts the failed attempt of run `id` replays from its journal (kept, as a failure's
+/// is by default) to the same outcome, log and fuel: the flight recorder is the host's,
+/// whatever language the component was written in.
+fn replays_the_same(home: &Home, id: &str, what: &str) {
+    let out = home.run(&["replay", id, "--json"]);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "{what}: replay printed no JSON: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(out.status.code(), Some(0), "{what}: {shown}");
+    assert_eq!(
+        shown["replay"]["same"],
+        json!({"outcome": true, "log": true, "fuel": true}),
+        "{what}: {shown}"
+    );
 }
 
 on_every_backend! {
@@ -109,6 +130,7 @@ on_every_backend! {
             let log = log_of(&home, raised["run_id"].as_str().unwrap());
             let traceback = if lang == "python" { "Traceback (most recent call last)" } else { "job.js" };
             assert!(log.contains(traceback) && log.contains("asked to raise"), "{lang}: {log}");
+            replays_the_same(&home, raised["run_id"].as_str().unwrap(), lang);
 
             // Unrecoverable: never retried.
             let (code, gave_up) = run(&home, lang, "ledger", json!({"mode": "unrecoverable"}), &["--retries", "2", "--backoff", "10ms"]);
@@ -125,6 +147,7 @@ on_every_backend! {
             for (mode, args, expected) in cases {
                 let (code, failed) = run(&home, lang, "ledger", json!({"mode": mode}), args);
                 assert_eq!((code, failed["code"].as_str()), (1, Some(expected)), "{lang} {mode}: {failed}");
+                replays_the_same(&home, failed["run_id"].as_str().unwrap(), &format!("{lang} {mode}"));
             }
         }
         assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger").await, 0);
