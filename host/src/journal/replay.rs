@@ -5,7 +5,7 @@
 
 use super::file::{JournalFile, log_digest};
 use super::{Journal, Stop};
-use crate::engine::attempt::{Execution, Outcome};
+use crate::engine::attempt::Execution;
 use crate::engine::output::AttemptLog;
 use crate::engine::state::{Capabilities, GuestState};
 use crate::engine::{Engine, Loaded, MAX_LOG_BYTES};
@@ -128,7 +128,7 @@ impl Engine {
         let stopped = player.stopped();
         let (calls_answered, calls_recorded) = player.progress();
         let (status, outcome, code, message) = match &executed.result {
-            Ok(outcome) => ("succeeded", Some(outcome_name(outcome)), None, None),
+            Ok(outcome) => ("succeeded", Some(outcome.name()), None, None),
             Err(failure) => (
                 "failed",
                 None,
@@ -165,8 +165,4 @@ impl Engine {
             fuel_metered: metered,
         })
     }
-}
-
-fn outcome_name(outcome: &Outcome) -> &'static str {
-    outcome.name()
 }
