@@ -71,8 +71,13 @@ impl Same {
 /// journal's end, not something the guest did.
 fn stopped_from_outside(code: Option<&str>) -> bool {
     matches!(
-        code,
-        Some("timeout" | "cancelled" | "cancelled_by_operator" | "out_of_fuel")
+        code.and_then(FailureCode::parse),
+        Some(
+            FailureCode::Timeout
+                | FailureCode::Cancelled
+                | FailureCode::CancelledByOperator
+                | FailureCode::OutOfFuel
+        )
     )
 }
 

@@ -785,7 +785,6 @@ impl Runner {
     }
 }
 
-/// The report a failed run's ending writes.
 /// An attempt's status, outcome and code as its row (and its journal) names them.
 fn ending_names(
     result: &Result<Outcome, AttemptFailure>,
@@ -799,6 +798,7 @@ fn ending_names(
     }
 }
 
+/// The report a failed run's ending writes.
 fn report_about(run: &RunRecord, code: FailureCode) -> NewReport {
     let kind = match code {
         FailureCode::LeaseLost => ReportKind::LeaseLost,
