@@ -562,9 +562,11 @@ mod kills {
                 let _ = child.wait();
                 let run = newest().await;
                 assert_eq!(run.status, "running", "killed {}", if kill % 2 == 0 { "serve" } else { "drive" });
+                wait_for_expired_leases(&home, "import").await;
+                // Read once the lease expired: a commit the killed host had sent is finished
+                // by the server even after the host died, and belongs to the ledger too.
                 let ledger: Vec<(i64, String, String)> = store.run_steps(&run.id).await.unwrap()
                     .into_iter().map(|s| (s.pass, s.name, s.result)).collect();
-                wait_for_expired_leases(&home, "import").await;
                 let found = Instant::now();
                 while surveillance.check().await.unwrap().crashed == 0 {
                     assert!(found.elapsed() < Duration::from_secs(40), "surveillance never found {}", run.id);
