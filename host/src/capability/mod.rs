@@ -15,3 +15,16 @@ use crate::engine::bindings::jobhost::job::types;
 use crate::engine::state::GuestState;
 
 impl types::Host for GuestState {}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use crate::engine::bindings::jobhost::job::types::HostError;
+
+    /// The reason of an `invalid` refusal, for the capabilities' tests.
+    pub(crate) fn reason<T: std::fmt::Debug>(result: Result<T, HostError>) -> String {
+        match result {
+            Err(HostError::Invalid(reason)) => reason,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}

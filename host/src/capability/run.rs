@@ -216,15 +216,9 @@ impl crate::journal::Placeholder for Info {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capability::tests::reason;
     use crate::engine::output::AttemptLog;
     use crate::engine::state::Capabilities;
-
-    fn reason<T: std::fmt::Debug>(result: Result<T, HostError>) -> String {
-        match result {
-            Err(HostError::Invalid(reason)) => reason,
-            other => panic!("expected a refusal, got {other:?}"),
-        }
-    }
 
     #[tokio::test]
     async fn a_hostile_result_or_page_is_refused_before_anything_is_read_or_written() {

@@ -354,6 +354,7 @@ impl Host for GuestState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capability::tests::reason;
     use crate::engine::output::AttemptLog;
     use crate::engine::state::Capabilities;
     use crate::failure::FailureCode;
@@ -403,13 +404,6 @@ mod tests {
             GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),
             store,
         )
-    }
-
-    fn reason<T: std::fmt::Debug>(result: Result<T, HostError>) -> String {
-        match result {
-            Err(HostError::Invalid(reason)) => reason,
-            other => panic!("expected a refusal, got {other:?}"),
-        }
     }
 
     #[tokio::test]
