@@ -574,6 +574,71 @@ on_every_backend! {
             }
         }
     }
+
+    async fn a_run_claimed_ahead_of_busy_workers_is_given_back_when_its_start_window_ends(home) {
+        // Issue 38, item 10: a host whose every worker is busy with a long run claims the
+        // next run ahead of them. That run is `running` (its lease taken) before any worker
+        // starts it: it must go back to the queue once its start window (2 s) has passed,
+        // not when a worker frees up — until then every start of its job joins it, and no
+        // other host may run it.
+        let m = home.manifest("", r#"
+            [jobs.long]
+            component = "{guest:hello}"
+            timeout = "40s"
+            payload = { sleep_ms = 12000 }
+            [jobs.quick]
+            component = "{guest:hello}"
+            timeout = "5s"
+            payload = { sleep_ms = 40 }
+        "#);
+        let manifest = m.to_str().unwrap();
+        let busy = home.serve(&["--manifest", manifest, "--workers", "1"]).await;
+        let (code, long) = busy.post("/jobs/long/runs").await;
+        assert_eq!(code, 201, "{long}");
+        let long = long["run_id"].as_str().unwrap().to_string();
+        let its = |id: &str, status: &str| {
+            format!("SELECT COUNT(*) FROM jobhost_runs WHERE id = '{id}' AND status = '{status}'")
+        };
+        home.wait_for(&its(&long, "running"), Duration::from_secs(10)).await;
+        let (code, quick) = busy.post("/jobs/quick/runs").await;
+        assert_eq!(code, 201, "{quick}");
+        let quick = quick["run_id"].as_str().unwrap().to_string();
+        // The busy host claims it ahead of its one worker: `running`, not started.
+        home.wait_for(&its(&quick, "running"), Duration::from_secs(5)).await;
+        let claimed = Instant::now();
+        let (code, joined) = busy.post("/jobs/quick/runs").await;
+        assert_eq!((code, joined["run_id"].as_str()), (200, Some(quick.as_str())), "{joined}");
+        // Given back within its start window and a little: queued again, no attempt used,
+        // while the long run still holds the worker.
+        home.wait_for(
+            &format!("SELECT COUNT(*) FROM jobhost_runs WHERE id = '{quick}' AND status = 'queued' AND attempts = 0"),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(claimed.elapsed() < Duration::from_secs(6));
+        assert_eq!(home.scalar(&its(&long, "running")).await, 1);
+        if home.backend == common::Backend::Postgres {
+            // Another host with a free worker runs it at once, long before the busy one
+            // could; a start after it ended starts a new run.
+            let free = home.serve(&["--manifest", manifest, "--workers", "1"]).await;
+            home.wait_for(&its(&quick, "succeeded"), Duration::from_secs(5)).await;
+            assert_eq!(home.scalar(&its(&long, "running")).await, 1);
+            let ran_on = home
+                .scalar(&format!(
+                    "SELECT COUNT(*) FROM jobhost_attempts WHERE run_id = '{quick}' \
+                     AND host LIKE '%-{}'",
+                    free.child.id()
+                ))
+                .await;
+            assert_eq!(ran_on, 1, "the free host ran it");
+            let (code, next) = free.post("/jobs/quick/runs").await;
+            assert_eq!(code, 201, "{next}");
+        } else {
+            // One host serves a SQLite file: it runs the run once its worker is free.
+            home.wait_for(&its(&quick, "succeeded"), Duration::from_secs(20)).await;
+            assert_eq!(home.scalar(&its(&long, "succeeded")).await, 1);
+        }
+    }
 }
 
 /// A backlog queued by a plain `INSERT` (one kick's row copied, each copy with a random v4

@@ -15,7 +15,7 @@ use crate::schedule::Scheduler;
 use crate::schedule::surveillance::Surveillance;
 use crate::store::{AttemptTerms, Claimed, Pool, Store};
 use futures_util::FutureExt;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -339,6 +339,90 @@ struct Lane {
     wake: Arc<Notify>,
 }
 
+/// The claimed runs a lane keeps ready for its workers, in the order they were claimed.
+///
+/// A claimed run is `running`, its lease taken, before a worker starts it: the dispatcher
+/// gives it back once it has waited `start_within` (`Ready::expired`), whether or not a
+/// worker frees up — a run held here past that would be held from every other host,
+/// and joined by every start of its job, for as long as the lane's workers stay busy.
+struct Ready {
+    runs: Mutex<VecDeque<Claimed>>,
+    /// A run was added, or the queue closed.
+    added: Notify,
+    closed: AtomicBool,
+}
+
+impl Ready {
+    fn new() -> Ready {
+        Ready {
+            runs: Mutex::new(VecDeque::new()),
+            added: Notify::new(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.runs.lock().expect("ready lock").len()
+    }
+
+    fn push(&self, claimed: Claimed) {
+        self.runs.lock().expect("ready lock").push_back(claimed);
+        self.added.notify_one();
+    }
+
+    /// The next run for a worker, waiting for one; `None` once the queue is closed and
+    /// empty.
+    async fn take(&self) -> Option<Claimed> {
+        loop {
+            let added = self.added.notified();
+            tokio::pin!(added);
+            added.as_mut().enable();
+            if let Some(claimed) = self.runs.lock().expect("ready lock").pop_front() {
+                return Some(claimed);
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return None;
+            }
+            added.await;
+        }
+    }
+
+    /// Takes no more runs: the workers take what is left, then stop.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.added.notify_waiters();
+    }
+
+    /// The runs that have waited `start_within` for a worker, taken out.
+    fn expired(&self, start_within: Duration) -> Vec<Claimed> {
+        let late = |claimed: &Claimed| claimed.stamped_after.elapsed() >= start_within;
+        let mut runs = self.runs.lock().expect("ready lock");
+        if !runs.iter().any(late) {
+            return Vec::new();
+        }
+        let (expired, kept): (VecDeque<Claimed>, _) =
+            std::mem::take(&mut *runs).into_iter().partition(late);
+        *runs = kept;
+        expired.into()
+    }
+
+    /// When the oldest run waiting would have waited `start_within`.
+    fn next_expiry(&self, start_within: Duration) -> Option<Instant> {
+        let runs = self.runs.lock().expect("ready lock");
+        runs.iter()
+            .map(|claimed| claimed.stamped_after + start_within)
+            .min()
+    }
+}
+
+/// Sleeps until `at`, or for ever if there is no such time.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Passes each wake-up of the host (a run queued, a requeued run due soon) to every
 /// lane's dispatcher: a permit each, so none misses one while it claims.
 async fn wake_lanes(wake: Arc<Notify>, lanes: Vec<Arc<Notify>>, mut stop: watch::Receiver<bool>) {
@@ -376,14 +460,14 @@ async fn dispatch(
     cancel: CancelToken,
     mut stop: watch::Receiver<bool>,
 ) {
-    let (ready, queue) = mpsc::channel::<Claimed>(lane.ready);
-    let queue = Arc::new(tokio::sync::Mutex::new(queue));
+    let ready = Arc::new(Ready::new());
     let pace = Arc::new(Pace::new());
+    let start_within = shared.app.runner.settings().start_within;
     let mut workers = JoinSet::new();
     for _ in 0..lane.workers {
         workers.spawn(work(
             shared.clone(),
-            queue.clone(),
+            ready.clone(),
             pace.clone(),
             cancel.clone(),
             stop.clone(),
@@ -402,10 +486,15 @@ async fn dispatch(
         if *stop.borrow() {
             break;
         }
+        for claimed in ready.expired(start_within) {
+            give_back_late(&shared, &pace, claimed).await;
+        }
+        let expiry = sleep_until(ready.next_expiry(start_within));
+        tokio::pin!(expiry);
         let room = pace.room.notified();
         tokio::pin!(room);
         room.as_mut().enable();
-        let queued = lane.ready - ready.capacity() + asked;
+        let queued = ready.len() + asked;
         let depth = if pace.prefetch() {
             pace.depth(&lane)
         } else {
@@ -436,6 +525,7 @@ async fn dispatch(
         if claims.is_empty() {
             tokio::select! {
                 _ = room => {}
+                _ = &mut expiry => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
             continue;
@@ -443,6 +533,7 @@ async fn dispatch(
         let done = tokio::select! {
             Some(done) = claims.join_next_with_id() => done,
             _ = room => continue,
+            _ = &mut expiry => continue,
             _ = stop.wait_for(|s| *s) => break,
         };
         let id = match &done {
@@ -467,10 +558,11 @@ async fn dispatch(
             Ok(runs) => {
                 deep = runs.len() == wanted;
                 let empty = runs.is_empty();
-                queue_claimed(&shared, &ready, runs).await;
+                queue_claimed(&shared, &lane, &ready, runs).await;
                 if empty && claims.is_empty() {
                     let terms = shared.terms(&lane.name);
-                    wait_for_work(&shared, &config, &lane, &terms, &mut stop).await;
+                    let expires = ready.next_expiry(start_within);
+                    wait_for_work(&shared, &config, &lane, &terms, expires, &mut stop).await;
                 }
             }
             Err(e) => {
@@ -486,10 +578,10 @@ async fn dispatch(
     // back; then the workers finish what they run, and stop.
     while let Some(done) = claims.join_next().await {
         if let Ok(Ok(runs)) = done {
-            queue_claimed(&shared, &ready, runs).await;
+            queue_claimed(&shared, &lane, &ready, runs).await;
         }
     }
-    drop(ready);
+    ready.close();
     while workers.join_next().await.is_some() {}
 }
 
@@ -502,14 +594,16 @@ async fn stopped_within(wait: Duration, stop: &mut watch::Receiver<bool>) -> boo
 }
 
 /// Puts claimed runs in the lane's queue of runs ready to start.
-async fn queue_claimed(shared: &Shared, ready: &mpsc::Sender<Claimed>, runs: Vec<Claimed>) {
+async fn queue_claimed(shared: &Shared, lane: &Lane, ready: &Ready, runs: Vec<Claimed>) {
     for claimed in runs {
         let lag = (claimed.run.updated_at - claimed.run.next_attempt_at).max(0) as u64;
         shared.app.metrics.run_claimed(Duration::from_millis(lag));
-        if let Err(full) = ready.try_send(claimed) {
+        if ready.len() < lane.ready {
+            ready.push(claimed);
+        } else {
             // Never more than there is room for, counting the claims in flight, and only
-            // the dispatcher sends: cannot happen, but a claimed run is never dropped.
-            give_back(shared, full.into_inner()).await;
+            // the dispatcher adds: cannot happen, but a claimed run is never dropped.
+            give_back(shared, claimed).await;
         }
     }
 }
@@ -518,7 +612,7 @@ async fn queue_claimed(shared: &Shared, ready: &mpsc::Sender<Claimed>, runs: Vec
 /// runner's finisher and the worker takes the next run at once.
 async fn work(
     shared: Arc<Shared>,
-    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Claimed>>>,
+    ready: Arc<Ready>,
     pace: Arc<Pace>,
     cancel: CancelToken,
     stop: watch::Receiver<bool>,
@@ -527,7 +621,7 @@ async fn work(
     loop {
         pace.idle.fetch_add(1, Ordering::AcqRel);
         pace.room.notify_one();
-        let next = queue.lock().await.recv().await;
+        let next = ready.take().await;
         pace.idle.fetch_sub(1, Ordering::AcqRel);
         pace.room.notify_one();
         let Some(claimed) = next else { return };
@@ -536,8 +630,7 @@ async fn work(
             continue;
         }
         if claimed.stamped_after.elapsed() > start_within {
-            pace.pause_prefetch(start_within * PREFETCH_PAUSE);
-            give_back(&shared, claimed).await;
+            give_back_late(&shared, &pace, claimed).await;
             continue;
         }
         let began = Instant::now();
@@ -554,6 +647,14 @@ async fn work(
     }
 }
 
+/// Gives back a run that waited longer than its start window for a worker, and claims
+/// only for idle workers for a while: the workers are busy with long runs, and runs
+/// claimed ahead would only wait, held from other hosts.
+async fn give_back_late(shared: &Shared, pace: &Pace, claimed: Claimed) {
+    pace.pause_prefetch(shared.app.runner.settings().start_within * PREFETCH_PAUSE);
+    give_back(shared, claimed).await;
+}
+
 async fn give_back(shared: &Shared, claimed: Claimed) {
     let run_id = claimed.run.id.clone();
     if let Err(e) = shared.app.runner.give_back(claimed).await {
@@ -561,11 +662,14 @@ async fn give_back(shared: &Shared, claimed: Claimed) {
     }
 }
 
+/// Waits until the lane is woken, its next run is due, a run it keeps ready has waited
+/// its start window (`expires`), or the poll interval passed.
 async fn wait_for_work(
     shared: &Shared,
     config: &ServeConfig,
     lane: &Lane,
     terms: &BTreeMap<String, AttemptTerms>,
+    expires: Option<Instant>,
     stop: &mut watch::Receiver<bool>,
 ) {
     let jobs: Vec<&str> = terms.keys().map(String::as_str).collect();
@@ -576,6 +680,7 @@ async fn wait_for_work(
     tokio::select! {
         _ = lane.wake.notified() => {}
         _ = tokio::time::sleep(until_due.min(config.poll)) => {}
+        _ = sleep_until(expires) => {}
         _ = stop.wait_for(|s| *s) => {}
     }
 }
@@ -847,5 +952,37 @@ mod tests {
             pace.ran(Duration::from_micros(200));
         }
         assert_eq!(pace.depth(&lane), 16, "and short again");
+    }
+
+    /// A run claimed `waited` ago, named by it.
+    fn claimed(waited: Duration) -> Claimed {
+        Claimed {
+            run: crate::store::RunRecord {
+                id: format!("{waited:?}"),
+                ..Default::default()
+            },
+            lease: None,
+            stamped_after: Instant::now() - waited,
+        }
+    }
+
+    #[tokio::test]
+    async fn runs_ready_past_their_start_window_are_taken_out_and_the_rest_kept_in_order() {
+        let (ready, window) = (Ready::new(), Duration::from_secs(2));
+        for waited in [1, 3, 0, 5] {
+            ready.push(claimed(Duration::from_secs(waited)));
+        }
+        let ids =
+            |runs: Vec<Claimed>| -> Vec<String> { runs.into_iter().map(|c| c.run.id).collect() };
+        assert_eq!(ids(ready.expired(window)), ["3s", "5s"]);
+        assert!(ready.expired(window).is_empty());
+        // Next, the one claimed a second ago: a second from now.
+        let next = ready.next_expiry(window).expect("runs wait");
+        assert!(next > Instant::now() && next <= Instant::now() + Duration::from_secs(1));
+        ready.close();
+        assert_eq!(ready.take().await.map(|c| c.run.id).as_deref(), Some("1s"));
+        assert_eq!(ready.take().await.map(|c| c.run.id).as_deref(), Some("0ns"));
+        assert!(ready.take().await.is_none(), "closed and empty");
+        assert_eq!(ready.next_expiry(window), None);
     }
 }
