@@ -75,6 +75,11 @@ fn manifest(home: &Home) -> std::path::PathBuf {
         ),
         parent("ungranted", r#"{ children = 1, job = "commits" }"#, ""),
         parent(
+            "beside",
+            r#"{ children = 2, in_tx = true, beside = ["enqueue", "kick", "emit", "result"] }"#,
+            "grants.jobs = [\"family-child\", \"event:nudge\"]",
+        ),
+        parent(
             "acme-parent",
             r#"{ children = 1, job = "beta-child" }"#,
             "tenant = \"acme\"\ngrants.jobs = [\"family-child\", \"beta-child\"]",
@@ -94,11 +99,11 @@ fn manifest(home: &Home) -> std::path::PathBuf {
         tenant = "beta"
         retries = 0
     "#;
-    // `acme-parent` has its own grants.jobs: drop the shared line for it.
+    // `acme-parent` and `beside` have their own grants.jobs: drop the shared line.
     let jobs: String = jobs
         .iter()
         .map(|j| {
-            if j.contains("acme-parent") {
+            if j.matches("grants.jobs").count() > 1 {
                 j.replacen("grants.jobs = [\"family-child\"]\n", "", 1)
             } else {
                 j.clone()
@@ -304,6 +309,28 @@ on_every_backend! {
         for id in [&ungranted, &foreign] {
             assert_eq!(children(&home, id, "").await, 0);
         }
+    }
+
+    async fn a_call_beside_the_guests_own_transaction_is_refused_at_once_and_nothing_is_lost(home) {
+        // After queueing inside its transaction, the parent enqueues, kicks, emits and
+        // sets its result outside it. Each would wait for a lock the guest's own
+        // transaction holds (SQLite's one write lock; on Postgres the parent's row, which
+        // the transaction's attached children mark) until the transaction's bound rolled
+        // it back: each is refused at once, and the transaction commits.
+        let m = manifest(&home);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let id = kick(&server, "beside").await;
+        let run = ended(&server, &id).await;
+        assert_eq!(run["status"], "succeeded", "{run}");
+        let shown = home.run(&["runs", "show", &id]);
+        let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+        for call in ["enqueue", "kick", "emit", "result"] {
+            assert!(shown.contains(&format!("beside {call}: invalid call: transaction-open")), "{call}: {shown}");
+        }
+        assert_eq!(children(&home, &id, "").await, 2, "the runs queued in the transaction");
+        let rows = home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await;
+        assert_eq!(rows, 1, "the transaction committed");
+        assert!(run["result"].is_null(), "{run}");
     }
 
     async fn a_flood_of_enqueues_stops_at_the_cap_with_the_host_healthy(home) {

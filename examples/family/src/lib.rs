@@ -7,14 +7,16 @@
 //! then queues `n` runs of `job` (payload `{"n": i, "fail": i in failing}`), inside a
 //! transaction that also writes a `ledger` row (`in_tx`) or each batch in a write of its
 //! own; with `fail_after` it then fails (the transaction rolls back). Children that do not
-//! fail are due `delay_ms` later. With `wait` the pass
+//! fail are due `delay_ms` later. With `beside` (`["enqueue", "kick", "emit", "result"]`)
+//! it makes those calls outside its open transaction, after queueing in it, and logs how
+//! each was answered (`beside kick: ...`). With `wait` the pass
 //! continues, waiting for its children; the next pass sums their results into its own
 //! (`{"succeeded", "other", "sum"}`) and logs what started it.
 //!
 //! A child hands back `{"n": n}`, or, with `fail`, fails for good.
 
 use jobhost_guest::jobs::{self, NewRun, Options, WaitPolicy};
-use jobhost_guest::{Context, Job, JobError, Outcome, db, log, run};
+use jobhost_guest::{Context, Job, JobError, Outcome, db, describe, log, run};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -45,6 +47,9 @@ struct Payload {
     /// Children not failing are due this much later.
     #[serde(default)]
     delay_ms: u64,
+    /// Calls made outside the open transaction, after queueing in it.
+    #[serde(default)]
+    beside: Vec<String>,
 }
 
 fn child_job() -> String {
@@ -142,6 +147,9 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
         for batch in &batches {
             jobs::enqueue_all_in(&tx, batch)?;
         }
+        for call in &p.beside {
+            beside(call, &p.job);
+        }
         if p.fail_after {
             return Err(JobError::failed(
                 "failing after queueing, before the commit",
@@ -158,6 +166,19 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
     }
     log::info(&format!("started {} runs of {}", p.children, p.job));
     Ok(())
+}
+
+/// Makes `call` outside the open transaction and logs its answer.
+fn beside(call: &str, job: &str) {
+    let answer = match call {
+        "enqueue" => jobs::enqueue(job, &json!({"n": 0}), &Options::default()).map(|r| r.run_id),
+        "kick" => jobs::kick(job),
+        "emit" => jobs::emit("nudge", &json!({})).map(|n| n.to_string()),
+        "result" => run::set_result(&json!({"beside": true})).map(|()| String::new()),
+        _ => Ok("unknown call".into()),
+    };
+    let answer = answer.map_or_else(|e| describe(&e), |ok| format!("ok {ok}"));
+    log::info(&format!("beside {call}: {answer}"));
 }
 
 fn sum_up() -> Result<Outcome, JobError> {
