@@ -13,6 +13,10 @@
 //! continues, waiting for its children; the next pass sums their results into its own
 //! (`{"succeeded", "other", "sum"}`) and logs what started it.
 //!
+//! With `forks`, each run of `job` it queues gets the payload it has itself, so each
+//! queues `children` more in turn: with a `job` of its own, one child makes a chain, two a
+//! fork bomb (for the host's bounds on queued runs and on a family's depth).
+//!
 //! A child hands back `{"n": n}`, or, with `fail`, fails for good.
 
 use jobhost_guest::jobs::{self, NewRun, Options, WaitPolicy};
@@ -50,6 +54,9 @@ struct Payload {
     /// Calls made outside the open transaction, after queueing in it.
     #[serde(default)]
     beside: Vec<String>,
+    /// The runs it queues get its own payload (and queue as many in turn).
+    #[serde(default)]
+    forks: bool,
 }
 
 fn child_job() -> String {
@@ -132,7 +139,11 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
                 .iter()
                 .map(|n| NewRun {
                     job: p.job.as_str(),
-                    payload: json!({ "n": n, "fail": p.failing.contains(n) }),
+                    payload: match p.forks {
+                        true => json!({ "children": p.children, "job": p.job, "forks": true,
+                            "detached": p.detached }),
+                        false => json!({ "n": n, "fail": p.failing.contains(n) }),
+                    },
                     options: options(n),
                 })
                 .collect()
