@@ -114,7 +114,8 @@ fn manifest(home: &Home) -> std::path::PathBuf {
 }
 
 /// A fork bomb (each run queues two more of its job) of tenant acme, whose queue is
-/// capped at 30; a chain (each run queues one more); and a job of another tenant.
+/// capped at 30; a chain (each run queues one more); and jobs of another tenant, one of
+/// them with a queue of one.
 fn bounded_manifest(home: &Home) -> std::path::PathBuf {
     let job = |name: &str, tenant: &str, payload: &str| {
         format!(
@@ -142,6 +143,7 @@ fn bounded_manifest(home: &Home) -> std::path::PathBuf {
             r#"{ children = 1, job = "chain", forks = true, detached = true }"#,
         ),
         job("beta-work", "beta", "{}"),
+        job("capped", "beta", "{}") + "max_queued = 1\n",
     ];
     home.manifest("", &jobs.concat())
 }
@@ -423,6 +425,16 @@ on_every_backend! {
         assert!(stderr.contains("queue_full"), "{stderr}");
         let instances = format!("SELECT COUNT(*) FROM jobhost_runs WHERE instance IN ('top-{i}', 'cli')");
         assert_eq!(home.scalar(&instances).await, 0, "a refused start queued a run");
+        // A job's own cap holds as its tenant's does: the paused job has one run queued.
+        let (status, body) = server.post("/pauses/job/capped").await;
+        assert_eq!(status, 200, "{body}");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let start = |i: &str| format!(r#"{{"instance": "{i}"}}"#);
+        let (status, body) = server.post_as(Some(&server.token), "/jobs/capped/runs", Some(&start("one"))).await;
+        assert_eq!(status, 201, "{body}");
+        let (status, body) = server.post_as(Some(&server.token), "/jobs/capped/runs", Some(&start("two"))).await;
+        assert_eq!((status, &body["error"]["code"]), (429, &serde_json::json!("queue_full")), "{body}");
+        assert!(body["error"]["message"].as_str().unwrap_or_default().contains("job \"capped\""), "{body}");
         // Metrics and the console show acme at its cap.
         let metrics = server.text("/metrics").await;
         assert!(metrics.contains("jobhost_tenant_queue_full{tenant=\"acme\"} 1"), "{metrics}");
