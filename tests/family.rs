@@ -75,6 +75,11 @@ fn manifest(home: &Home) -> std::path::PathBuf {
         ),
         parent("ungranted", r#"{ children = 1, job = "commits" }"#, ""),
         parent(
+            "beside",
+            r#"{ children = 2, in_tx = true, beside = ["enqueue", "kick", "emit", "result"] }"#,
+            "grants.jobs = [\"family-child\", \"event:nudge\"]",
+        ),
+        parent(
             "acme-parent",
             r#"{ children = 1, job = "beta-child" }"#,
             "tenant = \"acme\"\ngrants.jobs = [\"family-child\", \"beta-child\"]",
@@ -94,11 +99,11 @@ fn manifest(home: &Home) -> std::path::PathBuf {
         tenant = "beta"
         retries = 0
     "#;
-    // `acme-parent` has its own grants.jobs: drop the shared line for it.
+    // `acme-parent` and `beside` have their own grants.jobs: drop the shared line.
     let jobs: String = jobs
         .iter()
         .map(|j| {
-            if j.contains("acme-parent") {
+            if j.matches("grants.jobs").count() > 1 {
                 j.replacen("grants.jobs = [\"family-child\"]\n", "", 1)
             } else {
                 j.clone()
@@ -106,6 +111,41 @@ fn manifest(home: &Home) -> std::path::PathBuf {
         })
         .collect();
     home.manifest("", &format!("{jobs}{children}"))
+}
+
+/// A fork bomb (each run queues two more of its job) of tenant acme, whose queue is
+/// capped at 30; a chain (each run queues one more); and jobs of another tenant, one of
+/// them with a queue of one.
+fn bounded_manifest(home: &Home) -> std::path::PathBuf {
+    let job = |name: &str, tenant: &str, payload: &str| {
+        format!(
+            r#"
+            [jobs.{name}]
+            component = "{{guest:family}}"
+            tenant = "{tenant}"
+            grants.db = {{ write = ["ledger"] }}
+            grants.jobs = ["{name}"]
+            retries = 0
+            payload = {payload}
+            "#
+        )
+    };
+    let jobs = [
+        "[tenants.acme]\nmax_queued = 30\n".to_string(),
+        job(
+            "bomb",
+            "acme",
+            r#"{ children = 2, job = "bomb", forks = true, detached = true }"#,
+        ),
+        job(
+            "chain",
+            "default",
+            r#"{ children = 1, job = "chain", forks = true, detached = true }"#,
+        ),
+        job("beta-work", "beta", "{}"),
+        job("capped", "beta", "{}") + "max_queued = 1\n",
+    ];
+    home.manifest("", &jobs.concat())
 }
 
 async fn kick(server: &Server, job: &str) -> String {
@@ -304,6 +344,123 @@ on_every_backend! {
         for id in [&ungranted, &foreign] {
             assert_eq!(children(&home, id, "").await, 0);
         }
+    }
+
+    async fn a_call_beside_the_guests_own_transaction_is_refused_at_once_and_nothing_is_lost(home) {
+        // After queueing inside its transaction, the parent enqueues, kicks, emits and
+        // sets its result outside it. Each would wait for a lock the guest's own
+        // transaction holds (SQLite's one write lock; on Postgres the parent's row, which
+        // the transaction's attached children mark) until the transaction's bound rolled
+        // it back: each is refused at once, and the transaction commits.
+        let m = manifest(&home);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let id = kick(&server, "beside").await;
+        let run = ended(&server, &id).await;
+        assert_eq!(run["status"], "succeeded", "{run}");
+        let shown = home.run(&["runs", "show", &id]);
+        let shown = String::from_utf8_lossy(&shown.stdout).to_string();
+        for call in ["enqueue", "kick", "emit", "result"] {
+            assert!(shown.contains(&format!("beside {call}: invalid call: transaction-open")), "{call}: {shown}");
+        }
+        assert_eq!(children(&home, &id, "").await, 2, "the runs queued in the transaction");
+        let rows = home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await;
+        assert_eq!(rows, 1, "the transaction committed");
+        assert!(run["result"].is_null(), "{run}");
+    }
+
+    async fn a_fork_bomb_stops_at_its_tenants_cap_and_another_tenants_job_still_runs(home) {
+        let m = bounded_manifest(&home);
+        let server = home.serve(&["--manifest", m.to_str().unwrap(), "--workers", "2"]).await;
+        kick(&server, "bomb").await;
+        let refused = "SELECT COUNT(*) FROM jobhost_runs WHERE job = 'bomb' AND last_code = 'queue_full'";
+        let start = Instant::now();
+        while home.scalar(refused).await == 0 {
+            assert!(start.elapsed() < Duration::from_secs(60), "the bomb was never refused");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let bomb = server.runs(Some("bomb")).await;
+        let failed = bomb.iter().find(|r| r["code"] == "queue_full").expect("a refused run");
+        assert!(failed["error"].as_str().unwrap_or_default().contains("queue-full"), "{failed}");
+        // While the bomb presses on the cap, acme's queue stays within it, give or take
+        // the calls in flight (two workers, two runs each).
+        let queued = "SELECT COUNT(*) FROM jobhost_runs WHERE tenant = 'acme' AND status = 'queued'";
+        for _ in 0..10 {
+            let n = home.scalar(queued).await;
+            assert!(n <= 30 + 4, "acme has {n} runs queued");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        // Another tenant's job still runs.
+        let other = kick(&server, "beta-work").await;
+        assert_eq!(ended(&server, &other).await["status"], "succeeded");
+        // Paused, the bomb stops taking runs off the queue; starts fill it to the cap, and
+        // the next is refused: 429 through the API, exit 5 from the CLI.
+        let (status, body) = server.post("/pauses/job/bomb").await;
+        assert_eq!(status, 200, "{body}");
+        let running = "SELECT COUNT(*) FROM jobhost_runs WHERE job = 'bomb' AND status = 'running'";
+        for _ in 0..2 {
+            let start = Instant::now();
+            while home.scalar(running).await > 0 {
+                assert!(start.elapsed() < Duration::from_secs(30), "the bomb kept running");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        let mut refused = None;
+        for i in 0..40 {
+            let body = format!(r#"{{"instance": "top-{i}"}}"#);
+            let (status, answer) = server.post_as(Some(&server.token), "/jobs/bomb/runs", Some(&body)).await;
+            if status == 429 {
+                refused = Some((i, answer));
+                break;
+            }
+            assert_eq!(status, 201, "{answer}");
+        }
+        let (i, body) = refused.expect("a start past the cap was refused");
+        assert_eq!(body["error"]["code"], "queue_full", "{body}");
+        let n = home.scalar(queued).await;
+        assert!((30..=34).contains(&n), "acme has {n} runs queued");
+        let out = home.run(&["start", "bomb", "--instance", "cli"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(5), "{stderr}");
+        assert!(stderr.contains("queue_full"), "{stderr}");
+        let instances = format!("SELECT COUNT(*) FROM jobhost_runs WHERE instance IN ('top-{i}', 'cli')");
+        assert_eq!(home.scalar(&instances).await, 0, "a refused start queued a run");
+        // A job's own cap holds as its tenant's does: the paused job has one run queued.
+        let (status, body) = server.post("/pauses/job/capped").await;
+        assert_eq!(status, 200, "{body}");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let start = |i: &str| format!(r#"{{"instance": "{i}"}}"#);
+        let (status, body) = server.post_as(Some(&server.token), "/jobs/capped/runs", Some(&start("one"))).await;
+        assert_eq!(status, 201, "{body}");
+        let (status, body) = server.post_as(Some(&server.token), "/jobs/capped/runs", Some(&start("two"))).await;
+        assert_eq!((status, &body["error"]["code"]), (429, &serde_json::json!("queue_full")), "{body}");
+        assert!(body["error"]["message"].as_str().unwrap_or_default().contains("job \"capped\""), "{body}");
+        // Metrics and the console show acme at its cap.
+        let metrics = server.text("/metrics").await;
+        assert!(metrics.contains("jobhost_tenant_queue_full{tenant=\"acme\"} 1"), "{metrics}");
+        let (_, overview) = server.get("/overview").await;
+        assert_eq!(overview["queue_full"][0]["tenant"], "acme", "{overview}");
+        assert_eq!(overview["queue_full"][0]["max_queued"], 30, "{overview}");
+    }
+
+    async fn a_chain_of_runs_stops_at_the_family_depth_limit(home) {
+        // Each run of `chain` queues the next: run 0 is kicked, run 16 may not start 17.
+        let m = bounded_manifest(&home);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        kick(&server, "chain").await;
+        let ended_runs = "SELECT COUNT(*) FROM jobhost_runs WHERE job = 'chain' \
+            AND status NOT IN ('queued', 'running')";
+        let start = Instant::now();
+        while home.scalar(ended_runs).await < 17 {
+            assert!(start.elapsed() < Duration::from_secs(90), "the chain did not reach its end");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'chain'").await, 17);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'chain' AND status = 'succeeded'").await, 16);
+        let last = server.runs(Some("chain")).await;
+        let last = last.iter().find(|r| r["status"] == "failed").expect("the last run failed");
+        assert_eq!(last["code"], "family_too_deep", "{last}");
     }
 
     async fn a_flood_of_enqueues_stops_at_the_cap_with_the_host_healthy(home) {

@@ -37,11 +37,13 @@ pub enum FailureCode {
     ChildFailed,
     ParentFailed,
     InvalidDefer,
+    QueueFull,
+    FamilyTooDeep,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 26] = [
+    pub const ALL: [(FailureCode, &'static str); 28] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -146,6 +148,14 @@ impl FailureCode {
             FailureCode::InvalidDefer,
             "the handler returned `defer` with a delay the host refuses (zero, or over 7 days); never retried",
         ),
+        (
+            FailureCode::QueueFull,
+            "the attempt tried to queue runs past its tenant's or the started job's `max_queued` (`invalid(queue-full)`), and failed; nothing was queued by that call",
+        ),
+        (
+            FailureCode::FamilyTooDeep,
+            "the attempt tried to start a run deeper in its family than 16 (a child of a child ...; `invalid(family-too-deep)`), and failed; never retried",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -176,6 +186,8 @@ impl FailureCode {
             FailureCode::ChildFailed => "child_failed",
             FailureCode::ParentFailed => "parent_failed",
             FailureCode::InvalidDefer => "invalid_defer",
+            FailureCode::QueueFull => "queue_full",
+            FailureCode::FamilyTooDeep => "family_too_deep",
         }
     }
 
@@ -206,6 +218,7 @@ impl FailureCode {
                 | FailureCode::ChildFailed
                 | FailureCode::ParentFailed
                 | FailureCode::InvalidDefer
+                | FailureCode::FamilyTooDeep
         )
     }
 }

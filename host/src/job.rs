@@ -17,6 +17,8 @@ pub enum JobError {
     TimeoutTooShort,
     #[error("memory cap must be at least 1MiB and at most 4GiB")]
     MemoryOutOfRange,
+    #[error("max_queued must be at least 1")]
+    MaxQueued,
     #[error("max_per_tenant must be at least 1")]
     MaxPerTenantZero,
     #[error("invalid instance key {0:?}: use 1-128 printable characters")]
@@ -83,6 +85,14 @@ pub struct Flow {
     pub max_per_tenant: Option<u32>,
     #[serde(default)]
     pub over_limit: OverLimit,
+    /// At most this many runs of the job queued for one tenant (`backlog`); `None`:
+    /// [`crate::backlog::DEFAULT_MAX_QUEUED_PER_JOB`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queued: Option<u64>,
+    /// Each tenant's cap on its queued runs, as the manifest that registered the job set
+    /// them: stored with the job, so every host (and `host start`) applies the same.
+    #[serde(default, skip_serializing_if = "crate::backlog::TenantCaps::is_empty")]
+    pub tenant_queued: crate::backlog::TenantCaps,
 }
 
 /// The defers a run may make when its job sets no `max_defers`: enough for any polling
@@ -94,6 +104,16 @@ impl Flow {
     /// The defers a run of the job may make; the one past them ends it `too_many_defers`.
     pub fn defers_allowed(&self) -> u32 {
         self.max_defers.unwrap_or(DEFAULT_MAX_DEFERS)
+    }
+
+    /// The caps new runs of the job for `tenant` are queued under.
+    pub fn queue_caps(&self, tenant: &str) -> crate::backlog::Caps {
+        crate::backlog::Caps {
+            tenant: self.tenant_queued.of(tenant),
+            job: self
+                .max_queued
+                .unwrap_or(crate::backlog::DEFAULT_MAX_QUEUED_PER_JOB),
+        }
     }
 }
 
@@ -193,6 +213,9 @@ impl JobSpec {
         }
         if !(1 << 20..=4 << 30).contains(&self.limits.memory) {
             return Err(JobError::MemoryOutOfRange);
+        }
+        if self.flow.max_queued == Some(0) {
+            return Err(JobError::MaxQueued);
         }
         if self.flow.max_per_tenant == Some(0) {
             return Err(JobError::MaxPerTenantZero);

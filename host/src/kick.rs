@@ -35,6 +35,9 @@ pub enum Kicked {
     },
     /// A per-tenant job's kick: what it did for each active tenant's child.
     FannedOut { children: Vec<ChildKick> },
+    /// A child of a per-tenant job's kick whose tenant is at a cap on queued runs
+    /// (`backlog`): nothing was queued for it.
+    QueueFull,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -64,6 +67,9 @@ pub enum KickError {
     UnknownTenant(String),
     #[error("the job {0:?} is orphaned: no serving host registered it within the orphan grace")]
     Orphaned(String),
+    /// A cap on queued runs (`backlog`) is reached: nothing was queued.
+    #[error("{0}: nothing was queued; try again once runs have left the queue")]
+    QueueFull(crate::backlog::Full),
     #[error(transparent)]
     Payload(crate::job::JobError),
     #[error(transparent)]
@@ -99,7 +105,10 @@ pub async fn kick_job(
     }
     let mut children = Vec::new();
     for tenant in store.active_tenants().await? {
-        let kicked = kick_instance(store, record, &tenant, &tenant, trace).await?;
+        let kicked = match kick_instance(store, record, &tenant, &tenant, trace).await {
+            Err(KickError::QueueFull(_)) => Kicked::QueueFull,
+            other => other?,
+        };
         children.push(ChildKick { tenant, kicked });
     }
     Ok(Kicked::FannedOut { children })
@@ -121,6 +130,7 @@ async fn kick_instance(
     tenant: &str,
     trace: TraceParent,
 ) -> Result<Kicked, KickError> {
+    check_room(store, record, tenant).await?;
     let Some(run) = store
         .kick_run(&new_kick_run(record, instance, tenant, trace))
         .await?
@@ -184,12 +194,24 @@ pub async fn start_job(
         run.payload = crate::job::validate_payload(payload).map_err(KickError::Payload)?;
     }
     run.origin = Origin::Start;
+    // A start that would join its live run queues nothing, so it is never refused.
+    if store.live_run(&run.job, &run.instance).await?.is_none() {
+        check_room(store, record, &tenant).await?;
+    }
     let (run_id, queued) = store.start_or_join(&run).await?;
     Ok(Started {
         run_id,
         joined: queued.is_none(),
         dropped: queued.as_ref().and_then(dropped),
     })
+}
+
+/// Refuses a new run of `record` for `tenant` over a cap on queued runs.
+async fn check_room(store: &Store, record: &JobRecord, tenant: &str) -> Result<(), KickError> {
+    let caps = crate::backlog::caps_of(record, tenant);
+    crate::backlog::room(store, &record.name, tenant, caps, 1, 1)
+        .await?
+        .map_err(KickError::QueueFull)
 }
 
 async fn find_job(store: &Store, job: &str) -> Result<JobRecord, KickError> {

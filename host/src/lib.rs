@@ -3,6 +3,7 @@
 //! lease. See docs/architecture.md for the modules and the protocol.
 
 pub mod app;
+pub mod backlog;
 pub mod capability;
 pub mod catalog;
 pub mod cli;

@@ -27,6 +27,7 @@
 //!
 //! [tenant_defaults]                     # each tenant's quota per rolling hour
 //! time_per_hour = "1h"
+//! max_queued = 50_000                   # runs queued at once (`backlog`); default 100 000
 //! [tenants.trial]
 //! fuel_per_hour = 1_000_000_000
 //! over_quota = "fail"                   # default "wait"
@@ -44,6 +45,7 @@
 //! lane = "bulk"
 //! max_per_tenant = 3                    # queued or running per tenant
 //! over_limit = "defer"                  # default "skip"
+//! max_queued = 1000                     # runs of it queued per tenant; default 20 000
 //! max_defers = 20                       # defers a run may make; default 100 (`job::DEFAULT_MAX_DEFERS`)
 //! record = "always"                     # journal host calls of every attempt; default "failures", or "off"
 //! record_limit = "4MiB"                 # a journal's cap; default 1MiB
@@ -158,6 +160,8 @@ struct JobSection {
     /// over it does (`skip`, the default, or `defer`).
     max_per_tenant: Option<u32>,
     over_limit: Option<OverLimit>,
+    /// At most this many runs of the job queued per tenant (`backlog`).
+    max_queued: Option<u64>,
     /// The lane whose workers run the job (`[lanes.NAME]`; `default` otherwise).
     lane: Option<String>,
     /// Which attempts keep a journal of their host calls: `failures` (the default),
@@ -169,10 +173,12 @@ struct JobSection {
 }
 
 /// `[tenants.NAME]` (or `[tenant_defaults]`, for every tenant not named): the tenant's
-/// quota per rolling hour.
+/// quota per rolling hour, and its cap on queued runs.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TenantSection {
+    /// At most this many of the tenant's runs queued (`backlog`).
+    max_queued: Option<u64>,
     fuel_per_hour: Option<u64>,
     #[serde(default, with = "opt_duration")]
     time_per_hour: Option<Duration>,
@@ -381,13 +387,36 @@ impl Manifest {
             tenants: BTreeMap::new(),
             default: file.tenant_defaults.as_ref().map(TenantSection::quota),
         };
+        let mut tenant_queued = crate::backlog::TenantCaps {
+            default: file.tenant_defaults.as_ref().and_then(|t| t.max_queued),
+            tenants: BTreeMap::new(),
+        };
         for (name, section) in &file.tenants {
             match crate::tenant::validate_tenant(name) {
                 Ok(()) => {
                     quotas.tenants.insert(name.clone(), section.quota());
+                    if let Some(cap) = section.max_queued {
+                        tenant_queued.tenants.insert(name.clone(), cap);
+                    }
                 }
                 Err(e) => problems.push(format!("tenant {name:?}: {e}")),
             }
+        }
+        let sections = file
+            .tenant_defaults
+            .iter()
+            .map(|t| ("[tenant_defaults]".to_string(), t));
+        let named = file
+            .tenants
+            .iter()
+            .map(|(n, t)| (format!("[tenants.{n}]"), t));
+        for (place, section) in sections.chain(named) {
+            if section.max_queued == Some(0) {
+                problems.push(format!("{place}: max_queued must be at least 1"));
+            }
+        }
+        for spec in &mut jobs {
+            spec.flow.tenant_queued = tenant_queued.clone();
         }
         for (name, spec) in &collections {
             if let Some(scan) = &spec.scan
@@ -603,6 +632,8 @@ fn job(
                 .over_limit
                 .or(defaults.over_limit)
                 .unwrap_or_default(),
+            max_queued: section.max_queued.or(defaults.max_queued),
+            tenant_queued: crate::backlog::TenantCaps::default(),
         },
         lane: section
             .lane
@@ -747,16 +778,25 @@ mod tests {
             max_defers = 0
             max_per_tenant = 2
             over_limit = "defer"
+            max_queued = 500
             lane = "bulk"
             [lanes.bulk]
             workers = 2
+            [tenant_defaults]
+            max_queued = 1000
+            [tenants.acme]
+            max_queued = 10
             "#,
         )
         .unwrap();
         assert_eq!(m.lanes, BTreeMap::from([("bulk".to_string(), 2)]));
         assert_eq!(m.job("ledger").unwrap().lane, "default");
         assert_eq!(m.job("hello").unwrap().lane, "bulk");
-        assert_eq!(m.quotas, Quotas::default());
+        assert_eq!(
+            m.quotas.of("acme"),
+            Some(&Quota::default()),
+            "a cap sets no quota"
+        );
         let with_quotas = Manifest::parse(
             Path::new("m.toml"),
             "[tenant_defaults]\ntime_per_hour = '10m'\n[tenants.acme]\nfuel_per_hour = 1000\nover_quota = 'fail'",
@@ -795,8 +835,16 @@ mod tests {
                 max_defers: Some(4),
                 max_per_tenant: None,
                 over_limit: OverLimit::Skip,
+                max_queued: None,
+                tenant_queued: ledger.flow.tenant_queued.clone(),
             }
         );
+        let caps = ledger.flow.queue_caps("acme");
+        assert_eq!(
+            (caps.tenant, caps.job),
+            (10, crate::backlog::DEFAULT_MAX_QUEUED_PER_JOB)
+        );
+        assert_eq!(ledger.flow.queue_caps("globex").tenant, 1000);
         let hello = m.job("hello").unwrap();
         assert_eq!(hello.component, Path::new("/abs/hello.wasm"));
         assert_eq!(hello.limits.timeout, Duration::from_secs(60));
@@ -808,6 +856,8 @@ mod tests {
                 max_defers: Some(0),
                 max_per_tenant: Some(2),
                 over_limit: OverLimit::Defer,
+                max_queued: Some(500),
+                tenant_queued: hello.flow.tenant_queued.clone(),
             }
         );
     }
@@ -847,6 +897,10 @@ mod tests {
         );
         assert!(err("[lanes.bulk]\nworkers=0").contains("workers must be 1 to 1024"));
         assert!(err("[jobs.x]\ncomponent='a'\nmax_per_tenant=0").contains("at least 1"));
+        assert!(
+            err("[jobs.x]\ncomponent='a'\nmax_queued=0").contains("max_queued must be at least 1")
+        );
+        assert!(err("[tenants.acme]\nmax_queued=0").contains("[tenants.acme]: max_queued"));
         assert!(err("[jobs.x]\ncomponent='a'\nover_limit='maybe'").contains("unknown variant"));
         assert!(err("[tenants.acme]\nover_quota='later'").contains("unknown variant"));
         assert!(err("[tenants.\"a b\"]\nfuel_per_hour=1").contains("tenant \"a b\""));

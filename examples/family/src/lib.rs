@@ -7,14 +7,20 @@
 //! then queues `n` runs of `job` (payload `{"n": i, "fail": i in failing}`), inside a
 //! transaction that also writes a `ledger` row (`in_tx`) or each batch in a write of its
 //! own; with `fail_after` it then fails (the transaction rolls back). Children that do not
-//! fail are due `delay_ms` later. With `wait` the pass
+//! fail are due `delay_ms` later. With `beside` (`["enqueue", "kick", "emit", "result"]`)
+//! it makes those calls outside its open transaction, after queueing in it, and logs how
+//! each was answered (`beside kick: ...`). With `wait` the pass
 //! continues, waiting for its children; the next pass sums their results into its own
 //! (`{"succeeded", "other", "sum"}`) and logs what started it.
+//!
+//! With `forks`, each run of `job` it queues gets the payload it has itself, so each
+//! queues `children` more in turn: with a `job` of its own, one child makes a chain, two a
+//! fork bomb (for the host's bounds on queued runs and on a family's depth).
 //!
 //! A child hands back `{"n": n}`, or, with `fail`, fails for good.
 
 use jobhost_guest::jobs::{self, NewRun, Options, WaitPolicy};
-use jobhost_guest::{Context, Job, JobError, Outcome, db, log, run};
+use jobhost_guest::{Context, Job, JobError, Outcome, db, describe, log, run};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -45,6 +51,12 @@ struct Payload {
     /// Children not failing are due this much later.
     #[serde(default)]
     delay_ms: u64,
+    /// Calls made outside the open transaction, after queueing in it.
+    #[serde(default)]
+    beside: Vec<String>,
+    /// The runs it queues get its own payload (and queue as many in turn).
+    #[serde(default)]
+    forks: bool,
 }
 
 fn child_job() -> String {
@@ -127,7 +139,11 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
                 .iter()
                 .map(|n| NewRun {
                     job: p.job.as_str(),
-                    payload: json!({ "n": n, "fail": p.failing.contains(n) }),
+                    payload: match p.forks {
+                        true => json!({ "children": p.children, "job": p.job, "forks": true,
+                            "detached": p.detached }),
+                        false => json!({ "n": n, "fail": p.failing.contains(n) }),
+                    },
                     options: options(n),
                 })
                 .collect()
@@ -141,6 +157,9 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
         )?;
         for batch in &batches {
             jobs::enqueue_all_in(&tx, batch)?;
+        }
+        for call in &p.beside {
+            beside(call, &p.job);
         }
         if p.fail_after {
             return Err(JobError::failed(
@@ -158,6 +177,19 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
     }
     log::info(&format!("started {} runs of {}", p.children, p.job));
     Ok(())
+}
+
+/// Makes `call` outside the open transaction and logs its answer.
+fn beside(call: &str, job: &str) {
+    let answer = match call {
+        "enqueue" => jobs::enqueue(job, &json!({"n": 0}), &Options::default()).map(|r| r.run_id),
+        "kick" => jobs::kick(job),
+        "emit" => jobs::emit("nudge", &json!({})).map(|n| n.to_string()),
+        "result" => run::set_result(&json!({"beside": true})).map(|()| String::new()),
+        _ => Ok("unknown call".into()),
+    };
+    let answer = answer.map_or_else(|e| describe(&e), |ok| format!("ok {ok}"));
+    log::info(&format!("beside {call}: {answer}"));
 }
 
 fn sum_up() -> Result<Outcome, JobError> {

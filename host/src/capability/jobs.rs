@@ -53,6 +53,8 @@ pub struct JobsCapability {
     /// The jobs this attempt looked up, by name (`None`: unknown or orphaned).
     targets: HashMap<String, Option<JobRecord>>,
     waits: Option<WaitPolicy>,
+    /// How many ancestors the attempt's run has, once read.
+    depth: Option<i64>,
 }
 
 impl JobsCapability {
@@ -64,6 +66,7 @@ impl JobsCapability {
             calls: 0,
             targets: HashMap::new(),
             waits: None,
+            depth: None,
         }
     }
 
@@ -323,9 +326,63 @@ impl GuestState {
         Ok(self.enqueue_of(runs))
     }
 
+    /// Refuses `write` if its runs would be deeper in their family than
+    /// `backlog::MAX_FAMILY_DEPTH`, or pass a queued cap of their tenant or job.
+    async fn room_for(&mut self, write: &Enqueue) -> Result<(), HostError> {
+        let Some(first) = write.runs.first() else {
+            return Ok(());
+        };
+        let store = self.jobs_session()?.store.clone();
+        let depth = match self.jobs.depth {
+            Some(depth) => depth,
+            None => {
+                let most = crate::backlog::MAX_FAMILY_DEPTH;
+                let read = store.family_depth(&write.parent.run_id, most).await;
+                let depth = self.available(read)?;
+                *self.jobs.depth.insert(depth)
+            }
+        };
+        if depth >= crate::backlog::MAX_FAMILY_DEPTH {
+            self.signals.refuse(refusal::family_too_deep());
+            return Err(invalid("family-too-deep"));
+        }
+        // A call's runs all belong to the parent's tenant.
+        let tenant = first.tenant.clone();
+        let mut by_job: HashMap<&str, u64> = HashMap::new();
+        for run in &write.runs {
+            *by_job.entry(run.job.as_str()).or_default() += 1;
+        }
+        let in_tenant = write.runs.len() as u64;
+        for (job, adding) in by_job {
+            let record = match self.jobs.targets.get(job) {
+                Some(Some(record)) => record.clone(),
+                _ => match self.available(store.get_job(job).await)? {
+                    Some(record) => record,
+                    None => continue,
+                },
+            };
+            let caps = crate::backlog::caps_of(&record, &tenant);
+            let room = crate::backlog::room(&store, job, &tenant, caps, adding, in_tenant).await;
+            if let Err(full) = self.available(room)? {
+                self.signals.refuse(refusal::queue_full(&full));
+                return Err(invalid("queue-full"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A read the host needed, or the guest told the host is unavailable.
+    fn available<T>(&mut self, read: Result<T, crate::store::StoreError>) -> Result<T, HostError> {
+        read.map_err(|_| {
+            self.signals.unavailable = true;
+            HostError::Unavailable
+        })
+    }
+
     /// Queues `write` in a fenced write of the host's own.
     async fn enqueue_own(&mut self, write: &Enqueue) -> Result<Vec<bool>, HostError> {
         self.own_write_allowed().await?;
+        self.room_for(write).await?;
         let session = self.jobs.session.as_ref().expect("checked by the plan");
         let (store, fence) = (session.store.clone(), session.fence.clone());
         let queued = store.enqueue_fenced(&fence, write).await;
@@ -338,6 +395,8 @@ impl GuestState {
         tx: &Resource<crate::capability::db::TxHandle>,
         write: &Enqueue,
     ) -> Result<Vec<bool>, HostError> {
+        self.tx(tx)?;
+        self.room_for(write).await?;
         let queued = self.tx(tx)?.enqueue(write).await;
         self.translate(queued)
     }

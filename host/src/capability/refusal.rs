@@ -97,6 +97,22 @@ pub fn run_limit() -> Refused {
     )
 }
 
+/// A `jobs` call whose runs would pass a queued cap (`backlog`).
+pub fn queue_full(full: &crate::backlog::Full) -> Refused {
+    Refused::new(FailureCode::QueueFull, format!("queue-full: {full}"))
+}
+
+/// A `jobs` call whose runs would be deeper in their family than the host allows.
+pub fn family_too_deep() -> Refused {
+    Refused::new(
+        FailureCode::FamilyTooDeep,
+        format!(
+            "family-too-deep: a run may be at most {} deep in its family (a child of a child ...)",
+            crate::backlog::MAX_FAMILY_DEPTH
+        ),
+    )
+}
+
 /// A call to a capability the job was not granted at all.
 pub fn capability_not_granted(capability: &str) -> Refused {
     Refused::new(

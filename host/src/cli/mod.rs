@@ -25,6 +25,8 @@ pub const DEFAULT_HOME: &str = ".jobhost";
 
 /// The exit code when another process held SQLite's write lock too long.
 pub const EXIT_LOCKED: u8 = 4;
+/// The exit code of a kick or start refused by a cap on queued runs (`backlog`).
+pub const EXIT_QUEUE_FULL: u8 = 5;
 
 #[derive(Parser, Debug)]
 #[command(

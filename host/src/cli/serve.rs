@@ -394,6 +394,7 @@ pub async fn kick_cmd(
             Kicked::Dropped { run_id, code } => println!(
                 "dropped run {run_id} of {job} ({code}): it already has max_per_tenant runs queued or running"
             ),
+            Kicked::QueueFull => println!("queued nothing of {job}: its queue is full"),
             Kicked::FannedOut { children } if children.is_empty() => {
                 println!("{job} runs per tenant, and no tenant is active (see `host tenants`)")
             }
@@ -405,6 +406,10 @@ pub async fn kick_cmd(
                         }
                         Kicked::Dropped { run_id, code } => println!(
                             "dropped run {run_id} of {job} for {} ({code})",
+                            child.tenant
+                        ),
+                        Kicked::QueueFull => println!(
+                            "queued nothing of {job} for {}: its queue is full (queue_full)",
                             child.tenant
                         ),
                         _ => println!(
@@ -434,6 +439,10 @@ async fn refused(store: &Store, job: &str, error: KickError) -> Failure {
             Failure::usage(format!("{error} (see `host tenants list`)"))
         }
         KickError::Orphaned(_) => Failure::usage(format!("{error} (see `host jobs`)")),
+        KickError::QueueFull(_) => Failure {
+            message: format!("queue_full: {error} (see `host runs list --status queued`)"),
+            exit: super::EXIT_QUEUE_FULL,
+        },
         KickError::Payload(e) => Failure::usage(e),
         KickError::Store(e) => e.into(),
     }

@@ -344,6 +344,13 @@ async fn read_overview(
             })
             .collect()
     };
+    // Tenants at their cap on queued runs: their jobs' new runs are refused.
+    let full: Vec<Value> = crate::backlog::tenants(store)
+        .await?
+        .into_iter()
+        .filter(|(t, queued, cap)| queued >= cap && who.sees(t))
+        .map(|(t, queued, cap)| json!({"tenant": t, "queued": queued, "max_queued": cap}))
+        .collect();
     let total: usize = s.lanes.values().sum();
     let busy_total: usize = busy.values().sum();
     let shown_pauses: Vec<Value> = match tenant {
@@ -360,6 +367,7 @@ async fn read_overview(
         "workers": if tenant.is_none() { json!({"busy": busy_total, "total": total}) } else { Value::Null },
         "failures": failures,
         "pauses": shown_pauses,
+        "queue_full": full,
     }))
 }
 

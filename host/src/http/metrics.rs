@@ -1,6 +1,7 @@
 //! `/metrics`: this host's counters and the fleet's gauges, read from the database when
 //! scraped (off the runs' path): runs by status and code, the queue by tenant and by lane,
-//! runs dropped and put off by reason, and each tenant's use of the last hour.
+//! runs dropped and put off by reason, each tenant's use of the last hour, and each
+//! tenant's queued runs against its cap (`backlog`).
 //!
 //! Open to anyone who reaches the port, it names no job, run, file or tenant: without a
 //! token the series are summed over their job and tenant labels, and gauges by tenant are
@@ -62,6 +63,7 @@ async fn fleet_gauges(s: &Shared) -> Result<Arc<Vec<Gauge>>, ApiError> {
     queue_gauges(s, store, &mut gauges).await?;
     deferral_gauges(store, &mut gauges).await?;
     usage_gauges(s, &mut gauges).await?;
+    backlog_gauges(store, &mut gauges).await?;
     pause_gauges(s, &mut gauges).await?;
     let gauges = Arc::new(gauges);
     *cached = Some((Instant::now(), gauges.clone()));
@@ -215,6 +217,33 @@ async fn deferral_gauges(store: &Store, gauges: &mut Vec<Gauge>) -> Result<(), A
             help: "Times runs kept were put off without using an attempt, by reason: no slot of max_per_tenant, or the guest's defer.",
             labels: vec![("reason", reason.to_string())],
             value: n as f64,
+        });
+    }
+    Ok(())
+}
+
+/// Each tenant with queued runs: how many (up to its cap), its cap, and whether it is at
+/// it (its jobs' `jobs` calls, kicks and starts are refused `queue_full`).
+async fn backlog_gauges(store: &Store, gauges: &mut Vec<Gauge>) -> Result<(), ApiError> {
+    for (tenant, queued, cap) in crate::backlog::tenants(store).await? {
+        let labels = vec![("tenant", tenant)];
+        gauges.push(Gauge {
+            name: "jobhost_tenant_queued",
+            help: "Each tenant's queued runs (due, delayed, retrying, deferred or waiting): what its max_queued caps.",
+            labels: labels.clone(),
+            value: queued as f64,
+        });
+        gauges.push(Gauge {
+            name: "jobhost_tenant_max_queued",
+            help: "Each tenant's cap on its queued runs (max_queued).",
+            labels: labels.clone(),
+            value: cap as f64,
+        });
+        gauges.push(Gauge {
+            name: "jobhost_tenant_queue_full",
+            help: "1 while a tenant has max_queued runs queued: new runs of its jobs are refused (queue_full).",
+            labels,
+            value: f64::from(u8::from(queued >= cap)),
         });
     }
     Ok(())

@@ -3,7 +3,8 @@
 //! Errors are JSON `{"error": {"code": ..., "message": ...}}` with a fixed code:
 //! `unauthenticated`, `unknown_job`, `unknown_run`, `unknown_tenant`, `not_found`,
 //! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `not_cancellable`, `not_retryable`,
-//! `unknown_journal`, `unreadable_journal`, `invalid_parameter`, `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
+//! `unknown_journal`, `unreadable_journal`, `invalid_parameter`, `queue_full` (429: a cap on
+//! queued runs, `backlog`), `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
 //! `too_many_connections` (`server`).
 //! Every path and query parameter is read and checked before any query (`params`): an id
 //! that no job, run or tenant could have answers 404 as an unknown one does.
@@ -325,6 +326,7 @@ async fn kick_job(
                 kick::Kicked::Queued { .. } => "queued",
                 kick::Kicked::Dropped { .. } => "dropped",
                 kick::Kicked::FannedOut { .. } => "fanned_out",
+                kick::Kicked::QueueFull => "queue_full",
             };
             s.app
                 .metrics
@@ -398,6 +400,11 @@ async fn kick_refused(s: &Shared, who: &Principal, name: &str, error: KickError)
         KickError::TenantDisabled(_) => {
             ApiError::new(StatusCode::CONFLICT, "tenant_disabled", error.to_string())
         }
+        KickError::QueueFull(_) => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "queue_full",
+            error.to_string(),
+        ),
         KickError::Payload(e) => ApiError::invalid(e.to_string()),
         KickError::Store(e) => e.into(),
     }

@@ -285,6 +285,35 @@ impl Store {
             .bind(parent).bind(pass).fetch_all(p).await?))
     }
 
+    /// Tenant `tenant`'s queued runs, counted up to `tenant_cap`, and job `job`'s for it,
+    /// up to `job_cap`.
+    pub async fn queued_counts(
+        &self,
+        tenant: &str,
+        job: &str,
+        tenant_cap: u64,
+        job_cap: u64,
+    ) -> Result<(i64, i64)> {
+        let q = &self.q.queued_counts;
+        let cap = |c: u64| i64::try_from(c).unwrap_or(i64::MAX);
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(tenant).bind(job).bind(cap(tenant_cap)).bind(cap(job_cap))
+            .fetch_one(p).await?))
+    }
+
+    /// How many ancestors run `id` has, counted up to `most` and one more.
+    pub async fn family_depth(&self, id: &str, most: i64) -> Result<i64> {
+        let q = &self.q.family_depth;
+        Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str())
+            .bind(id).bind(most).fetch_one(p).await?))
+    }
+
+    /// Each tenant's queued runs.
+    pub async fn queued_by_tenant(&self) -> Result<Vec<(String, i64)>> {
+        let q = &self.q.queued_by_tenant;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+    }
+
     /// Up to `limit` runs the family sweep looks after.
     pub async fn family_rows(&self, limit: i64) -> Result<Vec<FamilyRow>> {
         let q = &self.q.family_rows;

@@ -104,6 +104,7 @@ impl PgGuest {
             pool,
             deadline,
             in_tx: false,
+            host_rows: false,
             _slot: slot,
         };
         let begin = if read_only {
@@ -453,6 +454,9 @@ struct Session {
     pool: Arc<RolePool>,
     deadline: Instant,
     in_tx: bool,
+    /// Whether the transaction wrote a host row (an `-in` call: a file's record, a step,
+    /// queued runs and the parent's `family` mark): it holds that row's lock until it ends.
+    host_rows: bool,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -581,6 +585,7 @@ impl TxSession for Session {
     }
 
     async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError> {
+        self.host_rows = true;
         type Argument<'a> = (&'a (dyn ToSql + Sync), Type);
         let client = &self.conn().client;
         let (sql, arguments): (&str, Vec<Argument>) = match write {
@@ -651,6 +656,7 @@ impl TxSession for Session {
     }
 
     async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError> {
+        self.host_rows = true;
         type Argument<'a> = (&'a (dyn ToSql + Sync), Type);
         let client = &self.conn().client;
         let (sql, arguments): (&str, Vec<Argument>) = match write {
@@ -699,6 +705,7 @@ impl TxSession for Session {
     }
 
     async fn enqueue(&mut self, write: &Enqueue) -> Result<Vec<bool>, GuestDbError> {
+        self.host_rows = true;
         let (parent, generation, pass, runs) = super::family::postgres_arguments(write);
         let client = &self.conn().client;
         let arguments: [(&(dyn ToSql + Sync), Type); 4] = [
@@ -722,9 +729,12 @@ impl TxSession for Session {
         super::family::inserted_of(write, ids).ok_or(GuestDbError::LeaseLost)
     }
 
-    /// Postgres locks rows, not the database: the host's own writes go on beside it.
+    /// Postgres locks rows, not the database: the host's own writes go on beside a
+    /// transaction of the guest's own rows. Once it wrote a host row, one of the host's
+    /// own writes may need that row (the parent's `family` mark, a run's result, a file's
+    /// name, a dedup key's id) and would wait for the guest's own transaction.
     fn blocks_other_writers(&self) -> bool {
-        false
+        self.in_tx && self.host_rows
     }
 
     /// Cancel-safe: the session keeps its connection until the rollback has answered, so

@@ -309,6 +309,24 @@ queries! {
         AND {sequential_free}";
     queue_lag = "SELECT COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) FROM jobhost_runs \
         WHERE status = 'queued' AND next_attempt_at <= {now}";
+    // Tenant `$1`'s queued runs, counted up to `$3`, and job `$2`'s for it, up to `$4`
+    // (`backlog`): each an index walk no longer than its cap. The job's repeats the
+    // predicate of `jobhost_runs_live` word for word, so SQLite uses that index too.
+    queued_counts = "SELECT \
+        (SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_runs WHERE tenant = $1 AND status = 'queued' \
+            LIMIT $3) t), \
+        (SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_runs WHERE job = $2 AND tenant = $1 \
+            AND status IN ('queued', 'running') AND status = 'queued' LIMIT $4) j)";
+    // How many ancestors run `$1` has (its parent, the parent's parent ...), counted up
+    // to `$2` and one more: a primary-key read each.
+    family_depth = "WITH RECURSIVE up (id, depth) AS ( \
+            SELECT parent_run, CAST(1 AS BIGINT) FROM jobhost_runs WHERE id = $1 \
+            UNION ALL SELECT r.parent_run, up.depth + 1 FROM jobhost_runs r JOIN up ON r.id = up.id \
+                WHERE up.depth <= CAST($2 AS BIGINT)) \
+        SELECT CAST(COALESCE(MAX(depth), 0) AS BIGINT) FROM up WHERE id IS NOT NULL";
+    // Each tenant's queued runs (metrics, the console).
+    queued_by_tenant = "SELECT tenant, COUNT(*) FROM jobhost_runs WHERE status = 'queued' \
+        GROUP BY tenant ORDER BY tenant";
     // By tenant and job: the host sums the jobs of each lane.
     queue_lag_by_tenant_and_job = "SELECT tenant, job, COUNT(*), \
         COALESCE({now} - MIN(next_attempt_at), 0) \

@@ -68,6 +68,13 @@ impl Store {
         self.retrying(|| self.start_or_join_once(run)).await
     }
 
+    /// The live (queued or running) run of `job` and `instance`, if any.
+    pub async fn live_run(&self, job: &str, instance: &str) -> Result<Option<String>> {
+        let q = &self.q.live_run;
+        Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str())
+            .bind(job).bind(instance).fetch_optional(p).await?))
+    }
+
     async fn start_or_join_once(&self, run: &NewRun) -> Result<(String, Option<RunRecord>)> {
         let q = self.q;
         with_pool!(self.pool, p => {

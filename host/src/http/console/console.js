@@ -608,6 +608,7 @@
       const lanesData = Array.isArray(o.lanes) ? o.lanes : [];
       const fails = Array.isArray(o.failures) ? o.failures : [];
       const ps = Array.isArray(o.pauses) ? o.pauses : pauses;
+      const full = Array.isArray(o.queue_full) ? o.queue_full : [];
       const sum = (k) => buckets.reduce((s, b) => s + (Number(b[k]) || 0), 0);
       const finished = keys.reduce((s, k) => s + sum(k), 0);
       const bad = sum("failed") + sum("crashed");
@@ -626,6 +627,7 @@
         stat("Failed", ov ? num(bad) : dash, ov && finished ? pct(bad / finished) + " of finished" : winText, bad ? "stat-bad" : ""),
         stat("Queued", ov ? num(depth) : dash, `${lanesData.length} lane${lanesData.length === 1 ? "" : "s"}`),
         stat("Max lag", ov ? dur(lag) : dash, "oldest due run waiting", lag > 60e3 ? "stat-warn" : ""),
+        !full.length ? null : stat("Queue full", num(full.length), full.map((f) => `${f.tenant} ${num(f.queued)}/${num(f.max_queued)}`).slice(0, 2).join(", ") + " — new runs refused", "stat-bad"),
         !operator ? null : stat("Paused", num(ps.length), ps.length ? ps.map((p) => `${p.scope} ${p.name}`).slice(0, 2).join(", ") : "nothing paused", ps.length ? "stat-warn" : ""));
       const colors = {};
       for (const k of keys) colors[k] = colorOf(k);
