@@ -186,6 +186,23 @@ impl FailureCode {
             .find(|c| c.as_str() == code)
     }
 
+    /// A run's ending decided outside its attempt — an operator's cancel, or its family's
+    /// end — which stops an attempt still running: the attempt fails with the same code.
+    pub fn ends_from_outside(self) -> bool {
+        matches!(
+            self,
+            FailureCode::CancelledByOperator | FailureCode::ParentFailed | FailureCode::ChildFailed
+        )
+    }
+
+    /// The run ends `cancelled` with this code, rather than `failed`.
+    pub fn cancels(self) -> bool {
+        matches!(
+            self,
+            FailureCode::CancelledByOperator | FailureCode::ParentFailed
+        )
+    }
+
     /// Whether another attempt could succeed. `lease_lost` is retried only in the sense that
     /// the retry must first renew the lease, which fails if the lease was superseded.
     pub fn is_retryable(self) -> bool {

@@ -3,15 +3,16 @@
 //!
 //! The parent's payload: `{"children": n, "in_tx": bool, "fail_after": bool, "wait":
 //! "fail" | "continue" | null, "failing": [i, ...], "wait_ms": m, "detached": bool,
-//! "delay_ms": d, "job": "family-child"}`. Its first pass waits `wait_ms` (to be superseded meanwhile),
-//! then queues `n` runs of `job` (payload `{"n": i, "fail": i in failing}`), inside a
-//! transaction that also writes a `ledger` row (`in_tx`) or each batch in a write of its
-//! own; with `fail_after` it then fails (the transaction rolls back). Children that do not
-//! fail are due `delay_ms` later. With `wait` the pass
+//! "delay_ms": d, "job": "family-child", "busy_ms": b, "linger_ms": l}`. Its first pass waits
+//! `wait_ms` (to be superseded meanwhile), then queues `n` runs of `job` (payload `{"n": i,
+//! "fail": i in failing, "busy_ms": b}`), inside a transaction that also writes a `ledger`
+//! row (`in_tx`) or each batch in a write of its own; with `fail_after` it then fails (the
+//! transaction rolls back), outside a transaction `linger_ms` later (its children running
+//! meanwhile). Children that do not fail are due `delay_ms` later. With `wait` the pass
 //! continues, waiting for its children; the next pass sums their results into its own
 //! (`{"succeeded", "other", "sum"}`) and logs what started it.
 //!
-//! A child hands back `{"n": n}`, or, with `fail`, fails for good.
+//! A child takes `busy_ms`, then hands back `{"n": n}`, or, with `fail`, fails for good.
 
 use jobhost_guest::jobs::{self, NewRun, Options, WaitPolicy};
 use jobhost_guest::{Context, Job, JobError, Outcome, db, log, run};
@@ -45,6 +46,12 @@ struct Payload {
     /// Children not failing are due this much later.
     #[serde(default)]
     delay_ms: u64,
+    /// How long each child takes.
+    #[serde(default)]
+    busy_ms: u64,
+    /// How long a parent failing after its own writes waits before it fails.
+    #[serde(default)]
+    linger_ms: u64,
 }
 
 fn child_job() -> String {
@@ -98,6 +105,7 @@ fn child(payload: &Payload) -> Result<Outcome, JobError> {
         payload.n,
         run::info().started_by
     ));
+    std::thread::sleep(Duration::from_millis(payload.busy_ms));
     if payload.fail {
         return Err(JobError::unrecoverable(format!(
             "child {} fails",
@@ -127,7 +135,7 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
                 .iter()
                 .map(|n| NewRun {
                     job: p.job.as_str(),
-                    payload: json!({ "n": n, "fail": p.failing.contains(n) }),
+                    payload: json!({ "n": n, "fail": p.failing.contains(n), "busy_ms": p.busy_ms }),
                     options: options(n),
                 })
                 .collect()
@@ -153,6 +161,7 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
             jobs::enqueue_all(batch)?;
         }
         if p.fail_after {
+            std::thread::sleep(Duration::from_millis(p.linger_ms));
             return Err(JobError::failed("failing after queueing"));
         }
     }

@@ -791,9 +791,7 @@ fn ending_names(
 ) -> (&'static str, Option<&'static str>, Option<&'static str>) {
     match result {
         Ok(outcome) => ("succeeded", Some(outcome.name()), None),
-        Err(failure) if failure.code == FailureCode::CancelledByOperator => {
-            ("cancelled", None, Some(failure.code.as_str()))
-        }
+        Err(failure) if failure.code.cancels() => ("cancelled", None, Some(failure.code.as_str())),
         Err(failure) => ("failed", None, Some(failure.code.as_str())),
     }
 }
@@ -802,7 +800,7 @@ fn ending_names(
 fn report_about(run: &RunRecord, code: FailureCode) -> NewReport {
     let kind = match code {
         FailureCode::LeaseLost => ReportKind::LeaseLost,
-        FailureCode::CancelledByOperator => ReportKind::Cancelled,
+        code if code.cancels() => ReportKind::Cancelled,
         _ => ReportKind::RunFailed,
     };
     NewReport::about_run(kind, run, code)
@@ -842,7 +840,7 @@ fn wait_for_children(run: &RunRecord, decided: Decided) -> Decided {
 fn final_status(code: Option<FailureCode>) -> RunStatus {
     match code {
         None => RunStatus::Succeeded,
-        Some(FailureCode::CancelledByOperator) => RunStatus::Cancelled,
+        Some(code) if code.cancels() => RunStatus::Cancelled,
         Some(FailureCode::TenantDisabled) => RunStatus::Skipped,
         Some(_) => RunStatus::Failed,
     }

@@ -545,7 +545,7 @@ queries! {
     family_settled = "UPDATE jobhost_runs SET family = 0 \
         WHERE id = $1 AND status NOT IN ('queued', 'running')";
     // The ids of running runs among `$1` that are cancelled (a host's attempts to stop).
-    cancelled_among = "SELECT id FROM jobhost_runs WHERE id IN {json_ids} AND status = 'cancelled'";
+    cancelled_among = "SELECT id, last_code FROM jobhost_runs WHERE id IN {json_ids} AND status = 'cancelled'";
     // Retention: finished runs created before the cut-off, oldest first (never a queued or
     // running one), then their attempts, ledgers and rows; delivered reports.
     old_runs = "SELECT id FROM jobhost_runs WHERE created_at < {now} - $1 \
