@@ -37,11 +37,12 @@ pub enum FailureCode {
     ChildFailed,
     ParentFailed,
     InvalidDefer,
+    Orphaned,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 26] = [
+    pub const ALL: [(FailureCode, &'static str); 27] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -146,6 +147,10 @@ impl FailureCode {
             FailureCode::InvalidDefer,
             "the handler returned `defer` with a delay the host refuses (zero, or over 7 days); never retried",
         ),
+        (
+            FailureCode::Orphaned,
+            "the run waited (queued, retrying, delayed, or waiting for its children) when its job was orphaned: no serving host registered the job within the orphan grace; recorded `skipped`",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -176,6 +181,7 @@ impl FailureCode {
             FailureCode::ChildFailed => "child_failed",
             FailureCode::ParentFailed => "parent_failed",
             FailureCode::InvalidDefer => "invalid_defer",
+            FailureCode::Orphaned => "orphaned",
         }
     }
 
@@ -223,6 +229,7 @@ impl FailureCode {
                 | FailureCode::ChildFailed
                 | FailureCode::ParentFailed
                 | FailureCode::InvalidDefer
+                | FailureCode::Orphaned
         )
     }
 }
