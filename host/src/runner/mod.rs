@@ -1355,4 +1355,32 @@ mod tests {
             RunStatus::Cancelled
         );
     }
+
+    #[test]
+    fn an_attempt_stopped_by_its_family_ends_with_the_familys_status_code_and_report() {
+        let parent_failed = failed(FailureCode::ParentFailed);
+        assert_eq!(
+            ending_names(&parent_failed),
+            ("cancelled", None, Some("parent_failed"))
+        );
+        assert_eq!(
+            decided(&run(0, 0), &spec(3, None), parent_failed),
+            finished_with(FailureCode::ParentFailed, 1, Some("it broke"))
+        );
+        assert_eq!(
+            final_status(Some(FailureCode::ParentFailed)),
+            RunStatus::Cancelled
+        );
+        let report = report_about(&run(0, 0), FailureCode::ParentFailed);
+        assert_eq!(report.kind, ReportKind::Cancelled);
+        let child_failed = failed(FailureCode::ChildFailed);
+        assert_eq!(
+            ending_names(&child_failed),
+            ("failed", None, Some("child_failed"))
+        );
+        assert_eq!(
+            final_status(Some(FailureCode::ChildFailed)),
+            RunStatus::Failed
+        );
+    }
 }

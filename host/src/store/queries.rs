@@ -541,9 +541,15 @@ queries! {
         next_attempt_at = {now}, \
         updated_at = {now} WHERE id = $1 AND status = 'queued' AND wait_policy IS NOT NULL \
         AND wait_pass < pass";
-    // Only an ended run: a live one may start more children.
+    // Only an ended run (a live one may start more children), and one that takes its
+    // children with it (`family::takes_children`: failed, crashed, cancelled) only once no
+    // attached child is left unfinished: checked as it is written, since the sweep read
+    // the run before, maybe while it still ran.
     family_settled = "UPDATE jobhost_runs SET family = 0 \
-        WHERE id = $1 AND status NOT IN ('queued', 'running')";
+        WHERE id = $1 AND status NOT IN ('queued', 'running') \
+        AND (status NOT IN ('failed', 'crashed', 'cancelled') OR NOT EXISTS ( \
+            SELECT 1 FROM jobhost_runs c WHERE c.parent_run = $1 AND c.detached = 0 \
+                AND c.status IN ('queued', 'running')))";
     // The running runs among `$1` that are cancelled, with their codes (a host's attempts
     // to stop, and why).
     cancelled_among = "SELECT id, last_code FROM jobhost_runs WHERE id IN {json_ids} AND status = 'cancelled'";
