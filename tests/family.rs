@@ -64,6 +64,11 @@ fn manifest(home: &Home) -> std::path::PathBuf {
             "",
         ),
         parent(
+            "abandons",
+            "{ children = 3, busy_ms = 30000, linger_ms = 2000, fail_after = true }",
+            "",
+        ),
+        parent(
             "superseded",
             "{ children = 10, in_tx = true, wait_ms = 3000 }",
             "",
@@ -328,6 +333,49 @@ on_every_backend! {
         assert_eq!(children(&home, &attached, "AND last_code = 'parent_failed'").await, 10);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(children(&home, &detached, "AND status = 'queued'").await, 10, "detached children were cancelled");
+    }
+
+    async fn a_failed_parents_running_children_end_parent_failed_every_time(home) {
+        // A parent that fails while its children run, again and again (on Postgres with a
+        // second host, so some children are stopped through the other host's watch): every
+        // child's run, attempt and report says `parent_failed`, never the operator's code —
+        // the attempt is stopped with its run's ending, whichever is recorded first.
+        let m = manifest(&home);
+        let args = ["--manifest", m.to_str().unwrap(), "--workers", "8"];
+        let server = home.serve(&args).await;
+        let _second = match home.backend {
+            common::Backend::Postgres => Some(home.serve(&args).await),
+            common::Backend::Sqlite => None,
+        };
+        let mut stopped = 0;
+        for round in 0..6 {
+            let parent = kick(&server, "abandons").await;
+            let run = ended(&server, &parent).await;
+            assert_eq!(run["code"], "handler_failed", "{run}");
+            let start = Instant::now();
+            while children(&home, &parent, "AND status IN ('queued', 'running')").await > 0 {
+                // Well before the children's 30 s of work would end them.
+                assert!(start.elapsed() < Duration::from_secs(20), "round {round}: children were left running\n{}", home.server_logs());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let of_children = format!("run_id IN (SELECT id FROM jobhost_runs WHERE parent_run = '{parent}')");
+            assert_eq!(children(&home, &parent, "AND status = 'cancelled' AND last_code = 'parent_failed'").await, 3, "round {round}");
+            let attempts = home.scalar(&format!("SELECT COUNT(*) FROM jobhost_attempts WHERE {of_children}")).await;
+            let right = home.scalar(&format!("SELECT COUNT(*) FROM jobhost_attempts WHERE {of_children} \
+                AND status = 'cancelled' AND code = 'parent_failed'")).await;
+            assert_eq!(right, attempts, "round {round}: an attempt recorded another code");
+            assert!(attempts >= 1, "round {round}: no child was mid-attempt");
+            stopped += attempts;
+            let reports = home.scalar(&format!("SELECT COUNT(*) FROM jobhost_reports WHERE {of_children} \
+                AND kind = 'cancelled' AND code = 'parent_failed'")).await;
+            let all_reports = home.scalar(&format!("SELECT COUNT(*) FROM jobhost_reports WHERE {of_children}")).await;
+            assert_eq!((reports, all_reports), (3, 3), "round {round}: one report per child");
+        }
+        for table in ["jobhost_runs WHERE last_code", "jobhost_attempts WHERE code", "jobhost_reports WHERE code"] {
+            let operator = home.scalar(&format!("SELECT COUNT(*) FROM {table} = 'cancelled_by_operator'")).await;
+            assert_eq!(operator, 0, "{table}: no operator cancelled anything");
+        }
+        assert!(stopped >= 6, "{stopped}");
     }
 
     async fn a_job_starts_only_what_it_was_granted_and_its_tenant_may_run(home) {

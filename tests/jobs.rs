@@ -281,6 +281,91 @@ on_every_backend! {
         assert!(jobs["jobs"].as_array().unwrap().iter().all(|j| j["orphaned"] == false), "{jobs}");
     }
 
+    async fn an_orphaned_jobs_waiting_runs_end_orphaned_reported_once_then_pruned(home) {
+        // A run of each way of waiting: queued (its job paused), retrying (an hour's
+        // backoff), a next pass deferred an hour (its lease parked), a parent waiting for
+        // its children, and those children, due in an hour.
+        let jobs = r#"
+            [jobs.held]
+            component = "{guest:noop}"
+            [jobs.retrying]
+            component = "{guest:flaky}"
+            retries = 3
+            backoff = "1h"
+            payload = { fail_times = 3 }
+            [jobs.deferring]
+            component = "{guest:pager}"
+            payload = { pages = 3, defer_ms = 3600000 }
+            [jobs.waiting]
+            component = "{guest:family}"
+            grants.db = { write = ["ledger"] }
+            grants.jobs = ["family-child"]
+            payload = { children = 2, delay_ms = 3600000, wait = "continue" }
+            [jobs.family-child]
+            component = "{guest:family}"
+            grants.db = { write = ["ledger"] }
+            grants.jobs = ["family-child"]
+            [jobs.kept]
+            component = "{guest:noop}"
+        "#;
+        let m = home.manifest("", jobs);
+        let server = serve_with(&home, &m, "1s").await;
+        assert!(home.run(&["pause", "job", "held"]).status.success());
+        // The host reads the pauses at most every 250 ms before it claims.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        for job in ["held", "retrying", "deferring", "waiting"] {
+            let (status, kicked) = server.post(&format!("/jobs/{job}/kick")).await;
+            assert_eq!(status, 202, "{kicked}");
+        }
+        for waits in [
+            "job = 'retrying' AND failures = 1",
+            "job = 'deferring' AND defers = 1",
+            "job = 'waiting' AND wait_pass IS NOT NULL AND pass > wait_pass",
+        ] {
+            home.wait_for(&format!("SELECT COUNT(*) FROM jobhost_runs WHERE status = 'queued' AND {waits}"), Duration::from_secs(30)).await;
+        }
+        let parked = "SELECT COUNT(*) FROM jobhost_leases WHERE job IN ('deferring', 'waiting') AND holder IS NOT NULL";
+        assert_eq!(home.scalar(parked).await, 2, "the deferred run and the waiting parent hold their leases");
+        stop(server).await;
+        let mut queued = Vec::new();
+        for job in ["held", "retrying", "deferring", "waiting", "family-child"] {
+            let sql = format!("SELECT COUNT(*) FROM jobhost_runs WHERE status = 'queued' AND job = '{job}'");
+            queued.push((job, home.scalar(&sql).await));
+        }
+        let one_each = [("held", 1), ("retrying", 1), ("deferring", 1), ("waiting", 1), ("family-child", 2)];
+        assert_eq!(queued, one_each);
+        let waiting = "SELECT COUNT(*) FROM jobhost_runs WHERE status = 'queued' AND job <> 'kept'";
+
+        // No host serves them any more: past the grace, each ends once, reported once.
+        let m = home.manifest("", "[jobs.kept]\ncomponent = \"{guest:noop}\"\n");
+        let server = serve_with(&home, &m, "1s").await;
+        let ended = "SELECT COUNT(*) FROM jobhost_runs WHERE status = 'skipped' AND last_code = 'orphaned'";
+        home.wait_for("SELECT COUNT(*) FROM jobhost_jobs WHERE name = 'kept' AND NOT EXISTS \
+            (SELECT 1 FROM jobhost_runs WHERE status = 'queued' AND job <> 'kept')", Duration::from_secs(30)).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(home.scalar(waiting).await, 0);
+        assert_eq!(home.scalar(ended).await, 6);
+        assert_eq!(home.scalar(parked).await, 0, "a parked lease was left held");
+        let reports = "SELECT COUNT(*) FROM jobhost_reports WHERE code = 'orphaned'";
+        assert_eq!(home.scalar(reports).await, 6, "one report per run, however many beats");
+        assert_eq!(home.scalar("SELECT COUNT(DISTINCT run_id) FROM jobhost_reports WHERE code = 'orphaned'").await, 6);
+        let parent = server.runs(Some("waiting")).await[0]["run_id"].as_str().unwrap().to_string();
+        let (_, parent) = server.get(&format!("/runs/{parent}")).await;
+        assert_eq!((&parent["status"], &parent["code"]), (&"skipped".into(), &"orphaned".into()), "{parent}");
+        stop(server).await;
+
+        // Retention deletes them like any ended run, and then their jobs.
+        let store = home.store().await;
+        let pruned = store.prune(0, 500).await.unwrap();
+        assert_eq!(pruned.jobs, 5, "{pruned:?}");
+        for job in ["held", "retrying", "deferring", "waiting", "family-child"] {
+            assert!(store.get_job(job).await.unwrap().is_none(), "{job} was kept");
+        }
+        assert!(store.get_job("kept").await.unwrap().is_some());
+        store.close().await;
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs").await, 0);
+    }
+
     async fn an_event_queues_no_run_of_an_orphaned_job_until_it_is_served_again(home) {
         let both = [noop_job("kept", "tick"), noop_job("gone", "tick")].concat();
         let m = home.manifest("", &both);

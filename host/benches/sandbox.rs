@@ -59,7 +59,9 @@ use criterion::{BatchSize, Criterion, SamplingMode};
 use jobhost::app::{App, AppConfig};
 use jobhost::capability::db::{DbCapability, DbSession};
 use jobhost::capability::steps::{StepsCapability, StepsSession};
-use jobhost::engine::attempt::{AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext};
+use jobhost::engine::attempt::{
+    AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext, StopToken,
+};
 use jobhost::engine::bindings::jobhost::job::db::{
     Host as DbHost, HostTransaction as DbTransaction, Value,
 };
@@ -67,6 +69,7 @@ use jobhost::engine::bindings::jobhost::job::steps::Host as StepsHost;
 use jobhost::engine::output::AttemptLog;
 use jobhost::engine::state::{Capabilities, GuestState};
 use jobhost::engine::{Engine, EngineSettings, Loaded};
+use jobhost::failure::FailureCode;
 use jobhost::grants::{DbGrant, Grants};
 use jobhost::job::{JobSpec, Limits, RetryPolicy};
 use jobhost::journal::{Journal, RecordPolicy, Recorder};
@@ -151,6 +154,13 @@ fn never_cancelled() -> CancelToken {
     NEVER.subscribe()
 }
 
+/// A stop token nobody sets, as [`never_cancelled`].
+fn never_stopped() -> StopToken {
+    static NEVER: LazyLock<tokio::sync::watch::Sender<Option<FailureCode>>> =
+        LazyLock::new(|| tokio::sync::watch::channel(None).0);
+    NEVER.subscribe()
+}
+
 // ---- instantiate --------------------------------------------------------------------
 
 /// The fixed cost of every attempt, for a guest that does nothing, with each instance
@@ -216,7 +226,7 @@ async fn guest_call(
         .run_attempt(AttemptSpec {
             loaded,
             cancel: never_cancelled(),
-            stop: never_cancelled(),
+            stop: never_stopped(),
             context: PassContext {
                 job: "bench".into(),
                 run_id: "bench".into(),

@@ -171,12 +171,13 @@ impl Controls<'_> {
             .collect();
         // An attempt running here is stopped first: on SQLite its open transaction holds
         // the one write lock the cancel needs. A stopped attempt writes nothing more; its
-        // ending, if recorded before the cancel, ends the run `cancelled` itself.
+        // ending, if recorded before the cancel, ends the run itself, with the same status
+        // and code (it was stopped with `ending`'s).
         let interrupted: Vec<bool> = live
             .iter()
             .map(|run| {
                 self.runner
-                    .is_some_and(|runner| runner.interrupts().interrupt(&run.id))
+                    .is_some_and(|runner| runner.interrupts().interrupt(&run.id, ending.code))
             })
             .collect();
         let answers = self.store.cancel_runs(&requests).await?;
@@ -397,9 +398,16 @@ pub async fn watch_cancels(
         }
         match runner.store().cancelled_among(&running).await {
             Ok(cancelled) => {
-                for id in cancelled {
-                    if runner.interrupts().interrupt(&id) {
-                        tracing::info!(run_id = %id, code = "cancelled_by_operator", "stopping a cancelled run's attempt");
+                for (id, code) in cancelled {
+                    // Stopped with the code its run was ended with: an operator's cancel,
+                    // or its parent's failure.
+                    let code = code
+                        .as_deref()
+                        .and_then(FailureCode::parse)
+                        .filter(|c| c.ends_from_outside())
+                        .unwrap_or(FailureCode::CancelledByOperator);
+                    if runner.interrupts().interrupt(&id, code) {
+                        tracing::info!(run_id = %id, code = code.as_str(), "stopping a cancelled run's attempt");
                     }
                 }
             }

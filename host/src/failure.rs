@@ -39,11 +39,12 @@ pub enum FailureCode {
     InvalidDefer,
     QueueFull,
     FamilyTooDeep,
+    Orphaned,
 }
 
 impl FailureCode {
     /// Every code with its meaning: the single place they are documented.
-    pub const ALL: [(FailureCode, &'static str); 28] = [
+    pub const ALL: [(FailureCode, &'static str); 29] = [
         (
             FailureCode::Timeout,
             "the attempt ran past its deadline and was stopped (epoch interruption or a cancelled host call)",
@@ -156,6 +157,10 @@ impl FailureCode {
             FailureCode::FamilyTooDeep,
             "the attempt tried to start a run deeper in its family than 16 (a child of a child ...; `invalid(family-too-deep)`), and failed; never retried",
         ),
+        (
+            FailureCode::Orphaned,
+            "the run waited (queued, retrying, delayed, or waiting for its children) when its job was orphaned: no serving host registered the job within the orphan grace; recorded `skipped`",
+        ),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -188,6 +193,7 @@ impl FailureCode {
             FailureCode::InvalidDefer => "invalid_defer",
             FailureCode::QueueFull => "queue_full",
             FailureCode::FamilyTooDeep => "family_too_deep",
+            FailureCode::Orphaned => "orphaned",
         }
     }
 
@@ -196,6 +202,23 @@ impl FailureCode {
             .iter()
             .map(|(c, _)| *c)
             .find(|c| c.as_str() == code)
+    }
+
+    /// A run's ending decided outside its attempt — an operator's cancel, or its family's
+    /// end — which stops an attempt still running: the attempt fails with the same code.
+    pub fn ends_from_outside(self) -> bool {
+        matches!(
+            self,
+            FailureCode::CancelledByOperator | FailureCode::ParentFailed | FailureCode::ChildFailed
+        )
+    }
+
+    /// The run ends `cancelled` with this code, rather than `failed`.
+    pub fn cancels(self) -> bool {
+        matches!(
+            self,
+            FailureCode::CancelledByOperator | FailureCode::ParentFailed
+        )
     }
 
     /// Whether another attempt could succeed. `lease_lost` is retried only in the sense that
@@ -219,6 +242,7 @@ impl FailureCode {
                 | FailureCode::ParentFailed
                 | FailureCode::InvalidDefer
                 | FailureCode::FamilyTooDeep
+                | FailureCode::Orphaned
         )
     }
 }

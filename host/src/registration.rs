@@ -4,8 +4,16 @@
 //! kicked, started or reached by events — and, registered again, restored. The grace
 //! decides rather than the manifest of whichever host started last, so a fleet rolling a
 //! new manifest out host by host never orphans a job that hosts not yet restarted serve.
+//!
+//! An orphaned job's runs that wait — queued, retrying, delayed, a next pass holding its
+//! lease parked, a parent waiting for its children — would wait for ever: no host claims
+//! them. Each beat ends them `skipped` with code `orphaned`, one report per run (as any
+//! run's end is reported), releasing a lease one held; retention then deletes them like
+//! any ended run, and the job after them. A `host run`'s queued run is left to its
+//! process. Restored, a job takes new runs; the ended ones stay ended.
 
-use crate::store::{Store, StoreError};
+use crate::failure::FailureCode;
+use crate::store::{NewReport, OrphanEnding, ReportKind, RunStatus, Store, StoreError};
 use std::time::Duration;
 
 /// How long a job may go unregistered before it is orphaned: a few of the beats that
@@ -19,11 +27,49 @@ pub fn beat_interval(grace: Duration) -> Duration {
     grace / 4
 }
 
-/// One beat: registers `serving` (restoring any of them that was orphaned), then orphans
-/// what nothing registered within `grace`. Returns how many jobs it orphaned.
-pub async fn beat(store: &Store, serving: &[String], grace: Duration) -> Result<u64, StoreError> {
+/// Waiting runs of orphaned jobs one beat ends (in transactions of
+/// `controls::BATCH`); the rest wait for the next.
+const ORPHANED_RUNS_PER_BEAT: i64 = 1000;
+
+/// What one beat did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Beat {
+    /// Jobs it orphaned.
+    pub orphaned: u64,
+    /// Waiting runs of orphaned jobs it ended.
+    pub ended: usize,
+}
+
+/// One beat: registers `serving` (restoring any of them that was orphaned), orphans what
+/// nothing registered within `grace`, and ends the runs waiting in orphaned jobs' queues.
+pub async fn beat(store: &Store, serving: &[String], grace: Duration) -> Result<Beat, StoreError> {
     store.serve_jobs(serving).await?;
-    store.mark_orphans(grace).await
+    let orphaned = store.mark_orphans(grace).await?;
+    let ended = end_orphaned_runs(store).await?;
+    Ok(Beat { orphaned, ended })
+}
+
+/// Ends runs waiting in orphaned jobs' queues: `skipped`, `orphaned`, each reported.
+async fn end_orphaned_runs(store: &Store) -> Result<usize, StoreError> {
+    let code = FailureCode::Orphaned;
+    let runs = store.orphaned_waiting_runs(ORPHANED_RUNS_PER_BEAT).await?;
+    let mut ended = 0;
+    for batch in runs.chunks(crate::controls::BATCH) {
+        let endings: Vec<OrphanEnding<'_>> = batch
+            .iter()
+            .map(|run| OrphanEnding {
+                run,
+                status: RunStatus::Skipped.as_str(),
+                code: code.as_str(),
+                report: NewReport::about_run(ReportKind::RunFailed, run, code),
+            })
+            .collect();
+        for run in store.end_orphaned_runs(&endings).await?.iter().flatten() {
+            ended += 1;
+            tracing::info!(job = %run.job, run_id = %run.id, tenant = %run.tenant, code = code.as_str(), "run ended: its job is orphaned");
+        }
+    }
+    Ok(ended)
 }
 
 #[cfg(test)]
@@ -70,8 +116,11 @@ mod tests {
         }
         // Host A serves `a`, host B `b`: within the grace nothing is orphaned, whoever
         // beats, even a host that serves none of them.
-        assert_eq!(beat(&store, &["a".into()], grace).await.unwrap(), 0);
-        assert_eq!(beat(&store, &[], grace).await.unwrap(), 0);
+        assert_eq!(
+            beat(&store, &["a".into()], grace).await.unwrap(),
+            Beat::default()
+        );
+        assert_eq!(beat(&store, &[], grace).await.unwrap(), Beat::default());
         for _ in 0..4 {
             tokio::time::sleep(grace / 3).await;
             beat(&store, &["a".into()], grace).await.unwrap();

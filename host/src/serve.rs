@@ -811,10 +811,10 @@ async fn registration_loop(
             .map(|j| j.spec.name.clone())
             .collect();
         match crate::registration::beat(&shared.app.store, &serving, config.orphan_grace).await {
-            Ok(0) => {}
-            Ok(orphaned) => tracing::info!(
-                jobs = orphaned,
-                "jobs no serving host registered within the orphan grace are orphaned: not scheduled, kicked or reached by events"
+            Ok(beat) if beat.orphaned == 0 => {}
+            Ok(beat) => tracing::info!(
+                jobs = beat.orphaned,
+                "jobs no serving host registered within the orphan grace are orphaned: not scheduled, kicked or reached by events; their waiting runs end"
             ),
             Err(e) => {
                 tracing::warn!(code = "driver_failed", error = %e, "registering the served jobs failed")

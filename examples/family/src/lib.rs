@@ -3,21 +3,22 @@
 //!
 //! The parent's payload: `{"children": n, "in_tx": bool, "fail_after": bool, "wait":
 //! "fail" | "continue" | null, "failing": [i, ...], "wait_ms": m, "detached": bool,
-//! "delay_ms": d, "job": "family-child"}`. Its first pass waits `wait_ms` (to be superseded meanwhile),
-//! then queues `n` runs of `job` (payload `{"n": i, "fail": i in failing}`), inside a
-//! transaction that also writes a `ledger` row (`in_tx`) or each batch in a write of its
-//! own; with `fail_after` it then fails (the transaction rolls back). Children that do not
-//! fail are due `delay_ms` later. With `beside` (`["enqueue", "kick", "emit", "result"]`)
-//! it makes those calls outside its open transaction, after queueing in it, and logs how
-//! each was answered (`beside kick: ...`). With `wait` the pass
-//! continues, waiting for its children; the next pass sums their results into its own
-//! (`{"succeeded", "other", "sum"}`) and logs what started it.
+//! "delay_ms": d, "job": "family-child", "busy_ms": b, "linger_ms": l}`. Its first pass waits
+//! `wait_ms` (to be superseded meanwhile), then queues `n` runs of `job` (payload `{"n": i,
+//! "fail": i in failing, "busy_ms": b}`), inside a transaction that also writes a `ledger`
+//! row (`in_tx`) or each batch in a write of its own; with `fail_after` it then fails (the
+//! transaction rolls back), outside a transaction `linger_ms` later (its children running
+//! meanwhile). Children that do not fail are due `delay_ms` later. With `beside`
+//! (`["enqueue", "kick", "emit", "result"]`) it makes those calls outside its open
+//! transaction, after queueing in it, and logs how each was answered (`beside kick: ...`).
+//! With `wait` the pass continues, waiting for its children; the next pass sums their
+//! results into its own (`{"succeeded", "other", "sum"}`) and logs what started it.
 //!
 //! With `forks`, each run of `job` it queues gets the payload it has itself, so each
 //! queues `children` more in turn: with a `job` of its own, one child makes a chain, two a
 //! fork bomb (for the host's bounds on queued runs and on a family's depth).
 //!
-//! A child hands back `{"n": n}`, or, with `fail`, fails for good.
+//! A child takes `busy_ms`, then hands back `{"n": n}`, or, with `fail`, fails for good.
 
 use jobhost_guest::jobs::{self, NewRun, Options, WaitPolicy};
 use jobhost_guest::{Context, Job, JobError, Outcome, db, describe, log, run};
@@ -57,6 +58,12 @@ struct Payload {
     /// The runs it queues get its own payload (and queue as many in turn).
     #[serde(default)]
     forks: bool,
+    /// How long each child takes.
+    #[serde(default)]
+    busy_ms: u64,
+    /// How long a parent failing after its own writes waits before it fails.
+    #[serde(default)]
+    linger_ms: u64,
 }
 
 fn child_job() -> String {
@@ -110,6 +117,7 @@ fn child(payload: &Payload) -> Result<Outcome, JobError> {
         payload.n,
         run::info().started_by
     ));
+    std::thread::sleep(Duration::from_millis(payload.busy_ms));
     if payload.fail {
         return Err(JobError::unrecoverable(format!(
             "child {} fails",
@@ -142,7 +150,9 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
                     payload: match p.forks {
                         true => json!({ "children": p.children, "job": p.job, "forks": true,
                             "detached": p.detached }),
-                        false => json!({ "n": n, "fail": p.failing.contains(n) }),
+                        false => {
+                            json!({ "n": n, "fail": p.failing.contains(n), "busy_ms": p.busy_ms })
+                        }
                     },
                     options: options(n),
                 })
@@ -172,6 +182,7 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
             jobs::enqueue_all(batch)?;
         }
         if p.fail_after {
+            std::thread::sleep(Duration::from_millis(p.linger_ms));
             return Err(JobError::failed("failing after queueing"));
         }
     }

@@ -43,11 +43,15 @@ pub struct PassContext {
 /// Set to `true` to cancel attempts (host shutdown past its grace period).
 pub type CancelToken = tokio::sync::watch::Receiver<bool>;
 
+/// Set to the code of a run's ending decided outside its attempt (an operator's cancel,
+/// its family's end): the attempt stops at once, for good, and fails with that code.
+pub type StopToken = tokio::sync::watch::Receiver<Option<FailureCode>>;
+
 pub struct AttemptSpec<'a> {
     pub loaded: &'a Loaded,
     pub cancel: CancelToken,
-    /// Set to `true` when an operator cancels the run: the attempt stops at once, for good.
-    pub stop: CancelToken,
+    /// Set when the run is ended from outside: the attempt stops at once, for good.
+    pub stop: StopToken,
     pub context: PassContext,
     pub memory: u64,
     pub fuel: Option<u64>,
@@ -159,7 +163,7 @@ pub(crate) struct Execution<'a> {
     pub fuel: Option<u64>,
     pub deadline: Instant,
     pub cancel: CancelToken,
-    pub stop: CancelToken,
+    pub stop: StopToken,
     pub context: PassContext,
     pub replaying: bool,
 }
@@ -243,7 +247,7 @@ impl Engine {
         // A host call in flight at the deadline (or at cancellation) is cancelled by
         // dropping the call.
         let (mut cancel, mut stop) = (run.cancel, run.stop);
-        let mut stopped_by_operator = false;
+        let mut stopped_with = None;
         let called = tokio::select! {
             called = tokio::time::timeout_at(run.deadline, async {
                 let job = run.loaded.pre.instantiate_async(&mut store).await?;
@@ -252,8 +256,8 @@ impl Engine {
                     .await
             }) => Some(called),
             () = cancelled(&mut cancel) => None,
-            () = cancelled(&mut stop) => {
-                stopped_by_operator = true;
+            code = stopped(&mut stop) => {
+                stopped_with = Some(code);
                 None
             }
         };
@@ -262,7 +266,7 @@ impl Engine {
         } else {
             0
         };
-        let result = classify(called, stopped_by_operator, store.data(), run.deadline);
+        let result = classify(called, stopped_with, store.data(), run.deadline);
         Executed {
             result,
             fuel_used,
@@ -328,6 +332,20 @@ async fn cancelled(token: &mut CancelToken) {
     }
 }
 
+/// The code the run was ended with from outside, once it is.
+async fn stopped(token: &mut StopToken) -> FailureCode {
+    let code = token
+        .wait_for(Option::is_some)
+        .await
+        .ok()
+        .and_then(|code| *code);
+    match code {
+        Some(code) => code,
+        // Nobody can stop it any more: wait forever.
+        None => std::future::pending().await,
+    }
+}
+
 /// `None` when the attempt was cancelled.
 type Called = Option<
     Result<
@@ -339,7 +357,8 @@ type Called = Option<
 /// How an attempt ended, as one fixed code: the only place that decides it.
 ///
 /// A pass's end the guest committed with its writes (`steps.commit-pass`) is fixed: it
-/// wins over whatever happened after. Otherwise an operator's cancel, then a lost lease
+/// wins over whatever happened after. Otherwise an ending from outside (an operator's
+/// cancel, the run's family's: its code), then a lost lease
 /// (nothing the attempt wrote committed); then a cancellation, then the deadline — also
 /// when it showed only as a host call cut off at the deadline that the guest then failed
 /// over (a statement interrupted by SQLite's progress handler or Postgres' statement
@@ -347,7 +366,7 @@ type Called = Option<
 /// traps; then what the guest returned.
 fn classify(
     called: Called,
-    stopped_by_operator: bool,
+    stopped_with: Option<FailureCode>,
     state: &GuestState,
     deadline: Instant,
 ) -> Result<Outcome, AttemptFailure> {
@@ -375,9 +394,10 @@ fn classify(
         }
         None => {}
     }
-    // An operator's cancel moved the lease on: the cancel, not the loss it caused, is why.
-    if stopped_by_operator {
-        return Err(fail(FailureCode::CancelledByOperator, None));
+    // An ending from outside (an operator's cancel, the family's) moved the lease on: it,
+    // not the loss it caused, is why.
+    if let Some(code) = stopped_with {
+        return Err(fail(code, None));
     }
     // Whatever the guest returned, a lost lease means its writes did not commit.
     if state.signals.lease_lost {

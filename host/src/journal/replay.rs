@@ -76,6 +76,8 @@ fn stopped_from_outside(code: Option<&str>) -> bool {
             FailureCode::Timeout
                 | FailureCode::Cancelled
                 | FailureCode::CancelledByOperator
+                | FailureCode::ParentFailed
+                | FailureCode::ChildFailed
                 | FailureCode::OutOfFuel
         )
     )
@@ -117,14 +119,15 @@ impl Engine {
         let timeout = Duration::from_millis(journal.limits.timeout_ms).min(MAX_REPLAY);
         let deadline = Instant::now() + timeout + REPLAY_SLACK;
         let (_never_cancel, cancel) = tokio::sync::watch::channel(false);
+        let (_never_stop, stop) = tokio::sync::watch::channel(None);
         let executed = self
             .execute(Execution {
                 loaded,
                 state,
                 fuel,
                 deadline,
-                cancel: cancel.clone(),
-                stop: cancel,
+                cancel,
+                stop,
                 context: journal.context.clone(),
                 replaying: true,
             })

@@ -248,8 +248,8 @@ impl Loop {
 
 /// The ending again, now that the lease is known lost: whatever the attempt returned, the
 /// loss is recorded — on the attempt as on the run, one ending, one code. An attempt an
-/// operator's cancel stopped lost its lease to that cancel, which ended the run: it keeps
-/// its code.
+/// ending from outside stopped (an operator's cancel, its family's end) lost its lease to
+/// that ending, which ended the run: it keeps its code.
 fn lease_lost(pending: Pending) -> Pending {
     let Pending {
         mut handover,
@@ -258,12 +258,11 @@ fn lease_lost(pending: Pending) -> Pending {
     } = pending;
     let code = FailureCode::LeaseLost;
     let recording = &mut handover.recording;
-    let cancelled = FailureCode::CancelledByOperator.as_str();
-    if recording
-        .attempt
-        .as_ref()
-        .is_some_and(|a| a.code == Some(cancelled))
-    {
+    let stopped = |code: Option<&str>| {
+        code.and_then(FailureCode::parse)
+            .is_some_and(FailureCode::ends_from_outside)
+    };
+    if recording.attempt.as_ref().is_some_and(|a| stopped(a.code)) {
         if let RunChange::Finish { require_lease, .. } = &mut recording.change {
             *require_lease = false;
         }

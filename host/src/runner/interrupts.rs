@@ -1,13 +1,16 @@
-//! The attempts this host is running, by run, so that an operator's cancel can stop one at
-//! once. The cancel itself is fenced in the database (the lease moves on in the cancelling
-//! transaction); stopping the attempt only spares the work it would do until it found out.
+//! The attempts this host is running, by run, so that an operator's cancel (or a family's
+//! end) can stop one at once. The cancel itself is fenced in the database (the lease moves
+//! on in the cancelling transaction); stopping the attempt only spares the work it would
+//! do until it found out. The attempt is stopped with the code the run ends with, so
+//! that, should its own ending be recorded first, it records the same one.
 
+use crate::failure::FailureCode;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 
 /// By run: its lane, and the sender that stops its attempt.
-type Running = Arc<Mutex<HashMap<String, (String, watch::Sender<bool>)>>>;
+type Running = Arc<Mutex<HashMap<String, (String, watch::Sender<Option<FailureCode>>)>>>;
 
 #[derive(Default)]
 pub struct Interrupts {
@@ -31,10 +34,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Interrupts {
-    /// Registers an attempt of `run_id` in `lane`; the receiver turns `true` when it is
-    /// interrupted.
-    pub fn register(&self, run_id: &str, lane: &str) -> (Registered, watch::Receiver<bool>) {
-        let (tx, rx) = watch::channel(false);
+    /// Registers an attempt of `run_id` in `lane`; the receiver takes the run's ending
+    /// code when it is interrupted.
+    pub fn register(
+        &self,
+        run_id: &str,
+        lane: &str,
+    ) -> (Registered, watch::Receiver<Option<FailureCode>>) {
+        let (tx, rx) = watch::channel(None);
         lock(&self.running).insert(run_id.to_string(), (lane.to_string(), tx));
         let registered = Registered {
             running: self.running.clone(),
@@ -43,11 +50,19 @@ impl Interrupts {
         (registered, rx)
     }
 
-    /// Stops the attempt of `run_id` running here, if there is one.
-    pub fn interrupt(&self, run_id: &str) -> bool {
-        lock(&self.running)
-            .get(run_id)
-            .is_some_and(|(_, tx)| tx.send(true).is_ok())
+    /// Stops the attempt of `run_id` running here, if there is one, as its run ends with
+    /// `code`; the first code sent is the one that holds.
+    pub fn interrupt(&self, run_id: &str, code: FailureCode) -> bool {
+        lock(&self.running).get(run_id).is_some_and(|(_, tx)| {
+            tx.send_if_modified(|stop| {
+                let first = stop.is_none();
+                if first {
+                    *stop = Some(code);
+                }
+                first
+            });
+            !tx.is_closed()
+        })
     }
 
     /// The runs with an attempt running here.
@@ -75,12 +90,16 @@ mod tests {
         let (registered, rx) = interrupts.register("r1", "bulk");
         assert_eq!(interrupts.running(), ["r1"]);
         assert_eq!(interrupts.busy_by_lane().get("bulk"), Some(&1));
-        assert!(!*rx.borrow());
-        assert!(interrupts.interrupt("r1"));
-        assert!(*rx.borrow());
-        assert!(!interrupts.interrupt("r2"), "no such attempt");
+        assert_eq!(*rx.borrow(), None);
+        assert!(interrupts.interrupt("r1", FailureCode::ParentFailed));
+        assert_eq!(*rx.borrow(), Some(FailureCode::ParentFailed));
+        // A second ending does not change why the attempt was stopped.
+        assert!(interrupts.interrupt("r1", FailureCode::CancelledByOperator));
+        assert_eq!(*rx.borrow(), Some(FailureCode::ParentFailed));
+        let cancel = FailureCode::CancelledByOperator;
+        assert!(!interrupts.interrupt("r2", cancel), "no such attempt");
         drop(registered);
         assert!(interrupts.running().is_empty());
-        assert!(!interrupts.interrupt("r1"), "ended");
+        assert!(!interrupts.interrupt("r1", cancel), "ended");
     }
 }

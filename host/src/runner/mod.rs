@@ -791,9 +791,7 @@ fn ending_names(
 ) -> (&'static str, Option<&'static str>, Option<&'static str>) {
     match result {
         Ok(outcome) => ("succeeded", Some(outcome.name()), None),
-        Err(failure) if failure.code == FailureCode::CancelledByOperator => {
-            ("cancelled", None, Some(failure.code.as_str()))
-        }
+        Err(failure) if failure.code.cancels() => ("cancelled", None, Some(failure.code.as_str())),
         Err(failure) => ("failed", None, Some(failure.code.as_str())),
     }
 }
@@ -802,7 +800,7 @@ fn ending_names(
 fn report_about(run: &RunRecord, code: FailureCode) -> NewReport {
     let kind = match code {
         FailureCode::LeaseLost => ReportKind::LeaseLost,
-        FailureCode::CancelledByOperator => ReportKind::Cancelled,
+        code if code.cancels() => ReportKind::Cancelled,
         _ => ReportKind::RunFailed,
     };
     NewReport::about_run(kind, run, code)
@@ -842,7 +840,7 @@ fn wait_for_children(run: &RunRecord, decided: Decided) -> Decided {
 fn final_status(code: Option<FailureCode>) -> RunStatus {
     match code {
         None => RunStatus::Succeeded,
-        Some(FailureCode::CancelledByOperator) => RunStatus::Cancelled,
+        Some(code) if code.cancels() => RunStatus::Cancelled,
         Some(FailureCode::TenantDisabled) => RunStatus::Skipped,
         Some(_) => RunStatus::Failed,
     }
@@ -1355,6 +1353,34 @@ mod tests {
         assert_eq!(
             final_status(Some(FailureCode::CancelledByOperator)),
             RunStatus::Cancelled
+        );
+    }
+
+    #[test]
+    fn an_attempt_stopped_by_its_family_ends_with_the_familys_status_code_and_report() {
+        let parent_failed = failed(FailureCode::ParentFailed);
+        assert_eq!(
+            ending_names(&parent_failed),
+            ("cancelled", None, Some("parent_failed"))
+        );
+        assert_eq!(
+            decided(&run(0, 0), &spec(3, None), parent_failed),
+            finished_with(FailureCode::ParentFailed, 1, Some("it broke"))
+        );
+        assert_eq!(
+            final_status(Some(FailureCode::ParentFailed)),
+            RunStatus::Cancelled
+        );
+        let report = report_about(&run(0, 0), FailureCode::ParentFailed);
+        assert_eq!(report.kind, ReportKind::Cancelled);
+        let child_failed = failed(FailureCode::ChildFailed);
+        assert_eq!(
+            ending_names(&child_failed),
+            ("failed", None, Some("child_failed"))
+        );
+        assert_eq!(
+            final_status(Some(FailureCode::ChildFailed)),
+            RunStatus::Failed
         );
     }
 }

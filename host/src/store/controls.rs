@@ -153,13 +153,11 @@ impl Store {
             .bind(id).bind(limit).fetch_all(p).await?))
     }
 
-    /// The runs among `ids` that are cancelled.
-    pub async fn cancelled_among(&self, ids: &[String]) -> Result<Vec<String>> {
+    /// The runs among `ids` that are cancelled, with their codes.
+    pub async fn cancelled_among(&self, ids: &[String]) -> Result<Vec<(String, Option<String>)>> {
         let q = &self.q.cancelled_among;
         let ids = serde_json::to_string(ids).expect("ids serialise");
-        Ok(
-            with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).bind(&ids).fetch_all(p).await?),
-        )
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(&ids).fetch_all(p).await?))
     }
 
     /// Cancels queued or running runs, fenced, in one transaction: for each, its lease (if

@@ -336,7 +336,9 @@ impl Store {
         Ok(changed == 1)
     }
 
-    /// Leaves run `id` to itself: it has no child left to look after.
+    /// Leaves run `id` to itself: it ended, and, if it takes its children with it (it
+    /// failed, crashed or was cancelled), none is left unfinished — as the row is now, not
+    /// as the sweep read it.
     pub async fn family_settled(&self, id: &str) -> Result<()> {
         let q = &self.q.family_settled;
         with_pool!(self.pool, p => {

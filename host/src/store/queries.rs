@@ -559,11 +559,18 @@ queries! {
         next_attempt_at = {now}, \
         updated_at = {now} WHERE id = $1 AND status = 'queued' AND wait_policy IS NOT NULL \
         AND wait_pass < pass";
-    // Only an ended run: a live one may start more children.
+    // Only an ended run (a live one may start more children), and one that takes its
+    // children with it (`family::takes_children`: failed, crashed, cancelled) only once no
+    // attached child is left unfinished: checked as it is written, since the sweep read
+    // the run before, maybe while it still ran.
     family_settled = "UPDATE jobhost_runs SET family = 0 \
-        WHERE id = $1 AND status NOT IN ('queued', 'running')";
-    // The ids of running runs among `$1` that are cancelled (a host's attempts to stop).
-    cancelled_among = "SELECT id FROM jobhost_runs WHERE id IN {json_ids} AND status = 'cancelled'";
+        WHERE id = $1 AND status NOT IN ('queued', 'running') \
+        AND (status NOT IN ('failed', 'crashed', 'cancelled') OR NOT EXISTS ( \
+            SELECT 1 FROM jobhost_runs c WHERE c.parent_run = $1 AND c.detached = 0 \
+                AND c.status IN ('queued', 'running')))";
+    // The running runs among `$1` that are cancelled, with their codes (a host's attempts
+    // to stop, and why).
+    cancelled_among = "SELECT id, last_code FROM jobhost_runs WHERE id IN {json_ids} AND status = 'cancelled'";
     // Retention: finished runs created before the cut-off, oldest first (never a queued or
     // running one), then their attempts, ledgers and rows; delivered reports.
     old_runs = "SELECT id FROM jobhost_runs WHERE created_at < {now} - $1 \
@@ -777,6 +784,18 @@ queries! {
     mark_orphans = "UPDATE jobhost_jobs SET orphaned_at = {now} \
         WHERE orphaned_at IS NULL AND updated_at < {now} - $1 \
         AND (served_at IS NULL OR served_at < {now} - $1)";
+    // Runs waiting in orphaned jobs' queues (by `jobhost_runs_live`), but a `host run`'s
+    // (its process holds it), in lease key order; and the end of one (`$2` status, `$3`
+    // code) while it still waits and its job is still orphaned.
+    orphaned_waiting_runs = "SELECT {run_columns} FROM jobhost_runs WHERE status = 'queued' \
+        AND origin <> 'manual' AND job IN (SELECT name FROM jobhost_jobs \
+            WHERE orphaned_at IS NOT NULL) \
+        ORDER BY job, instance, id LIMIT $1";
+    end_orphaned_run = "UPDATE jobhost_runs SET status = $2, last_code = $3, \
+        finished_at = {now}, updated_at = {now} \
+        WHERE id = $1 AND status = 'queued' AND origin <> 'manual' \
+        AND job IN (SELECT name FROM jobhost_jobs WHERE orphaned_at IS NOT NULL) \
+        RETURNING {run_columns}";
     // The first registration of a version of a run_on_boot job takes its boot.
     take_boot = "UPDATE jobhost_jobs SET boot_digest = $2 \
         WHERE name = $1 AND boot_digest IS DISTINCT FROM $2";
