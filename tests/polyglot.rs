@@ -191,6 +191,91 @@ async fn hostile_python_and_js_guests_are_bounded_like_any_other() {
     assert_eq!(code, 0, "{after}");
 }
 
+/// What componentize-js's runtime would reach past the sandbox with, trapping the attempt,
+/// throws instead, naming what is refused: the example catches each refusal (`fetch`,
+/// `import()` of `fs`, `node:fs` and `node:net`, `process`, a WebSocket), logs it and
+/// succeeds; an uncaught one fails the attempt `handler_failed`, as an uncaught refusal of a
+/// file or a socket does in Python; and a static import of a Node.js module fails the build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_platform_refusals_are_errors_the_job_can_catch() {
+    let home = Home::new(Backend::Sqlite).await;
+    home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+    let (code, caught) = run(&home, "js", "ledger", json!({"mode": "platform"}), &[]);
+    assert_eq!(code, 0, "{caught}");
+    assert_eq!(caught["status"], "succeeded", "{caught}");
+    let files = "it has no files of its own; use `files`";
+    let sockets = "it has no sockets; call out through `links`";
+    assert_eq!(
+        log_of(&home, caught["run_id"].as_str().unwrap())
+            .lines()
+            .collect::<Vec<_>>(),
+        [
+            format!(
+                "[info] refused fetch: TypeError: jobhost: `fetch` is not available in a job: {sockets}"
+            ),
+            format!(
+                "[info] refused fs: Error: jobhost: `node:fs` is not available in a job: {files}"
+            ),
+            format!(
+                "[info] refused node:fs: Error: jobhost: `node:fs` is not available in a job: {files}"
+            ),
+            format!(
+                "[info] refused node:net: Error: jobhost: `node:net` is not available in a job: {sockets}"
+            ),
+            "[info] refused process: ReferenceError: process is not defined".to_string(),
+            "[info] refused WebSocket: ReferenceError: WebSocket is not defined".to_string(),
+        ]
+    );
+
+    let (code, uncaught) = run(&home, "js", "ledger", json!({"mode": "fetch"}), &[]);
+    assert_eq!(code, 1, "{uncaught}");
+    assert_eq!(uncaught["code"], "handler_failed", "{uncaught}");
+    assert_eq!(
+        uncaught["error"],
+        format!("TypeError: jobhost: `fetch` is not available in a job: {sockets}"),
+        "{uncaught}"
+    );
+    replays_the_same(&home, uncaught["run_id"].as_str().unwrap(), "js fetch");
+
+    let place = tempfile::tempdir().unwrap();
+    let project = place.path().join("node");
+    let created = home
+        .host()
+        .args(["new", "node", "--lang", "js", "--dir"])
+        .arg(&project)
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{created:?}");
+    std::fs::write(
+        project.join("job.js"),
+        "import { readFileSync } from 'node:fs';\nexport const run = () => readFileSync('x');\n",
+    )
+    .unwrap();
+    let built = home
+        .host()
+        .current_dir(&project)
+        .arg("build")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&built.stderr);
+    assert!(!built.status.success(), "{said}");
+    assert!(
+        said.contains("job.js imports `node:fs`, which a job does not have"),
+        "{said}"
+    );
+    let components = std::fs::read_dir(project.join("build"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "wasm")
+        })
+        .count();
+    assert_eq!(components, 0, "nothing is built: {said}");
+}
+
 /// `links`: each language's example calls a real HTTP server through its mount, with the
 /// host's idempotency key; steps: each language's example runs pass after pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,9 @@
 //   refused before anything is sent, and the run ends as unrecoverable)
 // - huge-log: 20,000 log lines of 1 KiB (the host keeps a bounded log)
 // - handles: opens transactions and never ends them
+// - platform: reaches for what a job does not have (`fetch`, `import()` of `fs`, `node:fs`
+//   and `node:net`, `process`, a WebSocket), catches each refusal, logs it and succeeds
+// - fetch: calls `fetch` and lets its refusal fail the attempt (handler_failed)
 
 import { DONE, Unrecoverable, db, links, log } from './jobhost.js';
 
@@ -43,6 +46,27 @@ export async function run(ctx) {
     if (waitAt === 'commit') await sleep(wait);
   });
   log.info(`committed ${rows} rows`);
+  return DONE;
+}
+
+/** Each of the platform's refusals, caught and logged as `refused <what>: <error>`. */
+async function platform() {
+  const reaches = {
+    fetch: () => fetch('https://example.com/'),
+    fs: () => import('fs'),
+    'node:fs': () => import('node:fs'),
+    'node:net': () => import('node:net'),
+    process: () => process.exit(0),
+    WebSocket: () => new WebSocket('wss://example.com/'),
+  };
+  for (const [what, reach] of Object.entries(reaches)) {
+    try {
+      await reach();
+      log.error(`${what} was not refused`);
+    } catch (e) {
+      log.info(`refused ${what}: ${e.name}: ${e.message}`);
+    }
+  }
   return DONE;
 }
 
@@ -82,6 +106,10 @@ function misbehave(ctx, mode) {
       const held = [];
       for (;;) held.push(db.begin());
     }
+    case 'platform':
+      return platform();
+    case 'fetch':
+      return fetch('https://example.com/').then(() => DONE);
     default:
       throw new Unrecoverable(`no mode ${JSON.stringify(mode)}`);
   }

@@ -7,8 +7,12 @@
 //! `capabilities.js` (each granted interface imported, the others `undefined`: a module
 //! importing an interface its world lacks does not build) and an entry that hands `run`
 //! to the SDK's export, and builds against a world of only the job's grants (`world`),
-//! with HTTP off (`links` is how a job calls out). `JOBHOST_JS_TOOLS` names a directory
-//! whose `node_modules` holds componentize-js, to use instead of the project's (CI).
+//! with HTTP off (`links` is how a job calls out). What the runtime would reach past the
+//! sandbox, trapping the attempt, throws instead: the entry imports `refusals.js` first
+//! (its `fetch` rejects), and `js_imports.mjs` rewrites each `import(...)` in the job's
+//! modules to reject likewise and refuses a static import of a Node.js module.
+//! `JOBHOST_JS_TOOLS` names a directory whose `node_modules` holds componentize-js, to use
+//! instead of the project's (CI).
 
 use super::{BuildError, Names, SDK_VERSION, ScaffoldError, world};
 use crate::grants::Grants;
@@ -22,11 +26,16 @@ pub const COMPONENTIZE_JS: &str = "0.23.0";
 /// The SDK, as the host carries it.
 pub const SDK: &str = include_str!("../../../guest-sdk/js/jobhost.js");
 const SDK_FILE: &str = "jobhost.js";
+/// The module the entry imports before the job's: the platform's refusals, as errors.
+const REFUSALS: &str = include_str!("../../../guest-sdk/js/refusals.js");
+/// The node script that rewrites the job's `import(...)`s to reject (`refusals.js`).
+const IMPORTS: &str = include_str!("js_imports.mjs");
 /// Where componentize-js's command is, under `node_modules`.
 const CLI: &str = "node_modules/@bytecodealliance/componentize-js/src/cli.js";
 
 /// The entry componentize-js builds from: `run` handed to the SDK's export.
 const ENTRY_MODULE: &str = "// Written by `host build`: the component's export is job.js's run.\n\
+import './refusals.js';\n\
 import { run } from './job.js';\n\
 import { handler as wrap } from './jobhost.js';\n\
 \n\
@@ -121,24 +130,33 @@ pub(super) fn build(dir: &Path) -> Result<PathBuf, BuildError> {
         std::fs::remove_dir_all(&modules)?;
     }
     std::fs::create_dir_all(&modules)?;
+    let mut copied = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let is_module = path.extension().is_some_and(|e| e == "js" || e == "mjs");
         if is_module && path.is_file() {
-            std::fs::copy(&path, modules.join(path.file_name().expect("a file")))?;
+            let to = modules.join(path.file_name().expect("a file"));
+            std::fs::copy(&path, &to)?;
+            copied.push(to);
         }
     }
     // The project's own SDK if it has one (`host sdk` keeps it current), else the host's.
     if !dir.join(SDK_FILE).is_file() {
         std::fs::write(modules.join(SDK_FILE), SDK)?;
     }
-    std::fs::write(modules.join("capabilities.js"), capabilities(&spec.grants))?;
-    std::fs::write(modules.join("entry.js"), ENTRY_MODULE)?;
     let cli = componentize_js(dir)?;
+    let node = std::env::var_os("JOBHOST_NODE").unwrap_or_else(|| "node".into());
+    let imports = out.join("imports.mjs");
+    std::fs::write(&imports, IMPORTS)?;
+    let mut rewrite = Command::new(&node);
+    rewrite.arg(&imports).arg(&cli).args(&copied);
+    super::run_tool(rewrite, "the import check")?;
+    std::fs::write(modules.join("capabilities.js"), capabilities(&spec.grants))?;
+    std::fs::write(modules.join("refusals.js"), REFUSALS)?;
+    std::fs::write(modules.join("entry.js"), ENTRY_MODULE)?;
     if let Some(parent) = component.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    let node = std::env::var_os("JOBHOST_NODE").unwrap_or_else(|| "node".into());
     let mut command = Command::new(node);
     command
         .current_dir(dir)
