@@ -189,6 +189,10 @@ fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
     } else {
         match (replayed.outcome, replayed.code) {
             (Some(outcome), _) => println!("outcome: {outcome}"),
+            (None, Some(code)) if replayed.at_original_stop => println!(
+                "failed: {code} (stopped where the original attempt was, after the {} fuel it used)",
+                replayed.fuel_used
+            ),
             (None, Some(code)) => println!("failed: {code}"),
             (None, None) => {}
         }
