@@ -154,11 +154,30 @@ impl Engine {
                 .and_then(FailureCode::parse)
                 .map(FailureCode::as_str);
         }
-        let same_outcome = if stopped.is_some() || reached_original_stop {
-            stopped_from_outside(original) && !matches!(stopped, Some(Stop::Diverged { .. }))
-        } else {
-            journal.ending.code.as_deref() == code && journal.ending.outcome.as_deref() == outcome
-        };
+        // Calls the guest ended without making are a divergence too — but for the one in
+        // flight when the original was stopped, which the replay, stopped at the same
+        // fuel, may end just short of.
+        let cut_call_left = reached_original_stop
+            && calls_recorded == calls_answered + 1
+            && journal
+                .calls
+                .last()
+                .is_some_and(|call| call.answer.is_none());
+        let left =
+            (stopped.is_none() && calls_answered < calls_recorded && !cut_call_left).then(|| {
+                Stop::Left {
+                    answered: calls_answered,
+                    more: calls_recorded - calls_answered,
+                }
+            });
+        let same_outcome = left.is_none()
+            && if stopped.is_some() || reached_original_stop {
+                stopped_from_outside(original) && !matches!(stopped, Some(Stop::Diverged { .. }))
+            } else {
+                journal.ending.code.as_deref() == code
+                    && journal.ending.outcome.as_deref() == outcome
+            };
+        let stopped = stopped.or(left);
         let same = Same {
             outcome: same_outcome,
             log: log_digest(&log_text) == journal.ending.log_digest,
