@@ -18,6 +18,7 @@ mod family;
 mod files;
 mod fleet;
 mod flow;
+mod fuel;
 mod fuzz_components;
 mod guest_sql;
 mod guide;

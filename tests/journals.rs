@@ -5,8 +5,9 @@
 //! service it called stopped, reproducing outcome, log and fuel; a journal past its
 //! `record_limit` is kept truncated, bounded, and its replay stops saying so; the API's
 //! journals, timeline and export, which another tenant's token cannot see; retention
-//! deleting journals with their runs (never a live run's); and `host replay` refusing
-//! what is not a journal of this host, writing nothing.
+//! deleting journals with their runs (never a live run's); `host replay` refusing
+//! what is not a journal of this host, writing nothing; and a journal edited after it was
+//! kept — its code, timeout, environment or calls — never replaying "the same".
 
 use crate::common;
 
@@ -773,5 +774,88 @@ on_every_backend! {
             version_99.to_string().replace('\'', "''"))).await;
         let said = refused(home.run(&["replay", &id]), "replay of a stored journal of version 99");
         assert!(said.contains("version 99"), "{said}");
+    }
+
+    async fn an_edited_journal_is_refused_or_diverges_and_never_replays_the_same(home) {
+        let flaky = guest("flaky").display().to_string();
+        let (code, run) = home.run_json(&["--job", &flaky, "--payload", r#"{"fail_times": 9}"#, "--retries", "0"]);
+        assert_eq!(code, 1, "{run}");
+        let id = run_id(&run);
+        let (printed, journal) = export(&home, &id, &[]);
+        assert!(journal["seal"].as_str().is_some_and(|s| s.len() == 64), "{journal}");
+        let before = history(&home).await;
+
+        let dir = tempfile::tempdir().unwrap();
+        let replay_file = |name: &str, journal: &str, verify: bool| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, journal).unwrap();
+            let mut args = vec!["replay", "--from", path.to_str().unwrap(), "--job", &flaky];
+            if verify {
+                args.push("--verify");
+            }
+            home.run(&args)
+        };
+        // As kept, it is verified against the installation's key.
+        let out = replay_file("sound.journal", &printed, true);
+        assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+        assert!(text(&out.stdout).contains("the original attempt: handler_failed; outcome the same"), "{}", all_output(&out));
+        assert!(!all_output(&out).contains("unverified"), "{}", all_output(&out));
+
+        let edited = |edit: &dyn Fn(&mut Value)| {
+            let mut journal = journal.clone();
+            edit(&mut journal);
+            journal.to_string()
+        };
+        let code_edited = edited(&|j| j["ending"]["code"] = json!("timeout"));
+        let timeout_edited = edited(&|j| j["limits"]["timeout_ms"] = json!(1));
+        let environment_edited = edited(&|j| j["environment"] = json!([["HOME", "/root"]]));
+        let appended = edited(&|j| j["calls"].as_array_mut().unwrap().push(json!({
+            "call": "wall-clock.now", "args": "()", "digest": "0000000000000000",
+            "at": 0, "micros": 0, "code": "ok", "answer": "AAAA"})));
+        let broken = "the journal's seal does not match this installation's key";
+        for (name, journal) in [("code", &code_edited), ("timeout", &timeout_edited), ("calls", &appended)] {
+            let said = refused(replay_file(name, journal, true), name);
+            assert!(said.contains(broken), "{name}: {said}");
+        }
+        // The host gives a guest no environment: a journal that says otherwise is refused,
+        // checked or not.
+        for verify in [true, false] {
+            let said = refused(replay_file("environment", &environment_edited, verify), "environment");
+            assert!(said.contains("gives the guest an environment, arguments or stdin"), "{said}");
+        }
+        // Unchecked, a file's replay says it is unverified; a call the component never
+        // makes is a divergence all the same.
+        let out = replay_file("calls", &appended, false);
+        let said = all_output(&out);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(said.contains("note: unverified"), "{said}");
+        assert!(said.contains("; the original made 1 more call\n"), "{said}");
+        assert!(said.contains("(as the journal says, unverified): handler_failed; outcome different"), "{said}");
+        let out = replay_file("code", &code_edited, false);
+        let said = all_output(&out);
+        assert!(said.contains("note: unverified") && said.contains("(as the journal says, unverified): timeout"), "{said}");
+
+        // Edited where the host keeps it, it is refused the same.
+        for (name, journal) in [("code", &code_edited), ("timeout", &timeout_edited), ("calls", &appended)] {
+            home.exec(&format!(
+                "UPDATE jobhost_journals SET body = '{}' WHERE run_id = '{id}'",
+                journal.replace('\'', "''"))).await;
+            let said = refused(home.run(&["replay", &id]), name);
+            assert!(said.contains(broken), "{name}: {said}");
+        }
+        let mut unsealed = journal.clone();
+        unsealed.as_object_mut().unwrap().remove("seal");
+        home.exec(&format!(
+            "UPDATE jobhost_journals SET body = '{}' WHERE run_id = '{id}'",
+            unsealed.to_string().replace('\'', "''"))).await;
+        let (code, shown, stderr) = replay_json(&home, &[&id]);
+        assert_eq!((code, shown["sealed"].as_str()), (0, Some("unsealed")), "{shown}");
+        assert!(stderr.contains("note: unverified: the journal has no seal"), "{stderr}");
+        home.exec(&format!(
+            "UPDATE jobhost_journals SET body = '{}' WHERE run_id = '{id}'",
+            printed.trim().replace('\'', "''"))).await;
+        let (code, shown, _) = replay_json(&home, &[&id]);
+        assert_eq!((code, shown["sealed"].as_str()), (0, Some("verified")), "{shown}");
+        assert_eq!(history(&home).await, before, "a replay wrote something");
     }
 }

@@ -6,7 +6,7 @@ use super::{Failure, Global};
 use crate::engine::{Engine, EngineSettings, Loaded};
 use crate::grants::Grants;
 use crate::guest_text::for_terminal;
-use crate::journal::file::JournalFile;
+use crate::journal::file::{JournalFile, SealKey, Sealed};
 use crate::journal::replay::Replayed;
 use crate::store::Store;
 use std::path::{Path, PathBuf};
@@ -32,13 +32,29 @@ pub struct ReplayArgs {
     /// or more logging): it is answered from the journal until its calls diverge from it.
     #[arg(long, value_name = "WASM")]
     job: Option<PathBuf>,
+    /// With --from: check the file's seal against this installation's key (opens its
+    /// database); a file whose seal does not match is refused. Without it, a file's replay
+    /// is unverified.
+    #[arg(long, requires = "from")]
+    verify: bool,
     #[arg(long)]
     json: bool,
 }
 
 pub async fn replay(global: &Global, args: ReplayArgs) -> Result<u8, Failure> {
-    let (journal, recorded_path) = match &args.from {
-        Some(path) => (read_journal(path)?, None),
+    let (journal, recorded_path, sealed) = match &args.from {
+        Some(path) => {
+            let journal = read_journal(path)?;
+            let sealed = if args.verify {
+                let store = Store::open(&global.db_url(None)).await?;
+                let key = store.journal_seal_key().await;
+                store.close().await;
+                check_seal(&journal, key?.as_ref())
+            } else {
+                Sealed::Unchecked
+            };
+            (journal, None, sealed)
+        }
         None => {
             let run = args
                 .run
@@ -47,6 +63,16 @@ pub async fn replay(global: &Global, args: ReplayArgs) -> Result<u8, Failure> {
             from_database(global, run, args.attempt).await?
         }
     };
+    match sealed {
+        Sealed::Verified => {}
+        Sealed::Broken => return Err(Failure::usage(BROKEN_SEAL)),
+        Sealed::Unchecked => eprintln!(
+            "note: unverified: the file's seal was not checked (--verify checks it against this installation's key), so the replay holds the component against what the file says"
+        ),
+        Sealed::Unsealed => eprintln!(
+            "note: unverified: the journal has no seal (kept before journals were sealed), so the replay holds the component against what it says"
+        ),
+    }
     if !journal.replayable() {
         eprintln!(
             "note: this journal passed its cap ({} calls kept): the replay stops where it was cut",
@@ -83,14 +109,19 @@ pub async fn replay(global: &Global, args: ReplayArgs) -> Result<u8, Failure> {
             "recorded_component": journal.component,
             "replay": replayed,
             "recorded": journal.ending,
+            "sealed": sealed,
         });
         println!("{shown}");
     } else {
-        print_replay(&journal, &loaded, &replayed);
+        print_replay(&journal, &loaded, &replayed, sealed);
     }
     let diverged = matches!(
         replayed.stopped,
-        Some(crate::journal::Stop::Diverged { .. } | crate::journal::Stop::End { .. })
+        Some(
+            crate::journal::Stop::Diverged { .. }
+                | crate::journal::Stop::End { .. }
+                | crate::journal::Stop::Left { .. }
+        )
     );
     // The component that ran, answered the same, must end the same: if it does not, the
     // replay did not reproduce the attempt, and says so by its exit code too.
@@ -115,12 +146,26 @@ pub fn read_journal(path: &Path) -> Result<JournalFile, Failure> {
     JournalFile::parse(&bytes).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
 }
 
-/// The journal of a run's attempt, and the component its job registered.
+/// Why a journal whose seal does not match is not replayed.
+const BROKEN_SEAL: &str = "the journal's seal does not match this installation's key: it was changed after the host kept it (its code, limits, calls or ending), or another installation kept it; nothing was replayed";
+
+/// Whether `journal` is as a host of this installation kept it, by `key` (`None`: no host
+/// here made one, so no journal here was sealed).
+fn check_seal(journal: &JournalFile, key: Option<&SealKey>) -> Sealed {
+    match (key, &journal.seal) {
+        (_, None) => Sealed::Unsealed,
+        (Some(key), Some(_)) => key.check(journal),
+        (None, Some(_)) => Sealed::Broken,
+    }
+}
+
+/// The journal of a run's attempt, the component its job registered, and whether it is
+/// as the host kept it.
 async fn from_database(
     global: &Global,
     run: &str,
     attempt: Option<i64>,
-) -> Result<(JournalFile, Option<PathBuf>), Failure> {
+) -> Result<(JournalFile, Option<PathBuf>, Sealed), Failure> {
     let store = Store::open(&global.db_url(None)).await?;
     if store.get_run(run).await?.is_none() {
         store.close().await;
@@ -142,8 +187,10 @@ async fn from_database(
         .get_job(&journal.job)
         .await?
         .map(|job| PathBuf::from(job.component_path));
+    let key = store.journal_seal_key().await?;
     store.close().await;
-    Ok((journal, path))
+    let sealed = check_seal(&journal, key.as_ref());
+    Ok((journal, path, sealed))
 }
 
 fn load(engine: &Engine, path: &Path) -> Result<Arc<Loaded>, Failure> {
@@ -154,7 +201,7 @@ fn load(engine: &Engine, path: &Path) -> Result<Arc<Loaded>, Failure> {
 
 /// A replay for people. A journal from a file may hold any text: each of its strings is
 /// made terminal-safe before it is printed.
-fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
+fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed, sealed: Sealed) {
     let short =
         |digest: &str| for_terminal(&digest.chars().take(12).collect::<String>()).into_owned();
     println!(
@@ -179,7 +226,8 @@ fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
         println!();
     }
     println!("--- end of log");
-    if let Some(stop) = &replayed.stopped {
+    let left = matches!(replayed.stopped, Some(crate::journal::Stop::Left { .. }));
+    if let Some(stop) = replayed.stopped.as_ref().filter(|_| !left) {
         println!("stopped: {}", for_terminal(&stop.to_string()));
         if let Some(code) = &replayed.original_code
             && !matches!(stop, crate::journal::Stop::Diverged { .. })
@@ -189,6 +237,10 @@ fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
     } else {
         match (replayed.outcome, replayed.code) {
             (Some(outcome), _) => println!("outcome: {outcome}"),
+            (None, Some(code)) if replayed.at_original_stop => println!(
+                "failed: {code} (stopped where the original attempt was, after the {} fuel it used)",
+                replayed.fuel_used
+            ),
             (None, Some(code)) => println!("failed: {code}"),
             (None, None) => {}
         }
@@ -196,6 +248,9 @@ fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
             for line in message.lines() {
                 println!("  {}", for_terminal(line));
             }
+        }
+        if let Some(stop) = replayed.stopped.as_ref().filter(|_| left) {
+            println!("diverged: {stop}");
         }
     }
     let recorded = for_terminal(match (&journal.ending.outcome, &journal.ending.code) {
@@ -214,8 +269,13 @@ fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed) {
     } else {
         "fuel not metered".to_string()
     };
+    let unverified = if sealed == Sealed::Verified {
+        ""
+    } else {
+        " (as the journal says, unverified)"
+    };
     println!(
-        "the original attempt: {recorded}; outcome {}, log {}, {fuel}",
+        "the original attempt{unverified}: {recorded}; outcome {}, log {}, {fuel}",
         said(replayed.same.outcome),
         said(replayed.same.log),
     );

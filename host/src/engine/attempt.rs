@@ -132,6 +132,16 @@ impl AttemptReport {
     }
 }
 
+/// Most fuel a guest burns between two points where the store holds its true count.
+///
+/// Compiled code keeps its fuel count in a register and writes it back only at a call, a
+/// return or when its fuel runs out — not at an epoch check. An attempt stopped by its
+/// deadline or a cancel in a loop that calls nothing would otherwise report the fuel it had
+/// at its last call (a 3 s loop reported 2 296). Running out of this much fuel writes the
+/// count back (and yields to the runtime): every ending reads `fuel_used` to within it, a
+/// few milliseconds of compute.
+pub const FUEL_SAVE_INTERVAL: u64 = 10_000_000;
+
 /// The error the epoch callback raises at the deadline.
 #[derive(Debug)]
 struct DeadlineReached;
@@ -308,6 +318,9 @@ impl Engine {
         store.limiter(|s| &mut s.limiter);
         store.set_hostcall_fuel(hostcall_bytes);
         if self.profile.fuel {
+            store
+                .fuel_async_yield_interval(Some(FUEL_SAVE_INTERVAL))
+                .expect("fuel is enabled on the engine");
             store.set_fuel(fuel).expect("fuel is enabled on the engine");
         }
         let deadline = deadline.into_std();

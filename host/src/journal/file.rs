@@ -40,6 +40,11 @@ pub struct JournalFile {
     pub truncated: bool,
     pub calls: Vec<Call>,
     pub ending: Ending,
+    /// The HMAC-SHA256 (hex) of the rest of the journal under its installation's key
+    /// ([`SealKey`]): what says the journal is as its host kept it. `None` in a journal
+    /// kept before journals were sealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -86,6 +91,105 @@ pub enum FileError {
     Damaged { line: usize, column: usize },
     #[error("the journal's insecure_seed is not a number")]
     Seed,
+    #[error(
+        "the journal gives the guest an environment, arguments or stdin, which a host never does: it was edited"
+    )]
+    Environment,
+}
+
+/// Whether a journal is as its host kept it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sealed {
+    /// Its seal is this installation's over every field.
+    Verified,
+    /// Its seal was not checked: a file read without this installation's key.
+    Unchecked,
+    /// It has no seal: kept before journals were sealed, or no key could be had.
+    Unsealed,
+    /// Its seal is not this installation's over these fields: edited after it was kept,
+    /// or kept by another installation.
+    Broken,
+}
+
+/// An installation's key for sealing journals: 32 random bytes, kept in its database
+/// (`jobhost_secrets`), so a journal handed back — by a tenant, from a file — cannot be
+/// changed and still pass for one the host kept.
+#[derive(Clone)]
+pub struct SealKey([u8; 32]);
+
+impl SealKey {
+    pub fn random() -> SealKey {
+        SealKey(rand::random())
+    }
+
+    pub fn from_hex(text: &str) -> Option<SealKey> {
+        hex::decode(text).ok()?.try_into().ok().map(SealKey)
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// The seal of `journal`: over its text as kept, without a seal.
+    fn seal_of(&self, journal: &JournalFile) -> [u8; 32] {
+        let unsealed = JournalFile {
+            seal: None,
+            ..journal.clone()
+        };
+        hmac_sha256(&self.0, unsealed.to_json().as_bytes())
+    }
+
+    /// Seals `journal` (replacing any seal it had).
+    pub fn seal(&self, journal: &mut JournalFile) {
+        journal.seal = Some(hex::encode(self.seal_of(journal)));
+    }
+
+    /// Whether `journal`'s seal is this key's over what it holds.
+    pub fn check(&self, journal: &JournalFile) -> Sealed {
+        let Some(seal) = &journal.seal else {
+            return Sealed::Unsealed;
+        };
+        let Ok(seal) = hex::decode(seal) else {
+            return Sealed::Broken;
+        };
+        let expected = self.seal_of(journal);
+        // Compared in constant time: the seal is a secret's image.
+        let differs = seal.len() != expected.len()
+            || seal
+                .iter()
+                .zip(expected)
+                .fold(0, |acc, (a, b)| acc | (a ^ b))
+                != 0;
+        if differs {
+            Sealed::Broken
+        } else {
+            Sealed::Verified
+        }
+    }
+}
+
+impl std::fmt::Debug for SealKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SealKey(..)")
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) with a key of one SHA-256 block's half: zero-padded to the block.
+fn hmac_sha256(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
+    use sha2::{Digest as _, Sha256};
+    let mut block = [0u8; 64];
+    block[..32].copy_from_slice(key);
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(message)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
 }
 
 impl JournalFile {
@@ -113,6 +217,13 @@ impl JournalFile {
             })?;
         if journal.insecure_seed.parse::<u128>().is_err() {
             return Err(FileError::Seed);
+        }
+        // Empty by construction: a replay gives the guest none, whatever the file says.
+        if !(journal.environment.is_empty()
+            && journal.arguments.is_empty()
+            && journal.stdin.is_empty())
+        {
+            return Err(FileError::Environment);
         }
         // A journal file is input from anywhere: the sandbox it replays in is sized by it.
         let memory = journal.limits.memory;
@@ -166,6 +277,76 @@ pub(crate) mod base64_opt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hmac_sha256_is_rfc_4231s() {
+        // Test case 2: the key "Jefe", zero-padded as HMAC pads it.
+        let mut key = [0u8; 32];
+        key[..4].copy_from_slice(b"Jefe");
+        assert_eq!(
+            hex::encode(hmac_sha256(&key, b"what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    const JOURNAL: &str = r#"{"format":"jobhost-journal","version":1,"job":"j","tenant":"t",
+        "run_id":"r","seq":1,"component":"c","context":{"job":"j","run_id":"r",
+        "instance":"default","tenant":"t","attempt":1,"pass":1,"payload":"{}","cursor":null,
+        "counters":[]},"limits":{"memory":1048576,"fuel":null,"timeout_ms":1000},
+        "insecure_seed":"7","environment":[],"arguments":[],"stdin":"","truncated":false,
+        "calls":[],"ending":{"status":"failed","outcome":null,"code":"trap","fuel_used":5,
+        "log_digest":""}}"#;
+
+    #[test]
+    fn a_seal_holds_for_its_key_and_the_journal_as_sealed_only() {
+        let key = SealKey::random();
+        let mut journal = JournalFile::parse(JOURNAL.as_bytes()).unwrap();
+        assert_eq!(key.check(&journal), Sealed::Unsealed);
+        key.seal(&mut journal);
+        assert_eq!(key.check(&journal), Sealed::Verified);
+        // Through its text, as exported and read back.
+        let again = JournalFile::parse(journal.to_json().as_bytes()).unwrap();
+        assert_eq!(key.check(&again), Sealed::Verified);
+        assert_eq!(SealKey::random().check(&journal), Sealed::Broken);
+        let mut edited = journal.clone();
+        edited.limits.timeout_ms += 1;
+        assert_eq!(key.check(&edited), Sealed::Broken);
+        let mut edited = journal.clone();
+        edited.ending.code = Some("timeout".into());
+        assert_eq!(key.check(&edited), Sealed::Broken);
+        let mut edited = journal;
+        edited.seal = Some("not hex".into());
+        assert_eq!(key.check(&edited), Sealed::Broken);
+        let hex = key.to_hex();
+        assert_eq!(SealKey::from_hex(&hex).map(|k| k.to_hex()), Some(hex));
+        assert!(SealKey::from_hex("abcd").is_none());
+    }
+
+    #[test]
+    fn a_journal_that_gives_the_guest_an_environment_is_refused() {
+        for edit in [
+            (r#""environment":[]"#, r#""environment":[["HOME","/"]]"#),
+            (r#""arguments":[]"#, r#""arguments":["x"]"#),
+            (r#""stdin":"""#, r#""stdin":"x""#),
+        ] {
+            let with = JOURNAL.replace(edit.0, edit.1);
+            assert!(
+                matches!(
+                    JournalFile::parse(with.as_bytes()),
+                    Err(FileError::Environment)
+                ),
+                "{}",
+                edit.1
+            );
+        }
+    }
+
+    #[test]
+    fn the_size_cap_in_the_security_doc_is_the_constants() {
+        let doc = include_str!("../../../docs/security.md");
+        let said = format!("read to at most {} bytes", MAX_FILE_BYTES);
+        assert!(doc.contains(&said), "docs/security.md should say {said:?}");
+    }
 
     #[test]
     fn what_is_not_a_journal_of_this_version_is_refused_in_words() {

@@ -146,6 +146,8 @@ pub enum Stop {
     Cut { call: usize, journal: String },
     /// The journal was truncated at its cap: nothing after this call was kept.
     Truncated { call: usize },
+    /// The guest ended with calls of the journal left: the original made more.
+    Left { answered: usize, more: usize },
 }
 
 impl std::fmt::Display for Stop {
@@ -174,6 +176,11 @@ impl std::fmt::Display for Stop {
                 f,
                 "the journal was truncated at its cap after call {}: nothing later was kept",
                 call - 1
+            ),
+            Stop::Left { answered, more } => write!(
+                f,
+                "the replay ended after call {answered}; the original made {more} more call{}",
+                if *more == 1 { "" } else { "s" }
             ),
         }
     }

@@ -52,6 +52,9 @@ pub struct Replayed {
     /// (fuel only where both the attempt and the replay metered it: `fuel_metered`).
     pub same: Same,
     pub fuel_metered: bool,
+    /// The replay ended where the original attempt was stopped from outside, after the
+    /// fuel it used: its `code` is the original's.
+    pub at_original_stop: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -135,7 +138,7 @@ impl Engine {
         let (log_text, _) = log.contents();
         let stopped = player.stopped();
         let (calls_answered, calls_recorded) = player.progress();
-        let (status, outcome, code, message) = match &executed.result {
+        let (status, outcome, mut code, message) = match &executed.result {
             Ok(outcome) => ("succeeded", Some(outcome.name()), None, None),
             Err(failure) => (
                 "failed",
@@ -144,14 +147,40 @@ impl Engine {
                 failure.message.clone(),
             ),
         };
-        // Out of the fuel the original used, the replay reached where it was stopped.
-        let reached_original_stop =
-            stopped_from_outside(original) && code == Some(FailureCode::OutOfFuel.as_str());
-        let same_outcome = if stopped.is_some() || reached_original_stop {
-            stopped_from_outside(original) && !matches!(stopped, Some(Stop::Diverged { .. }))
-        } else {
-            journal.ending.code.as_deref() == code && journal.ending.outcome.as_deref() == outcome
-        };
+        // Out of the fuel the original used, the replay reached where it was stopped: it
+        // ends there as the original did (its deadline, a cancel), not out of fuel.
+        let reached_original_stop = stopped.is_none()
+            && stopped_from_outside(original)
+            && code == Some(FailureCode::OutOfFuel.as_str());
+        if reached_original_stop {
+            code = original
+                .and_then(FailureCode::parse)
+                .map(FailureCode::as_str);
+        }
+        // Calls the guest ended without making are a divergence too — but for the one in
+        // flight when the original was stopped, which the replay, stopped at the same
+        // fuel, may end just short of.
+        let cut_call_left = reached_original_stop
+            && calls_recorded == calls_answered + 1
+            && journal
+                .calls
+                .last()
+                .is_some_and(|call| call.answer.is_none());
+        let left =
+            (stopped.is_none() && calls_answered < calls_recorded && !cut_call_left).then(|| {
+                Stop::Left {
+                    answered: calls_answered,
+                    more: calls_recorded - calls_answered,
+                }
+            });
+        let same_outcome = left.is_none()
+            && if stopped.is_some() || reached_original_stop {
+                stopped_from_outside(original) && !matches!(stopped, Some(Stop::Diverged { .. }))
+            } else {
+                journal.ending.code.as_deref() == code
+                    && journal.ending.outcome.as_deref() == outcome
+            };
+        let stopped = stopped.or(left);
         let same = Same {
             outcome: same_outcome,
             log: log_digest(&log_text) == journal.ending.log_digest,
@@ -171,6 +200,7 @@ impl Engine {
             original_code: journal.ending.code.clone(),
             same,
             fuel_metered: metered,
+            at_original_stop: reached_original_stop,
         })
     }
 }

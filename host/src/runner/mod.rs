@@ -25,7 +25,10 @@ use crate::engine::{Engine, Loaded};
 use crate::failure::FailureCode;
 use crate::files::{Files, Uploader};
 use crate::job::JobSpec;
-use crate::journal::{self, file::JournalFile};
+use crate::journal::{
+    self,
+    file::{JournalFile, SealKey},
+};
 use crate::lease::LeaseTerms;
 use crate::links::{Caller, Links};
 use crate::metrics::Metrics;
@@ -112,6 +115,8 @@ pub struct Runner {
     quotas: QuotaBook,
     interrupts: Interrupts,
     pauses: Pauses,
+    /// The installation's key that seals each kept journal, read (or made) once.
+    seal_key: tokio::sync::OnceCell<SealKey>,
 }
 
 /// A claimed run without a lease, resolved.
@@ -154,6 +159,7 @@ impl Runner {
             files,
             links,
             finisher,
+            seal_key: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -355,7 +361,7 @@ impl Runner {
             return;
         }
         let (status, outcome, code) = ending_names(&report.result);
-        let journal = JournalFile {
+        let mut journal = JournalFile {
             format: journal::file::FORMAT.into(),
             version: journal::file::VERSION,
             job: run.job.clone(),
@@ -383,7 +389,19 @@ impl Runner {
                 fuel_used: report.fuel_used,
                 log_digest: journal::file::log_digest(&report.log),
             },
+            seal: None,
         };
+        let key = self
+            .seal_key
+            .get_or_try_init(|| self.store.journal_seal_key_or_make())
+            .await;
+        match key {
+            Ok(key) => key.seal(&mut journal),
+            // Kept unsealed: a replay says it cannot vouch for it.
+            Err(error) => {
+                tracing::warn!(run_id = %run.id, seq = run.attempts, code = "driver_failed", error = %error, "could not read the key that seals journals");
+            }
+        }
         if let Err(error) = self.store.put_journal(&journal).await {
             tracing::warn!(run_id = %run.id, seq = run.attempts, code = "driver_failed", error = %error, "could not keep the attempt's journal");
         }

@@ -3,7 +3,10 @@
 //! reads and writes.
 
 use super::{Result, Store};
-use crate::journal::file::JournalFile;
+use crate::journal::file::{JournalFile, SealKey};
+
+/// The journals' seal key's name in `jobhost_secrets`.
+const SEAL_KEY: &str = "journal-seal";
 
 crate::record! {
     /// A kept journal: `body` is the journal's JSON (empty in a listing).
@@ -62,6 +65,33 @@ impl Store {
                 .fetch_optional(p)
                 .await?),
         })
+    }
+
+    /// The key that seals journals, if a host has made it.
+    pub async fn journal_seal_key(&self) -> Result<Option<SealKey>> {
+        let q = &self.q.secret;
+        let value: Option<String> = with_pool!(self.pool, p => sqlx::query_scalar(q.as_str())
+            .bind(SEAL_KEY)
+            .fetch_optional(p)
+            .await?);
+        Ok(value.as_deref().and_then(SealKey::from_hex))
+    }
+
+    /// The key that seals journals, made if no host has made it yet: of two hosts making it
+    /// at once, the first one written is the one both use.
+    pub async fn journal_seal_key_or_make(&self) -> Result<SealKey> {
+        if let Some(key) = self.journal_seal_key().await? {
+            return Ok(key);
+        }
+        let made = SealKey::random();
+        let q = &self.q.insert_secret;
+        with_pool!(self.pool, p => sqlx::query(q.as_str())
+            .bind(SEAL_KEY)
+            .bind(made.to_hex())
+            .execute(p)
+            .await
+            .map(drop)?);
+        Ok(self.journal_seal_key().await?.unwrap_or(made))
     }
 
     /// The journals a run keeps, without their text.

@@ -72,6 +72,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     23 => "0023_jobs_that_start_jobs",
     24 => "0024_served_jobs_and_failed_steps",
     25 => "0025_journals",
+    26 => "0026_journal_seal",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -99,6 +100,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     23 => "0023_jobs_that_start_jobs",
     24 => "0024_served_jobs_and_failed_steps",
     25 => "0025_journals",
+    26 => "0026_journal_seal",
 );
 
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {

@@ -650,6 +650,10 @@ queries! {
         FROM jobhost_journals WHERE run_id = $1 AND seq = $2";
     last_journal = "SELECT run_id, seq, job, tenant, calls, bytes, replayable, body, recorded_at \
         FROM jobhost_journals WHERE run_id = $1 ORDER BY seq DESC LIMIT 1";
+    // The journals' seal key: the first host to need it writes it, every host reads it.
+    secret = "SELECT value FROM jobhost_secrets WHERE name = $1";
+    insert_secret = "INSERT INTO jobhost_secrets (name, value, created_at) VALUES ($1, $2, {now}) \
+        ON CONFLICT (name) DO NOTHING";
     run_journals = "SELECT run_id, seq, job, tenant, calls, bytes, replayable, '' AS body, \
         recorded_at FROM jobhost_journals WHERE run_id = $1 ORDER BY seq";
     run_step_failures = "SELECT pass, name, attempts, last_code, last_error, failed_at \

@@ -18,7 +18,9 @@
 //! asked for in one call), `sockets` (a TCP connection to `target`, a UDP socket and a
 //! name lookup, each of which must be refused), `networks` (network handles taken and
 //! never given back), `defer` (defers every pass by `defer_ms`, zero too: for ever, but
-//! for the host's bounds).
+//! for the host's bounds), `burn` (`iterations` turns of a loop that calls nothing, then,
+//! as `then` says, `done`, a `trap` at an out-of-bounds load, or `spin`: the same loop
+//! for ever — fuel the host must count however the attempt ends).
 
 use jobhost_guest::{Context, HostError, Job, JobError, Outcome, db, describe, log};
 use serde::Deserialize;
@@ -35,6 +37,19 @@ struct Payload {
     target: String,
     #[serde(default)]
     defer_ms: u64,
+    #[serde(default)]
+    iterations: u64,
+    #[serde(default)]
+    then: String,
+}
+
+/// Turns a loop that calls nothing (not the host, not a function) `n` times.
+fn burn(n: u64) -> u64 {
+    let mut turns: u64 = 0;
+    while turns < n {
+        turns = std::hint::black_box(turns + 1);
+    }
+    turns
 }
 
 struct Adversary;
@@ -184,6 +199,23 @@ impl Job for Adversary {
             "defer" => Ok(Outcome::Defer(std::time::Duration::from_millis(
                 ctx.payload.defer_ms,
             ))),
+            "burn" => {
+                burn(ctx.payload.iterations);
+                match ctx.payload.then.as_str() {
+                    // A trap no call precedes: past the end of any 32-bit memory.
+                    "trap" => {
+                        let beyond = std::hint::black_box(u32::MAX as usize - 7) as *const u64;
+                        // SAFETY: none; the load is meant to trap.
+                        let word = unsafe { beyond.read_volatile() };
+                        Err(JobError::Failed(format!("read {word}")))
+                    }
+                    "spin" => {
+                        burn(u64::MAX);
+                        Ok(Outcome::Done)
+                    }
+                    _ => Ok(Outcome::Done),
+                }
+            }
             "sql" => {
                 for sql in &ctx.payload.sql {
                     db::query(sql, &[]).map_err(refused)?;
