@@ -11,7 +11,10 @@
 //! continues, waiting for its children; the next pass sums their results into its own
 //! (`{"succeeded", "other", "sum"}`) and logs what started it.
 //!
-//! A child hands back `{"n": n}`, or, with `fail`, fails for good.
+//! A child hands back `{"n": n}`, or, with `fail`, fails for good. With the parent's
+//! `child_writes: w` (and `child_wait_ms: m`), each child first writes `w` transactions
+//! of one `ledger` row each, holding each open `m` ms, the row's `n` the wall-clock
+//! millisecond its transaction began.
 
 use jobhost_guest::jobs::{self, NewRun, Options, WaitPolicy};
 use jobhost_guest::{Context, Job, JobError, Outcome, db, log, run};
@@ -45,6 +48,14 @@ struct Payload {
     /// Children not failing are due this much later.
     #[serde(default)]
     delay_ms: u64,
+    /// Transactions each child writes first (`writes` in a child's payload), each held
+    /// open `wait_ms` (`child_wait_ms` in the parent's).
+    #[serde(default)]
+    child_writes: u64,
+    #[serde(default)]
+    child_wait_ms: u64,
+    #[serde(default)]
+    writes: u64,
 }
 
 fn child_job() -> String {
@@ -61,7 +72,7 @@ impl Job for Family {
 
     fn run(ctx: Context<Payload>) -> Result<Outcome, JobError> {
         if ctx.job.ends_with("child") {
-            return child(&ctx.payload);
+            return child(&ctx);
         }
         let info = run::info();
         log::info(&format!(
@@ -92,12 +103,25 @@ impl Job for Family {
     }
 }
 
-fn child(payload: &Payload) -> Result<Outcome, JobError> {
+fn child(ctx: &Context<Payload>) -> Result<Outcome, JobError> {
+    let payload = &ctx.payload;
     log::info(&format!(
         "child {}: started_by={:?}",
         payload.n,
         run::info().started_by
     ));
+    for _ in 0..payload.writes {
+        let began = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let tx = db::begin()?;
+        tx.execute(
+            "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)",
+            &[ctx.run_id.as_str().into(), ctx.attempt.into(), began.into()],
+        )?;
+        std::thread::sleep(Duration::from_millis(payload.wait_ms));
+        tx.commit()?;
+    }
     if payload.fail {
         return Err(JobError::unrecoverable(format!(
             "child {} fails",
@@ -127,7 +151,12 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
                 .iter()
                 .map(|n| NewRun {
                     job: p.job.as_str(),
-                    payload: json!({ "n": n, "fail": p.failing.contains(n) }),
+                    payload: json!({
+                        "n": n,
+                        "fail": p.failing.contains(n),
+                        "writes": p.child_writes,
+                        "wait_ms": p.child_wait_ms,
+                    }),
                     options: options(n),
                 })
                 .collect()
