@@ -239,8 +239,9 @@ impl Store {
         });
         let mut answers: Vec<Option<RunRecord>> = vec![None; batch.len()];
         let started = tokio::time::Instant::now();
+        let bounded = wait.filter(|_| self.records_cancels());
         with_pool!(self.pool, p => {
-            let mut conn = match wait {
+            let mut conn = match bounded {
                 Some(wait) => tokio::time::timeout(wait, Exclusive::acquire(p))
                     .await
                     .map_err(|_| super::StoreError::Sqlite { code: SQLITE_BUSY })??,
@@ -249,7 +250,6 @@ impl Store {
             // SQLite waits for its lock in its busy handler, on the connection's thread:
             // bounded there, a cancel that did not get it leaves nothing behind. (Dropped
             // unreleased, the connection is closed, its default timeout with it.)
-            let bounded = wait.filter(|_| self.records_cancels());
             if let Some(wait) = bounded {
                 let left = wait.saturating_sub(started.elapsed()).as_millis().max(1);
                 sqlx::query(AssertSqlSafe(format!("PRAGMA busy_timeout = {left}")))
