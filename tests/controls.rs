@@ -9,7 +9,9 @@ use serde_json::Value;
 use std::time::{Duration, Instant};
 
 /// A manifest of the jobs these tests control: `ledger` writes rows in one transaction
-/// and waits inside it (or before it), `flaky` fails, `pager` runs pass after pass.
+/// and waits inside it (or before it), `writer` and `holder` write transaction after
+/// transaction, each holding the write lock a while (each row stamped with when its
+/// transaction began), `flaky` fails, `pager` runs pass after pass.
 fn manifest(home: &Home, ledger_wait_at: &str) -> std::path::PathBuf {
     home.manifest(
         "[lanes.bulk]\nworkers = 1\n",
@@ -21,6 +23,18 @@ fn manifest(home: &Home, ledger_wait_at: &str) -> std::path::PathBuf {
             timeout = "60s"
             retries = 0
             payload = {{ rows = 3, wait_ms = 8000, wait_at = "{ledger_wait_at}" }}
+            [jobs.writer]
+            component = "{{guest:ledger}}"
+            grants.db = {{ write = ["ledger"] }}
+            timeout = "60s"
+            retries = 0
+            payload = {{ rows = 2, wait_ms = 150, transactions = 10000, stamp = true }}
+            [jobs.holder]
+            component = "{{guest:ledger}}"
+            grants.db = {{ write = ["ledger"] }}
+            timeout = "60s"
+            retries = 0
+            payload = {{ rows = 2, wait_ms = 4000, transactions = 10000, stamp = true }}
             [jobs.flaky]
             component = "{{guest:flaky}}"
             retries = 0
@@ -102,6 +116,73 @@ async fn assert_cancelled(home: &Home, server: &Server, id: &str) {
     assert_eq!(run_status(server, id).await, "cancelled", "never retried");
 }
 
+/// The wall clock in milliseconds, as the `ledger` guest stamps its rows.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Cancels the running `job`'s run from another process (`host runs cancel`) while it
+/// writes transaction after transaction, `rounds` times, each at another point of its
+/// cycle: the cancel returns within the bound, the run ends cancelled with one report, and
+/// no transaction the attempt began after the cancel returned committed. Prints each
+/// cancel's latency.
+async fn race_cancels_against(home: &Home, server: &Server, job: &str, rounds: u64) {
+    for round in 0..rounds {
+        let id = kick(server, job).await;
+        wait_run(server, &id, "the attempt", |r| r["status"] == "running").await;
+        let start = Instant::now();
+        while ledger_rows(home, &id).await == 0 && job == "writer" {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the writer commits"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if job == "holder" {
+            // Inside its first transaction, which holds the write lock for seconds.
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(37 * round % 200)).await;
+        let asked = Instant::now();
+        let out = home.run(&["runs", "cancel", &id]);
+        let took = asked.elapsed();
+        let returned = now_ms();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{printed}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(printed.contains("cancelled"), "{printed}");
+        println!(
+            "{:?} {job} round {round}: the cancel returned in {} ms",
+            home.backend,
+            took.as_millis()
+        );
+        assert!(
+            took < Duration::from_secs(2),
+            "the cancel returned in {took:?}"
+        );
+        assert_cancelled(home, server, &id).await;
+        wait_run(server, &id, "the stopped attempt", |r| {
+            r["attempt_records"][0]["finished_at"].is_string()
+        })
+        .await;
+        let late = home
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM ledger WHERE run_id = '{id}' AND n > {returned}"
+            ))
+            .await;
+        assert_eq!(
+            late, 0,
+            "round {round}: a transaction begun after the cancel returned committed"
+        );
+    }
+}
+
 async fn run_status(server: &Server, id: &str) -> String {
     run(server, id).await["status"]
         .as_str()
@@ -152,6 +233,70 @@ on_every_backend! {
         tokio::time::sleep(Duration::from_secs(8)).await;
         assert_eq!(ledger_rows(&home, &id).await, 0, "no row of a cancelled attempt commits");
         assert_eq!(run_status(&server, &id).await, "cancelled");
+    }
+
+    async fn a_cancel_from_another_process_wins_over_a_busy_writer_every_time(home) {
+        let m = manifest(&home, "commit");
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        race_cancels_against(&home, &server, "writer", 10).await;
+        // A transaction that holds the write lock longer than a cancel waits for it: the
+        // cancel answers, recorded, and the attempt it stops lets the cancel be written.
+        race_cancels_against(&home, &server, "holder", 3).await;
+        let next = kick(&server, "hello").await;
+        wait_run(&server, &next, "another run", |r| r["status"] == "succeeded").await;
+    }
+
+    async fn a_cancel_answers_at_once_though_a_host_run_holds_the_write_lock_for_seconds(home) {
+        // `host run` watches for no cancel: on SQLite its guest's transaction keeps the
+        // write lock for seconds, past the cancel's wait. The cancel answers, recorded; the
+        // guest's commit is refused, and `host run` writes the cancel as it finishes.
+        let m = manifest(&home, "commit");
+        let mut host_run = home.spawn(&["run", "holder", "--manifest", m.to_str().unwrap()]);
+        let store = home.store().await;
+        let start = Instant::now();
+        let id = loop {
+            let filter = jobhost::store::RunFilter {
+                job: Some("holder".into()),
+                limit: 10,
+                ..Default::default()
+            };
+            let runs = store.list_runs(&filter).await.unwrap();
+            if let Some(run) = runs.iter().find(|r| r.status == "running") {
+                break run.id.clone();
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "host run starts the run");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        store.close().await;
+        // Inside its first transaction.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let asked = Instant::now();
+        let out = home.run(&["runs", "cancel", &id]);
+        let took = asked.elapsed();
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{printed}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(printed.contains("cancelled"), "{printed}");
+        println!("{:?} host run holder: the cancel returned in {} ms", home.backend, took.as_millis());
+        assert!(took < Duration::from_secs(2), "the cancel returned in {took:?}");
+        let start = Instant::now();
+        while host_run.try_wait().unwrap().is_none() {
+            assert!(start.elapsed() < Duration::from_secs(30), "host run ends");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let cancelled = home
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM jobhost_runs WHERE id = '{id}' AND status = 'cancelled' \
+                 AND last_code = 'cancelled_by_operator'"
+            ))
+            .await;
+        assert_eq!(cancelled, 1, "the recorded cancel was written");
+        let reports = home
+            .scalar(&format!(
+                "SELECT COUNT(*) FROM jobhost_reports WHERE run_id = '{id}' AND kind = 'cancelled'"
+            ))
+            .await;
+        assert_eq!(reports, 1, "one report");
+        assert_eq!(ledger_rows(&home, &id).await, 0, "the open transaction's commit was refused");
     }
 
     async fn a_guest_spinning_in_pure_compute_is_stopped_by_a_cancel_from_another_process(home) {

@@ -1,7 +1,8 @@
 //! Jobs that start jobs, end to end on both backends: children commit with the parent's
 //! transaction or not at all, a superseded attempt starts none, a parent waits for a
 //! thousand children and resumes once with their results, a failed child fails a parent
-//! that waits with policy `fail`, a cancelled parent takes its attached children with it,
+//! that waits with policy `fail`, a cancelled parent takes its attached children with it
+//! (at once, however busily they write),
 //! grants and tenants bound what a job may start, and a flood stops at the cap.
 
 use crate::common;
@@ -56,6 +57,11 @@ fn manifest(home: &Home) -> std::path::PathBuf {
         parent(
             "patient",
             r#"{ children = 10, delay_ms = 60000, wait = "continue" }"#,
+            "",
+        ),
+        parent(
+            "busy-family",
+            r#"{ children = 2, wait = "continue", child_writes = 10000, child_wait_ms = 150 }"#,
             "",
         ),
         parent(
@@ -190,6 +196,23 @@ async fn ended(server: &Server, id: &str) -> Value {
     wait_run(server, id, Duration::from_secs(60), "the run's end", |r| {
         !["queued", "running", "waiting"].contains(&r["status"].as_str().unwrap_or_default())
     })
+    .await
+}
+
+/// The wall clock in milliseconds, as the `family` guest's children stamp their rows.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Rows the children of `parent` committed, `filter` further narrowing them.
+async fn children_rows(home: &Home, parent: &str, filter: &str) -> i64 {
+    home.scalar(&format!(
+        "SELECT COUNT(*) FROM ledger WHERE run_id IN \
+         (SELECT id FROM jobhost_runs WHERE parent_run = '{parent}') {filter}"
+    ))
     .await
 }
 
@@ -376,6 +399,48 @@ on_every_backend! {
             assert_eq!(operator, 0, "{table}: no operator cancelled anything");
         }
         assert!(stopped >= 6, "{stopped}");
+    }
+
+    async fn cancelling_a_waiting_parent_stops_its_busily_writing_children_at_once(home) {
+        let m = manifest(&home);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        for round in 0..3u64 {
+            let parent = kick(&server, "busy-family").await;
+            wait_run(&server, &parent, Duration::from_secs(20), "the wait", |r| r["status"] == "waiting").await;
+            // Both children run and write (on SQLite one may be starved of the write lock
+            // by the other, as any busy writer starves the rest).
+            let start = Instant::now();
+            while children_rows(&home, &parent, "").await == 0
+                || children(&home, &parent, "AND status = 'running'").await < 2
+            {
+                assert!(start.elapsed() < Duration::from_secs(30), "the children write");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(37 * round % 200)).await;
+            let asked = Instant::now();
+            let out = home.run(&["runs", "cancel", &parent]);
+            let took = asked.elapsed();
+            let returned = now_ms();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            while children(&home, &parent, "AND status IN ('queued', 'running')").await > 0 {
+                assert!(asked.elapsed() < Duration::from_secs(10), "the children outlived their parent");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            println!(
+                "{:?} round {round}: the parent's cancel returned in {} ms, its children ended within {} ms",
+                home.backend,
+                took.as_millis(),
+                asked.elapsed().as_millis()
+            );
+            assert!(took < Duration::from_secs(2), "the cancel returned in {took:?}");
+            assert_eq!(run(&server, &parent).await["status"], "cancelled");
+            assert_eq!(children(&home, &parent, "AND status = 'cancelled'").await, 2, "no child ended otherwise");
+            // The family sweep cancels the children within its period (250 ms) of the
+            // parent's cancel: no child transaction begun after that committed.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let late = children_rows(&home, &parent, &format!("AND n > {}", returned + 1000)).await;
+            assert_eq!(late, 0, "round {round}: a child's transaction begun after the family's cancel committed");
+        }
     }
 
     async fn a_job_starts_only_what_it_was_granted_and_its_tenant_may_run(home) {

@@ -302,6 +302,8 @@ on_every_backend! {
                 ("PRAGMA writable_schema = 1", forbidden),
                 ("ATTACH DATABASE 'x.db' AS x", forbidden),
                 ("SELECT load_extension('x')", forbidden),
+                // The fence's view of the cancel book is the host's.
+                ("SELECT jobhost_cancel_marked('x')", forbidden),
             ],
             common::Backend::Postgres => &[
                 ("SELECT * FROM pg_authid", not_granted),

@@ -7,10 +7,12 @@
 //!   cancelling transaction, so an attempt still running — on any host, frozen or not —
 //!   can commit nothing afterwards; the host running it stops it at once
 //!   ([`watch_cancels`]). A kick it had pending is queued, as at any run's end. On
-//!   SQLite a guest's open write transaction holds the file's one write lock: a cancel
-//!   through the host running the attempt stops it first (its transaction rolls back); a
-//!   cancel from another process waits for that transaction to end (it is bounded by the
-//!   host's transaction bound), and what it committed before the cancel stays.
+//!   SQLite a guest's open write transaction holds the file's one write lock, so the
+//!   cancel is first recorded in the cancel book beside the database, which the fence
+//!   reads: from then on nothing the attempt writes commits, and the call waits for the
+//!   lock at most [`CANCEL_WAIT`] before it answers; the row is then written by whichever
+//!   process gets the lock first ([`write_recorded_cancels`]). What the attempt committed
+//!   before the cancel stays.
 //! - **Retry** a failed, crashed or cancelled run (a timeout is a failed run): a new run
 //!   with the same payload, `retry_of` the original, resuming its last committed pass.
 //!   A run is retried at most once, so a bulk retry sent twice changes nothing the second
@@ -23,8 +25,8 @@ use crate::failure::FailureCode;
 use crate::metrics::Metrics;
 use crate::runner::{Runner, new_run_id};
 use crate::store::{
-    CancelRequest, NewReport, NewRun, Origin, ReportKind, RetryRequest, RunFilter, RunRecord,
-    RunStatus, Store, StoreError,
+    CancelMark, CancelRequest, NewReport, NewRun, Origin, ReportKind, RetryRequest, RunFilter,
+    RunRecord, RunStatus, Store, StoreError,
 };
 use std::time::Duration;
 
@@ -34,6 +36,9 @@ pub const BULK_MAX: i64 = 1000;
 pub const BATCH: usize = 100;
 /// How often a serving host asks whether a run it is running was cancelled elsewhere.
 pub const CANCEL_POLL: Duration = Duration::from_millis(250);
+/// How long a cancel on SQLite waits for the write lock before it answers with the cancel
+/// recorded in the cancel book (a guest's transaction may hold the lock for its bound).
+pub const CANCEL_WAIT: Duration = Duration::from_millis(750);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -72,6 +77,28 @@ pub struct Ending {
 }
 
 impl Ending {
+    /// This ending of `run` as the cancel book records it.
+    fn mark(&self, run: &str, tenant: Option<&str>) -> CancelMark {
+        CancelMark {
+            run_id: run.to_string(),
+            tenant: tenant.map(str::to_string),
+            status: self.status.as_str().to_string(),
+            code: self.code.as_str().to_string(),
+            report: self.report.as_str().to_string(),
+            by_operator: self.by_operator,
+        }
+    }
+
+    /// The ending a recorded cancel asks for; `None` for one this host cannot read.
+    fn of_mark(mark: &CancelMark) -> Option<Ending> {
+        Some(Ending {
+            status: RunStatus::parse(&mark.status)?,
+            code: FailureCode::parse(&mark.code)?,
+            report: ReportKind::parse(&mark.report)?,
+            by_operator: mark.by_operator,
+        })
+    }
+
     pub const OPERATOR_CANCEL: Ending = Ending {
         status: RunStatus::Cancelled,
         code: FailureCode::CancelledByOperator,
@@ -138,6 +165,13 @@ impl Controls<'_> {
 
     /// Ends `runs` as a cancel does (fenced, in one transaction), with `ending`'s status
     /// and code: per run, as ended, or `None` if it had ended meanwhile.
+    ///
+    /// On SQLite the cancel is first recorded in the cancel book, which needs no write
+    /// lock: from then on nothing the attempt writes commits. The cancel's transaction
+    /// then waits for the write lock at most [`CANCEL_WAIT`]; if a guest's transaction
+    /// still holds it, the answer is the run as the recorded cancel will end it, and the
+    /// transaction is written by whichever process gets the lock first
+    /// ([`write_recorded_cancels`]).
     pub async fn end_batch(
         &self,
         who: Actor<'_>,
@@ -148,27 +182,16 @@ impl Controls<'_> {
             .iter()
             .filter(|run| run.status().is_some_and(|s| !s.is_terminal()))
             .collect();
-        let mut payloads = std::collections::BTreeMap::new();
-        for run in &live {
-            if !payloads.contains_key(&run.job) {
-                let payload = match self.store.get_job(&run.job).await? {
-                    Some(job) => crate::kick::job_payload(&job),
-                    None => run.payload.clone(),
-                };
-                payloads.insert(run.job.clone(), payload);
-            }
-        }
-        let requests: Vec<CancelRequest<'_>> = live
-            .iter()
-            .map(|run| CancelRequest {
-                run,
-                tenant: who.tenant,
-                status: ending.status.as_str(),
-                code: ending.code.as_str(),
-                follow_up: crate::kick::follow_up(run, payloads[&run.job].clone()),
-                report: NewReport::about_run(ending.report, run, ending.code),
-            })
-            .collect();
+        let payloads = job_payloads(self.store, &live).await?;
+        let requests = cancel_requests(&live, who.tenant, ending, &payloads);
+        let ids: Vec<String> = live.iter().map(|run| run.id.clone()).collect();
+        self.store
+            .record_cancels(
+                live.iter()
+                    .map(|run| ending.mark(&run.id, who.tenant))
+                    .collect(),
+            )
+            .await?;
         // An attempt running here is stopped first: on SQLite its open transaction holds
         // the one write lock the cancel needs. A stopped attempt writes nothing more; its
         // ending, if recorded before the cancel, ends the run itself, with the same status
@@ -180,12 +203,24 @@ impl Controls<'_> {
                     .is_some_and(|runner| runner.interrupts().interrupt(&run.id, ending.code))
             })
             .collect();
-        let answers = self.store.cancel_runs(&requests).await?;
+        let answers = match self
+            .store
+            .cancel_runs_within(&requests, CANCEL_WAIT)
+            .await?
+        {
+            Some(answers) => {
+                forget(self.store, ids).await;
+                answers
+            }
+            None => recorded_endings(self.store, &live, ending).await?,
+        };
         let mut by_id = std::collections::BTreeMap::new();
         for ((run, answer), interrupted) in live.iter().zip(answers).zip(interrupted) {
+            // Ended meanwhile: by its stopped attempt, or, for a cancel recorded in the
+            // cancel book, by the process that wrote it first.
             let cancelled = match answer {
                 Some(cancelled) => Some(cancelled),
-                None if interrupted => self
+                None if interrupted || self.store.records_cancels() => self
                     .store
                     .get_run(&run.id)
                     .await?
@@ -381,8 +416,137 @@ fn retryable(run: &RunRecord) -> bool {
     )
 }
 
+/// The payload of each job of `runs`, for the follow-up of kicks a run had pending.
+async fn job_payloads(
+    store: &Store,
+    runs: &[&RunRecord],
+) -> Result<std::collections::BTreeMap<String, String>, StoreError> {
+    let mut payloads = std::collections::BTreeMap::new();
+    for run in runs {
+        if !payloads.contains_key(&run.job) {
+            let payload = match store.get_job(&run.job).await? {
+                Some(job) => crate::kick::job_payload(&job),
+                None => run.payload.clone(),
+            };
+            payloads.insert(run.job.clone(), payload);
+        }
+    }
+    Ok(payloads)
+}
+
+fn cancel_requests<'a>(
+    runs: &[&'a RunRecord],
+    tenant: Option<&'a str>,
+    ending: Ending,
+    payloads: &std::collections::BTreeMap<String, String>,
+) -> Vec<CancelRequest<'a>> {
+    runs.iter()
+        .map(|run| CancelRequest {
+            run,
+            tenant,
+            status: ending.status.as_str(),
+            code: ending.code.as_str(),
+            follow_up: crate::kick::follow_up(run, payloads[&run.job].clone()),
+            report: NewReport::about_run(ending.report, run, ending.code),
+        })
+        .collect()
+}
+
+/// Forgets the recorded cancels of `runs`, now written: one left behind (this failing) is
+/// found written, and forgotten, by the next [`write_recorded_cancels`].
+async fn forget(store: &Store, runs: Vec<String>) {
+    if let Err(e) = store.forget_cancels(runs).await {
+        tracing::warn!(code = "driver_failed", error = %e, "could not clear the cancel book");
+    }
+}
+
+/// Per run, as its recorded cancel will end it, or `None` if it ended before the cancel
+/// (then its record is forgotten): what a cancel answers when its transaction could not
+/// get the write lock in time. Nothing but that cancel ends a run once it is recorded.
+async fn recorded_endings(
+    store: &Store,
+    runs: &[&RunRecord],
+    ending: Ending,
+) -> Result<Vec<Option<RunRecord>>, StoreError> {
+    let mut answers = Vec::with_capacity(runs.len());
+    let mut ended = Vec::new();
+    for run in runs {
+        let now = store.get_run(&run.id).await?;
+        answers.push(match now {
+            Some(mut now) if now.status().is_some_and(|s| !s.is_terminal()) => {
+                now.status = ending.status.as_str().to_string();
+                now.last_code = Some(ending.code.as_str().to_string());
+                Some(now)
+            }
+            Some(now)
+                if now.status == ending.status.as_str()
+                    && now.last_code.as_deref() == Some(ending.code.as_str()) =>
+            {
+                Some(now)
+            }
+            _ => {
+                ended.push(run.id.clone());
+                None
+            }
+        });
+    }
+    forget(store, ended).await;
+    Ok(answers)
+}
+
+/// Writes the cancels recorded in the cancel book (SQLite) that are not in the database
+/// yet, each as its recorder asked, and forgets them: those of runs that ended before
+/// their cancel too. Waits for the write lock. Returns how many runs it ended.
+pub async fn write_recorded_cancels(store: &Store) -> Result<usize, StoreError> {
+    // The recorded cancels by what they ask for (their runs' ids set aside).
+    let mut groups: Vec<(CancelMark, Vec<String>)> = Vec::new();
+    for mut mark in store.recorded_cancels().await? {
+        let id = std::mem::take(&mut mark.run_id);
+        match groups.iter_mut().find(|(asked, _)| *asked == mark) {
+            Some((_, ids)) => ids.push(id),
+            None => groups.push((mark, vec![id])),
+        }
+    }
+    let mut ended = 0;
+    for (mark, ids) in groups {
+        let Some(ending) = Ending::of_mark(&mark) else {
+            tracing::warn!(code = "driver_failed", status = %mark.status, failure = %mark.code, "a recorded cancel names an ending this host does not know");
+            continue;
+        };
+        let mut runs = Vec::with_capacity(ids.len());
+        for id in &ids {
+            if let Some(run) = store.get_run(id).await?
+                && run.status().is_some_and(|s| !s.is_terminal())
+            {
+                runs.push(run);
+            }
+        }
+        for batch in runs.chunks(BATCH) {
+            let live: Vec<&RunRecord> = batch.iter().collect();
+            let payloads = job_payloads(store, &live).await?;
+            let requests = cancel_requests(&live, mark.tenant.as_deref(), ending, &payloads);
+            ended += store.cancel_runs(&requests).await?.iter().flatten().count();
+        }
+        forget(store, ids).await;
+    }
+    Ok(ended)
+}
+
+/// [`write_recorded_cancels`] on SQLite, logging a failure: for `host run` and `host
+/// drive`, which end attempts such a cancel stopped and may be the only process left to
+/// write it.
+pub async fn write_recorded_cancels_here(store: &Store) {
+    if store.records_cancels()
+        && let Err(e) = write_recorded_cancels(store).await
+    {
+        tracing::warn!(code = "driver_failed", error = %e, "could not write the recorded cancels");
+    }
+}
+
 /// Stops the attempts this host runs whose runs were cancelled through another host (or
-/// another process): asks every [`CANCEL_POLL`] while any attempt runs, until `stop`.
+/// another process): asks every [`CANCEL_POLL`] while any attempt runs, until `stop`. On
+/// SQLite it also writes the cancels other processes recorded but could not write
+/// ([`write_recorded_cancels`]), once the attempts they stop have let go of the lock.
 pub async fn watch_cancels(
     runner: std::sync::Arc<Runner>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -392,28 +556,43 @@ pub async fn watch_cancels(
             _ = tokio::time::sleep(CANCEL_POLL) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
+        let store = runner.store();
+        let recorded = match store.recorded_cancels().await {
+            Ok(recorded) => recorded,
+            Err(e) => {
+                tracing::warn!(code = "driver_failed", error = %e, "could not read the cancel book");
+                Vec::new()
+            }
+        };
         let running = runner.interrupts().running();
-        if running.is_empty() {
-            continue;
-        }
-        match runner.store().cancelled_among(&running).await {
-            Ok(cancelled) => {
-                for (id, code) in cancelled {
-                    // Stopped with the code its run was ended with: an operator's cancel,
-                    // or its parent's failure.
-                    let code = code
-                        .as_deref()
-                        .and_then(FailureCode::parse)
-                        .filter(|c| c.ends_from_outside())
-                        .unwrap_or(FailureCode::CancelledByOperator);
-                    if runner.interrupts().interrupt(&id, code) {
-                        tracing::info!(run_id = %id, code = code.as_str(), "stopping a cancelled run's attempt");
-                    }
+        if !running.is_empty() {
+            let cancelled = match store.cancelled_among(&running).await {
+                Ok(cancelled) => cancelled,
+                Err(e) => {
+                    tracing::warn!(code = "driver_failed", error = %e, "could not check for cancelled runs");
+                    Vec::new()
+                }
+            };
+            let recorded = recorded
+                .iter()
+                .map(|mark| (mark.run_id.clone(), Some(mark.code.clone())));
+            for (id, code) in cancelled.into_iter().chain(recorded) {
+                // Stopped with the code its run was ended with: an operator's cancel, or
+                // its parent's failure.
+                let code = code
+                    .as_deref()
+                    .and_then(FailureCode::parse)
+                    .filter(|c| c.ends_from_outside())
+                    .unwrap_or(FailureCode::CancelledByOperator);
+                if runner.interrupts().interrupt(&id, code) {
+                    tracing::info!(run_id = %id, code = code.as_str(), "stopping a cancelled run's attempt");
                 }
             }
-            Err(e) => {
-                tracing::warn!(code = "driver_failed", error = %e, "could not check for cancelled runs");
-            }
+        }
+        if !recorded.is_empty()
+            && let Err(e) = write_recorded_cancels(store).await
+        {
+            tracing::warn!(code = "driver_failed", error = %e, "could not write the recorded cancels");
         }
     }
 }

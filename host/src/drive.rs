@@ -118,6 +118,7 @@ pub async fn drive(
             report.runs.push(driven);
         }
     }
+    crate::controls::write_recorded_cancels_here(store).await;
     Ok(report)
 }
 

@@ -101,7 +101,20 @@ pub async fn sweep(
     };
     let operator = Actor { tenant: None };
     let mut swept = Swept::default();
-    for row in store.family_rows(FAMILIES_PER_SWEEP).await? {
+    // On SQLite a cancel recorded in the cancel book ends its run already (its row
+    // follows): its children go at once, not once the row is written.
+    let recorded: std::collections::BTreeMap<String, String> = store
+        .recorded_cancels()
+        .await?
+        .into_iter()
+        .map(|mark| (mark.run_id, mark.status))
+        .collect();
+    for mut row in store.family_rows(FAMILIES_PER_SWEEP).await? {
+        if let Some(status) = recorded.get(&row.id)
+            && RunStatus::parse(&row.status).is_some_and(|s| !s.is_terminal())
+        {
+            row.status = status.clone();
+        }
         match waiting(&row) {
             Some((pass, policy)) => {
                 let tally = store.children_tally(&row.id, pass).await?;

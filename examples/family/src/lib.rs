@@ -19,6 +19,9 @@
 //! fork bomb (for the host's bounds on queued runs and on a family's depth).
 //!
 //! A child takes `busy_ms`, then hands back `{"n": n}`, or, with `fail`, fails for good.
+//! With the parent's `child_writes: w` (and `child_wait_ms: m`), each child first writes
+//! `w` transactions of one `ledger` row each, holding each open `m` ms, the row's `n` the
+//! wall-clock millisecond its transaction began.
 
 use jobhost_guest::jobs::{self, NewRun, Options, WaitPolicy};
 use jobhost_guest::{Context, Job, JobError, Outcome, db, describe, log, run};
@@ -64,6 +67,14 @@ struct Payload {
     /// How long a parent failing after its own writes waits before it fails.
     #[serde(default)]
     linger_ms: u64,
+    /// Transactions each child writes first (`writes` in a child's payload), each held
+    /// open `wait_ms` (`child_wait_ms` in the parent's).
+    #[serde(default)]
+    child_writes: u64,
+    #[serde(default)]
+    child_wait_ms: u64,
+    #[serde(default)]
+    writes: u64,
 }
 
 fn child_job() -> String {
@@ -80,7 +91,7 @@ impl Job for Family {
 
     fn run(ctx: Context<Payload>) -> Result<Outcome, JobError> {
         if ctx.job.ends_with("child") {
-            return child(&ctx.payload);
+            return child(&ctx);
         }
         let info = run::info();
         log::info(&format!(
@@ -111,12 +122,25 @@ impl Job for Family {
     }
 }
 
-fn child(payload: &Payload) -> Result<Outcome, JobError> {
+fn child(ctx: &Context<Payload>) -> Result<Outcome, JobError> {
+    let payload = &ctx.payload;
     log::info(&format!(
         "child {}: started_by={:?}",
         payload.n,
         run::info().started_by
     ));
+    for _ in 0..payload.writes {
+        let began = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let tx = db::begin()?;
+        tx.execute(
+            "INSERT INTO ledger (run_id, attempt, n) VALUES ($1, $2, $3)",
+            &[ctx.run_id.as_str().into(), ctx.attempt.into(), began.into()],
+        )?;
+        std::thread::sleep(Duration::from_millis(payload.wait_ms));
+        tx.commit()?;
+    }
     std::thread::sleep(Duration::from_millis(payload.busy_ms));
     if payload.fail {
         return Err(JobError::unrecoverable(format!(
@@ -150,9 +174,13 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
                     payload: match p.forks {
                         true => json!({ "children": p.children, "job": p.job, "forks": true,
                             "detached": p.detached }),
-                        false => {
-                            json!({ "n": n, "fail": p.failing.contains(n), "busy_ms": p.busy_ms })
-                        }
+                        false => json!({
+                            "n": n,
+                            "fail": p.failing.contains(n),
+                            "busy_ms": p.busy_ms,
+                            "writes": p.child_writes,
+                            "wait_ms": p.child_wait_ms,
+                        }),
                     },
                     options: options(n),
                 })

@@ -253,6 +253,7 @@ pub(super) async fn run_to_end(
         }
     }
     app.runner.flush().await;
+    crate::controls::write_recorded_cancels_here(&app.store).await;
     let record = app
         .store
         .get_run(&run.id)

@@ -4,11 +4,13 @@
 //! database, never the password), and a refused connection fails at once rather than
 //! after a pool's retries.
 
+use super::cancel_book::CancelBook;
 use super::{SQLITE_BUSY_TIMEOUT, StoreError};
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The settings of every connection to a SQLite database: WAL so readers never wait for
@@ -24,10 +26,10 @@ pub(crate) fn sqlite_options(url: &str) -> Result<SqliteConnectOptions, sqlx::Er
         .log_slow_statements(log::LevelFilter::Debug, Duration::from_secs(1)))
 }
 
-/// Opens a SQLite pool of the host's own.
-pub(crate) async fn open_sqlite(url: &str, max: u32) -> Result<SqlitePool, StoreError> {
-    let options = sqlite_options(url)?;
-    let path = options.get_filename().to_path_buf();
+/// The SQLite database file `url` names, its directory created: an error in words if it
+/// cannot be a file.
+pub(crate) fn sqlite_path(url: &str) -> Result<std::path::PathBuf, StoreError> {
+    let path = sqlite_options(url)?.get_filename().to_path_buf();
     if path.is_dir() {
         return Err(StoreError::Open(format!(
             "the SQLite database path {} is a directory: give a file path, e.g. sqlite://{}/jobhost.db",
@@ -41,11 +43,28 @@ pub(crate) async fn open_sqlite(url: &str, max: u32) -> Result<SqlitePool, Store
             source,
         })?;
     }
+    Ok(path)
+}
+
+/// Opens a SQLite pool of the host's own, each connection with the fence's function over
+/// `cancels` installed.
+pub(crate) async fn open_sqlite(
+    url: &str,
+    max: u32,
+    cancels: &Arc<CancelBook>,
+) -> Result<SqlitePool, StoreError> {
+    let path = sqlite_path(url)?;
+    let options = sqlite_options(url)?;
+    let cancels = cancels.clone();
     sqlx::sqlite::SqlitePoolOptions::new()
         .max_connections(max)
         // An embedded connection does not go stale like a socket: no ping per acquire.
         .test_before_acquire(false)
         .acquire_timeout(Duration::from_secs(30))
+        .after_connect(move |conn, _| {
+            let cancels = cancels.clone();
+            Box::pin(async move { install_cancels(conn, &cancels).await })
+        })
         .connect_with(options)
         .await
         .map_err(|e| match &e {
@@ -57,6 +76,23 @@ pub(crate) async fn open_sqlite(url: &str, max: u32) -> Result<SqlitePool, Store
             }
             _ => e.into(),
         })
+}
+
+/// Installs the fence's function over `cancels` on a new connection.
+pub(crate) async fn install_cancels(
+    conn: &mut sqlx::SqliteConnection,
+    cancels: &Arc<CancelBook>,
+) -> Result<(), sqlx::Error> {
+    let mut handle = conn.lock_handle().await?;
+    // SAFETY: the handle is locked for us and open.
+    let code = unsafe { cancels.install(handle.as_raw_handle().as_ptr()) };
+    if code == libsqlite3_sys::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(sqlx::Error::Protocol(format!(
+            "cannot install the cancel book's function (SQLite code {code})"
+        )))
+    }
 }
 
 /// Opens the host's Postgres pool. One connection is made first, directly, so a wrong

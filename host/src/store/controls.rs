@@ -4,8 +4,11 @@
 
 use super::pool::Exclusive;
 use super::records::{FileRecord, NewReport, NewRun, PauseRecord, RunFilter, RunRecord};
-use super::{Result, Store, bind_new_run, bind_report};
-use sqlx::Connection;
+use super::{CancelMark, Result, Store, bind_new_run, bind_report};
+use sqlx::{AssertSqlSafe, Connection};
+
+/// SQLite's `SQLITE_BUSY`: a write lock not had in time.
+const SQLITE_BUSY: i32 = 5;
 
 /// The run filter's parameters `$1`..`$9` (`queries::RUN_FILTER`), in order.
 pub(crate) struct FilterBinds {
@@ -153,6 +156,37 @@ impl Store {
             .bind(id).bind(limit).fetch_all(p).await?))
     }
 
+    /// Records cancels in the cancel book, on SQLite: from then on no write of their runs'
+    /// attempts commits (`store::cancel_book`). Nothing on Postgres, whose cancel
+    /// transaction never waits for a guest's.
+    pub async fn record_cancels(&self, marks: Vec<CancelMark>) -> Result<()> {
+        match &self.cancels {
+            Some(book) if !marks.is_empty() => book.mark(marks).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// The cancels recorded in the cancel book and not yet written (none on Postgres).
+    pub async fn recorded_cancels(&self) -> Result<Vec<CancelMark>> {
+        match &self.cancels {
+            Some(book) => book.marks().await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Forgets the recorded cancels of `runs`: written, or their runs ended before them.
+    pub async fn forget_cancels(&self, runs: Vec<String>) -> Result<()> {
+        match &self.cancels {
+            Some(book) if !runs.is_empty() => book.clear(runs).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a cancel is first recorded in the cancel book (SQLite).
+    pub fn records_cancels(&self) -> bool {
+        self.cancels.is_some()
+    }
+
     /// The runs among `ids` that are cancelled, with their codes.
     pub async fn cancelled_among(&self, ids: &[String]) -> Result<Vec<(String, Option<String>)>> {
         let q = &self.q.cancelled_among;
@@ -167,12 +201,31 @@ impl Store {
     /// queued and the report written. Per request, the run as cancelled, or `None` if it was
     /// not cancellable. Leases are locked in key order, as every transaction locks them.
     pub async fn cancel_runs(&self, batch: &[CancelRequest<'_>]) -> Result<Vec<Option<RunRecord>>> {
-        self.retrying(|| self.cancel_runs_once(batch)).await
+        self.retrying(|| self.cancel_runs_once(batch, None)).await
+    }
+
+    /// [`Store::cancel_runs`] if it gets the write lock within `wait`, on SQLite (the
+    /// pool's connection and then SQLite's lock, each waited for no longer); `None` if it
+    /// did not, with nothing written. On Postgres, as `cancel_runs`.
+    pub async fn cancel_runs_within(
+        &self,
+        batch: &[CancelRequest<'_>],
+        wait: std::time::Duration,
+    ) -> Result<Option<Vec<Option<RunRecord>>>> {
+        let written = self
+            .retrying(|| self.cancel_runs_once(batch, Some(wait)))
+            .await;
+        match written {
+            Ok(answers) => Ok(Some(answers)),
+            Err(e) if self.records_cancels() && e.class() == super::ErrorClass::Locked => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn cancel_runs_once(
         &self,
         batch: &[CancelRequest<'_>],
+        wait: Option<std::time::Duration>,
     ) -> Result<Vec<Option<RunRecord>>> {
         let q = self.q;
         let mut order: Vec<usize> = (0..batch.len()).collect();
@@ -183,8 +236,24 @@ impl Store {
             key(&batch[a]).cmp(&key(&batch[b]))
         });
         let mut answers: Vec<Option<RunRecord>> = vec![None; batch.len()];
+        let started = tokio::time::Instant::now();
+        let bounded = wait.filter(|_| self.records_cancels());
         with_pool!(self.pool, p => {
-            let mut conn = Exclusive::acquire(p).await?;
+            let mut conn = match bounded {
+                Some(wait) => tokio::time::timeout(wait, Exclusive::acquire(p))
+                    .await
+                    .map_err(|_| super::StoreError::Sqlite { code: SQLITE_BUSY })??,
+                None => Exclusive::acquire(p).await?,
+            };
+            // SQLite waits for its lock in its busy handler, on the connection's thread:
+            // bounded there, a cancel that did not get it leaves nothing behind. (Dropped
+            // unreleased, the connection is closed, its default timeout with it.)
+            if let Some(wait) = bounded {
+                let left = wait.saturating_sub(started.elapsed()).as_millis().max(1);
+                sqlx::query(AssertSqlSafe(format!("PRAGMA busy_timeout = {left}")))
+                    .execute(&mut *conn)
+                    .await?;
+            }
             let mut tx = conn.begin_with(self.dialect.begin_write).await?;
             for &i in &order {
                 let (c, run) = (&batch[i], batch[i].run);
@@ -229,6 +298,12 @@ impl Store {
                 answers[i] = cancelled;
             }
             tx.commit().await?;
+            if bounded.is_some() {
+                let default = super::SQLITE_BUSY_TIMEOUT.as_millis();
+                sqlx::query(AssertSqlSafe(format!("PRAGMA busy_timeout = {default}")))
+                    .execute(&mut *conn)
+                    .await?;
+            }
             conn.release();
             Ok(answers)
         })

@@ -151,7 +151,7 @@ impl GuestDb {
     pub async fn open(store: &super::Store) -> Result<GuestDb, super::StoreError> {
         match store.pool() {
             super::Pool::Sqlite(_) => Ok(GuestDb::Sqlite(
-                SqliteGuest::open(store.url(), store.q).await?,
+                SqliteGuest::open(store.url(), store.q, store.cancel_book()).await?,
             )),
             super::Pool::Postgres(admin) => {
                 Ok(GuestDb::Postgres(PgGuest::new(admin.clone(), store.url())?))

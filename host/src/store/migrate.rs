@@ -171,6 +171,21 @@ pub(crate) async fn apply(
         dialect.now
     );
     with_pool!(pool, p => {
+        // Applied already (every start but the first): read, not written, so a process
+        // that only reads or cancels never waits for SQLite's write lock to start.
+        let applied: std::result::Result<Vec<(i64, String)>, sqlx::Error> = sqlx::query_as(
+            "SELECT version, checksum FROM jobhost_migrations WHERE scope = $1",
+        )
+        .bind(scope.as_str())
+        .fetch_all(p)
+        .await;
+        if let Ok(applied) = applied
+            && migrations
+                .iter()
+                .all(|m| applied.iter().any(|(v, c)| *v == m.version && *c == m.checksum()))
+        {
+            return Ok(Vec::new());
+        }
         let mut tx = p.begin_with(dialect.begin_write).await?;
         if let Some(lock) = dialect.migration_lock {
             sqlx::query(lock).execute(&mut *tx).await?;

@@ -9,6 +9,7 @@
 #[macro_use]
 mod pool;
 pub mod attempts;
+mod cancel_book;
 mod connect;
 mod error_class;
 pub mod family;
@@ -36,6 +37,7 @@ mod controls;
 pub use attempts::{
     AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Recorded, Recording, RunChange,
 };
+pub use cancel_book::CancelMark;
 pub use connect::claim_for_serving;
 #[cfg(test)]
 pub(crate) use connect::open_sqlite;
@@ -147,6 +149,8 @@ pub struct Store {
     probe: Option<Arc<probe::SqliteProbe>>,
     /// On SQLite, the writer of claims and endings (see `sqlite_writer`).
     writer: Option<Arc<sqlite_writer::SqliteWriter>>,
+    /// On SQLite, the cancels recorded but not yet written (see `cancel_book`).
+    cancels: Option<Arc<cancel_book::CancelBook>>,
     backend: Backend,
     dialect: &'static Dialect,
     pub(crate) q: &'static Queries,
@@ -169,12 +173,19 @@ impl Store {
     /// Opens (creating, for SQLite) the database and applies the host's migrations.
     pub async fn open(url: &str) -> Result<Store> {
         let backend = Backend::from_url(url).ok_or(StoreError::UnsupportedUrl)?;
-        let (pool, reader) = match backend {
-            Backend::Sqlite => {
-                let writer = Pool::Sqlite(connect::open_sqlite(url, 1).await?);
-                (writer, Pool::Sqlite(connect::open_sqlite(url, 4).await?))
+        let cancels = match backend {
+            Backend::Sqlite => Some(cancel_book::CancelBook::open(&connect::sqlite_path(url)?)?),
+            Backend::Postgres => None,
+        };
+        let (pool, reader) = match &cancels {
+            Some(book) => {
+                let writer = Pool::Sqlite(connect::open_sqlite(url, 1, book).await?);
+                (
+                    writer,
+                    Pool::Sqlite(connect::open_sqlite(url, 4, book).await?),
+                )
             }
-            Backend::Postgres => {
+            None => {
                 let pool = Pool::Postgres(connect::open_postgres(url).await?);
                 (pool.clone(), pool)
             }
@@ -185,22 +196,23 @@ impl Store {
         };
         let host = migrate::host_migrations(backend);
         migrate::apply(&pool, dialect, migrate::Scope::Host, &host).await?;
-        let (probe, writer) = match backend {
-            Backend::Sqlite => {
+        let (probe, writer) = match &cancels {
+            Some(book) => {
                 let options = connect::sqlite_options(url)?;
                 let path = options.get_filename();
                 (
-                    probe::SqliteProbe::open(path).map(Arc::new),
-                    Some(Arc::new(sqlite_writer::SqliteWriter::open(path, q)?)),
+                    probe::SqliteProbe::open(path, book).map(Arc::new),
+                    Some(Arc::new(sqlite_writer::SqliteWriter::open(path, q, book)?)),
                 )
             }
-            Backend::Postgres => (None, None),
+            None => (None, None),
         };
         Ok(Store {
             pool,
             reader,
             probe,
             writer,
+            cancels,
             backend,
             dialect,
             q,
@@ -232,6 +244,13 @@ impl Store {
 
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// The SQLite store's cancel book.
+    pub(crate) fn cancel_book(&self) -> &Arc<cancel_book::CancelBook> {
+        self.cancels
+            .as_ref()
+            .expect("a SQLite store opens its cancel book")
     }
 
     fn writer(&self) -> &sqlite_writer::SqliteWriter {

@@ -10,11 +10,12 @@
 //! database busy, an error, a poisoned lock) answers `None`, and the caller asks through
 //! the pool, which reports errors properly.
 
+use super::cancel_book::CancelBook;
 use super::guest::Fence;
 use super::{JobRecord, TenantRecord, TokenCheck};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, ToSql};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub(crate) struct SqliteProbe {
     conn: Mutex<Connection>,
@@ -22,9 +23,14 @@ pub(crate) struct SqliteProbe {
 
 impl SqliteProbe {
     /// Opens a read-only connection to the database at `path` (which the pools created).
-    pub(crate) fn open(path: &Path) -> Option<SqliteProbe> {
+    /// The fence's function over `cancels` is installed on it.
+    pub(crate) fn open(path: &Path, cancels: &Arc<CancelBook>) -> Option<SqliteProbe> {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let conn = Connection::open_with_flags(path, flags).ok()?;
+        // SAFETY: the connection is open and used under the probe's lock.
+        if unsafe { cancels.install(conn.handle()) } != libsqlite3_sys::SQLITE_OK {
+            return None;
+        }
         // Never wait on the calling thread: busy means ask the pool.
         conn.busy_timeout(std::time::Duration::ZERO).ok()?;
         Some(SqliteProbe {
@@ -114,7 +120,8 @@ mod tests {
                  INSERT INTO leases VALUES ('j', 'i', 3, 'run');",
             )
             .unwrap();
-        let probe = SqliteProbe::open(&path).unwrap();
+        let cancels = CancelBook::open(&path).unwrap();
+        let probe = SqliteProbe::open(&path, &cancels).unwrap();
         let sql = "SELECT COUNT(*) FROM leases WHERE job = $1 AND instance = $2 \
                    AND generation = $3 AND holder = $4";
         let mut fence = Fence {
@@ -145,7 +152,8 @@ mod tests {
                  INSERT INTO t VALUES ('acme', 1, 5, 6);",
             )
             .unwrap();
-        let probe = SqliteProbe::open(&path).unwrap();
+        let cancels = CancelBook::open(&path).unwrap();
+        let probe = SqliteProbe::open(&path, &cancels).unwrap();
         let sql = "SELECT name, active, created_at, updated_at FROM t WHERE name = $1";
         let found = probe.point_read(sql, "acme", tenant).unwrap().unwrap();
         assert_eq!(

@@ -42,6 +42,9 @@ pub(crate) struct Dialect {
     pub queue_position_2: &'static str,
     /// Where text `$2` starts in text `$1` (1-based), 0 if nowhere.
     pub text_position: &'static str,
+    /// `{unmarked:X}`: run `X` has no cancel recorded in the cancel book (SQLite's
+    /// `store::cancel_book`; a Postgres cancel commits at once, and renders nothing).
+    pub unmarked: Option<&'static str>,
 }
 
 pub(crate) const SQLITE: Dialect = Dialect {
@@ -61,6 +64,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     queue_position: "CAST(rowid AS TEXT)",
     queue_position_2: "CAST($2 AS INTEGER)",
     text_position: "instr",
+    unmarked: Some("AND NOT jobhost_cancel_marked"),
 };
 
 pub(crate) const POSTGRES: Dialect = Dialect {
@@ -81,6 +85,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     queue_position: "id",
     queue_position_2: "$2",
     text_position: "strpos",
+    unmarked: None,
 };
 
 const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, pass, cursor, \
@@ -138,9 +143,10 @@ fn file_within_quota(
         .replace(":max_bytes", max_bytes)
 }
 
-/// The lease row of the attempt whose fence is `$1`..`$4`, while it holds the lease.
+/// The lease row of the attempt whose fence is `$1`..`$4`, while it holds the lease and
+/// its run has no cancel pending in the cancel book.
 const FENCE_MATCH: &str = "job = $1 AND instance = $2 AND generation = $3 AND holder = $4 \
-    AND deadline_at > {now}";
+    AND deadline_at > {now} {unmarked:$4}";
 
 /// The run (of the unaliased `jobhost_runs`) may start: its job is not sequential, or none
 /// of the job's runs is running. Only an optimisation in a claim's choice of candidates,
@@ -204,43 +210,58 @@ const RUN_FILTER: &str = "($1 IS NULL OR job = $1) AND ($2 IS NULL OR status IN 
 
 impl Dialect {
     fn render(&self, template: &str) -> String {
-        template
-            .replace("{run_filter}", RUN_FILTER)
-            .replace("{text_position}", self.text_position)
-            .replace("{shown_status}", SHOWN_STATUS)
-            .replace("{lease_held}", LEASE_HELD)
-            .replace("{parked}", PARKED)
-            .replace("{sequential_free}", SEQUENTIAL_FREE)
-            .replace("{queue_run}", QUEUE_RUN)
-            .replace("{over_limit}", OVER_LIMIT)
-            .replace("{active_runs}", self.active_runs)
-            .replace("{random_unit}", self.random_unit)
-            .replace("{by_tenant_index}", self.by_tenant_index)
-            .replace("{manual_queued_index}", self.manual_queued_index)
-            .replace("{queue_order}", self.queue_order)
-            .replace("{queue_position_2}", self.queue_position_2)
-            .replace("{queue_position}", self.queue_position)
-            .replace("{fence_match}", FENCE_MATCH)
-            .replace("{file_upsert}", FILE_UPSERT)
-            .replace(
-                "{file_within_quota}",
-                &file_within_quota("$1", "$2", "$5", "$9", "$10"),
-            )
-            .replace(
-                "{file_within_quota_fenced}",
-                &file_within_quota("$5", "$6", "$9", "$13", "$14"),
-            )
-            .replace("{now}", self.now)
-            .replace("{skip_locked}", self.skip_locked)
-            .replace("{json_ids}", self.json_ids)
-            .replace("{json_strings_2}", &self.json_ids.replace("$1", "$2"))
-            .replace("{for_update}", self.for_update)
-            .replace("{run_columns}", RUN_COLUMNS)
-            .replace("{job_columns}", JOB_COLUMNS)
-            .replace("{lease_columns}", LEASE_COLUMNS)
-            .replace("{attempt_columns}", ATTEMPT_COLUMNS)
-            .replace("{report_columns}", REPORT_COLUMNS)
-            .replace("{file_columns}", FILE_COLUMNS)
+        self.render_unmarked(
+            template
+                .replace("{run_filter}", RUN_FILTER)
+                .replace("{text_position}", self.text_position)
+                .replace("{shown_status}", SHOWN_STATUS)
+                .replace("{lease_held}", LEASE_HELD)
+                .replace("{parked}", PARKED)
+                .replace("{sequential_free}", SEQUENTIAL_FREE)
+                .replace("{queue_run}", QUEUE_RUN)
+                .replace("{over_limit}", OVER_LIMIT)
+                .replace("{active_runs}", self.active_runs)
+                .replace("{random_unit}", self.random_unit)
+                .replace("{by_tenant_index}", self.by_tenant_index)
+                .replace("{manual_queued_index}", self.manual_queued_index)
+                .replace("{queue_order}", self.queue_order)
+                .replace("{queue_position_2}", self.queue_position_2)
+                .replace("{queue_position}", self.queue_position)
+                .replace("{fence_match}", FENCE_MATCH)
+                .replace("{file_upsert}", FILE_UPSERT)
+                .replace(
+                    "{file_within_quota}",
+                    &file_within_quota("$1", "$2", "$5", "$9", "$10"),
+                )
+                .replace(
+                    "{file_within_quota_fenced}",
+                    &file_within_quota("$5", "$6", "$9", "$13", "$14"),
+                )
+                .replace("{now}", self.now)
+                .replace("{skip_locked}", self.skip_locked)
+                .replace("{json_ids}", self.json_ids)
+                .replace("{json_strings_2}", &self.json_ids.replace("$1", "$2"))
+                .replace("{for_update}", self.for_update)
+                .replace("{run_columns}", RUN_COLUMNS)
+                .replace("{job_columns}", JOB_COLUMNS)
+                .replace("{lease_columns}", LEASE_COLUMNS)
+                .replace("{attempt_columns}", ATTEMPT_COLUMNS)
+                .replace("{report_columns}", REPORT_COLUMNS)
+                .replace("{file_columns}", FILE_COLUMNS),
+        )
+    }
+
+    /// Renders each `{unmarked:X}` of `sql`.
+    fn render_unmarked(&self, mut sql: String) -> String {
+        while let Some(start) = sql.find("{unmarked:") {
+            let end = start + sql[start..].find('}').expect("an {unmarked:X} token ends");
+            let run = &sql[start + "{unmarked:".len()..end];
+            let rendered = self
+                .unmarked
+                .map_or_else(String::new, |f| format!("{f}({run})"));
+            sql.replace_range(start..=end, &rendered);
+        }
+        sql
     }
 }
 
@@ -389,7 +410,7 @@ queries! {
         FROM jobhost_runs {by_tenant_index} \
         WHERE status = 'queued' AND tenant = $3 AND origin <> 'manual' \
         AND next_attempt_at <= {now} AND job IN (SELECT value FROM json_each($2)) \
-        AND {sequential_free} \
+        AND {sequential_free} {unmarked:id} \
         ORDER BY next_attempt_at, {queue_order} LIMIT $1";
     // A run waiting for a slot (job `$1`, tenant `$2`, run `$3`) starts only while fewer
     // than the job's `max_per_tenant` runs hold one; otherwise it waits again, longer
@@ -408,7 +429,7 @@ queries! {
         AND EXISTS (SELECT 1 FROM jobhost_runs o WHERE o.job = $1 AND o.status = 'running' \
             AND o.id <> $2)";
     claimable_run = "SELECT id, job, instance, generation, tenant, waiting, next_attempt_at \
-        FROM jobhost_runs WHERE id = $1 \
+        FROM jobhost_runs WHERE id = $1 {unmarked:id} \
         AND (status = 'queued' OR (status = 'running' AND host = $2 AND generation IS NULL))";
     start_run = "UPDATE jobhost_runs SET status = 'running', host = $2, waiting = 0, \
         generation = COALESCE($3, generation), \
@@ -425,8 +446,10 @@ queries! {
         peak_memory = excluded.peak_memory, duration_ms = excluded.duration_ms, \
         log = excluded.log, log_truncated = excluded.log_truncated, \
         finished_at = excluded.finished_at";
+    // An ending leaves a run with a cancel recorded to the cancel (its attempt's row is
+    // still written).
     run_running = "SELECT COUNT(*) FROM jobhost_runs \
-        WHERE id = $1 AND status = 'running' AND generation = $2";
+        WHERE id = $1 AND status = 'running' AND generation = $2 {unmarked:$1}";
     give_back_run = "UPDATE jobhost_runs SET status = 'queued', attempts = attempts - 1, \
         updated_at = {now} WHERE id = $1 AND status = 'running' AND generation = $2";
     // Running runs, and manual runs waiting in the queue (a retry or the next pass of a

@@ -395,6 +395,21 @@ pub enum ReportKind {
 }
 
 impl ReportKind {
+    /// The kind named `text`, as [`ReportKind::as_str`] names it.
+    pub fn parse(text: &str) -> Option<ReportKind> {
+        [
+            ReportKind::RunFailed,
+            ReportKind::Crashed,
+            ReportKind::Missed,
+            ReportKind::LeaseLost,
+            ReportKind::Dropped,
+            ReportKind::PathRefused,
+            ReportKind::Cancelled,
+        ]
+        .into_iter()
+        .find(|kind| kind.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ReportKind::RunFailed => "run_failed",

@@ -16,6 +16,7 @@
 //! at all (then it can only be a CTE of the statement, which is prepared again with that
 //! name allowed).
 
+use super::cancel_book::CancelBook;
 use super::family::Enqueue;
 use super::guest::{
     Access, Fence, GuestDbError, MAX_PARAMS, MAX_SQL_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows,
@@ -47,11 +48,12 @@ const DENIED_FORBIDDEN: u8 = 3;
 const DENIED_AMBIGUOUS: u8 = 4;
 
 /// Functions a guest may never call, whatever it was granted: the ones that reach the
-/// host's files or code, and the JSON aggregates, whose buffer grows row by row with no
+/// host's files or code (the fence's view of the cancel book among them), and the JSON aggregates, whose buffer grows row by row with no
 /// regard for `SQLITE_LIMIT_LENGTH` (checked only on the final value) — a hundred of them
 /// in one statement would each grow towards 2 GiB.
-const FORBIDDEN_FUNCTIONS: [&str; 9] = [
+const FORBIDDEN_FUNCTIONS: [&str; 10] = [
     "load_extension",
+    super::cancel_book::FUNCTION,
     "fts3_tokenizer",
     "readfile",
     "writefile",
@@ -219,9 +221,16 @@ impl SqliteGuest {
     /// Opens the guest pool on the database at `url`: its own connections, each with the
     /// guest limits set, no statement logging (guest SQL never reaches the operator's
     /// log), and rows handed over one at a time (a refused result stops the statement).
-    pub(crate) async fn open(url: &str, q: &'static Queries) -> Result<SqliteGuest, sqlx::Error> {
+    /// The fence's function over `cancels` is installed on each connection (the
+    /// authorizer refuses it to guest SQL).
+    pub(crate) async fn open(
+        url: &str,
+        q: &'static Queries,
+        cancels: &Arc<CancelBook>,
+    ) -> Result<SqliteGuest, sqlx::Error> {
         // SAFETY: sets a process-wide limit; callable at any time from any thread.
         unsafe { ffi::sqlite3_hard_heap_limit64(SQLITE_HEAP_LIMIT) };
+        let cancels = cancels.clone();
         let options = super::sqlite_options(url)?
             .row_buffer_size(1)
             .log_statements(log::LevelFilter::Off)
@@ -230,8 +239,10 @@ impl SqliteGuest {
             .max_connections(4)
             .test_before_acquire(false)
             .acquire_timeout(std::time::Duration::from_secs(30))
-            .after_connect(|conn, _| {
+            .after_connect(move |conn, _| {
+                let cancels = cancels.clone();
                 Box::pin(async move {
+                    super::connect::install_cancels(conn, &cancels).await?;
                     let mut handle = conn.lock_handle().await?;
                     let db = handle.as_raw_handle().as_ptr();
                     for (limit, value) in LIMITS {
@@ -792,7 +803,8 @@ mod tests {
     async fn db() -> Db {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/t.db", dir.path().display());
-        let host = crate::store::open_sqlite(&url, 1).await.unwrap();
+        let cancels = CancelBook::open(&dir.path().join("t.db")).unwrap();
+        let host = crate::store::open_sqlite(&url, 1, &cancels).await.unwrap();
         sqlx::raw_sql(
             "CREATE TABLE ledger (run_id TEXT, attempt INTEGER, n INTEGER);
              CREATE INDEX ledger_n ON ledger (n);
@@ -804,7 +816,7 @@ mod tests {
         .execute(&host)
         .await
         .unwrap();
-        let guest = SqliteGuest::open(&url, &crate::store::SQLITE_QUERIES)
+        let guest = SqliteGuest::open(&url, &crate::store::SQLITE_QUERIES, &cancels)
             .await
             .unwrap();
         Db { _dir: dir, guest }

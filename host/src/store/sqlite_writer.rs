@@ -9,13 +9,14 @@
 //! statements of `queries` (SQLite has one writer at a time, so no row locks to order).
 
 use super::attempts::{ClaimRequest, ClaimedRow, Recorded, Recording, RunChange};
+use super::cancel_book::CancelBook;
 use super::queries::Queries;
 use super::{NewReport, NewRun, ReportKind, Result, RunRecord, SQLITE_BUSY_TIMEOUT, StoreError};
 use crate::store::AttemptTerms;
 use rusqlite::{CachedStatement, Connection, OpenFlags, ToSql};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use tokio::sync::oneshot;
 
 /// Most claims and endings one transaction takes: a bound on how long it holds the write
@@ -71,13 +72,18 @@ enum Answer {
 impl SqliteWriter {
     /// Opens the writer's connection to the database at `path` (which the pools created
     /// and migrated) and starts its thread; it stops when the store is dropped.
-    pub(crate) fn open(path: &Path, q: &'static Queries) -> Result<SqliteWriter> {
-        let conn = connect(path).map_err(sqlite_error)?;
+    pub(crate) fn open(
+        path: &Path,
+        q: &'static Queries,
+        cancels: &Arc<CancelBook>,
+    ) -> Result<SqliteWriter> {
+        let conn = connect(path, cancels).map_err(sqlite_error)?;
         let (jobs, queue) = mpsc::channel();
         let path = path.to_path_buf();
+        let cancels = cancels.clone();
         std::thread::Builder::new()
             .name("jobhost-sqlite-writer".into())
-            .spawn(move || serve(conn, &path, q, &queue))
+            .spawn(move || serve(conn, &path, &cancels, q, &queue))
             .map_err(|_| StoreError::WriterStopped)?;
         Ok(SqliteWriter { jobs })
     }
@@ -125,9 +131,17 @@ impl SqliteWriter {
     }
 }
 
-fn connect(path: &Path) -> rusqlite::Result<Connection> {
+fn connect(path: &Path, cancels: &Arc<CancelBook>) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)?;
+    // SAFETY: the connection is open and used on this thread.
+    let code = unsafe { cancels.install(conn.handle()) };
+    if code != libsqlite3_sys::SQLITE_OK {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(code),
+            None,
+        ));
+    }
     conn.busy_timeout(SQLITE_BUSY_TIMEOUT)?;
     conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
     conn.set_prepared_statement_cache_capacity(32);
@@ -139,7 +153,13 @@ fn connect(path: &Path) -> rusqlite::Result<Connection> {
 /// Whatever a batch ends with, the connection is never left inside a transaction (it
 /// would hold the file's one write lock for every other process): one that cannot be
 /// rolled back is closed, which rolls back, and opened anew.
-fn serve(mut conn: Connection, path: &Path, q: &'static Queries, queue: &mpsc::Receiver<Job>) {
+fn serve(
+    mut conn: Connection,
+    path: &Path,
+    cancels: &Arc<CancelBook>,
+    q: &'static Queries,
+    queue: &mpsc::Receiver<Job>,
+) {
     while let Ok(first) = queue.recv() {
         serve_batch(&conn, q, queue, first);
         if conn.is_autocommit() {
@@ -153,7 +173,7 @@ fn serve(mut conn: Connection, path: &Path, q: &'static Queries, queue: &mpsc::R
             code = "driver_failed",
             "the SQLite writer could not end its transaction; reopening it"
         );
-        match connect(path) {
+        match connect(path, cancels) {
             Ok(fresh) => drop(std::mem::replace(&mut conn, fresh)),
             Err(e) => {
                 tracing::error!(code = "driver_failed", error = %sqlite_error_ref(&e), "cannot reopen the SQLite writer");
