@@ -293,6 +293,8 @@ on_every_backend! {
         assert_eq!(refused(&read("SELECT secret_hash FROM jobhost_tokens"), "db.write=ledger"), not_granted);
         assert_eq!(refused(&write("INSERT INTO jobhost_tokens (id, secret_hash, created_at) VALUES ('x', 'y', 0)"), "db.write=ledger"), not_granted);
         assert_eq!(refused(&write("UPDATE jobhost_tenants SET active = 1"), "db.write=ledger"), not_granted);
+        // The journals' seal key: a guest that read it could forge a journal's seal.
+        assert_eq!(refused(&read("SELECT value FROM jobhost_secrets"), "db.write=ledger"), not_granted);
         assert_eq!(refused(&write("DROP TABLE ledger"), "db.write=ledger"), forbidden);
         assert_eq!(refused(&write("CREATE TABLE mine (a INTEGER)"), "db.write=ledger"), forbidden);
         assert_eq!(refused(&write("COMMIT"), "db.write=ledger"), forbidden);
