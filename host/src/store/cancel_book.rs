@@ -104,27 +104,36 @@ impl CancelBook {
         .await
     }
 
-    /// Every cancel recorded and not yet written to the database.
+    /// Every cancel recorded and not yet written to the database. Read on the book's kept
+    /// read connection (on a blocking thread): a serving host asks every 250 ms, and
+    /// opening a connection each time would be most of the cost.
     pub(crate) async fn marks(self: &Arc<Self>) -> Result<Vec<CancelMark>> {
-        self.blocking(|conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT run_id, tenant, status, code, report, by_operator \
+        let book = self.clone();
+        Self::answer(
+            tokio::task::spawn_blocking(move || {
+                let conn = book
+                    .reads
+                    .lock()
+                    .map_err(|_| rusqlite::Error::InvalidQuery)?;
+                let mut statement = conn.prepare_cached(
+                    "SELECT run_id, tenant, status, code, report, by_operator \
                  FROM jobhost_cancels ORDER BY marked_at, run_id",
-            )?;
-            statement
-                .query_map([], |row| {
-                    Ok(CancelMark {
-                        run_id: row.get(0)?,
-                        tenant: row.get(1)?,
-                        status: row.get(2)?,
-                        code: row.get(3)?,
-                        report: row.get(4)?,
-                        by_operator: row.get(5)?,
-                    })
-                })?
-                .collect()
-        })
-        .await
+                )?;
+                statement
+                    .query_map([], |row| {
+                        Ok(CancelMark {
+                            run_id: row.get(0)?,
+                            tenant: row.get(1)?,
+                            status: row.get(2)?,
+                            code: row.get(3)?,
+                            report: row.get(4)?,
+                            by_operator: row.get(5)?,
+                        })
+                    })?
+                    .collect()
+            })
+            .await,
+        )
     }
 
     /// Removes the marks of `runs`, whose cancels are in the database (or that ended
@@ -151,18 +160,26 @@ impl CancelBook {
         work: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
         let path = self.path.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = connect(&path, false)?;
-            work(&conn)
-        })
-        .await
-        .map_err(|_| StoreError::WriterStopped)?
-        .map_err(|e| match e {
-            rusqlite::Error::SqliteFailure(failure, _) => StoreError::Sqlite {
-                code: failure.extended_code,
-            },
-            _ => StoreError::Sqlite { code: 1 },
-        })
+        Self::answer(
+            tokio::task::spawn_blocking(move || {
+                let conn = connect(&path, false)?;
+                work(&conn)
+            })
+            .await,
+        )
+    }
+
+    /// A blocking task's answer as the store's error (its fixed SQLite code).
+    fn answer<T>(
+        done: std::result::Result<rusqlite::Result<T>, tokio::task::JoinError>,
+    ) -> Result<T> {
+        done.map_err(|_| StoreError::WriterStopped)?
+            .map_err(|e| match e {
+                rusqlite::Error::SqliteFailure(failure, _) => StoreError::Sqlite {
+                    code: failure.extended_code,
+                },
+                _ => StoreError::Sqlite { code: 1 },
+            })
     }
 
     /// Installs [`FUNCTION`] on the connection `db`.
