@@ -144,7 +144,7 @@ async fn a_zero_defer_is_refused_and_endless_defers_end_at_the_default_cap() {
         "--grant",
         "db.read=ledger",
     ]);
-    let cap = i64::from(jobhost::job::DEFAULT_MAX_DEFERS);
+    let cap = i64::from(jobhost::rules::job::DEFAULT_MAX_DEFERS);
     assert_eq!(
         (exit, run["code"].as_str(), run["defers"].as_i64()),
         (1, Some("too_many_defers"), Some(cap)),

@@ -796,7 +796,7 @@ async fn a_host_killed_with_endings_unrecorded_loses_none_it_acknowledged() {
         .await
         .unwrap();
     let victim = home
-        .serve_logging("info,jobhost::runner=debug", &args)
+        .serve_logging("info,jobhost::runs::runner=debug", &args)
         .await;
     let running = "SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running'";
     let started = Instant::now();

@@ -6,8 +6,8 @@
 
 use crate::common;
 
-use jobhost::engine::{Engine, EngineSettings};
-use jobhost::grants::Grants;
+use jobhost::rules::grants::Grants;
+use jobhost::sandbox::engine::{Engine, EngineSettings};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};

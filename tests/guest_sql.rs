@@ -9,7 +9,7 @@
 use crate::common;
 
 use common::{Backend, Home};
-use jobhost::grants::DbGrant;
+use jobhost::rules::grants::DbGrant;
 use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, Refusal, SqlValue};
 use jobhost::store::{Pool, Store};
 use proptest::prelude::*;

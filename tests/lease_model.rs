@@ -22,8 +22,8 @@
 use crate::common;
 
 use common::{Backend, Home};
-use jobhost::grants::DbGrant;
-use jobhost::lease::LeaseTerms;
+use jobhost::queue::lease::LeaseTerms;
+use jobhost::rules::grants::DbGrant;
 use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, SqlValue};
 use jobhost::store::{
     AttemptEnding, ClaimRequest, Claimed, Crash, JobUpsert, Lease, LostRun, NewReport, NewRun,
@@ -237,7 +237,7 @@ fn wall_ms() -> i64 {
 
 fn new_run(instance: &str, origin: Origin) -> NewRun {
     NewRun {
-        id: jobhost::runner::new_run_id(),
+        id: jobhost::runs::runner::new_run_id(),
         job: JOB.into(),
         instance: instance.into(),
         tenant: "default".into(),
@@ -385,7 +385,10 @@ fn finishing(host: &SimHost, held: &Held, status: RunStatus) -> Recording {
             counters: None,
             pass: held.run.pass,
             failures: held.run.failures,
-            follow_up: Some(Box::new(jobhost::kick::follow_up(&held.run, "{}".into()))),
+            follow_up: Some(Box::new(jobhost::queue::kick::follow_up(
+                &held.run,
+                "{}".into(),
+            ))),
             report: None,
         },
     }
@@ -512,11 +515,11 @@ async fn mark_crashed(world: &World, store: &Store, lost: LostRun, run: RunRecor
         run: &lost,
         stale_ms: ms(GRACE),
         rerun,
-        follow_up: Some(jobhost::kick::follow_up(&run, "{}".into())),
+        follow_up: Some(jobhost::queue::kick::follow_up(&run, "{}".into())),
         report: NewReport::about_run(
             ReportKind::Crashed,
             &run,
-            jobhost::failure::FailureCode::Crashed,
+            jobhost::rules::failure::FailureCode::Crashed,
         ),
     };
     let marked = world.check("mark_crashed", store.mark_crashed(&crash).await);
@@ -538,7 +541,7 @@ async fn apply(world: Arc<World>, op: Op) {
             let Some(before) = world.check("now", host.store.now().await) else {
                 return;
             };
-            match jobhost::kick::kick(&host.store, JOB, INSTANCES[instance], None).await {
+            match jobhost::queue::kick::kick(&host.store, JOB, INSTANCES[instance], None).await {
                 Ok(kicked) => {
                     trace(|| format!("kicked at {before}: {kicked:?}"));
                     world
@@ -1066,9 +1069,9 @@ on_every_backend! {
         assert!(matches!(answers[..], [Ok(Recorded::Requeued)]), "{answers:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
 
-        let kicked = jobhost::kick::kick(&host.store, JOB, "a", None).await.unwrap();
+        let kicked = jobhost::queue::kick::kick(&host.store, JOB, "a", None).await.unwrap();
         assert!(
-            matches!(kicked, jobhost::kick::Kicked::Pending),
+            matches!(kicked, jobhost::queue::kick::Kicked::Pending),
             "the kick folds into the parked lease's pending flag: {kicked:?}"
         );
         let scheduled = new_run("a", Origin::Cron);
@@ -1158,8 +1161,8 @@ on_every_backend! {
             run: find(id).run.clone(),
             lease: find(id).lease.clone().expect("leased"),
         };
-        let folded = jobhost::kick::kick(&host.store, JOB, "k", None).await.unwrap();
-        assert!(matches!(folded, jobhost::kick::Kicked::Pending), "{folded:?}");
+        let folded = jobhost::queue::kick::kick(&host.store, JOB, "k", None).await.unwrap();
+        assert!(matches!(folded, jobhost::queue::kick::Kicked::Pending), "{folded:?}");
         let mut stale = held(&zombie.id);
         stale.lease.generation += 1;
         let gone = held(&older.id);

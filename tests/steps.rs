@@ -542,7 +542,7 @@ mod kills {
             assert_eq!(code, Some(0));
             kick(&home, "import");
             let store = home.store().await;
-            let surveillance = jobhost::schedule::surveillance::Surveillance {
+            let surveillance = jobhost::service::schedule::surveillance::Surveillance {
                 store: store.clone(),
                 catalog: None,
                 host_id: "the-test".into(),

@@ -377,7 +377,7 @@ on_every_backend! {
             component_digest: None, scheduled_for: Some(42), rerun_of: None, delay_ms: 0, trace_parent: None,
         };
         let tenants = store.active_tenants().await.unwrap();
-        let children = jobhost::fan_out::children(&template, &jobhost::fan_out::tick_occasion(42), &tenants);
+        let children = jobhost::queue::fan_out::children(&template, &jobhost::queue::fan_out::tick_occasion(42), &tenants);
         assert!(store.fire_schedule("nightly", job.next_fire_at, Some(1), &children).await.unwrap());
         assert!(store.fire_schedule("nightly", Some(1), Some(2), &children).await.unwrap());
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE scheduled_for = 42").await, 3);

@@ -19,9 +19,9 @@
 //! printed at the end.
 
 use criterion::Criterion;
-use jobhost::files::{CollectionSpec, Files, Location, Uploader};
-use jobhost::links::token::{ROTATE_AFTER, Signer};
-use jobhost::links::{Caller, DEFAULT_MAX_BODY, Links, MountSpec, Request};
+use jobhost::sandbox::files::{CollectionSpec, Files, Location, Uploader};
+use jobhost::sandbox::links::token::{ROTATE_AFTER, Signer};
+use jobhost::sandbox::links::{Caller, DEFAULT_MAX_BODY, Links, MountSpec, Request};
 use jobhost::store::guest::Fence;
 use jobhost::store::{Lease, LeaseRequest, Store};
 use object_store::aws::AmazonS3Builder;
@@ -201,7 +201,7 @@ fn bench_links(c: &mut Criterion, rt: &Runtime, medians: &Mutex<Vec<(String, f64
             max_request: DEFAULT_MAX_BODY,
             max_response: DEFAULT_MAX_BODY,
             credential: None,
-            headers: jobhost::links::headers::default_headers(),
+            headers: jobhost::sandbox::links::headers::default_headers(),
         },
     );
     let signer = Arc::new(
@@ -219,7 +219,7 @@ fn bench_links(c: &mut Criterion, rt: &Runtime, medians: &Mutex<Vec<(String, f64
         deadline: tokio::time::Instant::now() + Duration::from_secs(3600),
         lease_deadline_ms: lease.deadline_at,
         actions: Arc::new(BTreeSet::new()),
-        trace: jobhost::trace::TraceParent::start(),
+        trace: jobhost::rules::trace::TraceParent::start(),
     };
     let direct = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

@@ -56,24 +56,24 @@
 mod guests;
 
 use criterion::{BatchSize, Criterion, SamplingMode};
-use jobhost::app::{App, AppConfig};
-use jobhost::capability::db::{DbCapability, DbSession};
-use jobhost::capability::steps::{StepsCapability, StepsSession};
-use jobhost::engine::attempt::{
+use jobhost::rules::failure::FailureCode;
+use jobhost::rules::grants::{DbGrant, Grants};
+use jobhost::rules::job::{JobSpec, Limits, RetryPolicy};
+use jobhost::runs::runner::{RunnerSettings, Step, new_run_id};
+use jobhost::sandbox::capability::db::{DbCapability, DbSession};
+use jobhost::sandbox::capability::steps::{StepsCapability, StepsSession};
+use jobhost::sandbox::engine::attempt::{
     AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext, StopToken,
 };
-use jobhost::engine::bindings::jobhost::job::db::{
+use jobhost::sandbox::engine::bindings::jobhost::job::db::{
     Host as DbHost, HostTransaction as DbTransaction, Value,
 };
-use jobhost::engine::bindings::jobhost::job::steps::Host as StepsHost;
-use jobhost::engine::output::AttemptLog;
-use jobhost::engine::state::{Capabilities, GuestState};
-use jobhost::engine::{Engine, EngineSettings, Loaded};
-use jobhost::failure::FailureCode;
-use jobhost::grants::{DbGrant, Grants};
-use jobhost::job::{JobSpec, Limits, RetryPolicy};
-use jobhost::journal::{Journal, RecordPolicy, Recorder};
-use jobhost::runner::{RunnerSettings, Step, new_run_id};
+use jobhost::sandbox::engine::bindings::jobhost::job::steps::Host as StepsHost;
+use jobhost::sandbox::engine::output::AttemptLog;
+use jobhost::sandbox::engine::state::{Capabilities, GuestState};
+use jobhost::sandbox::engine::{Engine, EngineSettings, Loaded};
+use jobhost::sandbox::journal::{Journal, RecordPolicy, Recorder};
+use jobhost::service::app::{App, AppConfig};
 use jobhost::store::guest::{Access, Fence, GuestDb, SqlValue};
 use jobhost::store::{LeaseRequest, NewRun, Origin, RunStatus, Store};
 use std::path::{Path, PathBuf};
@@ -428,7 +428,7 @@ impl Host {
             home: dir.path().to_path_buf(),
             collections: Default::default(),
             mounts: Default::default(),
-            key_rotation: jobhost::links::token::ROTATE_AFTER,
+            key_rotation: jobhost::sandbox::links::token::ROTATE_AFTER,
         })
         .await
         .expect("open the host");
@@ -511,7 +511,7 @@ fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::V
         on_where: Default::default(),
         run_on_boot: false,
         flow: Default::default(),
-        lane: jobhost::job::DEFAULT_LANE.into(),
+        lane: jobhost::rules::job::DEFAULT_LANE.into(),
         recorder: Default::default(),
     }
 }
@@ -700,7 +700,7 @@ fn bench_db_write(c: &mut Criterion, rt: &Runtime) {
     // Whether each capability variant's journal records (up to the default cap).
     let journal = |recording: bool| {
         if recording {
-            Journal::recording(jobhost::journal::DEFAULT_LIMIT)
+            Journal::recording(jobhost::sandbox::journal::DEFAULT_LIMIT)
         } else {
             Journal::off()
         }
@@ -873,9 +873,9 @@ async fn capability_write(mut state: GuestState, n: i64) {
 /// summary and digest; end: the answer encoded), against a journal that is off: the
 /// figure the I/O-bound pairs above cannot resolve below their noise.
 fn bench_journal(c: &mut Criterion) {
-    use jobhost::engine::bindings::jobhost::job::db::Rows;
-    use jobhost::engine::bindings::jobhost::job::types::HostError;
-    use jobhost::journal::{Begun, CodeOf};
+    use jobhost::sandbox::engine::bindings::jobhost::job::db::Rows;
+    use jobhost::sandbox::engine::bindings::jobhost::job::types::HostError;
+    use jobhost::sandbox::journal::{Begun, CodeOf};
     fn call<A, R>(journal: &Journal, name: &str, args: &A, answer: R)
     where
         A: serde::Serialize + std::fmt::Debug,
@@ -908,7 +908,7 @@ fn bench_journal(c: &mut Criterion) {
     for (id, recording) in [("off", false), ("recording", true)] {
         let journal = || {
             if recording {
-                Journal::recording(jobhost::journal::DEFAULT_LIMIT)
+                Journal::recording(jobhost::sandbox::journal::DEFAULT_LIMIT)
             } else {
                 Journal::off()
             }

@@ -143,8 +143,8 @@
 mod guests;
 
 use criterion::{Criterion, SamplingMode, Throughput};
-use jobhost::job::JobSpec;
-use jobhost::runner::new_run_id;
+use jobhost::rules::job::JobSpec;
+use jobhost::runs::runner::new_run_id;
 use jobhost::store::{NewRun, Origin, Pool, Store};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -1519,7 +1519,7 @@ impl Jobhost {
             .expect("read the job")
             .expect("host serve registered the job");
         let spec: JobSpec = serde_json::from_str(&job.spec).expect("the job's spec");
-        let operator = jobhost::tenant::issue();
+        let operator = jobhost::rules::tenant::issue();
         store
             .insert_token(&operator.id, &operator.secret_hash, None, "bench")
             .await

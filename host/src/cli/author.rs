@@ -6,8 +6,8 @@
 //! a component).
 
 use super::Failure;
-use crate::inspect::{InspectError, Inspection, grants_needed, inspect};
-use crate::languages::{self, BuildError, Lang};
+use crate::authoring::inspect::{InspectError, Inspection, grants_needed, inspect};
+use crate::authoring::languages::{self, BuildError, Lang};
 use clap::Args;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -203,7 +203,8 @@ fn print_human(path: &Path, seen: &Inspection) {
 /// The component's own text (a version, an import's name), bounded and escaped for the
 /// terminal: it is whatever its author put there.
 fn shown_name(text: &str) -> String {
-    crate::guest_text::for_terminal(&crate::guest_text::for_storage(text, 1024)).into_owned()
+    crate::rules::guest_text::for_terminal(&crate::rules::guest_text::for_storage(text, 1024))
+        .into_owned()
 }
 
 fn size(bytes: usize) -> String {

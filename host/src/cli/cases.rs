@@ -10,16 +10,16 @@
 
 use super::run::{open_app, run_to_end};
 use super::{AttemptArgs, Failure, Global};
-use crate::files::{Location, Uploader};
-use crate::guest_text::for_terminal;
-use crate::manifest::Manifest;
+use crate::authoring::test_cases::files::{self as case_files, Found};
+use crate::authoring::test_cases::links::CannedServer;
+use crate::authoring::test_cases::{self, Case, Mismatch, Observed};
+use crate::rules::guest_text::for_terminal;
+use crate::sandbox::files::{Location, Uploader};
+use crate::service::manifest::Manifest;
 use crate::store::LeaseRequest;
 use crate::store::RunRecord;
 use crate::store::guest::Fence;
 use crate::store::scratch::ScratchDatabase;
-use crate::test_cases::files::{self as case_files, Found};
-use crate::test_cases::links::CannedServer;
-use crate::test_cases::{self, Case, Mismatch, Observed};
 use clap::Args;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -188,7 +188,7 @@ async fn test_once(global: &Global, args: &TestArgs) -> Result<u8, Failure> {
     })
 }
 
-fn spec_of(manifest: &Manifest, case: &Case) -> Result<crate::job::JobSpec, Failure> {
+fn spec_of(manifest: &Manifest, case: &Case) -> Result<crate::rules::job::JobSpec, Failure> {
     let name = match &case.job {
         Some(name) => name.clone(),
         None => match &manifest.jobs[..] {
@@ -206,7 +206,7 @@ fn spec_of(manifest: &Manifest, case: &Case) -> Result<crate::job::JobSpec, Fail
             "case {:?}: no job {name:?} in {}; {}",
             case.name,
             manifest.path.display(),
-            crate::job::known_jobs(manifest.jobs.iter().map(|j| j.name.as_str()))
+            crate::rules::job::known_jobs(manifest.jobs.iter().map(|j| j.name.as_str()))
         ))
     })
 }
@@ -235,7 +235,7 @@ fn sealed(manifest: &Manifest, server: Option<&CannedServer>) -> Manifest {
         }
         if matches!(
             mount.credential,
-            Some(crate::links::Credential::Secret { .. })
+            Some(crate::sandbox::links::Credential::Secret { .. })
         ) {
             mount.credential = None;
         }
@@ -243,7 +243,7 @@ fn sealed(manifest: &Manifest, server: Option<&CannedServer>) -> Manifest {
     sealed
 }
 
-async fn run_case(global: &Global, given: Given<'_>, spec: crate::job::JobSpec) -> Outcome {
+async fn run_case(global: &Global, given: Given<'_>, spec: crate::rules::job::JobSpec) -> Outcome {
     let Given {
         manifest,
         case,
@@ -329,7 +329,7 @@ async fn run_case(global: &Global, given: Given<'_>, spec: crate::job::JobSpec) 
         let payload = case
             .payload_json()
             .unwrap_or_else(|| spec.payload.to_string());
-        let payload = crate::job::validate_payload(&payload).map_err(|e| e.to_string())?;
+        let payload = crate::rules::job::validate_payload(&payload).map_err(|e| e.to_string())?;
         let (run, last) = run_to_end(&app, &spec, payload, "default", None)
             .await
             .map_err(|f| f.message)?;
@@ -378,19 +378,19 @@ async fn replay_case(
     global: &Global,
     case: &Case,
     path: &Path,
-    spec: &crate::job::JobSpec,
+    spec: &crate::rules::job::JobSpec,
     outcome: &mut Outcome,
 ) {
     let result = async {
         let journal = super::replay::read_journal(path).map_err(|f| f.message)?;
-        let engine = crate::engine::Engine::new(&crate::engine::EngineSettings {
+        let engine = crate::sandbox::engine::Engine::new(&crate::sandbox::engine::EngineSettings {
             cache_dir: Some(global.cache_dir()),
             compiler: Some(global.compiler().map_err(|f| f.message)?),
-            ..crate::engine::EngineSettings::default()
+            ..crate::sandbox::engine::EngineSettings::default()
         })
         .map_err(|e| e.to_string())?;
         let loaded = engine
-            .load(&spec.component, &crate::grants::Grants::everything())
+            .load(&spec.component, &crate::rules::grants::Grants::everything())
             .map_err(|e| e.to_string())?;
         let replayed = engine
             .replay(&loaded, &journal, true)
@@ -442,7 +442,7 @@ async fn replay_case(
 /// Places the case's objects, each attached under a lease of `host test`'s own as an
 /// attempt's would be.
 async fn place_files(
-    app: &crate::app::App,
+    app: &crate::service::app::App,
     case: &Case,
     dir: &Path,
     tenant: &str,
@@ -493,7 +493,7 @@ async fn place_files(
 
 /// Each object the case expects, as the run left it.
 async fn found_files(
-    app: &crate::app::App,
+    app: &crate::service::app::App,
     case: &Case,
     tenant: &str,
 ) -> BTreeMap<String, Result<Option<Found>, String>> {
@@ -506,7 +506,7 @@ async fn found_files(
 }
 
 async fn read_found(
-    app: &crate::app::App,
+    app: &crate::service::app::App,
     tenant: &str,
     collection: &str,
     name: &str,

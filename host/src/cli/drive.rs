@@ -1,14 +1,14 @@
-//! `host drive`: one bounded sweep, then exit (see `crate::drive`).
+//! `host drive`: one bounded sweep, then exit (see `crate::service::drive`).
 
 use super::{Failure, Global};
-use crate::app::{App, AppConfig};
-use crate::catalog::Catalog;
-use crate::drive::{DriveLimits, drive as sweep};
-use crate::engine::EngineSettings;
-use crate::runner::RunnerSettings;
-use crate::schedule::cron::parse_tz;
-use crate::schedule::surveillance::Surveillance;
-use crate::units::parse_duration;
+use crate::rules::units::parse_duration;
+use crate::runs::runner::RunnerSettings;
+use crate::sandbox::engine::EngineSettings;
+use crate::service::app::{App, AppConfig};
+use crate::service::catalog::Catalog;
+use crate::service::drive::{DriveLimits, drive as sweep};
+use crate::service::schedule::cron::parse_tz;
+use crate::service::schedule::surveillance::Surveillance;
 use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -79,7 +79,7 @@ pub async fn drive(global: &Global, args: DriveArgs) -> Result<u8, Failure> {
     };
     surveillance.check().await?;
     // Parents whose children ended since are due in this sweep.
-    crate::family::sweep(&app.store, &app.metrics, Some(&app.runner)).await?;
+    crate::runs::family::sweep(&app.store, &app.metrics, Some(&app.runner)).await?;
     let (stop, cancel) = tokio::sync::watch::channel(false);
     let signalled = super::serve::shutdown_signal();
     let stopping = tokio::spawn(async move {

@@ -16,7 +16,7 @@ mod serve;
 mod tenants;
 mod watch;
 
-use crate::trace::TraceParent;
+use crate::rules::trace::TraceParent;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -59,10 +59,10 @@ pub struct Global {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Most memory compiling one component may take (its own process's data segment).
-    #[arg(long, global = true, value_parser = crate::units::parse_size, default_value = "4GiB")]
+    #[arg(long, global = true, value_parser = crate::rules::units::parse_size, default_value = "4GiB")]
     pub compile_memory: u64,
     /// Longest compiling one component may take.
-    #[arg(long, global = true, value_parser = crate::units::parse_positive_duration, default_value = "120s")]
+    #[arg(long, global = true, value_parser = crate::rules::units::parse_positive_duration, default_value = "120s")]
     pub compile_timeout: std::time::Duration,
 }
 
@@ -216,22 +216,22 @@ pub enum Command {
 #[derive(Args, Debug, Clone, Copy)]
 pub struct AttemptArgs {
     /// Time after an attempt's deadline before its lease may be taken over.
-    #[arg(long, value_parser = crate::units::parse_duration, default_value = "5s")]
+    #[arg(long, value_parser = crate::rules::units::parse_duration, default_value = "5s")]
     pub lease_grace: std::time::Duration,
     /// Longest a guest write transaction may stay open.
-    #[arg(long, value_parser = crate::units::parse_duration, default_value = "5s")]
+    #[arg(long, value_parser = crate::rules::units::parse_duration, default_value = "5s")]
     pub txn_timeout: std::time::Duration,
 }
 
 impl AttemptArgs {
     /// The runner's settings these flags give, the rest at their defaults.
-    pub fn runner(&self) -> crate::runner::RunnerSettings {
-        crate::runner::RunnerSettings {
-            lease: crate::lease::LeaseTerms {
+    pub fn runner(&self) -> crate::runs::runner::RunnerSettings {
+        crate::runs::runner::RunnerSettings {
+            lease: crate::queue::lease::LeaseTerms {
                 grace: self.lease_grace,
             },
             txn_bound: self.txn_timeout,
-            ..crate::runner::RunnerSettings::default()
+            ..crate::runs::runner::RunnerSettings::default()
         }
     }
 }
@@ -251,7 +251,7 @@ impl Global {
     }
 
     /// Components are compiled by this binary in a child process, under the limits given.
-    pub fn compiler(&self) -> Result<crate::engine::compiler::Compiler, Failure> {
+    pub fn compiler(&self) -> Result<crate::sandbox::engine::compiler::Compiler, Failure> {
         // The running binary even after it was replaced on disk (an upgrade): a newer one
         // would compile for another engine.
         let running = PathBuf::from("/proc/self/exe");
@@ -262,9 +262,9 @@ impl Global {
                 Failure::usage("cannot find the host's own executable, which compiles components")
             })?
         };
-        Ok(crate::engine::compiler::Compiler {
+        Ok(crate::sandbox::engine::compiler::Compiler {
             program,
-            limits: crate::engine::compiler::CompileLimits {
+            limits: crate::sandbox::engine::compiler::CompileLimits {
                 memory: self.compile_memory,
                 time: self.compile_timeout,
             },
@@ -295,8 +295,8 @@ impl<E: std::error::Error + 'static> From<E> for Failure {
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
         while let Some(error) = cause {
             let store = error.downcast_ref::<crate::store::StoreError>().or(
-                match error.downcast_ref::<crate::app::AppError>() {
-                    Some(crate::app::AppError::Store(store)) => Some(store),
+                match error.downcast_ref::<crate::service::app::AppError>() {
+                    Some(crate::service::app::AppError::Store(store)) => Some(store),
                     _ => None,
                 },
             );
@@ -330,8 +330,8 @@ pub fn main() -> ExitCode {
         memory_limit,
     } = cli.command
     {
-        let profile = crate::engine::compiler::Profile { fuel, epochs };
-        let code = crate::engine::compiler::compile_stdin(profile, memory_limit);
+        let profile = crate::sandbox::engine::compiler::Profile { fuel, epochs };
+        let code = crate::sandbox::engine::compiler::compile_stdin(profile, memory_limit);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let runtime = match tokio::runtime::Runtime::new() {
@@ -438,7 +438,7 @@ fn traceparent(text: &str) -> Result<TraceParent, &'static str> {
 fn init_tracing(
     cli: &Cli,
     runtime: &tokio::runtime::Handle,
-) -> Result<Option<crate::otlp::Exporter>, crate::otlp::OtlpError> {
+) -> Result<Option<crate::service::otlp::Exporter>, crate::service::otlp::OtlpError> {
     use tracing_subscriber::prelude::*;
     use tracing_subscriber::{EnvFilter, fmt};
     let default = match cli.command {
@@ -463,7 +463,7 @@ fn init_tracing(
         Command::Serve(args) => args
             .otlp_endpoint
             .as_deref()
-            .map(|endpoint| crate::otlp::Exporter::start(endpoint, runtime.clone()))
+            .map(|endpoint| crate::service::otlp::Exporter::start(endpoint, runtime.clone()))
             .transpose()?,
         _ => None,
     };

@@ -1,9 +1,9 @@
 //! Human and JSON renderings of what the CLI prints.
 
-use crate::failure::FailureCode;
-use crate::guest_text::for_terminal;
+use crate::rules::failure::FailureCode;
+use crate::rules::guest_text::for_terminal;
+use crate::service::views;
 use crate::store::{AttemptRecord, RunRecord};
-use crate::views;
 use serde_json::json;
 
 pub fn run_result(run: &RunRecord, as_json: bool) {

@@ -3,7 +3,7 @@
 //! plain line; with `--json`, nothing (stdout is for the result). Written to stderr.
 //! Counters and cursor come from the guest: made safe for a terminal and shortened.
 
-use crate::guest_text::for_terminal;
+use crate::rules::guest_text::for_terminal;
 use crate::store::RunRecord;
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;

@@ -3,11 +3,11 @@
 //! how the attempt ended.
 
 use super::{Failure, Global};
-use crate::engine::{Engine, EngineSettings, Loaded};
-use crate::grants::Grants;
-use crate::guest_text::for_terminal;
-use crate::journal::file::{JournalFile, SealKey, Sealed};
-use crate::journal::replay::Replayed;
+use crate::rules::grants::Grants;
+use crate::rules::guest_text::for_terminal;
+use crate::sandbox::engine::{Engine, EngineSettings, Loaded};
+use crate::sandbox::journal::file::{JournalFile, SealKey, Sealed};
+use crate::sandbox::journal::replay::Replayed;
 use crate::store::Store;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -118,9 +118,9 @@ pub async fn replay(global: &Global, args: ReplayArgs) -> Result<u8, Failure> {
     let diverged = matches!(
         replayed.stopped,
         Some(
-            crate::journal::Stop::Diverged { .. }
-                | crate::journal::Stop::End { .. }
-                | crate::journal::Stop::Left { .. }
+            crate::sandbox::journal::Stop::Diverged { .. }
+                | crate::sandbox::journal::Stop::End { .. }
+                | crate::sandbox::journal::Stop::Left { .. }
         )
     );
     // The component that ran, answered the same, must end the same: if it does not, the
@@ -140,7 +140,7 @@ pub fn read_journal(path: &Path) -> Result<JournalFile, Failure> {
     let cannot = |e: std::io::Error| Failure::usage(format!("cannot read {}: {e}", path.display()));
     let file = std::fs::File::open(path).map_err(cannot)?;
     let mut bytes = Vec::new();
-    file.take(crate::journal::file::MAX_FILE_BYTES + 1)
+    file.take(crate::sandbox::journal::file::MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(cannot)?;
     JournalFile::parse(&bytes).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
@@ -226,11 +226,14 @@ fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed, sea
         println!();
     }
     println!("--- end of log");
-    let left = matches!(replayed.stopped, Some(crate::journal::Stop::Left { .. }));
+    let left = matches!(
+        replayed.stopped,
+        Some(crate::sandbox::journal::Stop::Left { .. })
+    );
     if let Some(stop) = replayed.stopped.as_ref().filter(|_| !left) {
         println!("stopped: {}", for_terminal(&stop.to_string()));
         if let Some(code) = &replayed.original_code
-            && !matches!(stop, crate::journal::Stop::Diverged { .. })
+            && !matches!(stop, crate::sandbox::journal::Stop::Diverged { .. })
         {
             println!("the original attempt ended here: {}", for_terminal(code));
         }

@@ -2,16 +2,16 @@
 
 use super::output;
 use super::{Failure, Global};
-use crate::app::{App, AppConfig};
-use crate::engine::EngineSettings;
-use crate::files::CollectionSpec;
-use crate::grants::Grants;
-use crate::job::{self, JobSpec, Limits, RetryPolicy};
-use crate::manifest::Manifest;
-use crate::runner::{RunnerSettings, Step, new_run_id};
-use crate::schedule::surveillance::Surveillance;
+use crate::rules::grants::Grants;
+use crate::rules::job::{self, JobSpec, Limits, RetryPolicy};
+use crate::rules::units::{parse_duration, parse_size};
+use crate::runs::runner::{RunnerSettings, Step, new_run_id};
+use crate::sandbox::engine::EngineSettings;
+use crate::sandbox::files::CollectionSpec;
+use crate::service::app::{App, AppConfig};
+use crate::service::manifest::Manifest;
+use crate::service::schedule::surveillance::Surveillance;
 use crate::store::{AttemptRecord, NewRun, Origin, RunRecord, RunStatus, Store};
-use crate::units::{parse_duration, parse_size};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -185,7 +185,7 @@ pub(super) async fn open_app(
         home: global.home.clone(),
         collections: run_collections(spec, manifest),
         mounts: manifest.map(|m| m.mounts.clone()).unwrap_or_default(),
-        key_rotation: crate::links::token::ROTATE_AFTER,
+        key_rotation: crate::sandbox::links::token::ROTATE_AFTER,
     })
     .await?)
 }
@@ -216,7 +216,7 @@ pub(super) async fn run_to_end(
             scheduled_for: None,
             rerun_of: None,
             delay_ms: 0,
-            trace_parent: Some(crate::trace::TraceParent::start()),
+            trace_parent: Some(crate::rules::trace::TraceParent::start()),
         })
         .await?;
     // `host run` stops at Ctrl-C like any foreground command; nothing cancels an attempt.
@@ -239,7 +239,7 @@ pub(super) async fn run_to_end(
         {
             // It sleeps until its children ended: they run under `host serve` or
             // `host drive`, which then run its next pass.
-            Step::Requeued { delay: next } if next >= crate::runner::CHILDREN_WAIT => break,
+            Step::Requeued { delay: next } if next >= crate::runs::runner::CHILDREN_WAIT => break,
             Step::Requeued { delay: next } => {
                 delay = next;
                 if let Some(progress) = progress
@@ -253,7 +253,7 @@ pub(super) async fn run_to_end(
         }
     }
     app.runner.flush().await;
-    crate::controls::write_recorded_cancels_here(&app.store).await;
+    crate::runs::controls::write_recorded_cancels_here(&app.store).await;
     let record = app
         .store
         .get_run(&run.id)
@@ -296,7 +296,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
             Failure::usage(format!(
                 "unknown job {name:?} in {}; {}",
                 manifest.path.display(),
-                crate::job::known_jobs(manifest.jobs.iter().map(|j| j.name.as_str()))
+                crate::rules::job::known_jobs(manifest.jobs.iter().map(|j| j.name.as_str()))
             ))
         })?,
         _ => {
@@ -306,7 +306,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                     Some(name) => name.clone(),
                     None => name_from_path(&path)?,
                 },
-                tenant: crate::tenant::OPERATOR_TENANT.into(),
+                tenant: crate::rules::tenant::OPERATOR_TENANT.into(),
                 component: path,
                 limits: Limits::default(),
                 retry: RetryPolicy::default(),
@@ -319,7 +319,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                 on_where: Default::default(),
                 run_on_boot: false,
                 flow: Default::default(),
-                lane: crate::job::DEFAULT_LANE.into(),
+                lane: crate::rules::job::DEFAULT_LANE.into(),
                 recorder: Default::default(),
             }
         }

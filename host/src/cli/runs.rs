@@ -2,11 +2,11 @@
 
 use super::output;
 use super::{Failure, Global};
-use crate::controls::{Action, Actor, ControlError, Controls};
-use crate::metrics::Metrics;
+use crate::rules::units::parse_duration;
+use crate::runs::controls::{Action, Actor, ControlError, Controls};
+use crate::runs::metrics::Metrics;
+use crate::service::views::{self, time};
 use crate::store::{RunFilter, RunStatus, Store};
-use crate::units::parse_duration;
-use crate::views::{self, time};
 use clap::Subcommand;
 use std::time::Duration;
 
@@ -118,7 +118,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             json,
         } => {
             if let Some(instance) = &instance {
-                crate::job::validate_instance(instance)?;
+                crate::rules::job::validate_instance(instance)?;
             }
             let since = match since {
                 Some(d) => Some(store.now().await? - d.as_millis() as i64),
@@ -191,7 +191,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                             .unwrap_or_default(),
                         a.duration_ms.unwrap_or(0),
                         a.fuel_used.unwrap_or(0),
-                        crate::units::format_size(a.peak_memory.unwrap_or(0) as u64),
+                        crate::rules::units::format_size(a.peak_memory.unwrap_or(0) as u64),
                     );
                     output::log(a);
                     if let Some(journal) = journals.iter().find(|j| j.seq == a.seq) {
@@ -290,7 +290,7 @@ async fn act(store: &Store, action: Action, args: ActionArgs) -> Result<u8, Fail
         return Ok(u8::from(refused > 0));
     }
     if let Some(code) = &args.code
-        && crate::failure::FailureCode::parse(code).is_none()
+        && crate::rules::failure::FailureCode::parse(code).is_none()
     {
         return Err(Failure::usage(format!(
             "{code:?} is not a failure code (`host codes` lists them)"
@@ -339,9 +339,10 @@ async fn act(store: &Store, action: Action, args: ActionArgs) -> Result<u8, Fail
 /// `host pause`, `host resume`.
 pub async fn pause(global: &Global, scope: PauseScope, paused: bool) -> Result<u8, Failure> {
     let (scope, name) = scope.parts();
-    let scope = crate::pause::validate(scope, name).map_err(|e| Failure::usage(e.to_string()))?;
+    let scope =
+        crate::queue::pause::validate(scope, name).map_err(|e| Failure::usage(e.to_string()))?;
     let store = Store::open(&global.db_url(None)).await?;
-    let pauses = crate::pause::Pauses::new(store.clone());
+    let pauses = crate::queue::pause::Pauses::new(store.clone());
     let changed = if paused {
         pauses.pause(scope, name).await?
     } else {

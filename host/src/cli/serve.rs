@@ -1,18 +1,18 @@
 //! `host serve`, `host jobs`, `host kick` and `host check`.
 
 use super::{Failure, Global};
-use crate::app::{App, AppConfig};
-use crate::catalog::Catalog;
-use crate::engine::{Engine, EngineSettings};
-use crate::kick::{self, KickError, Kicked};
-use crate::manifest::{CatchUp, Manifest, ManifestError};
-use crate::runner::RunnerSettings;
-use crate::schedule::cron::{Cron, parse_tz};
-use crate::serve::{ServeConfig, serve};
+use crate::queue::kick::{self, KickError, Kicked};
+use crate::rules::trace::TraceParent;
+use crate::rules::units::{parse_duration, parse_positive_duration};
+use crate::runs::runner::RunnerSettings;
+use crate::sandbox::engine::{Engine, EngineSettings};
+use crate::service::app::{App, AppConfig};
+use crate::service::catalog::Catalog;
+use crate::service::manifest::{CatchUp, Manifest, ManifestError};
+use crate::service::schedule::cron::{Cron, parse_tz};
+use crate::service::serve::{ServeConfig, serve};
+use crate::service::views;
 use crate::store::{Backend, Store};
-use crate::trace::TraceParent;
-use crate::units::{parse_duration, parse_positive_duration};
-use crate::views;
 use clap::Args;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -207,7 +207,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
     let catalog = Catalog::load(&app, specs, tz).await?;
     let config = ServeConfig {
         listen: args.listen,
-        api_limits: crate::http::ConnectionLimits {
+        api_limits: crate::service::http::ConnectionLimits {
             header_timeout: args.header_timeout,
             request_timeout: args.request_timeout,
             max_connections: within_descriptors(args.max_connections as usize),
@@ -239,7 +239,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
         trace_url: args.trace_url,
         orphan_grace: args
             .orphan_grace
-            .unwrap_or(crate::registration::ORPHAN_GRACE),
+            .unwrap_or(crate::service::registration::ORPHAN_GRACE),
     };
     serve(app, catalog, config, shutdown_signal()).await?;
     Ok(0)
@@ -299,7 +299,7 @@ fn served_lanes(
 ) -> Result<BTreeMap<String, usize>, Failure> {
     let mut lanes = declared.cloned().unwrap_or_default();
     lanes
-        .entry(crate::job::DEFAULT_LANE.to_string())
+        .entry(crate::rules::job::DEFAULT_LANE.to_string())
         .or_insert(workers);
     let Some(only) = only else {
         return Ok(lanes);
@@ -334,7 +334,9 @@ pub async fn jobs(global: &Global, json: bool) -> Result<u8, Failure> {
     let now = store.now().await?;
     let views = views::jobs(
         &store.list_jobs().await?,
-        &store.instance_leases(crate::kick::DEFAULT_INSTANCE).await?,
+        &store
+            .instance_leases(crate::queue::kick::DEFAULT_INSTANCE)
+            .await?,
         now,
     );
     store.close().await;
@@ -377,7 +379,7 @@ pub async fn kick_cmd(
     trace: Option<TraceParent>,
     json: bool,
 ) -> Result<u8, Failure> {
-    crate::job::validate_instance(instance)?;
+    crate::rules::job::validate_instance(instance)?;
     let store = Store::open(&global.db_url(None)).await?;
     let result = match kick::kick(&store, job, instance, trace).await {
         Ok(kicked) => Ok(kicked),
@@ -431,7 +433,7 @@ async fn refused(store: &Store, job: &str, error: KickError) -> Failure {
         KickError::UnknownJob(_) => match store.list_jobs().await {
             Ok(jobs) => Failure::usage(format!(
                 "unknown job {job:?}; {} (see `host jobs`)",
-                crate::job::known_jobs(jobs.iter().map(|j| j.name.as_str()))
+                crate::rules::job::known_jobs(jobs.iter().map(|j| j.name.as_str()))
             )),
             Err(e) => e.into(),
         },
@@ -457,7 +459,7 @@ pub async fn start_cmd(
     trace: Option<TraceParent>,
     json: bool,
 ) -> Result<u8, Failure> {
-    crate::job::validate_instance(instance)?;
+    crate::rules::job::validate_instance(instance)?;
     let payload = payload.map(super::run::read_payload).transpose()?;
     let store = Store::open(&global.db_url(None)).await?;
     let result = match kick::start(&store, job, instance, payload.as_deref(), trace).await {
@@ -493,10 +495,11 @@ pub async fn emit_cmd(
 ) -> Result<u8, Failure> {
     let payload = payload.map(super::run::read_payload).transpose()?;
     let store = Store::open(&global.db_url(None)).await?;
-    let result = crate::events::emit(&store, event, key, tenant, payload.as_deref(), trace).await;
+    let result =
+        crate::queue::events::emit(&store, event, key, tenant, payload.as_deref(), trace).await;
     store.close().await;
     let runs = result.map_err(|e| match e {
-        crate::events::EmitError::Store(e) => e.into(),
+        crate::queue::events::EmitError::Store(e) => e.into(),
         e => Failure::usage(e),
     })?;
     if json {

@@ -1,9 +1,9 @@
 //! `host tenants` and `host tokens`: the tenant registry and the HTTP API's bearer tokens.
 
 use super::{Failure, Global};
+use crate::rules::tenant;
+use crate::service::views::{self, time};
 use crate::store::Store;
-use crate::tenant;
-use crate::views::{self, time};
 use clap::Subcommand;
 
 #[derive(Subcommand, Debug)]

@@ -493,7 +493,7 @@ impl Notified {
 
     fn add(&mut self, tenant: &str) {
         if self.0.len() < Self::MAX
-            && crate::tenant::validate_tenant(tenant).is_ok()
+            && crate::rules::tenant::validate_tenant(tenant).is_ok()
             && !self.0.iter().any(|t| t == tenant)
         {
             self.0.push(tenant.to_string());

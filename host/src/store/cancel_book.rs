@@ -8,7 +8,7 @@
 //! the host's pools, the writer, the probe, the guests' pool, where the authorizer refuses
 //! the function to guest SQL —, a claim passes the run over and an ending leaves it for
 //! the cancel. The cancel's own transaction (run row, lease, report) follows as soon as it
-//! gets the write lock, through whichever process gets there first (`crate::controls`),
+//! gets the write lock, through whichever process gets there first (`crate::runs::controls`),
 //! and then the entry is removed. Guest connections never attach this file.
 
 use libsqlite3_sys as ffi;

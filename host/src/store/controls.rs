@@ -1,6 +1,6 @@
 //! The operator's controls as rows: pauses, a fenced cancel and a retry, each one
 //! transaction. Who may do what to which runs, and what follows, is decided in
-//! `crate::controls`; this module only reads and writes.
+//! `crate::runs::controls`; this module only reads and writes.
 
 use super::pool::Exclusive;
 use super::records::{FileRecord, NewReport, NewRun, PauseRecord, RunFilter, RunRecord};

@@ -1,7 +1,7 @@
 //! The rows of jobs that start jobs: runs a guest's `jobs` calls queue (inside its
 //! transaction or in a fenced write of the host's own), a run's result, a parent's wait,
 //! and what the family sweep reads. What a call may start, and what a family's state
-//! leads to, is decided in `capability::jobs` and `crate::family`; this module only reads
+//! leads to, is decided in `capability::jobs` and `crate::runs::family`; this module only reads
 //! and writes.
 //!
 //! Inside a guest's transaction the runs are inserted by the statements here (SQLite) or

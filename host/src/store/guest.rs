@@ -8,7 +8,7 @@ use super::family::Enqueue;
 use super::postgres_guest::PgGuest;
 use super::sqlite_guest::SqliteGuest;
 use super::{FileWrite, FileWritten, ProgressWrite};
-use crate::grants::DbGrant;
+use crate::rules::grants::DbGrant;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 use tokio::time::Instant;

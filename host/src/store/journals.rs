@@ -3,7 +3,7 @@
 //! reads and writes.
 
 use super::{Result, Store};
-use crate::journal::file::{JournalFile, SealKey};
+use crate::sandbox::journal::file::{JournalFile, SealKey};
 
 /// The journals' seal key's name in `jobhost_secrets`.
 const SEAL_KEY: &str = "journal-seal";

@@ -914,7 +914,7 @@ where
         let report = NewReport::about_run(
             ReportKind::Dropped,
             dropped,
-            crate::failure::FailureCode::TenantLimit,
+            crate::rules::failure::FailureCode::TenantLimit,
         );
         bind_report(sqlx::query(q.insert_report.as_str()), &report)
             .execute(&mut **tx)

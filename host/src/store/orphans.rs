@@ -1,5 +1,5 @@
 //! The rows of orphaned jobs' waiting runs: which there are, and ending them. That they
-//! end, and how, is `crate::registration`'s; this module only reads and writes.
+//! end, and how, is `crate::service::registration`'s; this module only reads and writes.
 
 use super::pool::Exclusive;
 use super::records::{NewReport, RunRecord};

@@ -23,7 +23,7 @@ use super::guest::{
 use super::pg_wire::{FrameGuard, Socket};
 use super::pool::Exclusive;
 use super::{FileWrite, FileWritten, ProgressWrite};
-use crate::grants::DbGrant;
+use crate::rules::grants::DbGrant;
 use bytes::BytesMut;
 use futures_util::TryStreamExt;
 use postgres_protocol::types as wire;

@@ -500,7 +500,7 @@ queries! {
         AND ($2 IS NULL OR tenant = $2) \
         ON CONFLICT (run_id, seq) DO NOTHING";
     // Only a queued or running run of tenant `$2` (any, if null) is ended, with status `$3`
-    // and code `$4` (an operator's cancel, or a family's ending: `crate::family`).
+    // and code `$4` (an operator's cancel, or a family's ending: `crate::runs::family`).
     cancel_run = "UPDATE jobhost_runs SET status = $3, \
         last_code = $4, finished_at = {now}, updated_at = {now} \
         WHERE id = $1 AND status IN ('queued', 'running') AND ($2 IS NULL OR tenant = $2) \

@@ -157,11 +157,12 @@ impl RunRecord {
     /// Recorded skipped as it was queued: its job's `max_per_tenant` was reached.
     pub fn dropped_by_limit(&self) -> bool {
         self.status() == Some(RunStatus::Skipped)
-            && self.last_code.as_deref() == Some(crate::failure::FailureCode::TenantLimit.as_str())
+            && self.last_code.as_deref()
+                == Some(crate::rules::failure::FailureCode::TenantLimit.as_str())
     }
 
     /// The pass whose children the run sleeps waiting for, if it does: the pass that
-    /// asked to wait has ended and the next is queued (`crate::family`).
+    /// asked to wait has ended and the next is queued (`crate::runs::family`).
     pub fn waiting_pass(&self) -> Option<i64> {
         let pass = self.wait_pass.filter(|p| *p < self.pass)?;
         (self.status == RunStatus::Queued.as_str() && self.wait_policy.is_some()).then_some(pass)
@@ -177,8 +178,8 @@ impl RunRecord {
     }
 
     /// The run's trace context: decided when it was queued, or derived from its id.
-    pub fn trace(&self) -> crate::trace::TraceParent {
-        crate::trace::TraceParent::of_run(self.trace_parent.as_deref(), &self.id)
+    pub fn trace(&self) -> crate::rules::trace::TraceParent {
+        crate::rules::trace::TraceParent::of_run(self.trace_parent.as_deref(), &self.id)
     }
 }
 
@@ -350,7 +351,7 @@ pub struct JobUpsert<'a> {
     /// Its cap on queued and running runs per tenant, and what a run over it does (the
     /// statement that queues runs reads them from the job's row).
     pub max_per_tenant: Option<u32>,
-    pub over_limit: crate::job::OverLimit,
+    pub over_limit: crate::rules::job::OverLimit,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -368,7 +369,7 @@ pub struct NewRun {
     /// Due this many milliseconds from now (database clock).
     pub delay_ms: i64,
     /// The trace it belongs to; `None` for a run whose trace derives from its id.
-    pub trace_parent: Option<crate::trace::TraceParent>,
+    pub trace_parent: Option<crate::rules::trace::TraceParent>,
 }
 
 pub struct LeaseRequest<'a> {
@@ -447,7 +448,11 @@ pub struct NewReport {
 impl NewReport {
     /// A report about one run: its job, instance, id, trace id and a fixed code, never
     /// free text.
-    pub fn about_run(kind: ReportKind, run: &RunRecord, code: crate::failure::FailureCode) -> Self {
+    pub fn about_run(
+        kind: ReportKind,
+        run: &RunRecord,
+        code: crate::rules::failure::FailureCode,
+    ) -> Self {
         NewReport {
             kind,
             job: run.job.clone(),
@@ -480,7 +485,7 @@ impl NewReport {
     pub fn about_storage(
         kind: ReportKind,
         job: &str,
-        code: crate::failure::FailureCode,
+        code: crate::rules::failure::FailureCode,
         details: serde_json::Value,
     ) -> Self {
         let mut body = serde_json::json!({

@@ -24,7 +24,7 @@ use super::guest::{
 };
 use super::queries::Queries;
 use super::{FileWrite, FileWritten, ProgressWrite};
-use crate::grants::DbGrant;
+use crate::rules::grants::DbGrant;
 use libsqlite3_sys as ffi;
 use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteArguments, SqliteRow};

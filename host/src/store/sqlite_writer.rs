@@ -297,7 +297,7 @@ fn kick(
         let report = NewReport::about_run(
             ReportKind::Dropped,
             &queued,
-            crate::failure::FailureCode::TenantLimit,
+            crate::rules::failure::FailureCode::TenantLimit,
         );
         insert_report(conn, q, &report)?;
     }

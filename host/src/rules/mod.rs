@@ -1,0 +1,16 @@
+//! What a job is and the rules every value obeys: a job's definition and grants, the
+//! names, JSON values, units and guest text the host accepts, the failure codes, tenants'
+//! tokens and trace context. The bottom layer: it imports nothing else of the host.
+
+pub mod event_filter;
+pub mod failure;
+#[cfg(test)]
+pub(crate) mod fuzzing;
+pub mod grants;
+pub mod guest_text;
+pub mod job;
+pub mod json_rule;
+pub mod name_rule;
+pub mod tenant;
+pub mod trace;
+pub mod units;

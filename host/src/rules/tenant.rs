@@ -1,0 +1,167 @@
+//! Who an API request speaks for, and the bearer tokens that say so.
+//!
+//! A token is `jh_<id>_<secret>`: the id finds its row, the secret proves it. Only the
+//! SHA-256 of the secret is stored, so a copy of the database holds no usable token, and
+//! the comparison is constant-time. Secrets are 256 random bits, so a fast hash is enough:
+//! there is nothing to guess that a slow one would protect.
+
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// The tenant of jobs that name none: the operator's own. It is never registered, so a
+/// per-tenant fan-out never includes it, and it cannot be disabled.
+pub const OPERATOR_TENANT: &str = "default";
+
+/// Whose request this is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// Sees and does everything.
+    Operator,
+    /// Sees and acts on this tenant's jobs and runs only.
+    Tenant(String),
+}
+
+impl Principal {
+    /// Whether this principal may see what belongs to `tenant`.
+    pub fn sees(&self, tenant: &str) -> bool {
+        match self {
+            Principal::Operator => true,
+            Principal::Tenant(own) => own == tenant,
+        }
+    }
+
+    /// The tenant a request is limited to, if any.
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Principal::Operator => None,
+            Principal::Tenant(own) => Some(own),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TenantError {
+    #[error(
+        "invalid tenant name {0:?}: use 1-64 lowercase letters, digits and . _ -, starting with a letter or digit"
+    )]
+    Name(String),
+    #[error("{OPERATOR_TENANT:?} is the operator's own tenant: it is not registered")]
+    Reserved,
+}
+
+/// The rule for tenant names, the same as for job names: they appear in object keys,
+/// labels and URLs.
+pub fn validate_tenant(name: &str) -> Result<(), TenantError> {
+    crate::rules::job::validate_name(name).map_err(|_| TenantError::Name(name.to_string()))
+}
+
+/// The rule for a tenant to register: a valid name that is not the operator's own.
+pub fn validate_new_tenant(name: &str) -> Result<(), TenantError> {
+    validate_tenant(name)?;
+    if name == OPERATOR_TENANT {
+        return Err(TenantError::Reserved);
+    }
+    Ok(())
+}
+
+/// A token as it is handed out once, and what is kept of it.
+pub struct IssuedToken {
+    pub id: String,
+    /// The whole bearer token; shown once, never stored.
+    pub token: String,
+    pub secret_hash: String,
+}
+
+/// A fresh token: a 48-bit id and a 256-bit secret.
+pub fn issue() -> IssuedToken {
+    let mut rng = rand::rng();
+    let mut id = [0u8; 6];
+    let mut secret = [0u8; 32];
+    rng.fill_bytes(&mut id);
+    rng.fill_bytes(&mut secret);
+    let id = hex::encode(id);
+    let secret = hex::encode(secret);
+    IssuedToken {
+        token: format!("jh_{id}_{secret}"),
+        secret_hash: hash(&secret),
+        id,
+    }
+}
+
+/// The id and secret of a presented token, if it has the token's shape.
+pub fn parse(token: &str) -> Option<(&str, &str)> {
+    let (id, secret) = token.strip_prefix("jh_")?.split_once('_')?;
+    let hex_of = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex_of(id, 12) && hex_of(secret, 64)).then_some((id, secret))
+}
+
+fn hash(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// Whether `secret` is the one whose hash was stored, in time that does not depend on
+/// where they differ.
+pub fn secret_matches(secret: &str, stored_hash: &str) -> bool {
+    hash(secret).as_bytes().ct_eq(stored_hash.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_issued_token_parses_and_matches_only_its_own_hash() {
+        let issued = issue();
+        let (id, secret) = parse(&issued.token).expect("parses");
+        assert_eq!(id, issued.id);
+        assert!(secret_matches(secret, &issued.secret_hash));
+        assert!(!issued.token.contains(&issued.secret_hash));
+        let other = issue();
+        assert!(!secret_matches(secret, &other.secret_hash));
+        assert_ne!(issued.id, other.id);
+    }
+
+    #[test]
+    fn malformed_tokens_do_not_parse() {
+        let issued = issue();
+        let (id, secret) = parse(&issued.token).unwrap();
+        for bad in [
+            String::new(),
+            "jh_".into(),
+            format!("jh_{id}"),
+            format!("jh_{id}_"),
+            format!("xx_{id}_{secret}"),
+            format!("jh_{id}_{secret}0"),
+            format!("jh_{id}_{}", &secret[1..]),
+            format!("jh_{}g_{secret}", &id[1..]),
+            format!("jh_{id}_{}\0", &secret[1..]),
+            format!("jh_{id}_{}é", &secret[2..]),
+        ] {
+            assert_eq!(parse(&bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_principal_sees_only_its_own_tenant() {
+        assert!(Principal::Operator.sees("acme"));
+        let acme = Principal::Tenant("acme".into());
+        assert!(acme.sees("acme"));
+        assert!(!acme.sees("globex"));
+        assert_eq!(acme.tenant(), Some("acme"));
+        assert_eq!(Principal::Operator.tenant(), None);
+    }
+
+    #[test]
+    fn tenant_names_follow_the_job_name_rule() {
+        assert!(validate_tenant("acme-2.eu_west").is_ok());
+        assert!(validate_tenant(OPERATOR_TENANT).is_ok());
+        assert_eq!(
+            validate_new_tenant(OPERATOR_TENANT),
+            Err(TenantError::Reserved)
+        );
+        for bad in ["", "Acme", "-acme", "a/b", "a b", "a\0", &"a".repeat(65)] {
+            assert!(validate_tenant(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! Parsing of the human units operators type: durations (`30s`, `10m`, `1h`, `250ms`) and
+//! sizes (`64MiB`, `512KiB`, `1GiB`, or plain bytes).
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UnitError {
+    #[error("invalid duration {0:?}: use a number with a unit, e.g. 250ms, 30s, 10m, 1h, 2d")]
+    Duration(String),
+    #[error("invalid duration {0:?}: it must be longer than zero")]
+    ZeroDuration(String),
+    #[error("invalid size {0:?}: use a number with a unit, e.g. 512KiB, 64MiB, 1GiB (or bytes)")]
+    Size(String),
+}
+
+fn split_number(text: &str) -> Option<(u64, &str)> {
+    let text = text.trim();
+    let digits = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    if digits == 0 {
+        return None;
+    }
+    let number = text[..digits].parse().ok()?;
+    Some((number, text[digits..].trim()))
+}
+
+pub fn parse_duration(text: &str) -> Result<Duration, UnitError> {
+    let err = || UnitError::Duration(text.to_string());
+    let (n, unit) = split_number(text).ok_or_else(err)?;
+    let millis_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(err()),
+    };
+    let millis = n.checked_mul(millis_per_unit).ok_or_else(err)?;
+    Ok(Duration::from_millis(millis))
+}
+
+/// A duration that must not be zero: a time limit of nothing would refuse everything.
+pub fn parse_positive_duration(text: &str) -> Result<Duration, UnitError> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(UnitError::ZeroDuration(text.to_string())),
+        d => Ok(d),
+    }
+}
+
+pub fn parse_size(text: &str) -> Result<u64, UnitError> {
+    let err = || UnitError::Size(text.to_string());
+    let (n, unit) = split_number(text).ok_or_else(err)?;
+    let multiplier: u64 = match unit {
+        "" | "B" => 1,
+        "KiB" | "K" | "KB" => 1 << 10,
+        "MiB" | "M" | "MB" => 1 << 20,
+        "GiB" | "G" | "GB" => 1 << 30,
+        _ => return Err(err()),
+    };
+    n.checked_mul(multiplier).ok_or_else(err)
+}
+
+/// Formats a duration the way `parse_duration` reads it (the largest exact unit).
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis() as u64;
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms >= size && ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+/// Formats bytes with a binary unit when exact.
+pub fn format_size(bytes: u64) -> String {
+    for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= size && bytes.is_multiple_of(size) {
+            return format!("{}{unit}", bytes / size);
+        }
+    }
+    format!("{bytes}B")
+}
+
+/// Serde helpers so manifests can write `timeout = "30s"`.
+pub mod serde_duration {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format_duration(*d))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(d)?;
+        super::parse_duration(&text).map_err(D::Error::custom)
+    }
+}
+
+/// Serde helpers so manifests can write `memory = "64MiB"`.
+pub mod serde_size {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(bytes: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&super::format_size(*bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Size {
+            Bytes(u64),
+            Text(String),
+        }
+        match Size::deserialize(d)? {
+            Size::Bytes(n) => Ok(n),
+            Size::Text(text) => super::parse_size(&text).map_err(D::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration(" 2d "), Ok(Duration::from_secs(172_800)));
+        for bad in [
+            "",
+            "s",
+            "30",
+            "30x",
+            "-1s",
+            "1.5s",
+            "99999999999999999999s",
+            "30 seconds",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert_eq!(
+            parse_positive_duration("0s"),
+            Err(UnitError::ZeroDuration("0s".into()))
+        );
+        assert_eq!(parse_positive_duration("1ms"), Ok(Duration::from_millis(1)));
+        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        for bad in ["", "MiB", "64XB", "-1", "1.5MiB"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} should be refused");
+        }
+        assert_eq!(format_size(64 << 20), "64MiB");
+        assert_eq!(format_size(1000), "1000B");
+    }
+
+    proptest! {
+        #![proptest_config(crate::rules::fuzzing::config(2000))]
+
+        /// Any text either parses or gets a one-line error; what parses formats back to
+        /// the same value.
+        #[test]
+        fn units_parse_or_refuse_in_one_line(text in crate::rules::fuzzing::text()) {
+            match parse_duration(&text) {
+                Ok(d) => prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d)),
+                Err(e) => prop_assert!(!e.to_string().contains('\n')),
+            }
+            match parse_size(&text) {
+                Ok(n) => prop_assert_eq!(parse_size(&format_size(n)), Ok(n)),
+                Err(e) => prop_assert!(!e.to_string().contains('\n')),
+            }
+        }
+
+        #[test]
+        fn durations_round_trip(ms in 0u64..u64::MAX / 86_400_000) {
+            let d = Duration::from_millis(ms);
+            prop_assert_eq!(parse_duration(&format_duration(d)), Ok(d));
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! `jobhost:job/db`: the guest's SQL, through the [`GuestDb`] port.
+
+use crate::rules::grants::DbGrant;
+use crate::sandbox::capability::refusal;
+use crate::sandbox::engine::bindings::jobhost::job::db::{Host, HostTransaction, Rows, Value};
+use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
+use crate::sandbox::engine::state::GuestState;
+use crate::store::guest::{Access, GuestDb, GuestDbError, GuestTx, SqlRows, SqlValue};
+use std::time::Duration;
+use tokio::time::Instant;
+use wasmtime::component::Resource;
+
+/// The database a job was granted for one attempt.
+pub struct DbSession {
+    pub db: GuestDb,
+    pub access: Access,
+    /// How long a write transaction may stay open.
+    pub txn_bound: Duration,
+}
+
+/// The `db` capability's per-attempt state: `None` when the job was not granted `db`.
+pub struct DbCapability {
+    session: Option<DbSession>,
+    /// The guest's open transaction (its handle's number in the resource table).
+    open_tx: Option<u32>,
+}
+
+impl DbCapability {
+    pub fn new(session: Option<DbSession>) -> Self {
+        DbCapability {
+            session,
+            open_tx: None,
+        }
+    }
+}
+
+/// A transaction in the guest's resource table: `None` in a replay, where nothing is
+/// behind it.
+pub struct TxHandle(Option<GuestTx>);
+
+impl TxHandle {
+    /// The open transaction, for another capability's writes that commit with it.
+    pub(crate) fn guest_tx(&mut self) -> Option<&mut GuestTx> {
+        self.0.as_mut()
+    }
+}
+
+impl GuestState {
+    fn db_session(&mut self) -> Result<(GuestDb, Access, Duration), HostError> {
+        match &self.db.session {
+            Some(s) => Ok((s.db.clone(), s.access.clone(), s.txn_bound)),
+            None => {
+                self.signals.refuse(refusal::capability_not_granted("db"));
+                Err(HostError::CapabilityRefused("not-granted".into()))
+            }
+        }
+    }
+
+    /// A port failure as the guest sees it, noted in the attempt's signals.
+    pub(crate) fn translate<T>(&mut self, result: Result<T, GuestDbError>) -> Result<T, HostError> {
+        result.map_err(|error| match error {
+            GuestDbError::LeaseLost => {
+                self.signals.lease_lost = true;
+                HostError::LeaseLost
+            }
+            GuestDbError::Refused(refused) => {
+                if self.signals.refused.is_none() {
+                    let grant = self.db.session.as_ref().map(|s| s.access.grant.clone());
+                    self.signals.refuse(refusal::query(
+                        refused,
+                        grant.as_deref().unwrap_or(&DbGrant::default()),
+                    ));
+                }
+                HostError::QueryRefused(refused.reason().into())
+            }
+            GuestDbError::Invalid(reason) => HostError::Invalid(reason.into()),
+            GuestDbError::Unavailable => {
+                self.signals.unavailable = true;
+                HostError::Unavailable
+            }
+        })
+    }
+
+    /// Refuses a host call that commits a write of its own (an upload's record, an attach
+    /// or removal outside a transaction, a step recorded on its own, a scan's verdict)
+    /// while the guest's transaction keeps every other writer out: SQLite's one write
+    /// lock, taken at the transaction's first statement. The call would wait for the lock
+    /// the guest itself holds until the transaction's time bound rolled it back; it is
+    /// told at once instead (`invalid(transaction-open)`), and can use the call's `-in`
+    /// variant or come before the transaction's first statement.
+    pub(crate) async fn own_write_allowed(&mut self) -> Result<(), HostError> {
+        let Some(rep) = self.db.open_tx else {
+            return Ok(());
+        };
+        let open: Resource<TxHandle> = Resource::new_borrow(rep);
+        let blocked = match self.table.get(&open) {
+            Ok(TxHandle(Some(tx))) => tx.blocks_other_writers().await,
+            _ => false,
+        };
+        if blocked {
+            Err(HostError::Invalid("transaction-open".into()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Takes the guest's transaction out of its table, to end it (`None`: a replayed
+    /// one).
+    pub(crate) fn take_tx(&mut self, tx: Resource<TxHandle>) -> Result<Option<GuestTx>, HostError> {
+        let handle = self
+            .table
+            .delete(tx)
+            .map_err(|_| HostError::Invalid("unknown-transaction".into()))?;
+        self.db.open_tx = None;
+        Ok(handle.0)
+    }
+
+    /// Commits a transaction taken out of the table (fenced), and tells the other
+    /// capabilities whose writes it carried.
+    pub(crate) async fn commit_taken(&mut self, tx: GuestTx) -> Result<(), HostError> {
+        let result = tx.commit().await;
+        if result.is_ok() {
+            self.files.committed().await;
+        } else {
+            self.files.rolled_back();
+        }
+        self.translate(result)
+    }
+
+    /// Rolls back a transaction taken out of the table.
+    pub(crate) async fn roll_back_taken(&mut self, tx: GuestTx) {
+        self.files.rolled_back();
+        tx.rollback().await;
+    }
+
+    pub(crate) fn tx(&mut self, tx: &Resource<TxHandle>) -> Result<&mut GuestTx, HostError> {
+        self.table
+            .get_mut(tx)
+            .ok()
+            .and_then(|h| h.0.as_mut())
+            .ok_or_else(|| HostError::Invalid("unknown-transaction".into()))
+    }
+}
+
+impl Host for GuestState {
+    async fn query(&mut self, sql: String, params: Vec<Value>) -> Result<Rows, HostError> {
+        crate::journaled!(self, "db.query", (&sql, &params), async {
+            let (db, access, _) = self.db_session()?;
+            let result = db.query(&access, &sql, &to_sql(params)).await;
+            self.translate(result).map(to_rows)
+        })
+    }
+
+    async fn begin(&mut self) -> Result<Resource<TxHandle>, HostError> {
+        if self.db.open_tx.is_some() {
+            return Err(HostError::Invalid("transaction-open".into()));
+        }
+        let began: Result<Option<GuestTx>, HostError> = crate::journaled!(self, "db.begin", (), resource async {
+            let (db, access, bound) = self.db_session()?;
+            let result = db.begin(&access, Instant::now() + bound).await;
+            self.translate(result)
+        });
+        // A replayed transaction has nothing behind it: its calls are answered too.
+        let handle = self
+            .table
+            .push(TxHandle(began?))
+            .map_err(|_| HostError::Invalid("too-many-resources".into()))?;
+        self.db.open_tx = Some(handle.rep());
+        Ok(handle)
+    }
+}
+
+impl HostTransaction for GuestState {
+    async fn query(
+        &mut self,
+        tx: Resource<TxHandle>,
+        sql: String,
+        params: Vec<Value>,
+    ) -> Result<Rows, HostError> {
+        crate::journaled!(self, "db.transaction.query", (&sql, &params), async {
+            let result = self.tx(&tx)?.query(&sql, &to_sql(params)).await;
+            self.translate(result).map(to_rows)
+        })
+    }
+
+    async fn execute(
+        &mut self,
+        tx: Resource<TxHandle>,
+        sql: String,
+        params: Vec<Value>,
+    ) -> Result<u64, HostError> {
+        crate::journaled!(self, "db.transaction.execute", (&sql, &params), async {
+            let result = self.tx(&tx)?.execute(&sql, &to_sql(params)).await;
+            self.translate(result)
+        })
+    }
+
+    async fn commit(&mut self, tx: Resource<TxHandle>) -> Result<(), HostError> {
+        let tx = self.take_tx(tx)?;
+        crate::journaled!(self, "db.transaction.commit", (), async {
+            match tx {
+                Some(tx) => self.commit_taken(tx).await,
+                None => Err(HostError::Invalid("unknown-transaction".into())),
+            }
+        })
+    }
+
+    async fn rollback(&mut self, tx: Resource<TxHandle>) {
+        if let Ok(handle) = self.take_tx(tx) {
+            crate::journaled!(self, "db.transaction.rollback", (), async {
+                if let Some(handle) = handle {
+                    self.files.rolled_back();
+                    handle.rollback().await;
+                }
+            })
+        }
+    }
+
+    /// A transaction the guest drops unended is rolled back.
+    async fn drop(&mut self, tx: Resource<TxHandle>) -> wasmtime::Result<()> {
+        HostTransaction::rollback(self, tx).await;
+        Ok(())
+    }
+}
+
+fn to_sql(params: Vec<Value>) -> Vec<SqlValue> {
+    params
+        .into_iter()
+        .map(|v| match v {
+            Value::Null => SqlValue::Null,
+            Value::Integer(i) => SqlValue::Integer(i),
+            Value::Real(f) => SqlValue::Real(f),
+            Value::Text(s) => SqlValue::Text(s),
+            Value::Blob(b) => SqlValue::Blob(b),
+        })
+        .collect()
+}
+
+fn to_rows(rows: SqlRows) -> Rows {
+    Rows {
+        columns: rows.columns,
+        rows: rows
+            .rows
+            .into_iter()
+            .map(|row| {
+                row.into_iter()
+                    .map(|v| match v {
+                        SqlValue::Null => Value::Null,
+                        SqlValue::Integer(i) => Value::Integer(i),
+                        SqlValue::Real(f) => Value::Real(f),
+                        SqlValue::Text(s) => Value::Text(s),
+                        SqlValue::Blob(b) => Value::Blob(b),
+                    })
+                    .collect()
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,644 @@
+//! `jobhost:job/jobs`: a guest starts runs of other jobs (enqueue, kick, emit) and has a
+//! pass wait for them. This only translates and checks: the grant (checked at load, and
+//! here at each call), the target job's tenant, the payload rule, the per-attempt bounds,
+//! and the ids that make a retried pass start nothing twice. The rows are
+//! `store::family`'s; what a wait leads to is the runner's and `crate::runs::family`'s.
+
+use crate::rules::grants::Grants;
+use crate::sandbox::capability::refusal;
+use crate::sandbox::engine::bindings::jobhost::job::jobs::{
+    Enqueued, Host, NewRun as WitNewRun, Options, WaitPolicy,
+};
+use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
+use crate::sandbox::engine::state::GuestState;
+use crate::store::family::{ChildRun, Enqueue, ParentLink};
+use crate::store::guest::{Fence, GuestDbError};
+use crate::store::{JobRecord, Store};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Arc;
+use wasmtime::component::Resource;
+
+/// Most runs one attempt may start (enqueued, kicked, or queued by its emits).
+pub const MAX_RUNS_PER_ATTEMPT: usize = 10_000;
+/// Most payload bytes the runs one attempt starts may carry together.
+pub const MAX_PAYLOAD_BYTES_PER_ATTEMPT: usize = 32 << 20;
+/// Most runs one `enqueue-all` call may queue.
+pub const MAX_BATCH: usize = 1000;
+/// Longest dedup key or instance, in bytes.
+pub const MAX_KEY_BYTES: usize = 200;
+/// The priority's bounds, in seconds.
+pub const MAX_PRIORITY_S: i32 = 3600;
+/// Longest delay a run may be queued with: a year.
+pub const MAX_DELAY_MS: i64 = 365 * 24 * 3600 * 1000;
+
+/// What one attempt's `jobs` calls belong to.
+pub struct JobsSession {
+    pub store: Store,
+    pub fence: Fence,
+    pub parent: ParentLink,
+    pub tenant: String,
+    pub grants: Arc<Grants>,
+    pub trace: String,
+}
+
+/// The `jobs` capability's per-attempt state: `None` when the job was not granted it.
+pub struct JobsCapability {
+    session: Option<JobsSession>,
+    started: usize,
+    payload_bytes: usize,
+    /// Calls that started runs so far: the n-th call of every attempt of a pass names
+    /// the same runs, so a retried pass that repeats its calls starts nothing twice.
+    calls: u64,
+    /// The jobs this attempt looked up, by name (`None`: unknown or orphaned).
+    targets: HashMap<String, Option<JobRecord>>,
+    waits: Option<WaitPolicy>,
+    /// How many ancestors the attempt's run has, once read.
+    depth: Option<i64>,
+}
+
+impl JobsCapability {
+    pub fn new(session: Option<JobsSession>) -> Self {
+        JobsCapability {
+            session,
+            started: 0,
+            payload_bytes: 0,
+            calls: 0,
+            targets: HashMap::new(),
+            waits: None,
+            depth: None,
+        }
+    }
+
+    /// Whether the pass recorded that it waits for its children.
+    pub fn waits(&self) -> bool {
+        self.waits.is_some()
+    }
+
+    /// In a replay: whether the original pass recorded that it waits (the policy does not
+    /// change how the attempt ends).
+    pub(crate) fn replay_waits(&mut self, waits: bool) {
+        self.waits = waits.then_some(WaitPolicy::Continue);
+    }
+}
+
+fn invalid(reason: &str) -> HostError {
+    HostError::Invalid(reason.into())
+}
+
+/// A payload by the payload rule, canonical; refused with the rule's reason.
+fn checked_payload(text: &str) -> Result<String, HostError> {
+    crate::rules::json_rule::canonical(text.as_bytes(), crate::rules::json_rule::PAYLOAD)
+        .map_err(|refusal| invalid(refusal.code()))
+}
+
+/// A child's id: from its dedup key (one run per job, tenant and key, for good), or from
+/// the parent's pass, the call's place in it, and what the call asked for.
+fn child_id(parent: &ParentLink, tenant: &str, call: u64, index: usize, run: &WitNewRun) -> String {
+    let occasion = match &run.options.dedup_key {
+        Some(key) => format!("key:{key}"),
+        None => {
+            let asked = Sha256::digest(
+                format!("{}\0{}\0{:?}", run.job, run.payload, run.options.instance).as_bytes(),
+            );
+            format!(
+                "child:{}:{}:{call}:{index}:{}",
+                parent.run_id,
+                parent.pass,
+                hex::encode(&asked[..8])
+            )
+        }
+    };
+    crate::queue::fan_out::child_id(&run.job, &occasion, tenant)
+}
+
+impl GuestState {
+    fn jobs_session(&mut self) -> Result<&JobsSession, HostError> {
+        if self.jobs.session.is_none() {
+            return Err(self.refuse("not-granted"));
+        }
+        Ok(self.jobs.session.as_ref().expect("checked above"))
+    }
+
+    fn refuse(&mut self, reason: &str) -> HostError {
+        let grant = self
+            .jobs
+            .session
+            .as_ref()
+            .and_then(|s| s.grants.jobs.as_ref());
+        let refused = match grant {
+            None => refusal::capability_not_granted("jobs"),
+            Some(grant) => refusal::start(reason, Some(grant)),
+        };
+        self.signals.refuse(refused);
+        HostError::CapabilityRefused(reason.into())
+    }
+
+    fn over_limit(&mut self) -> HostError {
+        self.signals.refuse(refusal::run_limit());
+        invalid("run-limit")
+    }
+
+    /// The job `name` as this attempt may start it: granted, known, not orphaned, and
+    /// runnable by the run's tenant (its own job, or a per-tenant job).
+    async fn target(&mut self, name: &str) -> Result<JobRecord, HostError> {
+        let session = self.jobs_session()?;
+        if !session.grants.may_start(name) {
+            return Err(self.refuse("job-not-granted"));
+        }
+        let (store, tenant) = (session.store.clone(), session.tenant.clone());
+        if !self.jobs.targets.contains_key(name) {
+            let record = match store.get_job(name).await {
+                Ok(record) => record.filter(|r| r.orphaned_at.is_none()),
+                Err(_) => {
+                    self.signals.unavailable = true;
+                    return Err(HostError::Unavailable);
+                }
+            };
+            self.jobs.targets.insert(name.to_string(), record);
+        }
+        match self.jobs.targets[name].clone() {
+            None => Err(invalid("unknown-job")),
+            Some(record) if record.per_tenant == 0 && record.tenant != tenant => {
+                Err(self.refuse("job-of-another-tenant"))
+            }
+            Some(record) => Ok(record),
+        }
+    }
+
+    /// Checks a batch of runs against the grant and the bounds and builds what to queue.
+    async fn plan_enqueue(&mut self, runs: Vec<WitNewRun>) -> Result<Enqueue, HostError> {
+        self.jobs_session()?;
+        if runs.len() > MAX_BATCH {
+            return Err(invalid("too-many-runs"));
+        }
+        let mut planned = Vec::with_capacity(runs.len());
+        let mut bytes = 0;
+        for (index, run) in runs.iter().enumerate() {
+            self.target(&run.job).await?;
+            let payload = checked_payload(&run.payload)?;
+            let options = &run.options;
+            for text in [&options.dedup_key, &options.instance]
+                .into_iter()
+                .flatten()
+            {
+                if !crate::rules::name_rule::is_name(text, MAX_KEY_BYTES) {
+                    return Err(invalid("invalid-key"));
+                }
+            }
+            if !(-MAX_PRIORITY_S..=MAX_PRIORITY_S).contains(&options.priority) {
+                return Err(invalid("invalid-priority"));
+            }
+            let delay_ms = i64::try_from(options.delay_ms)
+                .ok()
+                .filter(|d| *d <= MAX_DELAY_MS)
+                .ok_or_else(|| invalid("invalid-delay"))?;
+            bytes += payload.len();
+            let session = self.jobs.session.as_ref().expect("checked above");
+            let id = child_id(
+                &session.parent,
+                &session.tenant,
+                self.jobs.calls,
+                index,
+                run,
+            );
+            planned.push(ChildRun {
+                instance: options.instance.clone().unwrap_or_else(|| id.clone()),
+                id,
+                job: run.job.clone(),
+                tenant: session.tenant.clone(),
+                origin: crate::store::Origin::Child.as_str(),
+                payload,
+                delay_ms: delay_ms - i64::from(options.priority) * 1000,
+                trace_parent: Some(session.trace.clone()),
+                parent_attempt: session.parent.attempt,
+                detached: i64::from(options.detached),
+                event: None,
+            });
+        }
+        self.reserve(planned.len(), bytes)?;
+        Ok(self.enqueue_of(planned))
+    }
+
+    /// Counts `runs` runs and `bytes` payload bytes against the attempt's bounds.
+    fn reserve(&mut self, runs: usize, bytes: usize) -> Result<(), HostError> {
+        if self.jobs.started + runs > MAX_RUNS_PER_ATTEMPT
+            || self.jobs.payload_bytes + bytes > MAX_PAYLOAD_BYTES_PER_ATTEMPT
+        {
+            return Err(self.over_limit());
+        }
+        self.jobs.started += runs;
+        self.jobs.payload_bytes += bytes;
+        self.jobs.calls += 1;
+        Ok(())
+    }
+
+    fn enqueue_of(&self, runs: Vec<ChildRun>) -> Enqueue {
+        let session = self.jobs.session.as_ref().expect("checked by the caller");
+        Enqueue {
+            parent: session.parent.clone(),
+            runs,
+        }
+    }
+
+    /// The kick's run: the job's default instance (a per-tenant job's: the tenant) and
+    /// its manifest payload, as any kick.
+    async fn plan_kick(&mut self, job: &str) -> Result<Enqueue, HostError> {
+        let record = self.target(job).await?;
+        let session = self.jobs.session.as_ref().expect("checked by target");
+        let instance = if record.per_tenant == 0 {
+            crate::queue::kick::DEFAULT_INSTANCE.to_string()
+        } else {
+            session.tenant.clone()
+        };
+        let occasion = format!(
+            "kick:{}:{}:{}",
+            session.parent.run_id, session.parent.pass, self.jobs.calls
+        );
+        let run = ChildRun {
+            id: crate::queue::fan_out::child_id(job, &occasion, &session.tenant),
+            job: job.to_string(),
+            instance,
+            tenant: session.tenant.clone(),
+            origin: crate::store::Origin::Kick.as_str(),
+            payload: crate::queue::kick::job_payload(&record),
+            delay_ms: 0,
+            trace_parent: Some(session.trace.clone()),
+            parent_attempt: session.parent.attempt,
+            detached: 1,
+            event: None,
+        };
+        let bytes = run.payload.len();
+        self.reserve(1, bytes)?;
+        Ok(self.enqueue_of(vec![run]))
+    }
+
+    /// The runs an emit queues: one per subscriber of the run's tenant (`events`).
+    async fn plan_emit(&mut self, event: &str, payload: &str) -> Result<Enqueue, HostError> {
+        let session = self.jobs_session()?;
+        if crate::queue::events::validate_event(event).is_err() {
+            return Err(invalid("invalid-event"));
+        }
+        if !session.grants.may_emit(event) {
+            return Err(self.refuse("event-not-granted"));
+        }
+        let payload = checked_payload(payload)?;
+        let session = self.jobs.session.as_ref().expect("checked above");
+        let key = format!(
+            "{}.{}.{}",
+            session.parent.run_id, session.parent.pass, self.jobs.calls
+        );
+        let planned = crate::queue::events::event_runs(
+            &session.store,
+            event,
+            &key,
+            Some(&session.tenant),
+            Some(&payload),
+            None,
+        )
+        .await;
+        let planned = match planned {
+            Ok(runs) => runs,
+            Err(_) => {
+                self.signals.unavailable = true;
+                return Err(HostError::Unavailable);
+            }
+        };
+        let session = self.jobs.session.as_ref().expect("checked above");
+        let runs: Vec<ChildRun> = planned
+            .into_iter()
+            .map(|run| ChildRun {
+                id: run.id,
+                job: run.job,
+                instance: run.instance,
+                tenant: run.tenant,
+                origin: crate::store::Origin::Event.as_str(),
+                payload: run.payload,
+                delay_ms: 0,
+                trace_parent: Some(session.trace.clone()),
+                parent_attempt: session.parent.attempt,
+                detached: 1,
+                event: Some(event.to_string()),
+            })
+            .collect();
+        let bytes = runs.iter().map(|r| r.payload.len()).sum();
+        self.reserve(runs.len(), bytes)?;
+        Ok(self.enqueue_of(runs))
+    }
+
+    /// Refuses `write` if its runs would be deeper in their family than
+    /// `backlog::MAX_FAMILY_DEPTH`, or pass a queued cap of their tenant or job.
+    async fn room_for(&mut self, write: &Enqueue) -> Result<(), HostError> {
+        let Some(first) = write.runs.first() else {
+            return Ok(());
+        };
+        let store = self.jobs_session()?.store.clone();
+        let depth = match self.jobs.depth {
+            Some(depth) => depth,
+            None => {
+                let most = crate::queue::backlog::MAX_FAMILY_DEPTH;
+                let read = store.family_depth(&write.parent.run_id, most).await;
+                let depth = self.available(read)?;
+                *self.jobs.depth.insert(depth)
+            }
+        };
+        if depth >= crate::queue::backlog::MAX_FAMILY_DEPTH {
+            self.signals.refuse(refusal::family_too_deep());
+            return Err(invalid("family-too-deep"));
+        }
+        // A call's runs all belong to the parent's tenant.
+        let tenant = first.tenant.clone();
+        let mut by_job: HashMap<&str, u64> = HashMap::new();
+        for run in &write.runs {
+            *by_job.entry(run.job.as_str()).or_default() += 1;
+        }
+        let in_tenant = write.runs.len() as u64;
+        for (job, adding) in by_job {
+            let record = match self.jobs.targets.get(job) {
+                Some(Some(record)) => record.clone(),
+                _ => match self.available(store.get_job(job).await)? {
+                    Some(record) => record,
+                    None => continue,
+                },
+            };
+            let caps = crate::queue::backlog::caps_of(&record, &tenant);
+            let room =
+                crate::queue::backlog::room(&store, job, &tenant, caps, adding, in_tenant).await;
+            if let Err(full) = self.available(room)? {
+                self.signals.refuse(refusal::queue_full(&full));
+                return Err(invalid("queue-full"));
+            }
+        }
+        Ok(())
+    }
+
+    /// A read the host needed, or the guest told the host is unavailable.
+    fn available<T>(&mut self, read: Result<T, crate::store::StoreError>) -> Result<T, HostError> {
+        read.map_err(|_| {
+            self.signals.unavailable = true;
+            HostError::Unavailable
+        })
+    }
+
+    /// Queues `write` in a fenced write of the host's own.
+    async fn enqueue_own(&mut self, write: &Enqueue) -> Result<Vec<bool>, HostError> {
+        self.own_write_allowed().await?;
+        self.room_for(write).await?;
+        let session = self.jobs.session.as_ref().expect("checked by the plan");
+        let (store, fence) = (session.store.clone(), session.fence.clone());
+        let queued = store.enqueue_fenced(&fence, write).await;
+        self.translate(queued)
+    }
+
+    /// Queues `write` inside the guest's transaction `tx`.
+    async fn enqueue_in_tx(
+        &mut self,
+        tx: &Resource<crate::sandbox::capability::db::TxHandle>,
+        write: &Enqueue,
+    ) -> Result<Vec<bool>, HostError> {
+        self.tx(tx)?;
+        self.room_for(write).await?;
+        let queued = self.tx(tx)?.enqueue(write).await;
+        self.translate(queued)
+    }
+}
+
+fn answers(write: &Enqueue, inserted: Vec<bool>) -> Vec<Enqueued> {
+    write
+        .runs
+        .iter()
+        .zip(inserted)
+        .map(|(run, inserted)| Enqueued {
+            run_id: run.id.clone(),
+            duplicate: !inserted,
+        })
+        .collect()
+}
+
+fn one(mut answers: Vec<Enqueued>) -> Result<Enqueued, HostError> {
+    answers.pop().ok_or_else(|| invalid("nothing-queued"))
+}
+
+fn new_run(job: String, payload: String, options: Options) -> WitNewRun {
+    WitNewRun {
+        job,
+        payload,
+        options,
+    }
+}
+
+fn queued(inserted: &[bool]) -> u32 {
+    u32::try_from(inserted.iter().filter(|i| **i).count()).unwrap_or(u32::MAX)
+}
+
+impl Host for GuestState {
+    async fn enqueue(
+        &mut self,
+        job: String,
+        payload: String,
+        options: Options,
+    ) -> Result<Enqueued, HostError> {
+        crate::journaled!(self, "jobs.enqueue", (&job, &payload, &options), async {
+            let write = self
+                .plan_enqueue(vec![new_run(job, payload, options)])
+                .await?;
+            let inserted = self.enqueue_own(&write).await?;
+            one(answers(&write, inserted))
+        })
+    }
+
+    async fn enqueue_in(
+        &mut self,
+        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        job: String,
+        payload: String,
+        options: Options,
+    ) -> Result<Enqueued, HostError> {
+        crate::journaled!(self, "jobs.enqueue-in", (&job, &payload, &options), async {
+            let write = self
+                .plan_enqueue(vec![new_run(job, payload, options)])
+                .await?;
+            let inserted = self.enqueue_in_tx(&tx, &write).await?;
+            one(answers(&write, inserted))
+        })
+    }
+
+    async fn enqueue_all(&mut self, runs: Vec<WitNewRun>) -> Result<Vec<Enqueued>, HostError> {
+        crate::journaled!(self, "jobs.enqueue-all", (&runs,), async {
+            let write = self.plan_enqueue(runs).await?;
+            let inserted = self.enqueue_own(&write).await?;
+            Ok(answers(&write, inserted))
+        })
+    }
+
+    async fn enqueue_all_in(
+        &mut self,
+        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        runs: Vec<WitNewRun>,
+    ) -> Result<Vec<Enqueued>, HostError> {
+        crate::journaled!(self, "jobs.enqueue-all-in", (&runs,), async {
+            let write = self.plan_enqueue(runs).await?;
+            let inserted = self.enqueue_in_tx(&tx, &write).await?;
+            Ok(answers(&write, inserted))
+        })
+    }
+
+    async fn kick(&mut self, job: String) -> Result<String, HostError> {
+        crate::journaled!(self, "jobs.kick", (&job,), async {
+            let write = self.plan_kick(&job).await?;
+            self.enqueue_own(&write).await?;
+            Ok(write.runs[0].id.clone())
+        })
+    }
+
+    async fn kick_in(
+        &mut self,
+        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        job: String,
+    ) -> Result<String, HostError> {
+        crate::journaled!(self, "jobs.kick-in", (&job,), async {
+            let write = self.plan_kick(&job).await?;
+            self.enqueue_in_tx(&tx, &write).await?;
+            Ok(write.runs[0].id.clone())
+        })
+    }
+
+    async fn emit(&mut self, event: String, payload: String) -> Result<u32, HostError> {
+        crate::journaled!(self, "jobs.emit", (&event, &payload), async {
+            let write = self.plan_emit(&event, &payload).await?;
+            let inserted = self.enqueue_own(&write).await?;
+            Ok(queued(&inserted))
+        })
+    }
+
+    async fn emit_in(
+        &mut self,
+        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        event: String,
+        payload: String,
+    ) -> Result<u32, HostError> {
+        crate::journaled!(self, "jobs.emit-in", (&event, &payload), async {
+            let write = self.plan_emit(&event, &payload).await?;
+            let inserted = self.enqueue_in_tx(&tx, &write).await?;
+            Ok(queued(&inserted))
+        })
+    }
+
+    async fn wait_for_children(&mut self, policy: WaitPolicy) -> Result<(), HostError> {
+        crate::journaled!(self, "jobs.wait-for-children", (&policy,), async {
+            self.own_write_allowed().await?;
+            let session = self.jobs_session()?;
+            let (store, fence, run_id) = (
+                session.store.clone(),
+                session.fence.clone(),
+                session.parent.run_id.clone(),
+            );
+            let name = match policy {
+                WaitPolicy::Fail => "fail",
+                WaitPolicy::Continue => "continue",
+            };
+            match store.wait_for_children_fenced(&fence, &run_id, name).await {
+                Ok(true) => {
+                    self.jobs.waits = Some(policy);
+                    Ok(())
+                }
+                Ok(false) => self.translate(Err(GuestDbError::LeaseLost)),
+                Err(_) => self.translate(Err(GuestDbError::Unavailable)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::failure::FailureCode;
+
+    fn asked(job: &str, payload: &str, key: Option<&str>) -> WitNewRun {
+        WitNewRun {
+            job: job.into(),
+            payload: payload.into(),
+            options: Options {
+                instance: None,
+                delay_ms: 0,
+                priority: 0,
+                dedup_key: key.map(str::to_string),
+                detached: false,
+            },
+        }
+    }
+
+    fn parent(run_id: &str, pass: i64) -> ParentLink {
+        ParentLink {
+            run_id: run_id.into(),
+            generation: 1,
+            pass,
+            attempt: 1,
+        }
+    }
+
+    #[test]
+    fn a_retried_pass_names_the_same_children_and_a_changed_call_new_ones() {
+        let p = parent("p", 1);
+        let id =
+            |p: &ParentLink, call, index, run: &WitNewRun| child_id(p, "acme", call, index, run);
+        let a = asked("thumb", r#"{"n":1}"#, None);
+        assert_eq!(id(&p, 0, 0, &a), id(&p, 0, 0, &a));
+        assert_ne!(id(&p, 0, 0, &a), id(&p, 0, 1, &a));
+        assert_ne!(id(&p, 0, 0, &a), id(&p, 1, 0, &a));
+        assert_ne!(
+            id(&p, 0, 0, &a),
+            id(&p, 0, 0, &asked("thumb", r#"{"n":2}"#, None))
+        );
+        assert_ne!(id(&p, 0, 0, &a), id(&parent("p", 2), 0, 0, &a));
+        assert_ne!(id(&p, 0, 0, &a), id(&parent("q", 1), 0, 0, &a));
+    }
+
+    #[test]
+    fn a_dedup_key_names_one_run_per_job_and_tenant_whoever_asks() {
+        let keyed = asked("thumb", r#"{"n":1}"#, Some("order-7"));
+        let other = asked("thumb", r#"{"n":2}"#, Some("order-7"));
+        assert_eq!(
+            child_id(&parent("p", 1), "acme", 0, 0, &keyed),
+            child_id(&parent("q", 3), "acme", 5, 9, &other)
+        );
+        assert_ne!(
+            child_id(&parent("p", 1), "acme", 0, 0, &keyed),
+            child_id(&parent("p", 1), "beta", 0, 0, &keyed)
+        );
+        assert_ne!(
+            child_id(&parent("p", 1), "acme", 0, 0, &keyed),
+            child_id(
+                &parent("p", 1),
+                "acme",
+                0,
+                0,
+                &asked("resize", "{}", Some("order-7"))
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_job_without_the_grant_is_refused_and_the_bound_holds() {
+        use crate::sandbox::engine::output::AttemptLog;
+        use crate::sandbox::engine::state::Capabilities;
+        let mut state = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
+        assert!(matches!(
+            state.kick("thumb".into()).await,
+            Err(HostError::CapabilityRefused(r)) if r == "not-granted"
+        ));
+        assert_eq!(
+            state.signals.refused_code(),
+            Some(FailureCode::CapabilityRefused)
+        );
+        let mut bounded = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
+        bounded.jobs.started = MAX_RUNS_PER_ATTEMPT - 1;
+        assert!(bounded.reserve(1, 10).is_ok());
+        assert!(matches!(bounded.reserve(1, 10), Err(HostError::Invalid(r)) if r == "run-limit"));
+        assert_eq!(bounded.signals.refused_code(), Some(FailureCode::RunLimit));
+        assert_eq!(
+            bounded.jobs.started, MAX_RUNS_PER_ATTEMPT,
+            "a refused call counts nothing"
+        );
+    }
+}

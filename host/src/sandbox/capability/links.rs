@@ -1,0 +1,245 @@
+//! `jobhost:job/links`: the guest's calls to mounts, through [`Links`]. This only
+//! translates: it checks the mount against the job's grant (nothing is sent otherwise),
+//! passes the attempt along, and turns failures into fixed `host-error` reasons.
+
+use crate::sandbox::capability::refusal;
+use crate::sandbox::engine::bindings::jobhost::job::links::{Host, Request, Response};
+use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
+use crate::sandbox::engine::state::GuestState;
+use crate::sandbox::links::{Caller, LinkError, Links};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// What one attempt may call.
+pub struct LinksSession {
+    pub links: Arc<Links>,
+    pub grant: Arc<BTreeSet<String>>,
+    pub caller: Caller,
+}
+
+/// The `links` capability's per-attempt state: `None` when the job was not granted links.
+pub struct LinksCapability {
+    session: Option<LinksSession>,
+}
+
+impl LinksCapability {
+    pub fn new(session: Option<LinksSession>) -> Self {
+        LinksCapability { session }
+    }
+}
+
+impl GuestState {
+    fn refuse_link(&mut self, reason: &str, mount: &str) -> HostError {
+        let grant = self.links.session.as_ref().map(|s| s.grant.clone());
+        self.signals
+            .refuse(refusal::link(reason, mount, grant.as_deref()));
+        HostError::CapabilityRefused(reason.into())
+    }
+
+    fn link_error(&mut self, error: LinkError, mount: &str) -> HostError {
+        match error {
+            LinkError::UnknownMount => self.refuse_link("not-granted", mount),
+            LinkError::MethodNotAllowed => self.refuse_link("method-not-allowed", mount),
+            LinkError::ActionNotDeclared => self.refuse_link("action-not-declared", mount),
+            LinkError::BadPath => HostError::Invalid("bad-path".into()),
+            LinkError::BadHeader => HostError::Invalid("bad-header".into()),
+            LinkError::HeaderNotAllowed => HostError::Invalid("header-not-allowed".into()),
+            LinkError::BadStep => HostError::Invalid("bad-step".into()),
+            LinkError::RequestTooLarge => HostError::Invalid("request-too-large".into()),
+            LinkError::ResponseTooLarge => HostError::Invalid("response-too-large".into()),
+            LinkError::LeaseLost => {
+                self.signals.lease_lost = true;
+                HostError::LeaseLost
+            }
+            LinkError::Unavailable => HostError::Unavailable,
+            LinkError::Open { .. } | LinkError::Store(_) => {
+                tracing::warn!(code = "driver_failed", error = %error, "a links call failed");
+                HostError::Unavailable
+            }
+        }
+    }
+}
+
+impl Host for GuestState {
+    async fn call(&mut self, mount: String, request: Request) -> Result<Response, HostError> {
+        crate::journaled!(self, "links.call", (&mount, &request), async {
+            let Some(session) = self
+                .links
+                .session
+                .as_ref()
+                .filter(|s| s.grant.contains(&mount))
+            else {
+                return Err(self.refuse_link("not-granted", &mount));
+            };
+            let (links, caller) = (session.links.clone(), session.caller.clone());
+            let request = crate::sandbox::links::Request {
+                method: request.method,
+                path: request.path,
+                headers: request.headers,
+                body: request.body,
+                step: request.step,
+                action: request.action,
+            };
+            match links.call(&caller, &mount, request).await {
+                Ok(response) => Ok(Response {
+                    status: response.status,
+                    headers: response.headers,
+                    body: response.body,
+                }),
+                Err(e) => Err(self.link_error(e, &mount)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::engine::output::AttemptLog;
+    use crate::sandbox::engine::state::Capabilities;
+    use crate::sandbox::links::headers::default_headers;
+    use crate::sandbox::links::token::{ROTATE_AFTER, Signer};
+    use crate::sandbox::links::{DEFAULT_MAX_BODY, MountSpec};
+    use crate::store::guest::Fence;
+    use crate::store::{LeaseRequest, Store};
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// A local service counting the requests it gets.
+    async fn service() -> (String, Arc<AtomicUsize>) {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        let app = axum::Router::new().fallback(move || {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                "pong"
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (url, hits)
+    }
+
+    /// A guest's state with `links`, as an attempt holding its lease, granted `api` —
+    /// and no wasm at all.
+    async fn state(dir: &std::path::Path, url: &str) -> (GuestState, Store) {
+        let store = Store::open(&format!("sqlite://{}/t.db", dir.display()))
+            .await
+            .unwrap();
+        let lease = store
+            .acquire_lease(&LeaseRequest {
+                job: "j",
+                instance: "i",
+                holder: "run-1",
+                deadline_ms: 60_000,
+                expires_ms: 60_000,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        let mut mounts = BTreeMap::new();
+        for name in ["api", "other"] {
+            mounts.insert(
+                name.to_string(),
+                MountSpec {
+                    url: url.to_string(),
+                    methods: ["GET".to_string()].into(),
+                    timeout: Duration::from_secs(5),
+                    max_request: DEFAULT_MAX_BODY,
+                    max_response: DEFAULT_MAX_BODY,
+                    credential: None,
+                    headers: default_headers(),
+                },
+            );
+        }
+        let signer = Arc::new(Signer::open(store.clone(), ROTATE_AFTER).await.unwrap());
+        let links = Arc::new(Links::open(&mounts, signer, store.clone()).unwrap());
+        let session = LinksSession {
+            links,
+            grant: Arc::new(["api".to_string()].into()),
+            caller: Caller {
+                job: "j".into(),
+                tenant: "acme".into(),
+                run_id: "run-1".into(),
+                run_root: "run-1".into(),
+                pass: 1,
+                fence: Fence {
+                    job: lease.job,
+                    instance: lease.instance,
+                    generation: lease.generation,
+                    holder: lease.holder,
+                },
+                deadline: tokio::time::Instant::now() + Duration::from_secs(30),
+                lease_deadline_ms: lease.deadline_at,
+                actions: Arc::new(BTreeSet::new()),
+                trace: crate::rules::trace::TraceParent::start(),
+            },
+        };
+        let capabilities = Capabilities {
+            links: LinksCapability::new(Some(session)),
+            ..Capabilities::none()
+        };
+        (
+            GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),
+            store,
+        )
+    }
+
+    fn get(path: &str) -> Request {
+        Request {
+            method: "GET".into(),
+            path: path.into(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            step: "s".into(),
+            action: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_go_out_only_when_granted_well_formed_and_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let (url, hits) = service().await;
+        let (mut guest, store) = state(dir.path(), &url).await;
+        let answer = Host::call(&mut guest, "api".into(), get("ping"))
+            .await
+            .unwrap();
+        assert_eq!(
+            (answer.status, answer.body.as_slice()),
+            (200, b"pong".as_slice())
+        );
+        assert!(matches!(
+            Host::call(&mut guest, "other".into(), get("ping")).await,
+            Err(HostError::CapabilityRefused(r)) if r == "not-granted"
+        ));
+        assert!(matches!(
+            Host::call(&mut guest, "api".into(), get("../ping")).await,
+            Err(HostError::Invalid(r)) if r == "bad-path"
+        ));
+        let mut post = get("ping");
+        post.method = "POST".into();
+        assert!(matches!(
+            Host::call(&mut guest, "api".into(), post).await,
+            Err(HostError::CapabilityRefused(r)) if r == "method-not-allowed"
+        ));
+        if let crate::store::Pool::Sqlite(p) = store.pool() {
+            sqlx::query("UPDATE jobhost_leases SET generation = generation + 1")
+                .execute(p)
+                .await
+                .unwrap();
+        }
+        assert!(matches!(
+            Host::call(&mut guest, "api".into(), get("ping")).await,
+            Err(HostError::LeaseLost)
+        ));
+        assert!(guest.signals.lease_lost);
+        assert_eq!(
+            hits.load(Ordering::SeqCst),
+            1,
+            "only the first call went out"
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! The attempt's log: the guest's `log` lines and its stdout/stderr, kept in one bounded
+//! buffer. Output past the bound is dropped (and the log marked truncated), never an
+//! error: a chatty guest must not fail because of its logging.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tokio::io::AsyncWrite;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+
+#[derive(Default)]
+struct Buffer {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+#[derive(Clone)]
+pub struct AttemptLog {
+    inner: Arc<Mutex<Buffer>>,
+    cap: usize,
+}
+
+impl AttemptLog {
+    pub fn new(cap: usize) -> Self {
+        AttemptLog {
+            inner: Arc::default(),
+            cap,
+        }
+    }
+
+    pub fn append(&self, bytes: &[u8]) {
+        let mut buf = self.inner.lock().expect("log buffer lock");
+        let room = self.cap.saturating_sub(buf.bytes.len());
+        if bytes.len() > room {
+            buf.truncated = true;
+        }
+        buf.bytes.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    /// Appends one line; the message is never copied past what the log has room for.
+    pub fn line(&self, level: &str, message: &str) {
+        self.append(b"[");
+        self.append(level.as_bytes());
+        self.append(b"] ");
+        self.append(message.as_bytes());
+        self.append(b"\n");
+    }
+
+    /// The text so far, safe to store (invalid UTF-8 and NUL replaced) and still within
+    /// the cap once replaced, and whether some was dropped.
+    pub fn contents(&self) -> (String, bool) {
+        let buf = self.inner.lock().expect("log buffer lock");
+        let text = String::from_utf8_lossy(&buf.bytes);
+        let (stored, cut) = crate::rules::guest_text::for_storage_cut(&text, self.cap);
+        (stored, buf.truncated || cut)
+    }
+}
+
+impl IsTerminal for AttemptLog {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for AttemptLog {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl AsyncWrite for AttemptLog {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.append(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_nul_and_invalid_bytes_safely() {
+        let log = AttemptLog::new(64);
+        log.append(b"a\0b\xff\n");
+        assert_eq!(log.contents().0, "a\u{2400}b\u{fffd}\n");
+    }
+
+    #[test]
+    fn what_is_stored_stays_within_the_cap_once_replaced() {
+        let log = AttemptLog::new(64);
+        log.append(&[0u8; 64]);
+        let (text, truncated) = log.contents();
+        assert!(text.len() <= 64 && text.starts_with('\u{2400}'), "{text:?}");
+        assert!(truncated);
+        let log = AttemptLog::new(64);
+        log.append(&[0xff; 64]);
+        assert!(log.contents().0.len() <= 64);
+    }
+
+    #[test]
+    fn keeps_up_to_the_cap_and_marks_truncation() {
+        let log = AttemptLog::new(16);
+        log.line("info", "hello");
+        assert_eq!(log.contents(), ("[info] hello\n".to_string(), false));
+        log.append(b"0123456789");
+        let (text, truncated) = log.contents();
+        assert_eq!(text.len(), 16);
+        assert!(truncated);
+    }
+}

@@ -1,0 +1,193 @@
+//! What one attempt's wasmtime store holds.
+
+use super::limits::MemoryLimiter;
+use super::output::AttemptLog;
+use crate::rules::failure::FailureCode;
+use crate::sandbox::capability::db::DbCapability;
+use crate::sandbox::capability::files::FilesCapability;
+use crate::sandbox::capability::jobs::JobsCapability;
+use crate::sandbox::capability::links::LinksCapability;
+use crate::sandbox::capability::refusal::Refused;
+use crate::sandbox::capability::run::RunCapability;
+use crate::sandbox::capability::steps::StepsCapability;
+use crate::sandbox::journal::{Answer, Journal, Noticed, Placeholder, wasi};
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// What host calls noticed during the attempt, so its failure gets the right code even
+/// when the guest swallowed the error or turned it into its own message.
+#[derive(Debug, Default)]
+pub struct Signals {
+    /// A commit's fence failed: the attempt no longer held its lease.
+    pub lease_lost: bool,
+    /// The first refusal a host call returned, with the host's reason.
+    pub refused: Option<Refused>,
+    /// A host call could not reach the database.
+    pub unavailable: bool,
+}
+
+impl Signals {
+    /// Notes a refusal, unless one was noted before: the first is why.
+    pub fn refuse(&mut self, refused: Refused) {
+        self.refused.get_or_insert(refused);
+    }
+
+    /// The code of the refusal noted, if any.
+    pub fn refused_code(&self) -> Option<FailureCode> {
+        self.refused.as_ref().map(|r| r.code)
+    }
+}
+
+/// Most host resources (handles: streams, transactions, uploads...) an attempt may hold
+/// at once; past it, the call that would create one traps (`resource_limit`).
+pub const MAX_RESOURCES: usize = 1000;
+/// Most random bytes one `get-random-bytes` call may ask for (more traps): the host fills
+/// its buffer before the guest's allocation of it can fail, so WASI's default of 64 MiB
+/// let a guest of any size have the host make 64 MiB per call.
+pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
+
+pub struct GuestState {
+    wasi: WasiCtx,
+    pub(crate) table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    pub(crate) log: AttemptLog,
+    pub(crate) db: DbCapability,
+    pub(crate) files: FilesCapability,
+    pub(crate) links: LinksCapability,
+    pub(crate) steps: StepsCapability,
+    pub(crate) jobs: JobsCapability,
+    pub(crate) run: RunCapability,
+    pub(crate) signals: Signals,
+    /// The flight recorder (or, in a replay, the player) of the attempt's host calls.
+    pub(crate) journal: Journal,
+}
+
+/// The capabilities one attempt was given.
+pub struct Capabilities {
+    pub db: DbCapability,
+    pub files: FilesCapability,
+    pub links: LinksCapability,
+    pub steps: StepsCapability,
+    pub jobs: JobsCapability,
+    pub run: RunCapability,
+}
+
+impl Capabilities {
+    /// No capability granted (each session `None`): start from this and set the ones a
+    /// job was given.
+    pub fn none() -> Capabilities {
+        Capabilities {
+            db: DbCapability::new(None),
+            files: FilesCapability::new(None),
+            links: LinksCapability::new(None),
+            steps: StepsCapability::new(None),
+            jobs: JobsCapability::new(None),
+            run: RunCapability::new(None),
+        }
+    }
+}
+
+impl GuestState {
+    /// A state whose host calls are not journaled.
+    pub fn new(memory_cap: u64, log: AttemptLog, capabilities: Capabilities) -> Self {
+        let seed = crate::sandbox::journal::wasi::fresh_seed();
+        GuestState::journaled(memory_cap, log, capabilities, Journal::off(), seed)
+    }
+
+    /// `journal` records the attempt's host calls (or answers them, in a replay);
+    /// `insecure_seed` is what `wasi:random/insecure-seed` answers.
+    pub fn journaled(
+        memory_cap: u64,
+        log: AttemptLog,
+        capabilities: Capabilities,
+        journal: Journal,
+        insecure_seed: u128,
+    ) -> Self {
+        // No preopens, no environment, no arguments, no network (no TCP, UDP or name
+        // lookup: said here rather than left to the defaults): stdout and stderr go to the
+        // attempt's log; stdin is empty. So the clocks and the generators are the only
+        // inputs WASI gives, and they go through the journal.
+        let wasi = WasiCtx::builder()
+            .stdout(log.clone())
+            .stderr(log.clone())
+            .max_random_size(MAX_RANDOM_BYTES)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .wall_clock(wasi::WallClock::new(journal.clone()))
+            .monotonic_clock(wasi::MonotonicClock::new(journal.clone()))
+            .secure_random(wasi::Random::secure(journal.clone()))
+            .insecure_random(wasi::Random::insecure(journal.clone()))
+            .insecure_random_seed(insecure_seed)
+            .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
+        GuestState {
+            wasi,
+            table,
+            limiter: MemoryLimiter::new(memory_cap),
+            log,
+            db: capabilities.db,
+            files: capabilities.files,
+            links: capabilities.links,
+            steps: capabilities.steps,
+            jobs: capabilities.jobs,
+            run: capabilities.run,
+            signals: Signals::default(),
+            journal,
+        }
+    }
+
+    /// What the calls so far noted, cheaply compared: whether a call changed it.
+    pub(crate) fn noticed_mark(&self) -> (bool, bool, bool, bool, bool) {
+        (
+            self.signals.lease_lost,
+            self.signals.unavailable,
+            self.signals.refused.is_some(),
+            self.steps.committed().is_some(),
+            self.jobs.waits(),
+        )
+    }
+
+    /// What the attempt has noted, if a call changed it since `before`.
+    pub(crate) fn noticed_since(&self, before: (bool, bool, bool, bool, bool)) -> Option<Noticed> {
+        (self.noticed_mark() != before).then(|| Noticed {
+            lease_lost: self.signals.lease_lost,
+            unavailable: self.signals.unavailable,
+            refused: self.signals.refused.clone(),
+            committed: self.steps.committed().cloned(),
+            waits_for_children: self.jobs.waits(),
+        })
+    }
+
+    /// A replayed call's answer, with what the original call noted noted again; once the
+    /// replay stopped, a placeholder (the attempt is stopped at its next tick).
+    pub(crate) fn replayed<R>(&mut self, call: &str, answer: Answer) -> R
+    where
+        R: serde::de::DeserializeOwned + Placeholder,
+    {
+        let Some((bytes, noticed)) = answer.answer else {
+            return R::placeholder();
+        };
+        let Some(value) = self.journal.decode(call, &bytes) else {
+            return R::placeholder();
+        };
+        if let Some(noticed) = noticed {
+            self.signals.lease_lost = noticed.lease_lost;
+            self.signals.unavailable = noticed.unavailable;
+            self.signals.refused = noticed.refused;
+            self.steps.replay_committed(noticed.committed);
+            self.jobs.replay_waits(noticed.waits_for_children);
+        }
+        value
+    }
+}
+
+impl WasiView for GuestState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}

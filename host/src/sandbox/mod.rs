@@ -1,0 +1,10 @@
+//! The sandbox: wasmtime's engine and limits, the capability imports a guest calls (one
+//! file per WIT interface), the flight recorder that journals and replays those calls, and
+//! the outside parts two capabilities reach through: object storage (`files`) and outbound
+//! HTTP mounts (`links`).
+
+pub mod capability;
+pub mod engine;
+pub mod files;
+pub mod journal;
+pub mod links;

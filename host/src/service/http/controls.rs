@@ -1,0 +1,234 @@
+//! The operator's controls over HTTP: cancel and retry a run or every run a filter
+//! matches (`crate::runs::controls`), and pauses (`crate::queue::pause`). An action by filter changes
+//! nothing unless its body says `"confirm": true`; without it the answer is the count it
+//! would touch, which the page shows before asking.
+
+use super::params::{self, ApiPath, ApiQuery};
+use super::{ApiError, ApiResult, RunsQuery, present, run_filter};
+use crate::rules::tenant::Principal;
+use crate::runs::controls::{Action, Actor, ControlError, Controls};
+use crate::service::serve::Shared;
+use crate::service::views;
+use axum::Json;
+use axum::extract::{Extension, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::json;
+use std::sync::Arc;
+
+/// Most runs a bulk action's preview counts.
+const PREVIEW_CAP: i64 = 100_000;
+/// Most runs `GET /runs/count` counts: the runs view asks on every refresh, and counting a
+/// hundred thousand runs takes the database 150 ms.
+const COUNT_CAP: i64 = 10_000;
+
+fn controls(s: &Shared) -> Controls<'_> {
+    Controls {
+        store: &s.app.store,
+        metrics: &s.app.metrics,
+        runner: Some(&s.app.runner),
+    }
+}
+
+fn actor(who: &Principal) -> Actor<'_> {
+    Actor {
+        tenant: who.tenant(),
+    }
+}
+
+impl From<ControlError> for ApiError {
+    fn from(e: ControlError) -> Self {
+        match e {
+            ControlError::UnknownRun(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "unknown_run", e.to_string())
+            }
+            ControlError::NotCancellable { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "not_cancellable", e.to_string())
+            }
+            ControlError::NotRetryable { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "not_retryable", e.to_string())
+            }
+            ControlError::Store(e) => e.into(),
+        }
+    }
+}
+
+fn unknown_run(id: &str) -> ApiError {
+    ControlError::UnknownRun(id.to_string()).into()
+}
+
+pub(super) async fn cancel_run(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult {
+    if !params::is_run_id(&id) {
+        return Err(unknown_run(&id));
+    }
+    let run = controls(&s).cancel(actor(&who), &id).await?;
+    s.app.wake.notify_one();
+    Ok(Json(json!({
+        "run": present(&who, views::run(&run)),
+        "cancelled": true,
+    })))
+}
+
+pub(super) async fn retry_run(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
+    if !params::is_run_id(&id) {
+        return Err(unknown_run(&id));
+    }
+    let retry = controls(&s).retry(actor(&who), &id).await?;
+    s.app.wake.notify_one();
+    let status = if retry.already {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((
+        status,
+        Json(json!({
+            "run": present(&who, views::run(&retry.run)),
+            "retry_of": id,
+            "already": retry.already,
+        })),
+    ))
+}
+
+pub(super) async fn count_runs(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiQuery(q): ApiQuery<RunsQuery>,
+) -> ApiResult {
+    let filter = run_filter(&s, &who, q).await?;
+    let count = s.app.store.count_matching_runs(&filter, COUNT_CAP).await?;
+    Ok(Json(
+        json!({ "count": count, "capped": count >= COUNT_CAP }),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BulkBody {
+    #[serde(default)]
+    filter: RunsQuery,
+    #[serde(default)]
+    confirm: bool,
+}
+
+pub(super) async fn cancel_matching(
+    s: State<Arc<Shared>>,
+    who: Extension<Principal>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    by_filter(s, who, Action::Cancel, &body).await
+}
+
+pub(super) async fn retry_matching(
+    s: State<Arc<Shared>>,
+    who: Extension<Principal>,
+    body: axum::body::Bytes,
+) -> ApiResult {
+    by_filter(s, who, Action::Retry, &body).await
+}
+
+async fn by_filter(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    action: Action,
+    body: &[u8],
+) -> ApiResult {
+    let body: BulkBody = serde_json::from_slice(body).map_err(|_| {
+        ApiError::invalid(
+            "the body must be a JSON object: `filter` (job, status, code, tenant, instance, q, \
+             since, until) and `confirm`",
+        )
+    })?;
+    if body.filter.limit.is_some() || body.filter.before.is_some() {
+        return Err(ApiError::invalid(
+            "filter: an action by filter takes every run it matches; leave out limit and before",
+        ));
+    }
+    let filter = run_filter(&s, &who, body.filter).await?;
+    let controls = controls(&s);
+    if !body.confirm {
+        let count = controls.preview(action, &filter, PREVIEW_CAP).await?;
+        return Ok(Json(json!({
+            "count": count,
+            "capped": count >= PREVIEW_CAP,
+            "confirmed": false,
+        })));
+    }
+    let bulk = controls.apply(actor(&who), action, &filter).await?;
+    s.app.wake.notify_one();
+    Ok(Json(json!({ "done": bulk.done, "more": bulk.more })))
+}
+
+/// Pauses belong to the operator: for a tenant's token they do not exist.
+fn operator_only(who: &Principal) -> Result<(), ApiError> {
+    match who {
+        Principal::Operator => Ok(()),
+        Principal::Tenant(_) => Err(params::not_found()),
+    }
+}
+
+pub(super) async fn list_pauses(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+) -> ApiResult {
+    operator_only(&who)?;
+    let pauses = s.app.runner.pauses().current().await?;
+    let pauses: Vec<_> = pauses.pauses.iter().map(views::pause).collect();
+    Ok(Json(json!({ "pauses": pauses })))
+}
+
+pub(super) async fn pause(
+    s: State<Arc<Shared>>,
+    who: Extension<Principal>,
+    path: ApiPath<(String, String)>,
+) -> ApiResult {
+    set_paused(s, who, path, true).await
+}
+
+pub(super) async fn resume(
+    s: State<Arc<Shared>>,
+    who: Extension<Principal>,
+    path: ApiPath<(String, String)>,
+) -> ApiResult {
+    set_paused(s, who, path, false).await
+}
+
+/// Pauses (`paused`) or resumes `scope`/`name`; `changed` says whether it was otherwise.
+async fn set_paused(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath((scope, name)): ApiPath<(String, String)>,
+    paused: bool,
+) -> ApiResult {
+    operator_only(&who)?;
+    let scope = checked(&scope, &name)?;
+    let pauses = s.app.runner.pauses();
+    let changed = if paused {
+        pauses.pause(scope, &name).await?
+    } else {
+        pauses.resume(scope, &name).await?
+    };
+    if changed {
+        let action = if paused { "pause" } else { "resume" };
+        s.app.metrics.pause_changed(action, scope.as_str(), &name);
+        tracing::info!(scope = scope.as_str(), name = %name, action, "pause changed");
+        if !paused {
+            s.app.wake.notify_one();
+        }
+    }
+    Ok(Json(
+        json!({"scope": scope.as_str(), "name": name, "paused": paused, "changed": changed}),
+    ))
+}
+
+fn checked(scope: &str, name: &str) -> Result<crate::queue::pause::Scope, ApiError> {
+    crate::queue::pause::validate(scope, name).map_err(|e| ApiError::invalid(e.to_string()))
+}

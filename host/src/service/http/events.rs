@@ -1,0 +1,77 @@
+//! `POST /events/{name}` `{"key", "payload", "tenant"}`: queues a run of each subscriber
+//! (`crate::queue::events`). A tenant's token emits its own tenant's events only.
+
+use super::params::{self, ApiPath};
+use super::{ApiError, json_body, refuse_if_draining, trace_of};
+use crate::queue::events::{self, EmitError};
+use crate::rules::tenant::Principal;
+use crate::service::serve::Shared;
+use axum::Json;
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmitBody {
+    key: String,
+    payload: Option<Box<serde_json::value::RawValue>>,
+    tenant: Option<String>,
+}
+
+pub(super) async fn emit(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath(name): ApiPath<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    refuse_if_draining(&s, "emit on another")?;
+    let body: EmitBody = json_body(
+        &body,
+        "the body must be a JSON object with `key`, and optionally `payload` and `tenant`",
+    )?;
+    if body
+        .tenant
+        .as_deref()
+        .is_some_and(|t| !params::is_tenant_name(t))
+    {
+        return Err(ApiError::invalid("tenant: use a tenant's name"));
+    }
+    let tenant = match (&who, body.tenant) {
+        (Principal::Operator, tenant) => tenant,
+        (Principal::Tenant(own), None) => Some(own.clone()),
+        (Principal::Tenant(own), Some(asked)) if &asked == own => Some(asked),
+        (Principal::Tenant(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "a tenant emits its own events: leave out `tenant`",
+            ));
+        }
+    };
+    let payload = body.payload.as_ref().map(|p| p.get());
+    let trace = trace_of(&headers);
+    match events::emit(
+        &s.app.store,
+        &name,
+        &body.key,
+        tenant.as_deref(),
+        payload,
+        trace,
+    )
+    .await
+    {
+        Ok(runs) => {
+            if runs.iter().any(|r| !r.duplicate) {
+                s.app.wake.notify_one();
+            }
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({ "event": name, "key": body.key, "runs": runs })),
+            ))
+        }
+        Err(EmitError::Store(e)) => Err(e.into()),
+        Err(e) => Err(ApiError::invalid(e.to_string())),
+    }
+}

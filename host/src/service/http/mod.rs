@@ -1,0 +1,691 @@
+//! The HTTP API, the metrics endpoint and the operator's console.
+//!
+//! Errors are JSON `{"error": {"code": ..., "message": ...}}` with a fixed code:
+//! `unauthenticated`, `unknown_job`, `unknown_run`, `unknown_tenant`, `not_found`,
+//! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `not_cancellable`, `not_retryable`,
+//! `unknown_journal`, `unreadable_journal`, `invalid_parameter`, `queue_full` (429: a cap on
+//! queued runs, `backlog`), `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
+//! `too_many_connections` (`server`).
+//! Every path and query parameter is read and checked before any query (`params`): an id
+//! that no job, run or tenant could have answers 404 as an unknown one does.
+//!
+//! Everything but the page, the probes, `/metrics` and the links key set needs a bearer
+//! token (`auth`). A tenant's token sees only its tenant's jobs, runs and reports, through
+//! `views::for_tenant`; what belongs to another tenant answers 404, as if it did not exist.
+//!
+//! A kick, start or emit takes the caller's `traceparent` header (`trace_of`); one that is
+//! not well formed is ignored (the host starts a trace), never stored or echoed.
+
+mod auth;
+mod controls;
+mod dashboard;
+mod events;
+mod journals;
+mod metrics;
+mod params;
+mod server;
+mod tenants;
+mod usage;
+
+use crate::queue::kick::{self, KickError};
+use crate::rules::tenant::Principal;
+use crate::service::serve::Shared;
+use crate::service::views;
+use crate::store::{ErrorClass, JobRecord, RunFilter, RunStatus, StoreError};
+use axum::Json;
+use axum::Router;
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use params::{ApiPath, ApiQuery};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+pub use dashboard::{Console, pulse_loop, sample_loop};
+pub use server::{ConnectionLimits, serve_api};
+
+pub fn router(shared: Arc<Shared>) -> Router {
+    let api = Router::new()
+        .route("/jobs", get(list_jobs))
+        .route("/jobs/{name}", get(get_job))
+        .route("/jobs/{name}/kick", post(kick_job))
+        .route("/jobs/{name}/runs", post(start_run))
+        .route("/runs", get(list_runs))
+        .route("/runs/count", get(controls::count_runs))
+        .route("/runs/cancel", post(controls::cancel_matching))
+        .route("/runs/retry", post(controls::retry_matching))
+        .route("/runs/{id}", get(get_run))
+        .route("/runs/{id}/cancel", post(controls::cancel_run))
+        .route("/runs/{id}/retry", post(controls::retry_run))
+        .route("/runs/{id}/attempts/{seq}/calls", get(journals::calls))
+        .route("/runs/{id}/attempts/{seq}/journal", get(journals::export))
+        .route("/pauses", get(controls::list_pauses))
+        .route(
+            "/pauses/{scope}/{name}",
+            post(controls::pause).delete(controls::resume),
+        )
+        .route("/overview", get(dashboard::overview))
+        .route("/jobs/{name}/stats", get(dashboard::job_stats))
+        .route("/stream", get(dashboard::stream))
+        .route("/reports", get(list_reports))
+        .route("/events/{name}", post(events::emit))
+        .route("/tenants", get(tenants::list).post(tenants::add))
+        .route("/tenants/{name}/disable", post(tenants::disable))
+        .route("/tenants/{name}/enable", post(tenants::enable))
+        .route("/usage", get(usage::usage))
+        .route_layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            auth::authenticate,
+        ));
+    Router::new()
+        .route("/", get(page))
+        .route("/console/{file}", get(console_file))
+        .route("/healthz", get(healthz))
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics::metrics))
+        .route("/.well-known/jwks.json", get(jwks))
+        .merge(api)
+        .fallback(|| async { params::not_found() })
+        .with_state(shared)
+}
+
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_parameter", message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    /// A value the database refused came from the request (parameters are checked before
+    /// any query, so this is a second line); anything else is the database's state.
+    fn from(e: StoreError) -> Self {
+        if e.class() == ErrorClass::InvalidValue {
+            tracing::info!(code = "invalid_parameter", error = %e, "the database refused a request's value");
+            return Self::invalid("the database refused a value of the request");
+        }
+        tracing::warn!(code = "driver_failed", error = %e, "API request failed");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the database is unavailable",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type ApiResult = Result<Json<Value>, ApiError>;
+
+/// The console's files, served by the host itself: no fonts, scripts or styles from
+/// anywhere else, which the content security policy enforces in the browser.
+const CONSOLE: [(&str, &str, &str); 3] = [
+    (
+        "console.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/console.js"),
+    ),
+    (
+        "charts.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/charts.js"),
+    ),
+    (
+        "console.css",
+        "text/css; charset=utf-8",
+        include_str!("console/console.css"),
+    ),
+];
+
+const CONSOLE_HEADERS: [(header::HeaderName, &str); 4] = [
+    (
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; \
+         connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    ),
+    (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    (header::REFERRER_POLICY, "no-referrer"),
+    (header::CACHE_CONTROL, "no-cache"),
+];
+
+async fn page() -> Response {
+    (CONSOLE_HEADERS, Html(include_str!("console/index.html"))).into_response()
+}
+
+async fn console_file(ApiPath(file): ApiPath<String>) -> Response {
+    match CONSOLE.iter().find(|(name, _, _)| *name == file) {
+        Some((_, content_type, body)) => (
+            CONSOLE_HEADERS,
+            [(header::CONTENT_TYPE, *content_type)],
+            *body,
+        )
+            .into_response(),
+        None => params::not_found().into_response(),
+    }
+}
+
+/// The public keys of per-attempt tokens, for the services `links` calls.
+async fn jwks(State(s): State<Arc<Shared>>) -> Json<Value> {
+    Json(s.app.links.signer().jwks())
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(s): State<Arc<Shared>>) -> Response {
+    if s.draining.load(Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
+    }
+    match s.app.store.now().await {
+        Ok(_) => "ready".into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response(),
+    }
+}
+
+/// A view as `who` may see it.
+fn present(who: &Principal, view: Value) -> Value {
+    match who {
+        Principal::Operator => view,
+        Principal::Tenant(_) => views::for_tenant(view),
+    }
+}
+
+/// The job, if it exists and `who` may see it; another tenant's job does not exist, nor
+/// does one whose name breaks the job name rule (it is never looked up).
+/// Every tenant sees a per-tenant job (and, through the run filter, only its own children).
+async fn visible_job(s: &Shared, who: &Principal, name: &str) -> Result<JobRecord, ApiError> {
+    if params::is_job_name(name)
+        && let Some(job) = s.app.store.get_job(name).await?
+        && sees_job(who, &job)
+    {
+        return Ok(job);
+    }
+    Err(unknown_job(s, who, name).await)
+}
+
+/// Whether `who` sees `job`: its own, or a per-tenant job (one child of which is its own).
+fn sees_job(who: &Principal, job: &JobRecord) -> bool {
+    job.per_tenant != 0 || who.sees(&job.tenant)
+}
+
+async fn list_jobs(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+) -> ApiResult {
+    let store = &s.app.store;
+    let now = store.now().await?;
+    let pauses = s.app.runner.pauses().current().await?;
+    let mut jobs = store.list_jobs().await?;
+    jobs.retain(|job| sees_job(&who, job));
+    let jobs: Vec<Value> = views::jobs(
+        &jobs,
+        &store
+            .instance_leases(crate::queue::kick::DEFAULT_INSTANCE)
+            .await?,
+        now,
+    )
+    .into_iter()
+    .map(|mut view| {
+        paused_view(&s, &pauses, &mut view);
+        present(&who, view)
+    })
+    .collect();
+    Ok(Json(json!({ "jobs": jobs })))
+}
+
+/// Adds a job view's lane and the pauses that hold its runs (a tenant is told whether
+/// its job is paused, not by whom: `pauses` names the operator's lanes and tenants).
+fn paused_view(s: &Shared, pauses: &crate::queue::pause::PauseSet, view: &mut Value) {
+    let name = view["name"].as_str().unwrap_or_default().to_string();
+    let tenant = view["tenant"].as_str().unwrap_or_default().to_string();
+    let lane = s.catalog.lane_of(&name);
+    let holding: Vec<Value> = pauses
+        .holding(&name, &tenant, &lane)
+        .into_iter()
+        .map(|(scope, name)| json!({"scope": scope.as_str(), "name": name}))
+        .collect();
+    view["paused"] = (!holding.is_empty()).into();
+    view["pauses"] = holding.into();
+    view["lane"] = lane.into();
+}
+
+async fn get_job(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult {
+    let job = visible_job(&s, &who, &name).await?;
+    let now = s.app.store.now().await?;
+    let lease = s.app.store.get_lease(&name, kick::DEFAULT_INSTANCE).await?;
+    let pauses = s.app.runner.pauses().current().await?;
+    let mut view = views::job(&job, lease.as_ref(), now);
+    paused_view(&s, &pauses, &mut view);
+    Ok(Json(present(&who, view)))
+}
+
+/// 404 `unknown_job`, naming the jobs `who` sees (a bounded list), so a typo shows at once;
+/// another tenant's job is never named.
+async fn unknown_job(s: &Shared, who: &Principal, name: &str) -> ApiError {
+    match s.app.store.list_jobs().await {
+        Ok(jobs) => {
+            let known = jobs.iter().filter(|job| sees_job(who, job));
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_job",
+                format!(
+                    "no job named {name:?}; {}",
+                    crate::rules::job::known_jobs(known.map(|job| job.name.as_str()))
+                ),
+            )
+        }
+        Err(e) => e.into(),
+    }
+}
+
+#[derive(Deserialize)]
+struct KickQuery {
+    instance: Option<String>,
+}
+
+async fn kick_job(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<KickQuery>,
+    headers: HeaderMap,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    refuse_if_draining(&s, "kick another")?;
+    let job = visible_job(&s, &who, &name).await?;
+    let instance = instance_for(&who, &job, q.instance.as_deref())?;
+    match kick::kick_job(&s.app.store, &job, &instance, trace_of(&headers)).await {
+        Ok(kicked) => {
+            let result = match &kicked {
+                kick::Kicked::Pending => "pending",
+                kick::Kicked::Queued { .. } => "queued",
+                kick::Kicked::Dropped { .. } => "dropped",
+                kick::Kicked::FannedOut { .. } => "fanned_out",
+                kick::Kicked::QueueFull => "queue_full",
+            };
+            s.app
+                .metrics
+                .kick(&name, kicked_tenant(&job, &instance), result);
+            s.app.wake.notify_one();
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(serde_json::to_value(kicked).expect("serialisable")),
+            ))
+        }
+        Err(e) => Err(kick_refused(&s, &who, &name, e).await),
+    }
+}
+
+/// The tenant whose runs a kick of `job` for `instance` queues: the instance's for a
+/// per-tenant job's child, else the job's.
+fn kicked_tenant<'a>(job: &'a JobRecord, instance: &'a str) -> &'a str {
+    if job.per_tenant != 0 && instance != kick::DEFAULT_INSTANCE {
+        instance
+    } else {
+        &job.tenant
+    }
+}
+
+/// The request's trace context: its one `traceparent` header if well formed, else `None`
+/// (the host starts a trace). Sent by an untrusted client, so never echoed.
+fn trace_of(headers: &HeaderMap) -> Option<crate::rules::trace::TraceParent> {
+    let values = headers.get_all("traceparent").into_iter();
+    crate::rules::trace::TraceParent::from_headers(values.map(|v| v.as_bytes()))
+}
+
+/// A draining host takes no new work: the caller is told to `elsewhere` (another host).
+fn refuse_if_draining(s: &Shared, elsewhere: &str) -> Result<(), ApiError> {
+    if s.draining.load(Ordering::Acquire) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            format!("this host is shutting down; {elsewhere}"),
+        ));
+    }
+    Ok(())
+}
+
+/// The instance a kick or start of `job` by `who` is for. A tenant's kick or start of a
+/// per-tenant job is for its own child, whatever it asked.
+fn instance_for(who: &Principal, job: &JobRecord, asked: Option<&str>) -> Result<String, ApiError> {
+    let asked = asked.unwrap_or(kick::DEFAULT_INSTANCE);
+    crate::rules::job::validate_instance(asked).map_err(|e| ApiError::invalid(e.to_string()))?;
+    match who.tenant() {
+        Some(own) if job.per_tenant != 0 => {
+            if asked != kick::DEFAULT_INSTANCE && asked != own {
+                return Err(ApiError::invalid(
+                    "a tenant kicks and starts its own child of a per-tenant job: leave out the instance",
+                ));
+            }
+            Ok(own.to_string())
+        }
+        _ => Ok(asked.to_string()),
+    }
+}
+
+async fn kick_refused(s: &Shared, who: &Principal, name: &str, error: KickError) -> ApiError {
+    match error {
+        KickError::UnknownJob(_) => unknown_job(s, who, name).await,
+        KickError::UnknownTenant(_) => {
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", error.to_string())
+        }
+        KickError::Orphaned(_) => {
+            ApiError::new(StatusCode::CONFLICT, "job_orphaned", error.to_string())
+        }
+        KickError::TenantDisabled(_) => {
+            ApiError::new(StatusCode::CONFLICT, "tenant_disabled", error.to_string())
+        }
+        KickError::QueueFull(_) => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "queue_full",
+            error.to_string(),
+        ),
+        KickError::Payload(e) => ApiError::invalid(e.to_string()),
+        KickError::Store(e) => e.into(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartBody {
+    instance: Option<String>,
+    payload: Option<Box<serde_json::value::RawValue>>,
+}
+
+/// Joins the live run of the job and instance, or starts one: 200 with `joined: true`,
+/// or 201.
+async fn start_run(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath(name): ApiPath<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    refuse_if_draining(&s, "start on another")?;
+    let job = visible_job(&s, &who, &name).await?;
+    let body: StartBody = if body.is_empty() {
+        StartBody {
+            instance: None,
+            payload: None,
+        }
+    } else {
+        json_body(
+            &body,
+            "the body must be a JSON object with `instance` and `payload`",
+        )?
+    };
+    let instance = instance_for(&who, &job, body.instance.as_deref())?;
+    let payload = body.payload.as_ref().map(|p| p.get());
+    let trace = trace_of(&headers);
+    match kick::start_job(&s.app.store, &job, &instance, payload, trace).await {
+        Ok(started) => {
+            s.app.wake.notify_one();
+            let status = if started.joined {
+                StatusCode::OK
+            } else {
+                StatusCode::CREATED
+            };
+            Ok((
+                status,
+                Json(serde_json::to_value(started).expect("serialisable")),
+            ))
+        }
+        Err(e) => Err(kick_refused(&s, &who, &name, e).await),
+    }
+}
+
+/// A request body that carries a payload: checked by the queue-safety rule first, so a
+/// refusal names the JSON path (`$.payload.items[3]`), then read as `T`.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, ApiError> {
+    let limits = crate::rules::json_rule::JsonLimits {
+        max_bytes: crate::rules::json_rule::PAYLOAD.max_bytes + 1024,
+        max_depth: crate::rules::json_rule::PAYLOAD.max_depth + 1,
+    };
+    crate::rules::json_rule::check(body, limits)
+        .map_err(|refusal| ApiError::invalid(format!("body refused: {refusal}")))?;
+    serde_json::from_slice(body).map_err(|_| ApiError::invalid(shape))
+}
+
+/// A run filter as the API takes it: the query string of `GET /runs` and `/runs/count`,
+/// and the `filter` of an action by filter.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunsQuery {
+    job: Option<String>,
+    status: Option<String>,
+    /// A failure code.
+    code: Option<String>,
+    /// The operator's only: a tenant's token sees its own runs.
+    tenant: Option<String>,
+    instance: Option<String>,
+    /// Text the last error contains, in any case.
+    q: Option<String>,
+    /// RFC 3339 time, or a duration back from now (`1h`).
+    since: Option<String>,
+    until: Option<String>,
+    limit: Option<i64>,
+    /// The `next` token of the previous page.
+    before: Option<String>,
+}
+
+/// Longest text `q` searches the last errors for.
+const MAX_SEARCH: usize = 200;
+
+fn parse_time(text: &str, now: i64, field: &str) -> Result<i64, ApiError> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(t.timestamp_millis());
+    }
+    crate::rules::units::parse_duration(text)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_millis()).ok())
+        .and_then(|back| now.checked_sub(back))
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "{field}: use an RFC 3339 time or a duration such as 1h"
+            ))
+        })
+}
+
+/// The statuses a status filter stands for: a run status for the operator, one of the
+/// statuses a tenant is told for a tenant.
+fn statuses(who: &Principal, text: &str) -> Result<Vec<RunStatus>, ApiError> {
+    let found = match who {
+        Principal::Operator => RunStatus::parse(text).map(|s| vec![s]),
+        Principal::Tenant(_) => views::tenant_statuses(text),
+    };
+    found.ok_or_else(|| ApiError::invalid(format!("unknown status {text:?}")))
+}
+
+/// The filter `q` stands for, as `who` may use it: every part checked before any query.
+pub(crate) async fn run_filter(
+    s: &Shared,
+    who: &Principal,
+    q: RunsQuery,
+) -> Result<RunFilter, ApiError> {
+    let job = params::job_filter(q.job)?;
+    let now = s.app.store.now().await?;
+    let statuses = match q.status.as_deref() {
+        Some(text) => statuses(who, text)?,
+        None => Vec::new(),
+    };
+    let code = q
+        .code
+        .map(
+            |code| match crate::rules::failure::FailureCode::parse(&code) {
+                Some(known) => Ok(known.as_str().to_string()),
+                None => Err(ApiError::invalid(format!(
+                    "code: {code:?} is not a failure code (`host codes` lists them)"
+                ))),
+            },
+        )
+        .transpose()?;
+    let tenant = match who.tenant() {
+        Some(own) => Some(own.to_string()),
+        None => q
+            .tenant
+            .map(|t| match params::is_tenant_name(&t) {
+                true => Ok(t),
+                false => Err(ApiError::invalid("tenant: use a tenant name")),
+            })
+            .transpose()?,
+    };
+    let instance = q
+        .instance
+        .map(|i| {
+            crate::rules::job::validate_instance(&i)
+                .map(|()| i)
+                .map_err(|e| ApiError::invalid(e.to_string()))
+        })
+        .transpose()?;
+    let error_text =
+        q.q.filter(|text| !text.is_empty())
+            .map(
+                |text| match text.chars().count() <= MAX_SEARCH && !text.contains('\0') {
+                    true => Ok(text),
+                    false => Err(ApiError::invalid(format!(
+                        "q: search for at most {MAX_SEARCH} characters of text"
+                    ))),
+                },
+            )
+            .transpose()?;
+    let before = q
+        .before
+        .as_deref()
+        .map(|token| {
+            token
+                .split_once('_')
+                .filter(|(_, id)| params::is_run_id(id))
+                .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_string())))
+                .ok_or_else(|| {
+                    ApiError::invalid("before: use the `next` token of the previous page")
+                })
+        })
+        .transpose()?;
+    Ok(RunFilter {
+        job,
+        statuses,
+        tenant,
+        since: q
+            .since
+            .as_deref()
+            .map(|t| parse_time(t, now, "since"))
+            .transpose()?,
+        until: q
+            .until
+            .as_deref()
+            .map(|t| parse_time(t, now, "until"))
+            .transpose()?,
+        code,
+        instance,
+        error_text,
+        unretried: false,
+        before,
+        limit: views::page_size(q.limit),
+    })
+}
+
+async fn list_runs(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiQuery(q): ApiQuery<RunsQuery>,
+) -> ApiResult {
+    let filter = run_filter(&s, &who, q).await?;
+    let limit = filter.limit;
+    let runs = s.app.store.list_runs(&filter).await?;
+    let next = (runs.len() as i64 == limit)
+        .then(|| runs.last().map(|r| format!("{}_{}", r.created_at, r.id)))
+        .flatten();
+    Ok(Json(json!({
+        "runs": runs.iter().map(|r| present(&who, views::run(r))).collect::<Vec<_>>(),
+        "limit": limit,
+        "next": next,
+    })))
+}
+
+async fn get_run(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath(id): ApiPath<String>,
+) -> ApiResult {
+    let run = if params::is_run_id(&id) {
+        s.app.store.get_run(&id).await?
+    } else {
+        None
+    };
+    let Some(run) = run.filter(|r| who.sees(&r.tenant)) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no run with id {id:?}"),
+        ));
+    };
+    let attempts = s
+        .app
+        .store
+        .list_attempts(&id, views::ATTEMPTS_SHOWN)
+        .await?;
+    let steps = s.app.store.run_steps(&id).await?;
+    let failed_steps = s.app.store.run_step_failures(&id).await?;
+    let files = s.app.store.run_files(&id, views::FILES_SHOWN).await?;
+    let journals = s.app.store.run_journals(&id).await?;
+    let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
+    detail["files"] = files.iter().map(views::file).collect();
+    detail["journals"] = json!(journals);
+    detail["trace_url"] = match (&s.trace_url, detail["trace_id"].as_str()) {
+        (Some(template), Some(id)) => template.replace("{trace_id}", id).into(),
+        _ => Value::Null,
+    };
+    Ok(Json(present(&who, detail)))
+}
+
+#[derive(Deserialize)]
+struct ReportsQuery {
+    job: Option<String>,
+    limit: Option<i64>,
+}
+
+async fn list_reports(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiQuery(q): ApiQuery<ReportsQuery>,
+) -> ApiResult {
+    let job = params::job_filter(q.job)?;
+    let limit = views::page_size(q.limit);
+    let reports = s
+        .app
+        .store
+        .list_reports(job.as_deref(), who.tenant(), limit)
+        .await?;
+    let reports: Vec<Value> = reports
+        .iter()
+        .map(crate::service::report::payload)
+        .collect();
+    Ok(Json(json!({ "reports": reports })))
+}

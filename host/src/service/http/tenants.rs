@@ -1,0 +1,107 @@
+//! `/tenants`: the registry, for operators only. To a tenant's token these paths do not
+//! exist (404 `not_found`), like anything else that is not its own.
+
+use super::params::{self, ApiPath};
+use super::{ApiError, ApiResult};
+use crate::rules::tenant::{self, Principal};
+use crate::service::serve::Shared;
+use crate::service::views;
+use axum::Json;
+use axum::extract::{Extension, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+fn operator_only(who: &Principal) -> Result<(), ApiError> {
+    match who {
+        Principal::Operator => Ok(()),
+        Principal::Tenant(_) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "no such resource",
+        )),
+    }
+}
+
+pub(super) async fn list(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+) -> ApiResult {
+    operator_only(&who)?;
+    let tenants: Vec<Value> = s
+        .app
+        .store
+        .list_tenants()
+        .await?
+        .iter()
+        .map(views::tenant)
+        .collect();
+    Ok(Json(json!({ "tenants": tenants })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NewTenant {
+    name: String,
+}
+
+pub(super) async fn add(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    operator_only(&who)?;
+    let NewTenant { name } = serde_json::from_slice(&body)
+        .map_err(|_| ApiError::invalid("the body must be a JSON object {\"name\": ...}"))?;
+    tenant::validate_new_tenant(&name).map_err(|e| ApiError::invalid(e.to_string()))?;
+    if !s.app.store.add_tenant(&name).await? {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "tenant_exists",
+            format!("the tenant {name:?} is registered already"),
+        ));
+    }
+    Ok((StatusCode::CREATED, Json(view(&s, &name).await?)))
+}
+
+pub(super) async fn disable(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult {
+    set_active(&s, &who, &name, false).await
+}
+
+pub(super) async fn enable(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath(name): ApiPath<String>,
+) -> ApiResult {
+    set_active(&s, &who, &name, true).await
+}
+
+async fn set_active(s: &Shared, who: &Principal, name: &str, active: bool) -> ApiResult {
+    operator_only(who)?;
+    if !params::is_tenant_name(name) || !s.app.store.set_tenant_active(name, active).await? {
+        return Err(unknown_tenant(name));
+    }
+    tracing::info!(tenant = %name, active, "tenant changed");
+    Ok(Json(view(s, name).await?))
+}
+
+async fn view(s: &Shared, name: &str) -> Result<Value, ApiError> {
+    let tenant = s.app.store.get_tenant(name).await?;
+    tenant
+        .as_ref()
+        .map(views::tenant)
+        .ok_or_else(|| unknown_tenant(name))
+}
+
+fn unknown_tenant(name: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_tenant",
+        format!("no tenant named {name:?}"),
+    )
+}

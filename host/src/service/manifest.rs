@@ -1,0 +1,955 @@
+//! The operator's manifest (`jobhost.toml`): the database, the operator's migrations, host
+//! settings and every job with its component, limits, retries, schedule and grants.
+//!
+//! ```toml
+//! [host]
+//! db = "sqlite://.jobhost/jobhost.db"
+//! migrations = "migrations"          # the operator's own tables
+//!
+//! [defaults]
+//! timeout = "30s"
+//!
+//! [collections.reports]                # a local directory under the host's home
+//! [collections.uploads]
+//! url = "s3://bucket/uploads"           # endpoint and credentials from AWS_* variables
+//! scan = "antivirus"                    # files are visible once this job marks them clean
+//! max_tenant_bytes = "1GiB"             # each tenant's quota here (10GiB, 100000 by default)
+//! max_tenant_objects = 10_000
+//!
+//! [links.billing]
+//! url = "https://billing.internal/api/"
+//! methods = ["GET", "POST"]
+//! credential = { header = "Authorization", prefix = "Bearer ", env = "BILLING_TOKEN" }
+//! headers = ["content-type", "accept", "x-request-id"]  # what a guest may send (a default list)
+//!
+//! [lanes.bulk]                          # workers of its own on each host serving it
+//! workers = 2
+//!
+//! [tenant_defaults]                     # each tenant's quota per rolling hour
+//! time_per_hour = "1h"
+//! max_queued = 50_000                   # runs queued at once (`backlog`); default 100 000
+//! [tenants.trial]
+//! fuel_per_hour = 1_000_000_000
+//! over_quota = "fail"                   # default "wait"
+//!
+//! [jobs.ledger]
+//! component = "ledger.wasm"
+//! schedule = "*/5 * * * *"
+//! retries = 2
+//! payload = { rows = 3 }
+//! actions = ["invoice.create"]
+//! grants.db = { write = ["ledger"] }
+//! grants.files = { write = ["reports"] }
+//! grants.links = ["billing"]
+//! grants.jobs = ["thumbnail", "event:order-paid"]   # may start these jobs, emit this event
+//! lane = "bulk"
+//! max_per_tenant = 3                    # queued or running per tenant
+//! over_limit = "defer"                  # default "skip"
+//! max_queued = 1000                     # runs of it queued per tenant; default 20 000
+//! max_defers = 20                       # defers a run may make; default 100 (`job::DEFAULT_MAX_DEFERS`)
+//! record = "always"                     # journal host calls of every attempt; default "failures", or "off"
+//! record_limit = "4MiB"                 # a journal's cap; default 1MiB
+//! ```
+//!
+//! Relative paths are resolved against the manifest's own directory. Every problem of a
+//! manifest is reported at once, not just the first.
+
+use crate::queue::quota::{OverQuota, Quota, Quotas};
+use crate::rules::event_filter::Filter;
+use crate::rules::grants::Grants;
+use crate::rules::job::{Flow, JobSpec, Limits, OverLimit, RetryPolicy};
+use crate::sandbox::files::{
+    CollectionSpec, DEFAULT_MAX_OBJECT, DEFAULT_MAX_TENANT_BYTES, DEFAULT_MAX_TENANT_OBJECTS,
+    Location,
+};
+use crate::sandbox::journal::{RecordPolicy, Recorder};
+use crate::sandbox::links::{
+    Credential, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, MountSpec, SecretSource,
+};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("cannot read manifest {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("manifest {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    /// Every problem found, one per line.
+    #[error("manifest {}: {} problem{}:\n  {}", path.display(), problems.len(), if problems.len() == 1 { "" } else { "s" }, problems.join("\n  "))]
+    Problems {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
+}
+
+impl ManifestError {
+    /// One problem, as a whole error.
+    pub fn problems(path: &Path, problems: Vec<String>) -> Self {
+        ManifestError::Problems {
+            path: path.to_path_buf(),
+            problems,
+        }
+    }
+}
+
+/// Host-wide settings; each can also come from a flag, which wins.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSection {
+    pub db: Option<String>,
+    pub migrations: Option<PathBuf>,
+    pub timezone: Option<String>,
+    pub workers: Option<usize>,
+    #[serde(default, with = "opt_duration")]
+    pub surveillance_interval: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    pub shutdown_grace: Option<Duration>,
+    /// How long finished runs and delivered reports are kept (none: for ever).
+    #[serde(default, with = "opt_duration")]
+    pub retention: Option<Duration>,
+    pub webhook: Option<String>,
+    /// `one` (default): after downtime, run each schedule at most once to catch up;
+    /// `none`: skip what was missed.
+    pub catch_up: Option<CatchUp>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CatchUp {
+    #[default]
+    One,
+    None,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JobSection {
+    component: Option<PathBuf>,
+    tenant: Option<String>,
+    #[serde(default, with = "opt_duration")]
+    timeout: Option<Duration>,
+    retries: Option<u32>,
+    #[serde(default, with = "opt_duration")]
+    backoff: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    backoff_max: Option<Duration>,
+    fuel: Option<u64>,
+    #[serde(default, with = "opt_size")]
+    memory: Option<u64>,
+    schedule: Option<String>,
+    payload: Option<toml::Value>,
+    /// One child run per active tenant for each fire or kick.
+    per_tenant: Option<bool>,
+    /// The events that queue a run of the job: names, or `{ event = NAME, where = {
+    /// PATH = VALUE, ... } }` to take only events whose payload matches.
+    on: Option<Vec<toml::Value>>,
+    /// One run when the fleet first registers a new version of the job.
+    run_on_boot: Option<bool>,
+    grants: Option<Grants>,
+    /// The actions the job may name in `links` calls (put in its tokens).
+    actions: Option<BTreeSet<String>>,
+    sequential: Option<bool>,
+    /// The defers a run may make; unset, `job::DEFAULT_MAX_DEFERS`.
+    max_defers: Option<u32>,
+    /// At most this many runs queued or running per tenant; `over_limit` says what a run
+    /// over it does (`skip`, the default, or `defer`).
+    max_per_tenant: Option<u32>,
+    over_limit: Option<OverLimit>,
+    /// At most this many runs of the job queued per tenant (`backlog`).
+    max_queued: Option<u64>,
+    /// The lane whose workers run the job (`[lanes.NAME]`; `default` otherwise).
+    lane: Option<String>,
+    /// Which attempts keep a journal of their host calls: `failures` (the default),
+    /// `always` or `off`.
+    record: Option<String>,
+    /// A journal's cap (1MiB by default).
+    #[serde(default, with = "opt_size")]
+    record_limit: Option<u64>,
+}
+
+/// `[tenants.NAME]` (or `[tenant_defaults]`, for every tenant not named): the tenant's
+/// quota per rolling hour, and its cap on queued runs.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantSection {
+    /// At most this many of the tenant's runs queued (`backlog`).
+    max_queued: Option<u64>,
+    fuel_per_hour: Option<u64>,
+    #[serde(default, with = "opt_duration")]
+    time_per_hour: Option<Duration>,
+    over_quota: Option<OverQuota>,
+}
+
+impl TenantSection {
+    fn quota(&self) -> Quota {
+        Quota {
+            fuel_per_hour: self.fuel_per_hour,
+            time_per_hour: self.time_per_hour,
+            over_quota: self.over_quota.unwrap_or_default(),
+        }
+    }
+}
+
+/// `[lanes.NAME] workers = N`: a lane's own workers on each host that serves it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LaneSection {
+    workers: usize,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CollectionSection {
+    path: Option<PathBuf>,
+    url: Option<String>,
+    #[serde(default, with = "opt_size")]
+    max_object: Option<u64>,
+    #[serde(default, with = "opt_size")]
+    max_tenant_bytes: Option<u64>,
+    max_tenant_objects: Option<u64>,
+    scan: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MountSection {
+    url: String,
+    methods: Option<BTreeSet<String>>,
+    #[serde(default, with = "opt_duration")]
+    timeout: Option<Duration>,
+    #[serde(default, with = "opt_size")]
+    max_request: Option<u64>,
+    #[serde(default, with = "opt_size")]
+    max_response: Option<u64>,
+    credential: Option<CredentialSection>,
+    /// The request headers a guest may send (`links::headers::DEFAULT_HEADERS` if none).
+    headers: Option<BTreeSet<String>>,
+}
+
+/// `{ header, prefix, env = "VAR" }`, `{ ..., file = "path" }` or
+/// `{ ..., token = "attempt", audience = "..." }`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CredentialSection {
+    header: Option<String>,
+    prefix: Option<String>,
+    env: Option<String>,
+    file: Option<PathBuf>,
+    token: Option<String>,
+    audience: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    host: HostSection,
+    #[serde(default)]
+    defaults: JobSection,
+    #[serde(default)]
+    collections: BTreeMap<String, CollectionSection>,
+    #[serde(default)]
+    links: BTreeMap<String, MountSection>,
+    #[serde(default)]
+    lanes: BTreeMap<String, LaneSection>,
+    #[serde(default)]
+    tenants: BTreeMap<String, TenantSection>,
+    tenant_defaults: Option<TenantSection>,
+    #[serde(default)]
+    jobs: BTreeMap<String, JobSection>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub path: PathBuf,
+    pub host: HostSection,
+    /// The declared lanes and their workers per host (the `default` lane's come from
+    /// `--workers` unless declared here).
+    pub lanes: BTreeMap<String, usize>,
+    /// The tenants' quotas per rolling hour.
+    pub quotas: Quotas,
+    pub collections: BTreeMap<String, CollectionSpec>,
+    pub mounts: BTreeMap<String, MountSpec>,
+    pub jobs: Vec<JobSpec>,
+}
+
+impl Manifest {
+    pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
+        let (manifest, problems) = Self::load_with_problems(path)?;
+        if problems.is_empty() {
+            Ok(manifest)
+        } else {
+            Err(ManifestError::problems(path, problems))
+        }
+    }
+
+    /// The manifest's sound parts and the problems of the rest, so that a checker can add
+    /// what it finds in those parts (schedules, components, tables) and report every
+    /// problem at once. Fails outright only on a file that cannot be read or is not TOML
+    /// of the manifest's shape.
+    pub fn load_with_problems(path: &Path) -> Result<(Manifest, Vec<String>), ManifestError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse_with_problems(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Manifest, ManifestError> {
+        let (manifest, problems) = Self::parse_with_problems(path, text)?;
+        if problems.is_empty() {
+            Ok(manifest)
+        } else {
+            Err(ManifestError::problems(path, problems))
+        }
+    }
+
+    fn parse_with_problems(
+        path: &Path,
+        text: &str,
+    ) -> Result<(Manifest, Vec<String>), ManifestError> {
+        let file: File = toml::from_str(text).map_err(|e| ManifestError::Parse {
+            path: path.to_path_buf(),
+            message: e.message().to_string(),
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+        let mut problems = Vec::new();
+        let mut collections = BTreeMap::new();
+        for (name, section) in &file.collections {
+            match collection(name, section, &resolve) {
+                Ok(spec) => {
+                    collections.insert(name.clone(), spec);
+                }
+                Err(problem) => problems.push(format!("collection {name}: {problem}")),
+            }
+        }
+        let mut mounts = BTreeMap::new();
+        for (name, section) in &file.links {
+            match mount(name, section, &resolve) {
+                Ok(spec) => {
+                    mounts.insert(name.clone(), spec);
+                }
+                Err(problem) => problems.push(format!("link {name}: {problem}")),
+            }
+        }
+        let mut jobs = Vec::new();
+        for (name, section) in &file.jobs {
+            match job(name, section, &file.defaults, &resolve) {
+                Ok(spec) => {
+                    for problem in undeclared(&spec, &collections, &mounts) {
+                        problems.push(format!("job {name}: {problem}"));
+                    }
+                    for started in spec.grants.startable_jobs() {
+                        if !file.jobs.contains_key(started) {
+                            problems.push(format!(
+                                "job {name}: granted job {started:?} is not in this manifest ([jobs.{started}])"
+                            ));
+                        }
+                    }
+                    jobs.push(spec);
+                }
+                Err(problem) => problems.push(format!("job {name}: {problem}")),
+            }
+        }
+        let mut lanes = BTreeMap::new();
+        for (name, section) in &file.lanes {
+            if crate::rules::job::validate_name(name).is_err() {
+                problems.push(format!(
+                    "lane {name:?}: use 1-64 lower-case letters, digits, '-', '_' or '.'"
+                ));
+            } else if !(1..=1024).contains(&section.workers) {
+                problems.push(format!("lane {name}: workers must be 1 to 1024"));
+            } else {
+                lanes.insert(name.clone(), section.workers);
+            }
+        }
+        for spec in &jobs {
+            if spec.lane != crate::rules::job::DEFAULT_LANE && !file.lanes.contains_key(&spec.lane)
+            {
+                problems.push(format!(
+                    "job {}: its lane {:?} is not declared ([lanes.{}])",
+                    spec.name, spec.lane, spec.lane
+                ));
+            }
+        }
+        let mut quotas = Quotas {
+            tenants: BTreeMap::new(),
+            default: file.tenant_defaults.as_ref().map(TenantSection::quota),
+        };
+        let mut tenant_queued = crate::queue::backlog::TenantCaps {
+            default: file.tenant_defaults.as_ref().and_then(|t| t.max_queued),
+            tenants: BTreeMap::new(),
+        };
+        for (name, section) in &file.tenants {
+            match crate::rules::tenant::validate_tenant(name) {
+                Ok(()) => {
+                    quotas.tenants.insert(name.clone(), section.quota());
+                    if let Some(cap) = section.max_queued {
+                        tenant_queued.tenants.insert(name.clone(), cap);
+                    }
+                }
+                Err(e) => problems.push(format!("tenant {name:?}: {e}")),
+            }
+        }
+        let sections = file
+            .tenant_defaults
+            .iter()
+            .map(|t| ("[tenant_defaults]".to_string(), t));
+        let named = file
+            .tenants
+            .iter()
+            .map(|(n, t)| (format!("[tenants.{n}]"), t));
+        for (place, section) in sections.chain(named) {
+            if section.max_queued == Some(0) {
+                problems.push(format!("{place}: max_queued must be at least 1"));
+            }
+        }
+        for spec in &mut jobs {
+            spec.flow.tenant_queued = tenant_queued.clone();
+        }
+        for (name, spec) in &collections {
+            if let Some(scan) = &spec.scan
+                && !jobs.iter().any(|j| &j.name == scan)
+            {
+                problems.push(format!(
+                    "collection {name}: its scan job {scan:?} is not a job of this manifest"
+                ));
+            }
+        }
+        let mut host = file.host;
+        host.migrations = host.migrations.map(|p| resolve(&p));
+        let manifest = Manifest {
+            path: path.to_path_buf(),
+            host,
+            lanes,
+            quotas,
+            collections,
+            mounts,
+            jobs,
+        };
+        Ok((manifest, problems))
+    }
+
+    pub fn job(&self, name: &str) -> Option<&JobSpec> {
+        self.jobs.iter().find(|j| j.name == name)
+    }
+}
+
+fn collection(
+    name: &str,
+    section: &CollectionSection,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<CollectionSpec, String> {
+    crate::rules::grants::validate_name("collection", name).map_err(|e| e.to_string())?;
+    let location = match (&section.path, &section.url) {
+        (Some(_), Some(_)) => return Err("give `path` or `url`, not both".into()),
+        (Some(path), None) => Location::Local(resolve(path)),
+        (None, Some(url)) => Location::Url(url.clone()),
+        (None, None) => Location::Home,
+    };
+    Ok(CollectionSpec {
+        location,
+        max_object_bytes: section.max_object.unwrap_or(DEFAULT_MAX_OBJECT),
+        max_tenant_bytes: section.max_tenant_bytes.unwrap_or(DEFAULT_MAX_TENANT_BYTES),
+        max_tenant_objects: section
+            .max_tenant_objects
+            .unwrap_or(DEFAULT_MAX_TENANT_OBJECTS),
+        scan: section.scan.clone(),
+    })
+}
+
+fn mount(
+    name: &str,
+    section: &MountSection,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<MountSpec, String> {
+    crate::rules::grants::validate_name("mount", name).map_err(|e| e.to_string())?;
+    let methods = section
+        .methods
+        .clone()
+        .unwrap_or_else(|| ["GET".to_string(), "POST".to_string()].into());
+    let known = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"];
+    let methods: BTreeSet<String> = methods.iter().map(|m| m.to_ascii_uppercase()).collect();
+    if let Some(bad) = methods.iter().find(|m| !known.contains(&m.as_str())) {
+        return Err(format!(
+            "unknown method {bad:?} (known: {})",
+            known.join(", ")
+        ));
+    }
+    let credential = match &section.credential {
+        None => None,
+        Some(c) => {
+            let header = c.header.clone().unwrap_or_else(|| "Authorization".into());
+            let prefix = c.prefix.clone().unwrap_or_default();
+            Some(match (&c.env, &c.file, &c.token) {
+                (Some(var), None, None) => Credential::Secret {
+                    header,
+                    prefix,
+                    source: SecretSource::Env(var.clone()),
+                },
+                (None, Some(file), None) => Credential::Secret {
+                    header,
+                    prefix,
+                    source: SecretSource::File(resolve(file)),
+                },
+                (None, None, Some(kind)) if kind == "attempt" => Credential::Token {
+                    header,
+                    prefix,
+                    audience: c.audience.clone().unwrap_or_else(|| name.to_string()),
+                },
+                _ => {
+                    return Err(
+                        "a credential takes one of `env = \"VAR\"`, `file = \"path\"` or `token = \"attempt\"`"
+                            .into(),
+                    );
+                }
+            })
+        }
+    };
+    let headers = match &section.headers {
+        None => crate::sandbox::links::headers::default_headers(),
+        Some(listed) => crate::sandbox::links::headers::mount_headers(
+            listed,
+            credential.as_ref().map(Credential::header),
+        )?,
+    };
+    Ok(MountSpec {
+        url: section.url.clone(),
+        methods,
+        timeout: section.timeout.unwrap_or(DEFAULT_TIMEOUT),
+        max_request: section.max_request.unwrap_or(DEFAULT_MAX_BODY),
+        max_response: section.max_response.unwrap_or(DEFAULT_MAX_BODY),
+        credential,
+        headers,
+    })
+}
+
+fn job(
+    name: &str,
+    section: &JobSection,
+    defaults: &JobSection,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<JobSpec, String> {
+    let component = section
+        .component
+        .as_ref()
+        .or(defaults.component.as_ref())
+        .map(|p| resolve(p))
+        .ok_or("no `component`")?;
+    let pick = |f: fn(&JobSection) -> Option<Duration>, default| {
+        f(section).or(f(defaults)).unwrap_or(default)
+    };
+    let limits = Limits::default();
+    let retry = RetryPolicy::default();
+    let mut grants = section
+        .grants
+        .clone()
+        .or(defaults.grants.clone())
+        .unwrap_or_default();
+    grants.normalize().map_err(|e| e.to_string())?;
+    let payload = section
+        .payload
+        .clone()
+        .or(defaults.payload.clone())
+        .map(|v| serde_json::to_value(v).expect("TOML values are JSON values"))
+        .unwrap_or(serde_json::json!({}));
+    let actions = section
+        .actions
+        .clone()
+        .or(defaults.actions.clone())
+        .unwrap_or_default();
+    for action in &actions {
+        let valid = (1..=64).contains(&action.len())
+            && action
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._:-".contains(c));
+        if !valid {
+            return Err(format!(
+                "invalid action {action:?}: use letters, digits and . _ : -"
+            ));
+        }
+    }
+    let per_tenant = section.per_tenant.unwrap_or(false);
+    let (on, on_where) = triggers(section.on.as_deref().unwrap_or_default())?;
+    if per_tenant && section.tenant.is_some() {
+        return Err(
+            "a per_tenant job runs as each active tenant: it has no `tenant` of its own".into(),
+        );
+    }
+    let tenant = match per_tenant {
+        true => crate::rules::tenant::OPERATOR_TENANT.to_string(),
+        false => section
+            .tenant
+            .clone()
+            .or(defaults.tenant.clone())
+            .unwrap_or_else(|| crate::rules::tenant::OPERATOR_TENANT.into()),
+    };
+    crate::rules::tenant::validate_tenant(&tenant).map_err(|e| e.to_string())?;
+    let spec = JobSpec {
+        name: name.to_string(),
+        tenant,
+        component,
+        limits: Limits {
+            timeout: pick(|s| s.timeout, limits.timeout),
+            fuel: section.fuel.or(defaults.fuel),
+            memory: section.memory.or(defaults.memory).unwrap_or(limits.memory),
+        },
+        retry: RetryPolicy {
+            retries: section
+                .retries
+                .or(defaults.retries)
+                .unwrap_or(retry.retries),
+            backoff_base: pick(|s| s.backoff, retry.backoff_base),
+            backoff_max: pick(|s| s.backoff_max, retry.backoff_max),
+        },
+        grants,
+        actions,
+        schedule: section.schedule.clone(),
+        payload,
+        per_tenant,
+        on,
+        on_where,
+        run_on_boot: section.run_on_boot.unwrap_or(false),
+        flow: Flow {
+            sequential: section
+                .sequential
+                .or(defaults.sequential)
+                .unwrap_or_default(),
+            max_defers: section.max_defers.or(defaults.max_defers),
+            max_per_tenant: section.max_per_tenant.or(defaults.max_per_tenant),
+            over_limit: section
+                .over_limit
+                .or(defaults.over_limit)
+                .unwrap_or_default(),
+            max_queued: section.max_queued.or(defaults.max_queued),
+            tenant_queued: crate::queue::backlog::TenantCaps::default(),
+        },
+        lane: section
+            .lane
+            .clone()
+            .or_else(|| defaults.lane.clone())
+            .unwrap_or_else(|| crate::rules::job::DEFAULT_LANE.to_string()),
+        recorder: recorder(section, defaults)?,
+    };
+    spec.validate().map_err(|e| e.to_string())?;
+    Ok(spec)
+}
+
+/// A job's `record` and `record_limit`.
+fn recorder(section: &JobSection, defaults: &JobSection) -> Result<Recorder, String> {
+    let policy = match section.record.as_ref().or(defaults.record.as_ref()) {
+        None => RecordPolicy::default(),
+        Some(text) => RecordPolicy::parse(text)
+            .ok_or_else(|| format!("record = {text:?}: use \"failures\", \"always\" or \"off\""))?,
+    };
+    let limit = section
+        .record_limit
+        .or(defaults.record_limit)
+        .unwrap_or(crate::sandbox::journal::DEFAULT_LIMIT);
+    if limit == 0 || limit > crate::sandbox::journal::MAX_LIMIT {
+        return Err(format!(
+            "record_limit: a journal's cap is more than 0 and at most {} MiB",
+            crate::sandbox::journal::MAX_LIMIT >> 20
+        ));
+    }
+    Ok(Recorder { policy, limit })
+}
+
+/// A job's `on`: the events it subscribes to, and the payload filters of those given one.
+fn triggers(on: &[toml::Value]) -> Result<(BTreeSet<String>, BTreeMap<String, Filter>), String> {
+    const SHAPE: &str =
+        "each `on` entry is an event name or `{ event = \"NAME\", where = { PATH = VALUE } }`";
+    let mut events = BTreeSet::new();
+    let mut filters = BTreeMap::new();
+    for entry in on {
+        let (event, filter) = match entry {
+            toml::Value::String(event) => (event.clone(), None),
+            toml::Value::Table(t) if t.keys().all(|k| k == "event" || k == "where") => {
+                let event = t.get("event").and_then(toml::Value::as_str).ok_or(SHAPE)?;
+                let filter = match t.get("where") {
+                    None => None,
+                    Some(toml::Value::Table(w)) => Some(
+                        Filter::from_table(w)
+                            .map_err(|e| format!("the trigger of event {event:?}: {e}"))?,
+                    ),
+                    Some(_) => {
+                        return Err(format!(
+                            "the trigger of event {event:?}: `where` is a table of PATH = VALUE"
+                        ));
+                    }
+                };
+                (event.to_string(), filter)
+            }
+            _ => return Err(SHAPE.into()),
+        };
+        crate::queue::events::validate_event(&event).map_err(|e| e.to_string())?;
+        if !events.insert(event.clone()) {
+            return Err(format!("the event {event:?} is given twice in `on`"));
+        }
+        if let Some(filter) = filter {
+            filters.insert(event, filter);
+        }
+    }
+    Ok((events, filters))
+}
+
+/// Collections and mounts a job is granted that the manifest does not declare.
+fn undeclared(
+    spec: &JobSpec,
+    collections: &BTreeMap<String, CollectionSpec>,
+    mounts: &BTreeMap<String, MountSpec>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Some(files) = &spec.grants.files {
+        for c in files.collections() {
+            if !collections.contains_key(c) {
+                problems.push(format!(
+                    "granted collection {c:?} is not declared ([collections.{c}])"
+                ));
+            }
+        }
+    }
+    for m in spec.grants.links.iter().flatten() {
+        if !mounts.contains_key(m) {
+            problems.push(format!("granted link {m:?} is not declared ([links.{m}])"));
+        }
+    }
+    problems
+}
+
+mod opt_duration {
+    use serde::{Deserialize, Deserializer, de::Error};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let text = Option::<String>::deserialize(d)?;
+        text.map(|t| crate::rules::units::parse_duration(&t).map_err(D::Error::custom))
+            .transpose()
+    }
+}
+
+mod opt_size {
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrap(#[serde(with = "crate::rules::units::serde_size")] u64);
+        Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_jobs_with_defaults() {
+        let m = Manifest::parse(
+            Path::new("/srv/jobs/jobhost.toml"),
+            r#"
+            [host]
+            migrations = "migrations"
+            [defaults]
+            timeout = "5s"
+            retries = 1
+            max_defers = 4
+            [jobs.ledger]
+            component = "ledger.wasm"
+            memory = "32MiB"
+            schedule = "*/5 * * * *"
+            payload = { rows = 3 }
+            grants.db = { write = ["Ledger"] }
+            [jobs.hello]
+            component = "/abs/hello.wasm"
+            timeout = "1m"
+            sequential = true
+            max_defers = 0
+            max_per_tenant = 2
+            over_limit = "defer"
+            max_queued = 500
+            lane = "bulk"
+            [lanes.bulk]
+            workers = 2
+            [tenant_defaults]
+            max_queued = 1000
+            [tenants.acme]
+            max_queued = 10
+            "#,
+        )
+        .unwrap();
+        assert_eq!(m.lanes, BTreeMap::from([("bulk".to_string(), 2)]));
+        assert_eq!(m.job("ledger").unwrap().lane, "default");
+        assert_eq!(m.job("hello").unwrap().lane, "bulk");
+        assert_eq!(
+            m.quotas.of("acme"),
+            Some(&Quota::default()),
+            "a cap sets no quota"
+        );
+        let with_quotas = Manifest::parse(
+            Path::new("m.toml"),
+            "[tenant_defaults]\ntime_per_hour = '10m'\n[tenants.acme]\nfuel_per_hour = 1000\nover_quota = 'fail'",
+        )
+        .unwrap();
+        assert_eq!(
+            with_quotas.quotas.of("acme"),
+            Some(&Quota {
+                fuel_per_hour: Some(1000),
+                time_per_hour: None,
+                over_quota: OverQuota::Fail,
+            })
+        );
+        assert_eq!(
+            with_quotas
+                .quotas
+                .of("globex")
+                .and_then(|q| q.time_per_hour),
+            Some(Duration::from_secs(600))
+        );
+        assert_eq!(
+            m.host.migrations.as_deref(),
+            Some(Path::new("/srv/jobs/migrations"))
+        );
+        let ledger = m.job("ledger").unwrap();
+        assert_eq!(ledger.component, Path::new("/srv/jobs/ledger.wasm"));
+        assert_eq!(ledger.limits.timeout, Duration::from_secs(5));
+        assert_eq!(ledger.limits.memory, 32 << 20);
+        assert_eq!(ledger.retry.retries, 1);
+        assert_eq!(ledger.payload, serde_json::json!({"rows": 3}));
+        assert!(ledger.grants.db.as_ref().unwrap().may_write("ledger"));
+        assert_eq!(
+            ledger.flow,
+            Flow {
+                sequential: false,
+                max_defers: Some(4),
+                max_per_tenant: None,
+                over_limit: OverLimit::Skip,
+                max_queued: None,
+                tenant_queued: ledger.flow.tenant_queued.clone(),
+            }
+        );
+        let caps = ledger.flow.queue_caps("acme");
+        assert_eq!(
+            (caps.tenant, caps.job),
+            (10, crate::queue::backlog::DEFAULT_MAX_QUEUED_PER_JOB)
+        );
+        assert_eq!(ledger.flow.queue_caps("globex").tenant, 1000);
+        let hello = m.job("hello").unwrap();
+        assert_eq!(hello.component, Path::new("/abs/hello.wasm"));
+        assert_eq!(hello.limits.timeout, Duration::from_secs(60));
+        assert!(hello.grants.db.is_none());
+        assert_eq!(
+            hello.flow,
+            Flow {
+                sequential: true,
+                max_defers: Some(0),
+                max_per_tenant: Some(2),
+                over_limit: OverLimit::Defer,
+                max_queued: Some(500),
+                tenant_queued: hello.flow.tenant_queued.clone(),
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_bad_manifests() {
+        let p = Path::new("m.toml");
+        let err = |text: &str| Manifest::parse(p, text).unwrap_err().to_string();
+        assert!(err("[jobs.x]\ncomponent='a'\ntimeout='soon'").contains("invalid duration"));
+        assert!(err("[jobs.x]\ncomponent='a'\ncolour='red'").contains("unknown field"));
+        assert!(err("[jobs.X]\ncomponent='a'").contains("invalid job name"));
+        assert!(err("[jobs.x]\ntimeout='1s'").contains("no `component`"));
+        // Every problem at once.
+        let all = err(
+            "[collections.files]\nscan = 'nobody'\n[links.api]\nurl = 'http://x/'\nmethods = ['BREW']\n\
+             [jobs.a]\ncomponent = 'a'\ngrants.files = { read = ['nowhere'] }\n\
+             [jobs.b]\ncomponent = 'b'\ngrants.links = ['elsewhere']\n[jobs.C]\ncomponent = 'c'",
+        );
+        for expected in [
+            "5 problems",
+            "collection files: its scan job \"nobody\"",
+            "link api: unknown method \"BREW\"",
+            "job a: granted collection \"nowhere\" is not declared",
+            "job b: granted link \"elsewhere\" is not declared",
+            "job C: invalid job name",
+        ] {
+            assert!(all.contains(expected), "{expected:?} in {all}");
+        }
+        assert!(
+            err("[jobs.x]\ncomponent='a'\ngrants.db={read=['jobhost_runs']}")
+                .contains("belongs to the host")
+        );
+        assert!(err("[jobs.x]\ncomponent='a'\ngrants.net={}").contains("unknown field"));
+        assert!(
+            err("[jobs.x]\ncomponent='a'\nlane='bulk'")
+                .contains("its lane \"bulk\" is not declared")
+        );
+        assert!(err("[lanes.bulk]\nworkers=0").contains("workers must be 1 to 1024"));
+        assert!(err("[jobs.x]\ncomponent='a'\nmax_per_tenant=0").contains("at least 1"));
+        assert!(
+            err("[jobs.x]\ncomponent='a'\nmax_queued=0").contains("max_queued must be at least 1")
+        );
+        assert!(err("[tenants.acme]\nmax_queued=0").contains("[tenants.acme]: max_queued"));
+        assert!(err("[jobs.x]\ncomponent='a'\nover_limit='maybe'").contains("unknown variant"));
+        assert!(err("[tenants.acme]\nover_quota='later'").contains("unknown variant"));
+        assert!(err("[tenants.\"a b\"]\nfuel_per_hour=1").contains("tenant \"a b\""));
+        assert!(
+            err("[links.api]\nurl='http://x/'\nheaders=['accept', 'X-Forwarded-Host']")
+                .contains("link api: a mount may not accept the header \"X-Forwarded-Host\"")
+        );
+        assert!(
+            err("[links.api]\nurl='http://x/'\nheaders=['x-key']\ncredential={header='X-Key', env='K'}")
+                .contains("may not accept the header \"x-key\"")
+        );
+    }
+
+    #[test]
+    fn a_mount_accepts_the_default_headers_or_its_own_list() {
+        let p = Path::new("m.toml");
+        let m = Manifest::parse(
+            p,
+            "[links.a]\nurl='http://x/'\n[links.b]\nurl='http://x/'\nheaders=['X-Request-Id']",
+        )
+        .unwrap();
+        assert_eq!(
+            m.mounts["a"].headers,
+            crate::sandbox::links::headers::default_headers()
+        );
+        assert_eq!(m.mounts["b"].headers, ["x-request-id".to_string()].into());
+    }
+
+    proptest! {
+        #![proptest_config(crate::rules::fuzzing::config(500))]
+
+        /// Any manifest text loads or is refused with a message, never a panic.
+        #[test]
+        fn manifests_load_or_are_refused(
+            text in prop_oneof![
+                crate::rules::fuzzing::text(),
+                (
+                    "[a-z0-9_-]{1,10}",
+                    prop::sample::select(vec!["timeout", "memory", "retries", "schedule", "payload", "fuel", "tenant", "grants.db"]),
+                    prop::sample::select(vec!["\"1s\"", "\"64MiB\"", "3", "-1", "\"* * * * *\"", "{ a = 1 }", "{ read = [\"x\"] }", "\"\"", "[]", "1e400"]),
+                ).prop_map(|(job, key, value)| format!("[jobs.{job}]\ncomponent = \"x.wasm\"\n{key} = {value}\n")),
+            ]
+        ) {
+            if let Err(e) = Manifest::parse(Path::new("m.toml"), &text) {
+                prop_assert!(!e.to_string().is_empty());
+            }
+        }
+    }
+}
