@@ -492,6 +492,20 @@ impl Jobhost {
         }
     }
 
+    /// Sends one kick (`url`, a host's `POST /jobs/<job>/kick`) as the operator; its answer,
+    /// which must be an accepted kick's.
+    async fn kick(&self, url: &str) -> Value {
+        let response = self
+            .http
+            .post(url)
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .expect("kick");
+        assert_eq!(response.status().as_u16(), 202, "kick refused");
+        response.json().await.expect("kick body")
+    }
+
     /// Kicks one instance over the first host's HTTP API, `KICK_WARM_UP + n` times, one
     /// after the other, each waited for until its run succeeded.
     pub async fn kicks(&self, n: usize) -> Vec<Kick> {
@@ -501,15 +515,7 @@ impl Jobhost {
         let mut kicks = Vec::with_capacity(n);
         for i in 0..KICK_WARM_UP + n {
             let sent = Instant::now();
-            let response = self
-                .http
-                .post(&url)
-                .bearer_auth(&self.token)
-                .send()
-                .await
-                .expect("kick");
-            assert_eq!(response.status().as_u16(), 202, "kick refused");
-            let body: Value = response.json().await.expect("kick body");
+            let body = self.kick(&url).await;
             let answered = sent.elapsed();
             assert_eq!(
                 body["result"], "queued",
@@ -580,15 +586,7 @@ impl Jobhost {
         let db_before = postgres_cpu();
         let cpu_before = host.cpu();
         let kicked = SystemTime::now();
-        let response = self
-            .http
-            .post(&url)
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .expect("kick");
-        assert_eq!(response.status().as_u16(), 202, "kick refused");
-        let body: Value = response.json().await.expect("kick body");
+        let body = self.kick(&url).await;
         assert_eq!(body["result"], "queued", "{body}");
         let id = body["run_id"].as_str().expect("run_id");
         let state = || async move {

@@ -38,17 +38,7 @@ impl Stats {
 
     pub fn of(drains: &[Drain]) -> Option<Stats> {
         let first = drains.first()?;
-        let median_of = |values: Vec<f64>| {
-            let mut values = values;
-            values.sort_by(f64::total_cmp);
-            let mid = values.len() / 2;
-            if values.len() % 2 == 1 {
-                values[mid]
-            } else {
-                (values[mid - 1] + values[mid]) / 2.0
-            }
-        };
-        let median = median_of(drains.iter().map(|d| d.elapsed.as_secs_f64()).collect());
+        let elapsed = median(drains.iter().map(|d| d.elapsed.as_secs_f64()).collect());
         let runs: usize = drains.iter().map(|d| d.runs).sum();
         let cpu: f64 = drains.iter().map(|d| d.cpu.as_secs_f64()).sum();
         let to_first: Vec<f64> = drains
@@ -57,8 +47,8 @@ impl Stats {
             .collect();
         Some(Stats {
             n: drains.len(),
-            median: Duration::from_secs_f64(median),
-            runs_per_s: first.runs as f64 / median,
+            median: Duration::from_secs_f64(elapsed),
+            runs_per_s: first.runs as f64 / elapsed,
             cpu_us_per_run: cpu * 1e6 / runs as f64,
             db_cpu_us_per_run: drains
                 .iter()
@@ -67,7 +57,7 @@ impl Stats {
                 .map(|db| db * 1e6 / runs as f64),
             peak_rss_kib: drains.iter().filter_map(|d| d.peak_rss_kib).max(),
             to_first_claim: (!to_first.is_empty())
-                .then(|| Duration::from_secs_f64(median_of(to_first))),
+                .then(|| Duration::from_secs_f64(median(to_first))),
         })
     }
 }
