@@ -19,6 +19,8 @@
 
 #[path = "support/guests.rs"]
 mod guests;
+#[path = "../../tests/common/postgres.rs"]
+mod postgres;
 
 use criterion::{BenchmarkId, Criterion};
 use jobhost::store::{RunFilter, RunStatus, Store};
@@ -30,11 +32,6 @@ fn runs() -> i64 {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(1_000_000)
-}
-
-fn postgres_admin_url() -> String {
-    std::env::var("JOBHOST_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 /// The rows, written by one statement: `{n}` runs, the newest created now.
@@ -85,7 +82,8 @@ struct Database {
     store: Store,
     /// The run half-way down the list, for the deep page's cursor.
     middle: (i64, String),
-    pg_name: Option<String>,
+    /// The Postgres database, dropped at the end.
+    pg: Option<postgres::PgDatabase>,
 }
 
 async fn exec(store: &Store, sql: &str) {
@@ -103,28 +101,13 @@ async fn exec(store: &Store, sql: &str) {
 }
 
 async fn open(backend: &'static str, dir: &std::path::Path, n: i64) -> Database {
-    let (url, pg_name) = match backend {
-        "sqlite" => (format!("sqlite://{}/console.db", dir.display()), None),
-        _ => {
-            use sqlx::Connection;
-            let name = format!("jobhost_bench_console_{}", std::process::id());
-            let mut conn = sqlx::PgConnection::connect(&postgres_admin_url())
-                .await
-                .expect("connect to Postgres (set JOBHOST_TEST_POSTGRES)");
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-            )))
-            .execute(&mut conn)
-            .await
-            .expect("drop");
-            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-                .execute(&mut conn)
-                .await
-                .expect("create the benchmark database");
-            let admin = postgres_admin_url();
-            let (base, _) = admin.rsplit_once('/').expect("a database URL");
-            (format!("{base}/{name}"), Some(name))
-        }
+    let pg = match backend {
+        "sqlite" => None,
+        _ => Some(postgres::PgDatabase::create("jobhost_bench_console_").await),
+    };
+    let url = match &pg {
+        None => format!("sqlite://{}/console.db", dir.display()),
+        Some(database) => database.url.clone(),
     };
     let store = Store::open(&url).await.expect("open");
     let started = std::time::Instant::now();
@@ -145,7 +128,7 @@ async fn open(backend: &'static str, dir: &std::path::Path, n: i64) -> Database 
         backend,
         store,
         middle,
-        pg_name,
+        pg,
     }
 }
 
@@ -343,17 +326,8 @@ fn main() {
     }
     for db in databases {
         rt.block_on(db.store.close());
-        if let Some(name) = db.pg_name {
-            rt.block_on(async {
-                use sqlx::Connection;
-                if let Ok(mut conn) = sqlx::PgConnection::connect(&postgres_admin_url()).await {
-                    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                    )))
-                    .execute(&mut conn)
-                    .await;
-                }
-            });
+        if let Some(database) = db.pg {
+            rt.block_on(database.drop_now());
         }
     }
 }
@@ -393,9 +367,10 @@ fn postgres_cpu_ms(name: &str) -> f64 {
 /// module's doc).
 async fn pages(db: &Database, dir: &std::path::Path) {
     use std::io::BufRead;
-    let Some(name) = db.pg_name.clone() else {
+    let Some(database) = &db.pg else {
         return;
     };
+    let (name, url) = (database.name.clone(), database.url.clone());
     let noop = match guests::locate_or_build(&["noop"]) {
         Ok(mut found) => found.remove(0),
         Err(e) => {
@@ -403,9 +378,6 @@ async fn pages(db: &Database, dir: &std::path::Path) {
             return;
         }
     };
-    let admin = postgres_admin_url();
-    let (base, _) = admin.rsplit_once('/').expect("a database URL");
-    let url = format!("{base}/{name}");
     let manifest = dir.join("pages.toml");
     std::fs::write(
         &manifest,

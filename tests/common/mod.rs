@@ -2,6 +2,7 @@
 //! `examples/`, and a fresh database per test on either backend.
 #![allow(dead_code)]
 
+pub mod postgres;
 pub mod proxy;
 pub mod service;
 pub mod webhook;
@@ -132,10 +133,7 @@ pub enum Backend {
 }
 
 /// The Postgres server the Postgres variants use (a fresh database per test).
-pub fn postgres_admin_url() -> String {
-    std::env::var("JOBHOST_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_string())
-}
+pub use postgres::admin_url as postgres_admin_url;
 
 /// Queues a run of `job` as a kick would (the job's instance `instance`, an empty
 /// payload), due in `delay_ms`, straight through the library.
@@ -166,6 +164,9 @@ pub async fn queue_run(
 
 /// One test's world: a home directory and a database of its own.
 pub struct Home {
+    /// The Postgres variants' database; declared first, so it is dropped (with its job
+    /// roles) before the directory goes. The home's servers are gone by then.
+    postgres: Option<postgres::PgDatabase>,
     pub dir: tempfile::TempDir,
     pub backend: Backend,
     pub db_url: String,
@@ -175,11 +176,16 @@ pub struct Home {
 impl Home {
     pub async fn new(backend: Backend) -> Home {
         let dir = tempfile::tempdir().expect("temp dir");
-        let db_url = match backend {
-            Backend::Sqlite => format!("sqlite://{}/jobhost.db", dir.path().display()),
-            Backend::Postgres => fresh_postgres_database().await,
+        let postgres = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(postgres::PgDatabase::create("jobhost_test_").await),
+        };
+        let db_url = match &postgres {
+            None => format!("sqlite://{}/jobhost.db", dir.path().display()),
+            Some(database) => database.url.clone(),
         };
         Home {
+            postgres,
             dir,
             backend,
             db_url,
@@ -554,62 +560,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-impl Drop for Home {
-    /// Drops a test's Postgres database and its job roles (its servers are gone by now).
-    fn drop(&mut self) {
-        if self.backend != Backend::Postgres {
-            return;
-        }
-        let url = self.db_url.clone();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .ok()?;
-            runtime.block_on(async {
-                use sqlx::Connection;
-                // Job roles are cluster-wide: drop the ones this database created too.
-                let roles: Vec<String> = match sqlx::PgConnection::connect(&url).await {
-                    Ok(mut conn) => sqlx::query_scalar("SELECT role FROM jobhost_guest_roles")
-                        .fetch_all(&mut conn)
-                        .await
-                        .unwrap_or_default(),
-                    Err(_) => Vec::new(),
-                };
-                let name = url.rsplit('/').next()?.to_string();
-                let mut conn = sqlx::PgConnection::connect(&postgres_admin_url())
-                    .await
-                    .ok()?;
-                let mut cleanup = vec![format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")];
-                cleanup.extend(roles.iter().map(|r| format!("DROP ROLE IF EXISTS \"{r}\"")));
-                for statement in cleanup {
-                    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-                        .execute(&mut conn)
-                        .await
-                        .ok()?;
-                }
-                Some(())
-            })
-        })
-        .join();
-    }
-}
-
-async fn fresh_postgres_database() -> String {
-    use sqlx::Connection;
-    let admin = postgres_admin_url();
-    let name = format!("jobhost_test_{}", uuid::Uuid::now_v7().simple());
-    let mut conn = sqlx::PgConnection::connect(&admin)
-        .await
-        .expect("connect to the test Postgres (set JOBHOST_TEST_POSTGRES)");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut conn)
-        .await
-        .expect("create a test database");
-    let (base, _) = admin.rsplit_once('/').expect("a database URL");
-    format!("{base}/{name}")
 }
 
 /// Declares each test once and runs it on every backend.
