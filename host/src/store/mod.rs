@@ -195,7 +195,8 @@ impl Store {
             Backend::Postgres => (&queries::POSTGRES, &*POSTGRES_QUERIES),
         };
         let host = migrate::host_migrations(backend);
-        migrate::apply(&pool, dialect, migrate::Scope::Host, &host).await?;
+        let functions = migrate::host_repeatables(backend);
+        migrate::apply(&pool, dialect, migrate::Scope::Host, &host, &functions).await?;
         let (probe, writer) = match &cancels {
             Some(book) => {
                 let options = connect::sqlite_options(url)?;
@@ -273,6 +274,7 @@ impl Store {
             self.dialect,
             migrate::Scope::Operator,
             &migrations,
+            &[],
         )
         .await
     }
