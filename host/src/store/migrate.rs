@@ -125,38 +125,12 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     26 => "0026_journal_seal",
 );
 
-/// Embeds `migrations/postgres/functions/<file>.sql` files; a test checks the list against
-/// the folder. They apply in this (the file names') order.
-macro_rules! functions {
-    ($($file:literal),* $(,)?) => {
-        &[$(($file, include_str!(concat!("../../../migrations/postgres/functions/", $file, ".sql")))),*]
-    };
-}
-
-const POSTGRES_FUNCTIONS: &[(&str, &str)] = functions!(
-    "active_runs",
-    "attach_file",
-    "attempt_logs_kept",
-    "claim_runs",
-    "end_pass",
-    "enqueue_runs",
-    "fence",
-    "file_garbage_usage",
-    "files_bookkeeping",
-    "mark_file",
-    "notify_work",
-    "record_attempts",
-    "record_attempts_one_by_one",
-    "record_step",
-    "remove_file",
-    "runs_changed",
-);
-
-/// The host's repeatable migrations: Postgres's functions; SQLite has none.
+/// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);
+/// SQLite has none.
 pub(crate) fn host_repeatables(backend: Backend) -> Vec<Repeatable> {
     let set: &[(&str, &str)] = match backend {
         Backend::Sqlite => &[],
-        Backend::Postgres => POSTGRES_FUNCTIONS,
+        Backend::Postgres => super::claims::POSTGRES_FUNCTIONS,
     };
     set.iter()
         .map(|(file, sql)| Repeatable {

@@ -1,7 +1,8 @@
--- The claim: leases and starts up to `p_limit` due runs for host `p_host`, fairly across
--- tenants, in the order they were queued, skipping paused jobs and disabled tenants. Its
--- SQLite twin is `host/src/store/claims/sqlite.rs`; the rule is described in
--- docs (claims and endings). Planner settings: see migrations 0014 and 0016 for why.
+-- The claim: leases and starts up to `p_limit` due runs (or the one run `p_run`) for host
+-- `p_host`, in turns across the tenants with queued runs (`p_tenants`), passing over the
+-- tenants whose quota holds their runs (`p_paused`). Its
+-- SQLite twin is `host/src/store/claims/sqlite.rs`, and `host/src/store/claims` calls
+-- both. The planner settings keep every read on an index (see migrations 0014 and 0016).
 CREATE OR REPLACE FUNCTION jobhost_claim_runs(p_host text, p_limit integer, p_terms jsonb, p_run text, p_paused text[], p_tenants text[])
  RETURNS TABLE(id text, job text, instance text, tenant text, origin text, payload text, status text, pass bigint, cursor text, counters text, attempts bigint, failures bigint, generation bigint, host text, last_code text, last_error text, component_digest text, scheduled_for bigint, rerun_of text, next_attempt_at bigint, created_at bigint, started_at bigint, finished_at bigint, updated_at bigint, work_done bigint, defers bigint, trace_parent text, lease_deadline_at bigint, lease_expires_at bigint)
  LANGUAGE plpgsql
