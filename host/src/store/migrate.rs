@@ -1,6 +1,13 @@
 //! Schema migrations: the host's own (embedded in the binary, one set per backend) and the
 //! operator's (read from a directory at start), tracked per scope in `jobhost_migrations`.
 //!
+//! Besides the versioned migrations, which apply once each and stay as history, the host
+//! has *repeatable* ones: the current text of each Postgres function
+//! (`migrations/postgres/functions/<name>.sql`), so the rule in force is read in one file,
+//! not found in whichever migration redefined it last. A repeatable one applies after every
+//! versioned one, again whenever its text changes; each is recorded by name with its
+//! checksum in `jobhost_repeatable_migrations`.
+//!
 //! Migrations apply in one transaction under a lock, so two hosts starting together do
 //! not race: Postgres takes a transaction-scoped advisory lock, SQLite its write lock.
 
@@ -18,6 +25,21 @@ pub struct Migration {
 }
 
 impl Migration {
+    fn checksum(&self) -> String {
+        hex::encode(Sha256::digest(self.sql.as_bytes()))
+    }
+}
+
+/// The current text of database functions, applied (again) when it differs from the text
+/// applied last. It must be safe to run over what is there: `CREATE OR REPLACE`. Changing
+/// a function's arguments needs a versioned migration that drops the old one first.
+#[derive(Debug, Clone)]
+pub struct Repeatable {
+    pub name: String,
+    pub sql: String,
+}
+
+impl Repeatable {
     fn checksum(&self) -> String {
         hex::encode(Sha256::digest(self.sql.as_bytes()))
     }
@@ -103,6 +125,21 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     26 => "0026_journal_seal",
 );
 
+/// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);
+/// SQLite has none.
+pub(crate) fn host_repeatables(backend: Backend) -> Vec<Repeatable> {
+    let set: &[(&str, &str)] = match backend {
+        Backend::Sqlite => &[],
+        Backend::Postgres => super::claims::POSTGRES_FUNCTIONS,
+    };
+    set.iter()
+        .map(|(file, sql)| Repeatable {
+            name: format!("functions/{file}"),
+            sql: sql.to_string(),
+        })
+        .collect()
+}
+
 pub(crate) fn host_migrations(backend: Backend) -> Vec<Migration> {
     let set = match backend {
         Backend::Sqlite => SQLITE,
@@ -153,23 +190,43 @@ pub fn read_dir(dir: &Path) -> Result<Vec<Migration>, StoreError> {
     Ok(migrations)
 }
 
+/// Both bookkeeping tables, on both backends (their schemas stay alike).
 const BOOTSTRAP: &str = "CREATE TABLE IF NOT EXISTS jobhost_migrations (\
     scope TEXT NOT NULL, version BIGINT NOT NULL, name TEXT NOT NULL, \
-    checksum TEXT NOT NULL, applied_at BIGINT NOT NULL, PRIMARY KEY (scope, version))";
+    checksum TEXT NOT NULL, applied_at BIGINT NOT NULL, PRIMARY KEY (scope, version)); \
+    CREATE TABLE IF NOT EXISTS jobhost_repeatable_migrations (\
+    scope TEXT NOT NULL, name TEXT NOT NULL, \
+    checksum TEXT NOT NULL, applied_at BIGINT NOT NULL, PRIMARY KEY (scope, name))";
 
-/// Applies what is not applied yet; refuses if an applied migration's text changed.
+const APPLIED_REPEATABLES: &str =
+    "SELECT name, checksum FROM jobhost_repeatable_migrations WHERE scope = $1";
+
+/// Applies the versioned migrations not applied yet, then the repeatable ones whose text
+/// is not the one applied last; refuses if an applied versioned migration's text changed.
 /// Returns the names applied now.
 pub(crate) async fn apply(
     pool: &Pool,
     dialect: &Dialect,
     scope: Scope,
     migrations: &[Migration],
+    repeatables: &[Repeatable],
 ) -> Result<Vec<String>, StoreError> {
     let record = format!(
         "INSERT INTO jobhost_migrations (scope, version, name, checksum, applied_at) \
          VALUES ($1, $2, $3, $4, {})",
         dialect.now
     );
+    let record_repeatable = format!(
+        "INSERT INTO jobhost_repeatable_migrations (scope, name, checksum, applied_at) \
+         VALUES ($1, $2, $3, {}) ON CONFLICT (scope, name) \
+         DO UPDATE SET checksum = excluded.checksum, applied_at = excluded.applied_at",
+        dialect.now
+    );
+    let current = |applied: &[(String, String)], r: &Repeatable| {
+        applied
+            .iter()
+            .any(|(n, c)| *n == r.name && *c == r.checksum())
+    };
     with_pool!(pool, p => {
         // Applied already (every start but the first): read, not written, so a process
         // that only reads or cancels never waits for SQLite's write lock to start.
@@ -179,10 +236,13 @@ pub(crate) async fn apply(
         .bind(scope.as_str())
         .fetch_all(p)
         .await;
-        if let Ok(applied) = applied
+        let repeated: std::result::Result<Vec<(String, String)>, sqlx::Error> =
+            sqlx::query_as(APPLIED_REPEATABLES).bind(scope.as_str()).fetch_all(p).await;
+        if let (Ok(applied), Ok(repeated)) = (applied, repeated)
             && migrations
                 .iter()
                 .all(|m| applied.iter().any(|(v, c)| *v == m.version && *c == m.checksum()))
+            && repeatables.iter().all(|r| current(&repeated, r))
         {
             return Ok(Vec::new());
         }
@@ -221,6 +281,25 @@ pub(crate) async fn apply(
                 .await?;
             applied_now.push(label);
         }
+        // Read under the lock: of hosts starting together, the first applies what changed
+        // and the others find it applied.
+        let repeated: Vec<(String, String)> = sqlx::query_as(APPLIED_REPEATABLES)
+            .bind(scope.as_str())
+            .fetch_all(&mut *tx)
+            .await?;
+        for r in repeatables.iter().filter(|r| !current(&repeated, r)) {
+            sqlx::raw_sql(AssertSqlSafe(r.sql.clone()))
+                .execute(&mut *tx)
+                .await
+                .map_err(|source| StoreError::MigrationFailed { name: r.name.clone(), source })?;
+            sqlx::query(AssertSqlSafe(record_repeatable.clone()))
+                .bind(scope.as_str())
+                .bind(&r.name)
+                .bind(r.checksum())
+                .execute(&mut *tx)
+                .await?;
+            applied_now.push(r.name.clone());
+        }
         tx.commit().await?;
         Ok(applied_now)
     })
@@ -230,6 +309,7 @@ pub(crate) async fn apply(
 mod tests {
     use super::*;
 
+    /// The `.sql` files in `migrations/<dir>`.
     fn files(dir: &str) -> Vec<String> {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../migrations")
@@ -237,6 +317,7 @@ mod tests {
         let mut names: Vec<String> = std::fs::read_dir(path)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with(".sql"))
             .collect();
         names.sort();
         names
@@ -256,6 +337,38 @@ mod tests {
             );
         }
         assert_eq!(files("sqlite"), files("postgres"));
+    }
+
+    #[test]
+    fn every_function_file_is_embedded_in_name_order() {
+        let embedded: Vec<String> = host_repeatables(Backend::Postgres)
+            .iter()
+            .map(|r| format!("{}.sql", r.name))
+            .collect();
+        let on_disk: Vec<String> = files("postgres/functions")
+            .into_iter()
+            .map(|f| format!("functions/{f}"))
+            .collect();
+        assert_eq!(
+            embedded, on_disk,
+            "migrations/postgres/functions is not embedded in step"
+        );
+        assert!(host_repeatables(Backend::Sqlite).is_empty());
+    }
+
+    /// Each function file replaces what is there, and names no schema: the one the host
+    /// migrates in, as in the versioned migrations.
+    #[test]
+    fn function_files_replace_and_revoke() {
+        for r in host_repeatables(Backend::Postgres) {
+            assert!(
+                r.sql.contains("CREATE OR REPLACE FUNCTION jobhost_"),
+                "{}",
+                r.name
+            );
+            assert!(!r.sql.contains("CREATE FUNCTION"), "{}", r.name);
+            assert!(!r.sql.contains("public."), "{}: schema-qualified", r.name);
+        }
     }
 
     #[test]

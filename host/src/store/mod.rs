@@ -8,8 +8,8 @@
 
 #[macro_use]
 mod pool;
-pub mod attempts;
 mod cancel_book;
+pub mod claims;
 mod connect;
 mod error_class;
 pub mod family;
@@ -29,15 +29,14 @@ mod retention;
 pub mod row;
 pub mod scratch;
 pub mod sqlite_guest;
-mod sqlite_writer;
 mod tenants;
 #[macro_use]
 mod controls;
 
-pub use attempts::{
+pub use cancel_book::CancelMark;
+pub use claims::{
     AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Recorded, Recording, RunChange,
 };
-pub use cancel_book::CancelMark;
 pub use connect::claim_for_serving;
 #[cfg(test)]
 pub(crate) use connect::open_sqlite;
@@ -147,8 +146,8 @@ pub struct Store {
     reader: Pool,
     /// On SQLite, lease checks answered on the calling thread (see `probe`).
     probe: Option<Arc<probe::SqliteProbe>>,
-    /// On SQLite, the writer of claims and endings (see `sqlite_writer`).
-    writer: Option<Arc<sqlite_writer::SqliteWriter>>,
+    /// On SQLite, the writer of claims and endings (see `claims::sqlite`).
+    writer: Option<Arc<claims::sqlite::SqliteWriter>>,
     /// On SQLite, the cancels recorded but not yet written (see `cancel_book`).
     cancels: Option<Arc<cancel_book::CancelBook>>,
     backend: Backend,
@@ -156,8 +155,8 @@ pub struct Store {
     pub(crate) q: &'static Queries,
     url: String,
     /// On Postgres, the tenants with queued runs as last read, and when: the fair claim's
-    /// tenants (`attempts::QueuedTenants`).
-    queued_tenants: Arc<attempts::QueuedTenants>,
+    /// tenants (`claims::QueuedTenants`).
+    queued_tenants: Arc<claims::QueuedTenants>,
 }
 
 impl std::fmt::Debug for Store {
@@ -195,14 +194,15 @@ impl Store {
             Backend::Postgres => (&queries::POSTGRES, &*POSTGRES_QUERIES),
         };
         let host = migrate::host_migrations(backend);
-        migrate::apply(&pool, dialect, migrate::Scope::Host, &host).await?;
+        let functions = migrate::host_repeatables(backend);
+        migrate::apply(&pool, dialect, migrate::Scope::Host, &host, &functions).await?;
         let (probe, writer) = match &cancels {
             Some(book) => {
                 let options = connect::sqlite_options(url)?;
                 let path = options.get_filename();
                 (
                     probe::SqliteProbe::open(path, book).map(Arc::new),
-                    Some(Arc::new(sqlite_writer::SqliteWriter::open(path, q, book)?)),
+                    Some(Arc::new(claims::sqlite::SqliteWriter::open(path, q, book)?)),
                 )
             }
             None => (None, None),
@@ -253,7 +253,7 @@ impl Store {
             .expect("a SQLite store opens its cancel book")
     }
 
-    fn writer(&self) -> &sqlite_writer::SqliteWriter {
+    fn writer(&self) -> &claims::sqlite::SqliteWriter {
         self.writer
             .as_deref()
             .expect("a SQLite store opens its writer")
@@ -273,6 +273,7 @@ impl Store {
             self.dialect,
             migrate::Scope::Operator,
             &migrations,
+            &[],
         )
         .await
     }

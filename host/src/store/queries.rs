@@ -391,13 +391,14 @@ queries! {
         finished_at = {now}, updated_at = {now} \
         WHERE id = $1 AND status = 'running' AND generation = $2";
     // The steps of a batched claim and of recording attempts' ends, as the SQLite writer
-    // runs them in one transaction (`store::sqlite_writer`); on Postgres the functions of
-    // the migrations run the same steps (the claim's latest: 0013; the ending's: 0007).
+    // runs them in one transaction (`store::claims::sqlite`); on Postgres the functions of
+    // `migrations/postgres/functions` run the same steps (`claim_runs.sql`,
+    // `record_attempts.sql`).
     // A claim takes the tenants with queued runs (`queued_tenants`: one probe of the index
     // per tenant) and up to `$1` due runs of each (`due_runs`, tenant `$3`), in turns: fair
     // across tenants. The SQLite writer walks them in every claim; a Postgres host at most
     // once a second, for its claims (migration 0010), adding those that notifications name
-    // meanwhile (`attempts::QueuedTenants`).
+    // meanwhile (`claims::QueuedTenants`).
     queued_tenants = "WITH RECURSIVE t(tenant) AS ( \
             SELECT (SELECT tenant FROM jobhost_runs {by_tenant_index} WHERE status = 'queued' \
                 ORDER BY tenant LIMIT 1) \

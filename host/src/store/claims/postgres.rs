@@ -1,192 +1,110 @@
-//! Claims and endings of attempts, many per round trip.
-//!
-//! A claim locks due runs (skipping rows other hosts are claiming), takes or moves on each
-//! run's lease to a new generation with its deadline, and starts the attempt — for a whole
-//! batch of runs at once. An ending (`Recording`) writes down what an attempt led to — the
-//! run finished, queued again, or given back unstarted — conditioned on the run still
-//! running at the attempt's generation, and on the lease where the ending needs it; the
-//! host's finisher sends many at once, and learns per run whether it was recorded.
-//!
-//! On Postgres each batch is one call of a function (migrations 0016 and 0017; an
-//! ending's items go as one binary array); on SQLite the writer (`sqlite_writer`) runs the
-//! same steps in one transaction. What to record is decided by the runner; this module
-//! only writes it.
+//! Claims and endings on Postgres: each batch one call of a function whose current text is
+//! in `migrations/postgres/functions` (`claim_runs.sql`, `record_attempts.sql`); an
+//! ending's items go as one binary array.
 
-use super::{Lease, NewReport, NewRun, Result, RunRecord, RunStatus, Store, StoreError};
-use serde::Serialize;
+use super::{ClaimRequest, ClaimedRow, Claims, Recorded, Recording, RunChange};
+use crate::store::queries::Queries;
+use crate::store::{Result, Store, StoreError};
 use std::collections::BTreeMap;
 use tokio::time::Instant;
 
-/// How an attempt of one job is started: its lease's deadline and expiry (from the moment
-/// the claim stamps them) and the component that runs it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AttemptTerms {
-    pub deadline_ms: i64,
-    pub expires_ms: i64,
-    pub digest: String,
+/// The claim and ending writes of a Postgres store.
+pub(crate) struct PostgresClaims<'s> {
+    pub store: &'s Store,
+    pub pool: &'s sqlx::PgPool,
 }
 
-/// What a host claims.
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimRequest<'a> {
-    pub host: &'a str,
-    pub limit: i64,
-    /// One run instead of the most overdue: a `host run`'s own (queued), or a run this
-    /// host claimed without a lease, trying again for it.
-    pub run_id: Option<&'a str>,
-    /// The jobs this host runs. A run of another job is claimed without a lease.
-    pub terms: &'a BTreeMap<String, AttemptTerms>,
-    /// Tenants whose runs are passed over: held by their quota (`quota`).
-    pub paused: &'a [String],
-}
-
-/// A run a claim moved to `running`.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    /// As claimed: with a lease, the attempt's generation and number (`attempts`) are
-    /// the new ones; without, the run is as it was, but `running`.
-    pub run: RunRecord,
-    /// The lease of the attempt, if the claim could take it.
-    pub lease: Option<Lease>,
-    /// An instant before the database stamped the lease's deadline: counted from here,
-    /// the host stops an attempt no later than the database stops its writes.
-    pub stamped_after: Instant,
-}
-
-/// A claimed run as the database returns it: the run's columns, and its lease's.
-#[derive(Debug)]
-pub(crate) struct ClaimedRow {
-    pub run: RunRecord,
-    pub lease_deadline_at: Option<i64>,
-    pub lease_expires_at: Option<i64>,
-}
-
-impl<'r, R: sqlx::Row> sqlx::FromRow<'r, R> for ClaimedRow
-where
-    RunRecord: sqlx::FromRow<'r, R>,
-    &'r str: sqlx::ColumnIndex<R>,
-    Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-{
-    fn from_row(row: &'r R) -> sqlx::Result<Self> {
-        Ok(ClaimedRow {
-            run: RunRecord::from_row(row)?,
-            lease_deadline_at: row.try_get("lease_deadline_at")?,
-            lease_expires_at: row.try_get("lease_expires_at")?,
-        })
-    }
-}
-
-impl ClaimedRow {
-    pub(crate) fn into_claimed(self, stamped_after: Instant) -> Claimed {
-        let lease = match (
-            self.lease_deadline_at,
-            self.lease_expires_at,
-            self.run.generation,
-        ) {
-            (Some(deadline_at), Some(expires_at), Some(generation)) => Some(Lease {
-                job: self.run.job.clone(),
-                instance: self.run.instance.clone(),
-                generation,
-                holder: self.run.id.clone(),
-                deadline_at,
-                expires_at,
-            }),
-            _ => None,
+impl Claims for PostgresClaims<'_> {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Vec<ClaimedRow>> {
+        let tenants = match request.run_id {
+            Some(_) => Vec::new(),
+            None => {
+                self.store
+                    .queued_tenants
+                    .read(self.store.q, self.pool)
+                    .await?
+            }
         };
-        Claimed {
-            run: self.run,
-            lease,
-            stamped_after,
+        self.store
+            .retrying(|| async {
+                Ok(sqlx::query_as::<_, ClaimedRow>(
+                    "SELECT * FROM jobhost_claim_runs($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(request.host)
+                .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
+                .bind(sqlx::types::Json(request.terms))
+                .bind(request.run_id)
+                .bind(request.paused)
+                .bind(&tenants)
+                .fetch_all(self.pool)
+                .await?)
+            })
+            .await
+    }
+
+    /// A batch the database refuses as a whole is tried again item by item, so one item
+    /// it will not store cannot fail the others.
+    async fn record(&self, items: &[Recording]) -> Vec<Result<Recorded>> {
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by(|&a, &b| items[a].lock_key().cmp(&items[b].lock_key()));
+        match self.record_in_order(items, &order).await {
+            Ok(answers) => answers,
+            Err(e) if items.len() == 1 => vec![Err(e)],
+            Err(e) if e.is_unavailable() => {
+                items.iter().map(|_| Err(StoreError::Unreachable)).collect()
+            }
+            Err(_) => {
+                let mut answers = Vec::with_capacity(items.len());
+                for i in 0..items.len() {
+                    answers.push(match self.record_in_order(items, &[i]).await {
+                        Ok(mut one) => one.pop().unwrap_or(Err(StoreError::Unreadable)),
+                        Err(e) => Err(e),
+                    });
+                }
+                answers
+            }
         }
     }
 }
 
-/// The row of an attempt that ended (written when it ends: a running attempt is its
-/// run's status, host and generation).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptEnding {
-    pub seq: i64,
-    pub pass: i64,
-    pub attempt: i64,
-    pub host: String,
-    pub status: &'static str,
-    pub outcome: Option<&'static str>,
-    pub code: Option<&'static str>,
-    pub fuel_used: Option<i64>,
-    pub peak_memory: Option<i64>,
-    pub duration_ms: i64,
-    pub log: String,
-    pub log_truncated: bool,
-    /// When the claim started it (database clock).
-    pub started_at: i64,
-}
-
-/// What an attempt led to, for one run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Recording {
-    pub run_id: String,
-    /// The lease the attempt held (its generation fences everything below).
-    pub lease: Lease,
-    pub attempt: Option<AttemptEnding>,
-    pub change: RunChange,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunChange {
-    /// The run is over: its lease released, the follow-up queued if a kick set the lease's
-    /// pending flag meanwhile. With `require_lease`, nothing changes unless the lease is
-    /// still held at the attempt's generation.
-    Finish {
-        require_lease: bool,
-        status: RunStatus,
-        code: Option<&'static str>,
-        error: Option<String>,
-        cursor: Option<String>,
-        /// The run's counters after the pass (JSON), `None`: unchanged.
-        counters: Option<String>,
-        pass: i64,
-        failures: i64,
-        follow_up: Option<Box<NewRun>>,
-        report: Option<Box<NewReport>>,
-    },
-    /// Back to the queue after `delay_ms` (a retry, the next pass, a cancelled attempt),
-    /// the lease parked for `hold_ms` so no other run takes it meanwhile.
-    Requeue {
-        delay_ms: i64,
-        hold_ms: i64,
-        pass: i64,
-        cursor: Option<String>,
-        /// The run's counters after the pass (JSON), `None`: unchanged.
-        counters: Option<String>,
-        failures: i64,
-        /// The run's passes that ended `defer`, this one included.
-        defers: i64,
-        code: Option<&'static str>,
-        error: Option<String>,
-    },
-    /// A claimed run that never started goes back to the queue as it was (its attempt
-    /// count taken back), the lease parked for `hold_ms`.
-    GiveBack { hold_ms: i64 },
-}
-
-/// Whether a `Recording` was written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Recorded {
-    Finished {
-        follow_up: Option<String>,
-    },
-    Requeued,
-    /// The lease was no longer held at the attempt's generation: nothing changed.
-    LeaseLost,
-    /// The run was no longer running at that generation (marked crashed meanwhile): only
-    /// the attempt's row was written.
-    NotRunning,
-}
-
-impl Recording {
-    /// Items are applied in lease order, so two batches take lease locks in one order.
-    fn lock_key(&self) -> (&str, &str) {
-        (&self.lease.job, &self.lease.instance)
+impl PostgresClaims<'_> {
+    /// One call of `jobhost_record_attempts` for `items[i]`, `i` in `order` (the order in
+    /// which the database takes them); the answers by ascending `i`, so for every item
+    /// in the items' own order (`order` must list each index once).
+    async fn record_in_order(
+        &self,
+        items: &[Recording],
+        order: &[usize],
+    ) -> Result<Vec<Result<Recorded>>> {
+        let wire = order
+            .iter()
+            .map(|&i| {
+                Ok(WireItem::new(
+                    i32::try_from(i).map_err(|_| StoreError::Unreadable)?,
+                    &items[i],
+                ))
+            })
+            .collect::<Result<Vec<WireItem<'_>>>>()?;
+        let rows: Vec<WireResult> = self
+            .store
+            .retrying(|| async {
+                Ok(sqlx::query_as("SELECT * FROM jobhost_record_attempts($1)")
+                    .bind(&wire)
+                    .fetch_all(self.pool)
+                    .await?)
+            })
+            .await?;
+        let mut answers: BTreeMap<usize, Result<Recorded>> = BTreeMap::new();
+        for row in rows {
+            let idx = usize::try_from(row.idx).unwrap_or(usize::MAX);
+            answers.insert(idx, recorded(&row.result, row.follow_up));
+        }
+        let mut asked = order.to_vec();
+        asked.sort_unstable();
+        Ok(asked
+            .iter()
+            .map(|i| answers.remove(i).unwrap_or(Err(StoreError::Unreadable)))
+            .collect())
     }
 }
 
@@ -514,11 +432,7 @@ impl Notified {
 impl QueuedTenants {
     const FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
-    async fn read(
-        &self,
-        q: &'static super::queries::Queries,
-        pool: &sqlx::PgPool,
-    ) -> Result<Vec<String>> {
+    async fn read(&self, q: &'static Queries, pool: &sqlx::PgPool) -> Result<Vec<String>> {
         let mut last = self.read.lock().await;
         let read = match last.as_ref() {
             Some((at, tenants)) if at.elapsed() < Self::FRESH_FOR => tenants.clone(),
@@ -538,7 +452,7 @@ impl QueuedTenants {
 
     /// A run was queued for `tenant` (a notification's payload; anything but a tenant's
     /// name is ignored).
-    fn notify(&self, tenant: &str) {
+    pub(super) fn notify(&self, tenant: &str) {
         self.notified().add(tenant);
     }
 
@@ -566,114 +480,6 @@ fn recorded(result: &str, follow_up: Option<String>) -> Result<Recorded> {
         "not_running" => Recorded::NotRunning,
         _ => return Err(StoreError::Unreadable),
     })
-}
-
-impl Store {
-    /// A host's notification said a run was queued for `tenant` (Postgres): the next
-    /// claim takes it in turn (see [`QueuedTenants`]).
-    pub fn queued_tenant_notified(&self, tenant: &str) {
-        self.queued_tenants.notify(tenant);
-    }
-
-    /// Claims, leases and starts runs (see [`ClaimRequest`]), in one round trip.
-    pub async fn claim_runs(&self, request: &ClaimRequest<'_>) -> Result<Vec<Claimed>> {
-        let stamped_after = Instant::now();
-        let rows = match &self.pool {
-            super::Pool::Postgres(p) => {
-                let tenants = match request.run_id {
-                    Some(_) => Vec::new(),
-                    None => self.queued_tenants.read(self.q, p).await?,
-                };
-                self.retrying(|| async {
-                    Ok(sqlx::query_as::<_, ClaimedRow>(
-                        "SELECT * FROM jobhost_claim_runs($1, $2, $3, $4, $5, $6)",
-                    )
-                    .bind(request.host)
-                    .bind(i32::try_from(request.limit).unwrap_or(i32::MAX))
-                    .bind(sqlx::types::Json(request.terms))
-                    .bind(request.run_id)
-                    .bind(request.paused)
-                    .bind(&tenants)
-                    .fetch_all(p)
-                    .await?)
-                })
-                .await?
-            }
-            super::Pool::Sqlite(_) => self.writer().claim(request).await?,
-        };
-        Ok(rows
-            .into_iter()
-            .map(|row| row.into_claimed(stamped_after))
-            .collect())
-    }
-
-    /// Writes down the ends of attempts, one answer per item, in the order given. A batch
-    /// the database refuses as a whole is tried again item by item, so one item it will
-    /// not store cannot fail the others.
-    pub async fn record_attempts(&self, items: &[Recording]) -> Vec<Result<Recorded>> {
-        let p = match &self.pool {
-            super::Pool::Postgres(p) => p,
-            super::Pool::Sqlite(_) => return self.writer().record(items.to_vec()).await,
-        };
-        let mut order: Vec<usize> = (0..items.len()).collect();
-        order.sort_by(|&a, &b| items[a].lock_key().cmp(&items[b].lock_key()));
-        match self.record_postgres(p, items, &order).await {
-            Ok(answers) => answers,
-            Err(e) if items.len() == 1 => vec![Err(e)],
-            Err(e) if e.is_unavailable() => {
-                items.iter().map(|_| Err(StoreError::Unreachable)).collect()
-            }
-            Err(_) => {
-                let mut answers = Vec::with_capacity(items.len());
-                for i in 0..items.len() {
-                    answers.push(match self.record_postgres(p, items, &[i]).await {
-                        Ok(mut one) => one.pop().unwrap_or(Err(StoreError::Unreadable)),
-                        Err(e) => Err(e),
-                    });
-                }
-                answers
-            }
-        }
-    }
-
-    /// One call of `jobhost_record_attempts` for `items[i]`, `i` in `order` (the order in
-    /// which the database takes them); the answers by ascending `i`, so for every item
-    /// in the items' own order (`order` must list each index once).
-    async fn record_postgres(
-        &self,
-        pool: &sqlx::PgPool,
-        items: &[Recording],
-        order: &[usize],
-    ) -> Result<Vec<Result<Recorded>>> {
-        let wire = order
-            .iter()
-            .map(|&i| {
-                Ok(WireItem::new(
-                    i32::try_from(i).map_err(|_| StoreError::Unreadable)?,
-                    &items[i],
-                ))
-            })
-            .collect::<Result<Vec<WireItem<'_>>>>()?;
-        let rows: Vec<WireResult> = self
-            .retrying(|| async {
-                Ok(sqlx::query_as("SELECT * FROM jobhost_record_attempts($1)")
-                    .bind(&wire)
-                    .fetch_all(pool)
-                    .await?)
-            })
-            .await?;
-        let mut answers: BTreeMap<usize, Result<Recorded>> = BTreeMap::new();
-        for row in rows {
-            let idx = usize::try_from(row.idx).unwrap_or(usize::MAX);
-            answers.insert(idx, recorded(&row.result, row.follow_up));
-        }
-        let mut asked = order.to_vec();
-        asked.sort_unstable();
-        Ok(asked
-            .iter()
-            .map(|i| answers.remove(i).unwrap_or(Err(StoreError::Unreadable)))
-            .collect())
-    }
 }
 
 #[cfg(test)]

@@ -5,14 +5,17 @@
 //! alone). Through sqlx every statement would be two hand-offs to a worker thread; here a
 //! whole batch is one, and the statements are cached on the connection.
 //!
-//! The steps are the ones the Postgres functions of migration 0004 run, with the
-//! statements of `queries` (SQLite has one writer at a time, so no row locks to order).
+//! The steps are the ones the Postgres functions run (`migrations/postgres/functions`,
+//! `claim_runs.sql` and `record_attempts.sql`), with the statements of `queries` (SQLite
+//! has one writer at a time, so no row locks to order).
 
-use super::attempts::{ClaimRequest, ClaimedRow, Recorded, Recording, RunChange};
-use super::cancel_book::CancelBook;
-use super::queries::Queries;
-use super::{NewReport, NewRun, ReportKind, Result, RunRecord, SQLITE_BUSY_TIMEOUT, StoreError};
+use super::{ClaimRequest, ClaimedRow, Claims, Recorded, Recording, RunChange};
 use crate::store::AttemptTerms;
+use crate::store::cancel_book::CancelBook;
+use crate::store::queries::Queries;
+use crate::store::{
+    NewReport, NewRun, ReportKind, Result, RunRecord, SQLITE_BUSY_TIMEOUT, StoreError,
+};
 use rusqlite::{CachedStatement, Connection, OpenFlags, ToSql};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -88,7 +91,23 @@ impl SqliteWriter {
         Ok(SqliteWriter { jobs })
     }
 
-    pub(crate) async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Vec<ClaimedRow>> {
+    /// A kick, as `Store::kick_run`: the holder's pending flag set if the lease is held
+    /// (`None`), else `run` queued. One hand-off to this thread instead of a statement at
+    /// a time through a pool: a kick's answer waits on it.
+    pub(crate) async fn kick(&self, run: &NewRun) -> Result<Option<RunRecord>> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job::Kick {
+                run: run.clone(),
+                reply,
+            })
+            .map_err(|_| StoreError::WriterStopped)?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
+    }
+}
+
+impl Claims for SqliteWriter {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Vec<ClaimedRow>> {
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job::Claim {
@@ -105,22 +124,9 @@ impl SqliteWriter {
         answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 
-    /// A kick, as `Store::kick_run`: the holder's pending flag set if the lease is held
-    /// (`None`), else `run` queued. One hand-off to this thread instead of a statement at
-    /// a time through a pool: a kick's answer waits on it.
-    pub(crate) async fn kick(&self, run: &NewRun) -> Result<Option<RunRecord>> {
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Job::Kick {
-                run: run.clone(),
-                reply,
-            })
-            .map_err(|_| StoreError::WriterStopped)?;
-        answer.await.map_err(|_| StoreError::WriterStopped)?
-    }
-
-    pub(crate) async fn record(&self, items: Vec<Recording>) -> Vec<Result<Recorded>> {
+    async fn record(&self, items: &[Recording]) -> Vec<Result<Recorded>> {
         let n = items.len();
+        let items = items.to_vec();
         let (reply, answer) = oneshot::channel();
         if self.jobs.send(Job::Record { items, reply }).is_err() {
             return (0..n).map(|_| Err(StoreError::WriterStopped)).collect();

@@ -1,0 +1,339 @@
+-- The claim: leases and starts up to `p_limit` due runs (or the one run `p_run`) for host
+-- `p_host`, in turns across the tenants with queued runs (`p_tenants`), passing over the
+-- tenants whose quota holds their runs (`p_paused`). Its
+-- SQLite twin is `host/src/store/claims/sqlite.rs`, and `host/src/store/claims` calls
+-- both. The planner settings keep every read on an index (see migrations 0014 and 0016).
+CREATE OR REPLACE FUNCTION jobhost_claim_runs(p_host text, p_limit integer, p_terms jsonb, p_run text, p_paused text[], p_tenants text[])
+ RETURNS TABLE(id text, job text, instance text, tenant text, origin text, payload text, status text, pass bigint, cursor text, counters text, attempts bigint, failures bigint, generation bigint, host text, last_code text, last_error text, component_digest text, scheduled_for bigint, rerun_of text, next_attempt_at bigint, created_at bigint, started_at bigint, finished_at bigint, updated_at bigint, work_done bigint, defers bigint, trace_parent text, lease_deadline_at bigint, lease_expires_at bigint)
+ LANGUAGE plpgsql
+ SET search_path FROM CURRENT
+ SET jit TO 'off'
+ SET enable_seqscan TO 'off'
+ SET enable_hashjoin TO 'off'
+ SET enable_mergejoin TO 'off'
+ SET plan_cache_mode TO 'force_custom_plan'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_ids TEXT[];
+    v_run RECORD;
+    v_terms JSONB;
+    v_now BIGINT;
+    v_generation BIGINT;
+    v_deadline BIGINT;
+    v_expires BIGINT;
+    v_tenants TEXT[];
+    v_share INTEGER;
+    v_max BIGINT;
+    v_sort TEXT;
+    v_together TEXT[];
+    v_one_by_one TEXT[];
+    v_jobs TEXT[];
+    v_instances TEXT[];
+    v_generations BIGINT[];
+    v_all_jobs TEXT[];
+    v_all_instances TEXT[];
+    v_sequential TEXT[];
+    v_busy TEXT[];
+    v_c_jobs TEXT[];
+    v_c_instances TEXT[];
+    v_c_generations BIGINT[];
+    v_c_waiting BIGINT[];
+BEGIN
+    -- The sequential jobs, and those of them with a run running, read once for the whole
+    -- claim instead of for each candidate. Passing over a busy job's runs in the choice
+    -- is only an optimisation (see below): the one-by-one loop checks each under its
+    -- job's lock.
+    v_sequential := ARRAY(SELECT j.name FROM jobhost_jobs j WHERE j.sequential = 1);
+    IF cardinality(v_sequential) > 0 THEN
+        v_busy := ARRAY(SELECT j FROM unnest(v_sequential) AS j
+            WHERE EXISTS (SELECT 1 FROM jobhost_runs o WHERE o.job = j AND o.status = 'running'));
+    ELSE
+        v_busy := '{}';
+    END IF;
+    IF p_run IS NULL THEN
+        -- The due runs in claim order straight from an index, whatever the statistics
+        -- say: with sorting priced out, no plan of these two statements sorts the queued
+        -- runs (see the header).
+        v_sort := current_setting('enable_sort');
+        PERFORM set_config('enable_sort', 'off', true);
+        -- Fair across tenants: of the tenants the host last saw with queued runs
+        -- (`p_tenants`, read at most once a second: enumerating them in every claim costs
+        -- more than the claim; and those notifications named since), an equal share of the batch from each one's due runs, taken
+        -- in turns (every tenant's first run, then every tenant's second...). A tenant with
+        -- a backlog of thousands delays another's single run by one turn, not by its
+        -- backlog. Not the tenants whose quota holds their runs (`p_paused`).
+        v_tenants := ARRAY(SELECT unnest(p_tenants) EXCEPT SELECT unnest(p_paused));
+        v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
+        IF cardinality(v_tenants) > 1 THEN
+            v_share := GREATEST(1, CEIL(p_limit::NUMERIC / cardinality(v_tenants)))::INTEGER;
+            SELECT array_agg(f.id), array_agg(f.job), array_agg(f.instance),
+                array_agg(f.generation), array_agg(f.waiting)
+            INTO v_ids, v_c_jobs, v_c_instances, v_c_generations, v_c_waiting FROM (
+                SELECT d.id, d.job, d.instance, d.generation, d.waiting FROM (
+                    SELECT c.id, c.job, c.instance, c.generation, c.waiting,
+                        c.next_attempt_at, row_number() OVER (
+                        PARTITION BY c.tenant ORDER BY c.next_attempt_at, c.id) AS turn
+                    FROM unnest(v_tenants) AS q(tenant)
+                    CROSS JOIN LATERAL (
+                        SELECT r.id, r.tenant, r.next_attempt_at, r.job, r.instance,
+                            r.generation, r.waiting
+                        FROM jobhost_runs r
+                        WHERE r.status = 'queued' AND r.tenant = q.tenant
+                          AND r.origin <> 'manual' AND r.next_attempt_at <= v_now
+                          AND p_terms ? r.job
+                          -- Not the runs of a sequential job one of whose runs is running:
+                          -- they would fill the batch and be passed over.
+                          AND NOT (r.job = ANY (v_busy))
+                        ORDER BY r.next_attempt_at, r.id
+                        LIMIT v_share
+                        FOR UPDATE SKIP LOCKED
+                    ) c
+                ) d
+                ORDER BY d.turn, d.next_attempt_at, d.id
+                LIMIT p_limit
+            ) f;
+        END IF;
+        -- The rest of the batch (all of it for one tenant): the most overdue runs of any
+        -- tenant not held, so a tenant the host has not seen yet is served too.
+        IF COALESCE(cardinality(v_ids), 0) < p_limit THEN
+            SELECT COALESCE(v_ids, '{}') || COALESCE(array_agg(d.id), '{}'),
+                COALESCE(v_c_jobs, '{}') || COALESCE(array_agg(d.job), '{}'),
+                COALESCE(v_c_instances, '{}') || COALESCE(array_agg(d.instance), '{}'),
+                COALESCE(v_c_generations, '{}') || COALESCE(array_agg(d.generation), '{}'),
+                COALESCE(v_c_waiting, '{}') || COALESCE(array_agg(d.waiting), '{}')
+            INTO v_ids, v_c_jobs, v_c_instances, v_c_generations, v_c_waiting FROM (
+                SELECT r.id, r.job, r.instance, r.generation, r.waiting FROM jobhost_runs r
+                WHERE r.status = 'queued' AND r.origin <> 'manual'
+                  AND r.next_attempt_at <= v_now
+                  AND p_terms ? r.job
+                  AND NOT (r.tenant = ANY (p_paused))
+                  AND NOT (r.id = ANY (COALESCE(v_ids, '{}')))
+                  AND NOT (r.job = ANY (v_busy))
+                ORDER BY r.next_attempt_at, r.id
+                LIMIT p_limit - COALESCE(cardinality(v_ids), 0)
+                FOR UPDATE SKIP LOCKED
+            ) d;
+            IF cardinality(v_ids) = 0 THEN
+                v_ids := NULL;
+            END IF;
+        END IF;
+        PERFORM set_config('enable_sort', v_sort, true);
+    ELSE
+        -- One run by id: its lease row before the run row, the order every writer that
+        -- waits takes (surveillance marks this same run crashed holding its lease).
+        PERFORM 1 FROM jobhost_leases l JOIN jobhost_runs r
+            ON l.job = r.job AND l.instance = r.instance
+        WHERE r.id = p_run
+        FOR UPDATE OF l;
+        SELECT array_agg(d.id), array_agg(d.job), array_agg(d.instance),
+            array_agg(d.generation), array_agg(d.waiting)
+        INTO v_ids, v_c_jobs, v_c_instances, v_c_generations, v_c_waiting FROM (
+            SELECT r.id, r.job, r.instance, r.generation, r.waiting FROM jobhost_runs r
+            WHERE r.id = p_run
+              AND (r.status = 'queued'
+                   OR (r.status = 'running' AND r.host = p_host AND r.generation IS NULL))
+            FOR UPDATE
+        ) d;
+    END IF;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    -- Each claimed run's job, instance and generation, as the choice read them from the
+    -- rows it locked, and which start one by one (the loop below): the runs of sequential
+    -- jobs, the runs waiting for a slot, and the runs sharing their lease with another run
+    -- of the batch. The rest start together.
+    SELECT COALESCE(array_agg(s.id ORDER BY s.id) FILTER (WHERE s.together), '{}'),
+        COALESCE(array_agg(s.job ORDER BY s.id) FILTER (WHERE s.together), '{}'),
+        COALESCE(array_agg(s.instance ORDER BY s.id) FILTER (WHERE s.together), '{}'),
+        COALESCE(array_agg(s.generation ORDER BY s.id) FILTER (WHERE s.together), '{}'),
+        COALESCE(array_agg(s.id) FILTER (WHERE NOT s.together), '{}'),
+        array_agg(s.job), array_agg(s.instance)
+    INTO v_together, v_jobs, v_instances, v_generations, v_one_by_one, v_all_jobs,
+        v_all_instances
+    FROM (
+        SELECT k.id, k.job, k.instance, k.generation, k.waiting = 0
+            AND NOT (k.job = ANY (v_sequential))
+            AND count(*) OVER (PARTITION BY k.job, k.instance) = 1 AS together
+        FROM unnest(v_ids, v_c_jobs, v_c_instances, v_c_generations, v_c_waiting)
+            AS k(id, job, instance, generation, waiting)
+    ) s;
+    -- The lease rows of every claimed run first, in key order, before any is taken or
+    -- moved on: two claims lock leases in one order, and the deadlines are stamped after
+    -- any wait.
+    PERFORM 1 FROM unnest(v_all_jobs, v_all_instances) AS k(job, instance)
+        JOIN jobhost_leases l ON l.job = k.job AND l.instance = k.instance
+    ORDER BY l.job, l.instance
+    FOR UPDATE OF l;
+    IF cardinality(v_together) > 0 THEN
+        v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
+        -- A first attempt takes its lease if it is free, or expired and not parked for a
+        -- queued run.
+        IF EXISTS (SELECT 1 FROM unnest(v_generations) AS g WHERE g IS NULL) THEN
+            INSERT INTO jobhost_leases AS l (job, instance, generation, holder, deadline_at,
+                expires_at, pending, updated_at)
+            SELECT t.job, t.instance, 1, t.run_id,
+                v_now + (p_terms -> t.job ->> 'deadline_ms')::BIGINT,
+                v_now + (p_terms -> t.job ->> 'expires_ms')::BIGINT, 0, v_now
+            FROM unnest(v_together, v_jobs, v_instances, v_generations)
+                AS t(run_id, job, instance, generation)
+            WHERE t.generation IS NULL AND p_terms ? t.job
+            ORDER BY t.job, t.instance
+            ON CONFLICT (job, instance) DO UPDATE SET generation = l.generation + 1,
+                holder = excluded.holder, deadline_at = excluded.deadline_at,
+                expires_at = excluded.expires_at, pending = 0,
+                updated_at = excluded.updated_at
+            WHERE l.holder IS NULL
+               OR (l.expires_at <= v_now AND NOT EXISTS (SELECT 1 FROM jobhost_runs h
+                   WHERE h.id = l.holder AND h.status = 'queued' AND h.origin <> 'manual'
+                     AND h.generation = l.generation));
+        END IF;
+        -- A later attempt moves its lease on if the run still holds it.
+        IF EXISTS (SELECT 1 FROM unnest(v_generations) AS g WHERE g IS NOT NULL) THEN
+            UPDATE jobhost_leases l SET generation = l.generation + 1,
+                deadline_at = v_now + (p_terms -> t.job ->> 'deadline_ms')::BIGINT,
+                expires_at = v_now + (p_terms -> t.job ->> 'expires_ms')::BIGINT,
+                updated_at = v_now
+            FROM unnest(v_together, v_jobs, v_instances, v_generations)
+                AS t(run_id, job, instance, generation)
+            WHERE t.generation IS NOT NULL AND p_terms ? t.job
+              AND l.job = t.job AND l.instance = t.instance
+              AND l.generation = t.generation AND l.holder = t.run_id;
+        END IF;
+        -- Every run starts, with the lease the two statements above gave it, found by its
+        -- key: the run holds it at the generation after its last (a first attempt: a run
+        -- that never held a lease holds one now only if it was just taken).
+        RETURN QUERY
+        WITH started AS (
+            UPDATE jobhost_runs r SET status = 'running', host = p_host, waiting = 0,
+                generation = COALESCE(x.generation, r.generation),
+                attempts = r.attempts + CASE WHEN x.generation IS NULL THEN 0 ELSE 1 END,
+                component_digest = CASE WHEN x.generation IS NULL THEN r.component_digest
+                    ELSE p_terms -> r.job ->> 'digest' END,
+                started_at = COALESCE(r.started_at, v_now), updated_at = v_now
+            FROM (
+                SELECT t.run_id, l.generation, l.deadline_at, l.expires_at
+                FROM unnest(v_together, v_jobs, v_instances, v_generations)
+                    AS t(run_id, job, instance, generation)
+                LEFT JOIN jobhost_leases l ON l.job = t.job AND l.instance = t.instance
+                    AND l.holder = t.run_id
+                    AND (t.generation IS NULL OR l.generation = t.generation + 1)
+                    AND p_terms ? t.job
+            ) x
+            WHERE r.id = x.run_id
+            RETURNING r.id, r.job, r.instance, r.tenant, r.origin, r.payload, r.status,
+                r.pass, r.cursor, r.counters, r.attempts, r.failures, r.generation, r.host,
+                r.last_code, r.last_error, r.component_digest, r.scheduled_for, r.rerun_of,
+                r.next_attempt_at, r.created_at, r.started_at, r.finished_at, r.updated_at,
+                r.work_done, r.defers, r.trace_parent, x.deadline_at, x.expires_at
+        )
+        SELECT * FROM started s ORDER BY s.next_attempt_at, s.id;
+    END IF;
+    IF cardinality(v_one_by_one) = 0 THEN
+        RETURN;
+    END IF;
+    FOR v_run IN
+        SELECT r.id, r.job, r.instance, r.tenant, r.generation, r.waiting, r.slot_waits
+        FROM jobhost_runs r
+        WHERE r.id = ANY (v_one_by_one) ORDER BY r.next_attempt_at, r.id
+    LOOP
+        -- A sequential job's run starts only while no other run of the job is running.
+        -- The check is made under a transaction-scoped advisory lock of the job, by a
+        -- statement after the lock is taken (so its snapshot sees every claim that held
+        -- the lock before), and the run is set running before the lock is released at
+        -- commit: two claims of one job, on any hosts, are ordered, and the second sees
+        -- the first's running run. A claim that cannot take the lock at once passes the
+        -- run over (another claim is starting a run of the job), so it never waits and
+        -- closes no lock cycle. A running run stops counting when it ends, is requeued,
+        -- given back, or marked crashed by surveillance once its lease expired.
+        IF v_run.job = ANY (v_sequential) THEN
+            IF NOT pg_try_advisory_xact_lock(724341, hashtext(v_run.job)) THEN
+                CONTINUE;
+            END IF;
+            IF EXISTS (SELECT 1 FROM jobhost_runs o
+                       WHERE o.job = v_run.job AND o.status = 'running' AND o.id <> v_run.id)
+            THEN
+                CONTINUE;
+            END IF;
+        END IF;
+        -- A run waiting for a slot of its job's `max_per_tenant` starts only while fewer
+        -- runs of the job and tenant hold one (running, or queued without waiting), under
+        -- the lock that queueing takes too (`jobhost_active_runs`); otherwise it waits
+        -- again, longer each time (0.5 s doubling to 60 s, with up to half of it taken off
+        -- at random), without using an attempt. The SQLite claim does the same
+        -- (`store::sqlite_writer`, statements `slot_taken` and `wait_for_slot`).
+        IF v_run.waiting = 1 THEN
+            SELECT j.max_per_tenant INTO v_max FROM jobhost_jobs j WHERE j.name = v_run.job;
+            IF v_max IS NOT NULL THEN
+                IF NOT pg_try_advisory_xact_lock(724342, hashtext(v_run.job || '/' || v_run.tenant))
+                THEN
+                    CONTINUE;
+                END IF;
+                IF (SELECT COUNT(*) FROM jobhost_runs o
+                    WHERE o.job = v_run.job AND o.tenant = v_run.tenant AND o.id <> v_run.id
+                      AND (o.status = 'running' OR (o.status = 'queued' AND o.waiting = 0)))
+                   >= v_max
+                THEN
+                    v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
+                    UPDATE jobhost_runs r SET slot_waits = r.slot_waits + 1,
+                        next_attempt_at = v_now + CAST(LEAST(60000, 500 * power(2, LEAST(r.slot_waits, 7)))
+                            * (1 - random() / 2) AS BIGINT),
+                        updated_at = v_now
+                    WHERE r.id = v_run.id;
+                    CONTINUE;
+                END IF;
+            END IF;
+        END IF;
+        v_terms := p_terms -> v_run.job;
+        v_generation := NULL;
+        v_deadline := NULL;
+        v_expires := NULL;
+        IF v_terms IS NOT NULL THEN
+            -- The lease row first: the deadline is stamped after any wait for it.
+            PERFORM 1 FROM jobhost_leases l
+            WHERE l.job = v_run.job AND l.instance = v_run.instance FOR UPDATE;
+            v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
+            IF v_run.generation IS NULL THEN
+                INSERT INTO jobhost_leases AS l (job, instance, generation, holder, deadline_at,
+                    expires_at, pending, updated_at)
+                VALUES (v_run.job, v_run.instance, 1, v_run.id,
+                    v_now + (v_terms ->> 'deadline_ms')::BIGINT,
+                    v_now + (v_terms ->> 'expires_ms')::BIGINT, 0, v_now)
+                ON CONFLICT (job, instance) DO UPDATE SET generation = l.generation + 1,
+                    holder = excluded.holder, deadline_at = excluded.deadline_at,
+                    expires_at = excluded.expires_at, pending = 0, updated_at = excluded.updated_at
+                WHERE l.holder IS NULL
+                   OR (l.expires_at <= v_now AND NOT EXISTS (SELECT 1 FROM jobhost_runs h
+                       WHERE h.id = l.holder AND h.status = 'queued' AND h.origin <> 'manual'
+                         AND h.generation = l.generation))
+                RETURNING l.generation, l.deadline_at, l.expires_at
+                INTO v_generation, v_deadline, v_expires;
+            ELSE
+                UPDATE jobhost_leases l SET generation = l.generation + 1,
+                    deadline_at = v_now + (v_terms ->> 'deadline_ms')::BIGINT,
+                    expires_at = v_now + (v_terms ->> 'expires_ms')::BIGINT, updated_at = v_now
+                WHERE l.job = v_run.job AND l.instance = v_run.instance
+                  AND l.generation = v_run.generation AND l.holder = v_run.id
+                RETURNING l.generation, l.deadline_at, l.expires_at
+                INTO v_generation, v_deadline, v_expires;
+            END IF;
+        END IF;
+        v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
+        RETURN QUERY
+        UPDATE jobhost_runs r SET status = 'running', host = p_host, waiting = 0,
+            generation = COALESCE(v_generation, r.generation),
+            attempts = r.attempts + CASE WHEN v_generation IS NULL THEN 0 ELSE 1 END,
+            component_digest = CASE WHEN v_generation IS NULL THEN r.component_digest
+                ELSE v_terms ->> 'digest' END,
+            started_at = COALESCE(r.started_at, v_now), updated_at = v_now
+        WHERE r.id = v_run.id
+        RETURNING r.id, r.job, r.instance, r.tenant, r.origin, r.payload, r.status, r.pass,
+            r.cursor, r.counters, r.attempts, r.failures, r.generation, r.host, r.last_code,
+            r.last_error, r.component_digest, r.scheduled_for, r.rerun_of, r.next_attempt_at,
+            r.created_at, r.started_at, r.finished_at, r.updated_at, r.work_done, r.defers,
+            r.trace_parent, v_deadline,
+            v_expires;
+    END LOOP;
+END
+$function$;
+REVOKE ALL ON FUNCTION jobhost_claim_runs(TEXT, INTEGER, JSONB, TEXT, TEXT[], TEXT[]) FROM PUBLIC;

@@ -1,0 +1,391 @@
+//! One test per store operation of a run's life, each run on both backends (River's
+//! `riverdrivertest` shape): the Postgres functions (`migrations/postgres/functions`) and
+//! their SQLite twin must leave the same rows. Queue, claim, record an ending, give back,
+//! and the fence: a write under a lease that moved on is refused.
+
+use crate::common;
+
+use jobhost::queue::lease::LeaseTerms;
+use jobhost::rules::grants::DbGrant;
+use jobhost::store::family::{ChildRun, Enqueue, ParentLink};
+use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, SqlValue};
+use jobhost::store::{
+    AttemptEnding, ClaimRequest, Claimed, JobUpsert, Lease, NewRun, Origin, Recorded, Recording,
+    RunChange, RunRecord, RunStatus, Store,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const JOB: &str = "conform";
+const HOST: &str = "host-a";
+
+async fn store_with_job(home: &common::Home) -> Store {
+    let store = home.store().await;
+    store
+        .upsert_job(&JobUpsert {
+            name: JOB,
+            tenant: "default",
+            component_path: "conform.wasm",
+            component_digest: "conform",
+            spec: &serde_json::json!({"payload": {}}).to_string(),
+            schedule: None,
+            next_fire_at: None,
+            per_tenant: false,
+            sequential: false,
+            max_per_tenant: None,
+            over_limit: Default::default(),
+        })
+        .await
+        .unwrap();
+    store
+}
+
+fn new_run(id: &str, instance: &str, delay_ms: i64) -> NewRun {
+    NewRun {
+        id: id.into(),
+        job: JOB.into(),
+        instance: instance.into(),
+        tenant: "default".into(),
+        origin: Origin::Kick,
+        payload: "{\"n\":1}".into(),
+        cursor: None,
+        component_digest: None,
+        scheduled_for: None,
+        rerun_of: None,
+        delay_ms,
+        trace_parent: None,
+    }
+}
+
+async fn claim(store: &Store, limit: i64) -> Vec<Claimed> {
+    let terms = BTreeMap::from([(
+        JOB.to_string(),
+        LeaseTerms {
+            grace: Duration::from_secs(5),
+        }
+        .attempt(Duration::from_secs(60), Duration::from_secs(30), "conform"),
+    )]);
+    let mut claimed = store
+        .claim_runs(&ClaimRequest {
+            host: HOST,
+            limit,
+            run_id: None,
+            terms: &terms,
+            paused: &[],
+        })
+        .await
+        .unwrap();
+    claimed.sort_by(|a, b| a.run.id.cmp(&b.run.id));
+    claimed
+}
+
+/// A row as a whole, to compare (records do not implement `PartialEq`).
+fn whole(run: &RunRecord) -> serde_json::Value {
+    serde_json::to_value(run).unwrap()
+}
+
+async fn run(store: &Store, id: &str) -> RunRecord {
+    store.get_run(id).await.unwrap().expect("the run")
+}
+
+fn ending(claimed: &RunRecord, status: &'static str) -> AttemptEnding {
+    AttemptEnding {
+        seq: claimed.attempts,
+        pass: claimed.pass,
+        attempt: claimed.failures + 1,
+        host: HOST.into(),
+        status,
+        outcome: (status == "succeeded").then_some("done"),
+        code: (status == "failed").then_some("handler_failed"),
+        fuel_used: Some(7),
+        peak_memory: None,
+        duration_ms: 3,
+        log: "said hello".into(),
+        log_truncated: false,
+        started_at: claimed.updated_at,
+    }
+}
+
+fn finish(claimed: &RunRecord, lease: &Lease) -> Recording {
+    Recording {
+        run_id: claimed.id.clone(),
+        lease: lease.clone(),
+        attempt: Some(ending(claimed, "succeeded")),
+        change: RunChange::Finish {
+            require_lease: true,
+            status: RunStatus::Succeeded,
+            code: None,
+            error: None,
+            cursor: None,
+            counters: None,
+            pass: claimed.pass,
+            failures: claimed.failures,
+            follow_up: None,
+            report: None,
+        },
+    }
+}
+
+fn retry(claimed: &RunRecord, lease: &Lease, delay_ms: i64, hold_ms: i64) -> Recording {
+    Recording {
+        run_id: claimed.id.clone(),
+        lease: lease.clone(),
+        attempt: Some(ending(claimed, "failed")),
+        change: RunChange::Requeue {
+            delay_ms,
+            hold_ms,
+            pass: claimed.pass,
+            cursor: None,
+            counters: None,
+            failures: claimed.failures + 1,
+            defers: claimed.defers,
+            code: Some("handler_failed"),
+            error: Some("it broke".into()),
+        },
+    }
+}
+
+fn give_back(claimed: &RunRecord, lease: &Lease, hold_ms: i64) -> Recording {
+    Recording {
+        run_id: claimed.id.clone(),
+        lease: lease.clone(),
+        attempt: None,
+        change: RunChange::GiveBack { hold_ms },
+    }
+}
+
+fn only(claimed: Vec<Claimed>) -> (RunRecord, Lease) {
+    assert_eq!(claimed.len(), 1, "{claimed:?}");
+    let claimed = claimed.into_iter().next().unwrap();
+    let lease = claimed.lease.expect("claimed with a lease");
+    (claimed.run, lease)
+}
+
+on_every_backend! {
+    async fn enqueue_writes_a_queued_run_with_no_attempt_and_no_lease(home) {
+        let store = store_with_job(&home).await;
+        let queued = store.insert_run(&new_run("r-enqueue", "i1", 5_000)).await.unwrap();
+        assert_eq!(
+            (queued.id.as_str(), queued.job.as_str(), queued.instance.as_str()),
+            ("r-enqueue", JOB, "i1")
+        );
+        assert_eq!((queued.tenant.as_str(), queued.origin.as_str()), ("default", "kick"));
+        assert_eq!((queued.status.as_str(), queued.payload.as_str()), ("queued", "{\"n\":1}"));
+        assert_eq!((queued.attempts, queued.failures, queued.pass), (0, 0, 1));
+        assert_eq!((queued.generation, queued.host.as_deref()), (None, None));
+        assert_eq!((queued.started_at, queued.finished_at), (None, None));
+        let due_in = queued.next_attempt_at - queued.created_at;
+        assert!((5_000..6_000).contains(&due_in), "due in {due_in} ms");
+        assert_eq!(whole(&run(&store, "r-enqueue").await), whole(&queued));
+        assert!(store.get_lease(JOB, "i1").await.unwrap().is_none());
+        // Not due yet: a claim leaves it queued.
+        assert!(claim(&store, 10).await.is_empty());
+        assert_eq!(whole(&run(&store, "r-enqueue").await), whole(&queued));
+    }
+
+    async fn a_claim_leases_and_starts_at_most_its_limit_of_due_runs(home) {
+        let store = store_with_job(&home).await;
+        for (id, instance, delay) in
+            [("r1", "a", 0), ("r2", "b", 0), ("r3", "c", 0), ("r4", "d", 60_000)]
+        {
+            store.insert_run(&new_run(id, instance, delay)).await.unwrap();
+        }
+        let first = claim(&store, 2).await;
+        let second = claim(&store, 10).await;
+        assert_eq!(first.len(), 2);
+        assert_eq!(second.len(), 1);
+        let mut ids: Vec<&str> = first.iter().chain(&second).map(|c| c.run.id.as_str()).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, ["r1", "r2", "r3"], "the three due runs, each once");
+        for claimed in first.iter().chain(&second) {
+            let lease = claimed.lease.as_ref().expect("a lease");
+            let row = run(&store, &claimed.run.id).await;
+            assert_eq!(whole(&row), whole(&claimed.run));
+            assert_eq!((row.status.as_str(), row.host.as_deref()), ("running", Some(HOST)));
+            assert_eq!((row.attempts, row.failures, row.generation), (1, 0, Some(lease.generation)));
+            assert!(row.started_at.is_some());
+            assert_eq!(
+                (lease.job.as_str(), lease.instance.as_str(), lease.holder.as_str()),
+                (JOB, row.instance.as_str(), row.id.as_str())
+            );
+            let held = store.get_lease(JOB, &row.instance).await.unwrap().expect("a lease row");
+            assert_eq!(held.holder.as_deref(), Some(row.id.as_str()));
+            assert_eq!(
+                (held.generation, held.deadline_at, held.expires_at),
+                (lease.generation, lease.deadline_at, lease.expires_at)
+            );
+            assert!(lease.deadline_at <= lease.expires_at);
+        }
+        let waiting = run(&store, "r4").await;
+        assert_eq!((waiting.status.as_str(), waiting.attempts), ("queued", 0));
+        assert!(claim(&store, 10).await.is_empty());
+    }
+
+    async fn a_finished_attempt_ends_its_run_writes_its_attempt_and_frees_its_lease(home) {
+        let store = store_with_job(&home).await;
+        store.insert_run(&new_run("r-done", "i1", 0)).await.unwrap();
+        let (claimed, lease) = only(claim(&store, 1).await);
+        let answers = store.record_attempts(&[finish(&claimed, &lease)]).await;
+        assert_eq!(
+            answers.into_iter().map(Result::unwrap).collect::<Vec<_>>(),
+            [Recorded::Finished { follow_up: None }]
+        );
+        let done = run(&store, "r-done").await;
+        assert_eq!((done.status.as_str(), done.attempts, done.failures), ("succeeded", 1, 0));
+        assert_eq!((done.last_code.as_deref(), done.generation), (None, Some(lease.generation)));
+        assert!(done.finished_at.is_some());
+        let attempts = store.list_attempts("r-done", 10).await.unwrap();
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
+        assert_eq!(
+            (attempts[0].status.as_str(), attempts[0].host.as_str(), attempts[0].log.as_str()),
+            ("succeeded", HOST, "said hello")
+        );
+        assert_eq!(attempts[0].fuel_used, Some(7));
+        let freed = store.get_lease(JOB, "i1").await.unwrap();
+        assert!(
+            freed.as_ref().is_none_or(|l| l.holder.is_none()),
+            "the lease is free: {freed:?}"
+        );
+        // Recorded twice (a finisher's retry): the second finds the run over.
+        let again = store.record_attempts(&[finish(&claimed, &lease)]).await;
+        assert_eq!(again[0].as_ref().unwrap(), &Recorded::LeaseLost);
+        assert_eq!(whole(&run(&store, "r-done").await), whole(&done));
+    }
+
+    async fn a_failed_attempt_requeues_its_run_with_its_lease_parked(home) {
+        let store = store_with_job(&home).await;
+        store.insert_run(&new_run("r-retry", "i1", 0)).await.unwrap();
+        let (claimed, lease) = only(claim(&store, 1).await);
+        let answers = store.record_attempts(&[retry(&claimed, &lease, 0, 60_000)]).await;
+        assert_eq!(answers.into_iter().map(Result::unwrap).collect::<Vec<_>>(), [Recorded::Requeued]);
+        let queued = run(&store, "r-retry").await;
+        assert_eq!((queued.status.as_str(), queued.attempts, queued.failures), ("queued", 1, 1));
+        assert_eq!(queued.last_code.as_deref(), Some("handler_failed"));
+        let attempts = store.list_attempts("r-retry", 10).await.unwrap();
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(attempts[0].status, "failed");
+        // Parked: held for the run, so the next claim takes it at the next generation.
+        let parked = store.get_lease(JOB, "i1").await.unwrap().expect("a lease row");
+        assert_eq!(parked.holder.as_deref(), Some("r-retry"));
+        assert_eq!(parked.generation, lease.generation);
+        let (again, next) = only(claim(&store, 1).await);
+        assert_eq!(again.id, "r-retry");
+        assert_eq!((again.attempts, again.failures), (2, 1));
+        assert_eq!(next.generation, lease.generation + 1);
+    }
+
+    async fn a_given_back_run_is_queued_as_it_was_before_its_claim(home) {
+        let store = store_with_job(&home).await;
+        let before = store.insert_run(&new_run("r-back", "i1", 0)).await.unwrap();
+        let (claimed, lease) = only(claim(&store, 1).await);
+        let answers = store.record_attempts(&[give_back(&claimed, &lease, 60_000)]).await;
+        assert_eq!(answers.into_iter().map(Result::unwrap).collect::<Vec<_>>(), [Recorded::Requeued]);
+        let back = run(&store, "r-back").await;
+        assert_eq!((back.status.as_str(), back.attempts, back.failures), ("queued", 0, 0));
+        assert_eq!(back.last_code, before.last_code);
+        assert!(store.list_attempts("r-back", 10).await.unwrap().is_empty());
+        let parked = store.get_lease(JOB, "i1").await.unwrap().expect("a lease row");
+        assert_eq!((parked.holder.as_deref(), parked.generation), (Some("r-back"), lease.generation));
+        let (again, next) = only(claim(&store, 1).await);
+        assert_eq!((again.id.as_str(), again.attempts), ("r-back", 1));
+        assert_eq!(next.generation, lease.generation + 1);
+    }
+
+    async fn a_stale_lease_can_neither_end_the_run_nor_write_for_it(home) {
+        let store = store_with_job(&home).await;
+        home.exec("CREATE TABLE conform_writes (run_id TEXT NOT NULL)").await;
+        store.insert_run(&new_run("r-fence", "i1", 0)).await.unwrap();
+        let (first, stale) = only(claim(&store, 1).await);
+        store.record_attempts(&[retry(&first, &stale, 0, 60_000)]).await[0].as_ref().unwrap();
+        let (second, current) = only(claim(&store, 1).await);
+        assert_eq!(current.generation, stale.generation + 1);
+
+        // The first attempt's ending, late: refused, nothing changed.
+        let late = store.record_attempts(&[finish(&first, &stale)]).await;
+        assert_eq!(late[0].as_ref().unwrap(), &Recorded::LeaseLost);
+        assert_eq!(whole(&run(&store, "r-fence").await), whole(&second));
+
+        // A guest write and a child run under the stale lease: refused, nothing written.
+        let guest = GuestDb::open(&store).await.unwrap();
+        let mut grant = DbGrant::default();
+        grant.write.insert("conform_writes".into());
+        let grant = Arc::new(grant);
+        let fence_of = |lease: &Lease| Fence {
+            job: lease.job.clone(),
+            instance: lease.instance.clone(),
+            generation: lease.generation,
+            holder: lease.holder.clone(),
+        };
+        let write = |lease: Lease| {
+            let access = Access {
+                grant: grant.clone(),
+                fence: fence_of(&lease),
+                tenant: "default".into(),
+                deadline: tokio::time::Instant::now() + Duration::from_secs(30),
+            };
+            let guest = &guest;
+            async move {
+                let until = tokio::time::Instant::now() + Duration::from_secs(10);
+                let mut tx = guest.begin(&access, until).await?;
+                tx.execute(
+                    "INSERT INTO conform_writes (run_id) VALUES ($1)",
+                    &[SqlValue::Text(format!("gen-{}", lease.generation))],
+                )
+                .await?;
+                tx.commit().await
+            }
+        };
+        assert!(matches!(write(stale.clone()).await, Err(GuestDbError::LeaseLost)));
+        write(current.clone()).await.unwrap();
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM conform_writes").await, 1);
+        let current_gen = format!("gen-{}", current.generation);
+        assert_eq!(
+            home.scalar(&format!(
+                "SELECT COUNT(*) FROM conform_writes WHERE run_id = '{current_gen}'"
+            ))
+            .await,
+            1
+        );
+
+        let child = |id: &str, claimed: &RunRecord, lease: &Lease| Enqueue {
+            parent: ParentLink {
+                run_id: claimed.id.clone(),
+                generation: lease.generation,
+                pass: claimed.pass,
+                attempt: claimed.attempts,
+            },
+            runs: vec![ChildRun {
+                id: id.into(),
+                job: JOB.into(),
+                instance: "child".into(),
+                tenant: "default".into(),
+                origin: "child",
+                payload: "{}".into(),
+                delay_ms: 0,
+                trace_parent: None,
+                parent_attempt: claimed.attempts,
+                detached: 0,
+                event: None,
+            }],
+        };
+        let refused = store
+            .enqueue_fenced(&fence_of(&stale), &child("r-child-stale", &first, &stale))
+            .await;
+        assert!(matches!(refused, Err(GuestDbError::LeaseLost)), "{refused:?}");
+        assert!(store.get_run("r-child-stale").await.unwrap().is_none());
+
+        // Under the current lease the child is queued, once.
+        let write = child("r-child", &second, &current);
+        assert_eq!(store.enqueue_fenced(&fence_of(&current), &write).await.unwrap(), [true]);
+        assert_eq!(store.enqueue_fenced(&fence_of(&current), &write).await.unwrap(), [false]);
+        let queued = run(&store, "r-child").await;
+        assert_eq!((queued.status.as_str(), queued.origin.as_str()), ("queued", "child"));
+        assert_eq!((queued.attempts, queued.parent_run.as_deref()), (0, Some("r-fence")));
+
+        // The current attempt still ends its run.
+        let ended = store.record_attempts(&[finish(&second, &current)]).await;
+        assert_eq!(ended[0].as_ref().unwrap(), &Recorded::Finished { follow_up: None });
+        assert_eq!(run(&store, "r-fence").await.status, "succeeded");
+    }
+}
