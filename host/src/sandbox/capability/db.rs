@@ -1,10 +1,11 @@
 //! `jobhost:job/db`: the guest's SQL, through the [`GuestDb`] port.
 
 use crate::rules::grants::DbGrant;
-use crate::sandbox::capability::refusal;
+use crate::sandbox::capability::handles::TxHandle;
 use crate::sandbox::engine::bindings::jobhost::job::db::{Host, HostTransaction, Rows, Value};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
+use crate::sandbox::refusal;
 use crate::store::guest::{Access, GuestDb, GuestDbError, GuestTx, SqlRows, SqlValue};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -31,17 +32,6 @@ impl DbCapability {
             session,
             open_tx: None,
         }
-    }
-}
-
-/// A transaction in the guest's resource table: `None` in a replay, where nothing is
-/// behind it.
-pub struct TxHandle(Option<GuestTx>);
-
-impl TxHandle {
-    /// The open transaction, for another capability's writes that commit with it.
-    pub(crate) fn guest_tx(&mut self) -> Option<&mut GuestTx> {
-        self.0.as_mut()
     }
 }
 

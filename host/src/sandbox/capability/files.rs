@@ -3,7 +3,7 @@
 //! lease along, and turns failures into fixed `host-error` reasons.
 
 use crate::rules::grants::FilesGrant;
-use crate::sandbox::capability::refusal;
+use crate::sandbox::capability::handles::UploadHandle;
 use crate::sandbox::engine::bindings::jobhost::job::files::{
     Host, HostUpload, ObjectMetadata, ObjectPage, ObjectVersion, PendingFile, ReadError, Verdict,
 };
@@ -12,6 +12,7 @@ use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::files::{
     Files, FilesError, MAX_OPEN_UPLOADS, MAX_UPLOADS_PER_ATTEMPT, Upload, Uploader,
 };
+use crate::sandbox::refusal;
 use crate::store::guest::{Fence, GuestDbError};
 use crate::store::{FileRecord, FileWritten};
 use std::sync::Arc;
@@ -59,10 +60,6 @@ impl FilesCapability {
         self.scans_after_commit.clear();
     }
 }
-
-/// An upload in the guest's resource table: `None` in a replay, where nothing is behind
-/// it.
-pub struct UploadHandle(Option<Upload>);
 
 /// How a capability may be used on a collection.
 #[derive(Clone, Copy)]
@@ -293,7 +290,7 @@ impl Host for GuestState {
 
     async fn attach_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         upload: Resource<UploadHandle>,
         name: String,
     ) -> Result<ObjectMetadata, HostError> {
@@ -336,7 +333,7 @@ impl Host for GuestState {
 
     async fn remove_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         collection: String,
         name: String,
     ) -> Result<bool, HostError> {
@@ -441,7 +438,7 @@ impl GuestState {
     /// Applies a row change inside the guest's open transaction.
     async fn in_transaction(
         &mut self,
-        tx: &Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: &Resource<crate::sandbox::capability::handles::TxHandle>,
         write: &crate::store::FileWrite,
     ) -> Result<FileWritten, HostError> {
         let tx = self
@@ -492,7 +489,7 @@ impl crate::sandbox::journal::CodeOf for Result<Vec<u8>, ReadError> {
         match self {
             Ok(_) => "ok".into(),
             Err(ReadError::Changed) => "changed".into(),
-            Err(ReadError::Host(error)) => crate::sandbox::journal::error_code(error),
+            Err(ReadError::Host(error)) => crate::sandbox::engine::bindings::error_code(error),
         }
     }
 }

@@ -2,11 +2,11 @@
 //! translates: it checks the mount against the job's grant (nothing is sent otherwise),
 //! passes the attempt along, and turns failures into fixed `host-error` reasons.
 
-use crate::sandbox::capability::refusal;
 use crate::sandbox::engine::bindings::jobhost::job::links::{Host, Request, Response};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::links::{Caller, LinkError, Links};
+use crate::sandbox::refusal;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

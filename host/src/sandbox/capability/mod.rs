@@ -4,10 +4,10 @@
 
 pub mod db;
 pub mod files;
+pub mod handles;
 pub mod jobs;
 pub mod links;
 pub mod log;
-pub mod refusal;
 pub mod run;
 pub mod steps;
 

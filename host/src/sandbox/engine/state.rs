@@ -7,10 +7,10 @@ use crate::sandbox::capability::db::DbCapability;
 use crate::sandbox::capability::files::FilesCapability;
 use crate::sandbox::capability::jobs::JobsCapability;
 use crate::sandbox::capability::links::LinksCapability;
-use crate::sandbox::capability::refusal::Refused;
 use crate::sandbox::capability::run::RunCapability;
 use crate::sandbox::capability::steps::StepsCapability;
 use crate::sandbox::journal::{Answer, Journal, Noticed, Placeholder, wasi};
+use crate::sandbox::refusal::Refused;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 

@@ -4,8 +4,22 @@
 //! --from`'s input, so a journal replays the same wherever it is.
 
 use super::Call;
-use crate::sandbox::engine::attempt::PassContext;
 use serde::{Deserialize, Serialize};
+
+/// What the handler is told about its run (a journal's header keeps it: its replay is
+/// told the same).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PassContext {
+    pub job: String,
+    pub run_id: String,
+    pub instance: String,
+    pub tenant: String,
+    pub attempt: u32,
+    pub pass: u32,
+    pub payload: String,
+    pub cursor: Option<String>,
+    pub counters: Vec<(String, i64)>,
+}
 
 /// What a journal file says it is.
 pub const FORMAT: &str = "jobhost-journal";

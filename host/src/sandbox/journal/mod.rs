@@ -13,9 +13,7 @@ pub mod file;
 pub mod replay;
 pub mod wasi;
 
-use crate::sandbox::capability::refusal::Refused;
-use crate::sandbox::capability::steps::CommittedEnd;
-use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
+use crate::sandbox::refusal::Refused;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -125,6 +123,14 @@ pub struct Noticed {
     pub refused: Option<Refused>,
     pub committed: Option<CommittedEnd>,
     pub waits_for_children: bool,
+}
+
+/// How a pass ended, committed with the guest's writes (`steps`' `finish`): a call's
+/// [`Noticed`] carries it, so it is defined with the journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommittedEnd {
+    Done,
+    Continue { cursor: String },
 }
 
 /// Why a replay stopped before the guest ended.
@@ -602,12 +608,6 @@ impl Placeholder for () {
     fn placeholder() -> Self {}
 }
 
-impl<T> Placeholder for Result<T, HostError> {
-    fn placeholder() -> Self {
-        Err(HostError::Unavailable)
-    }
-}
-
 /// Wraps a capability call: recorded, replayed or live. `$args` are references to what
 /// the call was given (taken before `$live` moves them); `$live` is the call's body, an
 /// async block whose value the call returns.
@@ -670,27 +670,6 @@ pub trait CodeOf {
 impl CodeOf for () {
     fn code_of(&self) -> Cow<'static, str> {
         Cow::Borrowed("ok")
-    }
-}
-
-impl<T> CodeOf for Result<T, HostError> {
-    fn code_of(&self) -> Cow<'static, str> {
-        match self {
-            Ok(_) => Cow::Borrowed("ok"),
-            Err(error) => error_code(error),
-        }
-    }
-}
-
-/// A host error as the timeline shows it (`query-refused(forbidden)`): its reasons are the
-/// host's fixed words, never the guest's.
-pub fn error_code(error: &HostError) -> Cow<'static, str> {
-    match error {
-        HostError::LeaseLost => Cow::Borrowed("lease-lost"),
-        HostError::Unavailable => Cow::Borrowed("unavailable"),
-        HostError::CapabilityRefused(reason) => Cow::Owned(format!("capability-refused({reason})")),
-        HostError::QueryRefused(reason) => Cow::Owned(format!("query-refused({reason})")),
-        HostError::Invalid(reason) => Cow::Owned(format!("invalid({reason})")),
     }
 }
 
