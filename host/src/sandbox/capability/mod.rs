@@ -10,6 +10,7 @@ pub mod links;
 pub mod log;
 pub mod run;
 pub mod steps;
+pub mod tx;
 
 use crate::sandbox::engine::bindings::jobhost::job::types;
 use crate::sandbox::engine::state::GuestState;
