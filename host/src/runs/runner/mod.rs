@@ -393,7 +393,7 @@ impl Runner {
         };
         let key = self
             .seal_key
-            .get_or_try_init(|| self.store.journal_seal_key_or_make())
+            .get_or_try_init(|| SealKey::kept_or_made(&self.store))
             .await;
         match key {
             Ok(key) => key.seal(&mut journal),
@@ -402,7 +402,7 @@ impl Runner {
                 tracing::warn!(run_id = %run.id, seq = run.attempts, code = "driver_failed", error = %error, "could not read the key that seals journals");
             }
         }
-        if let Err(error) = self.store.put_journal(&journal).await {
+        if let Err(error) = journal.keep(&self.store).await {
             tracing::warn!(run_id = %run.id, seq = run.attempts, code = "driver_failed", error = %error, "could not keep the attempt's journal");
         }
     }
