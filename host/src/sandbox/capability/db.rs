@@ -1,11 +1,13 @@
 //! `jobhost:job/db`: the guest's SQL, through the [`GuestDb`] port.
 
+use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::capability::handles::TxHandle;
 use crate::sandbox::engine::bindings::jobhost::job::db::{Host, HostTransaction, Rows, Value};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::refusal;
 use crate::store::guest::{Access, GuestDb, GuestTx, SqlRows, SqlValue};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use wasmtime::component::Resource;
@@ -16,6 +18,23 @@ pub struct DbSession {
     pub access: Access,
     /// How long a write transaction may stay open.
     pub txn_bound: Duration,
+}
+
+impl DbSession {
+    /// The database of `cx`'s attempt, if its job was granted `db`.
+    pub fn for_attempt(cx: &AttemptContext) -> Option<DbSession> {
+        let grant = cx.spec.grants.db.clone()?;
+        Some(DbSession {
+            db: cx.host.guest_db.clone(),
+            access: Access {
+                grant: Arc::new(grant),
+                fence: cx.fence(),
+                tenant: cx.run.tenant.clone(),
+                deadline: cx.deadline,
+            },
+            txn_bound: cx.host.txn_bound,
+        })
+    }
 }
 
 /// The `db` capability's per-attempt state: `None` when the job was not granted `db`.

@@ -3,6 +3,7 @@
 //! lease along, and turns failures into fixed `host-error` reasons.
 
 use crate::rules::grants::FilesGrant;
+use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::capability::handles::UploadHandle;
 use crate::sandbox::engine::bindings::jobhost::job::files::{
     Host, HostUpload, ObjectMetadata, ObjectPage, ObjectVersion, PendingFile, ReadError, Verdict,
@@ -24,6 +25,23 @@ pub struct FilesSession {
     pub grant: Arc<FilesGrant>,
     pub uploader: Uploader,
     pub fence: Fence,
+}
+
+impl FilesSession {
+    /// The collections of `cx`'s attempt, if its job was granted `files`.
+    pub fn for_attempt(cx: &AttemptContext) -> Option<FilesSession> {
+        let grant = cx.spec.grants.files.clone()?;
+        Some(FilesSession {
+            files: cx.host.files.clone(),
+            grant: Arc::new(grant),
+            uploader: Uploader {
+                tenant: cx.run.tenant.clone(),
+                run_id: cx.run.id.clone(),
+                attach_by: cx.lease.deadline_at,
+            },
+            fence: cx.fence(),
+        })
+    }
 }
 
 /// The `files` capability's per-attempt state: `None` when the job was not granted files.

@@ -5,6 +5,7 @@
 //! `store::family`'s; what a wait leads to is the runner's and `crate::runs::family`'s.
 
 use crate::rules::grants::Grants;
+use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::engine::bindings::jobhost::job::jobs::{
     Enqueued, Host, NewRun as WitNewRun, Options, WaitPolicy,
 };
@@ -40,6 +41,26 @@ pub struct JobsSession {
     pub tenant: String,
     pub grants: Arc<Grants>,
     pub trace: String,
+}
+
+impl JobsSession {
+    /// The runs `cx`'s attempt may start, if its job was granted `jobs`.
+    pub fn for_attempt(cx: &AttemptContext) -> Option<JobsSession> {
+        cx.spec.grants.jobs.as_ref()?;
+        Some(JobsSession {
+            store: cx.host.store.clone(),
+            fence: cx.fence(),
+            parent: ParentLink {
+                run_id: cx.run.id.clone(),
+                generation: cx.lease.generation,
+                pass: cx.run.pass,
+                attempt: cx.attempt,
+            },
+            tenant: cx.run.tenant.clone(),
+            grants: Arc::new(cx.spec.grants.clone()),
+            trace: cx.run.trace().to_string(),
+        })
+    }
 }
 
 /// The `jobs` capability's per-attempt state: `None` when the job was not granted it.

@@ -2,6 +2,7 @@
 //! values to the port's, the port's results back, and failures to fixed `host-error`
 //! codes (noting them in the attempt's signals).
 
+pub mod context;
 pub mod db;
 pub mod files;
 pub mod handles;

@@ -4,6 +4,7 @@
 //! committed end means is the runner's.
 
 use crate::rules::json_rule;
+use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::engine::bindings::jobhost::job::steps::{Host, PassEnd};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
@@ -39,6 +40,19 @@ pub struct StepsSession {
     pub pass: i64,
     /// The run's counters as the pass found them.
     pub counters: BTreeMap<String, i64>,
+}
+
+impl StepsSession {
+    /// The ledger of `cx`'s attempt's pass, if its job was granted `steps`.
+    pub fn for_attempt(cx: &AttemptContext) -> Option<StepsSession> {
+        cx.spec.grants.steps.then(|| StepsSession {
+            store: cx.host.store.clone(),
+            fence: cx.fence(),
+            run_id: cx.run.id.clone(),
+            pass: cx.run.pass,
+            counters: serde_json::from_str(&cx.run.counters).unwrap_or_default(),
+        })
+    }
 }
 
 /// The `steps` capability's per-attempt state: `None` when the job was not granted steps.

@@ -9,12 +9,6 @@ use super::state::GuestState;
 use super::{Engine, Loaded, MAX_LOG_BYTES};
 use crate::rules::failure::FailureCode;
 use crate::rules::json_rule;
-use crate::sandbox::capability::db::{DbCapability, DbSession};
-use crate::sandbox::capability::files::{FilesCapability, FilesSession};
-use crate::sandbox::capability::jobs::{JobsCapability, JobsSession};
-use crate::sandbox::capability::links::{LinksCapability, LinksSession};
-use crate::sandbox::capability::run::{RunCapability, RunSession};
-use crate::sandbox::capability::steps::{StepsCapability, StepsSession};
 pub use crate::sandbox::journal::file::PassContext;
 use crate::sandbox::journal::{CommittedEnd, Journal, Recorded};
 use crate::sandbox::refusal::Refused;
@@ -43,12 +37,9 @@ pub struct AttemptSpec<'a> {
     pub memory: u64,
     pub fuel: Option<u64>,
     pub deadline: Instant,
-    pub db: Option<DbSession>,
-    pub files: Option<FilesSession>,
-    pub links: Option<LinksSession>,
-    pub steps: Option<StepsSession>,
-    pub jobs: Option<JobsSession>,
-    pub run: Option<RunSession>,
+    /// The capabilities the job was given, with their sessions for this attempt
+    /// (`Capabilities::for_attempt`).
+    pub capabilities: Capabilities,
     /// The journal's cap; `None` records nothing (`record = "off"`).
     pub record: Option<u64>,
 }
@@ -195,17 +186,10 @@ impl Engine {
                 journal: None,
             };
         }
-        let capabilities = Capabilities {
-            db: DbCapability::new(spec.db),
-            files: FilesCapability::new(spec.files),
-            links: LinksCapability::new(spec.links),
-            steps: StepsCapability::new(spec.steps),
-            jobs: JobsCapability::new(spec.jobs),
-            run: RunCapability::new(spec.run),
-        };
         let journal = spec.record.map_or_else(Journal::off, Journal::recording);
         let seed = crate::sandbox::journal::wasi::fresh_seed();
-        let state = GuestState::journaled(spec.memory, log.clone(), capabilities, journal, seed);
+        let state =
+            GuestState::journaled(spec.memory, log.clone(), spec.capabilities, journal, seed);
         let executed = self
             .execute(Execution {
                 loaded: spec.loaded,
