@@ -12,7 +12,7 @@ pub mod state;
 pub mod trap;
 
 use crate::rules::grants::Grants;
-use bindings::{Job, JobPre};
+use bindings::JobPre;
 use cache::CompileCache;
 use compiler::{CompileFailure, Compiler, MAX_COMPONENT_BYTES, Profile, base_config, one_line};
 use contract::{ContractError, Imports};
@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// How often the epoch advances: the granularity of deadlines, and how often a running
@@ -156,7 +156,7 @@ impl Engine {
         let engine = wasmtime::Engine::new(&config).map_err(EngineError::Config)?;
         let mut linker = Linker::new(&engine);
         add_wasi(&mut linker).map_err(EngineError::Config)?;
-        Job::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(EngineError::Config)?;
+        crate::sandbox::capability::add_to_linker(&mut linker).map_err(EngineError::Config)?;
         let cache = settings
             .cache_dir
             .as_ref()
