@@ -242,12 +242,7 @@ async fn guest_call(
             fuel: limits.fuel,
             record: None,
             deadline,
-            db: None,
-            files: None,
-            links: None,
-            steps: None,
-            jobs: None,
-            run: None,
+            capabilities: Capabilities::none(),
         })
         .await
 }

@@ -47,7 +47,7 @@ pub async fn replay(global: &Global, args: ReplayArgs) -> Result<u8, Failure> {
             let journal = read_journal(path)?;
             let sealed = if args.verify {
                 let store = Store::open(&global.db_url(None)).await?;
-                let key = store.journal_seal_key().await;
+                let key = SealKey::kept(&store).await;
                 store.close().await;
                 check_seal(&journal, key?.as_ref())
             } else {
@@ -187,7 +187,7 @@ async fn from_database(
         .get_job(&journal.job)
         .await?
         .map(|job| PathBuf::from(job.component_path));
-    let key = store.journal_seal_key().await?;
+    let key = SealKey::kept(&store).await?;
     store.close().await;
     let sealed = check_seal(&journal, key.as_ref());
     Ok((journal, path, sealed))

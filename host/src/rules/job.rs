@@ -198,7 +198,7 @@ pub struct JobSpec {
     pub lane: String,
     /// What its attempts keep of their host calls, to be replayed (`journal`).
     #[serde(default)]
-    pub recorder: crate::sandbox::journal::Recorder,
+    pub recorder: crate::rules::record::Recorder,
 }
 
 /// The lane of jobs that name none; its workers are `--workers`.

@@ -11,6 +11,7 @@ pub mod guest_text;
 pub mod job;
 pub mod json_rule;
 pub mod name_rule;
+pub mod record;
 pub mod tenant;
 pub mod trace;
 pub mod units;

@@ -61,7 +61,7 @@ impl Reporter {
 
     async fn deliver(&self, report: &ReportRecord) -> Result<(), StoreError> {
         if report.logged_at.is_none() {
-            // A refusal's reason: host-written text (`capability::refusal`).
+            // A refusal's reason: host-written text (`sandbox::refusal`).
             let reason = serde_json::from_str::<serde_json::Value>(&report.body)
                 .ok()
                 .and_then(|body| body["reason"].as_str().map(str::to_string));

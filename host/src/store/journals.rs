@@ -1,9 +1,9 @@
 //! The flight recorder's rows: one journal per recorded attempt, its text as exported.
 //! Which attempts keep one is the runner's (`journal::RecordPolicy`); this module only
-//! reads and writes.
+//! reads and writes rows and the seal key's text: the journal's file format and its seal
+//! are the sandbox's (`sandbox::journal::file`), which converts.
 
 use super::{Result, Store};
-use crate::sandbox::journal::file::{JournalFile, SealKey};
 
 /// The journals' seal key's name in `jobhost_secrets`.
 const SEAL_KEY: &str = "journal-seal";
@@ -31,21 +31,31 @@ fn one_is_true<S: serde::Serializer>(value: &i64, s: S) -> Result<S::Ok, S::Erro
     s.serialize_bool(*value == 1)
 }
 
+/// A journal's row as it is put: what a listing shows of it, and its text.
+pub struct JournalRow<'a> {
+    pub run_id: &'a str,
+    pub seq: i64,
+    pub job: &'a str,
+    pub tenant: &'a str,
+    pub calls: usize,
+    pub replayable: bool,
+    pub body: &'a str,
+}
+
 impl Store {
     /// Keeps an attempt's journal (replacing one its seq had).
-    pub async fn put_journal(&self, journal: &JournalFile) -> Result<()> {
-        let body = journal.to_json();
+    pub async fn put_journal(&self, row: &JournalRow<'_>) -> Result<()> {
         let q = &self.q.put_journal;
         with_pool!(self.pool, p => {
             sqlx::query(q.as_str())
-                .bind(&journal.run_id)
-                .bind(journal.seq)
-                .bind(&journal.job)
-                .bind(&journal.tenant)
-                .bind(journal.calls.len() as i64)
-                .bind(body.len() as i64)
-                .bind(i64::from(journal.replayable()))
-                .bind(&body)
+                .bind(row.run_id)
+                .bind(row.seq)
+                .bind(row.job)
+                .bind(row.tenant)
+                .bind(row.calls as i64)
+                .bind(row.body.len() as i64)
+                .bind(i64::from(row.replayable))
+                .bind(row.body)
                 .execute(p)
                 .await?;
         });
@@ -67,31 +77,26 @@ impl Store {
         })
     }
 
-    /// The key that seals journals, if a host has made it.
-    pub async fn journal_seal_key(&self) -> Result<Option<SealKey>> {
+    /// The text of the key that seals journals, if a host has made it.
+    pub async fn journal_seal_key(&self) -> Result<Option<String>> {
         let q = &self.q.secret;
-        let value: Option<String> = with_pool!(self.pool, p => sqlx::query_scalar(q.as_str())
+        Ok(with_pool!(self.pool, p => sqlx::query_scalar(q.as_str())
             .bind(SEAL_KEY)
             .fetch_optional(p)
-            .await?);
-        Ok(value.as_deref().and_then(SealKey::from_hex))
+            .await?))
     }
 
-    /// The key that seals journals, made if no host has made it yet: of two hosts making it
-    /// at once, the first one written is the one both use.
-    pub async fn journal_seal_key_or_make(&self) -> Result<SealKey> {
-        if let Some(key) = self.journal_seal_key().await? {
-            return Ok(key);
-        }
-        let made = SealKey::random();
+    /// Keeps `made` as the key that seals journals unless a host has kept one: of two
+    /// hosts keeping one at once, the first written is the one both use.
+    pub async fn keep_journal_seal_key(&self, made: &str) -> Result<()> {
         let q = &self.q.insert_secret;
         with_pool!(self.pool, p => sqlx::query(q.as_str())
             .bind(SEAL_KEY)
-            .bind(made.to_hex())
+            .bind(made)
             .execute(p)
             .await
             .map(drop)?);
-        Ok(self.journal_seal_key().await?.unwrap_or(made))
+        Ok(())
     }
 
     /// The journals a run keeps, without their text.

@@ -45,7 +45,7 @@ use controls::FilterBinds;
 pub use controls::{CancelRequest, RetryRequest};
 use error_class::describe_sqlite;
 pub use error_class::{ErrorClass, describe};
-pub use journals::JournalRecord;
+pub use journals::{JournalRecord, JournalRow};
 pub use orphans::OrphanEnding;
 use pool::Exclusive;
 pub use pool::{Backend, Pool};

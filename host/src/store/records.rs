@@ -470,7 +470,7 @@ impl NewReport {
         }
     }
 
-    /// The report with a refusal's reason: host-written text (`capability::refusal`),
+    /// The report with a refusal's reason: host-written text (`sandbox::refusal`),
     /// never the guest's.
     pub fn with_reason(mut self, reason: &str) -> Self {
         let mut body: serde_json::Value =

@@ -18,24 +18,20 @@ use crate::queue::quota::{OverQuota, QuotaBook, Quotas};
 use crate::rules::failure::FailureCode;
 use crate::rules::job::JobSpec;
 use crate::runs::metrics::Metrics;
-use crate::sandbox::capability::db::DbSession;
-use crate::sandbox::capability::files::FilesSession;
-use crate::sandbox::capability::jobs::JobsSession;
-use crate::sandbox::capability::links::LinksSession;
-use crate::sandbox::capability::run::RunSession;
-use crate::sandbox::capability::steps::{MAX_STEP_ERROR_BYTES, StepsSession};
+use crate::sandbox::capability::context::{AttemptContext, HostServices};
+use crate::sandbox::capability::steps::MAX_STEP_ERROR_BYTES;
 use crate::sandbox::engine::attempt::{
     AttemptFailure, AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext,
 };
+use crate::sandbox::engine::state::Capabilities;
 use crate::sandbox::engine::{Engine, Loaded};
-use crate::sandbox::files::{Files, Uploader};
+use crate::sandbox::files::Files;
 use crate::sandbox::journal::{
     self,
     file::{JournalFile, SealKey},
 };
-use crate::sandbox::links::{Caller, Links};
-use crate::store::family::ParentLink;
-use crate::store::guest::{Access, Fence, GuestDb};
+use crate::sandbox::links::Links;
+use crate::store::guest::GuestDb;
 use crate::store::{
     AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Lease, NewReport, Origin, Recording,
     ReportKind, RunChange, RunRecord, RunStatus, Store, StoreError,
@@ -105,12 +101,11 @@ pub enum Step {
 pub struct Runner {
     store: Store,
     engine: Arc<Engine>,
-    guest_db: GuestDb,
     host_id: String,
     settings: RunnerSettings,
     metrics: Arc<Metrics>,
-    files: Arc<Files>,
-    links: Arc<Links>,
+    /// What every attempt's capabilities share (`Capabilities::for_attempt`).
+    services: HostServices,
     finisher: Finisher,
     quotas: QuotaBook,
     interrupts: Interrupts,
@@ -150,14 +145,18 @@ impl Runner {
             quotas: QuotaBook::new(settings.quotas.clone(), store.clone()),
             interrupts: Interrupts::default(),
             pauses: Pauses::new(store.clone()),
+            services: HostServices {
+                store: store.clone(),
+                guest_db,
+                files,
+                links,
+                txn_bound: settings.txn_bound,
+            },
             store,
             engine,
-            guest_db,
             host_id,
             settings,
             metrics,
-            files,
-            links,
             finisher,
             seal_key: tokio::sync::OnceCell::new(),
         }
@@ -311,16 +310,13 @@ impl Runner {
                     memory: spec.limits.memory,
                     fuel: spec.limits.fuel,
                     deadline,
-                    db: self.db_session(&run, spec, &lease, deadline),
-                    files: self.files_session(&run, spec, &lease),
-                    links: self.links_session(&run, spec, &lease, deadline),
-                    steps: self.steps_session(&run, spec, &lease),
-                    jobs: self.jobs_session(&run, spec, &lease, attempt),
-                    run: Some(RunSession {
-                        store: self.store.clone(),
-                        fence: fence_of(&lease),
-                        run: run.clone(),
-                        retries: spec.retry.retries,
+                    capabilities: Capabilities::for_attempt(&AttemptContext {
+                        run: &run,
+                        spec,
+                        lease: &lease,
+                        deadline,
+                        attempt,
+                        host: &self.services,
                     }),
                 })
                 .instrument(span.clone())
@@ -393,7 +389,7 @@ impl Runner {
         };
         let key = self
             .seal_key
-            .get_or_try_init(|| self.store.journal_seal_key_or_make())
+            .get_or_try_init(|| SealKey::kept_or_made(&self.store))
             .await;
         match key {
             Ok(key) => key.seal(&mut journal),
@@ -402,7 +398,7 @@ impl Runner {
                 tracing::warn!(run_id = %run.id, seq = run.attempts, code = "driver_failed", error = %error, "could not read the key that seals journals");
             }
         }
-        if let Err(error) = self.store.put_journal(&journal).await {
+        if let Err(error) = journal.keep(&self.store).await {
             tracing::warn!(run_id = %run.id, seq = run.attempts, code = "driver_failed", error = %error, "could not keep the attempt's journal");
         }
     }
@@ -596,109 +592,6 @@ impl Runner {
             .run_finished(&run.job, &run.tenant, RunStatus::Skipped.as_str(), None);
         tracing::debug!(job = %run.job, run_id = %run.id, "run skipped: lease held");
         Ok(())
-    }
-
-    fn db_session(
-        &self,
-        run: &RunRecord,
-        spec: &JobSpec,
-        lease: &Lease,
-        deadline: Instant,
-    ) -> Option<DbSession> {
-        let grant = spec.grants.db.clone()?;
-        Some(DbSession {
-            db: self.guest_db.clone(),
-            access: Access {
-                grant: Arc::new(grant),
-                fence: fence_of(lease),
-                tenant: run.tenant.clone(),
-                deadline,
-            },
-            txn_bound: self.settings.txn_bound,
-        })
-    }
-
-    fn files_session(
-        &self,
-        run: &RunRecord,
-        spec: &JobSpec,
-        lease: &Lease,
-    ) -> Option<FilesSession> {
-        let grant = spec.grants.files.clone()?;
-        Some(FilesSession {
-            files: self.files.clone(),
-            grant: Arc::new(grant),
-            uploader: Uploader {
-                tenant: run.tenant.clone(),
-                run_id: run.id.clone(),
-                attach_by: lease.deadline_at,
-            },
-            fence: fence_of(lease),
-        })
-    }
-
-    fn steps_session(
-        &self,
-        run: &RunRecord,
-        spec: &JobSpec,
-        lease: &Lease,
-    ) -> Option<StepsSession> {
-        spec.grants.steps.then(|| StepsSession {
-            store: self.store.clone(),
-            fence: fence_of(lease),
-            run_id: run.id.clone(),
-            pass: run.pass,
-            counters: serde_json::from_str(&run.counters).unwrap_or_default(),
-        })
-    }
-
-    fn jobs_session(
-        &self,
-        run: &RunRecord,
-        spec: &JobSpec,
-        lease: &Lease,
-        attempt: i64,
-    ) -> Option<JobsSession> {
-        spec.grants.jobs.as_ref()?;
-        Some(JobsSession {
-            store: self.store.clone(),
-            fence: fence_of(lease),
-            parent: ParentLink {
-                run_id: run.id.clone(),
-                generation: lease.generation,
-                pass: run.pass,
-                attempt,
-            },
-            tenant: run.tenant.clone(),
-            grants: Arc::new(spec.grants.clone()),
-            trace: run.trace().to_string(),
-        })
-    }
-
-    fn links_session(
-        &self,
-        run: &RunRecord,
-        spec: &JobSpec,
-        lease: &Lease,
-        deadline: Instant,
-    ) -> Option<LinksSession> {
-        let grant = spec.grants.links.clone()?;
-        Some(LinksSession {
-            links: self.links.clone(),
-            grant: Arc::new(grant),
-            caller: Caller {
-                job: run.job.clone(),
-                tenant: run.tenant.clone(),
-                run_id: run.id.clone(),
-                run_root: run.rerun_of.clone().unwrap_or_else(|| run.id.clone()),
-                pass: run.pass,
-                fence: fence_of(lease),
-                deadline,
-                lease_deadline_ms: lease.deadline_at,
-                actions: Arc::new(spec.actions.clone()),
-                trace: run.trace(),
-            },
-        })
     }
 
     /// The attempt's row, and its metrics and log line (failures at info, the rest at
@@ -1023,16 +916,6 @@ fn pass_context(run: &RunRecord, attempt: i64) -> PassContext {
         payload: run.payload.clone(),
         cursor: run.cursor.clone(),
         counters: counters.into_iter().collect(),
-    }
-}
-
-/// The fence of an attempt's writes: its lease generation.
-fn fence_of(lease: &Lease) -> Fence {
-    Fence {
-        job: lease.job.clone(),
-        instance: lease.instance.clone(),
-        generation: lease.generation,
-        holder: lease.holder.clone(),
     }
 }
 

@@ -3,7 +3,8 @@
 //! lease along, and turns failures into fixed `host-error` reasons.
 
 use crate::rules::grants::FilesGrant;
-use crate::sandbox::capability::refusal;
+use crate::sandbox::capability::context::AttemptContext;
+use crate::sandbox::capability::handles::UploadHandle;
 use crate::sandbox::engine::bindings::jobhost::job::files::{
     Host, HostUpload, ObjectMetadata, ObjectPage, ObjectVersion, PendingFile, ReadError, Verdict,
 };
@@ -12,6 +13,7 @@ use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::files::{
     Files, FilesError, MAX_OPEN_UPLOADS, MAX_UPLOADS_PER_ATTEMPT, Upload, Uploader,
 };
+use crate::sandbox::refusal;
 use crate::store::guest::{Fence, GuestDbError};
 use crate::store::{FileRecord, FileWritten};
 use std::sync::Arc;
@@ -23,6 +25,23 @@ pub struct FilesSession {
     pub grant: Arc<FilesGrant>,
     pub uploader: Uploader,
     pub fence: Fence,
+}
+
+impl FilesSession {
+    /// The collections of `cx`'s attempt, if its job was granted `files`.
+    pub fn for_attempt(cx: &AttemptContext) -> Option<FilesSession> {
+        let grant = cx.spec.grants.files.clone()?;
+        Some(FilesSession {
+            files: cx.host.files.clone(),
+            grant: Arc::new(grant),
+            uploader: Uploader {
+                tenant: cx.run.tenant.clone(),
+                run_id: cx.run.id.clone(),
+                attach_by: cx.lease.deadline_at,
+            },
+            fence: cx.fence(),
+        })
+    }
 }
 
 /// The `files` capability's per-attempt state: `None` when the job was not granted files.
@@ -59,10 +78,6 @@ impl FilesCapability {
         self.scans_after_commit.clear();
     }
 }
-
-/// An upload in the guest's resource table: `None` in a replay, where nothing is behind
-/// it.
-pub struct UploadHandle(Option<Upload>);
 
 /// How a capability may be used on a collection.
 #[derive(Clone, Copy)]
@@ -293,7 +308,7 @@ impl Host for GuestState {
 
     async fn attach_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         upload: Resource<UploadHandle>,
         name: String,
     ) -> Result<ObjectMetadata, HostError> {
@@ -336,7 +351,7 @@ impl Host for GuestState {
 
     async fn remove_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         collection: String,
         name: String,
     ) -> Result<bool, HostError> {
@@ -441,7 +456,7 @@ impl GuestState {
     /// Applies a row change inside the guest's open transaction.
     async fn in_transaction(
         &mut self,
-        tx: &Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: &Resource<crate::sandbox::capability::handles::TxHandle>,
         write: &crate::store::FileWrite,
     ) -> Result<FileWritten, HostError> {
         let tx = self
@@ -492,7 +507,7 @@ impl crate::sandbox::journal::CodeOf for Result<Vec<u8>, ReadError> {
         match self {
             Ok(_) => "ok".into(),
             Err(ReadError::Changed) => "changed".into(),
-            Err(ReadError::Host(error)) => crate::sandbox::journal::error_code(error),
+            Err(ReadError::Host(error)) => crate::sandbox::engine::bindings::error_code(error),
         }
     }
 }

@@ -5,12 +5,13 @@
 //! `store::family`'s; what a wait leads to is the runner's and `crate::runs::family`'s.
 
 use crate::rules::grants::Grants;
-use crate::sandbox::capability::refusal;
+use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::engine::bindings::jobhost::job::jobs::{
     Enqueued, Host, NewRun as WitNewRun, Options, WaitPolicy,
 };
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
+use crate::sandbox::refusal;
 use crate::store::family::{ChildRun, Enqueue, ParentLink};
 use crate::store::guest::{Fence, GuestDbError};
 use crate::store::{JobRecord, Store};
@@ -40,6 +41,26 @@ pub struct JobsSession {
     pub tenant: String,
     pub grants: Arc<Grants>,
     pub trace: String,
+}
+
+impl JobsSession {
+    /// The runs `cx`'s attempt may start, if its job was granted `jobs`.
+    pub fn for_attempt(cx: &AttemptContext) -> Option<JobsSession> {
+        cx.spec.grants.jobs.as_ref()?;
+        Some(JobsSession {
+            store: cx.host.store.clone(),
+            fence: cx.fence(),
+            parent: ParentLink {
+                run_id: cx.run.id.clone(),
+                generation: cx.lease.generation,
+                pass: cx.run.pass,
+                attempt: cx.attempt,
+            },
+            tenant: cx.run.tenant.clone(),
+            grants: Arc::new(cx.spec.grants.clone()),
+            trace: cx.run.trace().to_string(),
+        })
+    }
 }
 
 /// The `jobs` capability's per-attempt state: `None` when the job was not granted it.
@@ -135,7 +156,10 @@ impl GuestState {
     }
 
     fn over_limit(&mut self) -> HostError {
-        self.signals.refuse(refusal::run_limit());
+        self.signals.refuse(refusal::run_limit(
+            MAX_RUNS_PER_ATTEMPT,
+            MAX_PAYLOAD_BYTES_PER_ATTEMPT,
+        ));
         invalid("run-limit")
     }
 
@@ -393,7 +417,7 @@ impl GuestState {
     /// Queues `write` inside the guest's transaction `tx`.
     async fn enqueue_in_tx(
         &mut self,
-        tx: &Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: &Resource<crate::sandbox::capability::handles::TxHandle>,
         write: &Enqueue,
     ) -> Result<Vec<bool>, HostError> {
         self.tx(tx)?;
@@ -449,7 +473,7 @@ impl Host for GuestState {
 
     async fn enqueue_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         job: String,
         payload: String,
         options: Options,
@@ -473,7 +497,7 @@ impl Host for GuestState {
 
     async fn enqueue_all_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         runs: Vec<WitNewRun>,
     ) -> Result<Vec<Enqueued>, HostError> {
         crate::journaled!(self, "jobs.enqueue-all-in", (&runs,), async {
@@ -493,7 +517,7 @@ impl Host for GuestState {
 
     async fn kick_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         job: String,
     ) -> Result<String, HostError> {
         crate::journaled!(self, "jobs.kick-in", (&job,), async {
@@ -513,7 +537,7 @@ impl Host for GuestState {
 
     async fn emit_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         event: String,
         payload: String,
     ) -> Result<u32, HostError> {

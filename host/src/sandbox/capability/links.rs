@@ -2,11 +2,12 @@
 //! translates: it checks the mount against the job's grant (nothing is sent otherwise),
 //! passes the attempt along, and turns failures into fixed `host-error` reasons.
 
-use crate::sandbox::capability::refusal;
+use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::engine::bindings::jobhost::job::links::{Host, Request, Response};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::links::{Caller, LinkError, Links};
+use crate::sandbox::refusal;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -15,6 +16,30 @@ pub struct LinksSession {
     pub links: Arc<Links>,
     pub grant: Arc<BTreeSet<String>>,
     pub caller: Caller,
+}
+
+impl LinksSession {
+    /// The mounts `cx`'s attempt may call, if its job was granted `links`.
+    pub fn for_attempt(cx: &AttemptContext) -> Option<LinksSession> {
+        let grant = cx.spec.grants.links.clone()?;
+        let run = cx.run;
+        Some(LinksSession {
+            links: cx.host.links.clone(),
+            grant: Arc::new(grant),
+            caller: Caller {
+                job: run.job.clone(),
+                tenant: run.tenant.clone(),
+                run_id: run.id.clone(),
+                run_root: run.rerun_of.clone().unwrap_or_else(|| run.id.clone()),
+                pass: run.pass,
+                fence: cx.fence(),
+                deadline: cx.deadline,
+                lease_deadline_ms: cx.lease.deadline_at,
+                actions: Arc::new(cx.spec.actions.clone()),
+                trace: run.trace(),
+            },
+        })
+    }
 }
 
 /// The `links` capability's per-attempt state: `None` when the job was not granted links.

@@ -1,9 +1,18 @@
-//! `jobhost:job/log`: lines into the attempt's bounded log.
+//! `jobhost:job/log`: lines into the attempt's bounded log. Linked through a projection
+//! to the log alone ([`HasLog`]): a log line is not journaled and notes nothing.
 
 use crate::sandbox::engine::bindings::jobhost::job::log::{Host, Level};
-use crate::sandbox::engine::state::GuestState;
+use crate::sandbox::engine::output::AttemptLog;
+use wasmtime::component::HasData;
 
-impl Host for GuestState {
+/// The `log` capability's view of the attempt's state: its log.
+pub struct HasLog;
+
+impl HasData for HasLog {
+    type Data<'a> = &'a mut AttemptLog;
+}
+
+impl Host for AttemptLog {
     async fn write(&mut self, level: Level, message: String) {
         let level = match level {
             Level::Trace => "trace",
@@ -12,6 +21,6 @@ impl Host for GuestState {
             Level::Warn => "warn",
             Level::Error => "error",
         };
-        self.log.line(level, &message);
+        self.line(level, &message);
     }
 }

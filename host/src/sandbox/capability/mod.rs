@@ -2,19 +2,38 @@
 //! values to the port's, the port's results back, and failures to fixed `host-error`
 //! codes (noting them in the attempt's signals).
 
+pub mod context;
 pub mod db;
 pub mod files;
+pub mod handles;
 pub mod jobs;
 pub mod links;
 pub mod log;
-pub mod refusal;
 pub mod run;
 pub mod steps;
+pub mod tx;
 
 use crate::sandbox::engine::bindings::jobhost::job::types;
 use crate::sandbox::engine::state::GuestState;
+use wasmtime::component::{HasSelf, Linker};
 
 impl types::Host for GuestState {}
+
+/// Links each capability's host impl, one line each, through the projection of the
+/// attempt's state it works on: `log` its log alone; the others the whole state, since
+/// each call is journaled and notes what it noticed there.
+pub fn add_to_linker(l: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    use crate::sandbox::engine::bindings::jobhost::job;
+    job::types::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    job::log::add_to_linker::<_, log::HasLog>(l, |s| &mut s.log)?;
+    job::db::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    job::files::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    job::links::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    job::steps::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    job::run::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    job::jobs::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    Ok(())
+}
 
 #[cfg(test)]
 pub(crate) mod tests {

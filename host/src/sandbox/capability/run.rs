@@ -3,6 +3,7 @@
 //! waiting parent. No grant: it reaches only the run's own row and its children.
 
 use crate::rules::json_rule::JsonLimits;
+use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::engine::bindings::jobhost::job::run::{
     Child, ChildPage, Host, RunInfo as Info, StartedBy,
 };
@@ -26,6 +27,18 @@ pub struct RunSession {
     pub run: RunRecord,
     /// The job's retries per pass (`retries`).
     pub retries: u32,
+}
+
+impl RunSession {
+    /// `cx`'s run: every job may read its own and set its result.
+    pub fn for_attempt(cx: &AttemptContext) -> Option<RunSession> {
+        Some(RunSession {
+            store: cx.host.store.clone(),
+            fence: cx.fence(),
+            run: cx.run.clone(),
+            retries: cx.spec.retry.retries,
+        })
+    }
 }
 
 /// The `run` capability's per-attempt state (`None` outside a runner's attempt).

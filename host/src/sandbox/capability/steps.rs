@@ -4,9 +4,11 @@
 //! committed end means is the runner's.
 
 use crate::rules::json_rule;
+use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::engine::bindings::jobhost::job::steps::{Host, PassEnd};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
+use crate::sandbox::journal::CommittedEnd;
 use crate::store::guest::{Fence, GuestDbError};
 use crate::store::{ProgressWrite, Store};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -40,11 +42,17 @@ pub struct StepsSession {
     pub counters: BTreeMap<String, i64>,
 }
 
-/// How a pass ended, committed with the guest's writes.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum CommittedEnd {
-    Done,
-    Continue { cursor: String },
+impl StepsSession {
+    /// The ledger of `cx`'s attempt's pass, if its job was granted `steps`.
+    pub fn for_attempt(cx: &AttemptContext) -> Option<StepsSession> {
+        cx.spec.grants.steps.then(|| StepsSession {
+            store: cx.host.store.clone(),
+            fence: cx.fence(),
+            run_id: cx.run.id.clone(),
+            pass: cx.run.pass,
+            counters: serde_json::from_str(&cx.run.counters).unwrap_or_default(),
+        })
+    }
 }
 
 /// The `steps` capability's per-attempt state: `None` when the job was not granted steps.
@@ -130,9 +138,7 @@ impl GuestState {
     fn steps_session(&mut self) -> Result<&StepsSession, HostError> {
         if self.steps.session.is_none() {
             self.signals
-                .refuse(crate::sandbox::capability::refusal::capability_not_granted(
-                    "steps",
-                ));
+                .refuse(crate::sandbox::refusal::capability_not_granted("steps"));
             return Err(HostError::CapabilityRefused("not-granted".into()));
         }
         if self.steps.committed.is_some() {
@@ -187,8 +193,7 @@ impl Host for GuestState {
             let (store, run_id, pass) =
                 (session.store.clone(), session.run_id.clone(), session.pass);
             if self.steps.reached.contains(&name) {
-                self.signals
-                    .refuse(crate::sandbox::capability::refusal::step_reused());
+                self.signals.refuse(crate::sandbox::refusal::step_reused());
                 return Err(invalid("step-reused"));
             }
             if self.steps.ledger.is_none() {
@@ -249,7 +254,7 @@ impl Host for GuestState {
 
     async fn record_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         name: String,
         result: String,
     ) -> Result<(), HostError> {
@@ -292,7 +297,7 @@ impl Host for GuestState {
 
     async fn commit_pass(
         &mut self,
-        tx: Resource<crate::sandbox::capability::db::TxHandle>,
+        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         end: PassEnd,
     ) -> Result<(), HostError> {
         let taken = self.take_tx(tx)?;

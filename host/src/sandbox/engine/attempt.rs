@@ -9,14 +9,9 @@ use super::state::GuestState;
 use super::{Engine, Loaded, MAX_LOG_BYTES};
 use crate::rules::failure::FailureCode;
 use crate::rules::json_rule;
-use crate::sandbox::capability::db::{DbCapability, DbSession};
-use crate::sandbox::capability::files::{FilesCapability, FilesSession};
-use crate::sandbox::capability::jobs::{JobsCapability, JobsSession};
-use crate::sandbox::capability::links::{LinksCapability, LinksSession};
-use crate::sandbox::capability::refusal::Refused;
-use crate::sandbox::capability::run::{RunCapability, RunSession};
-use crate::sandbox::capability::steps::{CommittedEnd, StepsCapability, StepsSession};
-use crate::sandbox::journal::{Journal, Recorded};
+pub use crate::sandbox::journal::file::PassContext;
+use crate::sandbox::journal::{CommittedEnd, Journal, Recorded};
+use crate::sandbox::refusal::Refused;
 use std::time::Duration;
 use tokio::time::Instant;
 use wasmtime::{Trap, UpdateDeadline};
@@ -25,20 +20,6 @@ use wasmtime::{Trap, UpdateDeadline};
 pub const MAX_DEFER: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Most bytes of a guest's own error message kept on the run record.
 pub const MAX_MESSAGE_BYTES: usize = 2048;
-
-/// What the handler is told about its run.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct PassContext {
-    pub job: String,
-    pub run_id: String,
-    pub instance: String,
-    pub tenant: String,
-    pub attempt: u32,
-    pub pass: u32,
-    pub payload: String,
-    pub cursor: Option<String>,
-    pub counters: Vec<(String, i64)>,
-}
 
 /// Set to `true` to cancel attempts (host shutdown past its grace period).
 pub type CancelToken = tokio::sync::watch::Receiver<bool>;
@@ -56,12 +37,9 @@ pub struct AttemptSpec<'a> {
     pub memory: u64,
     pub fuel: Option<u64>,
     pub deadline: Instant,
-    pub db: Option<DbSession>,
-    pub files: Option<FilesSession>,
-    pub links: Option<LinksSession>,
-    pub steps: Option<StepsSession>,
-    pub jobs: Option<JobsSession>,
-    pub run: Option<RunSession>,
+    /// The capabilities the job was given, with their sessions for this attempt
+    /// (`Capabilities::for_attempt`).
+    pub capabilities: Capabilities,
     /// The journal's cap; `None` records nothing (`record = "off"`).
     pub record: Option<u64>,
 }
@@ -89,7 +67,7 @@ pub struct AttemptFailure {
     /// The guest's own message (truncated), for the run record only; after a refusal,
     /// the host's reason first.
     pub message: Option<String>,
-    /// Why a host call was refused, in the host's words (`capability::refusal`): the one
+    /// Why a host call was refused, in the host's words (`sandbox::refusal`): the one
     /// text of a failure a report may carry.
     pub reason: Option<String>,
 }
@@ -208,17 +186,10 @@ impl Engine {
                 journal: None,
             };
         }
-        let capabilities = Capabilities {
-            db: DbCapability::new(spec.db),
-            files: FilesCapability::new(spec.files),
-            links: LinksCapability::new(spec.links),
-            steps: StepsCapability::new(spec.steps),
-            jobs: JobsCapability::new(spec.jobs),
-            run: RunCapability::new(spec.run),
-        };
         let journal = spec.record.map_or_else(Journal::off, Journal::recording);
         let seed = crate::sandbox::journal::wasi::fresh_seed();
-        let state = GuestState::journaled(spec.memory, log.clone(), capabilities, journal, seed);
+        let state =
+            GuestState::journaled(spec.memory, log.clone(), spec.capabilities, journal, seed);
         let executed = self
             .execute(Execution {
                 loaded: spec.loaded,

@@ -14,6 +14,10 @@ use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+/// Largest component file the host loads.
+pub const MAX_COMPONENT_BYTES: u64 = 64 << 20;
+/// The guest's wasm stack; async fiber stacks are sized above it.
+const WASM_STACK: usize = 1 << 20;
 /// The exit code of a child that refused the component as invalid (the reason on stderr).
 pub const EXIT_INVALID: i32 = 3;
 /// The exit code of a child whose compiler was refused memory it asked for (and could say
@@ -123,7 +127,7 @@ impl Compiler {
                 Ok(artifact)
             }
             Some(status) if status.code() == Some(EXIT_INVALID) => {
-                Err(CompileFailure::Invalid(super::one_line(&reason)))
+                Err(CompileFailure::Invalid(one_line(&reason)))
             }
             Some(status) if status.code() == Some(EXIT_OVER_MEMORY) => {
                 Err(CompileFailure::OverMemory(self.limits.memory))
@@ -176,13 +180,13 @@ pub fn compile_stdin(profile: Profile, memory_limit: u64) -> i32 {
     let mut component = Vec::new();
     let read = std::io::stdin()
         .lock()
-        .take(super::MAX_COMPONENT_BYTES + 1)
+        .take(MAX_COMPONENT_BYTES + 1)
         .read_to_end(&mut component);
-    if read.is_err() || component.len() as u64 > super::MAX_COMPONENT_BYTES {
+    if read.is_err() || component.len() as u64 > MAX_COMPONENT_BYTES {
         eprintln!("the component could not be read whole");
         return EXIT_INVALID;
     }
-    let mut config = super::base_config(profile);
+    let mut config = base_config(profile);
     // One core, and one thread's stack under the cap: compiling is not parallel here
     // (parallelism is not part of an artifact's compatibility).
     config.parallel_compilation(false);
@@ -199,7 +203,7 @@ pub fn compile_stdin(profile: Profile, memory_limit: u64) -> i32 {
             return EXIT_OVER_MEMORY;
         }
         Err(e) => {
-            eprintln!("{}", super::one_line(&e.to_string()));
+            eprintln!("{}", one_line(&e.to_string()));
             return EXIT_INVALID;
         }
     };
@@ -233,6 +237,36 @@ fn cap_data_segment(bytes: u64) -> std::io::Result<()> {
     }
 }
 
+/// The engine configuration code is compiled for; the host's engine adds only how
+/// instances are allocated, which compiled code does not depend on.
+pub(super) fn base_config(profile: Profile) -> wasmtime::Config {
+    let mut config = wasmtime::Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(profile.epochs)
+        .consume_fuel(profile.fuel)
+        .max_wasm_stack(WASM_STACK)
+        .async_stack_size(WASM_STACK * 2)
+        // Set, not read from `WASMTIME_BACKTRACE_DETAILS`: the compiler process has no
+        // environment, and an artifact must be compiled for the host's exact settings.
+        .wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Disable);
+    config
+}
+
+/// Why a component was refused, as the operator is shown it: the first line of the
+/// reason (a validation error from wasmtime describes the component, not the host),
+/// without control characters, at most 500 characters, since a hostile component chose
+/// what the compiler read.
+pub(super) fn one_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default().trim();
+    let line: String = line.chars().filter(|c| !c.is_control()).take(500).collect();
+    if line.is_empty() {
+        "invalid".to_string()
+    } else {
+        line
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,7 +283,7 @@ mod tests {
             fuel: true,
             epochs: true,
         };
-        let artifact = wasmtime::Engine::new(&crate::sandbox::engine::base_config(profile))
+        let artifact = wasmtime::Engine::new(&base_config(profile))
             .unwrap()
             .precompile_component(&component)
             .unwrap();
@@ -272,7 +306,6 @@ mod tests {
 
     #[test]
     fn a_refusal_is_one_bounded_line_of_printable_text() {
-        use crate::sandbox::engine::one_line;
         assert_eq!(one_line("bad\x1b[31m type\nsecond"), "bad[31m type");
         assert_eq!(one_line(""), "invalid");
         assert_eq!(one_line(&"x".repeat(10_000)).len(), 500);

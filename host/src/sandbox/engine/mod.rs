@@ -12,9 +12,9 @@ pub mod state;
 pub mod trap;
 
 use crate::rules::grants::Grants;
-use bindings::{Job, JobPre};
+use bindings::JobPre;
 use cache::CompileCache;
-use compiler::{CompileFailure, Compiler, Profile};
+use compiler::{CompileFailure, Compiler, MAX_COMPONENT_BYTES, Profile, base_config, one_line};
 use contract::{ContractError, Imports};
 use sha2::{Digest, Sha256};
 use state::GuestState;
@@ -23,18 +23,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::{InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// How often the epoch advances: the granularity of deadlines, and how often a running
 /// guest yields to the async runtime.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
-/// Largest component file the host loads.
-pub const MAX_COMPONENT_BYTES: u64 = 64 << 20;
 /// Most bytes of log kept per attempt.
 pub const MAX_LOG_BYTES: usize = 64 << 10;
-/// The guest's wasm stack; async fiber stacks are sized above it.
-const WASM_STACK: usize = 1 << 20;
 /// Of a pooled memory, what is kept resident between instances (at most, per slot): a
 /// small job's stack, data and heap.
 const KEEP_RESIDENT_MEMORY: usize = 2 << 20;
@@ -160,7 +156,7 @@ impl Engine {
         let engine = wasmtime::Engine::new(&config).map_err(EngineError::Config)?;
         let mut linker = Linker::new(&engine);
         add_wasi(&mut linker).map_err(EngineError::Config)?;
-        Job::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).map_err(EngineError::Config)?;
+        crate::sandbox::capability::add_to_linker(&mut linker).map_err(EngineError::Config)?;
         let cache = settings
             .cache_dir
             .as_ref()
@@ -353,22 +349,6 @@ fn pool(n: u32) -> PoolingAllocationConfig {
     pool
 }
 
-/// The engine configuration code is compiled for; the host's engine adds only how
-/// instances are allocated, which compiled code does not depend on.
-fn base_config(profile: Profile) -> wasmtime::Config {
-    let mut config = wasmtime::Config::new();
-    config
-        .wasm_component_model(true)
-        .epoch_interruption(profile.epochs)
-        .consume_fuel(profile.fuel)
-        .max_wasm_stack(WASM_STACK)
-        .async_stack_size(WASM_STACK * 2)
-        // Set, not read from `WASMTIME_BACKTRACE_DETAILS`: the compiler process has no
-        // environment, and an artifact must be compiled for the host's exact settings.
-        .wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Disable);
-    config
-}
-
 /// One thread per engine advances the epoch; every store's deadline counts its ticks.
 fn spawn_ticker(engine: wasmtime::Engine, stop: Arc<AtomicBool>) {
     std::thread::Builder::new()
@@ -421,20 +401,6 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
         });
     }
     Ok(())
-}
-
-/// Why a component was refused, as the operator is shown it: the first line of the
-/// reason (a validation error from wasmtime describes the component, not the host),
-/// without control characters, at most 500 characters, since a hostile component chose
-/// what the compiler read.
-fn one_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default().trim();
-    let line: String = line.chars().filter(|c| !c.is_control()).take(500).collect();
-    if line.is_empty() {
-        "invalid".to_string()
-    } else {
-        line
-    }
 }
 
 /// The WASI a sandboxed job gets: clocks, random, stdio and an empty filesystem (Rust's

@@ -3,14 +3,15 @@
 use super::limits::MemoryLimiter;
 use super::output::AttemptLog;
 use crate::rules::failure::FailureCode;
-use crate::sandbox::capability::db::DbCapability;
-use crate::sandbox::capability::files::FilesCapability;
-use crate::sandbox::capability::jobs::JobsCapability;
-use crate::sandbox::capability::links::LinksCapability;
-use crate::sandbox::capability::refusal::Refused;
-use crate::sandbox::capability::run::RunCapability;
-use crate::sandbox::capability::steps::StepsCapability;
+use crate::sandbox::capability::context::AttemptContext;
+use crate::sandbox::capability::db::{DbCapability, DbSession};
+use crate::sandbox::capability::files::{FilesCapability, FilesSession};
+use crate::sandbox::capability::jobs::{JobsCapability, JobsSession};
+use crate::sandbox::capability::links::{LinksCapability, LinksSession};
+use crate::sandbox::capability::run::{RunCapability, RunSession};
+use crate::sandbox::capability::steps::{StepsCapability, StepsSession};
 use crate::sandbox::journal::{Answer, Journal, Noticed, Placeholder, wasi};
+use crate::sandbox::refusal::Refused;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -83,6 +84,19 @@ impl Capabilities {
             steps: StepsCapability::new(None),
             jobs: JobsCapability::new(None),
             run: RunCapability::new(None),
+        }
+    }
+
+    /// The capabilities of `cx`'s attempt: each builds its session from the context in
+    /// its own file (`None` where the job was not granted it).
+    pub fn for_attempt(cx: &AttemptContext) -> Capabilities {
+        Capabilities {
+            db: DbCapability::new(DbSession::for_attempt(cx)),
+            files: FilesCapability::new(FilesSession::for_attempt(cx)),
+            links: LinksCapability::new(LinksSession::for_attempt(cx)),
+            steps: StepsCapability::new(StepsSession::for_attempt(cx)),
+            jobs: JobsCapability::new(JobsSession::for_attempt(cx)),
+            run: RunCapability::new(RunSession::for_attempt(cx)),
         }
     }
 }

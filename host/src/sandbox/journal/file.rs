@@ -4,8 +4,23 @@
 //! --from`'s input, so a journal replays the same wherever it is.
 
 use super::Call;
-use crate::sandbox::engine::attempt::PassContext;
+use crate::store::{self, JournalRow, Store};
 use serde::{Deserialize, Serialize};
+
+/// What the handler is told about its run (a journal's header keeps it: its replay is
+/// told the same).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PassContext {
+    pub job: String,
+    pub run_id: String,
+    pub instance: String,
+    pub tenant: String,
+    pub attempt: u32,
+    pub pass: u32,
+    pub payload: String,
+    pub cursor: Option<String>,
+    pub counters: Vec<(String, i64)>,
+}
 
 /// What a journal file says it is.
 pub const FORMAT: &str = "jobhost-journal";
@@ -131,6 +146,23 @@ impl SealKey {
         hex::encode(self.0)
     }
 
+    /// The installation's key, if a host has made it.
+    pub async fn kept(store: &Store) -> store::Result<Option<SealKey>> {
+        let text = store.journal_seal_key().await?;
+        Ok(text.as_deref().and_then(SealKey::from_hex))
+    }
+
+    /// The installation's key, made if no host has made it yet: of two hosts making it at
+    /// once, the first one kept is the one both use.
+    pub async fn kept_or_made(store: &Store) -> store::Result<SealKey> {
+        if let Some(key) = SealKey::kept(store).await? {
+            return Ok(key);
+        }
+        let made = SealKey::random();
+        store.keep_journal_seal_key(&made.to_hex()).await?;
+        Ok(SealKey::kept(store).await?.unwrap_or(made))
+    }
+
     /// The seal of `journal`: over its text as kept, without a seal.
     fn seal_of(&self, journal: &JournalFile) -> [u8; 32] {
         let unsealed = JournalFile {
@@ -193,6 +225,21 @@ fn hmac_sha256(key: &[u8; 32], message: &[u8]) -> [u8; 32] {
 }
 
 impl JournalFile {
+    /// Keeps the journal as its attempt's row (replacing one its seq had).
+    pub async fn keep(&self, store: &Store) -> store::Result<()> {
+        let body = self.to_json();
+        let row = JournalRow {
+            run_id: &self.run_id,
+            seq: self.seq,
+            job: &self.job,
+            tenant: &self.tenant,
+            calls: self.calls.len(),
+            replayable: self.replayable(),
+            body: &body,
+        };
+        store.put_journal(&row).await
+    }
+
     /// Reads a journal, refusing anything that is not one of this host's.
     pub fn parse(text: &[u8]) -> Result<JournalFile, FileError> {
         if text.len() as u64 > MAX_FILE_BYTES {

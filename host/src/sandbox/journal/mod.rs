@@ -13,9 +13,8 @@ pub mod file;
 pub mod replay;
 pub mod wasi;
 
-use crate::sandbox::capability::refusal::Refused;
-use crate::sandbox::capability::steps::CommittedEnd;
-use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
+pub use crate::rules::record::{DEFAULT_LIMIT, MAX_LIMIT, RecordPolicy, Recorder};
+use crate::sandbox::refusal::Refused;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -23,73 +22,11 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-/// A job's journal cap when its manifest sets none.
-pub const DEFAULT_LIMIT: u64 = 1 << 20;
-/// The largest journal cap a job may set.
-pub const MAX_LIMIT: u64 = 64 << 20;
 /// Most characters of a call's argument summary.
 pub const SUMMARY_CHARS: usize = 120;
 /// What one call costs the cap beyond its name, summary, code and answer: its digest,
 /// timing and JSON keys as the journal is kept.
 const CALL_OVERHEAD: u64 = 112;
-
-/// Which attempts keep their journal (`record` in the manifest).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RecordPolicy {
-    /// Attempts that failed, timed out or trapped.
-    #[default]
-    Failures,
-    /// Every attempt.
-    Always,
-    /// None: nothing is recorded, not even in memory.
-    Off,
-}
-
-impl RecordPolicy {
-    pub fn parse(text: &str) -> Option<RecordPolicy> {
-        match text {
-            "failures" => Some(RecordPolicy::Failures),
-            "always" => Some(RecordPolicy::Always),
-            "off" => Some(RecordPolicy::Off),
-            _ => None,
-        }
-    }
-
-    /// Whether an attempt that ended so keeps its journal.
-    pub fn keeps(self, failed: bool) -> bool {
-        match self {
-            RecordPolicy::Failures => failed,
-            RecordPolicy::Always => true,
-            RecordPolicy::Off => false,
-        }
-    }
-}
-
-/// What a job's attempts keep of their host calls (`record`, `record_limit`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Recorder {
-    pub policy: RecordPolicy,
-    /// The journal's cap in bytes: past it, the attempt's journal is kept truncated and
-    /// is not replayable.
-    pub limit: u64,
-}
-
-impl Default for Recorder {
-    fn default() -> Self {
-        Recorder {
-            policy: RecordPolicy::Failures,
-            limit: DEFAULT_LIMIT,
-        }
-    }
-}
-
-impl Recorder {
-    /// The cap an attempt records up to, or `None` when it records nothing.
-    pub fn cap(&self) -> Option<u64> {
-        (self.policy != RecordPolicy::Off).then_some(self.limit)
-    }
-}
 
 /// One host call as the journal keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -125,6 +62,14 @@ pub struct Noticed {
     pub refused: Option<Refused>,
     pub committed: Option<CommittedEnd>,
     pub waits_for_children: bool,
+}
+
+/// How a pass ended, committed with the guest's writes (`steps`' `finish`): a call's
+/// [`Noticed`] carries it, so it is defined with the journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommittedEnd {
+    Done,
+    Continue { cursor: String },
 }
 
 /// Why a replay stopped before the guest ended.
@@ -602,12 +547,6 @@ impl Placeholder for () {
     fn placeholder() -> Self {}
 }
 
-impl<T> Placeholder for Result<T, HostError> {
-    fn placeholder() -> Self {
-        Err(HostError::Unavailable)
-    }
-}
-
 /// Wraps a capability call: recorded, replayed or live. `$args` are references to what
 /// the call was given (taken before `$live` moves them); `$live` is the call's body, an
 /// async block whose value the call returns.
@@ -670,27 +609,6 @@ pub trait CodeOf {
 impl CodeOf for () {
     fn code_of(&self) -> Cow<'static, str> {
         Cow::Borrowed("ok")
-    }
-}
-
-impl<T> CodeOf for Result<T, HostError> {
-    fn code_of(&self) -> Cow<'static, str> {
-        match self {
-            Ok(_) => Cow::Borrowed("ok"),
-            Err(error) => error_code(error),
-        }
-    }
-}
-
-/// A host error as the timeline shows it (`query-refused(forbidden)`): its reasons are the
-/// host's fixed words, never the guest's.
-pub fn error_code(error: &HostError) -> Cow<'static, str> {
-    match error {
-        HostError::LeaseLost => Cow::Borrowed("lease-lost"),
-        HostError::Unavailable => Cow::Borrowed("unavailable"),
-        HostError::CapabilityRefused(reason) => Cow::Owned(format!("capability-refused({reason})")),
-        HostError::QueryRefused(reason) => Cow::Owned(format!("query-refused({reason})")),
-        HostError::Invalid(reason) => Cow::Owned(format!("invalid({reason})")),
     }
 }
 

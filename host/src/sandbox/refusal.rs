@@ -88,14 +88,14 @@ pub fn start(reason: &str, grant: Option<&BTreeSet<String>>) -> Refused {
     )
 }
 
-/// An attempt past the runs it may start.
-pub fn run_limit() -> Refused {
+/// An attempt past the runs it may start (`runs` of `payload_bytes` in all, the `jobs`
+/// capability's bounds).
+pub fn run_limit(runs: usize, payload_bytes: usize) -> Refused {
     Refused::new(
         FailureCode::RunLimit,
         format!(
-            "run-limit: an attempt may start at most {} runs with {} MiB of payload in all",
-            crate::sandbox::capability::jobs::MAX_RUNS_PER_ATTEMPT,
-            crate::sandbox::capability::jobs::MAX_PAYLOAD_BYTES_PER_ATTEMPT >> 20
+            "run-limit: an attempt may start at most {runs} runs with {} MiB of payload in all",
+            payload_bytes >> 20
         ),
     )
 }
