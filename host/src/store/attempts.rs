@@ -12,7 +12,9 @@
 //! same steps in one transaction. What to record is decided by the runner; this module
 //! only writes it.
 
-use super::{Lease, NewReport, NewRun, Result, RunRecord, RunStatus, Store, StoreError};
+use super::error::{Result, StoreError};
+use super::handle::Store;
+use super::records::{Lease, NewReport, NewRun, RunRecord, RunStatus};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use tokio::time::Instant;
@@ -579,7 +581,7 @@ impl Store {
     pub async fn claim_runs(&self, request: &ClaimRequest<'_>) -> Result<Vec<Claimed>> {
         let stamped_after = Instant::now();
         let rows = match &self.pool {
-            super::Pool::Postgres(p) => {
+            super::pool::Pool::Postgres(p) => {
                 let tenants = match request.run_id {
                     Some(_) => Vec::new(),
                     None => self.queued_tenants.read(self.q, p).await?,
@@ -599,7 +601,7 @@ impl Store {
                 })
                 .await?
             }
-            super::Pool::Sqlite(_) => self.writer().claim(request).await?,
+            super::pool::Pool::Sqlite(_) => self.writer().claim(request).await?,
         };
         Ok(rows
             .into_iter()
@@ -612,8 +614,8 @@ impl Store {
     /// not store cannot fail the others.
     pub async fn record_attempts(&self, items: &[Recording]) -> Vec<Result<Recorded>> {
         let p = match &self.pool {
-            super::Pool::Postgres(p) => p,
-            super::Pool::Sqlite(_) => return self.writer().record(items.to_vec()).await,
+            super::pool::Pool::Postgres(p) => p,
+            super::pool::Pool::Sqlite(_) => return self.writer().record(items.to_vec()).await,
         };
         let mut order: Vec<usize> = (0..items.len()).collect();
         order.sort_by(|&a, &b| items[a].lock_key().cmp(&items[b].lock_key()));

@@ -6,8 +6,8 @@
 
 use super::family::Enqueue;
 use super::postgres_guest::PgGuest;
+use super::records::{FileWrite, FileWritten, ProgressWrite};
 use super::sqlite_guest::SqliteGuest;
-use super::{FileWrite, FileWritten, ProgressWrite};
 use crate::rules::grants::DbGrant;
 use std::sync::Arc;
 use tokio::sync::Mutex;
@@ -148,12 +148,12 @@ pub enum GuestDb {
 
 impl GuestDb {
     /// Opens the guest-facing side of the store's database (its own connections).
-    pub async fn open(store: &super::Store) -> Result<GuestDb, super::StoreError> {
+    pub async fn open(store: &super::handle::Store) -> Result<GuestDb, super::error::StoreError> {
         match store.pool() {
-            super::Pool::Sqlite(_) => Ok(GuestDb::Sqlite(
+            super::pool::Pool::Sqlite(_) => Ok(GuestDb::Sqlite(
                 SqliteGuest::open(store.url(), store.q, store.cancel_book()).await?,
             )),
-            super::Pool::Postgres(admin) => {
+            super::pool::Pool::Postgres(admin) => {
                 Ok(GuestDb::Postgres(PgGuest::new(admin.clone(), store.url())?))
             }
         }

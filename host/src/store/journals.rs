@@ -2,7 +2,8 @@
 //! Which attempts keep one is the runner's (`journal::RecordPolicy`); this module only
 //! reads and writes.
 
-use super::{Result, Store};
+use super::error::Result;
+use super::handle::Store;
 use crate::sandbox::journal::file::{JournalFile, SealKey};
 
 /// The journals' seal key's name in `jobhost_secrets`.

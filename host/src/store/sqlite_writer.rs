@@ -8,11 +8,13 @@
 //! The steps are the ones the Postgres functions of migration 0004 run, with the
 //! statements of `queries` (SQLite has one writer at a time, so no row locks to order).
 
+use super::attempts::AttemptTerms;
 use super::attempts::{ClaimRequest, ClaimedRow, Recorded, Recording, RunChange};
 use super::cancel_book::CancelBook;
+use super::error::{Result, StoreError};
+use super::pool::SQLITE_BUSY_TIMEOUT;
 use super::queries::Queries;
-use super::{NewReport, NewRun, ReportKind, Result, RunRecord, SQLITE_BUSY_TIMEOUT, StoreError};
-use crate::store::AttemptTerms;
+use super::records::{NewReport, NewRun, ReportKind, RunRecord};
 use rusqlite::{CachedStatement, Connection, OpenFlags, ToSql};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -656,7 +658,7 @@ fn record(
                 insert_new_run(conn, &q.insert_run, run, |rows| rows.next().map(drop))?;
                 queued = Some(run.id.clone());
             }
-            if *status == crate::store::RunStatus::Succeeded {
+            if *status == super::records::RunStatus::Succeeded {
                 succeeded.insert(lease.job.clone());
             }
             if let Some(report) = report {
