@@ -144,7 +144,7 @@ mod guests;
 
 use criterion::{Criterion, SamplingMode, Throughput};
 use jobhost::rules::job::JobSpec;
-use jobhost::runs::runner::new_run_id;
+use jobhost::store::new_run_id;
 use jobhost::store::{NewRun, Origin, Pool, Store};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;

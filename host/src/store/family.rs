@@ -9,10 +9,11 @@
 //! they commit with the guest's rows, fenced, or not at all.
 
 use super::error::Result;
-use super::guest::{Fence, GuestDbError};
+use super::guest::GuestDbError;
 use super::handle::Store;
 use super::pool::Exclusive;
 use super::queries::Queries;
+use super::records::Fence;
 use super::records::RunRecord;
 use serde::Serialize;
 use sqlx::{Connection, SqliteConnection};

@@ -7,10 +7,10 @@
 //! way in a transaction whose commit checks the lease.
 
 use super::error::Result;
-use super::guest::Fence;
 use super::handle::Store;
 use super::pool::Exclusive;
 use super::queries::Queries;
+use super::records::Fence;
 use super::records::{
     DeadObject, FileRecord, FileWrite, FileWritten, PendingFile, SigningKeyRecord,
 };

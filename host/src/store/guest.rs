@@ -6,6 +6,9 @@
 
 use super::family::Enqueue;
 use super::postgres_guest::PgGuest;
+/// The fence is a record of its own, so the store's probe and writers check it without
+/// the port; the port's callers find it here, with the port.
+pub use super::records::Fence;
 use super::records::{FileWrite, FileWritten, ProgressWrite};
 use super::sqlite_guest::SqliteGuest;
 use crate::rules::grants::DbGrant;
@@ -116,15 +119,6 @@ pub enum GuestDbError {
     Invalid(&'static str),
     /// The database could not be reached.
     Unavailable,
-}
-
-/// The lease generation a transaction is fenced by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
-    pub job: String,
-    pub instance: String,
-    pub generation: i64,
-    pub holder: String,
 }
 
 /// What one attempt may do, and until when.

@@ -6,10 +6,10 @@
 //! or — a step recorded on its own — in a fenced transaction of the host's own.
 
 use super::error::{Result, StoreError};
-use super::guest::Fence;
 use super::handle::Store;
 use super::pool::Exclusive;
 use super::queries::Queries;
+use super::records::Fence;
 use super::records::{
     DueCandidate, NewRun, ProgressWrite, RunRecord, StepFailureRecord, StepRecord,
 };
