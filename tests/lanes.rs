@@ -40,9 +40,7 @@ async fn backlog(home: &Home, job: &str, tenant: &str, payload: &str, n: usize) 
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
-    let ids: Vec<String> = (0..n)
-        .map(|_| jobhost::runs::runner::new_run_id())
-        .collect();
+    let ids: Vec<String> = (0..n).map(|_| jobhost::store::new_run_id()).collect();
     for (chunk_no, chunk) in ids.chunks(500).enumerate() {
         let rows: Vec<String> = chunk
             .iter()

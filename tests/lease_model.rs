@@ -237,7 +237,7 @@ fn wall_ms() -> i64 {
 
 fn new_run(instance: &str, origin: Origin) -> NewRun {
     NewRun {
-        id: jobhost::runs::runner::new_run_id(),
+        id: jobhost::store::new_run_id(),
         job: JOB.into(),
         instance: instance.into(),
         tenant: "default".into(),

@@ -59,7 +59,7 @@ use criterion::{BatchSize, Criterion, SamplingMode};
 use jobhost::rules::failure::FailureCode;
 use jobhost::rules::grants::{DbGrant, Grants};
 use jobhost::rules::job::{JobSpec, Limits, RetryPolicy};
-use jobhost::runs::runner::{RunnerSettings, Step, new_run_id};
+use jobhost::runs::runner::{RunnerSettings, Step};
 use jobhost::sandbox::capability::db::{DbCapability, DbSession};
 use jobhost::sandbox::capability::steps::{StepsCapability, StepsSession};
 use jobhost::sandbox::engine::attempt::{
@@ -75,6 +75,7 @@ use jobhost::sandbox::engine::{Engine, EngineSettings, Loaded};
 use jobhost::sandbox::journal::{Journal, RecordPolicy, Recorder};
 use jobhost::service::app::{App, AppConfig};
 use jobhost::store::guest::{Access, Fence, GuestDb, SqlValue};
+use jobhost::store::new_run_id;
 use jobhost::store::{LeaseRequest, NewRun, Origin, RunStatus, Store};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;

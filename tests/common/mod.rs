@@ -145,7 +145,7 @@ pub async fn queue_run(
 ) -> jobhost::store::RunRecord {
     store
         .insert_run(&jobhost::store::NewRun {
-            id: jobhost::runs::runner::new_run_id(),
+            id: jobhost::store::new_run_id(),
             job: job.into(),
             instance: instance.into(),
             tenant: "default".into(),

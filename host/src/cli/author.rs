@@ -5,7 +5,7 @@
 //! host would refuse the component, 2 bad input (a name, a directory, a file that is not
 //! a component).
 
-use super::Failure;
+use super::failure::Failure;
 use crate::authoring::inspect::{InspectError, Inspection, grants_needed, inspect};
 use crate::authoring::languages::{self, BuildError, Lang};
 use clap::Args;

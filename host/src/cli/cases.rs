@@ -8,8 +8,9 @@
 //! Exit codes: 0 every case passed, 1 a case failed, 2 the cases file, the manifest or
 //! the component is not valid.
 
+use super::failure::Failure;
+use super::global::{AttemptArgs, Global};
 use super::run::{open_app, run_to_end};
-use super::{AttemptArgs, Failure, Global};
 use crate::authoring::test_cases::files::{self as case_files, Found};
 use crate::authoring::test_cases::links::CannedServer;
 use crate::authoring::test_cases::{self, Case, Mismatch, Observed};

@@ -1,6 +1,7 @@
 //! `host drive`: one bounded sweep, then exit (see `crate::service::drive`).
 
-use super::{Failure, Global};
+use super::failure::Failure;
+use super::global::Global;
 use crate::rules::units::parse_duration;
 use crate::runs::runner::RunnerSettings;
 use crate::sandbox::engine::EngineSettings;
@@ -34,7 +35,7 @@ pub struct DriveArgs {
     #[arg(long, value_parser = parse_duration, default_value = "60s")]
     pub surveillance_interval: Duration,
     #[command(flatten)]
-    pub attempts: super::AttemptArgs,
+    pub attempts: super::global::AttemptArgs,
     /// Reruns a crashed run gets.
     #[arg(long, default_value_t = 3)]
     pub max_reruns: i64,

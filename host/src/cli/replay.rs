@@ -2,7 +2,8 @@
 //! from the database or from an exported file, and says how it ended and whether that is
 //! how the attempt ended.
 
-use super::{Failure, Global};
+use super::failure::Failure;
+use super::global::Global;
 use crate::rules::grants::Grants;
 use crate::rules::guest_text::for_terminal;
 use crate::sandbox::engine::{Engine, EngineSettings, Loaded};

@@ -1,16 +1,18 @@
 //! `host run` and `host migrate`.
 
+use super::failure::Failure;
+use super::global::Global;
 use super::output;
-use super::{Failure, Global};
 use crate::rules::grants::Grants;
 use crate::rules::job::{self, JobSpec, Limits, RetryPolicy};
 use crate::rules::units::{parse_duration, parse_size};
-use crate::runs::runner::{RunnerSettings, Step, new_run_id};
+use crate::runs::runner::{RunnerSettings, Step};
 use crate::sandbox::engine::EngineSettings;
 use crate::sandbox::files::CollectionSpec;
 use crate::service::app::{App, AppConfig};
 use crate::service::manifest::Manifest;
 use crate::service::schedule::surveillance::Surveillance;
+use crate::store::new_run_id;
 use crate::store::{AttemptRecord, NewRun, Origin, RunRecord, RunStatus, Store};
 use clap::Args;
 use std::collections::BTreeMap;
@@ -58,7 +60,7 @@ pub struct RunArgs {
     #[arg(long)]
     pub migrations: Option<PathBuf>,
     #[command(flatten)]
-    pub attempts: super::AttemptArgs,
+    pub attempts: super::global::AttemptArgs,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -164,7 +166,7 @@ pub(super) async fn open_app(
     migrations: Option<PathBuf>,
     spec: &JobSpec,
     manifest: Option<&Manifest>,
-    attempts: super::AttemptArgs,
+    attempts: super::global::AttemptArgs,
 ) -> Result<App, Failure> {
     Ok(App::open(AppConfig {
         db_url,

@@ -1,7 +1,8 @@
 //! `host runs list`, `show`, `cancel` and `retry`; `host pause`, `resume` and `pauses`.
 
+use super::failure::Failure;
+use super::global::Global;
 use super::output;
-use super::{Failure, Global};
 use crate::rules::units::parse_duration;
 use crate::runs::controls::{Action, Actor, ControlError, Controls};
 use crate::runs::metrics::Metrics;

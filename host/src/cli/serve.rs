@@ -1,6 +1,7 @@
 //! `host serve`, `host jobs`, `host kick` and `host check`.
 
-use super::{Failure, Global};
+use super::failure::Failure;
+use super::global::Global;
 use crate::queue::kick::{self, KickError, Kicked};
 use crate::rules::trace::TraceParent;
 use crate::rules::units::{parse_duration, parse_positive_duration};
@@ -100,7 +101,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub timezone: Option<String>,
     #[command(flatten)]
-    pub attempts: super::AttemptArgs,
+    pub attempts: super::global::AttemptArgs,
     /// Reruns a crashed run gets.
     #[arg(long, default_value_t = 3)]
     pub max_reruns: i64,
@@ -443,7 +444,7 @@ async fn refused(store: &Store, job: &str, error: KickError) -> Failure {
         KickError::Orphaned(_) => Failure::usage(format!("{error} (see `host jobs`)")),
         KickError::QueueFull(_) => Failure {
             message: format!("queue_full: {error} (see `host runs list --status queued`)"),
-            exit: super::EXIT_QUEUE_FULL,
+            exit: super::failure::EXIT_QUEUE_FULL,
         },
         KickError::Payload(e) => Failure::usage(e),
         KickError::Store(e) => e.into(),

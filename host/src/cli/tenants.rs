@@ -1,6 +1,7 @@
 //! `host tenants` and `host tokens`: the tenant registry and the HTTP API's bearer tokens.
 
-use super::{Failure, Global};
+use super::failure::Failure;
+use super::global::Global;
 use crate::rules::tenant;
 use crate::service::views::{self, time};
 use crate::store::Store;

@@ -18,49 +18,12 @@
 //! is a read beside the write. No lock is taken, so a guest's open transaction never holds
 //! up another writer, and the claim path is untouched.
 
+use crate::rules::queue_caps::Caps;
 use crate::store::{JobRecord, Store, StoreError};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
-/// A tenant's queued runs when the manifest sets no `max_queued` for it.
-pub const DEFAULT_MAX_QUEUED_PER_TENANT: u64 = 100_000;
-/// A job's queued runs for one tenant when the job sets no `max_queued`.
-pub const DEFAULT_MAX_QUEUED_PER_JOB: u64 = 20_000;
 /// The deepest a run may be in its family: a run a guest started is one deeper than the
 /// run that started it, and one started otherwise (a kick, a schedule) is at depth 0.
 pub const MAX_FAMILY_DEPTH: i64 = 16;
-
-/// The tenants' queued caps as one manifest set them (`max_queued` of `[tenants.NAME]`
-/// and `[tenant_defaults]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TenantCaps {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default: Option<u64>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub tenants: BTreeMap<String, u64>,
-}
-
-impl TenantCaps {
-    /// The cap of `tenant`'s queued runs.
-    pub fn of(&self, tenant: &str) -> u64 {
-        self.tenants
-            .get(tenant)
-            .copied()
-            .or(self.default)
-            .unwrap_or(DEFAULT_MAX_QUEUED_PER_TENANT)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.default.is_none() && self.tenants.is_empty()
-    }
-}
-
-/// The caps a job's new runs are queued under, from its stored definition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caps {
-    pub tenant: u64,
-    pub job: u64,
-}
 
 /// Why runs were not queued.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -134,23 +97,4 @@ pub async fn tenants(store: &Store) -> Result<Vec<(String, u64, u64)>, StoreErro
             (tenant, u64::try_from(queued).unwrap_or(0), cap)
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_tenant_named_has_its_own_cap_the_others_the_default() {
-        let caps = TenantCaps {
-            default: Some(50),
-            tenants: BTreeMap::from([("acme".to_string(), 5)]),
-        };
-        assert_eq!(caps.of("acme"), 5);
-        assert_eq!(caps.of("beta"), 50);
-        assert_eq!(
-            TenantCaps::default().of("acme"),
-            DEFAULT_MAX_QUEUED_PER_TENANT
-        );
-    }
 }

@@ -18,6 +18,7 @@
 //! tenant, so runs of different events (or of one event for different tenants of a
 //! per-tenant job) never wait on each other's lease.
 
+use crate::rules::event_name::{InvalidEventName, validate_event};
 use crate::rules::job::JobSpec;
 use crate::store::{NewRun, Origin, Store, StoreError};
 use sha2::{Digest, Sha256};
@@ -28,10 +29,8 @@ pub const MAX_KEY: usize = 200;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EmitError {
-    #[error(
-        "invalid event name {0:?}: use 1-64 lowercase letters, digits and . _ -, starting with a letter or digit"
-    )]
-    Name(String),
+    #[error(transparent)]
+    Name(#[from] InvalidEventName),
     #[error("a dedup key is 1-{MAX_KEY} bytes without control characters")]
     Key,
     #[error(transparent)]
@@ -47,11 +46,6 @@ pub struct EventRun {
     pub tenant: String,
     pub run_id: String,
     pub duplicate: bool,
-}
-
-/// Event names follow the job name rule.
-pub fn validate_event(name: &str) -> Result<(), EmitError> {
-    crate::rules::job::validate_name(name).map_err(|_| EmitError::Name(name.to_string()))
 }
 
 fn validate_key(key: &str) -> Result<(), EmitError> {

@@ -15,7 +15,7 @@
 
 use crate::rules::job::JobSpec;
 use crate::rules::trace::TraceParent;
-use crate::runs::runner::new_run_id;
+use crate::store::new_run_id;
 use crate::store::{JobRecord, NewRun, Origin, RunRecord, Store, StoreError};
 
 pub const DEFAULT_INSTANCE: &str = "default";

@@ -250,7 +250,7 @@ impl Grants {
         if let Some(jobs) = &checked.jobs {
             for name in jobs {
                 let valid = match name.strip_prefix(EVENT_GRANT) {
-                    Some(event) => crate::queue::events::validate_event(event).is_ok(),
+                    Some(event) => crate::rules::event_name::validate_event(event).is_ok(),
                     None => crate::rules::job::validate_name(name).is_ok(),
                 };
                 if !valid {

@@ -86,16 +86,16 @@ pub struct Flow {
     #[serde(default)]
     pub over_limit: OverLimit,
     /// At most this many runs of the job queued for one tenant (`backlog`); `None`:
-    /// [`crate::queue::backlog::DEFAULT_MAX_QUEUED_PER_JOB`].
+    /// [`crate::rules::queue_caps::DEFAULT_MAX_QUEUED_PER_JOB`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_queued: Option<u64>,
     /// Each tenant's cap on its queued runs, as the manifest that registered the job set
     /// them: stored with the job, so every host (and `host start`) applies the same.
     #[serde(
         default,
-        skip_serializing_if = "crate::queue::backlog::TenantCaps::is_empty"
+        skip_serializing_if = "crate::rules::queue_caps::TenantCaps::is_empty"
     )]
-    pub tenant_queued: crate::queue::backlog::TenantCaps,
+    pub tenant_queued: crate::rules::queue_caps::TenantCaps,
 }
 
 /// The defers a run may make when its job sets no `max_defers`: enough for any polling
@@ -110,12 +110,12 @@ impl Flow {
     }
 
     /// The caps new runs of the job for `tenant` are queued under.
-    pub fn queue_caps(&self, tenant: &str) -> crate::queue::backlog::Caps {
-        crate::queue::backlog::Caps {
+    pub fn queue_caps(&self, tenant: &str) -> crate::rules::queue_caps::Caps {
+        crate::rules::queue_caps::Caps {
             tenant: self.tenant_queued.of(tenant),
             job: self
                 .max_queued
-                .unwrap_or(crate::queue::backlog::DEFAULT_MAX_QUEUED_PER_JOB),
+                .unwrap_or(crate::rules::queue_caps::DEFAULT_MAX_QUEUED_PER_JOB),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! tokens and trace context. The bottom layer: it imports nothing else of the host.
 
 pub mod event_filter;
+pub mod event_name;
 pub mod failure;
 #[cfg(test)]
 pub(crate) mod fuzzing;
@@ -11,6 +12,7 @@ pub mod guest_text;
 pub mod job;
 pub mod json_rule;
 pub mod name_rule;
+pub mod queue_caps;
 pub mod record;
 pub mod tenant;
 pub mod trace;

@@ -150,21 +150,28 @@ impl TraceParent {
     }
 }
 
-/// The span attempt number `attempt` (of its pass) of `run` runs in, on a worker of
-/// `lane`: it carries the run's trace id, so the host's log lines of the attempt name it,
-/// and the attempt, tenant and lane, so a trace tells a retry from a first try and whose
-/// work took which workers.
+/// The span attempt number `attempt` (of its pass) of run `run_id` runs in, on a worker
+/// of `lane`: it carries the run's trace id, so the host's log lines of the attempt name
+/// it, and the attempt, tenant and lane, so a trace tells a retry from a first try and
+/// whose work took which workers. The caller passes the run's fields, not its row: a
+/// rule knows no store.
 /// Exported (`otlp`), it is a child of the run's context, so it joins the caller's trace.
-pub fn attempt_span(run: &crate::store::RunRecord, attempt: i64, lane: &str) -> tracing::Span {
+pub fn attempt_span(
+    trace: &TraceParent,
+    job: &str,
+    run_id: &str,
+    tenant: &str,
+    attempt: i64,
+    lane: &str,
+) -> tracing::Span {
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let trace = run.trace();
     let span = tracing::info_span!(
         "attempt",
         trace_id = %trace.trace_id(),
-        job = %run.job,
-        run_id = %run.id,
+        job = %job,
+        run_id = %run_id,
         attempt,
-        tenant = %run.tenant,
+        tenant = %tenant,
         lane = %lane,
     );
     // Without an exporter there is no context to set: nothing to do.

@@ -23,7 +23,8 @@
 
 use crate::rules::failure::FailureCode;
 use crate::runs::metrics::Metrics;
-use crate::runs::runner::{Runner, new_run_id};
+use crate::runs::runner::Runner;
+use crate::store::new_run_id;
 use crate::store::{
     CancelMark, CancelRequest, NewReport, NewRun, Origin, ReportKind, RetryRequest, RunFilter,
     RunRecord, RunStatus, Store, StoreError,

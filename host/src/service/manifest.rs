@@ -390,7 +390,7 @@ impl Manifest {
             tenants: BTreeMap::new(),
             default: file.tenant_defaults.as_ref().map(TenantSection::quota),
         };
-        let mut tenant_queued = crate::queue::backlog::TenantCaps {
+        let mut tenant_queued = crate::rules::queue_caps::TenantCaps {
             default: file.tenant_defaults.as_ref().and_then(|t| t.max_queued),
             tenants: BTreeMap::new(),
         };
@@ -636,7 +636,7 @@ fn job(
                 .or(defaults.over_limit)
                 .unwrap_or_default(),
             max_queued: section.max_queued.or(defaults.max_queued),
-            tenant_queued: crate::queue::backlog::TenantCaps::default(),
+            tenant_queued: crate::rules::queue_caps::TenantCaps::default(),
         },
         lane: section
             .lane
@@ -696,7 +696,7 @@ fn triggers(on: &[toml::Value]) -> Result<(BTreeSet<String>, BTreeMap<String, Fi
             }
             _ => return Err(SHAPE.into()),
         };
-        crate::queue::events::validate_event(&event).map_err(|e| e.to_string())?;
+        crate::rules::event_name::validate_event(&event).map_err(|e| e.to_string())?;
         if !events.insert(event.clone()) {
             return Err(format!("the event {event:?} is given twice in `on`"));
         }
@@ -845,7 +845,7 @@ mod tests {
         let caps = ledger.flow.queue_caps("acme");
         assert_eq!(
             (caps.tenant, caps.job),
-            (10, crate::queue::backlog::DEFAULT_MAX_QUEUED_PER_JOB)
+            (10, crate::rules::queue_caps::DEFAULT_MAX_QUEUED_PER_JOB)
         );
         assert_eq!(ledger.flow.queue_caps("globex").tenant, 1000);
         let hello = m.job("hello").unwrap();

@@ -9,6 +9,7 @@
 use crate::sandbox::engine::attempt::CancelToken;
 use crate::service::app::App;
 use crate::service::catalog::Catalog;
+use crate::service::http::Shared;
 use crate::service::manifest::CatchUp;
 use crate::service::report::Reporter;
 use crate::service::schedule::Scheduler;
@@ -73,37 +74,21 @@ pub enum ServeError {
     },
 }
 
-/// What the loops and the HTTP handlers share.
-pub struct Shared {
-    pub app: App,
-    pub catalog: Arc<Catalog>,
-    pub draining: AtomicBool,
-    /// The fleet's gauges as `/metrics` last read them, and when.
-    pub gauges: tokio::sync::Mutex<Option<(Instant, Arc<Vec<crate::runs::metrics::Gauge>>)>>,
-    /// This host's lanes and their workers.
-    pub lanes: BTreeMap<String, usize>,
-    /// The console's lane history and live pulse.
-    pub console: crate::service::http::Console,
-    /// Where a run's trace is shown (`ServeConfig::trace_url`).
-    pub trace_url: Option<String>,
-}
-
-impl Shared {
-    /// The terms this host claims runs of `lane` under: every job of its catalog in the
-    /// lane, as loaded now.
-    fn terms(&self, lane: &str) -> BTreeMap<String, AttemptTerms> {
-        self.catalog
-            .all()
-            .iter()
-            .filter(|job| job.spec.lane == lane)
-            .map(|job| {
-                (
-                    job.spec.name.clone(),
-                    self.app.runner.terms(&job.spec, &job.loaded.digest),
-                )
-            })
-            .collect()
-    }
+/// The terms this host claims runs of `lane` under: every job of its catalog in the
+/// lane, as loaded now.
+fn claim_terms(shared: &Shared, lane: &str) -> BTreeMap<String, AttemptTerms> {
+    shared
+        .catalog
+        .all()
+        .iter()
+        .filter(|job| job.spec.lane == lane)
+        .map(|job| {
+            (
+                job.spec.name.clone(),
+                shared.app.runner.terms(&job.spec, &job.loaded.digest),
+            )
+        })
+        .collect()
 }
 
 pub async fn serve(
@@ -510,7 +495,7 @@ async fn dispatch(
         let may_claim =
             claims.is_empty() || (deep && claims.len() < in_flight && want * JOIN_AT >= depth);
         if want > 0 && may_claim {
-            let terms = shared.terms(&lane.name);
+            let terms = claim_terms(&shared, &lane.name);
             if !terms.is_empty() {
                 let (claiming, lane_name) = (shared.clone(), lane.name.clone());
                 let claim = claims.spawn(async move {
@@ -566,7 +551,7 @@ async fn dispatch(
                 let empty = runs.is_empty();
                 queue_claimed(&shared, &lane, &ready, runs).await;
                 if empty && claims.is_empty() {
-                    let terms = shared.terms(&lane.name);
+                    let terms = claim_terms(&shared, &lane.name);
                     let expires = ready.next_expiry(start_within);
                     wait_for_work(&shared, &config, &lane, &terms, expires, &mut stop).await;
                 }

@@ -17,7 +17,8 @@ use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::{Result, SQLITE_BUSY_TIMEOUT, StoreError};
+use super::error::{Result, StoreError};
+use super::pool::SQLITE_BUSY_TIMEOUT;
 
 /// The SQL function the fence calls: 1 if its argument is a run with a cancel recorded.
 pub(crate) const FUNCTION: &str = "jobhost_cancel_marked";

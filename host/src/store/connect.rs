@@ -5,7 +5,8 @@
 //! after a pool's retries.
 
 use super::cancel_book::CancelBook;
-use super::{SQLITE_BUSY_TIMEOUT, StoreError};
+use super::error::StoreError;
+use super::pool::SQLITE_BUSY_TIMEOUT;
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
@@ -135,13 +136,13 @@ fn explain(options: &PgConnectOptions, error: &sqlx::Error) -> StoreError {
             Some("53300") => format!("Postgres at {server} has no connection slots left"),
             _ => format!(
                 "Postgres at {server} refused the connection ({})",
-                super::describe(error)
+                super::error_class::describe(error)
             ),
         },
         sqlx::Error::Tls(_) => format!("the TLS handshake with Postgres at {server} failed"),
         _ => format!(
             "cannot connect to Postgres at {server} ({})",
-            super::describe(error)
+            super::error_class::describe(error)
         ),
     };
     StoreError::Open(text)

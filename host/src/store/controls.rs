@@ -2,9 +2,13 @@
 //! transaction. Who may do what to which runs, and what follows, is decided in
 //! `crate::runs::controls`; this module only reads and writes.
 
+use super::cancel_book::CancelMark;
+use super::error::Result;
+use super::handle::Store;
 use super::pool::Exclusive;
 use super::records::{FileRecord, NewReport, NewRun, PauseRecord, RunFilter, RunRecord};
-use super::{CancelMark, Result, Store, bind_new_run, bind_report};
+use super::reports::bind_report;
+use super::runs::bind_new_run;
 use sqlx::{AssertSqlSafe, Connection};
 
 /// SQLite's `SQLITE_BUSY`: a write lock not had in time.
@@ -217,7 +221,12 @@ impl Store {
             .await;
         match written {
             Ok(answers) => Ok(Some(answers)),
-            Err(e) if self.records_cancels() && e.class() == super::ErrorClass::Locked => Ok(None),
+            Err(e)
+                if self.records_cancels()
+                    && e.class() == super::error_class::ErrorClass::Locked =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }
@@ -242,7 +251,7 @@ impl Store {
             let mut conn = match bounded {
                 Some(wait) => tokio::time::timeout(wait, Exclusive::acquire(p))
                     .await
-                    .map_err(|_| super::StoreError::Sqlite { code: SQLITE_BUSY })??,
+                    .map_err(|_| super::error::StoreError::Sqlite { code: SQLITE_BUSY })??,
                 None => Exclusive::acquire(p).await?,
             };
             // SQLite waits for its lock in its busy handler, on the connection's thread:
@@ -299,7 +308,7 @@ impl Store {
             }
             tx.commit().await?;
             if bounded.is_some() {
-                let default = super::SQLITE_BUSY_TIMEOUT.as_millis();
+                let default = super::pool::SQLITE_BUSY_TIMEOUT.as_millis();
                 sqlx::query(AssertSqlSafe(format!("PRAGMA busy_timeout = {default}")))
                     .execute(&mut *conn)
                     .await?;

@@ -131,7 +131,7 @@ pub fn describe_sqlite(code: i32) -> String {
         ErrorClass::Locked => format!(
             "another process holds the SQLite database's write lock (waited {} s; \
              one `host serve` per file — use Postgres for several hosts)",
-            super::SQLITE_BUSY_TIMEOUT.as_secs()
+            super::pool::SQLITE_BUSY_TIMEOUT.as_secs()
         ),
         ErrorClass::Privilege => format!(
             "SQLite refused the host access (code {code}): check that the database file \

@@ -8,10 +8,13 @@
 //! by `jobhost_enqueue_runs` (Postgres, migration 0023), which the job's role may call:
 //! they commit with the guest's rows, fenced, or not at all.
 
-use super::guest::{Fence, GuestDbError};
+use super::error::Result;
+use super::guest::GuestDbError;
+use super::handle::Store;
 use super::pool::Exclusive;
 use super::queries::Queries;
-use super::{Result, RunRecord, Store};
+use super::records::Fence;
+use super::records::RunRecord;
 use serde::Serialize;
 use sqlx::{Connection, SqliteConnection};
 
@@ -183,7 +186,7 @@ impl Store {
     ) -> Result<Option<Vec<bool>>> {
         let q = self.q;
         match &self.pool {
-            super::Pool::Sqlite(p) => {
+            super::pool::Pool::Sqlite(p) => {
                 let mut conn = Exclusive::acquire(p).await?;
                 let mut tx = conn.begin_with(self.dialect.begin_write).await?;
                 let held = bind_fence(sqlx::query(q.fence.as_str()), fence)
@@ -200,7 +203,7 @@ impl Store {
                 conn.release();
                 Ok(inserted)
             }
-            super::Pool::Postgres(p) => {
+            super::pool::Pool::Postgres(p) => {
                 let (parent, generation, pass, runs) = postgres_arguments(write);
                 let ids = self
                     .fenced_postgres(p, fence, async |conn| {

@@ -6,11 +6,13 @@
 //! own connection, logged in as its job's role, may call inside its transaction); either
 //! way in a transaction whose commit checks the lease.
 
-use super::guest::Fence;
+use super::error::Result;
+use super::handle::Store;
+use super::pool::Exclusive;
 use super::queries::Queries;
-use super::{
-    DeadObject, Exclusive, FileRecord, FileWrite, FileWritten, PendingFile, Result,
-    SigningKeyRecord, Store,
+use super::records::Fence;
+use super::records::{
+    DeadObject, FileRecord, FileWrite, FileWritten, PendingFile, SigningKeyRecord,
 };
 use sqlx::{Connection, PgConnection, Row, SqliteConnection};
 
@@ -247,8 +249,10 @@ impl Store {
         write: &FileWrite,
     ) -> Result<Option<FileWritten>> {
         let p = match &self.pool {
-            super::Pool::Sqlite(p) => return self.file_write_fenced_sqlite(p, fence, write).await,
-            super::Pool::Postgres(p) => p,
+            super::pool::Pool::Sqlite(p) => {
+                return self.file_write_fenced_sqlite(p, fence, write).await;
+            }
+            super::pool::Pool::Postgres(p) => p,
         };
         self.fenced_postgres(p, fence, async |conn| apply_postgres(conn, write).await)
             .await

@@ -6,8 +6,11 @@
 
 use super::family::Enqueue;
 use super::postgres_guest::PgGuest;
+/// The fence is a record of its own, so the store's probe and writers check it without
+/// the port; the port's callers find it here, with the port.
+pub use super::records::Fence;
+use super::records::{FileWrite, FileWritten, ProgressWrite};
 use super::sqlite_guest::SqliteGuest;
-use super::{FileWrite, FileWritten, ProgressWrite};
 use crate::rules::grants::DbGrant;
 use std::sync::Arc;
 use tokio::sync::Mutex;
@@ -118,15 +121,6 @@ pub enum GuestDbError {
     Unavailable,
 }
 
-/// The lease generation a transaction is fenced by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
-    pub job: String,
-    pub instance: String,
-    pub generation: i64,
-    pub holder: String,
-}
-
 /// What one attempt may do, and until when.
 #[derive(Debug, Clone)]
 pub struct Access {
@@ -148,12 +142,12 @@ pub enum GuestDb {
 
 impl GuestDb {
     /// Opens the guest-facing side of the store's database (its own connections).
-    pub async fn open(store: &super::Store) -> Result<GuestDb, super::StoreError> {
+    pub async fn open(store: &super::handle::Store) -> Result<GuestDb, super::error::StoreError> {
         match store.pool() {
-            super::Pool::Sqlite(_) => Ok(GuestDb::Sqlite(
+            super::pool::Pool::Sqlite(_) => Ok(GuestDb::Sqlite(
                 SqliteGuest::open(store.url(), store.q, store.cancel_book()).await?,
             )),
-            super::Pool::Postgres(admin) => {
+            super::pool::Pool::Postgres(admin) => {
                 Ok(GuestDb::Postgres(PgGuest::new(admin.clone(), store.url())?))
             }
         }

@@ -3,7 +3,8 @@
 //! reads and writes rows and the seal key's text: the journal's file format and its seal
 //! are the sandbox's (`sandbox::journal::file`), which converts.
 
-use super::{Result, Store};
+use super::error::Result;
+use super::handle::Store;
 
 /// The journals' seal key's name in `jobhost_secrets`.
 const SEAL_KEY: &str = "journal-seal";

@@ -11,8 +11,9 @@
 //! Migrations apply in one transaction under a lock, so two hosts starting together do
 //! not race: Postgres takes a transaction-scoped advisory lock, SQLite its write lock.
 
+use super::error::StoreError;
+use super::pool::{Backend, Pool};
 use super::queries::Dialect;
-use super::{Backend, Pool, StoreError};
 use sha2::{Digest, Sha256};
 use sqlx::{AssertSqlSafe, Row};
 use std::path::Path;

@@ -1,9 +1,11 @@
 //! The rows of orphaned jobs' waiting runs: which there are, and ending them. That they
 //! end, and how, is `crate::service::registration`'s; this module only reads and writes.
 
+use super::error::Result;
+use super::handle::Store;
 use super::pool::Exclusive;
 use super::records::{NewReport, RunRecord};
-use super::{Result, Store, bind_report};
+use super::reports::bind_report;
 use sqlx::Connection;
 
 /// An end of a run waiting in an orphaned job's queue, with `status` and `code`.

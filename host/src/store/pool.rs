@@ -1,5 +1,7 @@
 //! The two pools behind the store, and the one macro that runs a body on either.
 
+use std::time::Duration;
+
 /// Which engine a URL selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -27,6 +29,11 @@ impl Backend {
     }
 }
 
+/// How long SQLite waits for the write lock before giving up. Guest transactions are
+/// bounded well below this (see `capability::db`), so a busy job delays host writes, it
+/// does not fail them.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 #[derive(Clone, Debug)]
 pub enum Pool {
     Sqlite(sqlx::SqlitePool),
@@ -38,8 +45,8 @@ pub enum Pool {
 macro_rules! with_pool {
     ($pool:expr, $p:ident => $body:expr) => {
         match &$pool {
-            $crate::store::Pool::Sqlite($p) => $body,
-            $crate::store::Pool::Postgres($p) => $body,
+            $crate::store::pool::Pool::Sqlite($p) => $body,
+            $crate::store::pool::Pool::Postgres($p) => $body,
         }
     };
 }

@@ -22,7 +22,7 @@ use super::guest::{
 };
 use super::pg_wire::{FrameGuard, Socket};
 use super::pool::Exclusive;
-use super::{FileWrite, FileWritten, ProgressWrite};
+use super::records::{FileWrite, FileWritten, ProgressWrite};
 use crate::rules::grants::DbGrant;
 use bytes::BytesMut;
 use futures_util::TryStreamExt;
@@ -57,9 +57,9 @@ pub struct PgGuest {
 }
 
 impl PgGuest {
-    pub fn new(admin: PgPool, url: &str) -> Result<PgGuest, super::StoreError> {
-        let config =
-            tokio_postgres::Config::from_str(url).map_err(|_| super::StoreError::UnsupportedUrl)?;
+    pub fn new(admin: PgPool, url: &str) -> Result<PgGuest, super::error::StoreError> {
+        let config = tokio_postgres::Config::from_str(url)
+            .map_err(|_| super::error::StoreError::UnsupportedUrl)?;
         Ok(PgGuest {
             admin,
             config: Arc::new(config),
@@ -152,7 +152,7 @@ impl PgGuest {
         let password = provision(&self.admin, &role, grant, &fingerprint)
             .await
             .map_err(|e| {
-                tracing::warn!(job, code = "driver_failed", error = %super::describe(&e), "cannot provision the job's database role");
+                tracing::warn!(job, code = "driver_failed", error = %super::error_class::describe(&e), "cannot provision the job's database role");
                 GuestDbError::Unavailable
             })?;
         let mut config = (*self.config).clone();

@@ -11,8 +11,8 @@
 //! the pool, which reports errors properly.
 
 use super::cancel_book::CancelBook;
-use super::guest::Fence;
-use super::{JobRecord, TenantRecord, TokenCheck};
+use super::records::Fence;
+use super::records::{JobRecord, TenantRecord, TokenCheck};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, ToSql};
 use std::path::Path;
 use std::sync::{Arc, Mutex};

@@ -354,6 +354,11 @@ pub struct JobUpsert<'a> {
     pub over_limit: crate::rules::job::OverLimit,
 }
 
+/// A new, time-ordered run id: the id of every run a [`NewRun`] queues.
+pub fn new_run_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRun {
     pub id: String,
@@ -370,6 +375,15 @@ pub struct NewRun {
     pub delay_ms: i64,
     /// The trace it belongs to; `None` for a run whose trace derives from its id.
     pub trace_parent: Option<crate::rules::trace::TraceParent>,
+}
+
+/// The lease generation a transaction is fenced by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub job: String,
+    pub instance: String,
+    pub generation: i64,
+    pub holder: String,
 }
 
 pub struct LeaseRequest<'a> {

@@ -5,11 +5,13 @@
 //! here, on Postgres by the functions of migration 0005, which the job's role may call),
 //! or — a step recorded on its own — in a fenced transaction of the host's own.
 
-use super::guest::Fence;
+use super::error::{Result, StoreError};
+use super::handle::Store;
+use super::pool::Exclusive;
 use super::queries::Queries;
-use super::{
-    DueCandidate, Exclusive, NewRun, ProgressWrite, Result, RunRecord, StepFailureRecord,
-    StepRecord, Store, StoreError,
+use super::records::Fence;
+use super::records::{
+    DueCandidate, NewRun, ProgressWrite, RunRecord, StepFailureRecord, StepRecord,
 };
 use sqlx::{Connection, SqliteConnection};
 
@@ -95,7 +97,7 @@ impl Store {
             let started = match live {
                 Some(id) => (id, None),
                 None => {
-                    let queued = super::queue(&mut tx, q, q.queue_run.as_str(), run)
+                    let queued = super::runs::queue(&mut tx, q, q.queue_run.as_str(), run)
                         .await?
                         .ok_or(StoreError::Unreadable)?;
                     (queued.id.clone(), Some(queued))
@@ -205,7 +207,7 @@ impl Store {
         let p = match &self.pool {
             // One statement with the lease check inside: SQLite's write lock makes the
             // check and the insert one step.
-            super::Pool::Sqlite(p) => {
+            super::pool::Pool::Sqlite(p) => {
                 let recorded = sqlx::query(q.record_step_fenced.as_str())
                     .bind(&fence.job)
                     .bind(&fence.instance)
@@ -220,7 +222,7 @@ impl Store {
                     .rows_affected();
                 return Ok(recorded == 1);
             }
-            super::Pool::Postgres(p) => p,
+            super::pool::Pool::Postgres(p) => p,
         };
         let recorded = self
             .fenced_postgres(p, fence, async |conn| {

@@ -2,7 +2,9 @@
 //! ledgers and journals, delivered reports, orphaned jobs whose runs are all gone, and the leases
 //! of instances idle since the cut-off. What is old enough, and when, is `retention`'s.
 
-use super::{Exclusive, Result, Store};
+use super::error::Result;
+use super::handle::Store;
+use super::pool::Exclusive;
 use sqlx::Connection;
 
 /// What one batch deleted.

@@ -3,7 +3,8 @@
 //! author's own statements on a database made for the case, never a host's; their errors
 //! go back to the author as the driver says them.
 
-use super::{Store, describe};
+use super::error_class::describe;
+use super::handle::Store;
 use serde_json::Value;
 use sqlx::{Column, Row};
 

@@ -23,7 +23,7 @@ use super::guest::{
     SqlValue, TxSession, collect_rows,
 };
 use super::queries::Queries;
-use super::{FileWrite, FileWritten, ProgressWrite};
+use super::records::{FileWrite, FileWritten, ProgressWrite};
 use crate::rules::grants::DbGrant;
 use libsqlite3_sys as ffi;
 use sqlx::pool::PoolConnection;
@@ -231,7 +231,7 @@ impl SqliteGuest {
         // SAFETY: sets a process-wide limit; callable at any time from any thread.
         unsafe { ffi::sqlite3_hard_heap_limit64(SQLITE_HEAP_LIMIT) };
         let cancels = cancels.clone();
-        let options = super::sqlite_options(url)?
+        let options = super::connect::sqlite_options(url)?
             .row_buffer_size(1)
             .log_statements(log::LevelFilter::Off)
             .log_slow_statements(log::LevelFilter::Off, std::time::Duration::MAX);

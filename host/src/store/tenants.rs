@@ -1,7 +1,8 @@
 //! The rows of tenants and API tokens. What a token may see is `tenant`'s and the API's.
 
-use super::{Result, Store};
-use crate::store::{TenantRecord, TokenCheck, TokenRecord};
+use super::error::Result;
+use super::handle::Store;
+use super::records::{TenantRecord, TokenCheck, TokenRecord};
 
 impl Store {
     /// Registers a tenant as active; false if it was registered already (left as it is).

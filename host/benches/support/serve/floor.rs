@@ -7,7 +7,7 @@ use crate::procs::postgres_cpu;
 use crate::report::Record;
 use crate::settings::{JOB, Settings};
 use crate::stats::fmt_duration;
-use jobhost::runs::runner::new_run_id;
+use jobhost::store::new_run_id;
 use jobhost::store::Store;
 use std::time::Instant;
 

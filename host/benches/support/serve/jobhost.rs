@@ -12,7 +12,7 @@ use crate::settings::{
     SQLITE_DUE_AHEAD_MS, START_TIMEOUT,
 };
 use jobhost::rules::job::JobSpec;
-use jobhost::runs::runner::new_run_id;
+use jobhost::store::new_run_id;
 use jobhost::store::{NewRun, Origin, Pool, Store};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

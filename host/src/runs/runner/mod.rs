@@ -293,7 +293,14 @@ impl Runner {
         // record what happened (retrying if the database is briefly unreachable).
         let until = deadline + self.settings.lease.grace;
         let attempt = run.failures + 1;
-        let span = crate::rules::trace::attempt_span(&run, attempt, &spec.lane);
+        let span = crate::rules::trace::attempt_span(
+            &run.trace(),
+            &run.job,
+            &run.id,
+            &run.tenant,
+            attempt,
+            &spec.lane,
+        );
         let mut report = if run.work_done == 1 {
             // The last pass committed `done` with its writes before its host stopped:
             // only the run's end is left to record, and the guest is not run again.
@@ -919,9 +926,6 @@ fn pass_context(run: &RunRecord, attempt: i64) -> PassContext {
     }
 }
 
-/// A new, time-ordered run id.
-pub fn new_run_id() -> String {
-    uuid::Uuid::now_v7().to_string()
 }
 
 #[cfg(test)]

@@ -300,7 +300,7 @@ impl GuestState {
     /// The runs an emit queues: one per subscriber of the run's tenant (`events`).
     async fn plan_emit(&mut self, event: &str, payload: &str) -> Result<Enqueue, HostError> {
         let session = self.jobs_session()?;
-        if crate::queue::events::validate_event(event).is_err() {
+        if crate::rules::event_name::validate_event(event).is_err() {
             return Err(invalid("invalid-event"));
         }
         if !session.grants.may_emit(event) {

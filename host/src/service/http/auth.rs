@@ -3,9 +3,9 @@
 //! A missing, malformed, unknown or revoked token, or one of a disabled tenant, gets the
 //! same 401 `unauthenticated`, so a caller learns nothing about which tokens exist.
 
-use super::ApiError;
+use super::error::ApiError;
+use super::state::Shared;
 use crate::rules::tenant::{self, Principal};
-use crate::service::serve::Shared;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;

@@ -3,11 +3,13 @@
 //! nothing unless its body says `"confirm": true`; without it the answer is the count it
 //! would touch, which the page shows before asking.
 
+use super::error::{ApiError, ApiResult};
 use super::params::{self, ApiPath, ApiQuery};
-use super::{ApiError, ApiResult, RunsQuery, present, run_filter};
+use super::run_filter::{RunsQuery, run_filter};
+use super::state::Shared;
+use super::visible::present;
 use crate::rules::tenant::Principal;
 use crate::runs::controls::{Action, Actor, ControlError, Controls};
-use crate::service::serve::Shared;
 use crate::service::views;
 use axum::Json;
 use axum::extract::{Extension, State};

@@ -9,10 +9,11 @@
 //! history is sampled by the host every [`SAMPLE_EVERY`] (one query) and kept in memory
 //! for a day: it is this host's view since it started.
 
+use super::error::{ApiError, ApiResult};
 use super::params::{ApiPath, ApiQuery};
-use super::{ApiError, ApiResult};
+use super::state::Shared;
+use super::state::{LaneSample, PULSE_EVERY};
 use crate::rules::tenant::Principal;
-use crate::service::serve::Shared;
 use crate::service::views;
 use crate::store::RunStatus;
 use axum::Json;
@@ -20,14 +21,12 @@ use axum::extract::{Extension, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-/// How often the pulse is read while a page listens.
-pub const PULSE_EVERY: Duration = Duration::from_secs(2);
 /// How often each lane's queue is sampled for its history.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 /// Samples kept: a day's.
@@ -35,61 +34,6 @@ const SAMPLES_KEPT: usize = 8640;
 /// Most ended runs a job's statistics read.
 const STATS_ROWS: i64 = 20_000;
 const HOUR_MS: i64 = 3_600_000;
-
-/// One lane at one moment.
-#[derive(Debug, Clone)]
-struct LaneSample {
-    at: i64,
-    lane: String,
-    depth: i64,
-    lag_ms: i64,
-    busy: usize,
-}
-
-/// The console's state on this host: lane history, the latest pulse, and the views read
-/// within the last pulse.
-pub struct Console {
-    samples: Mutex<VecDeque<LaneSample>>,
-    pulse: watch::Sender<Value>,
-    /// Overviews and job statistics by what was asked (window, job, tenant): every page
-    /// that refreshes on one pulse gets the one read, so open pages do not multiply the
-    /// database's work.
-    views: tokio::sync::Mutex<BTreeMap<String, (std::time::Instant, Value)>>,
-}
-
-impl Default for Console {
-    fn default() -> Self {
-        Console {
-            samples: Mutex::new(VecDeque::new()),
-            pulse: watch::channel(Value::Null).0,
-            views: tokio::sync::Mutex::new(BTreeMap::new()),
-        }
-    }
-}
-
-impl Console {
-    fn samples(&self) -> std::sync::MutexGuard<'_, VecDeque<LaneSample>> {
-        self.samples.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The view `key` as read within the last [`PULSE_EVERY`], else read now by `read`
-    /// (callers asking meanwhile wait for that one read).
-    async fn shared_view<F>(&self, key: String, read: F) -> Result<Value, ApiError>
-    where
-        F: std::future::Future<Output = Result<Value, ApiError>>,
-    {
-        let mut views = self.views.lock().await;
-        if let Some((at, value)) = views.get(&key)
-            && at.elapsed() < PULSE_EVERY
-        {
-            return Ok(value.clone());
-        }
-        let value = read.await?;
-        views.retain(|_, (at, _)| at.elapsed() < PULSE_EVERY);
-        views.insert(key, (std::time::Instant::now(), value.clone()));
-        Ok(value)
-    }
-}
 
 /// Each lane's due runs and the oldest one's wait, summed over its jobs (a tenant's
 /// token: that tenant's runs).
@@ -397,7 +341,7 @@ pub(super) async fn job_stats(
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<WindowQuery>,
 ) -> ApiResult {
-    let job = super::visible_job(&s, &who, &name).await?;
+    let job = super::visible::visible_job(&s, &who, &name).await?;
     let (window_name, length, bucket) = window(q.window.as_deref())?;
     let key = format!(
         "job/{}/{window_name}/{}",

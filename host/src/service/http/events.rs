@@ -1,11 +1,13 @@
 //! `POST /events/{name}` `{"key", "payload", "tenant"}`: queues a run of each subscriber
 //! (`crate::queue::events`). A tenant's token emits its own tenant's events only.
 
+use super::error::ApiError;
 use super::params::{self, ApiPath};
-use super::{ApiError, json_body, refuse_if_draining, trace_of};
+use super::params::{json_body, trace_of};
+use super::state::Shared;
+use super::state::refuse_if_draining;
 use crate::queue::events::{self, EmitError};
 use crate::rules::tenant::Principal;
-use crate::service::serve::Shared;
 use axum::Json;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};

@@ -2,11 +2,11 @@
 //! the journal itself (the export `host replay --from` reads). A journal is its run's
 //! tenant's: another tenant's token gets 404, as for the run.
 
+use super::error::{ApiError, ApiResult};
 use super::params::{ApiPath, is_run_id};
-use super::{ApiError, ApiResult};
+use super::state::Shared;
 use crate::rules::tenant::Principal;
 use crate::sandbox::journal::file::JournalFile;
-use crate::service::serve::Shared;
 use crate::store::JournalRecord;
 use axum::Json;
 use axum::extract::{Extension, State};

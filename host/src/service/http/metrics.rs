@@ -8,10 +8,11 @@
 //! left out. The operator's token sees every series; a tenant's token its own tenant's
 //! and those that name no one (`metrics::View`). A token that is presented must be valid.
 
-use super::{ApiError, auth};
+use super::auth;
+use super::error::ApiError;
+use super::state::Shared;
 use crate::rules::tenant::Principal;
 use crate::runs::metrics::{Gauge, View};
-use crate::service::serve::Shared;
 use crate::store::{RunStatus, Store};
 use axum::extract::State;
 use axum::http::{HeaderMap, header};

@@ -5,7 +5,7 @@
 //! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `not_cancellable`, `not_retryable`,
 //! `unknown_journal`, `unreadable_journal`, `invalid_parameter`, `queue_full` (429: a cap on
 //! queued runs, `backlog`), `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
-//! `too_many_connections` (`server`).
+//! `too_many_connections` (`server`); one type, `error::ApiError`.
 //! Every path and query parameter is read and checked before any query (`params`): an id
 //! that no job, run or tenant could have answers 404 as an unknown one does.
 //!
@@ -19,33 +19,41 @@
 mod auth;
 mod controls;
 mod dashboard;
+mod error;
 mod events;
 mod journals;
 mod metrics;
 mod params;
+mod run_filter;
 mod server;
+mod state;
 mod tenants;
 mod usage;
+mod visible;
 
 use crate::queue::kick::{self, KickError};
 use crate::rules::tenant::Principal;
-use crate::service::serve::Shared;
 use crate::service::views;
-use crate::store::{ErrorClass, JobRecord, RunFilter, RunStatus, StoreError};
+use crate::store::JobRecord;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use params::{ApiPath, ApiQuery};
+use error::{ApiError, ApiResult};
+use params::{ApiPath, ApiQuery, json_body, trace_of};
+use run_filter::{RunsQuery, run_filter};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use state::refuse_if_draining;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use visible::{present, sees_job, unknown_job, visible_job};
 
-pub use dashboard::{Console, pulse_loop, sample_loop};
+pub use dashboard::{pulse_loop, sample_loop};
 pub use server::{ConnectionLimits, serve_api};
+pub use state::{Console, Shared};
 
 pub fn router(shared: Arc<Shared>) -> Router {
     let api = Router::new()
@@ -92,53 +100,6 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .fallback(|| async { params::not_found() })
         .with_state(shared)
 }
-
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
-}
-
-impl ApiError {
-    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status,
-            code,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn invalid(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_parameter", message)
-    }
-}
-
-impl From<StoreError> for ApiError {
-    /// A value the database refused came from the request (parameters are checked before
-    /// any query, so this is a second line); anything else is the database's state.
-    fn from(e: StoreError) -> Self {
-        if e.class() == ErrorClass::InvalidValue {
-            tracing::info!(code = "invalid_parameter", error = %e, "the database refused a request's value");
-            return Self::invalid("the database refused a value of the request");
-        }
-        tracing::warn!(code = "driver_failed", error = %e, "API request failed");
-        Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "the database is unavailable",
-        )
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
-    }
-}
-
-type ApiResult = Result<Json<Value>, ApiError>;
 
 /// The console's files, served by the host itself: no fonts, scripts or styles from
 /// anywhere else, which the content security policy enforces in the browser.
@@ -206,32 +167,6 @@ async fn readyz(State(s): State<Arc<Shared>>) -> Response {
     }
 }
 
-/// A view as `who` may see it.
-fn present(who: &Principal, view: Value) -> Value {
-    match who {
-        Principal::Operator => view,
-        Principal::Tenant(_) => views::for_tenant(view),
-    }
-}
-
-/// The job, if it exists and `who` may see it; another tenant's job does not exist, nor
-/// does one whose name breaks the job name rule (it is never looked up).
-/// Every tenant sees a per-tenant job (and, through the run filter, only its own children).
-async fn visible_job(s: &Shared, who: &Principal, name: &str) -> Result<JobRecord, ApiError> {
-    if params::is_job_name(name)
-        && let Some(job) = s.app.store.get_job(name).await?
-        && sees_job(who, &job)
-    {
-        return Ok(job);
-    }
-    Err(unknown_job(s, who, name).await)
-}
-
-/// Whether `who` sees `job`: its own, or a per-tenant job (one child of which is its own).
-fn sees_job(who: &Principal, job: &JobRecord) -> bool {
-    job.per_tenant != 0 || who.sees(&job.tenant)
-}
-
 async fn list_jobs(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
@@ -287,25 +222,6 @@ async fn get_job(
     Ok(Json(present(&who, view)))
 }
 
-/// 404 `unknown_job`, naming the jobs `who` sees (a bounded list), so a typo shows at once;
-/// another tenant's job is never named.
-async fn unknown_job(s: &Shared, who: &Principal, name: &str) -> ApiError {
-    match s.app.store.list_jobs().await {
-        Ok(jobs) => {
-            let known = jobs.iter().filter(|job| sees_job(who, job));
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "unknown_job",
-                format!(
-                    "no job named {name:?}; {}",
-                    crate::rules::job::known_jobs(known.map(|job| job.name.as_str()))
-                ),
-            )
-        }
-        Err(e) => e.into(),
-    }
-}
-
 #[derive(Deserialize)]
 struct KickQuery {
     instance: Option<String>,
@@ -351,25 +267,6 @@ fn kicked_tenant<'a>(job: &'a JobRecord, instance: &'a str) -> &'a str {
     } else {
         &job.tenant
     }
-}
-
-/// The request's trace context: its one `traceparent` header if well formed, else `None`
-/// (the host starts a trace). Sent by an untrusted client, so never echoed.
-fn trace_of(headers: &HeaderMap) -> Option<crate::rules::trace::TraceParent> {
-    let values = headers.get_all("traceparent").into_iter();
-    crate::rules::trace::TraceParent::from_headers(values.map(|v| v.as_bytes()))
-}
-
-/// A draining host takes no new work: the caller is told to `elsewhere` (another host).
-fn refuse_if_draining(s: &Shared, elsewhere: &str) -> Result<(), ApiError> {
-    if s.draining.load(Ordering::Acquire) {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            format!("this host is shutting down; {elsewhere}"),
-        ));
-    }
-    Ok(())
 }
 
 /// The instance a kick or start of `job` by `who` is for. A tenant's kick or start of a
@@ -459,156 +356,6 @@ async fn start_run(
         }
         Err(e) => Err(kick_refused(&s, &who, &name, e).await),
     }
-}
-
-/// A request body that carries a payload: checked by the queue-safety rule first, so a
-/// refusal names the JSON path (`$.payload.items[3]`), then read as `T`.
-fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, ApiError> {
-    let limits = crate::rules::json_rule::JsonLimits {
-        max_bytes: crate::rules::json_rule::PAYLOAD.max_bytes + 1024,
-        max_depth: crate::rules::json_rule::PAYLOAD.max_depth + 1,
-    };
-    crate::rules::json_rule::check(body, limits)
-        .map_err(|refusal| ApiError::invalid(format!("body refused: {refusal}")))?;
-    serde_json::from_slice(body).map_err(|_| ApiError::invalid(shape))
-}
-
-/// A run filter as the API takes it: the query string of `GET /runs` and `/runs/count`,
-/// and the `filter` of an action by filter.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RunsQuery {
-    job: Option<String>,
-    status: Option<String>,
-    /// A failure code.
-    code: Option<String>,
-    /// The operator's only: a tenant's token sees its own runs.
-    tenant: Option<String>,
-    instance: Option<String>,
-    /// Text the last error contains, in any case.
-    q: Option<String>,
-    /// RFC 3339 time, or a duration back from now (`1h`).
-    since: Option<String>,
-    until: Option<String>,
-    limit: Option<i64>,
-    /// The `next` token of the previous page.
-    before: Option<String>,
-}
-
-/// Longest text `q` searches the last errors for.
-const MAX_SEARCH: usize = 200;
-
-fn parse_time(text: &str, now: i64, field: &str) -> Result<i64, ApiError> {
-    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text) {
-        return Ok(t.timestamp_millis());
-    }
-    crate::rules::units::parse_duration(text)
-        .ok()
-        .and_then(|d| i64::try_from(d.as_millis()).ok())
-        .and_then(|back| now.checked_sub(back))
-        .ok_or_else(|| {
-            ApiError::invalid(format!(
-                "{field}: use an RFC 3339 time or a duration such as 1h"
-            ))
-        })
-}
-
-/// The statuses a status filter stands for: a run status for the operator, one of the
-/// statuses a tenant is told for a tenant.
-fn statuses(who: &Principal, text: &str) -> Result<Vec<RunStatus>, ApiError> {
-    let found = match who {
-        Principal::Operator => RunStatus::parse(text).map(|s| vec![s]),
-        Principal::Tenant(_) => views::tenant_statuses(text),
-    };
-    found.ok_or_else(|| ApiError::invalid(format!("unknown status {text:?}")))
-}
-
-/// The filter `q` stands for, as `who` may use it: every part checked before any query.
-pub(crate) async fn run_filter(
-    s: &Shared,
-    who: &Principal,
-    q: RunsQuery,
-) -> Result<RunFilter, ApiError> {
-    let job = params::job_filter(q.job)?;
-    let now = s.app.store.now().await?;
-    let statuses = match q.status.as_deref() {
-        Some(text) => statuses(who, text)?,
-        None => Vec::new(),
-    };
-    let code = q
-        .code
-        .map(
-            |code| match crate::rules::failure::FailureCode::parse(&code) {
-                Some(known) => Ok(known.as_str().to_string()),
-                None => Err(ApiError::invalid(format!(
-                    "code: {code:?} is not a failure code (`host codes` lists them)"
-                ))),
-            },
-        )
-        .transpose()?;
-    let tenant = match who.tenant() {
-        Some(own) => Some(own.to_string()),
-        None => q
-            .tenant
-            .map(|t| match params::is_tenant_name(&t) {
-                true => Ok(t),
-                false => Err(ApiError::invalid("tenant: use a tenant name")),
-            })
-            .transpose()?,
-    };
-    let instance = q
-        .instance
-        .map(|i| {
-            crate::rules::job::validate_instance(&i)
-                .map(|()| i)
-                .map_err(|e| ApiError::invalid(e.to_string()))
-        })
-        .transpose()?;
-    let error_text =
-        q.q.filter(|text| !text.is_empty())
-            .map(
-                |text| match text.chars().count() <= MAX_SEARCH && !text.contains('\0') {
-                    true => Ok(text),
-                    false => Err(ApiError::invalid(format!(
-                        "q: search for at most {MAX_SEARCH} characters of text"
-                    ))),
-                },
-            )
-            .transpose()?;
-    let before = q
-        .before
-        .as_deref()
-        .map(|token| {
-            token
-                .split_once('_')
-                .filter(|(_, id)| params::is_run_id(id))
-                .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_string())))
-                .ok_or_else(|| {
-                    ApiError::invalid("before: use the `next` token of the previous page")
-                })
-        })
-        .transpose()?;
-    Ok(RunFilter {
-        job,
-        statuses,
-        tenant,
-        since: q
-            .since
-            .as_deref()
-            .map(|t| parse_time(t, now, "since"))
-            .transpose()?,
-        until: q
-            .until
-            .as_deref()
-            .map(|t| parse_time(t, now, "until"))
-            .transpose()?,
-        code,
-        instance,
-        error_text,
-        unretried: false,
-        before,
-        limit: views::page_size(q.limit),
-    })
 }
 
 async fn list_runs(

@@ -1,10 +1,12 @@
 //! The API's path and query parameters, read and checked before any query: a client's
 //! text reaches the database only once it could name something that exists. A path that
 //! is not valid text names nothing (404 `not_found`); a query string that cannot be read
-//! is `400 invalid_parameter`, in the JSON body every other error has.
+//! is `400 invalid_parameter`, in the JSON body every other error has. A request's
+//! `traceparent` header and a body that carries a payload are read here too.
 
-use super::ApiError;
+use super::error::ApiError;
 use axum::extract::{FromRequestParts, Path, Query};
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -82,6 +84,28 @@ pub(super) fn job_filter(job: Option<String>) -> Result<Option<String>, ApiError
         )),
         job => Ok(job),
     }
+}
+
+/// The request's trace context: its one `traceparent` header if well formed, else `None`
+/// (the host starts a trace). Sent by an untrusted client, so never echoed.
+pub(super) fn trace_of(headers: &HeaderMap) -> Option<crate::rules::trace::TraceParent> {
+    let values = headers.get_all("traceparent").into_iter();
+    crate::rules::trace::TraceParent::from_headers(values.map(|v| v.as_bytes()))
+}
+
+/// A request body that carries a payload: checked by the queue-safety rule first, so a
+/// refusal names the JSON path (`$.payload.items[3]`), then read as `T`.
+pub(super) fn json_body<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    shape: &str,
+) -> Result<T, ApiError> {
+    let limits = crate::rules::json_rule::JsonLimits {
+        max_bytes: crate::rules::json_rule::PAYLOAD.max_bytes + 1024,
+        max_depth: crate::rules::json_rule::PAYLOAD.max_depth + 1,
+    };
+    crate::rules::json_rule::check(body, limits)
+        .map_err(|refusal| ApiError::invalid(format!("body refused: {refusal}")))?;
+    serde_json::from_slice(body).map_err(|_| ApiError::invalid(shape))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! limit on its body, a time limit on a client that stops reading its answer, a bound on
 //! each connection's buffers, and a cap on open connections.
 
-use super::ApiError;
+use super::error::ApiError;
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;

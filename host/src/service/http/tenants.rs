@@ -1,10 +1,10 @@
 //! `/tenants`: the registry, for operators only. To a tenant's token these paths do not
 //! exist (404 `not_found`), like anything else that is not its own.
 
+use super::error::{ApiError, ApiResult};
 use super::params::{self, ApiPath};
-use super::{ApiError, ApiResult};
+use super::state::Shared;
 use crate::rules::tenant::{self, Principal};
-use crate::service::serve::Shared;
 use crate::service::views;
 use axum::Json;
 use axum::extract::{Extension, State};

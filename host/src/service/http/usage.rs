@@ -1,10 +1,10 @@
 //! `/usage`: what each tenant's attempts used in the last hour, against its quota. An
 //! operator sees every tenant; a tenant's token sees only its own.
 
-use super::ApiResult;
+use super::error::ApiResult;
+use super::state::Shared;
 use crate::queue::quota::{OverQuota, Quotas, WINDOW};
 use crate::rules::tenant::Principal;
-use crate::service::serve::Shared;
 use crate::store::TenantUsage;
 use axum::Json;
 use axum::extract::{Extension, State};

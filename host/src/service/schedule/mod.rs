@@ -8,9 +8,9 @@
 pub mod cron;
 pub mod surveillance;
 
-use crate::runs::runner::new_run_id;
 use crate::service::catalog::Catalog;
 use crate::service::manifest::CatchUp;
+use crate::store::new_run_id;
 use crate::store::{NewRun, Origin, Store, StoreError};
 use cron::Cron;
 use std::sync::Arc;

@@ -7,8 +7,8 @@
 
 use super::cron::Cron;
 use crate::rules::failure::FailureCode;
-use crate::runs::runner::new_run_id;
 use crate::service::catalog::Catalog;
+use crate::store::new_run_id;
 use crate::store::{Crash, LostRun, NewReport, NewRun, Origin, ReportKind, Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;

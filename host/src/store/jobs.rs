@@ -1,0 +1,51 @@
+//! The jobs' rows: registered definitions, read on SQLite on the calling thread.
+
+use super::error::Result;
+use super::handle::Store;
+use super::probe;
+use super::records::{JobRecord, JobUpsert};
+
+impl Store {
+    pub async fn upsert_job(&self, job: &JobUpsert<'_>) -> Result<JobRecord> {
+        let q = &self.q.upsert_job;
+        Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str())
+            .bind(job.name)
+            .bind(job.tenant)
+            .bind(job.component_path)
+            .bind(job.component_digest)
+            .bind(job.spec)
+            .bind(job.schedule)
+            .bind(job.next_fire_at)
+            .bind(i64::from(job.per_tenant))
+            .bind(i64::from(job.sequential))
+            .bind(job.max_per_tenant.map(i64::from))
+            .bind(job.max_per_tenant.map(|_| job.over_limit.as_str()))
+            .fetch_one(p)
+            .await?))
+    }
+
+    pub async fn get_job(&self, name: &str) -> Result<Option<JobRecord>> {
+        let q = &self.q.get_job;
+        if let Some(found) = self.point_read(q, name, probe::job) {
+            return Ok(found);
+        }
+        Ok(
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(name).fetch_optional(p).await?),
+        )
+    }
+
+    /// A point read on the calling thread, on SQLite (see `probe`); `None`: ask the pool.
+    pub(crate) fn point_read<T>(
+        &self,
+        sql: &str,
+        key: &str,
+        row: fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Option<Option<T>> {
+        self.probe.as_ref()?.point_read(sql, key, row)
+    }
+
+    pub async fn list_jobs(&self) -> Result<Vec<JobRecord>> {
+        let q = &self.q.list_jobs;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
+    }
+}
