@@ -2,12 +2,12 @@
 //! that serve it. What it reads and writes is in the files named for the rows.
 
 use super::cancel_book::CancelBook;
+use super::claims::sqlite::SqliteWriter;
 use super::error::{Result, StoreError};
 use super::error_class::ErrorClass;
 use super::pool::{Backend, Pool};
 use super::probe::SqliteProbe;
 use super::queries::{self, Dialect, Queries};
-use super::claims::sqlite::SqliteWriter;
 use super::{claims, connect, migrate};
 use std::path::Path;
 use std::sync::{Arc, LazyLock};

@@ -43,10 +43,10 @@ pub mod scratch;
 pub mod sqlite_guest;
 mod tenants;
 
+pub use cancel_book::CancelMark;
 pub use claims::{
     AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Recorded, Recording, RunChange,
 };
-pub use cancel_book::CancelMark;
 pub use connect::claim_for_serving;
 #[cfg(test)]
 pub(crate) use connect::open_sqlite;

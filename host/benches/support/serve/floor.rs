@@ -7,8 +7,8 @@ use crate::procs::postgres_cpu;
 use crate::report::Record;
 use crate::settings::{JOB, Settings};
 use crate::stats::fmt_duration;
-use jobhost::store::new_run_id;
 use jobhost::store::Store;
+use jobhost::store::new_run_id;
 use std::time::Instant;
 
 pub const FLOOR_RUNS: usize = 20_000;

@@ -926,8 +926,6 @@ fn pass_context(run: &RunRecord, attempt: i64) -> PassContext {
     }
 }
 
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
