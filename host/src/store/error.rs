@@ -57,7 +57,7 @@ impl StoreError {
     }
 
     /// Whether SQLite's write lock stayed held by another process for the whole busy
-    /// timeout (on SQLite, one process serves a file; see `docs/architecture.md`).
+    /// timeout (on SQLite, one process serves a file; see `docs/internals/sqlite.md`).
     pub fn is_locked(&self) -> bool {
         self.class() == ErrorClass::Locked
     }
