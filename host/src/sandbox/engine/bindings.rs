@@ -2,7 +2,7 @@
 //! `host-error`.
 
 use crate::sandbox::journal::{CodeOf, Placeholder};
-use jobhost::job::types::HostError;
+use self::jobhost::job::types::HostError;
 use std::borrow::Cow;
 
 wasmtime::component::bindgen!({
