@@ -1,4 +1,5 @@
-//! Every statement the host runs on its own tables, written once for both backends.
+//! Every statement the host runs on its own tables, written once for both backends; those
+//! only claims and endings run are with them, in `claims::statements`.
 //!
 //! Placeholders are `$N` (both sqlx drivers bind `$N` to the N-th argument). The few
 //! differences between the engines are tokens a [`Dialect`] renders: `{now}` is the
