@@ -1,4 +1,5 @@
-//! Every statement the host runs on its own tables, written once for both backends.
+//! Every statement the host runs on its own tables, written once for both backends; those
+//! only claims and endings run are with them, in `claims::statements`.
 //!
 //! Placeholders are `$N` (both sqlx drivers bind `$N` to the N-th argument). The few
 //! differences between the engines are tokens a [`Dialect`] renders: `{now}` is the
@@ -209,7 +210,7 @@ const RUN_FILTER: &str = "($1 IS NULL OR job = $1) AND ($2 IS NULL OR status IN 
     AND ($9 = 0 OR retried_by IS NULL)";
 
 impl Dialect {
-    fn render(&self, template: &str) -> String {
+    pub(crate) fn render(&self, template: &str) -> String {
         self.render_unmarked(
             template
                 .replace("{run_filter}", RUN_FILTER)
@@ -265,16 +266,18 @@ impl Dialect {
     }
 }
 
-macro_rules! queries {
-    ($($name:ident = $sql:expr;)*) => {
+/// Declares `$set`, the rendered statements of one dialect, one field each; the claims
+/// module declares its own set with it (`claims::statements`).
+macro_rules! statements {
+    ($set:ident; $($name:ident = $sql:expr;)*) => {
         /// The rendered statements of one dialect.
-        pub(crate) struct Queries {
+        pub(crate) struct $set {
             $(pub $name: String,)*
         }
 
-        impl Queries {
-            pub(crate) fn render(dialect: &Dialect) -> Queries {
-                Queries { $($name: dialect.render($sql),)* }
+        impl $set {
+            pub(crate) fn render(dialect: &$crate::store::queries::Dialect) -> $set {
+                $set { $($name: dialect.render($sql),)* }
             }
 
             #[cfg(test)]
@@ -284,8 +287,11 @@ macro_rules! queries {
         }
     };
 }
+pub(crate) use statements;
 
-queries! {
+statements! {
+    Queries;
+
     now = "SELECT {now}";
 
     upsert_job = "INSERT INTO jobhost_jobs (name, tenant, component_path, component_digest, spec, \
@@ -306,11 +312,6 @@ queries! {
     list_jobs = "SELECT {job_columns} FROM jobhost_jobs ORDER BY name";
     advance_schedule = "UPDATE jobhost_jobs SET next_fire_at = $3, updated_at = {now} \
         WHERE name = $1 AND next_fire_at IS NOT DISTINCT FROM $2";
-    // Kept to the second: a job that succeeds many times a second must not turn its row
-    // into a lock every host's finishing transaction waits for.
-    record_success = "UPDATE jobhost_jobs SET last_success_at = {now}, missed_reported_at = NULL \
-        WHERE name = $1 AND (last_success_at IS NULL OR last_success_at < {now} - 1000 \
-            OR missed_reported_at IS NOT NULL)";
     mark_missed = "UPDATE jobhost_jobs SET missed_reported_at = {now} WHERE name = $1 \
         AND missed_reported_at IS NOT DISTINCT FROM $2";
 
@@ -382,77 +383,6 @@ queries! {
         finished_at = {now}, updated_at = {now} WHERE id = $1 AND status = 'running'";
     list_attempts = "SELECT {attempt_columns} FROM jobhost_attempts WHERE run_id = $1 \
         ORDER BY seq DESC LIMIT $2";
-    requeue_run = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now} + $3, \
-        pass = $4, cursor = $5, failures = $6, last_code = $7, last_error = $8, \
-        counters = COALESCE($9, counters), defers = $10, updated_at = {now} \
-        WHERE id = $1 AND status = 'running' AND generation = $2";
-    finish_run = "UPDATE jobhost_runs SET status = $3, last_code = $4, last_error = $5, \
-        cursor = $6, pass = $7, failures = $8, counters = COALESCE($9, counters), \
-        finished_at = {now}, updated_at = {now} \
-        WHERE id = $1 AND status = 'running' AND generation = $2";
-    // The steps of a batched claim and of recording attempts' ends, as the SQLite writer
-    // runs them in one transaction (`store::claims::sqlite`); on Postgres the functions of
-    // `migrations/postgres/functions` run the same steps (`claim_runs.sql`,
-    // `record_attempts.sql`).
-    // A claim takes the tenants with queued runs (`queued_tenants`: one probe of the index
-    // per tenant) and up to `$1` due runs of each (`due_runs`, tenant `$3`), in turns: fair
-    // across tenants. The SQLite writer walks them in every claim; a Postgres host at most
-    // once a second, for its claims (migration 0010), adding those that notifications name
-    // meanwhile (`claims::QueuedTenants`).
-    queued_tenants = "WITH RECURSIVE t(tenant) AS ( \
-            SELECT (SELECT tenant FROM jobhost_runs {by_tenant_index} WHERE status = 'queued' \
-                ORDER BY tenant LIMIT 1) \
-            UNION ALL \
-            SELECT (SELECT r.tenant FROM jobhost_runs r {by_tenant_index} \
-                WHERE r.status = 'queued' AND r.tenant > t.tenant ORDER BY r.tenant LIMIT 1) \
-            FROM t WHERE t.tenant IS NOT NULL) \
-        SELECT tenant FROM t WHERE tenant IS NOT NULL";
-    due_runs = "SELECT id, job, instance, generation, tenant, waiting, next_attempt_at \
-        FROM jobhost_runs {by_tenant_index} \
-        WHERE status = 'queued' AND tenant = $3 AND origin <> 'manual' \
-        AND next_attempt_at <= {now} AND job IN (SELECT value FROM json_each($2)) \
-        AND {sequential_free} {unmarked:id} \
-        ORDER BY next_attempt_at, {queue_order} LIMIT $1";
-    // A run waiting for a slot (job `$1`, tenant `$2`, run `$3`) starts only while fewer
-    // than the job's `max_per_tenant` runs hold one; otherwise it waits again, longer
-    // each time (0.5 s doubling to 60 s, up to half of it taken off at random), without
-    // using an attempt.
-    slot_taken = "SELECT COUNT(*) FROM jobhost_jobs j WHERE j.name = $1 \
-        AND j.max_per_tenant IS NOT NULL AND j.max_per_tenant <= (SELECT COUNT(*) \
-            FROM jobhost_runs o WHERE o.job = $1 AND o.tenant = $2 AND o.id <> $3 \
-            AND (o.status = 'running' OR (o.status = 'queued' AND o.waiting = 0)))";
-    wait_for_slot = "UPDATE jobhost_runs SET slot_waits = slot_waits + 1, \
-        next_attempt_at = {now} + CAST((CASE WHEN slot_waits >= 7 THEN 60000 \
-            ELSE 500 * (1 << slot_waits) END) * (1 - {random_unit} / 2) AS BIGINT), \
-        updated_at = {now} WHERE id = $1";
-    // A claim starts a sequential job's run only while no other run of the job is running.
-    sequential_busy = "SELECT COUNT(*) FROM jobhost_jobs j WHERE j.name = $1 AND j.sequential = 1 \
-        AND EXISTS (SELECT 1 FROM jobhost_runs o WHERE o.job = $1 AND o.status = 'running' \
-            AND o.id <> $2)";
-    claimable_run = "SELECT id, job, instance, generation, tenant, waiting, next_attempt_at \
-        FROM jobhost_runs WHERE id = $1 {unmarked:id} \
-        AND (status = 'queued' OR (status = 'running' AND host = $2 AND generation IS NULL))";
-    start_run = "UPDATE jobhost_runs SET status = 'running', host = $2, waiting = 0, \
-        generation = COALESCE($3, generation), \
-        attempts = attempts + CASE WHEN $3 IS NULL THEN 0 ELSE 1 END, \
-        component_digest = CASE WHEN $3 IS NULL THEN component_digest ELSE $4 END, \
-        started_at = COALESCE(started_at, {now}), updated_at = {now} \
-        WHERE id = $1 RETURNING {run_columns}";
-    record_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, generation, host, \
-        status, outcome, code, fuel_used, peak_memory, duration_ms, log, log_truncated, \
-        started_at, finished_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, {now}) \
-        ON CONFLICT (run_id, seq) DO UPDATE SET status = excluded.status, \
-        outcome = excluded.outcome, code = excluded.code, fuel_used = excluded.fuel_used, \
-        peak_memory = excluded.peak_memory, duration_ms = excluded.duration_ms, \
-        log = excluded.log, log_truncated = excluded.log_truncated, \
-        finished_at = excluded.finished_at";
-    // An ending leaves a run with a cancel recorded to the cancel (its attempt's row is
-    // still written).
-    run_running = "SELECT COUNT(*) FROM jobhost_runs \
-        WHERE id = $1 AND status = 'running' AND generation = $2 {unmarked:$1}";
-    give_back_run = "UPDATE jobhost_runs SET status = 'queued', attempts = attempts - 1, \
-        updated_at = {now} WHERE id = $1 AND status = 'running' AND generation = $2";
     // Running runs, and manual runs waiting in the queue (a retry or the next pass of a
     // `host run`): both belong to a host, and lose it when their lease expires. One
     // branch each, so each reads only its own runs by an index (migration 0018): as one
@@ -706,17 +636,6 @@ queries! {
         pending = 0, updated_at = {now} \
         WHERE jobhost_leases.updated_at <= {now} - $3 \
         RETURNING {lease_columns}";
-    renew_lease = "UPDATE jobhost_leases SET generation = generation + 1, \
-        deadline_at = {now} + $5, expires_at = {now} + $6, updated_at = {now} \
-        WHERE job = $1 AND instance = $2 AND generation = $3 AND holder = $4 \
-        RETURNING {lease_columns}";
-    park_lease = "UPDATE jobhost_leases SET deadline_at = {now}, expires_at = {now} + $5, \
-        updated_at = {now} WHERE job = $1 AND instance = $2 AND generation = $3 AND holder = $4";
-    lease_pending = "SELECT pending FROM jobhost_leases \
-        WHERE job = $1 AND instance = $2 AND generation = $3 AND holder = $4 {for_update}";
-    release_lease = "UPDATE jobhost_leases SET holder = NULL, pending = 0, deadline_at = {now}, \
-        expires_at = {now}, updated_at = {now} \
-        WHERE job = $1 AND instance = $2 AND generation = $3";
     set_pending = "UPDATE jobhost_leases SET pending = 1, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND holder IS NOT NULL \
         AND (expires_at > {now} OR {parked})";

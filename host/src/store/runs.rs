@@ -2,7 +2,7 @@
 //! boot runs, and the lost runs surveillance marks crashed.
 
 use super::controls::FilterBinds;
-use super::error::{Result, StoreError};
+use super::error::Result;
 use super::handle::Store;
 use super::pool::{Exclusive, Pool};
 use super::queries::Queries;
@@ -17,40 +17,6 @@ impl Store {
         Ok(
             with_pool!(self.pool, p => bind_new_run(sqlx::query_as(q.as_str()), run).fetch_one(p).await?),
         )
-    }
-
-    /// A kick's one transaction: while a run holds the instance's lease the kick folds
-    /// into its pending flag (`None`); otherwise the run is queued under its job's
-    /// `max_per_tenant`, and comes back skipped with code `tenant_limit` if it was over
-    /// the cap with policy `skip`, reported in the same transaction. On SQLite the writer
-    /// thread runs the same statements (`SqliteWriter::kick`).
-    pub async fn kick_run(&self, run: &NewRun) -> Result<Option<RunRecord>> {
-        let p = match &self.pool {
-            Pool::Sqlite(_) => return self.writer().kick(run).await,
-            Pool::Postgres(p) => p,
-        };
-        self.retrying(|| async {
-            let q = self.q;
-            let mut conn = Exclusive::acquire(p).await?;
-            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
-            let pending = sqlx::query(q.set_pending.as_str())
-                .bind(&run.job)
-                .bind(&run.instance)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-                == 1;
-            let queued = if pending {
-                None
-            } else {
-                let queued = queue(&mut tx, q, q.queue_run.as_str(), run).await?;
-                Some(queued.ok_or(StoreError::Unreadable)?)
-            };
-            tx.commit().await?;
-            conn.release();
-            Ok(queued)
-        })
-        .await
     }
 
     /// Milliseconds until the earliest queued run of `jobs` is due (negative if

@@ -12,10 +12,14 @@
 //! On Postgres each batch is one call of a function (`postgres`), whose current text is
 //! one file of `migrations/postgres/functions` (embedded below, applied by `migrate` as a
 //! repeatable migration); on SQLite the writer thread (`sqlite`) runs the same steps in
-//! one transaction. What to record is decided by the runner; this module only writes it.
+//! one transaction, with the statements in `statements` (only those the store's other
+//! writes share stay in `store::queries`). A kick goes the same way, so that on SQLite it
+//! joins the writer's batches. What to record is decided by the runner; this module only
+//! writes it.
 
 mod postgres;
 pub(crate) mod sqlite;
+mod statements;
 
 use super::{Lease, NewReport, NewRun, Pool, Result, RunRecord, RunStatus, Store};
 use postgres::PostgresClaims;
@@ -31,6 +35,9 @@ pub(crate) trait Claims {
     /// Writes down the ends of attempts (finished, requeued, given back), one answer per
     /// item, in the order given.
     async fn record(&self, items: &[Recording]) -> Vec<Result<Recorded>>;
+    /// A kick in one transaction (see [`Store::kick_run`]): the holder's pending flag set
+    /// while the instance's lease is held (`None`), else `run` queued.
+    async fn kick(&self, run: &NewRun) -> Result<Option<RunRecord>>;
 }
 
 /// Embeds `migrations/postgres/functions/<file>.sql` files; a test checks the list against
@@ -253,6 +260,17 @@ impl Store {
             .into_iter()
             .map(|row| row.into_claimed(stamped_after))
             .collect())
+    }
+
+    /// A kick's one transaction: while a run holds the instance's lease the kick folds
+    /// into its pending flag (`None`); otherwise the run is queued under its job's
+    /// `max_per_tenant`, and comes back skipped with code `tenant_limit` if it was over
+    /// the cap with policy `skip`, reported in the same transaction.
+    pub async fn kick_run(&self, run: &NewRun) -> Result<Option<RunRecord>> {
+        match &self.pool {
+            Pool::Postgres(pool) => PostgresClaims { store: self, pool }.kick(run).await,
+            Pool::Sqlite(_) => self.writer().kick(run).await,
+        }
     }
 
     /// Writes down the ends of attempts, one answer per item, in the order given.

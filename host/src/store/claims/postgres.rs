@@ -1,10 +1,13 @@
 //! Claims and endings on Postgres: each batch one call of a function whose current text is
 //! in `migrations/postgres/functions` (`claim_runs.sql`, `record_attempts.sql`); an
-//! ending's items go as one binary array.
+//! ending's items go as one binary array. A kick is two statements of `store::queries`
+//! in one transaction.
 
 use super::{ClaimRequest, ClaimedRow, Claims, Recorded, Recording, RunChange};
-use crate::store::queries::Queries;
-use crate::store::{Result, Store, StoreError};
+use crate::store::pool::Exclusive;
+use crate::store::runs::queue;
+use crate::store::{NewRun, Result, RunRecord, Store, StoreError};
+use sqlx::Connection;
 use std::collections::BTreeMap;
 use tokio::time::Instant;
 
@@ -18,12 +21,7 @@ impl Claims for PostgresClaims<'_> {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Vec<ClaimedRow>> {
         let tenants = match request.run_id {
             Some(_) => Vec::new(),
-            None => {
-                self.store
-                    .queued_tenants
-                    .read(self.store.q, self.pool)
-                    .await?
-            }
+            None => self.store.queued_tenants.read(self.pool).await?,
         };
         self.store
             .retrying(|| async {
@@ -64,6 +62,33 @@ impl Claims for PostgresClaims<'_> {
                 answers
             }
         }
+    }
+
+    async fn kick(&self, run: &NewRun) -> Result<Option<RunRecord>> {
+        let store = self.store;
+        store
+            .retrying(|| async {
+                let q = store.q;
+                let mut conn = Exclusive::acquire(self.pool).await?;
+                let mut tx = conn.begin_with(store.dialect.begin_write).await?;
+                let pending = sqlx::query(q.set_pending.as_str())
+                    .bind(&run.job)
+                    .bind(&run.instance)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                    == 1;
+                let queued = if pending {
+                    None
+                } else {
+                    let queued = queue(&mut tx, q, q.queue_run.as_str(), run).await?;
+                    Some(queued.ok_or(StoreError::Unreadable)?)
+                };
+                tx.commit().await?;
+                conn.release();
+                Ok(queued)
+            })
+            .await
     }
 }
 
@@ -432,7 +457,7 @@ impl Notified {
 impl QueuedTenants {
     const FRESH_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
-    async fn read(&self, q: &'static Queries, pool: &sqlx::PgPool) -> Result<Vec<String>> {
+    async fn read(&self, pool: &sqlx::PgPool) -> Result<Vec<String>> {
         let mut last = self.read.lock().await;
         let read = match last.as_ref() {
             Some((at, tenants)) if at.elapsed() < Self::FRESH_FOR => tenants.clone(),
@@ -440,9 +465,10 @@ impl QueuedTenants {
                 // Forgotten before the query, not after: a tenant notified meanwhile may
                 // have committed after the query's snapshot, and is kept.
                 self.notified().0.clear();
-                let tenants: Vec<String> = sqlx::query_scalar(q.queued_tenants.as_str())
-                    .fetch_all(pool)
-                    .await?;
+                let tenants: Vec<String> =
+                    sqlx::query_scalar(super::statements::POSTGRES.queued_tenants.as_str())
+                        .fetch_all(pool)
+                        .await?;
                 *last = Some((Instant::now(), tenants.clone()));
                 tenants
             }

@@ -6,10 +6,12 @@
 //! whole batch is one, and the statements are cached on the connection.
 //!
 //! The steps are the ones the Postgres functions run (`migrations/postgres/functions`,
-//! `claim_runs.sql` and `record_attempts.sql`), with the statements of `queries` (SQLite
-//! has one writer at a time, so no row locks to order).
+//! `claim_runs.sql` and `record_attempts.sql`), with the claims' own statements
+//! (`statements`) and the store's shared ones (`queries`: the lease's first take, a
+//! kick's, a follow-up's and a report's inserts). SQLite has one writer at a time, so no
+//! row locks to order.
 
-use super::{ClaimRequest, ClaimedRow, Claims, Recorded, Recording, RunChange};
+use super::{ClaimRequest, ClaimedRow, Claims, Recorded, Recording, RunChange, statements};
 use crate::store::AttemptTerms;
 use crate::store::cancel_book::CancelBook;
 use crate::store::queries::Queries;
@@ -90,20 +92,6 @@ impl SqliteWriter {
             .map_err(|_| StoreError::WriterStopped)?;
         Ok(SqliteWriter { jobs })
     }
-
-    /// A kick, as `Store::kick_run`: the holder's pending flag set if the lease is held
-    /// (`None`), else `run` queued. One hand-off to this thread instead of a statement at
-    /// a time through a pool: a kick's answer waits on it.
-    pub(crate) async fn kick(&self, run: &NewRun) -> Result<Option<RunRecord>> {
-        let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Job::Kick {
-                run: run.clone(),
-                reply,
-            })
-            .map_err(|_| StoreError::WriterStopped)?;
-        answer.await.map_err(|_| StoreError::WriterStopped)?
-    }
 }
 
 impl Claims for SqliteWriter {
@@ -134,6 +122,19 @@ impl Claims for SqliteWriter {
         answer
             .await
             .unwrap_or_else(|_| (0..n).map(|_| Err(StoreError::WriterStopped)).collect())
+    }
+
+    /// One hand-off to this thread instead of a statement at a time through a pool: a
+    /// kick's answer waits on it.
+    async fn kick(&self, run: &NewRun) -> Result<Option<RunRecord>> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job::Kick {
+                run: run.clone(),
+                reply,
+            })
+            .map_err(|_| StoreError::WriterStopped)?;
+        answer.await.map_err(|_| StoreError::WriterStopped)?
     }
 }
 
@@ -271,10 +272,11 @@ fn run(conn: &Connection, q: &'static Queries, job: Job) -> Answer {
                         .map_err(sqlite_error)
                 })
                 .collect();
+            let c = &*statements::SQLITE;
             for job in &succeeded {
                 // A job's last success is a timestamp for missed-schedule reports: failing
                 // to move it must not undo the endings.
-                if let Err(e) = in_savepoint(conn, || execute(conn, &q.record_success, &[job])) {
+                if let Err(e) = in_savepoint(conn, || execute(conn, &c.record_success, &[job])) {
                     tracing::warn!(job = %job, code = "driver_failed", error = %sqlite_error_ref(&e), "could not record the job's last success");
                 }
             }
@@ -418,15 +420,12 @@ fn candidate(row: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
 /// of the batch from each tenant with queued runs (but those `paused`), taken in turns
 /// (every tenant's first run, then every tenant's second...), as the Postgres claim of
 /// migration 0010 does.
-fn fair_due_runs(
-    conn: &Connection,
-    q: &'static Queries,
-    order: &ClaimOrder,
-) -> rusqlite::Result<Vec<Candidate>> {
+fn fair_due_runs(conn: &Connection, order: &ClaimOrder) -> rusqlite::Result<Vec<Candidate>> {
+    let c = &*statements::SQLITE;
     let limit = order.limit;
     let mut tenants: Vec<String> = Vec::new();
     {
-        let mut statement = prepared(conn, &q.queued_tenants, &[])?;
+        let mut statement = prepared(conn, &c.queued_tenants, &[])?;
         let mut rows = statement.raw_query();
         while let Some(row) = rows.next()? {
             let tenant: String = row.get(0)?;
@@ -443,7 +442,7 @@ fn fair_due_runs(
         .expect("job names serialise");
     let mut turns: Vec<(usize, Candidate)> = Vec::new();
     for tenant in &tenants {
-        let mut statement = prepared(conn, &q.due_runs, &[&share, &jobs, tenant])?;
+        let mut statement = prepared(conn, &c.due_runs, &[&share, &jobs, tenant])?;
         let mut rows = statement.raw_query();
         let mut turn = 0;
         while let Some(row) = rows.next()? {
@@ -463,10 +462,11 @@ fn claim(
     q: &'static Queries,
     order: &ClaimOrder,
 ) -> rusqlite::Result<Vec<ClaimedRow>> {
+    let c = &*statements::SQLITE;
     let (host, terms) = (order.host.as_str(), &order.terms);
     let candidates: Vec<Candidate> = match &order.run_id {
         Some(id) => {
-            let mut statement = prepared(conn, &q.claimable_run, &[id, &host])?;
+            let mut statement = prepared(conn, &c.claimable_run, &[id, &host])?;
             let mut rows = statement.raw_query();
             let mut candidates = Vec::new();
             while let Some(row) = rows.next()? {
@@ -475,18 +475,18 @@ fn claim(
             candidates
         }
         // Only runs of the jobs this host serves (the others stay queued).
-        None => fair_due_runs(conn, q, order)?,
+        None => fair_due_runs(conn, order)?,
     };
     let mut claimed = Vec::with_capacity(candidates.len());
     for run in candidates {
         // Checked per run, after the runs claimed before it in this batch started: the
         // single writer orders every claim, so this sees each running run.
-        let busy = count(conn, &q.sequential_busy, &[&run.job, &run.id])?;
+        let busy = count(conn, &c.sequential_busy, &[&run.job, &run.id])?;
         if busy > 0 {
             continue;
         }
-        if run.waiting && count(conn, &q.slot_taken, &[&run.job, &run.tenant, &run.id])? > 0 {
-            prepared(conn, &q.wait_for_slot, &[&run.id])?.raw_execute()?;
+        if run.waiting && count(conn, &c.slot_taken, &[&run.job, &run.tenant, &run.id])? > 0 {
+            prepared(conn, &c.wait_for_slot, &[&run.id])?.raw_execute()?;
             continue;
         }
         let terms = terms.get(&run.job);
@@ -509,7 +509,7 @@ fn claim(
             (Some(t), Some(generation)) => {
                 let mut s = prepared(
                     conn,
-                    &q.renew_lease,
+                    &c.renew_lease,
                     &[
                         &run.job,
                         &run.instance,
@@ -524,7 +524,7 @@ fn claim(
         };
         let generation = lease.map(|(generation, _, _)| generation);
         let digest = terms.map(|t| t.digest.as_str());
-        let mut s = prepared(conn, &q.start_run, &[&run.id, &host, &generation, &digest])?;
+        let mut s = prepared(conn, &c.start_run, &[&run.id, &host, &generation, &digest])?;
         let mut rows = s.raw_query();
         if let Some(row) = rows.next()? {
             claimed.push(ClaimedRow {
@@ -566,10 +566,11 @@ fn record(
     item: &Recording,
     succeeded: &mut BTreeSet<String>,
 ) -> rusqlite::Result<Recorded> {
+    let c = &*statements::SQLITE;
     let lease = &item.lease;
     let pending: Option<i64> = prepared(
         conn,
-        &q.lease_pending,
+        &c.lease_pending,
         &[
             &lease.job,
             &lease.instance,
@@ -593,7 +594,7 @@ fn record(
     if let Some(a) = &item.attempt {
         execute(
             conn,
-            &q.record_attempt,
+            &c.record_attempt,
             &[
                 &item.run_id,
                 &a.seq,
@@ -613,7 +614,7 @@ fn record(
             ],
         )?;
     }
-    let running: i64 = prepared(conn, &q.run_running, &[&item.run_id, &lease.generation])?
+    let running: i64 = prepared(conn, &c.run_running, &[&item.run_id, &lease.generation])?
         .raw_query()
         .next()?
         .map(|row| row.get(0))
@@ -637,7 +638,7 @@ fn record(
         } => {
             execute(
                 conn,
-                &q.finish_run,
+                &c.finish_run,
                 &[
                     &item.run_id,
                     &lease.generation,
@@ -652,7 +653,7 @@ fn record(
             )?;
             execute(
                 conn,
-                &q.release_lease,
+                &c.release_lease,
                 &[&lease.job, &lease.instance, &lease.generation],
             )?;
             let mut queued = None;
@@ -681,10 +682,10 @@ fn record(
             code,
             error,
         } => {
-            park(conn, q, item, *hold_ms)?;
+            park(conn, item, *hold_ms)?;
             execute(
                 conn,
-                &q.requeue_run,
+                &c.requeue_run,
                 &[
                     &item.run_id,
                     &lease.generation,
@@ -701,23 +702,19 @@ fn record(
             Ok(Recorded::Requeued)
         }
         RunChange::GiveBack { hold_ms } => {
-            park(conn, q, item, *hold_ms)?;
-            execute(conn, &q.give_back_run, &[&item.run_id, &lease.generation])?;
+            park(conn, item, *hold_ms)?;
+            execute(conn, &c.give_back_run, &[&item.run_id, &lease.generation])?;
             Ok(Recorded::Requeued)
         }
     }
 }
 
-fn park(
-    conn: &Connection,
-    q: &'static Queries,
-    item: &Recording,
-    hold_ms: i64,
-) -> rusqlite::Result<usize> {
+fn park(conn: &Connection, item: &Recording, hold_ms: i64) -> rusqlite::Result<usize> {
+    let c = &*statements::SQLITE;
     let lease = &item.lease;
     execute(
         conn,
-        &q.park_lease,
+        &c.park_lease,
         &[
             &lease.job,
             &lease.instance,
