@@ -14,7 +14,7 @@ use crate::sandbox::files::{
     Files, FilesError, MAX_OPEN_UPLOADS, MAX_UPLOADS_PER_ATTEMPT, Upload, Uploader,
 };
 use crate::sandbox::refusal;
-use crate::store::guest::{Fence, GuestDbError};
+use crate::store::guest::{Applied, Fence, GuestDbError, TxEffect};
 use crate::store::{FileRecord, FileWritten};
 use std::sync::Arc;
 use wasmtime::component::Resource;
@@ -465,7 +465,10 @@ impl GuestState {
             .ok()
             .and_then(|tx| tx.guest_tx())
             .ok_or_else(|| HostError::Invalid("unknown-transaction".into()))?;
-        let written = tx.file_write(write).await;
+        let written = tx
+            .apply(TxEffect::File(write))
+            .await
+            .and_then(Applied::file);
         written.map_err(|e| match e {
             GuestDbError::LeaseLost => self.lease_lost(),
             GuestDbError::Unavailable => {

@@ -13,7 +13,7 @@ use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::refusal;
 use crate::store::family::{ChildRun, Enqueue, ParentLink};
-use crate::store::guest::{Fence, GuestDbError};
+use crate::store::guest::{Applied, Fence, GuestDbError, TxEffect};
 use crate::store::{JobRecord, Store};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -422,7 +422,8 @@ impl GuestState {
     ) -> Result<Vec<bool>, HostError> {
         self.tx(tx)?;
         self.room_for(write).await?;
-        let queued = self.tx(tx)?.enqueue(write).await;
+        let queued = self.tx(tx)?.apply(TxEffect::Enqueue(write)).await;
+        let queued = queued.and_then(Applied::enqueued);
         self.translate(queued)
     }
 }

@@ -9,7 +9,7 @@ use crate::sandbox::engine::bindings::jobhost::job::steps::{Host, PassEnd};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::journal::CommittedEnd;
-use crate::store::guest::{Fence, GuestDbError};
+use crate::store::guest::{Applied, Fence, GuestDbError, TxEffect};
 use crate::store::{ProgressWrite, Store};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use wasmtime::component::Resource;
@@ -262,7 +262,8 @@ impl Host for GuestState {
             let result = self.recordable(&name, &result)?;
             let size = result.len();
             let write = self.step_write(&name, result);
-            let written = self.tx(&tx)?.progress_write(&write).await;
+            let written = self.tx(&tx)?.apply(TxEffect::Progress(&write)).await;
+            let written = written.and_then(Applied::progress);
             match self.translate(written)? {
                 true => {
                     self.step_recorded(name, size);
@@ -338,7 +339,8 @@ impl Host for GuestState {
                 counters: counters_json(&self.steps.counters),
                 done: committed == CommittedEnd::Done,
             };
-            let written = taken.progress_write(&write).await;
+            let written = taken.apply(TxEffect::Progress(&write)).await;
+            let written = written.and_then(Applied::progress);
             match written {
                 Ok(true) => {}
                 // The run is no longer running this attempt's pass: its lease moved on.
