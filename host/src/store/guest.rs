@@ -178,6 +178,56 @@ impl GuestDb {
     }
 }
 
+/// A write of another capability that must commit with the guest's transaction or not at
+/// all. The port knows SQL, the fence and this list, not each capability's rows: a
+/// capability adds its write to the open transaction as one of these
+/// ([`GuestTx::apply`]), and each backend applies it with its own statements.
+#[derive(Debug, Clone, Copy)]
+pub enum TxEffect<'a> {
+    /// `files`' attach, removal or mark (`attach-in`, `remove-in`).
+    File(&'a FileWrite),
+    /// `steps`' recorded step or ended pass (`record-in`, `commit-pass`).
+    Progress(&'a ProgressWrite),
+    /// `jobs`' queued runs (`enqueue-in`).
+    Enqueue(&'a Enqueue),
+}
+
+/// What the port answers for one [`TxEffect`], of the effect's own kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    File(FileWritten),
+    /// Whether the progress write changed a row.
+    Progress(bool),
+    /// Per run, whether it was inserted.
+    Enqueued(Vec<bool>),
+}
+
+impl Applied {
+    /// The answer to a `TxEffect::File`.
+    pub fn file(self) -> Result<FileWritten, GuestDbError> {
+        match self {
+            Applied::File(written) => Ok(written),
+            _ => Err(GuestDbError::Refused(Refusal::Failed)),
+        }
+    }
+
+    /// The answer to a `TxEffect::Progress`.
+    pub fn progress(self) -> Result<bool, GuestDbError> {
+        match self {
+            Applied::Progress(changed) => Ok(changed),
+            _ => Err(GuestDbError::Refused(Refusal::Failed)),
+        }
+    }
+
+    /// The answer to a `TxEffect::Enqueue`.
+    pub fn enqueued(self) -> Result<Vec<bool>, GuestDbError> {
+        match self {
+            Applied::Enqueued(inserted) => Ok(inserted),
+            _ => Err(GuestDbError::Refused(Refusal::Failed)),
+        }
+    }
+}
+
 /// A backend's open write transaction.
 #[async_trait::async_trait]
 pub(crate) trait TxSession: Send {
@@ -185,15 +235,9 @@ pub(crate) trait TxSession: Send {
     async fn execute(&mut self, sql: &str, params: &[SqlValue]) -> Result<u64, GuestDbError>;
     /// Checks the fence and commits, in the transaction; rolls back if the fence fails.
     async fn commit(&mut self, fence: &Fence) -> Result<(), GuestDbError>;
-    /// Applies one of the host's row changes in the transaction (it commits with the
-    /// guest's writes, fenced, or not at all).
-    async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError>;
-    /// Applies a change to the run's progress in the transaction, likewise; whether it
-    /// changed a row.
-    async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError>;
-    /// Queues runs a guest's `jobs` call started, in the transaction, likewise; per run,
-    /// whether it was inserted, or `LeaseLost` when the parent no longer runs its pass.
-    async fn enqueue(&mut self, write: &Enqueue) -> Result<Vec<bool>, GuestDbError>;
+    /// Applies one effect in the transaction, at once and in the order the guest made
+    /// them, so it commits with the guest's writes (fenced) or not at all.
+    async fn apply(&mut self, effect: TxEffect<'_>) -> Result<Applied, GuestDbError>;
     /// Rolls back whatever is open and gives the connection back.
     async fn release(self: Box<Self>);
     /// Whether the database takes no other write while this transaction is open (SQLite,
@@ -266,31 +310,13 @@ impl GuestTx {
             .is_some_and(|s| s.blocks_other_writers())
     }
 
-    /// Applies a host row change inside the transaction.
-    pub async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError> {
+    /// Applies another capability's write inside the transaction (`TxSession::apply`).
+    pub async fn apply(&mut self, effect: TxEffect<'_>) -> Result<Applied, GuestDbError> {
         let mut guard = self.session.lock().await;
         let session = guard
             .as_mut()
             .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
-        session.file_write(write).await
-    }
-
-    /// Applies a change to the run's progress inside the transaction.
-    pub async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError> {
-        let mut guard = self.session.lock().await;
-        let session = guard
-            .as_mut()
-            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
-        session.progress_write(write).await
-    }
-
-    /// Queues runs inside the transaction.
-    pub async fn enqueue(&mut self, write: &Enqueue) -> Result<Vec<bool>, GuestDbError> {
-        let mut guard = self.session.lock().await;
-        let session = guard
-            .as_mut()
-            .ok_or(GuestDbError::Refused(Refusal::TransactionTimeout))?;
-        session.enqueue(write).await
+        session.apply(effect).await
     }
 
     /// Checks the fence and commits, both in the transaction: all or nothing.

@@ -17,8 +17,8 @@
 
 use super::family::Enqueue;
 use super::guest::{
-    Access, Fence, GuestDbError, MAX_RESULT_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows, SqlValue,
-    TxSession,
+    Access, Applied, Fence, GuestDbError, MAX_RESULT_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows,
+    SqlValue, TxEffect, TxSession,
 };
 use super::pg_wire::{FrameGuard, Socket};
 use super::pool::Exclusive;
@@ -584,6 +584,44 @@ impl TxSession for Session {
         Ok(())
     }
 
+    async fn apply(&mut self, effect: TxEffect<'_>) -> Result<Applied, GuestDbError> {
+        match effect {
+            TxEffect::File(write) => self.file_write(write).await.map(Applied::File),
+            TxEffect::Progress(write) => self.progress_write(write).await.map(Applied::Progress),
+            TxEffect::Enqueue(write) => self.enqueue(write).await.map(Applied::Enqueued),
+        }
+    }
+
+    /// Postgres locks rows, not the database: the host's own writes go on beside a
+    /// transaction of the guest's own rows. Once it wrote a host row, one of the host's
+    /// own writes may need that row (the parent's `family` mark, a run's result, a file's
+    /// name, a dedup key's id) and would wait for the guest's own transaction.
+    fn blocks_other_writers(&self) -> bool {
+        self.in_tx && self.host_rows
+    }
+
+    /// Cancel-safe: the session keeps its connection until the rollback has answered, so
+    /// a release dropped half-way abandons the connection (see `Drop`) rather than
+    /// pooling one that may still be inside the transaction.
+    async fn release(mut self: Box<Self>) {
+        let Some(conn) = self.conn.as_ref() else {
+            return;
+        };
+        let clean = !conn.oversized.load(Ordering::Acquire)
+            && (!self.in_tx || conn.client.batch_execute("ROLLBACK").await.is_ok());
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if clean && !conn.client.is_closed() {
+            self.pool.put_back(conn);
+        } else {
+            conn.abandon();
+        }
+    }
+}
+
+/// The effects' statements (`TxSession::apply`), each one of the store's functions.
+impl Session {
     async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError> {
         self.host_rows = true;
         type Argument<'a> = (&'a (dyn ToSql + Sync), Type);
@@ -727,33 +765,6 @@ impl TxSession for Session {
             .try_get(0)
             .map_err(|_| GuestDbError::Refused(Refusal::Failed))?;
         super::family::inserted_of(write, ids).ok_or(GuestDbError::LeaseLost)
-    }
-
-    /// Postgres locks rows, not the database: the host's own writes go on beside a
-    /// transaction of the guest's own rows. Once it wrote a host row, one of the host's
-    /// own writes may need that row (the parent's `family` mark, a run's result, a file's
-    /// name, a dedup key's id) and would wait for the guest's own transaction.
-    fn blocks_other_writers(&self) -> bool {
-        self.in_tx && self.host_rows
-    }
-
-    /// Cancel-safe: the session keeps its connection until the rollback has answered, so
-    /// a release dropped half-way abandons the connection (see `Drop`) rather than
-    /// pooling one that may still be inside the transaction.
-    async fn release(mut self: Box<Self>) {
-        let Some(conn) = self.conn.as_ref() else {
-            return;
-        };
-        let clean = !conn.oversized.load(Ordering::Acquire)
-            && (!self.in_tx || conn.client.batch_execute("ROLLBACK").await.is_ok());
-        let Some(conn) = self.conn.take() else {
-            return;
-        };
-        if clean && !conn.client.is_closed() {
-            self.pool.put_back(conn);
-        } else {
-            conn.abandon();
-        }
     }
 }
 

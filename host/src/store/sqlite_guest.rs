@@ -17,13 +17,11 @@
 //! name allowed).
 
 use super::cancel_book::CancelBook;
-use super::family::Enqueue;
 use super::guest::{
-    Access, Fence, GuestDbError, MAX_PARAMS, MAX_SQL_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows,
-    SqlValue, TxSession, collect_rows,
+    Access, Applied, Fence, GuestDbError, MAX_PARAMS, MAX_SQL_BYTES, MAX_VALUE_BYTES, Refusal,
+    SqlRows, SqlValue, TxEffect, TxSession, collect_rows,
 };
 use super::queries::Queries;
-use super::records::{FileWrite, FileWritten, ProgressWrite};
 use crate::rules::grants::DbGrant;
 use libsqlite3_sys as ffi;
 use sqlx::pool::PoolConnection;
@@ -614,25 +612,22 @@ impl TxSession for Session {
         self.host_statement("COMMIT").await
     }
 
-    async fn file_write(&mut self, write: &FileWrite) -> Result<FileWritten, GuestDbError> {
+    async fn apply(&mut self, effect: TxEffect<'_>) -> Result<Applied, GuestDbError> {
         let (q, host) = self.as_host().await?;
-        let written = super::files::apply_sqlite(self.conn(), q, write).await;
-        let written = host.classify(written);
-        self.still_in_transaction(written).await
-    }
-
-    async fn progress_write(&mut self, write: &ProgressWrite) -> Result<bool, GuestDbError> {
-        let (q, host) = self.as_host().await?;
-        let written = super::resumable::apply_sqlite(self.conn(), q, write).await;
-        let written = host.classify(written);
-        self.still_in_transaction(written).await
-    }
-
-    async fn enqueue(&mut self, write: &Enqueue) -> Result<Vec<bool>, GuestDbError> {
-        let (q, host) = self.as_host().await?;
-        let written = super::family::apply_sqlite(self.conn(), q, write).await;
-        let written = host.classify(written);
-        self.still_in_transaction(written)
+        let conn = self.conn();
+        let applied = match effect {
+            TxEffect::File(write) => host
+                .classify(super::files::apply_sqlite(conn, q, write).await)
+                .map(|written| Some(Applied::File(written))),
+            TxEffect::Progress(write) => host
+                .classify(super::resumable::apply_sqlite(conn, q, write).await)
+                .map(|changed| Some(Applied::Progress(changed))),
+            // `None`: the parent no longer runs its pass.
+            TxEffect::Enqueue(write) => host
+                .classify(super::family::apply_sqlite(conn, q, write).await)
+                .map(|inserted| inserted.map(Applied::Enqueued)),
+        };
+        self.still_in_transaction(applied)
             .await?
             .ok_or(GuestDbError::LeaseLost)
     }

@@ -40,16 +40,11 @@ impl DbSession {
 /// The `db` capability's per-attempt state: `None` when the job was not granted `db`.
 pub struct DbCapability {
     pub(super) session: Option<DbSession>,
-    /// The guest's open transaction (its handle's number in the resource table).
-    pub(super) open_tx: Option<u32>,
 }
 
 impl DbCapability {
     pub fn new(session: Option<DbSession>) -> Self {
-        DbCapability {
-            session,
-            open_tx: None,
-        }
+        DbCapability { session }
     }
 }
 
@@ -58,7 +53,9 @@ impl GuestState {
         match &self.db.session {
             Some(s) => Ok((s.db.clone(), s.access.clone(), s.txn_bound)),
             None => {
-                self.signals.refuse(refusal::capability_not_granted("db"));
+                self.attempt
+                    .signals
+                    .refuse(refusal::capability_not_granted("db"));
                 Err(HostError::CapabilityRefused("not-granted".into()))
             }
         }
@@ -67,7 +64,7 @@ impl GuestState {
 
 impl Host for GuestState {
     async fn query(&mut self, sql: String, params: Vec<Value>) -> Result<Rows, HostError> {
-        crate::journaled!(self, "db.query", (&sql, &params), async {
+        crate::journaled!(self.attempt, "db.query", (&sql, &params), async {
             let (db, access, _) = self.db_session()?;
             let result = db.query(&access, &sql, &to_sql(params)).await;
             self.translate(result).map(to_rows)
@@ -75,20 +72,21 @@ impl Host for GuestState {
     }
 
     async fn begin(&mut self) -> Result<Resource<TxHandle>, HostError> {
-        if self.db.open_tx.is_some() {
+        if self.attempt.open_tx.is_some() {
             return Err(HostError::Invalid("transaction-open".into()));
         }
-        let began: Result<Option<GuestTx>, HostError> = crate::journaled!(self, "db.begin", (), resource async {
+        let began: Result<Option<GuestTx>, HostError> = crate::journaled!(self.attempt, "db.begin", (), resource async {
             let (db, access, bound) = self.db_session()?;
             let result = db.begin(&access, Instant::now() + bound).await;
             self.translate(result)
         });
         // A replayed transaction has nothing behind it: its calls are answered too.
         let handle = self
+            .attempt
             .table
             .push(TxHandle(began?))
             .map_err(|_| HostError::Invalid("too-many-resources".into()))?;
-        self.db.open_tx = Some(handle.rep());
+        self.attempt.open_tx = Some(handle.rep());
         Ok(handle)
     }
 }
@@ -100,10 +98,15 @@ impl HostTransaction for GuestState {
         sql: String,
         params: Vec<Value>,
     ) -> Result<Rows, HostError> {
-        crate::journaled!(self, "db.transaction.query", (&sql, &params), async {
-            let result = self.tx(&tx)?.query(&sql, &to_sql(params)).await;
-            self.translate(result).map(to_rows)
-        })
+        crate::journaled!(
+            self.attempt,
+            "db.transaction.query",
+            (&sql, &params),
+            async {
+                let result = self.tx(&tx)?.query(&sql, &to_sql(params)).await;
+                self.translate(result).map(to_rows)
+            }
+        )
     }
 
     async fn execute(
@@ -112,15 +115,20 @@ impl HostTransaction for GuestState {
         sql: String,
         params: Vec<Value>,
     ) -> Result<u64, HostError> {
-        crate::journaled!(self, "db.transaction.execute", (&sql, &params), async {
-            let result = self.tx(&tx)?.execute(&sql, &to_sql(params)).await;
-            self.translate(result)
-        })
+        crate::journaled!(
+            self.attempt,
+            "db.transaction.execute",
+            (&sql, &params),
+            async {
+                let result = self.tx(&tx)?.execute(&sql, &to_sql(params)).await;
+                self.translate(result)
+            }
+        )
     }
 
     async fn commit(&mut self, tx: Resource<TxHandle>) -> Result<(), HostError> {
         let tx = self.take_tx(tx)?;
-        crate::journaled!(self, "db.transaction.commit", (), async {
+        crate::journaled!(self.attempt, "db.transaction.commit", (), async {
             match tx {
                 Some(tx) => self.commit_taken(tx).await,
                 None => Err(HostError::Invalid("unknown-transaction".into())),
@@ -130,7 +138,7 @@ impl HostTransaction for GuestState {
 
     async fn rollback(&mut self, tx: Resource<TxHandle>) {
         if let Ok(handle) = self.take_tx(tx) {
-            crate::journaled!(self, "db.transaction.rollback", (), async {
+            crate::journaled!(self.attempt, "db.transaction.rollback", (), async {
                 if let Some(handle) = handle {
                     self.files.rolled_back();
                     handle.rollback().await;

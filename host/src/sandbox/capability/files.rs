@@ -14,7 +14,7 @@ use crate::sandbox::files::{
     Files, FilesError, MAX_OPEN_UPLOADS, MAX_UPLOADS_PER_ATTEMPT, Upload, Uploader,
 };
 use crate::sandbox::refusal;
-use crate::store::guest::{Fence, GuestDbError};
+use crate::store::guest::{Applied, Fence, GuestDbError, TxEffect};
 use crate::store::{FileRecord, FileWritten};
 use std::sync::Arc;
 use wasmtime::component::Resource;
@@ -102,7 +102,8 @@ impl GuestState {
                 Use::Scan => "scan",
             };
             let grant = self.files.session.as_ref().map(|s| s.grant.clone());
-            self.signals
+            self.attempt
+                .signals
                 .refuse(refusal::collection(collection, using, grant.as_deref()));
             return Err(HostError::CapabilityRefused("not-granted".into()));
         }
@@ -112,7 +113,9 @@ impl GuestState {
     fn files_error(&mut self, error: FilesError) -> HostError {
         match error {
             FilesError::UnknownCollection => {
-                self.signals.refuse(refusal::undeclared_collection());
+                self.attempt
+                    .signals
+                    .refuse(refusal::undeclared_collection());
                 HostError::CapabilityRefused("not-granted".into())
             }
             FilesError::InvalidName => HostError::Invalid("invalid-name".into()),
@@ -123,19 +126,19 @@ impl GuestState {
             FilesError::NotFound => HostError::Invalid("not-found".into()),
             // The operator was told where; the guest learns only that the host refused.
             FilesError::PathRefused => {
-                self.signals.refuse(refusal::path_refused());
+                self.attempt.signals.refuse(refusal::path_refused());
                 HostError::CapabilityRefused("path-refused".into())
             }
             FilesError::Open { .. } | FilesError::Objects(_) | FilesError::Store(_) => {
                 tracing::warn!(code = "driver_failed", error = %error, "a files call failed");
-                self.signals.unavailable = true;
+                self.attempt.signals.unavailable = true;
                 HostError::Unavailable
             }
         }
     }
 
     fn lease_lost(&mut self) -> HostError {
-        self.signals.lease_lost = true;
+        self.attempt.signals.lease_lost = true;
         HostError::LeaseLost
     }
 }
@@ -155,7 +158,7 @@ impl Host for GuestState {
         collection: String,
         name: String,
     ) -> Result<Option<ObjectMetadata>, HostError> {
-        crate::journaled!(self, "files.stat", (&collection, &name), async {
+        crate::journaled!(self.attempt, "files.stat", (&collection, &name), async {
             let s = self.files_for(&collection, Use::Read)?;
             let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
             match files.stat(&tenant, &collection, &name).await {
@@ -173,7 +176,7 @@ impl Host for GuestState {
         len: u64,
     ) -> Result<Vec<u8>, HostError> {
         crate::journaled!(
-            self,
+            self.attempt,
             "files.read",
             (&collection, &name, offset, len),
             async {
@@ -190,17 +193,22 @@ impl Host for GuestState {
         collection: String,
         name: String,
     ) -> Result<Option<ObjectVersion>, HostError> {
-        crate::journaled!(self, "files.stat-version", (&collection, &name), async {
-            let s = self.files_for(&collection, Use::Read)?;
-            let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-            match files.stat(&tenant, &collection, &name).await {
-                Ok(file) => Ok(file.map(|f| ObjectVersion {
-                    metadata: metadata(&f),
-                    version: f.object_key,
-                })),
-                Err(e) => Err(self.files_error(e)),
+        crate::journaled!(
+            self.attempt,
+            "files.stat-version",
+            (&collection, &name),
+            async {
+                let s = self.files_for(&collection, Use::Read)?;
+                let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+                match files.stat(&tenant, &collection, &name).await {
+                    Ok(file) => Ok(file.map(|f| ObjectVersion {
+                        metadata: metadata(&f),
+                        version: f.object_key,
+                    })),
+                    Err(e) => Err(self.files_error(e)),
+                }
             }
-        })
+        )
     }
 
     async fn read_version(
@@ -212,7 +220,7 @@ impl Host for GuestState {
         len: u64,
     ) -> Result<Vec<u8>, ReadError> {
         let args = (&collection, &name, &version, offset, len);
-        crate::journaled!(self, "files.read-version", args, async {
+        crate::journaled!(self.attempt, "files.read-version", args, async {
             let s = self
                 .files_for(&collection, Use::Read)
                 .map_err(ReadError::Host)?;
@@ -236,7 +244,7 @@ impl Host for GuestState {
         limit: u32,
     ) -> Result<ObjectPage, HostError> {
         let args = (&collection, &prefix, &cursor, limit);
-        crate::journaled!(self, "files.list-objects", args, async {
+        crate::journaled!(self.attempt, "files.list-objects", args, async {
             let s = self.files_for(&collection, Use::Read)?;
             let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
             match files
@@ -256,10 +264,10 @@ impl Host for GuestState {
         &mut self,
         collection: String,
     ) -> Result<Resource<UploadHandle>, HostError> {
-        let started: Result<Option<Upload>, HostError> = crate::journaled!(self, "files.start-upload", (&collection,), resource async {
+        let started: Result<Option<Upload>, HostError> = crate::journaled!(self.attempt, "files.start-upload", (&collection,), resource async {
             let s = self.files_for(&collection, Use::Write)?;
             let (files, uploader) = (s.files.clone(), s.uploader.clone());
-            self.own_write_allowed().await?;
+            self.attempt.own_write_allowed().await?;
             if self.files.open_uploads >= MAX_OPEN_UPLOADS
                 || self.files.uploads_started >= MAX_UPLOADS_PER_ATTEMPT
             {
@@ -272,6 +280,7 @@ impl Host for GuestState {
             }
         });
         let handle = self
+            .attempt
             .table
             .push(UploadHandle(started?))
             .map_err(|_| HostError::Invalid("too-many-resources".into()))?;
@@ -286,9 +295,9 @@ impl Host for GuestState {
     ) -> Result<ObjectMetadata, HostError> {
         // The guest gives the upload up with the call, whatever the call answers.
         let taken = self.take_upload(upload);
-        crate::journaled!(self, "files.attach", (&name,), async {
+        crate::journaled!(self.attempt, "files.attach", (&name,), async {
             // Refused, the upload is discarded, unattached.
-            self.own_write_allowed().await?;
+            self.attempt.own_write_allowed().await?;
             let finished = self.finish_upload(taken).await?;
             let s = self.files_for(&finished.collection, Use::Write)?;
             let (files, fence, run_id) =
@@ -313,7 +322,7 @@ impl Host for GuestState {
         name: String,
     ) -> Result<ObjectMetadata, HostError> {
         let taken = self.take_upload(upload);
-        crate::journaled!(self, "files.attach-in", (&name,), async {
+        crate::journaled!(self.attempt, "files.attach-in", (&name,), async {
             let finished = self.finish_upload(taken).await?;
             let s = self.files_for(&finished.collection, Use::Write)?;
             let (files, run_id) = (s.files.clone(), s.uploader.run_id.clone());
@@ -336,11 +345,11 @@ impl Host for GuestState {
     }
 
     async fn remove(&mut self, collection: String, name: String) -> Result<bool, HostError> {
-        crate::journaled!(self, "files.remove", (&collection, &name), async {
+        crate::journaled!(self.attempt, "files.remove", (&collection, &name), async {
             let s = self.files_for(&collection, Use::Write)?;
             let (files, fence, tenant) =
                 (s.files.clone(), s.fence.clone(), s.uploader.tenant.clone());
-            self.own_write_allowed().await?;
+            self.attempt.own_write_allowed().await?;
             match files.remove(&fence, &tenant, &collection, &name).await {
                 Ok(Some(removed)) => Ok(removed),
                 Ok(None) => Err(self.lease_lost()),
@@ -355,14 +364,19 @@ impl Host for GuestState {
         collection: String,
         name: String,
     ) -> Result<bool, HostError> {
-        crate::journaled!(self, "files.remove-in", (&collection, &name), async {
-            let s = self.files_for(&collection, Use::Write)?;
-            let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-            let write = files
-                .remove_write(&tenant, &collection, &name)
-                .map_err(|e| self.files_error(e))?;
-            Ok(self.in_transaction(&tx, &write).await? == FileWritten::Changed(true))
-        })
+        crate::journaled!(
+            self.attempt,
+            "files.remove-in",
+            (&collection, &name),
+            async {
+                let s = self.files_for(&collection, Use::Write)?;
+                let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
+                let write = files
+                    .remove_write(&tenant, &collection, &name)
+                    .map_err(|e| self.files_error(e))?;
+                Ok(self.in_transaction(&tx, &write).await? == FileWritten::Changed(true))
+            }
+        )
     }
 
     async fn scan_pending(
@@ -370,21 +384,26 @@ impl Host for GuestState {
         collection: String,
         limit: u32,
     ) -> Result<Vec<PendingFile>, HostError> {
-        crate::journaled!(self, "files.scan-pending", (&collection, limit), async {
-            let files = self.files_for(&collection, Use::Scan)?.files.clone();
-            match files.pending(&collection, limit).await {
-                Ok(pending) => Ok(pending
-                    .into_iter()
-                    .map(|p| PendingFile {
-                        id: p.object_key,
-                        tenant: p.tenant,
-                        name: p.name,
-                        size: p.size.max(0) as u64,
-                    })
-                    .collect()),
-                Err(e) => Err(self.files_error(e)),
+        crate::journaled!(
+            self.attempt,
+            "files.scan-pending",
+            (&collection, limit),
+            async {
+                let files = self.files_for(&collection, Use::Scan)?.files.clone();
+                match files.pending(&collection, limit).await {
+                    Ok(pending) => Ok(pending
+                        .into_iter()
+                        .map(|p| PendingFile {
+                            id: p.object_key,
+                            tenant: p.tenant,
+                            name: p.name,
+                            size: p.size.max(0) as u64,
+                        })
+                        .collect()),
+                    Err(e) => Err(self.files_error(e)),
+                }
             }
-        })
+        )
     }
 
     async fn scan_read(
@@ -395,7 +414,7 @@ impl Host for GuestState {
         len: u64,
     ) -> Result<Vec<u8>, HostError> {
         crate::journaled!(
-            self,
+            self.attempt,
             "files.scan-read",
             (&collection, &id, offset, len),
             async {
@@ -413,13 +432,13 @@ impl Host for GuestState {
         verdict: Verdict,
     ) -> Result<(), HostError> {
         crate::journaled!(
-            self,
+            self.attempt,
             "files.scan-mark",
             (&collection, &id, &verdict),
             async {
                 let s = self.files_for(&collection, Use::Scan)?;
                 let (files, fence) = (s.files.clone(), s.fence.clone());
-                self.own_write_allowed().await?;
+                self.attempt.own_write_allowed().await?;
                 match files
                     .mark(&fence, &collection, &id, verdict == Verdict::Clean)
                     .await
@@ -437,7 +456,7 @@ impl Host for GuestState {
 impl GuestState {
     /// Takes an upload out of the guest's table, which counts it open no more.
     fn take_upload(&mut self, upload: Resource<UploadHandle>) -> Option<UploadHandle> {
-        let taken = self.table.delete(upload).ok()?;
+        let taken = self.attempt.table.delete(upload).ok()?;
         self.files.open_uploads = self.files.open_uploads.saturating_sub(1);
         Some(taken)
     }
@@ -460,16 +479,20 @@ impl GuestState {
         write: &crate::store::FileWrite,
     ) -> Result<FileWritten, HostError> {
         let tx = self
+            .attempt
             .table
             .get_mut(tx)
             .ok()
             .and_then(|tx| tx.guest_tx())
             .ok_or_else(|| HostError::Invalid("unknown-transaction".into()))?;
-        let written = tx.file_write(write).await;
+        let written = tx
+            .apply(TxEffect::File(write))
+            .await
+            .and_then(Applied::file);
         written.map_err(|e| match e {
             GuestDbError::LeaseLost => self.lease_lost(),
             GuestDbError::Unavailable => {
-                self.signals.unavailable = true;
+                self.attempt.signals.unavailable = true;
                 HostError::Unavailable
             }
             GuestDbError::Refused(r) => HostError::QueryRefused(r.reason().into()),
@@ -484,8 +507,9 @@ impl HostUpload for GuestState {
         upload: Resource<UploadHandle>,
         chunk: Vec<u8>,
     ) -> Result<(), HostError> {
-        crate::journaled!(self, "files.upload.write", (&chunk,), async {
+        crate::journaled!(self.attempt, "files.upload.write", (&chunk,), async {
             let handle = self
+                .attempt
                 .table
                 .get_mut(&upload)
                 .ok()
@@ -663,7 +687,7 @@ mod tests {
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"
         ));
         assert_eq!(
-            guest.signals.refused_code(),
+            guest.attempt.signals.refused_code(),
             Some(FailureCode::CapabilityRefused)
         );
         assert!(matches!(
@@ -707,7 +731,7 @@ mod tests {
             Host::attach(&mut guest, upload, "b.txt".into()).await,
             Err(HostError::LeaseLost)
         ));
-        assert!(guest.signals.lease_lost);
+        assert!(guest.attempt.signals.lease_lost);
         assert!(
             Host::stat(&mut guest, "docs".into(), "b.txt".into())
                 .await

@@ -13,7 +13,7 @@ use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::refusal;
 use crate::store::family::{ChildRun, Enqueue, ParentLink};
-use crate::store::guest::{Fence, GuestDbError};
+use crate::store::guest::{Applied, Fence, GuestDbError, TxEffect};
 use crate::store::{JobRecord, Store};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -73,7 +73,6 @@ pub struct JobsCapability {
     calls: u64,
     /// The jobs this attempt looked up, by name (`None`: unknown or orphaned).
     targets: HashMap<String, Option<JobRecord>>,
-    waits: Option<WaitPolicy>,
     /// How many ancestors the attempt's run has, once read.
     depth: Option<i64>,
 }
@@ -86,20 +85,8 @@ impl JobsCapability {
             payload_bytes: 0,
             calls: 0,
             targets: HashMap::new(),
-            waits: None,
             depth: None,
         }
-    }
-
-    /// Whether the pass recorded that it waits for its children.
-    pub fn waits(&self) -> bool {
-        self.waits.is_some()
-    }
-
-    /// In a replay: whether the original pass recorded that it waits (the policy does not
-    /// change how the attempt ends).
-    pub(crate) fn replay_waits(&mut self, waits: bool) {
-        self.waits = waits.then_some(WaitPolicy::Continue);
     }
 }
 
@@ -151,12 +138,12 @@ impl GuestState {
             None => refusal::capability_not_granted("jobs"),
             Some(grant) => refusal::start(reason, Some(grant)),
         };
-        self.signals.refuse(refused);
+        self.attempt.signals.refuse(refused);
         HostError::CapabilityRefused(reason.into())
     }
 
     fn over_limit(&mut self) -> HostError {
-        self.signals.refuse(refusal::run_limit(
+        self.attempt.signals.refuse(refusal::run_limit(
             MAX_RUNS_PER_ATTEMPT,
             MAX_PAYLOAD_BYTES_PER_ATTEMPT,
         ));
@@ -175,7 +162,7 @@ impl GuestState {
             let record = match store.get_job(name).await {
                 Ok(record) => record.filter(|r| r.orphaned_at.is_none()),
                 Err(_) => {
-                    self.signals.unavailable = true;
+                    self.attempt.signals.unavailable = true;
                     return Err(HostError::Unavailable);
                 }
             };
@@ -324,7 +311,7 @@ impl GuestState {
         let planned = match planned {
             Ok(runs) => runs,
             Err(_) => {
-                self.signals.unavailable = true;
+                self.attempt.signals.unavailable = true;
                 return Err(HostError::Unavailable);
             }
         };
@@ -367,7 +354,7 @@ impl GuestState {
             }
         };
         if depth >= crate::queue::backlog::MAX_FAMILY_DEPTH {
-            self.signals.refuse(refusal::family_too_deep());
+            self.attempt.signals.refuse(refusal::family_too_deep());
             return Err(invalid("family-too-deep"));
         }
         // A call's runs all belong to the parent's tenant.
@@ -389,7 +376,7 @@ impl GuestState {
             let room =
                 crate::queue::backlog::room(&store, job, &tenant, caps, adding, in_tenant).await;
             if let Err(full) = self.available(room)? {
-                self.signals.refuse(refusal::queue_full(&full));
+                self.attempt.signals.refuse(refusal::queue_full(&full));
                 return Err(invalid("queue-full"));
             }
         }
@@ -399,14 +386,14 @@ impl GuestState {
     /// A read the host needed, or the guest told the host is unavailable.
     fn available<T>(&mut self, read: Result<T, crate::store::StoreError>) -> Result<T, HostError> {
         read.map_err(|_| {
-            self.signals.unavailable = true;
+            self.attempt.signals.unavailable = true;
             HostError::Unavailable
         })
     }
 
     /// Queues `write` in a fenced write of the host's own.
     async fn enqueue_own(&mut self, write: &Enqueue) -> Result<Vec<bool>, HostError> {
-        self.own_write_allowed().await?;
+        self.attempt.own_write_allowed().await?;
         self.room_for(write).await?;
         let session = self.jobs.session.as_ref().expect("checked by the plan");
         let (store, fence) = (session.store.clone(), session.fence.clone());
@@ -422,7 +409,8 @@ impl GuestState {
     ) -> Result<Vec<bool>, HostError> {
         self.tx(tx)?;
         self.room_for(write).await?;
-        let queued = self.tx(tx)?.enqueue(write).await;
+        let queued = self.tx(tx)?.apply(TxEffect::Enqueue(write)).await;
+        let queued = queued.and_then(Applied::enqueued);
         self.translate(queued)
     }
 }
@@ -462,13 +450,18 @@ impl Host for GuestState {
         payload: String,
         options: Options,
     ) -> Result<Enqueued, HostError> {
-        crate::journaled!(self, "jobs.enqueue", (&job, &payload, &options), async {
-            let write = self
-                .plan_enqueue(vec![new_run(job, payload, options)])
-                .await?;
-            let inserted = self.enqueue_own(&write).await?;
-            one(answers(&write, inserted))
-        })
+        crate::journaled!(
+            self.attempt,
+            "jobs.enqueue",
+            (&job, &payload, &options),
+            async {
+                let write = self
+                    .plan_enqueue(vec![new_run(job, payload, options)])
+                    .await?;
+                let inserted = self.enqueue_own(&write).await?;
+                one(answers(&write, inserted))
+            }
+        )
     }
 
     async fn enqueue_in(
@@ -478,17 +471,22 @@ impl Host for GuestState {
         payload: String,
         options: Options,
     ) -> Result<Enqueued, HostError> {
-        crate::journaled!(self, "jobs.enqueue-in", (&job, &payload, &options), async {
-            let write = self
-                .plan_enqueue(vec![new_run(job, payload, options)])
-                .await?;
-            let inserted = self.enqueue_in_tx(&tx, &write).await?;
-            one(answers(&write, inserted))
-        })
+        crate::journaled!(
+            self.attempt,
+            "jobs.enqueue-in",
+            (&job, &payload, &options),
+            async {
+                let write = self
+                    .plan_enqueue(vec![new_run(job, payload, options)])
+                    .await?;
+                let inserted = self.enqueue_in_tx(&tx, &write).await?;
+                one(answers(&write, inserted))
+            }
+        )
     }
 
     async fn enqueue_all(&mut self, runs: Vec<WitNewRun>) -> Result<Vec<Enqueued>, HostError> {
-        crate::journaled!(self, "jobs.enqueue-all", (&runs,), async {
+        crate::journaled!(self.attempt, "jobs.enqueue-all", (&runs,), async {
             let write = self.plan_enqueue(runs).await?;
             let inserted = self.enqueue_own(&write).await?;
             Ok(answers(&write, inserted))
@@ -500,7 +498,7 @@ impl Host for GuestState {
         tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         runs: Vec<WitNewRun>,
     ) -> Result<Vec<Enqueued>, HostError> {
-        crate::journaled!(self, "jobs.enqueue-all-in", (&runs,), async {
+        crate::journaled!(self.attempt, "jobs.enqueue-all-in", (&runs,), async {
             let write = self.plan_enqueue(runs).await?;
             let inserted = self.enqueue_in_tx(&tx, &write).await?;
             Ok(answers(&write, inserted))
@@ -508,7 +506,7 @@ impl Host for GuestState {
     }
 
     async fn kick(&mut self, job: String) -> Result<String, HostError> {
-        crate::journaled!(self, "jobs.kick", (&job,), async {
+        crate::journaled!(self.attempt, "jobs.kick", (&job,), async {
             let write = self.plan_kick(&job).await?;
             self.enqueue_own(&write).await?;
             Ok(write.runs[0].id.clone())
@@ -520,7 +518,7 @@ impl Host for GuestState {
         tx: Resource<crate::sandbox::capability::handles::TxHandle>,
         job: String,
     ) -> Result<String, HostError> {
-        crate::journaled!(self, "jobs.kick-in", (&job,), async {
+        crate::journaled!(self.attempt, "jobs.kick-in", (&job,), async {
             let write = self.plan_kick(&job).await?;
             self.enqueue_in_tx(&tx, &write).await?;
             Ok(write.runs[0].id.clone())
@@ -528,7 +526,7 @@ impl Host for GuestState {
     }
 
     async fn emit(&mut self, event: String, payload: String) -> Result<u32, HostError> {
-        crate::journaled!(self, "jobs.emit", (&event, &payload), async {
+        crate::journaled!(self.attempt, "jobs.emit", (&event, &payload), async {
             let write = self.plan_emit(&event, &payload).await?;
             let inserted = self.enqueue_own(&write).await?;
             Ok(queued(&inserted))
@@ -541,7 +539,7 @@ impl Host for GuestState {
         event: String,
         payload: String,
     ) -> Result<u32, HostError> {
-        crate::journaled!(self, "jobs.emit-in", (&event, &payload), async {
+        crate::journaled!(self.attempt, "jobs.emit-in", (&event, &payload), async {
             let write = self.plan_emit(&event, &payload).await?;
             let inserted = self.enqueue_in_tx(&tx, &write).await?;
             Ok(queued(&inserted))
@@ -549,8 +547,8 @@ impl Host for GuestState {
     }
 
     async fn wait_for_children(&mut self, policy: WaitPolicy) -> Result<(), HostError> {
-        crate::journaled!(self, "jobs.wait-for-children", (&policy,), async {
-            self.own_write_allowed().await?;
+        crate::journaled!(self.attempt, "jobs.wait-for-children", (&policy,), async {
+            self.attempt.own_write_allowed().await?;
             let session = self.jobs_session()?;
             let (store, fence, run_id) = (
                 session.store.clone(),
@@ -563,7 +561,7 @@ impl Host for GuestState {
             };
             match store.wait_for_children_fenced(&fence, &run_id, name).await {
                 Ok(true) => {
-                    self.jobs.waits = Some(policy);
+                    self.attempt.signals.waits_for_children = true;
                     Ok(())
                 }
                 Ok(false) => self.translate(Err(GuestDbError::LeaseLost)),
@@ -652,14 +650,17 @@ mod tests {
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"
         ));
         assert_eq!(
-            state.signals.refused_code(),
+            state.attempt.signals.refused_code(),
             Some(FailureCode::CapabilityRefused)
         );
         let mut bounded = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
         bounded.jobs.started = MAX_RUNS_PER_ATTEMPT - 1;
         assert!(bounded.reserve(1, 10).is_ok());
         assert!(matches!(bounded.reserve(1, 10), Err(HostError::Invalid(r)) if r == "run-limit"));
-        assert_eq!(bounded.signals.refused_code(), Some(FailureCode::RunLimit));
+        assert_eq!(
+            bounded.attempt.signals.refused_code(),
+            Some(FailureCode::RunLimit)
+        );
         assert_eq!(
             bounded.jobs.started, MAX_RUNS_PER_ATTEMPT,
             "a refused call counts nothing"

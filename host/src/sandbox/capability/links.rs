@@ -5,11 +5,12 @@
 use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::engine::bindings::jobhost::job::links::{Host, Request, Response};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::GuestState;
+use crate::sandbox::engine::state::{Attempt, GuestState};
 use crate::sandbox::links::{Caller, LinkError, Links};
 use crate::sandbox::refusal;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use wasmtime::component::HasData;
 
 /// What one attempt may call.
 pub struct LinksSession {
@@ -53,10 +54,33 @@ impl LinksCapability {
     }
 }
 
+/// What a `links` call works on: its own state and the attempt's shared piece.
+pub struct LinksView<'a> {
+    links: &'a mut LinksCapability,
+    attempt: &'a mut Attempt,
+}
+
+/// The `links` capability's projection of the attempt's state ([`LinksView`]).
+pub struct HasLinks;
+
+impl HasData for HasLinks {
+    type Data<'a> = LinksView<'a>;
+}
+
 impl GuestState {
+    pub(crate) fn links_view(&mut self) -> LinksView<'_> {
+        LinksView {
+            links: &mut self.links,
+            attempt: &mut self.attempt,
+        }
+    }
+}
+
+impl LinksView<'_> {
     fn refuse_link(&mut self, reason: &str, mount: &str) -> HostError {
         let grant = self.links.session.as_ref().map(|s| s.grant.clone());
-        self.signals
+        self.attempt
+            .signals
             .refuse(refusal::link(reason, mount, grant.as_deref()));
         HostError::CapabilityRefused(reason.into())
     }
@@ -73,7 +97,7 @@ impl GuestState {
             LinkError::RequestTooLarge => HostError::Invalid("request-too-large".into()),
             LinkError::ResponseTooLarge => HostError::Invalid("response-too-large".into()),
             LinkError::LeaseLost => {
-                self.signals.lease_lost = true;
+                self.attempt.signals.lease_lost = true;
                 HostError::LeaseLost
             }
             LinkError::Unavailable => HostError::Unavailable,
@@ -85,9 +109,9 @@ impl GuestState {
     }
 }
 
-impl Host for GuestState {
+impl Host for LinksView<'_> {
     async fn call(&mut self, mount: String, request: Request) -> Result<Response, HostError> {
-        crate::journaled!(self, "links.call", (&mount, &request), async {
+        crate::journaled!(self.attempt, "links.call", (&mount, &request), async {
             let Some(session) = self
                 .links
                 .session
@@ -229,7 +253,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (url, hits) = service().await;
         let (mut guest, store) = state(dir.path(), &url).await;
-        let answer = Host::call(&mut guest, "api".into(), get("ping"))
+        let answer = Host::call(&mut guest.links_view(), "api".into(), get("ping"))
             .await
             .unwrap();
         assert_eq!(
@@ -237,17 +261,17 @@ mod tests {
             (200, b"pong".as_slice())
         );
         assert!(matches!(
-            Host::call(&mut guest, "other".into(), get("ping")).await,
+            Host::call(&mut guest.links_view(), "other".into(), get("ping")).await,
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"
         ));
         assert!(matches!(
-            Host::call(&mut guest, "api".into(), get("../ping")).await,
+            Host::call(&mut guest.links_view(), "api".into(), get("../ping")).await,
             Err(HostError::Invalid(r)) if r == "bad-path"
         ));
         let mut post = get("ping");
         post.method = "POST".into();
         assert!(matches!(
-            Host::call(&mut guest, "api".into(), post).await,
+            Host::call(&mut guest.links_view(), "api".into(), post).await,
             Err(HostError::CapabilityRefused(r)) if r == "method-not-allowed"
         ));
         if let crate::store::Pool::Sqlite(p) = store.pool() {
@@ -257,10 +281,10 @@ mod tests {
                 .unwrap();
         }
         assert!(matches!(
-            Host::call(&mut guest, "api".into(), get("ping")).await,
+            Host::call(&mut guest.links_view(), "api".into(), get("ping")).await,
             Err(HostError::LeaseLost)
         ));
-        assert!(guest.signals.lease_lost);
+        assert!(guest.attempt.signals.lease_lost);
         assert_eq!(
             hits.load(Ordering::SeqCst),
             1,

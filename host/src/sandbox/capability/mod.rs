@@ -20,17 +20,19 @@ use wasmtime::component::{HasSelf, Linker};
 impl types::Host for GuestState {}
 
 /// Links each capability's host impl, one line each, through the projection of the
-/// attempt's state it works on: `log` its log alone; the others the whole state, since
-/// each call is journaled and notes what it noticed there.
+/// attempt's state it works on: `log` its log alone; `links` and `run` their own state
+/// plus the attempt's shared piece (`Attempt`: table, signals, journal, open
+/// transaction); `db`, `files`, `steps` and `jobs` still the whole state, since they
+/// reach `db`'s session and `files`' pending writes when a transaction ends.
 pub fn add_to_linker(l: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     use crate::sandbox::engine::bindings::jobhost::job;
     job::types::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
     job::log::add_to_linker::<_, log::HasLog>(l, |s| &mut s.log)?;
     job::db::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
     job::files::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
-    job::links::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    job::links::add_to_linker::<_, links::HasLinks>(l, |s| s.links_view())?;
     job::steps::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
-    job::run::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
+    job::run::add_to_linker::<_, run::HasRun>(l, |s| s.run_view())?;
     job::jobs::add_to_linker::<_, HasSelf<_>>(l, |s| s)?;
     Ok(())
 }

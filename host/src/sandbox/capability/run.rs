@@ -8,9 +8,10 @@ use crate::sandbox::engine::bindings::jobhost::job::run::{
     Child, ChildPage, Host, RunInfo as Info, StartedBy,
 };
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::GuestState;
+use crate::sandbox::engine::state::{Attempt, GuestState};
 use crate::store::guest::Fence;
 use crate::store::{Origin, RunRecord, Store};
+use wasmtime::component::HasData;
 
 /// What a run hands its parent (`set-result`).
 pub const RESULT: JsonLimits = JsonLimits {
@@ -89,7 +90,29 @@ pub fn info(run: &RunRecord, retries: u32) -> Info {
     }
 }
 
+/// What a `run` call works on: its own state and the attempt's shared piece.
+pub struct RunView<'a> {
+    run: &'a mut RunCapability,
+    attempt: &'a mut Attempt,
+}
+
+/// The `run` capability's projection of the attempt's state ([`RunView`]).
+pub struct HasRun;
+
+impl HasData for HasRun {
+    type Data<'a> = RunView<'a>;
+}
+
 impl GuestState {
+    pub(crate) fn run_view(&mut self) -> RunView<'_> {
+        RunView {
+            run: &mut self.run,
+            attempt: &mut self.attempt,
+        }
+    }
+}
+
+impl RunView<'_> {
     fn run_session(&self) -> Result<&RunSession, HostError> {
         self.run.session.as_ref().ok_or(HostError::Unavailable)
     }
@@ -106,16 +129,16 @@ impl GuestState {
                 Ok(row)
             }
             _ => {
-                self.signals.unavailable = true;
+                self.attempt.signals.unavailable = true;
                 Err(HostError::Unavailable)
             }
         }
     }
 }
 
-impl Host for GuestState {
+impl Host for RunView<'_> {
     async fn info(&mut self) -> Info {
-        crate::journaled!(self, "run.info", (), async {
+        crate::journaled!(self.attempt, "run.info", (), async {
             let row = self.run_row().await;
             match (&self.run.session, row) {
                 // The claim's counts are the attempt's; the row adds what started the run.
@@ -139,7 +162,7 @@ impl Host for GuestState {
         cursor: Option<String>,
         limit: u32,
     ) -> Result<ChildPage, HostError> {
-        crate::journaled!(self, "run.children", (&cursor, limit), async {
+        crate::journaled!(self.attempt, "run.children", (&cursor, limit), async {
             if limit == 0 || limit > MAX_CHILDREN_PAGE {
                 return Err(HostError::Invalid("invalid-limit".into()));
             }
@@ -159,7 +182,7 @@ impl Host for GuestState {
             let page = match page {
                 Ok(page) => page,
                 Err(_) => {
-                    self.signals.unavailable = true;
+                    self.attempt.signals.unavailable = true;
                     return Err(HostError::Unavailable);
                 }
             };
@@ -184,10 +207,10 @@ impl Host for GuestState {
     }
 
     async fn set_result(&mut self, value: String) -> Result<(), HostError> {
-        crate::journaled!(self, "run.set-result", (&value,), async {
+        crate::journaled!(self.attempt, "run.set-result", (&value,), async {
             let canonical = crate::rules::json_rule::canonical(value.as_bytes(), RESULT)
                 .map_err(|refusal| HostError::Invalid(refusal.code().into()))?;
-            self.own_write_allowed().await?;
+            self.attempt.own_write_allowed().await?;
             let session = self.run_session()?;
             let (store, fence, id) = (
                 session.store.clone(),
@@ -197,11 +220,11 @@ impl Host for GuestState {
             match store.set_result_fenced(&fence, &id, &canonical).await {
                 Ok(true) => Ok(()),
                 Ok(false) => {
-                    self.signals.lease_lost = true;
+                    self.attempt.signals.lease_lost = true;
                     Err(HostError::LeaseLost)
                 }
                 Err(_) => {
-                    self.signals.unavailable = true;
+                    self.attempt.signals.unavailable = true;
                     Err(HostError::Unavailable)
                 }
             }
@@ -236,17 +259,23 @@ mod tests {
     #[tokio::test]
     async fn a_hostile_result_or_page_is_refused_before_anything_is_read_or_written() {
         let mut state = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
-        assert_eq!(reason(state.set_result("NaN".into()).await), "non-finite");
         assert_eq!(
-            reason(state.set_result("{\"a\":\0}".into()).await),
+            reason(state.run_view().set_result("NaN".into()).await),
+            "non-finite"
+        );
+        assert_eq!(
+            reason(state.run_view().set_result("{\"a\":\0}".into()).await),
             "not-json"
         );
         let deep = format!("{}{}", "[".repeat(17), "]".repeat(17));
-        assert_eq!(reason(state.set_result(deep).await), "too-deep");
+        assert_eq!(reason(state.run_view().set_result(deep).await), "too-deep");
         let huge = format!("\"{}\"", "x".repeat(RESULT.max_bytes));
-        assert_eq!(reason(state.set_result(huge).await), "too-large");
+        assert_eq!(reason(state.run_view().set_result(huge).await), "too-large");
         for limit in [0, MAX_CHILDREN_PAGE + 1, u32::MAX] {
-            assert_eq!(reason(state.children(None, limit).await), "invalid-limit");
+            assert_eq!(
+                reason(state.run_view().children(None, limit).await),
+                "invalid-limit"
+            );
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::sandbox::engine::bindings::jobhost::job::steps::{Host, PassEnd};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::journal::CommittedEnd;
-use crate::store::guest::{Fence, GuestDbError};
+use crate::store::guest::{Applied, Fence, GuestDbError, TxEffect};
 use crate::store::{ProgressWrite, Store};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use wasmtime::component::Resource;
@@ -68,7 +68,6 @@ pub struct StepsCapability {
     recorded: HashSet<String>,
     counters: BTreeMap<String, i64>,
     counters_changed: bool,
-    committed: Option<CommittedEnd>,
 }
 
 impl StepsCapability {
@@ -86,7 +85,6 @@ impl StepsCapability {
             recorded: HashSet::new(),
             counters,
             counters_changed: false,
-            committed: None,
         }
     }
 
@@ -109,16 +107,6 @@ impl StepsCapability {
         names.truncate(MAX_NOTED_FAILURES);
         names
     }
-
-    /// The pass's end, if the guest committed it with its writes.
-    pub fn committed(&self) -> Option<&CommittedEnd> {
-        self.committed.as_ref()
-    }
-
-    /// In a replay: the end the original attempt's `commit-pass` committed.
-    pub(crate) fn replay_committed(&mut self, committed: Option<CommittedEnd>) {
-        self.committed = committed;
-    }
 }
 
 fn counters_json(counters: &BTreeMap<String, i64>) -> String {
@@ -137,11 +125,12 @@ fn valid_name(name: &str, max: usize) -> bool {
 impl GuestState {
     fn steps_session(&mut self) -> Result<&StepsSession, HostError> {
         if self.steps.session.is_none() {
-            self.signals
+            self.attempt
+                .signals
                 .refuse(crate::sandbox::refusal::capability_not_granted("steps"));
             return Err(HostError::CapabilityRefused("not-granted".into()));
         }
-        if self.steps.committed.is_some() {
+        if self.attempt.signals.committed.is_some() {
             return Err(invalid("pass-committed"));
         }
         Ok(self.steps.session.as_ref().expect("checked above"))
@@ -185,7 +174,7 @@ impl GuestState {
 
 impl Host for GuestState {
     async fn start(&mut self, name: String) -> Result<Option<String>, HostError> {
-        crate::journaled!(self, "steps.start", (&name,), async {
+        crate::journaled!(self.attempt, "steps.start", (&name,), async {
             let session = self.steps_session()?;
             if !valid_name(&name, MAX_STEP_NAME_BYTES) {
                 return Err(invalid("invalid-step-name"));
@@ -193,7 +182,9 @@ impl Host for GuestState {
             let (store, run_id, pass) =
                 (session.store.clone(), session.run_id.clone(), session.pass);
             if self.steps.reached.contains(&name) {
-                self.signals.refuse(crate::sandbox::refusal::step_reused());
+                self.attempt
+                    .signals
+                    .refuse(crate::sandbox::refusal::step_reused());
                 return Err(invalid("step-reused"));
             }
             if self.steps.ledger.is_none() {
@@ -201,7 +192,7 @@ impl Host for GuestState {
                 let steps = match store.pass_steps(&run_id, pass).await {
                     Ok(steps) => steps,
                     Err(_) => {
-                        self.signals.unavailable = true;
+                        self.attempt.signals.unavailable = true;
                         return Err(HostError::Unavailable);
                     }
                 };
@@ -225,9 +216,9 @@ impl Host for GuestState {
     }
 
     async fn record(&mut self, name: String, result: String) -> Result<(), HostError> {
-        crate::journaled!(self, "steps.record", (&name, &result), async {
+        crate::journaled!(self.attempt, "steps.record", (&name, &result), async {
             let result = self.recordable(&name, &result)?;
-            self.own_write_allowed().await?;
+            self.attempt.own_write_allowed().await?;
             let session = self.steps.session.as_ref().expect("checked by recordable");
             let (store, fence) = (session.store.clone(), session.fence.clone());
             let (run_id, pass) = (session.run_id.clone(), session.pass);
@@ -241,11 +232,11 @@ impl Host for GuestState {
                     Ok(())
                 }
                 Ok(false) => {
-                    self.signals.lease_lost = true;
+                    self.attempt.signals.lease_lost = true;
                     Err(HostError::LeaseLost)
                 }
                 Err(_) => {
-                    self.signals.unavailable = true;
+                    self.attempt.signals.unavailable = true;
                     Err(HostError::Unavailable)
                 }
             }
@@ -258,11 +249,12 @@ impl Host for GuestState {
         name: String,
         result: String,
     ) -> Result<(), HostError> {
-        crate::journaled!(self, "steps.record-in", (&name, &result), async {
+        crate::journaled!(self.attempt, "steps.record-in", (&name, &result), async {
             let result = self.recordable(&name, &result)?;
             let size = result.len();
             let write = self.step_write(&name, result);
-            let written = self.tx(&tx)?.progress_write(&write).await;
+            let written = self.tx(&tx)?.apply(TxEffect::Progress(&write)).await;
+            let written = written.and_then(Applied::progress);
             match self.translate(written)? {
                 true => {
                     self.step_recorded(name, size);
@@ -274,7 +266,7 @@ impl Host for GuestState {
     }
 
     async fn counter_add(&mut self, name: String, delta: i64) -> Result<i64, HostError> {
-        crate::journaled!(self, "steps.counter-add", (&name, delta), async {
+        crate::journaled!(self.attempt, "steps.counter-add", (&name, delta), async {
             self.steps_session()?;
             if !valid_name(&name, MAX_COUNTER_NAME_BYTES) {
                 return Err(invalid("invalid-counter-name"));
@@ -301,7 +293,7 @@ impl Host for GuestState {
         end: PassEnd,
     ) -> Result<(), HostError> {
         let taken = self.take_tx(tx)?;
-        crate::journaled!(self, "steps.commit-pass", (&end,), async {
+        crate::journaled!(self.attempt, "steps.commit-pass", (&end,), async {
             let checked = self
                 .steps_session()
                 .map(|s| (s.run_id.clone(), s.pass, s.fence.generation));
@@ -338,7 +330,8 @@ impl Host for GuestState {
                 counters: counters_json(&self.steps.counters),
                 done: committed == CommittedEnd::Done,
             };
-            let written = taken.progress_write(&write).await;
+            let written = taken.apply(TxEffect::Progress(&write)).await;
+            let written = written.and_then(Applied::progress);
             match written {
                 Ok(true) => {}
                 // The run is no longer running this attempt's pass: its lease moved on.
@@ -352,7 +345,7 @@ impl Host for GuestState {
                 }
             }
             self.commit_taken(taken).await?;
-            self.steps.committed = Some(committed);
+            self.attempt.signals.committed = Some(committed);
             Ok(())
         })
     }
@@ -419,7 +412,10 @@ mod tests {
         let (mut first, _) = attempt(&dir, 1).await;
         assert!(matches!(first.start("a".into()).await, Ok(None)));
         assert_eq!(reason(first.start("a".into()).await), "step-reused");
-        assert_eq!(first.signals.refused_code(), Some(FailureCode::StepReused));
+        assert_eq!(
+            first.attempt.signals.refused_code(),
+            Some(FailureCode::StepReused)
+        );
         assert_eq!(
             reason(first.record("b".into(), "1".into()).await),
             "step-not-started"
@@ -439,7 +435,7 @@ mod tests {
             "step-recorded"
         );
         // After the pass's end is committed nothing more belongs to it.
-        second.steps.committed = Some(CommittedEnd::Done);
+        second.attempt.signals.committed = Some(CommittedEnd::Done);
         assert_eq!(reason(second.start("b".into()).await), "pass-committed");
         assert_eq!(
             reason(second.counter_add("c".into(), 1).await),
@@ -510,7 +506,7 @@ mod tests {
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"
         ));
         assert_eq!(
-            state.signals.refused_code(),
+            state.attempt.signals.refused_code(),
             Some(FailureCode::CapabilityRefused)
         );
     }

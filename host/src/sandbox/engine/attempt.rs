@@ -212,9 +212,9 @@ impl Engine {
             log: log_text,
             log_truncated,
             counters: state.steps.changed_counters(),
-            waits_for_children: state.jobs.waits(),
+            waits_for_children: state.attempt.signals.waits_for_children,
             steps_reached: state.steps.reached_new(),
-            journal: spec.record.map(|_| (state.journal.take(), seed)),
+            journal: spec.record.map(|_| (state.attempt.journal.take(), seed)),
         }
     }
 
@@ -299,7 +299,7 @@ impl Engine {
         store.epoch_deadline_callback(move |store| {
             if std::time::Instant::now() >= deadline {
                 Err(wasmtime::Error::new(DeadlineReached))
-            } else if replaying && store.data().journal.stopped().is_some() {
+            } else if replaying && store.data().attempt.journal.stopped().is_some() {
                 Err(wasmtime::Error::new(ReplayStopped))
             } else {
                 Ok(UpdateDeadline::Yield(1))
@@ -369,7 +369,7 @@ fn classify(
         )),
         reason: Some(refused.reason.clone()),
     };
-    match state.steps.committed() {
+    match state.attempt.signals.committed.as_ref() {
         Some(CommittedEnd::Done) => return Ok(Outcome::Done),
         Some(CommittedEnd::Continue { cursor }) => {
             return Ok(Outcome::Continue {
@@ -384,7 +384,7 @@ fn classify(
         return Err(fail(code, None));
     }
     // Whatever the guest returned, a lost lease means its writes did not commit.
-    if state.signals.lease_lost {
+    if state.attempt.signals.lease_lost {
         return Err(fail(FailureCode::LeaseLost, None));
     }
     let Some(called) = called else {
@@ -443,16 +443,23 @@ fn classify(
         },
         // Reusing a step name is a bug in the job, whatever it made of the refusal.
         Err(handler::JobError::Unrecoverable(message) | handler::JobError::Failed(message))
-            if state.signals.refused_code() == Some(FailureCode::StepReused) =>
+            if state.attempt.signals.refused_code() == Some(FailureCode::StepReused) =>
         {
-            let reused = state.signals.refused.as_ref().expect("checked above");
+            let reused = state
+                .attempt
+                .signals
+                .refused
+                .as_ref()
+                .expect("checked above");
             Err(refused(reused, message))
         }
         Err(handler::JobError::Unrecoverable(message)) => {
             Err(fail(FailureCode::Unrecoverable, Some(message)))
         }
-        Err(handler::JobError::Failed(message)) => match &state.signals.refused {
-            _ if state.signals.unavailable => Err(fail(FailureCode::DriverFailed, Some(message))),
+        Err(handler::JobError::Failed(message)) => match &state.attempt.signals.refused {
+            _ if state.attempt.signals.unavailable => {
+                Err(fail(FailureCode::DriverFailed, Some(message)))
+            }
             Some(first) => Err(refused(first, message)),
             None => Err(fail(FailureCode::HandlerFailed, Some(message))),
         },

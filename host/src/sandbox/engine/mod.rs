@@ -424,9 +424,9 @@ fn add_wasi(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
     }
 
     let l = linker;
-    io::error::add_to_linker::<GuestState, HasIo>(l, |t| &mut t.table)?;
-    io::poll::add_to_linker::<GuestState, HasIo>(l, |t| &mut t.table)?;
-    io::streams::add_to_linker::<GuestState, HasIo>(l, |t| &mut t.table)?;
+    io::error::add_to_linker::<GuestState, HasIo>(l, |t| &mut t.attempt.table)?;
+    io::poll::add_to_linker::<GuestState, HasIo>(l, |t| &mut t.attempt.table)?;
+    io::streams::add_to_linker::<GuestState, HasIo>(l, |t| &mut t.attempt.table)?;
     clocks::wall_clock::add_to_linker::<GuestState, WasiClocks>(l, GuestState::clocks)?;
     clocks::monotonic_clock::add_to_linker::<GuestState, WasiClocks>(l, GuestState::clocks)?;
     random::random::add_to_linker::<GuestState, WasiRandom>(l, |t| t.ctx().ctx.random())?;

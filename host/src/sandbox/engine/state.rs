@@ -10,7 +10,7 @@ use crate::sandbox::capability::jobs::{JobsCapability, JobsSession};
 use crate::sandbox::capability::links::{LinksCapability, LinksSession};
 use crate::sandbox::capability::run::{RunCapability, RunSession};
 use crate::sandbox::capability::steps::{StepsCapability, StepsSession};
-use crate::sandbox::journal::{Answer, Journal, Noticed, Placeholder, wasi};
+use crate::sandbox::journal::{Answer, CommittedEnd, Journal, Noticed, Placeholder, wasi};
 use crate::sandbox::refusal::Refused;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -25,6 +25,10 @@ pub struct Signals {
     pub refused: Option<Refused>,
     /// A host call could not reach the database.
     pub unavailable: bool,
+    /// The pass's end, if the guest committed it with its writes (`steps`' `commit-pass`).
+    pub committed: Option<CommittedEnd>,
+    /// Whether the pass recorded that it waits for its children (`jobs`).
+    pub waits_for_children: bool,
 }
 
 impl Signals {
@@ -47,9 +51,21 @@ pub const MAX_RESOURCES: usize = 1000;
 /// let a guest of any size have the host make 64 MiB per call.
 pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
+/// What every capability's calls in one attempt share, beside each capability's own
+/// state: a capability is linked through a view of its own state plus this piece.
+pub struct Attempt {
+    /// The resources the guest holds handles to (transactions, uploads, WASI's streams).
+    pub(crate) table: ResourceTable,
+    pub(crate) signals: Signals,
+    /// The flight recorder (or, in a replay, the player) of the attempt's host calls.
+    pub(crate) journal: Journal,
+    /// The guest's open transaction (its handle's number in the table): the one part of
+    /// a capability's (`db`'s) state the others reach (`capability/tx.rs`).
+    pub(crate) open_tx: Option<u32>,
+}
+
 pub struct GuestState {
     wasi: WasiCtx,
-    pub(crate) table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) log: AttemptLog,
     pub(crate) db: DbCapability,
@@ -58,9 +74,7 @@ pub struct GuestState {
     pub(crate) steps: StepsCapability,
     pub(crate) jobs: JobsCapability,
     pub(crate) run: RunCapability,
-    pub(crate) signals: Signals,
-    /// The flight recorder (or, in a replay, the player) of the attempt's host calls.
-    pub(crate) journal: Journal,
+    pub(crate) attempt: Attempt,
 }
 
 /// The capabilities one attempt was given.
@@ -138,7 +152,6 @@ impl GuestState {
         table.set_max_capacity(MAX_RESOURCES);
         GuestState {
             wasi,
-            table,
             limiter: MemoryLimiter::new(memory_cap),
             log,
             db: capabilities.db,
@@ -147,19 +160,25 @@ impl GuestState {
             steps: capabilities.steps,
             jobs: capabilities.jobs,
             run: capabilities.run,
-            signals: Signals::default(),
-            journal,
+            attempt: Attempt {
+                table,
+                signals: Signals::default(),
+                journal,
+                open_tx: None,
+            },
         }
     }
+}
 
+impl Attempt {
     /// What the calls so far noted, cheaply compared: whether a call changed it.
     pub(crate) fn noticed_mark(&self) -> (bool, bool, bool, bool, bool) {
         (
             self.signals.lease_lost,
             self.signals.unavailable,
             self.signals.refused.is_some(),
-            self.steps.committed().is_some(),
-            self.jobs.waits(),
+            self.signals.committed.is_some(),
+            self.signals.waits_for_children,
         )
     }
 
@@ -169,8 +188,8 @@ impl GuestState {
             lease_lost: self.signals.lease_lost,
             unavailable: self.signals.unavailable,
             refused: self.signals.refused.clone(),
-            committed: self.steps.committed().cloned(),
-            waits_for_children: self.jobs.waits(),
+            committed: self.signals.committed.clone(),
+            waits_for_children: self.signals.waits_for_children,
         })
     }
 
@@ -190,8 +209,8 @@ impl GuestState {
             self.signals.lease_lost = noticed.lease_lost;
             self.signals.unavailable = noticed.unavailable;
             self.signals.refused = noticed.refused;
-            self.steps.replay_committed(noticed.committed);
-            self.jobs.replay_waits(noticed.waits_for_children);
+            self.signals.committed = noticed.committed;
+            self.signals.waits_for_children = noticed.waits_for_children;
         }
         value
     }
@@ -201,7 +220,7 @@ impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
             ctx: &mut self.wasi,
-            table: &mut self.table,
+            table: &mut self.attempt.table,
         }
     }
 }

@@ -547,9 +547,10 @@ impl Placeholder for () {
     fn placeholder() -> Self {}
 }
 
-/// Wraps a capability call: recorded, replayed or live. `$args` are references to what
-/// the call was given (taken before `$live` moves them); `$live` is the call's body, an
-/// async block whose value the call returns.
+/// Wraps a capability call: recorded, replayed or live. `$state` is the attempt's shared
+/// piece (`Attempt`: the journal, and the signals whose change is recorded with the
+/// answer); `$args` are references to what the call was given (taken before `$live` moves
+/// them); `$live` is the call's body, an async block whose value the call returns.
 #[macro_export]
 #[doc(hidden)]
 macro_rules! journaled {
