@@ -1,8 +1,8 @@
 //! Host bindings generated from `wit/jobhost.wit`, and how the journal keeps their
 //! `host-error`.
 
-use crate::sandbox::journal::{CodeOf, Placeholder};
 use self::jobhost::job::types::HostError;
+use crate::sandbox::journal::{CodeOf, Placeholder};
 use std::borrow::Cow;
 
 wasmtime::component::bindgen!({
