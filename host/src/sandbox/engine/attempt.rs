@@ -411,7 +411,7 @@ fn classify(
                 FailureCode::Trap
             };
             let message = (code == FailureCode::Trap)
-                .then(|| super::trap::describe(&error))
+                .then(|| super::trap::describe(&error, &state.log))
                 .flatten();
             return Err(fail(code, message));
         }
