@@ -542,7 +542,8 @@ impl Runner {
 
     /// A claim that got no lease. A run that held one before (a retry, a later pass) lost
     /// it: that is recorded. A first attempt found another run holding it: a kick folds
-    /// into the holder's pending flag (the holder queues one follow-up when it ends),
+    /// into the holder's pending flag (the holder queues one follow-up when it ends) and
+    /// is no run of its own, so its row goes (one a guest's pass started stays, skipped);
     /// anything else is skipped; if the holder ended meanwhile, the lease is free: claim
     /// again.
     async fn without_lease(
@@ -573,11 +574,15 @@ impl Runner {
                 break;
             }
             if self.store.set_pending(&run.job, &run.instance).await? {
-                self.skip(
-                    &run,
-                    "the job was running: kick folded into its pending flag",
-                )
-                .await?;
+                if self.store.forget_folded_kick(&run.id).await? {
+                    tracing::debug!(job = %run.job, run_id = %run.id, "kick folded into the running run's pending flag");
+                } else {
+                    self.skip(
+                        &run,
+                        "the job was running: kick folded into its pending flag",
+                    )
+                    .await?;
+                }
                 return Ok(Resolved::Done(Concluding::ready(Ok(Step::Skipped))));
             }
             match self.claim_one(&run.id, spec, digest).await? {
