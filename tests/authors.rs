@@ -103,7 +103,10 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     assert_eq!(shown["path"], component.display().to_string(), "{shown}");
     assert_eq!(shown["wit_version"], "0.1.4");
     assert_eq!(shown["loadable"], true);
-    assert_eq!(shown["function_names"], true, "the release profile keeps the name section");
+    assert_eq!(
+        shown["function_names"], true,
+        "the release profile keeps the name section"
+    );
     assert_eq!(shown["capabilities"], serde_json::json!(["db"]));
     assert_eq!(
         shown["grants"],
@@ -338,7 +341,11 @@ error = "not what it says"
         );
     }
     assert_eq!(shown.matches("guest backtrace:").count(), 1, "{shown}");
-    assert_eq!(shown.matches("cannot record boom\nguest").count(), 1, "{shown}");
+    assert_eq!(
+        shown.matches("cannot record boom\nguest").count(),
+        1,
+        "{shown}"
+    );
     std::fs::write(project.join("tests.toml"), &cases).unwrap();
 }
 

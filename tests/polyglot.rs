@@ -244,7 +244,9 @@ async fn js_platform_refusals_are_errors_the_job_can_catch() {
     assert_eq!(uncaught["code"], "handler_failed", "{uncaught}");
     let error = uncaught["error"].as_str().unwrap();
     assert!(
-        error.starts_with(&format!("TypeError: jobhost: `fetch` is not available in a job: {sockets}")),
+        error.starts_with(&format!(
+            "TypeError: jobhost: `fetch` is not available in a job: {sockets}"
+        )),
         "{uncaught}"
     );
     replays_the_same(&home, uncaught["run_id"].as_str().unwrap(), "js fetch");

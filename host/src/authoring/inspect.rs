@@ -206,11 +206,16 @@ mod tests {
         assert!(inspect(&named).unwrap().function_names);
         // Only a small module (an adapter, say) named: the job's own code is not.
         let body = "(func (result i64) i64.const 1234567890123)".repeat(20);
-        let stripped =
-            wat::parse_str(format!("(component (core module (func $small)) (core module {body}))"))
-                .unwrap();
+        let stripped = wat::parse_str(format!(
+            "(component (core module (func $small)) (core module {body}))"
+        ))
+        .unwrap();
         assert!(!inspect(&stripped).unwrap().function_names);
-        assert!(!inspect(&component(&[], Some("0.1.3"))).unwrap().function_names);
+        assert!(
+            !inspect(&component(&[], Some("0.1.3")))
+                .unwrap()
+                .function_names
+        );
     }
 
     #[test]

@@ -390,7 +390,11 @@ mod tests {
             write: BTreeSet::new(),
         };
         let r = query(Refusal::NotGranted, &short);
-        assert!(r.reason.ends_with(r#""t07" (read), and 12 more)"#), "{}", r.reason);
+        assert!(
+            r.reason.ends_with(r#""t07" (read), and 12 more)"#),
+            "{}",
+            r.reason
+        );
         let odd = DbGrant {
             read: ["a\u{1b}[31m".to_string()].into(),
             write: BTreeSet::new(),

@@ -190,7 +190,9 @@ mod tests {
         log.note_panic(panic_line("panicked at src/lib.rs:28:40: index out of bounds").unwrap());
         let text = describe(&error, &log).unwrap();
         assert!(
-            text.starts_with("panicked at src/lib.rs:28:40: index out of bounds\nguest backtrace:\n  0: inner"),
+            text.starts_with(
+                "panicked at src/lib.rs:28:40: index out of bounds\nguest backtrace:\n  0: inner"
+            ),
             "{text}"
         );
     }
@@ -202,13 +204,20 @@ mod tests {
             panic_line("panicked at src/lib.rs:3:5: boom").as_deref(),
             Some("panicked at src/lib.rs:3:5: boom")
         );
-        assert!(panic_line(&format!("panicked at {}", "x".repeat(10_000))).unwrap().len() <= MAX_PANIC);
+        assert!(
+            panic_line(&format!("panicked at {}", "x".repeat(10_000)))
+                .unwrap()
+                .len()
+                <= MAX_PANIC
+        );
         let stderr = "[info] started\n\nthread '<unnamed>' panicked at src/lib.rs:28:40:\n\
             index out of bounds: the len is 3 but the index is 5\n\
             note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
         assert_eq!(
             panic_in_log(stderr).as_deref(),
-            Some("panicked at src/lib.rs:28:40: index out of bounds: the len is 3 but the index is 5")
+            Some(
+                "panicked at src/lib.rs:28:40: index out of bounds: the len is 3 but the index is 5"
+            )
         );
         assert_eq!(panic_in_log("[info] nothing panicked at all"), None);
     }
