@@ -590,10 +590,12 @@ fn print_table(outcomes: &[Outcome]) {
         if let Some(problem) = &o.problem {
             println!("  {}", for_terminal(problem));
         }
+        // A value of several lines (an error and its backtrace) stays under its label.
+        let under = |text: &str| for_terminal(text).replace('\n', "\n              ");
         for m in &o.mismatches {
             println!("  {}", for_terminal(&m.what));
-            println!("    expected: {}", for_terminal(&m.expected));
-            println!("    actual:   {}", for_terminal(&m.actual));
+            println!("    expected: {}", under(&m.expected));
+            println!("    actual:   {}", under(&m.actual));
         }
         // Once: a mismatch of the error already showed it whole.
         let error_shown = o.mismatches.iter().any(|m| m.what == "error contains");
