@@ -184,7 +184,7 @@ on_every_backend! {
             let error = run["error"].as_str().unwrap_or_default();
             let frames = match *mode {
                 "stack-overflow" => Some("\nguest backtrace:\n  0-"),
-                "panic-in-transaction" => Some("\nguest backtrace:\n  0-10: the panic runtime\n  11: jobhost_guest::__private::run\n"),
+                "panic-in-transaction" => Some(": <adversary::Adversary as jobhost_guest::Job>::run\n"),
                 _ => None,
             };
             if let Some(frames) = frames {
@@ -192,6 +192,15 @@ on_every_backend! {
             }
             if *mode == "stack-overflow" {
                 assert!(error.contains(": adversary::dive"), "{error}");
+            }
+            // A panic is what trapped: its message and place, then the panic runtime's
+            // frames in one line, then the job's.
+            if *mode == "panic-in-transaction" {
+                assert!(
+                    error.starts_with("panicked at tests/guests/adversary/src/lib.rs:88:17: a panic with the transaction open\nguest backtrace:\n  0-")
+                        && error.contains(": the panic runtime\n"),
+                    "{error}"
+                );
             }
         }
         // The transaction the panic left open was rolled back, and holds nothing.

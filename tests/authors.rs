@@ -103,6 +103,10 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     assert_eq!(shown["path"], component.display().to_string(), "{shown}");
     assert_eq!(shown["wit_version"], "0.1.4");
     assert_eq!(shown["loadable"], true);
+    assert_eq!(
+        shown["function_names"], true,
+        "the release profile keeps the name section"
+    );
     assert_eq!(shown["capabilities"], serde_json::json!(["db"]));
     assert_eq!(
         shown["grants"],
@@ -111,6 +115,11 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     let human = home.host().arg("inspect").arg(&component).output().unwrap();
     assert!(human.status.success());
     assert!(text(&human).contains("touches    db"), "{}", text(&human));
+    assert!(
+        text(&human).contains("names      kept: a trap's backtrace names your functions"),
+        "{}",
+        text(&human)
+    );
 
     // `host` run in the project, as its author runs it.
     let in_project = |args: &[&str]| {
@@ -256,13 +265,14 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
         text(&refused)
     );
 
-    // A job that panics: the run says what trapped and names the guest's function.
+    // A job that panics: the run's error is the panic's message and place, and its
+    // backtrace names the author's functions.
     let lib = std::fs::read_to_string(project.join("src/lib.rs")).unwrap();
     let lib = lib.replace(
         "        for item in &ctx.payload.items {\n",
         "        for item in &ctx.payload.items {\n            check(item);\n",
     ) + "\n#[inline(never)]\nfn check(item: &str) {\n    if item == \"boom\" {\n        panic!(\"cannot record {item}\");\n    }\n}\n";
-    std::fs::write(project.join("src/lib.rs"), lib).unwrap();
+    std::fs::write(project.join("src/lib.rs"), &lib).unwrap();
     let rebuilt = home
         .host()
         .arg("build")
@@ -283,11 +293,60 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     ]);
     let shown = text(&failed);
     assert_eq!(failed.status.code(), Some(1), "{shown}");
+    let (line, column) = lib
+        .lines()
+        .enumerate()
+        .find_map(|(n, l)| l.find("panic!(\"cannot record").map(|c| (n + 1, c + 1)))
+        .unwrap();
     assert!(
-        shown.contains("(trap)") && shown.contains("guest backtrace:"),
+        shown.contains(&format!(
+            "(trap)\n  error: panicked at src/lib.rs:{line}:{column}: cannot record boom\nguest backtrace:"
+        )),
         "{shown}"
     );
-    assert!(shown.contains("demo::check"), "{shown}");
+    assert!(
+        shown.contains("demo::check") && shown.contains("<demo::Demo as jobhost_guest::Job>::run"),
+        "{shown}"
+    );
+    // No advice that cannot be followed in the sandbox.
+    assert!(!shown.contains("RUST_BACKTRACE"), "{shown}");
+
+    // `host test`: a retried case runs its retries at once, shows each attempt, and prints
+    // the error (and its backtrace) once.
+    std::fs::write(
+        project.join("tests.toml"),
+        r#"
+[[case]]
+name = "panics"
+payload = { items = ["boom"] }
+limits = { retries = 2 }
+[case.expect]
+code = "trap"
+error = "not what it says"
+"#,
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let tested = in_project(&["test"]);
+    let shown = text(&tested);
+    assert_eq!(tested.status.code(), Some(1), "{shown}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "the manifest's backoff was waited out: {shown}"
+    );
+    for attempt in 1..=3 {
+        assert!(
+            shown.contains(&format!("  attempt {attempt} (pass 1): failed (trap) in ")),
+            "{shown}"
+        );
+    }
+    assert_eq!(shown.matches("guest backtrace:").count(), 1, "{shown}");
+    assert!(
+        !shown.contains("  the run's error:")
+            && shown.contains("cannot record boom\n              guest backtrace:"),
+        "{shown}"
+    );
+    std::fs::write(project.join("tests.toml"), &cases).unwrap();
 }
 
 #[tokio::test]

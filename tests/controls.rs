@@ -372,6 +372,7 @@ on_every_backend! {
         // the cancel queues it, as any end of the run would.
         let (status, pending) = server.post("/jobs/pager/kick").await;
         assert_eq!((status, pending["result"].as_str()), (202, Some("pending")), "{pending}");
+        assert_eq!(run(&server, &id).await["kicks_pending"], 1, "the run shows the kick it holds");
         let (status, _) = server.post(&format!("/runs/{id}/cancel")).await;
         assert_eq!(status, 200);
         assert_cancelled(&home, &server, &id).await;
@@ -411,6 +412,50 @@ on_every_backend! {
         .await;
         let (status, _) = server.post(&format!("/runs/{retry}/cancel")).await;
         assert_eq!(status, 200);
+    }
+
+    async fn a_kick_folded_into_a_running_run_is_no_run_of_its_own(home) {
+        let m = home.manifest("", r#"
+            [jobs.folded]
+            component = "{guest:hello}"
+        "#);
+        let m = m.to_str().unwrap();
+        let drive = || {
+            let out = home.run(&["drive", "--manifest", m, "--json"]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        };
+        // Registers the job; then a kick queues a run while nothing holds the lease.
+        drive();
+        let out = home.run(&["kick", "folded", "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let kicked: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let kick_id = kicked["run_id"].as_str().expect("queued").to_string();
+        // Before a host claims it, another run takes the instance's lease (as one on
+        // another host would).
+        home.exec(
+            "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status, \
+             generation, next_attempt_at, created_at, updated_at) VALUES \
+             ('holder', 'folded', 'default', 'default', 'kick', '{}', 'running', 1, 5, 5, 5); \
+             INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at, \
+             expires_at, pending, updated_at) VALUES ('folded', 'default', 1, 'elsewhere', 9e15, 9e15, 0, 5)",
+        )
+        .await;
+        // The claim finds the lease held: the kick folds into the holder's pending flag
+        // and is no run of its own, in the list or anywhere.
+        drive();
+        assert_eq!(home.scalar("SELECT pending FROM jobhost_leases WHERE job = 'folded'").await, 1);
+        let out = home.run(&["runs", "list", "--job", "folded", "--json"]);
+        let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let ids: Vec<&str> = listed.as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["holder"], "{listed}");
+        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM jobhost_runs WHERE id = '{kick_id}'")).await, 0);
+        // The running run says it holds one.
+        let out = home.run(&["runs", "show", "holder", "--json"]);
+        let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(shown["kicks_pending"], 1, "{shown}");
+        let out = home.run(&["runs", "show", "holder"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("1 kick pending: the job runs once more when this run ends"), "{text}");
     }
 
     async fn a_failed_run_is_retried_now_singly_and_by_filter_once(home) {

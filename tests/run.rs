@@ -368,10 +368,14 @@ on_every_backend! {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
         let probe = path("probe");
         let write = serde_json::json!({ "write": ["INSERT INTO ledger VALUES ('x', 1, 1)"] }).to_string();
-        let (code, run) = home.run_json(&["--job", &probe, "--payload", &write, "--grant", "db.read=ledger"]);
+        // Refused alike on every attempt: the run ends after one, its retries unused.
+        let (code, run) = home.run_json(&[
+            "--job", &probe, "--payload", &write, "--grant", "db.read=ledger", "--retries", "2", "--backoff", "10ms",
+        ]);
         assert_eq!((code, run["code"].as_str()), (1, Some("query_refused")), "{run}");
-        let reason = "not-granted: the statement reads a table outside the job's db grant, or writes one it may \
-            only read (the job may read \"ledger\"; write none)";
+        assert_eq!(run["attempts"], 1, "{run}");
+        let reason = "not-granted: a table the statement names is outside the job's db grant, or is granted \
+            only for reading and the statement writes it (tables granted: \"ledger\" (read))";
         let id = run["run_id"].as_str().unwrap();
         let shown = String::from_utf8(home.run(&["runs", "show", id]).stdout).unwrap();
         assert!(shown.contains(&format!("error: query_refused: {reason}; the guest's error: query refused: not-granted")), "{shown}");

@@ -18,7 +18,8 @@
  * return a promise of one. It throws `Failed` to fail this attempt (it is retried while
  * retries are left) or `Unrecoverable` to end the run; a host refusal throws a `HostError`
  * (its `code` is fixed, see `host codes`). Any other exception fails the attempt with its
- * `Name: message`; its stack (and an uncaught `HostError`'s) goes to the attempt's log.
+ * `Name: message (at file:line:column in function)`, the innermost frame of the job's own
+ * code; its stack (and an uncaught `HostError`'s) goes to the attempt's log.
  * Running out of memory is not caught: the attempt traps, and the host reports
  * `memory_limit` when the job's memory cap was the cause.
  *
@@ -715,6 +716,23 @@ function frames(e) {
   return lines;
 }
 
+/** The files a build puts beside the job's own: their frames are never where the job threw. */
+const SDK_FRAME = /@(?:jobhost|refusals|capabilities|entry)\.js:\d+:\d+$/;
+
+/**
+ * `text`, then where the job's code threw `e` — `file:line:column in function`, its
+ * innermost frame outside the SDK — when the stack says.
+ */
+function withPlace(text, e) {
+  const frame = frames(e)
+    .map((line) => line.trim())
+    .find((line) => !SDK_FRAME.test(line));
+  const found = frame === undefined ? null : /^(.*)@(.+:\d+:\d+)$/.exec(frame);
+  if (found === null) return text;
+  const [, fn, place] = found;
+  return `${text} (at ${fn ? `${place} in ${fn}` : place})`;
+}
+
 /** What an uncaught error puts in the log: `Name: message`, its stack, its causes. */
 function report(e) {
   const lines = [describe(e), ...frames(e)];
@@ -754,8 +772,10 @@ function jobError(e) {
   } catch {
     // Logging must not hide the failure.
   }
-  if (e instanceof HostError) return { payload: { tag: unbuilt.has(e) ? 'unrecoverable' : 'failed', val: e.message } };
-  return { payload: { tag: 'failed', val: describe(e) } };
+  if (e instanceof HostError) {
+    return { payload: { tag: unbuilt.has(e) ? 'unrecoverable' : 'failed', val: withPlace(e.message, e) } };
+  }
+  return { payload: { tag: 'failed', val: withPlace(describe(e), e) } };
 }
 
 /**

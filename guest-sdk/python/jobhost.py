@@ -15,7 +15,8 @@
 pass, or ``jobhost.Defer(seconds)``. It raises ``jobhost.Failed`` to fail this attempt (it
 is retried while retries are left) or ``jobhost.Unrecoverable`` to end the run; a host
 refusal raises a ``jobhost.HostError`` (its ``code`` is fixed, see ``host codes``). Any
-other exception fails the attempt with its message; its traceback (and an uncaught
+other exception fails the attempt with ``Name: message (at file:line in function)``, the
+innermost frame of the job's own code it passed through; its traceback (and an uncaught
 ``HostError``'s) goes to the attempt's log. A ``MemoryError`` is not caught: the attempt
 traps, and the host reports ``memory_limit`` when the job's memory cap was the cause.
 
@@ -526,6 +527,27 @@ def _log_traceback():
     log.error("\n".join(lines))
 
 
+def _where(e):
+    """``file:line in function`` of the innermost frame of the job's own code ``e`` passed
+    through (not this SDK's, not the standard library's), or None."""
+    for frame in reversed(_traceback.extract_tb(e.__traceback__)):
+        name = frame.filename
+        if name.startswith("<") or "/lib/python" in name or name.endswith("jobhost.py"):
+            continue
+        if name.startswith("./"):
+            name = name[2:]
+        elif name.startswith("/"):
+            name = name.rsplit("/", 1)[-1]
+        return f"{name}:{frame.lineno} in {frame.name}"
+    return None
+
+
+def _with_place(text, e):
+    """``text``, then where the job's code raised ``e``, when that is known."""
+    where = _where(e)
+    return f"{text} (at {where})" if where else text
+
+
 def handler(run):
     """The component's export for the job function ``run`` (the build wires it)."""
 
@@ -540,14 +562,14 @@ def handler(run):
             except HostError as e:
                 _log_traceback()
                 if getattr(e, "_final", False):
-                    raise _Err(_handler.JobError_Unrecoverable(str(e)))
-                raise _Err(_handler.JobError_Failed(str(e)))
+                    raise _Err(_handler.JobError_Unrecoverable(_with_place(str(e), e)))
+                raise _Err(_handler.JobError_Failed(_with_place(str(e), e)))
             except MemoryError:
                 # The job's memory cap (most likely): escaping the export traps, and the
                 # host reports the attempt `memory_limit` (a `failed` would hide why).
                 raise
             except BaseException as e:
                 _log_traceback()
-                raise _Err(_handler.JobError_Failed(f"{type(e).__name__}: {e}"))
+                raise _Err(_handler.JobError_Failed(_with_place(f"{type(e).__name__}: {e}", e)))
 
     return Handler

@@ -80,6 +80,7 @@ pub mod __private {
     /// The adapter `export_job!` installs: decodes the context, calls the job, encodes
     /// its outcome.
     pub fn run<J: crate::Job>(ctx: raw::Context) -> Result<raw::Outcome, raw::JobError> {
+        report_panics();
         let payload: J::Payload = decode_payload(&ctx.payload).map_err(|e| {
             raw::JobError::Unrecoverable(format!("payload does not match the job: {e}"))
         })?;
@@ -106,7 +107,11 @@ pub mod __private {
                 .map(|c| (c.name, c.value))
                 .collect(),
         };
-        match J::run(context) {
+        // Called through a pointer the optimiser cannot see through, so the job's `run` is
+        // never inlined into this adapter: a trap's backtrace names it.
+        let job_run: fn(crate::Context<J::Payload>) -> Result<crate::Outcome, crate::JobError> =
+            std::hint::black_box(J::run);
+        match job_run(context) {
             Ok(crate::Outcome::Done) => Ok(raw::Outcome::Done),
             Ok(crate::Outcome::Continue(cursor)) => Ok(raw::Outcome::Continue(cursor.to_string())),
             // A sub-millisecond delay is 1 ms, not the zero the host refuses.
@@ -120,6 +125,34 @@ pub mod __private {
             Err(crate::JobError::Failed(m)) => Err(raw::JobError::Failed(m)),
             Err(crate::JobError::Unrecoverable(m)) => Err(raw::JobError::Unrecoverable(m)),
         }
+    }
+
+    /// Hands a panic to the host as one `error` line, `panicked at FILE:LINE:COLUMN:
+    /// MESSAGE`, which becomes the run's error when the attempt then traps. It replaces
+    /// the standard hook, whose advice to set `RUST_BACKTRACE` cannot be followed in the
+    /// sandbox (the host names the frames itself).
+    fn report_panics() {
+        static INSTALLED: std::sync::Once = std::sync::Once::new();
+        INSTALLED.call_once(|| {
+            std::panic::set_hook(Box::new(|info| {
+                let payload = info.payload();
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("a panic without a message");
+                let line = match info.location() {
+                    Some(at) => format!(
+                        "panicked at {}:{}:{}: {message}",
+                        at.file(),
+                        at.line(),
+                        at.column()
+                    ),
+                    None => format!("panicked at an unknown place: {message}"),
+                };
+                crate::log::error(&line);
+            }))
+        });
     }
 }
 

@@ -32,6 +32,9 @@ pub struct Inspection {
     pub imports: Vec<String>,
     /// The capabilities it imports, or why a host of this version refuses it.
     pub verdict: Result<Imports, ContractError>,
+    /// Its largest core module (the job's code) carries a name section: a trap's
+    /// backtrace names its functions rather than numbering them.
+    pub function_names: bool,
 }
 
 impl Inspection {
@@ -54,11 +57,33 @@ pub fn inspect(bytes: &[u8]) -> Result<Inspection, InspectError> {
     let mut imports = Vec::new();
     let mut exports = Vec::new();
     let mut depth = 0usize;
+    // Each core module's size and whether it has a name section; for each nested module
+    // or component open, the module's index (`None`: a component).
+    let mut modules: Vec<(usize, bool)> = Vec::new();
+    let mut open: Vec<Option<usize>> = Vec::new();
     for payload in Parser::new(0).parse_all(bytes) {
         let payload = payload.map_err(|e| InspectError::Malformed(e.message().to_string()))?;
         match payload {
-            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
-            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ModuleSection {
+                unchecked_range, ..
+            } => {
+                modules.push((unchecked_range.len(), false));
+                open.push(Some(modules.len() - 1));
+                depth += 1;
+            }
+            Payload::ComponentSection { .. } => {
+                open.push(None);
+                depth += 1;
+            }
+            Payload::End(_) => {
+                open.pop();
+                depth = depth.saturating_sub(1);
+            }
+            Payload::CustomSection(section) if section.name() == "name" => {
+                if let Some(Some(module)) = open.last() {
+                    modules[*module].1 = true;
+                }
+            }
             Payload::ComponentImportSection(section) if depth == 0 => {
                 for import in section {
                     let import =
@@ -85,11 +110,16 @@ pub fn inspect(bytes: &[u8]) -> Result<Inspection, InspectError> {
         imports.iter().map(String::as_str),
         exports.iter().map(String::as_str),
     );
+    let function_names = modules
+        .iter()
+        .max_by_key(|(size, _)| *size)
+        .is_some_and(|(_, named)| *named);
     Ok(Inspection {
         size: bytes.len(),
         wit_version,
         imports,
         verdict,
+        function_names,
     })
 }
 
@@ -164,6 +194,27 @@ mod tests {
                 "grants.db = { read = [\"...\"], write = [\"...\"] }",
                 "grants.steps = true"
             ]
+        );
+    }
+
+    #[test]
+    fn whether_the_jobs_module_keeps_its_function_names_is_seen() {
+        let named = wat::parse_str(
+            "(component (core module (func $small)) (core module (func $work) (func $more)))",
+        )
+        .unwrap();
+        assert!(inspect(&named).unwrap().function_names);
+        // Only a small module (an adapter, say) named: the job's own code is not.
+        let body = "(func (result i64) i64.const 1234567890123)".repeat(20);
+        let stripped = wat::parse_str(format!(
+            "(component (core module (func $small)) (core module {body}))"
+        ))
+        .unwrap();
+        assert!(!inspect(&stripped).unwrap().function_names);
+        assert!(
+            !inspect(&component(&[], Some("0.1.3")))
+                .unwrap()
+                .function_names
         );
     }
 

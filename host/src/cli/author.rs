@@ -51,15 +51,13 @@ pub fn new(args: NewArgs) -> Result<u8, Failure> {
         languages::SDK_VERSION,
         args.lang.sdk_dir()
     );
-    // This binary by its full path: a `host` on the PATH is usually the DNS lookup tool.
-    let host =
-        std::env::current_exe().map_or_else(|_| "host".to_string(), |p| p.display().to_string());
+    // The commands as a person types them, whatever path this binary was called by.
     println!("next:");
     println!("  cd {shown}");
-    println!("  {host} build    # builds {}", created.component);
-    println!("  {host} test     # runs the cases in tests.toml");
+    println!("  host build    # builds {}", created.component);
+    println!("  host test     # runs the cases in tests.toml");
     println!(
-        "  {host} run {} --manifest jobhost.toml    # runs it once; it writes to {}",
+        "  host run {} --manifest jobhost.toml    # runs it once; it writes to {}",
         args.name, created.table
     );
     Ok(0)
@@ -164,11 +162,16 @@ fn as_json_value(path: &Path, seen: &Inspection) -> serde_json::Value {
         "grants": grants,
         "loadable": seen.verdict.is_ok(),
         "refusal": seen.verdict.as_ref().err().map(ToString::to_string),
+        "function_names": seen.function_names,
     })
 }
 
 fn print_human(path: &Path, seen: &Inspection) {
-    println!("component  {} ({})", path.display(), size(seen.size));
+    println!(
+        "component  {} ({})",
+        path.display(),
+        crate::rules::units::readable_size(seen.size as u64)
+    );
     let theirs = seen
         .wit_version
         .as_deref()
@@ -179,6 +182,13 @@ fn print_human(path: &Path, seen: &Inspection) {
         "contract   {theirs} (this host speaks {})",
         Inspection::host_wit_version()
     );
+    if seen.function_names {
+        println!("names      kept: a trap's backtrace names your functions");
+    } else {
+        println!(
+            "names      stripped: a trap's backtrace can only number your functions (a Rust build keeps them with `strip = \"debuginfo\"` in its release profile, not `strip = true`)"
+        );
+    }
     match &seen.verdict {
         Err(refusal) => {
             println!("loads      no: {}", shown_name(&refusal.to_string()));
@@ -205,14 +215,6 @@ fn print_human(path: &Path, seen: &Inspection) {
 fn shown_name(text: &str) -> String {
     crate::rules::guest_text::for_terminal(&crate::rules::guest_text::for_storage(text, 1024))
         .into_owned()
-}
-
-fn size(bytes: usize) -> String {
-    match bytes {
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / f64::from(1 << 20)),
-        b if b >= 1 << 10 => format!("{} KiB", b.div_ceil(1 << 10)),
-        b => format!("{b} bytes"),
-    }
 }
 
 #[cfg(test)]

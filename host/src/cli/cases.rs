@@ -15,12 +15,13 @@ use crate::authoring::test_cases::files::{self as case_files, Found};
 use crate::authoring::test_cases::links::CannedServer;
 use crate::authoring::test_cases::{self, Case, Mismatch, Observed};
 use crate::rules::guest_text::for_terminal;
+use crate::rules::units::{readable_count, readable_size};
 use crate::sandbox::files::{Location, Uploader};
 use crate::service::manifest::Manifest;
 use crate::store::LeaseRequest;
-use crate::store::RunRecord;
 use crate::store::guest::Fence;
 use crate::store::scratch::ScratchDatabase;
+use crate::store::{AttemptRecord, RunRecord};
 use clap::Args;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -32,6 +33,8 @@ use std::time::Instant;
 const AT_ONCE: usize = 4;
 /// Lines of a failing case's attempt log shown.
 const LOG_LINES: usize = 20;
+/// Most attempts of a case's run shown (its last ones).
+const ATTEMPTS_SHOWN: i64 = 20;
 
 #[derive(Args, Debug)]
 pub struct TestArgs {
@@ -61,6 +64,8 @@ struct Outcome {
     peak_memory: Option<i64>,
     duration_ms: u128,
     log: String,
+    /// The run's last attempts, in order.
+    attempts: Vec<AttemptRecord>,
     mismatches: Vec<Mismatch>,
     /// The case could not be run at all (its seed failed, say).
     problem: Option<String>,
@@ -260,6 +265,7 @@ async fn run_case(global: &Global, given: Given<'_>, spec: crate::rules::job::Jo
         peak_memory: None,
         duration_ms: 0,
         log: String::new(),
+        attempts: Vec::new(),
         mismatches: Vec::new(),
         problem: None,
     };
@@ -331,7 +337,7 @@ async fn run_case(global: &Global, given: Given<'_>, spec: crate::rules::job::Jo
             .payload_json()
             .unwrap_or_else(|| spec.payload.to_string());
         let payload = crate::rules::job::validate_payload(&payload).map_err(|e| e.to_string())?;
-        let (run, last) = run_to_end(&app, &spec, payload, "default", None)
+        let (run, last) = run_to_end(&app, &spec, payload, "default", None, ATTEMPTS_SHOWN)
             .await
             .map_err(|f| f.message)?;
         let mut rows = BTreeMap::new();
@@ -361,6 +367,7 @@ async fn run_case(global: &Global, given: Given<'_>, spec: crate::rules::job::Jo
             outcome.fuel = last.last().and_then(|a| a.fuel_used);
             outcome.peak_memory = last.last().and_then(|a| a.peak_memory);
             outcome.log = log;
+            outcome.attempts = last;
             outcome.run = Some(run);
         }
         Err(problem) => outcome.problem = Some(problem),
@@ -555,34 +562,46 @@ fn print_table(outcomes: &[Outcome]) {
         .unwrap_or(4)
         .max(4);
     println!(
-        "{:width$}  {:6}  {:>8}  {:<16}  {:>8}  {:>12}  {:>11}",
-        "case", "result", "attempts", "code", "ms", "fuel", "peak memory"
+        "{:width$}  {:6}  {:>8}  {:<16}  {:>9}  {:>8}  {:>11}",
+        "case", "result", "attempts", "code", "time", "fuel", "peak memory"
     );
     for o in outcomes {
         let run = o.run.as_ref();
         println!(
-            "{:width$}  {:6}  {:>8}  {:<16}  {:>8}  {:>12}  {:>11}",
+            "{:width$}  {:6}  {:>8}  {:<16}  {:>9}  {:>8}  {:>11}",
             for_terminal(&o.name),
             if o.passed() { "pass" } else { "FAIL" },
             run.map_or("-".into(), |r| r.attempts.to_string()),
             run.and_then(|r| r.last_code.clone())
                 .unwrap_or_else(|| "-".into()),
-            o.duration_ms,
-            o.fuel.map_or("-".into(), |f| f.to_string()),
-            o.peak_memory.map_or("-".into(), |m| m.to_string()),
+            crate::rules::units::readable_ms(u64::try_from(o.duration_ms).unwrap_or(u64::MAX)),
+            o.fuel
+                .map_or("-".into(), |f| readable_count(f.max(0) as u64)),
+            o.peak_memory
+                .map_or("-".into(), |m| readable_size(m.max(0) as u64)),
         );
+    }
+    for o in outcomes.iter().filter(|o| o.attempts.len() > 1) {
+        println!("\ncase {:?}, attempt by attempt:", for_terminal(&o.name));
+        print_attempts(&o.attempts);
     }
     for o in outcomes.iter().filter(|o| !o.passed()) {
         println!("\ncase {:?} failed:", for_terminal(&o.name));
         if let Some(problem) = &o.problem {
             println!("  {}", for_terminal(problem));
         }
+        // A value of several lines (an error and its backtrace) stays under its label.
+        let under = |text: &str| for_terminal(text).replace('\n', "\n              ");
         for m in &o.mismatches {
             println!("  {}", for_terminal(&m.what));
-            println!("    expected: {}", for_terminal(&m.expected));
-            println!("    actual:   {}", for_terminal(&m.actual));
+            println!("    expected: {}", under(&m.expected));
+            println!("    actual:   {}", under(&m.actual));
         }
-        if let Some(error) = o.run.as_ref().and_then(|r| r.last_error.as_deref()) {
+        // Once: a mismatch of the error already showed it whole.
+        let error_shown = o.mismatches.iter().any(|m| m.what == "error contains");
+        if let Some(error) = o.run.as_ref().and_then(|r| r.last_error.as_deref())
+            && !error_shown
+        {
             println!("  the run's error: {}", for_terminal(error));
         }
         let lines: Vec<&str> = o.log.lines().collect();
@@ -601,6 +620,23 @@ fn print_table(outcomes: &[Outcome]) {
     println!("\n{passed} of {} cases passed", outcomes.len());
 }
 
+/// One line per attempt: its number, pass, how it ended, its time.
+fn print_attempts(attempts: &[AttemptRecord]) {
+    for a in attempts {
+        println!(
+            "  attempt {} (pass {}): {}{} in {}",
+            a.attempt,
+            a.pass,
+            a.status,
+            a.code
+                .as_deref()
+                .map(|c| format!(" ({c})"))
+                .unwrap_or_default(),
+            crate::rules::units::readable_ms(a.duration_ms.unwrap_or(0).max(0) as u64),
+        );
+    }
+}
+
 fn print_json(outcomes: &[Outcome]) {
     let cases: Vec<Value> = outcomes
         .iter()
@@ -611,6 +647,13 @@ fn print_json(outcomes: &[Outcome]) {
                 "status": o.run.as_ref().map(|r| r.status.clone()),
                 "code": o.run.as_ref().and_then(|r| r.last_code.clone()),
                 "attempts": o.run.as_ref().map(|r| r.attempts),
+                "attempt_records": o.attempts.iter().map(|a| json!({
+                    "attempt": a.attempt,
+                    "pass": a.pass,
+                    "status": a.status,
+                    "code": a.code,
+                    "duration_ms": a.duration_ms,
+                })).collect::<Vec<_>>(),
                 "duration_ms": o.duration_ms,
                 "fuel": o.fuel,
                 "peak_memory": o.peak_memory,

@@ -154,7 +154,8 @@ pub enum Command {
     },
     /// Run a job's cases (`tests.toml`), each on a throwaway database, and show a table.
     Test(Box<cases::TestArgs>),
-    /// Bring the guest SDK vendored in the project in DIR (default: here) to this host's.
+    /// Update the guest SDK vendored in the project in DIR (default: here) to the one this
+    /// host speaks.
     Sdk {
         #[arg(default_value = ".")]
         dir: PathBuf,

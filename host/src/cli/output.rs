@@ -2,6 +2,7 @@
 
 use crate::rules::failure::FailureCode;
 use crate::rules::guest_text::for_terminal;
+use crate::rules::units::readable_ms;
 use crate::service::views;
 use crate::store::{AttemptRecord, RunRecord};
 use serde_json::json;
@@ -16,7 +17,7 @@ pub fn run_result(run: &RunRecord, as_json: bool) {
         n => format!("{n} attempts"),
     };
     let took = views::duration_ms(run)
-        .map(|ms| format!(" in {ms} ms"))
+        .map(|ms| format!(" in {}", readable_ms(ms.max(0) as u64)))
         .unwrap_or_default();
     print!(
         "run {} of {}: {} after {attempts}{took}",

@@ -141,7 +141,7 @@ async fn run_once(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     }
     let progress = super::progress::Progress::new(args.json);
     let (record, attempts) =
-        run_to_end(&app, &spec, payload, &args.instance, Some(&progress)).await?;
+        run_to_end(&app, &spec, payload, &args.instance, Some(&progress), 1).await?;
     progress.finish();
     app.store.close().await;
     output::run_result(&record, args.json);
@@ -193,14 +193,15 @@ pub(super) async fn open_app(
 }
 
 /// Queues one run of `spec` and runs it here, pass after pass and retry after retry, to
-/// its end: the run, and its last attempt. `progress` is shown each pass that leaves the
-/// run queued.
+/// its end: the run, and its last `attempts` attempts, in order. `progress` is shown each
+/// pass that leaves the run queued.
 pub(super) async fn run_to_end(
     app: &App,
     spec: &JobSpec,
     payload: String,
     instance: &str,
     progress: Option<&super::progress::Progress>,
+    attempts: i64,
 ) -> Result<(RunRecord, Vec<AttemptRecord>), Failure> {
     let loaded = app.load(spec).await?;
     app.register(spec, &loaded, None).await?;
@@ -261,7 +262,7 @@ pub(super) async fn run_to_end(
         .get_run(&run.id)
         .await?
         .expect("the run we inserted exists");
-    let attempts = app.store.list_attempts(&run.id, 1).await?;
+    let attempts = app.store.list_attempts(&run.id, attempts).await?;
     Ok((record, attempts))
 }
 

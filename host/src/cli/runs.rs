@@ -3,7 +3,7 @@
 use super::failure::Failure;
 use super::global::Global;
 use super::output;
-use crate::rules::units::parse_duration;
+use crate::rules::units::{parse_duration, readable_count, readable_ms, readable_size};
 use crate::runs::controls::{Action, Actor, ControlError, Controls};
 use crate::runs::metrics::Metrics;
 use crate::service::views::{self, time};
@@ -169,18 +169,26 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             let steps = store.run_steps(&id).await?;
             let failed_steps = store.run_step_failures(&id).await?;
             let journals = store.run_journals(&id).await?;
+            let lease = store.get_lease(&run.job, &run.instance).await?;
+            let kicks_pending = views::kicks_pending(&run, lease.as_ref());
             if json {
                 let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
                 detail["journals"] = serde_json::json!(journals);
+                detail["kicks_pending"] = kicks_pending.into();
                 println!("{detail}");
             } else {
                 output::run_result(&run, false);
+                if kicks_pending > 0 {
+                    println!(
+                        "  {kicks_pending} kick pending: the job runs once more when this run ends"
+                    );
+                }
                 println!("  trace {}", run.trace().trace_id());
                 output::progress(&run, &steps);
                 output::failed_steps(&failed_steps);
                 for a in &attempts {
                     println!(
-                        "  attempt {} (pass {}, try {}, generation {}): {}{} in {} ms, fuel {}, peak memory {}",
+                        "  attempt {} (pass {}, try {}, generation {}): {}{} in {}, fuel {}, peak memory {}",
                         a.seq,
                         a.pass,
                         a.attempt,
@@ -190,9 +198,9 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                             .as_deref()
                             .map(|c| format!(" ({c})"))
                             .unwrap_or_default(),
-                        a.duration_ms.unwrap_or(0),
-                        a.fuel_used.unwrap_or(0),
-                        crate::rules::units::format_size(a.peak_memory.unwrap_or(0) as u64),
+                        readable_ms(a.duration_ms.unwrap_or(0).max(0) as u64),
+                        readable_count(a.fuel_used.unwrap_or(0).max(0) as u64),
+                        readable_size(a.peak_memory.unwrap_or(0).max(0) as u64),
                     );
                     output::log(a);
                     if let Some(journal) = journals.iter().find(|j| j.seq == a.seq) {

@@ -87,7 +87,7 @@ impl FailureCode {
         ),
         (
             FailureCode::QueryRefused,
-            "the database refused a guest statement (not granted, forbidden or failed), and the guest failed",
+            "the database refused a guest statement (not granted, forbidden or failed), and the guest failed; not retried when the statement or the grant is at fault",
         ),
         (
             FailureCode::DriverFailed,

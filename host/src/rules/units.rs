@@ -1,5 +1,6 @@
 //! Parsing of the human units operators type: durations (`30s`, `10m`, `1h`, `250ms`) and
-//! sizes (`64MiB`, `512KiB`, `1GiB`, or plain bytes).
+//! sizes (`64MiB`, `512KiB`, `1GiB`, or plain bytes); and the readable forms the CLI
+//! prints for a person (`1.1 MiB`, `2.4 s`, `1.2M` fuel) — JSON keeps the numbers.
 
 use std::time::Duration;
 
@@ -87,6 +88,36 @@ pub fn format_size(bytes: u64) -> String {
     format!("{bytes}B")
 }
 
+/// Bytes as a person reads them: `512 B`, `12.3 KiB`, `1.1 MiB`, `2.0 GiB`.
+pub fn readable_size(bytes: u64) -> String {
+    for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if bytes >= size {
+            return format!("{:.1} {unit}", bytes as f64 / size as f64);
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// Milliseconds as a person reads them: `830 ms`, `2.4 s`, `3 min 5 s`, `2 h 10 min`.
+pub fn readable_ms(ms: u64) -> String {
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{:.1} s", ms as f64 / 1_000.0),
+        60_000..3_600_000 => format!("{} min {} s", ms / 60_000, ms % 60_000 / 1_000),
+        _ => format!("{} h {} min", ms / 3_600_000, ms % 3_600_000 / 60_000),
+    }
+}
+
+/// A large count (fuel) as a person reads it: `9 999`, `12.3k`, `1.1M`, `4.2G`.
+pub fn readable_count(n: u64) -> String {
+    for (unit, size) in [("G", 1_000_000_000u64), ("M", 1_000_000), ("k", 1_000)] {
+        if n >= size.max(10_000) {
+            return format!("{:.1}{unit}", n as f64 / size as f64);
+        }
+    }
+    n.to_string()
+}
+
 /// Serde helpers so manifests can write `timeout = "30s"`.
 pub mod serde_duration {
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
@@ -156,6 +187,22 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
         assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+    }
+
+    #[test]
+    fn readable_forms_are_short_and_round() {
+        assert_eq!(readable_size(512), "512 B");
+        assert_eq!(readable_size(1_115_000), "1.1 MiB");
+        assert_eq!(readable_size(64 << 20), "64.0 MiB");
+        assert_eq!(readable_size(3 << 30), "3.0 GiB");
+        assert_eq!(readable_ms(830), "830 ms");
+        assert_eq!(readable_ms(2_449), "2.4 s");
+        assert_eq!(readable_ms(185_000), "3 min 5 s");
+        assert_eq!(readable_ms(7_800_000), "2 h 10 min");
+        assert_eq!(readable_count(9_999), "9999");
+        assert_eq!(readable_count(12_345), "12.3k");
+        assert_eq!(readable_count(1_114_896), "1.1M");
+        assert_eq!(readable_count(4_200_000_000), "4.2G");
     }
 
     #[test]

@@ -23,6 +23,10 @@ const MAX_NAME: usize = 64;
 pub struct Refused {
     pub code: FailureCode,
     pub reason: String,
+    /// Another attempt would be refused the same: the statement or the grant is at fault,
+    /// not the data or the moment, so the runner ends the run rather than retry it.
+    #[serde(default)]
+    pub deterministic: bool,
 }
 
 impl Refused {
@@ -30,6 +34,14 @@ impl Refused {
         Refused {
             code,
             reason: crate::rules::guest_text::for_storage(&reason, MAX_REASON),
+            deterministic: false,
+        }
+    }
+
+    fn deterministic(self) -> Refused {
+        Refused {
+            deterministic: true,
+            ..self
         }
     }
 
@@ -124,23 +136,46 @@ pub fn capability_not_granted(capability: &str) -> Refused {
     )
 }
 
-/// A guest statement the database port refused.
-pub fn query(refusal: Refusal, grant: &DbGrant) -> Refused {
-    let granted = || {
-        format!(
-            "(the job may read {}; write {})",
-            listed(set(&grant.read)),
-            listed(set(&grant.write))
+/// The tables of a db grant, each with what the job may do to it, at most [`MAX_NAMES`]
+/// of them: `"orders" (write), "prices" (read)`, or `none`.
+fn tables_granted(grant: &DbGrant) -> String {
+    let tables: Vec<String> = grant
+        .write
+        .iter()
+        .map(|t| format!("{} (write)", quoted(t)))
+        .chain(
+            grant
+                .read
+                .iter()
+                .filter(|t| !grant.write.contains(*t))
+                .map(|t| format!("{} (read)", quoted(t))),
         )
-    };
+        .collect();
+    if tables.is_empty() {
+        return "none".into();
+    }
+    let mut shown: Vec<String> = tables.iter().take(MAX_NAMES).cloned().collect();
+    if tables.len() > MAX_NAMES {
+        shown.push(format!("and {} more", tables.len() - MAX_NAMES));
+    }
+    shown.join(", ")
+}
+
+/// A guest statement the database port refused. One the statement or the grant is at
+/// fault for (not granted, read-only, forbidden, invalid) is refused alike on every
+/// attempt; a constraint, a deadline, a rollback or a failure depends on the data and the
+/// moment.
+pub fn query(refusal: Refusal, grant: &DbGrant) -> Refused {
+    let granted = || format!("(tables granted: {})", tables_granted(grant));
     let reason = match refusal {
         Refusal::NotGranted => format!(
-            "not-granted: the statement reads a table outside the job's db grant, or writes one \
-             it may only read {}",
+            "not-granted: a table the statement names is outside the job's db grant, or is \
+             granted only for reading and the statement writes it {}",
             granted()
         ),
         Refusal::ReadOnly => format!(
-            "read-only: a write outside a transaction, or to a table the job may only read {}",
+            "read-only: a write outside a transaction, or to a table granted only for \
+             reading {}",
             granted()
         ),
         Refusal::Forbidden => "forbidden: a schema change, pragma, attach, transaction control, \
@@ -160,7 +195,18 @@ pub fn query(refusal: Refusal, grant: &DbGrant) -> Refused {
         Refusal::RolledBack => "rolled-back: the database rolled the transaction back".into(),
         Refusal::Failed => "failed: the database refused the statement".into(),
     };
-    Refused::new(FailureCode::QueryRefused, reason)
+    let refused = Refused::new(FailureCode::QueryRefused, reason);
+    match refusal {
+        Refusal::NotGranted
+        | Refusal::ReadOnly
+        | Refusal::Forbidden
+        | Refusal::InvalidStatement => refused.deterministic(),
+        Refusal::Constraint
+        | Refusal::Interrupted
+        | Refusal::TransactionTimeout
+        | Refusal::RolledBack
+        | Refusal::Failed => refused,
+    }
 }
 
 /// A `files` call on `collection` for `using` (`read`, `write`, `scan`) the grant does not
@@ -253,9 +299,23 @@ mod tests {
         let r = query(Refusal::NotGranted, &grant);
         assert_eq!(r.code, FailureCode::QueryRefused);
         assert!(
-            r.reason.contains(r#"may read "orders"; write none"#),
+            r.reason.ends_with(r#"(tables granted: "orders" (read))"#),
             "{}",
             r.reason
+        );
+        let both = DbGrant {
+            read: ["orders".to_string(), "prices".to_string()].into(),
+            write: ["orders".to_string()].into(),
+        };
+        assert!(
+            query(Refusal::ReadOnly, &both)
+                .reason
+                .ends_with(r#"(tables granted: "orders" (write), "prices" (read))"#)
+        );
+        assert!(
+            query(Refusal::NotGranted, &DbGrant::default())
+                .reason
+                .ends_with("(tables granted: none)")
         );
 
         let files = FilesGrant {
@@ -293,6 +353,28 @@ mod tests {
     }
 
     #[test]
+    fn only_a_refusal_the_statement_or_grant_is_at_fault_for_is_deterministic() {
+        let grant = DbGrant::default();
+        for refusal in [
+            Refusal::NotGranted,
+            Refusal::ReadOnly,
+            Refusal::Forbidden,
+            Refusal::InvalidStatement,
+        ] {
+            assert!(query(refusal, &grant).deterministic, "{refusal:?}");
+        }
+        for refusal in [
+            Refusal::Constraint,
+            Refusal::Interrupted,
+            Refusal::TransactionTimeout,
+            Refusal::RolledBack,
+            Refusal::Failed,
+        ] {
+            assert!(!query(refusal, &grant).deterministic, "{refusal:?}");
+        }
+    }
+
+    #[test]
     fn reasons_are_bounded_and_escaped() {
         let many: BTreeSet<String> = (0..20)
             .map(|i| format!("t{i:02}{}", "x".repeat(100)))
@@ -303,6 +385,16 @@ mod tests {
         };
         let r = query(Refusal::NotGranted, &grant);
         assert!(r.reason.len() <= MAX_REASON);
+        let short = DbGrant {
+            read: (0..20).map(|i| format!("t{i:02}")).collect(),
+            write: BTreeSet::new(),
+        };
+        let r = query(Refusal::NotGranted, &short);
+        assert!(
+            r.reason.ends_with(r#""t07" (read), and 12 more)"#),
+            "{}",
+            r.reason
+        );
         let odd = DbGrant {
             read: ["a\u{1b}[31m".to_string()].into(),
             write: BTreeSet::new(),

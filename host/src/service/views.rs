@@ -205,6 +205,15 @@ pub fn run_detail(
     value
 }
 
+/// The kicks folded into `run` while it holds its instance's lease (running, or parked
+/// for its retry or next pass): 1 if its lease's pending flag is set, a follow-up run
+/// queued when it ends; kicks fold into one.
+pub fn kicks_pending(run: &RunRecord, lease: Option<&LeaseRecord>) -> i64 {
+    let holds = |l: &&LeaseRecord| l.holder.is_some() && Some(l.generation) == run.generation;
+    let live = !run.status().is_some_and(RunStatus::is_terminal);
+    i64::from(live && lease.filter(holds).is_some_and(|l| l.pending != 0))
+}
+
 /// A step attempts failed in without recording it (every pass's; a step recorded later
 /// is in `steps` too): how many, and the last one's failure.
 pub fn failed_step(s: &StepFailureRecord) -> Value {
@@ -337,6 +346,32 @@ pub fn tenant_statuses(told: &str) -> Option<Vec<RunStatus>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kick_is_pending_on_the_run_that_holds_the_lease_until_it_ends() {
+        let run = |status: &str| RunRecord {
+            status: status.into(),
+            generation: Some(3),
+            ..RunRecord::default()
+        };
+        let lease = |generation, pending| LeaseRecord {
+            job: "j".into(),
+            instance: "default".into(),
+            generation,
+            holder: Some("host-1".into()),
+            deadline_at: 0,
+            expires_at: 0,
+            pending,
+            updated_at: 0,
+        };
+        assert_eq!(kicks_pending(&run("running"), Some(&lease(3, 1))), 1);
+        assert_eq!(kicks_pending(&run("queued"), Some(&lease(3, 1))), 1);
+        assert_eq!(kicks_pending(&run("running"), Some(&lease(3, 0))), 0);
+        // Another generation's holder, or a run that ended, has none of it.
+        assert_eq!(kicks_pending(&run("running"), Some(&lease(4, 1))), 0);
+        assert_eq!(kicks_pending(&run("succeeded"), Some(&lease(3, 1))), 0);
+        assert_eq!(kicks_pending(&run("running"), None), 0);
+    }
 
     #[test]
     fn a_page_is_fifty_unless_asked_and_never_over_five_hundred() {

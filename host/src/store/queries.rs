@@ -381,6 +381,10 @@ statements! {
         GROUP BY {shown_status}, COALESCE(last_code, '')";
     skip_run = "UPDATE jobhost_runs SET status = 'skipped', last_error = $2, \
         finished_at = {now}, updated_at = {now} WHERE id = $1 AND status = 'running'";
+    // A kick folded into the holder's pending flag is not a run: its row goes. One a
+    // guest's pass started stays (skipped): a retry of that pass finds it there.
+    forget_folded_kick = "DELETE FROM jobhost_runs WHERE id = $1 AND status = 'running' \
+        AND parent_run IS NULL";
     list_attempts = "SELECT {attempt_columns} FROM jobhost_attempts WHERE run_id = $1 \
         ORDER BY seq DESC LIMIT $2";
     // Running runs, and manual runs waiting in the queue (a retry or the next pass of a

@@ -71,6 +71,15 @@ impl Store {
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
     }
 
+    /// Deletes the row of a kick claimed while its instance's lease was held, once the
+    /// kick is folded into the holder's pending flag; `false` if it stays (a guest's pass
+    /// started it, or it is no longer running).
+    pub async fn forget_folded_kick(&self, id: &str) -> Result<bool> {
+        let q = &self.q.forget_folded_kick;
+        let done = with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(id).execute(p).await?.rows_affected());
+        Ok(done == 1)
+    }
+
     /// Ends a running run as `skipped` (its lease was held by another run).
     pub async fn skip_run(&self, id: &str, reason: &str) -> Result<bool> {
         let q = &self.q.skip_run;

@@ -103,12 +103,26 @@ pub struct CaseLimits {
     pub fuel: Option<u64>,
     /// Retries after a failed attempt.
     pub retries: Option<u32>,
+    /// The first retry's delay, e.g. `"1s"` (doubling, as the manifest's `backoff`); by
+    /// default a case retries at once: waiting out the backoff checks nothing.
+    pub backoff: Option<String>,
 }
 
 impl CaseLimits {
-    /// `spec` with these limits in place of its own.
+    /// `spec` with these limits in place of its own, retried at once unless the case
+    /// gives a `backoff`.
     pub fn apply(&self, spec: &mut crate::rules::job::JobSpec) -> Result<(), String> {
         use crate::rules::units::{parse_duration, parse_size};
+        match &self.backoff {
+            Some(backoff) => {
+                spec.retry.backoff_base =
+                    parse_duration(backoff).map_err(|e| format!("limits.backoff: {e}"))?;
+            }
+            None => {
+                spec.retry.backoff_base = std::time::Duration::ZERO;
+                spec.retry.backoff_max = std::time::Duration::ZERO;
+            }
+        }
         if let Some(timeout) = &self.timeout {
             spec.limits.timeout =
                 parse_duration(timeout).map_err(|e| format!("limits.timeout: {e}"))?;

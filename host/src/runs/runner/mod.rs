@@ -542,7 +542,8 @@ impl Runner {
 
     /// A claim that got no lease. A run that held one before (a retry, a later pass) lost
     /// it: that is recorded. A first attempt found another run holding it: a kick folds
-    /// into the holder's pending flag (the holder queues one follow-up when it ends),
+    /// into the holder's pending flag (the holder queues one follow-up when it ends) and
+    /// is no run of its own, so its row goes (one a guest's pass started stays, skipped);
     /// anything else is skipped; if the holder ended meanwhile, the lease is free: claim
     /// again.
     async fn without_lease(
@@ -573,11 +574,15 @@ impl Runner {
                 break;
             }
             if self.store.set_pending(&run.job, &run.instance).await? {
-                self.skip(
-                    &run,
-                    "the job was running: kick folded into its pending flag",
-                )
-                .await?;
+                if self.store.forget_folded_kick(&run.id).await? {
+                    tracing::debug!(job = %run.job, run_id = %run.id, "kick folded into the running run's pending flag");
+                } else {
+                    self.skip(
+                        &run,
+                        "the job was running: kick folded into its pending flag",
+                    )
+                    .await?;
+                }
                 return Ok(Resolved::Done(Concluding::ready(Ok(Step::Skipped))));
             }
             match self.claim_one(&run.id, spec, digest).await? {
@@ -792,8 +797,9 @@ enum Decided {
 /// start again from none, as after any pass), counted on the run, and the one past the
 /// job's `max_defers` (by default `job::DEFAULT_MAX_DEFERS`) ends the run
 /// `too_many_defers` with the pass's counters dropped; a
-/// failure is retried after backoff while retries remain and its code allows, and its
-/// counter changes are dropped with the rest of the attempt; a cancelled attempt (host
+/// failure is retried after backoff while retries remain and its code allows — unless a
+/// refusal every attempt would meet alike caused it (a statement outside the grant) —,
+/// and its counter changes are dropped with the rest of the attempt; a cancelled attempt (host
 /// shutdown) is requeued without counting against the job.
 fn decide(
     run: &RunRecord,
@@ -857,7 +863,7 @@ fn decide(
                 reason: f.reason,
             };
             let allowed = i64::from(spec.retry.retries) + 1;
-            if f.code.is_retryable() && failures < allowed {
+            if f.code.is_retryable() && !f.deterministic && failures < allowed {
                 let delay = backoff::delay(&spec.retry, failures as u32, &mut rand::rng());
                 requeue(delay, run.pass, run.cursor.clone(), None, failures, failure)
             } else {
@@ -986,6 +992,7 @@ mod tests {
             code,
             message: Some("it broke".into()),
             reason: None,
+            deterministic: false,
         })
     }
 
@@ -1105,6 +1112,30 @@ mod tests {
                 "{code}"
             );
         }
+    }
+
+    #[test]
+    fn a_refusal_every_attempt_would_meet_ends_the_run_with_retries_left() {
+        let refused = |deterministic| {
+            Err(AttemptFailure {
+                code: FailureCode::QueryRefused,
+                message: Some("it broke".into()),
+                reason: Some("not-granted".into()),
+                deterministic,
+            })
+        };
+        assert!(matches!(
+            decided(&run(0, 0), &spec(3, None), refused(true)),
+            Decided::Finish { failures: 1, ref failure, .. }
+                if failure.code == Some(FailureCode::QueryRefused)
+                    && failure.reason.as_deref() == Some("not-granted")
+        ));
+        // A refusal of the moment (a rollback, a constraint on data that may change) is
+        // retried like any failure.
+        assert!(matches!(
+            decided(&run(0, 0), &spec(3, None), refused(false)),
+            Decided::Requeue { failures: 1, .. }
+        ));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `jobhost:job/log`: lines into the attempt's bounded log. Linked through a projection
-//! to the log alone ([`HasLog`]): a log line is not journaled and notes nothing.
+//! to the log alone ([`HasLog`]): a log line is not journaled; an `error` line reporting a
+//! panic (the SDK's hook) is noted for the trap that follows (`engine::trap`).
 
 use crate::sandbox::engine::bindings::jobhost::job::log::{Host, Level};
 use crate::sandbox::engine::output::AttemptLog;
@@ -19,7 +20,12 @@ impl Host for AttemptLog {
             Level::Debug => "debug",
             Level::Info => "info",
             Level::Warn => "warn",
-            Level::Error => "error",
+            Level::Error => {
+                if let Some(report) = crate::sandbox::engine::trap::panic_line(&message) {
+                    self.note_panic(report);
+                }
+                "error"
+            }
         };
         self.line(level, &message);
     }

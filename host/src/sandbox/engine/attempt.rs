@@ -70,6 +70,9 @@ pub struct AttemptFailure {
     /// Why a host call was refused, in the host's words (`sandbox::refusal`): the one
     /// text of a failure a report may carry.
     pub reason: Option<String>,
+    /// The refusal behind it would refuse every attempt alike (the statement or the grant
+    /// is at fault): the runner does not retry it.
+    pub deterministic: bool,
 }
 
 #[derive(Debug)]
@@ -174,6 +177,7 @@ impl Engine {
                     code: FailureCode::OutOfFuel,
                     message: None,
                     reason: None,
+                    deterministic: false,
                 }),
                 fuel_used: 0,
                 peak_memory: 0,
@@ -358,6 +362,7 @@ fn classify(
         code,
         message: message.map(|m| crate::rules::guest_text::for_storage(&m, MAX_MESSAGE_BYTES)),
         reason: None,
+        deterministic: false,
     };
     // A failure after a refusal: the refusal's code, and its reason before the guest's
     // words.
@@ -368,6 +373,7 @@ fn classify(
             MAX_MESSAGE_BYTES,
         )),
         reason: Some(refused.reason.clone()),
+        deterministic: refused.deterministic,
     };
     match state.attempt.signals.committed.as_ref() {
         Some(CommittedEnd::Done) => return Ok(Outcome::Done),
@@ -411,7 +417,7 @@ fn classify(
                 FailureCode::Trap
             };
             let message = (code == FailureCode::Trap)
-                .then(|| super::trap::describe(&error))
+                .then(|| super::trap::describe(&error, &state.log))
                 .flatten();
             return Err(fail(code, message));
         }

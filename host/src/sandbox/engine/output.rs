@@ -12,6 +12,9 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 struct Buffer {
     bytes: Vec<u8>,
     truncated: bool,
+    /// The last panic the guest reported (`engine::trap`), kept apart from the bytes so a
+    /// full log cannot lose it; bounded where it is noted.
+    panic: Option<String>,
 }
 
 #[derive(Clone)]
@@ -44,6 +47,16 @@ impl AttemptLog {
         self.append(b"] ");
         self.append(message.as_bytes());
         self.append(b"\n");
+    }
+
+    /// Notes the panic a guest reported (already bounded), in place of any before it.
+    pub fn note_panic(&self, report: String) {
+        self.inner.lock().expect("log buffer lock").panic = Some(report);
+    }
+
+    /// The last panic the guest reported, if any.
+    pub fn panic(&self) -> Option<String> {
+        self.inner.lock().expect("log buffer lock").panic.clone()
     }
 
     /// The text so far, safe to store (invalid UTF-8 and NUL replaced) and still within

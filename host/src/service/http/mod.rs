@@ -402,7 +402,9 @@ async fn get_run(
     let failed_steps = s.app.store.run_step_failures(&id).await?;
     let files = s.app.store.run_files(&id, views::FILES_SHOWN).await?;
     let journals = s.app.store.run_journals(&id).await?;
+    let lease = s.app.store.get_lease(&run.job, &run.instance).await?;
     let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
+    detail["kicks_pending"] = views::kicks_pending(&run, lease.as_ref()).into();
     detail["files"] = files.iter().map(views::file).collect();
     detail["journals"] = json!(journals);
     detail["trace_url"] = match (&s.trace_url, detail["trace_id"].as_str()) {

@@ -891,7 +891,7 @@
       cells.push(
         h("td", {}, badge(r.status)),
         h("td", {}, code(r.code)),
-        h("td", { class: "err", title: r.error || "" }, r.error || ""),
+        h("td", { class: "err", title: r.error || "" }, (r.error || "").split("\n")[0]),
         h("td", { class: "num" }, num(r.attempts)),
         h("td", {}, r.tenant || h("span", { class: "muted" }, dash)),
         h("td", { class: "muted" }, r.origin || ""),
@@ -1122,7 +1122,8 @@
       fill(headBox, 
         pageHead(h("span", {}, h("a", { href: jobHref(r.job), class: "plain" }, r.job), h("span", { class: "title-id mono", title: r.run_id }, " · " + r.run_id)), {
           crumbs: [h("a", { href: "#/runs" }, "Runs"), " / ", h("a", { href: runsHref({ job: r.job }) }, r.job), " / "],
-          badges: h("span", { class: "badges" }, badge(r.status), code(r.code)),
+          badges: h("span", { class: "badges" }, badge(r.status), code(r.code),
+            r.kicks_pending > 0 ? h("span", { class: "badge", id: "run-kicks-pending", title: "kicks folded into this run: the job runs once more when it ends" }, r.kicks_pending + " kick pending") : ""),
           tools: h("div", { class: "tools" }, actions),
         }),
         rel.length ? h("p", { class: "relations" }, rel.map(([k, v]) => h("span", {}, k + " ", runLink(v, "rel:" + k)))) : null,
