@@ -11,9 +11,7 @@ pub enum UnitError {
     ZeroDuration(String),
     #[error("invalid size {0:?}: use a number with a unit, e.g. 512KiB, 64MiB, 1GiB (or bytes)")]
     Size(String),
-    #[error(
-        "invalid rate {0:?}: use a count over zero per s, min or h, e.g. 25/s, 60/min, 100/h"
-    )]
+    #[error("invalid rate {0:?}: use a count over zero per s, min or h, e.g. 25/s, 60/min, 100/h")]
     Rate(String),
 }
 
@@ -195,9 +193,21 @@ mod tests {
         let rate = parse_rate("25/s").unwrap();
         assert_eq!(rate.interval(), Duration::from_millis(40));
         assert_eq!(rate.to_string(), "25/s");
-        assert_eq!(parse_rate("60/min").unwrap().interval(), Duration::from_secs(1));
+        assert_eq!(
+            parse_rate("60/min").unwrap().interval(),
+            Duration::from_secs(1)
+        );
         assert_eq!(parse_rate(" 100 / h ").unwrap().to_string(), "100/h");
-        for bad in ["0/s", "-1/s", "25", "25/d", "x/s", "/s", "1.5/s", "99999999999/s"] {
+        for bad in [
+            "0/s",
+            "-1/s",
+            "25",
+            "25/d",
+            "x/s",
+            "/s",
+            "1.5/s",
+            "99999999999/s",
+        ] {
             assert_eq!(parse_rate(bad), Err(UnitError::Rate(bad.into())), "{bad}");
         }
     }

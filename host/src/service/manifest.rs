@@ -967,7 +967,10 @@ mod tests {
             ("max_wait='soon'", "invalid duration"),
         ] {
             let got = err(&format!("[links.a]\nurl='http://x/'\n{bad}"));
-            assert!(got.contains(expected) && got.contains("line 3"), "{bad}: {got}");
+            assert!(
+                got.contains(expected) && got.contains("line 3"),
+                "{bad}: {got}"
+            );
         }
     }
 

@@ -58,14 +58,12 @@ impl Store {
         max_wait_us: i64,
     ) -> Result<Option<i64>> {
         let q = &self.mount_statements().reserve_call;
-        Ok(
-            with_pool!(self.pool, p => sqlx::query_scalar(q.as_str())
+        Ok(with_pool!(self.pool, p => sqlx::query_scalar(q.as_str())
                 .bind(mount)
                 .bind(interval_us)
                 .bind(max_wait_us)
                 .fetch_optional(p)
-                .await?),
-        )
+                .await?))
     }
 
     /// Takes a free slot of `mount`'s `concurrency` for `holder`, held at most `hold_ms`:
@@ -137,24 +135,51 @@ mod tests {
             .unwrap();
         // One call per 10 s, waiting at most 15 s: the first goes now, the second in
         // about 10 s, the third would wait about 20 s and is refused, reserving nothing.
-        let first = store.reserve_mount_call("api", 10_000_000, 15_000_000).await;
+        let first = store
+            .reserve_mount_call("api", 10_000_000, 15_000_000)
+            .await;
         assert_eq!(first.unwrap(), Some(0));
-        let second = store.reserve_mount_call("api", 10_000_000, 15_000_000).await;
+        let second = store
+            .reserve_mount_call("api", 10_000_000, 15_000_000)
+            .await;
         let second = second.unwrap().unwrap();
         assert!((9_000_000..=10_000_000).contains(&second), "{second}");
-        let third = store.reserve_mount_call("api", 10_000_000, 15_000_000).await;
+        let third = store
+            .reserve_mount_call("api", 10_000_000, 15_000_000)
+            .await;
         assert_eq!(third.unwrap(), None);
         let other = store.reserve_mount_call("other", 10_000_000, 0).await;
         assert_eq!(other.unwrap(), Some(0), "each mount has its own time");
 
-        assert_eq!(store.take_mount_slot("api", 2, "a", 60_000).await.unwrap(), Some(0));
-        assert_eq!(store.take_mount_slot("api", 2, "b", 60_000).await.unwrap(), Some(1));
-        assert_eq!(store.take_mount_slot("api", 2, "c", 60_000).await.unwrap(), None);
-        store.free_mount_slot("api", 0, "someone else").await.unwrap();
-        assert_eq!(store.take_mount_slot("api", 2, "c", 60_000).await.unwrap(), None);
+        assert_eq!(
+            store.take_mount_slot("api", 2, "a", 60_000).await.unwrap(),
+            Some(0)
+        );
+        assert_eq!(
+            store.take_mount_slot("api", 2, "b", 60_000).await.unwrap(),
+            Some(1)
+        );
+        assert_eq!(
+            store.take_mount_slot("api", 2, "c", 60_000).await.unwrap(),
+            None
+        );
+        store
+            .free_mount_slot("api", 0, "someone else")
+            .await
+            .unwrap();
+        assert_eq!(
+            store.take_mount_slot("api", 2, "c", 60_000).await.unwrap(),
+            None
+        );
         store.free_mount_slot("api", 0, "a").await.unwrap();
-        assert_eq!(store.take_mount_slot("api", 2, "c", 0).await.unwrap(), Some(0));
+        assert_eq!(
+            store.take_mount_slot("api", 2, "c", 0).await.unwrap(),
+            Some(0)
+        );
         // A slot past its expiry (a crashed host's) is free again.
-        assert_eq!(store.take_mount_slot("api", 2, "d", 60_000).await.unwrap(), Some(0));
+        assert_eq!(
+            store.take_mount_slot("api", 2, "d", 60_000).await.unwrap(),
+            Some(0)
+        );
     }
 }

@@ -6,9 +6,7 @@
 //! `unavailable`.
 
 use crate::sandbox::capability::context::AttemptContext;
-use crate::sandbox::engine::bindings::jobhost::job::links::{
-    CallError, Host, Request, Response,
-};
+use crate::sandbox::engine::bindings::jobhost::job::links::{CallError, Host, Request, Response};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::{Attempt, GuestState};
 use crate::sandbox::links::{Caller, LinkError, Links};
@@ -183,8 +181,8 @@ mod tests {
     use crate::sandbox::engine::output::AttemptLog;
     use crate::sandbox::engine::state::Capabilities;
     use crate::sandbox::links::headers::default_headers;
-    use crate::sandbox::links::token::{ROTATE_AFTER, Signer};
     use crate::sandbox::links::limits::MountLimits;
+    use crate::sandbox::links::token::{ROTATE_AFTER, Signer};
     use crate::sandbox::links::{DEFAULT_MAX_BODY, MountSpec};
     use crate::store::guest::Fence;
     use crate::store::{LeaseRequest, Store};
