@@ -160,5 +160,12 @@ on_every_backend! {
             ))
             .await;
         assert_eq!(journaled, 1, "the refused attempt's journal");
+        let out = home.run(&["replay", run_id, "--attempt", "1", "--json"]);
+        let replayed: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+            panic!("no JSON: {}", String::from_utf8_lossy(&out.stderr))
+        });
+        assert_eq!(out.status.code(), Some(0), "{replayed}");
+        assert_eq!(replayed["replay"]["same"]["outcome"], true, "{replayed}");
+        assert_eq!(service.count(), 2, "a replay sends nothing");
     }
 }
