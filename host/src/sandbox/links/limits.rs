@@ -158,7 +158,9 @@ pub async fn admit(
         return Ok(Admitted { slot: None });
     }
     let start = Instant::now();
-    let until = deadline.min(start + limits.max_wait);
+    let until = start
+        .checked_add(limits.max_wait)
+        .map_or(deadline, |waited| deadline.min(waited));
     let refused = |stats: &MountStats| {
         stats.waited(start.elapsed(), true);
         Err(LinkError::RateLimited)
@@ -168,7 +170,10 @@ pub async fn admit(
     let mut slept = false;
     if let Some(concurrency) = limits.concurrency {
         let holder = crate::store::new_run_id();
-        let hold = limits.max_wait + call_bound + SLOT_GRACE;
+        let hold = limits
+            .max_wait
+            .saturating_add(call_bound)
+            .saturating_add(SLOT_GRACE);
         let hold_ms = i64::try_from(hold.as_millis()).unwrap_or(i64::MAX);
         let mut pause = POLL_FIRST;
         loop {
@@ -217,4 +222,110 @@ pub async fn admit(
         stats.waited(start.elapsed(), false);
     }
     Ok(admitted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn store(dir: &std::path::Path) -> Store {
+        Store::open(&format!("sqlite://{}/t.db", dir.display()))
+            .await
+            .unwrap()
+    }
+
+    fn limits(rate: Option<&str>, concurrency: Option<u32>, max_wait_ms: u64) -> MountLimits {
+        MountLimits {
+            rate: rate.map(|r| crate::rules::units::parse_rate(r).unwrap()),
+            concurrency: concurrency.and_then(NonZeroU32::new),
+            max_wait: Duration::from_millis(max_wait_ms),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_waits_for_a_slot_until_max_wait_then_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path()).await;
+        let stats = MountStats::default();
+        let one = limits(None, Some(1), 100);
+        let far = Instant::now() + Duration::from_secs(60);
+        let bound = Duration::from_secs(1);
+        let first = admit(&store, "api", &one, &stats, far, bound)
+            .await
+            .unwrap();
+        let begun = Instant::now();
+        let second = admit(&store, "api", &one, &stats, far, bound).await;
+        assert!(matches!(second, Err(LinkError::RateLimited)));
+        assert!(
+            begun.elapsed() >= Duration::from_millis(50),
+            "it waited first"
+        );
+        // The attempt's deadline bounds the wait too.
+        let soon = Instant::now() + Duration::from_millis(10);
+        let long = limits(None, Some(1), 60_000);
+        let third = admit(&store, "api", &long, &stats, soon, bound).await;
+        assert!(matches!(third, Err(LinkError::RateLimited)));
+        first.end().await;
+        let fourth = admit(&store, "api", &one, &stats, far, bound)
+            .await
+            .unwrap();
+        drop(fourth);
+        // A dropped call frees its slot too (a task does, as it drops).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        admit(&store, "api", &one, &stats, far, bound)
+            .await
+            .unwrap()
+            .end()
+            .await;
+        let counts = stats.counts();
+        assert_eq!((counts.waited, counts.refused), (0, 2), "{counts:?}");
+    }
+
+    #[tokio::test]
+    async fn a_rate_spaces_calls_and_refuses_at_once_what_would_wait_too_long() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path()).await;
+        let stats = MountStats::default();
+        let far = Instant::now() + Duration::from_secs(60);
+        let bound = Duration::from_secs(1);
+        let paced = limits(Some("10/s"), None, 1_000);
+        admit(&store, "api", &paced, &stats, far, bound)
+            .await
+            .unwrap()
+            .end()
+            .await;
+        let begun = Instant::now();
+        admit(&store, "api", &paced, &stats, far, bound)
+            .await
+            .unwrap()
+            .end()
+            .await;
+        assert!(
+            begun.elapsed() >= Duration::from_millis(80),
+            "the second waited its turn"
+        );
+        let slow = limits(Some("1/h"), None, 1_000);
+        admit(&store, "slow", &slow, &stats, far, bound)
+            .await
+            .unwrap()
+            .end()
+            .await;
+        let begun = Instant::now();
+        let refused = admit(&store, "slow", &slow, &stats, far, bound).await;
+        assert!(matches!(refused, Err(LinkError::RateLimited)));
+        assert!(
+            begun.elapsed() < Duration::from_millis(500),
+            "refused without waiting"
+        );
+        let counts = stats.counts();
+        assert_eq!((counts.waited, counts.refused), (1, 1), "{counts:?}");
+        // Without limits, nothing is read or written.
+        let none = MountLimits::default();
+        admit(&store, "free", &none, &stats, far, bound)
+            .await
+            .unwrap()
+            .end()
+            .await;
+        assert_eq!(stats.counts().waited, 1);
+    }
 }
