@@ -28,6 +28,7 @@ mod journals;
 mod lanes;
 mod lease_model;
 mod links;
+mod mount_limits;
 mod page;
 mod polyglot;
 mod replay;

@@ -587,6 +587,59 @@ on_every_backend! {
         let next = kick(&server, "commits").await;
         assert_eq!(ended(&server, &next).await["status"], "succeeded");
     }
+
+    async fn a_guests_starts_obey_max_per_tenant_as_an_api_start_does(home) {
+        // Parents each start three children of a job with `max_per_tenant = 1`: in their
+        // transaction, over `skip`; in writes of their own, over `defer`.
+        let m = home.manifest("", r#"
+            [jobs.skipping]
+            component = "{guest:family}"
+            grants.db = { write = ["ledger"] }
+            grants.jobs = ["capped-child"]
+            retries = 0
+            payload = { children = 3, in_tx = true, delay_ms = 3600000, detached = true, job = "capped-child" }
+            [jobs.deferring]
+            component = "{guest:family}"
+            grants.jobs = ["paced-child"]
+            retries = 0
+            payload = { children = 3, delay_ms = 3600000, detached = true, job = "paced-child" }
+            [jobs.capped-child]
+            component = "{guest:family}"
+            grants.jobs = ["capped-child"]
+            max_per_tenant = 1
+            [jobs.paced-child]
+            component = "{guest:family}"
+            grants.jobs = ["paced-child"]
+            max_per_tenant = 1
+            over_limit = "defer"
+        "#);
+        let m = m.to_str().unwrap();
+        for parent in ["skipping", "deferring"] {
+            let (code, run) = home.run_json(&[parent, "--manifest", m]);
+            assert_eq!((code, run["status"].as_str()), (0, Some("succeeded")), "{run}");
+        }
+        let count = |condition: &str| {
+            format!("SELECT COUNT(*) FROM jobhost_runs WHERE {condition}")
+        };
+        // Over `skip`: one queued, two skipped `tenant_limit` and reported as dropped.
+        assert_eq!(home.scalar(&count("job = 'capped-child' AND status = 'queued'")).await, 1);
+        assert_eq!(
+            home.scalar(&count("job = 'capped-child' AND status = 'skipped' AND last_code = 'tenant_limit' AND attempts = 0")).await,
+            2
+        );
+        assert_eq!(
+            home.scalar("SELECT COUNT(*) FROM jobhost_reports WHERE kind = 'dropped' AND job = 'capped-child' AND code = 'tenant_limit'").await,
+            2
+        );
+        // Over `defer`: one holds the slot, two wait for it.
+        assert_eq!(home.scalar(&count("job = 'paced-child' AND status = 'queued' AND waiting = 0")).await, 1);
+        assert_eq!(home.scalar(&count("job = 'paced-child' AND status = 'queued' AND waiting = 1")).await, 2);
+        // A start from the command line meets the same cap.
+        let kicked = home.run(&["kick", "capped-child", "--instance", "x", "--json"]);
+        let kicked: Value = serde_json::from_slice(&kicked.stdout).unwrap();
+        assert_eq!(kicked["result"], "dropped", "{kicked}");
+        assert_eq!(home.scalar(&count("job = 'capped-child' AND status = 'skipped'")).await, 3);
+    }
 }
 
 #[test]

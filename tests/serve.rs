@@ -158,6 +158,39 @@ on_every_backend! {
         assert_eq!(job["lease"]["pending"], false);
     }
 
+    async fn a_follow_up_after_a_failed_run_waits_for_the_jobs_backoff(home) {
+        let m = home.manifest("", r#"
+            [jobs.failing]
+            component = "{guest:hello}"
+            timeout = "1s"
+            retries = 0
+            backoff = "4s"
+            payload = { sleep_ms = 3000 }
+        "#);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let (code, first) = server.post("/jobs/failing/kick").await;
+        assert_eq!((code, first["result"].as_str()), (202, Some("queued")), "{first}");
+        let started = Instant::now();
+        while server.get("/jobs/failing").await.1["lease"]["held"] != true {
+            assert!(started.elapsed() < Duration::from_secs(10), "the run never took its lease");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (code, kicked) = server.post("/jobs/failing/kick").await;
+        assert_eq!((code, kicked["result"].as_str()), (202, Some("pending")), "{kicked}");
+        // The run times out; the kick's follow-up is queued due after the job's backoff (2
+        // to 4 s: half of it fixed, half jitter), as a retry would be, not at once.
+        server
+            .wait_runs("failing", Duration::from_secs(20), |runs| runs.len() == 2 && count(runs, |r| status(r) == "failed") >= 1)
+            .await;
+        let first_id = first["run_id"].as_str().unwrap();
+        let delay = home
+            .scalar(&format!(
+                "SELECT next_attempt_at - created_at FROM jobhost_runs WHERE job = 'failing' AND id <> '{first_id}'"
+            ))
+            .await;
+        assert!((1_900..=4_100).contains(&delay), "the follow-up was due {delay} ms after it was queued");
+    }
+
     async fn a_killed_host_is_found_by_the_next_and_reported_crashed_once(home) {
         let m = home.manifest("", r#"
             [jobs.victim]

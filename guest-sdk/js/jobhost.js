@@ -114,11 +114,14 @@ const DESCRIPTIONS = {
   'query-refused': 'query refused',
   invalid: 'invalid call',
   unavailable: 'host unavailable',
+  'rate-limited': "rate limited: the mount's limits held the call, nothing was sent",
 };
 
 /**
  * The host refused a call. `code` is one of `lease-lost`, `capability-refused`,
- * `query-refused`, `invalid`, `unavailable`; `reason` is the host's fixed reason, where it
+ * `query-refused`, `invalid`, `unavailable`, or (from `links.call`) `rate-limited`: the
+ * mount's limits held the call past its `max_wait` and nothing was sent, so the job usually
+ * returns a defer; `reason` is the host's fixed reason, where it
  * gives one (else undefined).
  */
 export class HostError extends Error {
@@ -619,7 +622,14 @@ export const links = Object.freeze({
       step: String(step),
       action: action === undefined || action === null ? undefined : String(action),
     };
-    return new Response(call(() => raw.call(mount, request)));
+    try {
+      return new Response(raw.send(mount, request));
+    } catch (e) {
+      const payload = refusal(e);
+      if (payload === undefined) throw e;
+      if (payload.tag === 'rate-limited') throw new HostError('rate-limited');
+      throw hostError(payload.val);
+    }
   },
 });
 

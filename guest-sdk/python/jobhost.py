@@ -121,7 +121,9 @@ class Unrecoverable(Exception):
 
 class HostError(Exception):
     """The host refused a call. ``code`` is one of ``lease-lost``,
-    ``capability-refused``, ``query-refused``, ``invalid``, ``unavailable``; ``reason``
+    ``capability-refused``, ``query-refused``, ``invalid``, ``unavailable``, or (from
+    ``links.call``) ``rate-limited``: the mount's limits held the call past its
+    ``max_wait`` and nothing was sent, so the job usually returns a ``Defer``; ``reason``
     is the host's fixed reason, where it gives one."""
 
     def __init__(self, code, reason=None):
@@ -148,6 +150,7 @@ def _describe(code, reason):
         "query-refused": "query refused",
         "invalid": "invalid call",
         "unavailable": "host unavailable",
+        "rate-limited": "rate limited: the mount's limits held the call, nothing was sent",
     }[code]
     return f"{text}: {reason}" if reason is not None else text
 
@@ -457,7 +460,12 @@ class _Links:
             if not any(k.lower() == "content-type" for k, _ in headers):
                 headers.append(("content-type", "application/json"))
         request = _links.Request(method, path, headers, bytes(body), step, action)
-        return Response(_call(_links.call, mount, request))
+        try:
+            return Response(_links.send(mount, request))
+        except _Err as refused:
+            if type(refused.value).__name__ == "CallError_RateLimited":
+                raise HostError("rate-limited") from None
+            raise _host_error(refused.value.value) from None
 
 
 links = _Links()

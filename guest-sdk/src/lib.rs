@@ -633,12 +633,31 @@ pub mod files {
 pub mod links {
     use crate::HostError;
     use crate::bindings::jobhost::job::links as raw;
-    pub use crate::bindings::jobhost::job::links::{Request, Response};
+    pub use crate::bindings::jobhost::job::links::{CallError, Request, Response};
     use serde::Serialize;
     use serde::de::DeserializeOwned;
 
+    /// One call; the mount's `rate` and `concurrency` limits answer `unavailable` here
+    /// ([`send`] tells them apart).
     pub fn call(mount: &str, request: &Request) -> Result<Response, HostError> {
         raw::call(mount, request)
+    }
+
+    /// One call, with the mount's limits answered [`CallError::RateLimited`]: nothing was
+    /// sent, and the job usually ends the pass with [`crate::Outcome::Defer`].
+    pub fn send(mount: &str, request: &Request) -> Result<Response, CallError> {
+        raw::send(mount, request)
+    }
+
+    impl From<CallError> for crate::JobError {
+        fn from(e: CallError) -> Self {
+            match e {
+                CallError::RateLimited => crate::JobError::Failed(
+                    "rate limited: the mount's limits held the call, nothing was sent".into(),
+                ),
+                CallError::Host(e) => e.into(),
+            }
+        }
     }
 
     /// A request with a JSON body.

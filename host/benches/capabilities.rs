@@ -202,6 +202,7 @@ fn bench_links(c: &mut Criterion, rt: &Runtime, medians: &Mutex<Vec<(String, f64
             max_response: DEFAULT_MAX_BODY,
             credential: None,
             headers: jobhost::sandbox::links::headers::default_headers(),
+            limits: jobhost::sandbox::links::limits::MountLimits::default(),
         },
     );
     let signer = Arc::new(

@@ -8,6 +8,8 @@
 //! - `/api/fail`: 500;
 //! - `/api/reports`: 202;
 //! - `/api/effect`: 200 (a side effect whose repeats the steps tests count);
+//! - `/api/hold?ms=N`: 200 after N ms (150 by default), counting the requests it holds at
+//!   once (`max_in_flight`);
 //! - `/iam/memberships` (POST) and `/iam/memberships/{id}` (DELETE): a small IAM that
 //!   issues and revokes membership links, checking the caller's per-attempt token against
 //!   the host's published keys (`jwks_url`) and its actions; `/iam/links/{id}` answers 200
@@ -47,6 +49,9 @@ struct Inner {
     jwks_url: Option<String>,
     /// Tenants the IAM refuses.
     refused_tenants: Vec<String>,
+    /// Requests `/api/hold` holds now, and the most it held at once.
+    in_flight: usize,
+    max_in_flight: usize,
 }
 
 #[derive(Clone)]
@@ -98,6 +103,11 @@ impl Service {
 
     pub fn count(&self) -> usize {
         self.inner.lock().unwrap().seen.len()
+    }
+
+    /// The most requests `/api/hold` held at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.inner.lock().unwrap().max_in_flight
     }
 
     /// Whether a membership link is usable now.
@@ -162,6 +172,21 @@ async fn answer(
         "/api/fail" => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         "/api/reports" => StatusCode::ACCEPTED.into_response(),
         "/api/effect" => StatusCode::OK.into_response(),
+        "/api/hold" => {
+            let ms = uri
+                .query()
+                .and_then(|q| q.strip_prefix("ms="))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(150);
+            {
+                let mut inner = inner.lock().unwrap();
+                inner.in_flight += 1;
+                inner.max_in_flight = inner.max_in_flight.max(inner.in_flight);
+            }
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            inner.lock().unwrap().in_flight -= 1;
+            StatusCode::OK.into_response()
+        }
         "/iam/memberships" if method == Method::POST => issue(&inner, &seen).await,
         p if p.starts_with("/iam/memberships/") && method == Method::DELETE => {
             let id = p.trim_start_matches("/iam/memberships/").to_string();

@@ -1,6 +1,7 @@
-//! Parsing of the human units operators type: durations (`30s`, `10m`, `1h`, `250ms`) and
-//! sizes (`64MiB`, `512KiB`, `1GiB`, or plain bytes); and the readable forms the CLI
-//! prints for a person (`1.1 MiB`, `2.4 s`, `1.2M` fuel) — JSON keeps the numbers.
+//! Parsing of the human units operators type: durations (`30s`, `10m`, `1h`, `250ms`),
+//! sizes (`64MiB`, `512KiB`, `1GiB`, or plain bytes) and rates (`25/s`, `60/min`, `100/h`);
+//! and the readable forms the CLI prints for a person (`1.1 MiB`, `2.4 s`, `1.2M` fuel) —
+//! JSON keeps the numbers.
 
 use std::time::Duration;
 
@@ -12,6 +13,51 @@ pub enum UnitError {
     ZeroDuration(String),
     #[error("invalid size {0:?}: use a number with a unit, e.g. 512KiB, 64MiB, 1GiB (or bytes)")]
     Size(String),
+    #[error("invalid rate {0:?}: use a count over zero per s, min or h, e.g. 25/s, 60/min, 100/h")]
+    Rate(String),
+}
+
+/// A number of events per period, as operators write it: `25/s`, `60/min`, `100/h`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    pub count: u32,
+    pub per: Duration,
+}
+
+impl Rate {
+    /// The time between two events spaced evenly at this rate.
+    pub fn interval(&self) -> Duration {
+        self.per / self.count
+    }
+}
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = match self.per.as_secs() {
+            1 => "s",
+            60 => "min",
+            _ => "h",
+        };
+        write!(f, "{}/{unit}", self.count)
+    }
+}
+
+/// A rate: a count over zero (a rate of nothing would refuse everything), per `s`, `min`
+/// or `h`.
+pub fn parse_rate(text: &str) -> Result<Rate, UnitError> {
+    let err = || UnitError::Rate(text.to_string());
+    let (count, unit) = text.split_once('/').ok_or_else(err)?;
+    let count: u32 = count.trim().parse().map_err(|_| err())?;
+    let per = match unit.trim() {
+        "s" => Duration::from_secs(1),
+        "min" => Duration::from_secs(60),
+        "h" => Duration::from_secs(3600),
+        _ => return Err(err()),
+    };
+    if count == 0 {
+        return Err(err());
+    }
+    Ok(Rate { count, per })
 }
 
 fn split_number(text: &str) -> Option<(u64, &str)> {
@@ -155,10 +201,48 @@ pub mod serde_size {
     }
 }
 
+/// A manifest writes a rate as text: `rate = "25/s"`.
+impl serde::Serialize for Rate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Rate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Rate, D::Error> {
+        let text = <String as serde::Deserialize>::deserialize(d)?;
+        parse_rate(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn rates_are_counts_over_zero_per_second_minute_or_hour() {
+        let rate = parse_rate("25/s").unwrap();
+        assert_eq!(rate.interval(), Duration::from_millis(40));
+        assert_eq!(rate.to_string(), "25/s");
+        assert_eq!(
+            parse_rate("60/min").unwrap().interval(),
+            Duration::from_secs(1)
+        );
+        assert_eq!(parse_rate(" 100 / h ").unwrap().to_string(), "100/h");
+        for bad in [
+            "0/s",
+            "-1/s",
+            "25",
+            "25/d",
+            "x/s",
+            "/s",
+            "1.5/s",
+            "99999999999/s",
+        ] {
+            assert_eq!(parse_rate(bad), Err(UnitError::Rate(bad.into())), "{bad}");
+        }
+    }
 
     #[test]
     fn durations() {

@@ -12,9 +12,10 @@ use std::time::Duration;
 
 type Labels = Vec<(&'static str, String)>;
 
-/// The labels whose values name what tenants own. Every series that names a job also
-/// names its tenant, so a tenant's view can pick its own.
-const NAME_LABELS: [&str; 2] = ["job", "tenant"];
+/// The labels whose values name what tenants own, or the operator's mounts. Every series
+/// that names a job also names its tenant, so a tenant's view can pick its own; a mount's
+/// series name no tenant, so only the operator sees them.
+const NAME_LABELS: [&str; 3] = ["job", "tenant", "mount"];
 
 /// Who a scrape is for, and so which names its series may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +127,16 @@ impl Metrics {
             series: BTreeMap::new(),
         });
         *family.series.entry(labels).or_default() += value;
+    }
+
+    /// Sets a counter kept elsewhere to its current total.
+    fn set(&self, name: &'static str, help: &'static str, labels: Labels, value: f64) {
+        let mut r = self.registry.lock().expect("metrics lock");
+        let family = r.counters.entry(name).or_insert_with(|| Family {
+            help,
+            series: BTreeMap::new(),
+        });
+        family.series.insert(labels, value);
     }
 
     fn observe(&self, name: &'static str, help: &'static str, labels: Labels, value: f64) {
@@ -248,6 +259,30 @@ impl Metrics {
             "Pauses and resumes through this host, by what they named.",
             labels,
             1.0,
+        );
+    }
+
+    /// What calls of `mount` met at its limits on this host (`links::limits`): the mount
+    /// keeps the totals, a scrape copies them here.
+    pub fn mount_limits(&self, mount: &str, waited: u64, wait: Duration, refused: u64) {
+        let labels = || vec![("mount", mount.to_string())];
+        self.set(
+            "jobhost_mount_calls_waited_total",
+            "Calls of a mount that waited for its rate or concurrency, then went.",
+            labels(),
+            waited as f64,
+        );
+        self.set(
+            "jobhost_mount_wait_seconds_total",
+            "Time calls of a mount waited for its limits, refused calls included.",
+            labels(),
+            wait.as_secs_f64(),
+        );
+        self.set(
+            "jobhost_mount_calls_refused_total",
+            "Calls of a mount refused rate-limited: its limits held them past max_wait.",
+            labels(),
+            refused as f64,
         );
     }
 
@@ -500,5 +535,27 @@ mod tests {
         ] {
             assert!(operator.contains(series), "missing {series} in\n{operator}");
         }
+    }
+
+    #[test]
+    fn a_mounts_limits_are_copied_as_counters_and_shown_only_to_the_operator() {
+        let m = Metrics::default();
+        m.mount_limits("billing", 2, Duration::from_millis(500), 1);
+        m.mount_limits("billing", 3, Duration::from_millis(1500), 1);
+        let operator = m.render(&[], View::Operator);
+        for line in [
+            "# TYPE jobhost_mount_calls_waited_total counter",
+            "jobhost_mount_calls_waited_total{mount=\"billing\"} 3\n",
+            "jobhost_mount_wait_seconds_total{mount=\"billing\"} 1.5\n",
+            "jobhost_mount_calls_refused_total{mount=\"billing\"} 1\n",
+        ] {
+            assert!(operator.contains(line), "{line} in {operator}");
+        }
+        assert!(!m.render(&[], View::Tenant("acme")).contains("mount"));
+        let open = m.render(&[], View::Open);
+        assert!(
+            open.contains("jobhost_mount_calls_waited_total 3\n") && !open.contains("billing"),
+            "{open}"
+        );
     }
 }

@@ -21,6 +21,9 @@
 //! methods = ["GET", "POST"]
 //! credential = { header = "Authorization", prefix = "Bearer ", env = "BILLING_TOKEN" }
 //! headers = ["content-type", "accept", "x-request-id"]  # what a guest may send (a default list)
+//! rate = "25/s"                         # calls across every host and job (also /min, /h), spaced evenly
+//! concurrency = 10                      # calls in flight at once, across every host and job
+//! max_wait = "5s"                       # how long a call waits for them, then `rate-limited`; default 5s
 //!
 //! [lanes.bulk]                          # workers of its own on each host serving it
 //! workers = 2
@@ -63,6 +66,7 @@ use crate::sandbox::files::{
     Location,
 };
 use crate::sandbox::journal::{RecordPolicy, Recorder};
+use crate::sandbox::links::limits::{DEFAULT_MAX_WAIT, MountLimits};
 use crate::sandbox::links::{
     Credential, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, MountSpec, SecretSource,
 };
@@ -231,6 +235,11 @@ struct MountSection {
     credential: Option<CredentialSection>,
     /// The request headers a guest may send (`links::headers::DEFAULT_HEADERS` if none).
     headers: Option<BTreeSet<String>>,
+    /// Its limits (`links::limits`): a rate over zero, a concurrency over zero.
+    rate: Option<crate::rules::units::Rate>,
+    concurrency: Option<std::num::NonZeroU32>,
+    #[serde(default, with = "opt_duration")]
+    max_wait: Option<Duration>,
 }
 
 /// `{ header, prefix, env = "VAR" }`, `{ ..., file = "path" }` or
@@ -315,9 +324,21 @@ impl Manifest {
         path: &Path,
         text: &str,
     ) -> Result<(Manifest, Vec<String>), ManifestError> {
+        // The line a value the manifest refuses stands on, so a person finds it.
         let file: File = toml::from_str(text).map_err(|e| ManifestError::Parse {
             path: path.to_path_buf(),
-            message: e.message().to_string(),
+            message: match e.span() {
+                Some(span) => format!(
+                    "line {}: {}",
+                    text.as_bytes()[..span.start.min(text.len())]
+                        .iter()
+                        .filter(|b| **b == b'\n')
+                        .count()
+                        + 1,
+                    e.message()
+                ),
+                None => e.message().to_string(),
+            },
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &Path| {
@@ -535,6 +556,11 @@ fn mount(
         max_response: section.max_response.unwrap_or(DEFAULT_MAX_BODY),
         credential,
         headers,
+        limits: MountLimits {
+            rate: section.rate,
+            concurrency: section.concurrency,
+            max_wait: section.max_wait.unwrap_or(DEFAULT_MAX_WAIT),
+        },
     })
 }
 
@@ -915,6 +941,37 @@ mod tests {
             err("[links.api]\nurl='http://x/'\nheaders=['x-key']\ncredential={header='X-Key', env='K'}")
                 .contains("may not accept the header \"x-key\"")
         );
+    }
+
+    #[test]
+    fn a_mount_declares_its_limits_and_nonsense_is_refused_with_its_line() {
+        let p = Path::new("m.toml");
+        let m = Manifest::parse(
+            p,
+            "[links.a]\nurl='http://x/'\nrate='25/s'\nconcurrency=10\nmax_wait='2s'\n\
+             [links.b]\nurl='http://x/'",
+        )
+        .unwrap();
+        let limits = m.mounts["a"].limits;
+        assert_eq!(limits.rate.map(|r| r.to_string()).as_deref(), Some("25/s"));
+        assert_eq!(limits.concurrency.map(|c| c.get()), Some(10));
+        assert_eq!(limits.max_wait, Duration::from_secs(2));
+        assert_eq!(m.mounts["b"].limits, MountLimits::default());
+        let err = |text: &str| Manifest::parse(p, text).unwrap_err().to_string();
+        for (bad, expected) in [
+            ("rate='0/s'", "invalid rate \"0/s\""),
+            ("rate='-5/min'", "invalid rate"),
+            ("rate='5/day'", "invalid rate"),
+            ("concurrency=0", "nonzero"),
+            ("concurrency=-2", "nonzero"),
+            ("max_wait='soon'", "invalid duration"),
+        ] {
+            let got = err(&format!("[links.a]\nurl='http://x/'\n{bad}"));
+            assert!(
+                got.contains(expected) && got.contains("line 3"),
+                "{bad}: {got}"
+            );
+        }
     }
 
     #[test]

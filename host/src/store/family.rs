@@ -14,7 +14,8 @@ use super::handle::Store;
 use super::pool::Exclusive;
 use super::queries::Queries;
 use super::records::Fence;
-use super::records::RunRecord;
+use super::records::{NewReport, ReportKind, RunRecord};
+use super::reports::bind_report;
 use serde::Serialize;
 use sqlx::{Connection, SqliteConnection};
 
@@ -111,7 +112,7 @@ pub(crate) async fn apply_sqlite(
     }
     let mut inserted = Vec::with_capacity(write.runs.len());
     for run in &write.runs {
-        let changed = sqlx::query(q.insert_child_run.as_str())
+        let row: Option<RunRecord> = sqlx::query_as(q.insert_child_run.as_str())
             .bind(&run.id)
             .bind(&run.job)
             .bind(&run.instance)
@@ -125,10 +126,20 @@ pub(crate) async fn apply_sqlite(
             .bind(parent.pass)
             .bind(run.detached)
             .bind(&run.event)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        inserted.push(changed == 1);
+            .fetch_optional(&mut *conn)
+            .await?;
+        // Dropped by its job's `max_per_tenant`: reported as an API start's would be.
+        if let Some(dropped) = row.as_ref().filter(|r| r.dropped_by_limit()) {
+            let report = NewReport::about_run(
+                ReportKind::Dropped,
+                dropped,
+                crate::rules::failure::FailureCode::TenantLimit,
+            );
+            bind_report(sqlx::query(q.insert_report.as_str()), &report)
+                .execute(&mut *conn)
+                .await?;
+        }
+        inserted.push(row.is_some());
     }
     if write.any_attached() {
         sqlx::query(q.mark_family.as_str())

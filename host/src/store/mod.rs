@@ -27,6 +27,7 @@ mod jobs;
 mod journals;
 mod leases;
 pub mod migrate;
+mod mount_limits;
 mod orphans;
 mod pg_statement;
 mod pg_wire;

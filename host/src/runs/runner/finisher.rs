@@ -34,8 +34,10 @@ pub(super) struct Handover {
     pub run: RunRecord,
     /// Until when recording it is worth trying (the attempt's lease expiry).
     pub until: Instant,
-    /// The job's payload: a follow-up run's, should the ending become `record_failed`.
+    /// The job's payload and retries: a follow-up run's, should the ending become
+    /// `record_failed`.
     pub job_payload: String,
+    pub retry: crate::rules::job::RetryPolicy,
     /// The run's job is sequential: once its ending is recorded another of the job's runs
     /// may be claimed, and nothing else would wake the dispatcher for it.
     pub sequential: bool,
@@ -317,10 +319,21 @@ fn record_failed(pending: Pending) -> Pending {
         a.log = String::new();
         a.log_truncated = true;
     }
-    let follow_up = match &mut recording.change {
-        RunChange::Finish { follow_up, .. } => follow_up.take(),
-        _ => None,
-    };
+    // The same run as the first recording's follow-up (its id), now after a failure.
+    let mut follow_up = super::follow_up(
+        run,
+        handover.job_payload.clone(),
+        &handover.retry,
+        RunStatus::Failed,
+        run.failures + 1,
+    );
+    if let RunChange::Finish {
+        follow_up: Some(first),
+        ..
+    } = &recording.change
+    {
+        follow_up.id = first.id.clone();
+    }
     recording.change = RunChange::Finish {
         require_lease: true,
         status: RunStatus::Failed,
@@ -330,12 +343,7 @@ fn record_failed(pending: Pending) -> Pending {
         counters: None,
         pass: run.pass,
         failures: run.failures + 1,
-        follow_up: follow_up.or_else(|| {
-            Some(Box::new(crate::queue::kick::follow_up(
-                run,
-                handover.job_payload.clone(),
-            )))
-        }),
+        follow_up: Some(Box::new(follow_up)),
         report: Some(Box::new(report_about(run, code))),
     };
     Pending {

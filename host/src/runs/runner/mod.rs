@@ -462,6 +462,7 @@ impl Runner {
                 run,
                 until,
                 job_payload: spec.payload.to_string(),
+                retry: spec.retry.clone(),
                 sequential: spec.flow.sequential,
             })
             .await
@@ -528,6 +529,7 @@ impl Runner {
                 run: claimed.run,
                 until,
                 job_payload: String::new(),
+                retry: crate::rules::job::RetryPolicy::default(),
                 // Given back due at once: the dispatcher's next look at the queue finds it.
                 sequential: false,
             })
@@ -692,9 +694,12 @@ impl Runner {
                 counters,
                 pass: run.pass,
                 failures,
-                follow_up: Some(Box::new(crate::queue::kick::follow_up(
+                follow_up: Some(Box::new(follow_up(
                     run,
                     spec.payload.to_string(),
+                    &spec.retry,
+                    final_status(failure.code),
+                    failures,
                 ))),
                 report: failure.code.map(|code| {
                     let report = report_about(run, code);
@@ -757,6 +762,25 @@ fn wait_for_children(run: &RunRecord, decided: Decided) -> Decided {
         },
         other => other,
     }
+}
+
+/// The run a kick left pending while `run` ran, queued as it ends with `status` after
+/// `failures` failed attempts in a row: after a failure it waits the job's backoff, as a
+/// retry would, so a job kicked faster than it fails does not run again at kick rate.
+pub(super) fn follow_up(
+    run: &RunRecord,
+    payload: String,
+    retry: &crate::rules::job::RetryPolicy,
+    status: RunStatus,
+    failures: i64,
+) -> crate::store::NewRun {
+    let mut next = crate::queue::kick::follow_up(run, payload);
+    if status == RunStatus::Failed {
+        let failures = u32::try_from(failures.max(1)).unwrap_or(u32::MAX);
+        let delay = backoff::delay(retry, failures, &mut rand::rng());
+        next.delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
+    }
+    next
 }
 
 /// The status a run ends with, by its failure code (none: it succeeded).

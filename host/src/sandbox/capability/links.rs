@@ -1,9 +1,12 @@
 //! `jobhost:job/links`: the guest's calls to mounts, through [`Links`]. This only
 //! translates: it checks the mount against the job's grant (nothing is sent otherwise),
-//! passes the attempt along, and turns failures into fixed `host-error` reasons.
+//! passes the attempt along, and turns failures into fixed `host-error` reasons. A call
+//! the mount's limits refused is `rate-limited` to `send` (0.1.5); `call`, whose
+//! `host-error` cannot grow a case without refusing every earlier guest, answers it
+//! `unavailable`.
 
 use crate::sandbox::capability::context::AttemptContext;
-use crate::sandbox::engine::bindings::jobhost::job::links::{Host, Request, Response};
+use crate::sandbox::engine::bindings::jobhost::job::links::{CallError, Host, Request, Response};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::engine::state::{Attempt, GuestState};
 use crate::sandbox::links::{Caller, LinkError, Links};
@@ -85,8 +88,8 @@ impl LinksView<'_> {
         HostError::CapabilityRefused(reason.into())
     }
 
-    fn link_error(&mut self, error: LinkError, mount: &str) -> HostError {
-        match error {
+    fn link_error(&mut self, error: LinkError, mount: &str) -> CallError {
+        CallError::Host(match error {
             LinkError::UnknownMount => self.refuse_link("not-granted", mount),
             LinkError::MethodNotAllowed => self.refuse_link("method-not-allowed", mount),
             LinkError::ActionNotDeclared => self.refuse_link("action-not-declared", mount),
@@ -101,10 +104,40 @@ impl LinksView<'_> {
                 HostError::LeaseLost
             }
             LinkError::Unavailable => HostError::Unavailable,
+            LinkError::RateLimited => return CallError::RateLimited,
             LinkError::Open { .. } | LinkError::Store(_) => {
                 tracing::warn!(code = "driver_failed", error = %error, "a links call failed");
                 HostError::Unavailable
             }
+        })
+    }
+
+    /// One call through the grant and the mount's rules, for `call` and `send` alike.
+    async fn forward(&mut self, mount: &str, request: Request) -> Result<Response, CallError> {
+        let Some(session) = self
+            .links
+            .session
+            .as_ref()
+            .filter(|s| s.grant.contains(mount))
+        else {
+            return Err(CallError::Host(self.refuse_link("not-granted", mount)));
+        };
+        let (links, caller) = (session.links.clone(), session.caller.clone());
+        let request = crate::sandbox::links::Request {
+            method: request.method,
+            path: request.path,
+            headers: request.headers,
+            body: request.body,
+            step: request.step,
+            action: request.action,
+        };
+        match links.call(&caller, mount, request).await {
+            Ok(response) => Ok(Response {
+                status: response.status,
+                headers: response.headers,
+                body: response.body,
+            }),
+            Err(e) => Err(self.link_error(e, mount)),
         }
     }
 }
@@ -112,32 +145,33 @@ impl LinksView<'_> {
 impl Host for LinksView<'_> {
     async fn call(&mut self, mount: String, request: Request) -> Result<Response, HostError> {
         crate::journaled!(self.attempt, "links.call", (&mount, &request), async {
-            let Some(session) = self
-                .links
-                .session
-                .as_ref()
-                .filter(|s| s.grant.contains(&mount))
-            else {
-                return Err(self.refuse_link("not-granted", &mount));
-            };
-            let (links, caller) = (session.links.clone(), session.caller.clone());
-            let request = crate::sandbox::links::Request {
-                method: request.method,
-                path: request.path,
-                headers: request.headers,
-                body: request.body,
-                step: request.step,
-                action: request.action,
-            };
-            match links.call(&caller, &mount, request).await {
-                Ok(response) => Ok(Response {
-                    status: response.status,
-                    headers: response.headers,
-                    body: response.body,
-                }),
-                Err(e) => Err(self.link_error(e, &mount)),
-            }
+            self.forward(&mount, request).await.map_err(|e| match e {
+                CallError::RateLimited => HostError::Unavailable,
+                CallError::Host(e) => e,
+            })
         })
+    }
+
+    async fn send(&mut self, mount: String, request: Request) -> Result<Response, CallError> {
+        crate::journaled!(self.attempt, "links.send", (&mount, &request), async {
+            self.forward(&mount, request).await
+        })
+    }
+}
+
+impl crate::sandbox::journal::CodeOf for Result<Response, CallError> {
+    fn code_of(&self) -> std::borrow::Cow<'static, str> {
+        match self {
+            Ok(_) => "ok".into(),
+            Err(CallError::RateLimited) => "rate-limited".into(),
+            Err(CallError::Host(error)) => crate::sandbox::engine::bindings::error_code(error),
+        }
+    }
+}
+
+impl crate::sandbox::journal::Placeholder for Result<Response, CallError> {
+    fn placeholder() -> Self {
+        Err(CallError::Host(HostError::Unavailable))
     }
 }
 
@@ -147,6 +181,7 @@ mod tests {
     use crate::sandbox::engine::output::AttemptLog;
     use crate::sandbox::engine::state::Capabilities;
     use crate::sandbox::links::headers::default_headers;
+    use crate::sandbox::links::limits::MountLimits;
     use crate::sandbox::links::token::{ROTATE_AFTER, Signer};
     use crate::sandbox::links::{DEFAULT_MAX_BODY, MountSpec};
     use crate::store::guest::Fence;
@@ -201,6 +236,7 @@ mod tests {
                     max_response: DEFAULT_MAX_BODY,
                     credential: None,
                     headers: default_headers(),
+                    limits: MountLimits::default(),
                 },
             );
         }

@@ -11,13 +11,16 @@
 //! retried attempt repeats the same request rather than a new one, and a `traceparent` in
 //! the run's trace (a new span id per call; the guest can neither set nor see it).
 //! Redirects are not followed; the response body is read up to the mount's bound and no
-//! further.
+//! further. A mount's `rate` and `concurrency` hold calls across every host (see
+//! [`limits`]); a call they hold too long is refused before anything is sent.
 
 pub mod headers;
+pub mod limits;
 pub mod token;
 
 use crate::store::guest::Fence;
 use crate::store::{Store, StoreError};
+use limits::{MountCounts, MountLimits, MountStats};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,6 +50,9 @@ pub struct MountSpec {
     pub credential: Option<Credential>,
     /// The request headers a guest may send, lower-case (see [`headers`]).
     pub headers: BTreeSet<String>,
+    /// Its calls' rate and concurrency across every host (see [`limits`]).
+    #[serde(default)]
+    pub limits: MountLimits,
 }
 
 /// What the host adds to every call of a mount.
@@ -118,6 +124,8 @@ pub enum LinkError {
     LeaseLost,
     #[error("the service is unavailable")]
     Unavailable,
+    #[error("the mount's limits held the call too long")]
+    RateLimited,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -126,6 +134,7 @@ struct Mount {
     spec: MountSpec,
     base: url::Url,
     secret: Option<Secret>,
+    stats: MountStats,
 }
 
 /// Every mount a host knows, and the client that calls them.
@@ -211,6 +220,7 @@ impl Links {
                     spec: spec.clone(),
                     base,
                     secret,
+                    stats: MountStats::default(),
                 },
             );
         }
@@ -236,6 +246,15 @@ impl Links {
 
     pub fn is_declared(&self, mount: &str) -> bool {
         self.mounts.contains_key(mount)
+    }
+
+    /// What each mount with limits met at them on this host, by mount.
+    pub fn limit_counts(&self) -> Vec<(&str, MountCounts)> {
+        self.mounts
+            .iter()
+            .filter(|(_, m)| m.spec.limits.rate.is_some() || m.spec.limits.concurrency.is_some())
+            .map(|(name, m)| (name.as_str(), m.stats.counts()))
+            .collect()
     }
 
     /// Makes one call for `caller`, or refuses it before anything is sent.
@@ -281,17 +300,11 @@ impl Links {
             ),
             _ => None,
         };
-        // The last moment before the effect leaves the host: the lease must be held now.
-        if !self.store.lease_live(&caller.fence).await? {
-            return Err(LinkError::LeaseLost);
-        }
-        let left = caller.deadline.saturating_duration_since(Instant::now());
         let method = reqwest::Method::from_bytes(method.as_bytes())
             .map_err(|_| LinkError::MethodNotAllowed)?;
         let mut call = self
             .client
             .request(method, url)
-            .timeout(m.spec.timeout.min(left))
             .header(
                 "idempotency-key",
                 idempotency_key(&caller.run_root, caller.pass, &request.step),
@@ -310,6 +323,35 @@ impl Links {
             }
             _ => {}
         }
+        // The mount's limits, across every host: the call waits its turn, or is refused.
+        let admitted = limits::admit(
+            &self.store,
+            mount,
+            &m.spec.limits,
+            &m.stats,
+            caller.deadline,
+            m.spec.timeout,
+        )
+        .await?;
+        let answer = self.send(m, caller, call).await;
+        admitted.end().await;
+        answer
+    }
+
+    /// Sends a built call that its mount's limits let through, bounded by what is left of
+    /// the attempt, and reads the answer up to the mount's bound.
+    async fn send(
+        &self,
+        m: &Mount,
+        caller: &Caller,
+        call: reqwest::RequestBuilder,
+    ) -> Result<Response, LinkError> {
+        // The last moment before the effect leaves the host: the lease must be held now.
+        if !self.store.lease_live(&caller.fence).await? {
+            return Err(LinkError::LeaseLost);
+        }
+        let left = caller.deadline.saturating_duration_since(Instant::now());
+        let call = call.timeout(m.spec.timeout.min(left));
         let response = call.send().await.map_err(|_| LinkError::Unavailable)?;
         let status = response.status().as_u16();
         let headers = response

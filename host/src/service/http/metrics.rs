@@ -1,7 +1,8 @@
 //! `/metrics`: this host's counters and the fleet's gauges, read from the database when
 //! scraped (off the runs' path): runs by status and code, the queue by tenant and by lane,
 //! runs dropped and put off by reason, each tenant's use of the last hour, and each
-//! tenant's queued runs against its cap (`backlog`).
+//! tenant's queued runs against its cap (`backlog`); and this host's calls held by each
+//! mount's limits (the operator's view only: they name the mount).
 //!
 //! Open to anyone who reaches the port, it names no job, run, file or tenant: without a
 //! token the series are summed over their job and tenant labels, and gauges by tenant are
@@ -45,6 +46,11 @@ pub(super) async fn metrics(
         Some(Principal::Tenant(own)) => View::Tenant(own),
     };
     let gauges = fleet_gauges(&s).await?;
+    for (mount, counts) in s.app.links.limit_counts() {
+        s.app
+            .metrics
+            .mount_limits(mount, counts.waited, counts.wait, counts.refused);
+    }
     let text = s.app.metrics.render(&gauges, view);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }

@@ -2,7 +2,8 @@
 //! `{mount, method, path, headers, body, step, action}` — `calls` times, after waiting
 //! `wait_ms`, and logs each answer. With `fail_first`, its first attempt fails after the
 //! call, so the retry makes it again. A refused call fails the attempt with the host's
-//! error.
+//! error. With `send`, it calls through `links::send`, and a call the mount's limits
+//! refused (`rate-limited`) ends the pass with a defer of `defer_ms`.
 
 use jobhost_guest::{Context, Job, JobError, Outcome, links, log};
 use serde::Deserialize;
@@ -28,6 +29,14 @@ struct Payload {
     wait_ms: u64,
     #[serde(default)]
     fail_first: bool,
+    #[serde(default)]
+    send: bool,
+    #[serde(default = "one_second")]
+    defer_ms: u64,
+}
+
+fn one_second() -> u64 {
+    1000
 }
 
 fn get() -> String {
@@ -55,7 +64,17 @@ impl Job for Linker {
                 step: p.step.clone(),
                 action: p.action.clone(),
             };
-            let response = links::call(&p.mount, &request)?;
+            let response = if p.send {
+                match links::send(&p.mount, &request) {
+                    Err(links::CallError::RateLimited) => {
+                        log::info("rate-limited: deferring the pass");
+                        return Ok(Outcome::Defer(Duration::from_millis(p.defer_ms.max(1))));
+                    }
+                    answer => answer?,
+                }
+            } else {
+                links::call(&p.mount, &request)?
+            };
             log::info(&format!(
                 "status {} body {}",
                 response.status,
