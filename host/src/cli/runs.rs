@@ -169,12 +169,22 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             let steps = store.run_steps(&id).await?;
             let failed_steps = store.run_step_failures(&id).await?;
             let journals = store.run_journals(&id).await?;
+            // Quotas are the serving hosts' (their manifests'): this command names the
+            // other holds only.
+            let pauses = crate::queue::pause::Pauses::new(store.clone())
+                .current()
+                .await?;
+            let held_by = crate::queue::waits::why_waiting(&store, &pauses, &[], &run).await?;
             if json {
                 let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
                 detail["journals"] = serde_json::json!(journals);
+                detail["held_by"] = serde_json::json!(held_by);
                 println!("{detail}");
             } else {
                 output::run_result(&run, false);
+                if let Some(held_by) = &held_by {
+                    println!("  held back by: {held_by}");
+                }
                 println!("  trace {}", run.trace().trace_id());
                 output::progress(&run, &steps);
                 output::failed_steps(&failed_steps);

@@ -462,7 +462,7 @@ impl Runner {
                 run,
                 until,
                 job_payload: spec.payload.to_string(),
-                sequential: spec.flow.sequential,
+                limited: spec.flow.sequential || !spec.flow.limits.is_empty(),
             })
             .await
     }
@@ -529,7 +529,7 @@ impl Runner {
                 until,
                 job_payload: String::new(),
                 // Given back due at once: the dispatcher's next look at the queue finds it.
-                sequential: false,
+                limited: false,
             })
             .await
     }
