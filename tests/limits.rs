@@ -175,8 +175,8 @@ on_every_backend! {
         let mut hosts = fleet(&home, &args).await;
         for i in 0..40 {
             let host = &hosts[i % hosts.len()];
-            start(host, "capped", &format!("c{i}"), json!({"sleep_ms": 60})).await;
-            start(host, "keyed", &format!("k{i}"), json!({"k": format!("key{}", i % 4), "sleep_ms": 60})).await;
+            start(host, "capped", &format!("c{i}"), json!({"sleep_ms": 150})).await;
+            start(host, "keyed", &format!("k{i}"), json!({"k": format!("key{}", i % 4), "sleep_ms": 300})).await;
             start(host, "free", &format!("f{i}"), json!({"sleep_ms": 60})).await;
         }
         if hosts.len() > 1 {
