@@ -26,7 +26,10 @@ async fn rows(home: &Home, sql: &str) -> Vec<Vec<String>> {
     let found = match store.pool() {
         jobhost::store::Pool::Sqlite(p) => {
             use sqlx::{Column, Row};
-            let all = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(p).await.expect("rows");
+            let all = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .fetch_all(p)
+                .await
+                .expect("rows");
             all.iter()
                 .map(|r| {
                     read(
@@ -43,7 +46,10 @@ async fn rows(home: &Home, sql: &str) -> Vec<Vec<String>> {
         }
         jobhost::store::Pool::Postgres(p) => {
             use sqlx::{Column, Row};
-            let all = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch_all(p).await.expect("rows");
+            let all = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .fetch_all(p)
+                .await
+                .expect("rows");
             all.iter()
                 .map(|r| {
                     read(
@@ -110,7 +116,9 @@ async fn fleet(home: &Home, args: &[&str]) -> Vec<Server> {
 /// Starts a run of `job` as instance `instance` with `payload`, through the API.
 async fn start(host: &Server, job: &str, instance: &str, payload: Value) {
     let body = json!({ "instance": instance, "payload": payload }).to_string();
-    let (code, answer) = host.post_as(Some(&host.token), &format!("/jobs/{job}/runs"), Some(&body)).await;
+    let (code, answer) = host
+        .post_as(Some(&host.token), &format!("/jobs/{job}/runs"), Some(&body))
+        .await;
     assert_eq!(code, 201, "{answer}");
 }
 

@@ -6,6 +6,7 @@
 use crate::common;
 
 use jobhost::queue::lease::LeaseTerms;
+use jobhost::rules::claim_limits::{ClaimLimits, LimitKey, Order, Rate};
 use jobhost::rules::grants::DbGrant;
 use jobhost::store::family::{ChildRun, Enqueue, ParentLink};
 use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, SqlValue};
@@ -13,7 +14,6 @@ use jobhost::store::{
     AttemptEnding, ClaimRequest, Claimed, JobUpsert, Lease, NewRun, Origin, Recorded, Recording,
     RunChange, RunRecord, RunStatus, Store,
 };
-use jobhost::rules::claim_limits::{ClaimLimits, LimitKey, Order, Rate};
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;

@@ -213,7 +213,16 @@ mod tests {
             assert_eq!(Rate::parse(text).unwrap().to_string(), text);
         }
         for bad in [
-            "0/s", "-1/s", "60", "60/m", "60/day", "/s", "x/s", "1.5/s", "1000001/s", "",
+            "0/s",
+            "-1/s",
+            "60",
+            "60/m",
+            "60/day",
+            "/s",
+            "x/s",
+            "1.5/s",
+            "1000001/s",
+            "",
         ] {
             assert_eq!(Rate::parse(bad), Err(LimitError::Rate(bad.into())), "{bad}");
         }

@@ -992,14 +992,29 @@ mod tests {
             ("key = '/a//b'", "invalid key"),
             ("key = '/a~2'", "invalid key"),
             ("order = 'lifo'", "unknown variant"),
-            ("key_concurrency = 1", "key_concurrency limits runs per key: it needs `key`"),
-            ("key_rate = '1/s'", "key_rate limits runs per key: it needs `key`"),
-            ("order = 'fifo'", "order = \"fifo\" limits runs per key: it needs `key`"),
-            ("sequential = true\nconcurrency = 2", "`concurrency = 1` is sequential"),
+            (
+                "key_concurrency = 1",
+                "key_concurrency limits runs per key: it needs `key`",
+            ),
+            (
+                "key_rate = '1/s'",
+                "key_rate limits runs per key: it needs `key`",
+            ),
+            (
+                "order = 'fifo'",
+                "order = \"fifo\" limits runs per key: it needs `key`",
+            ),
+            (
+                "sequential = true\nconcurrency = 2",
+                "`concurrency = 1` is sequential",
+            ),
         ] {
             let refused = err(limit);
             assert!(refused.contains(says), "{limit}: {refused}");
-            assert!(refused.contains("line 3"), "{limit} names no line: {refused}");
+            assert!(
+                refused.contains("line 3"),
+                "{limit} names no line: {refused}"
+            );
         }
     }
 
