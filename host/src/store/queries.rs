@@ -154,24 +154,27 @@ fn file_within_quota(
 const FENCE_MATCH: &str = "job = $1 AND instance = $2 AND generation = $3 AND holder = $4 \
     AND deadline_at > {now} {unmarked:$4}";
 
-/// The run (of the unaliased `jobhost_runs`) may start: its job has no claim limit
-/// (`sequential`, `concurrency`, `rate`, `key`), or none holds it back
-/// ([`Dialect::held_back`]). Only an optimisation in a claim's choice of candidates, which
-/// checks each again as it claims it (`held_back`; the Postgres claim under the job's and
-/// the key's locks): the runs of a job or key at its limit would fill a batch and be
-/// passed over, ahead of every other job, and keep an idle dispatcher waking for runs it
-/// cannot claim.
-const LIMITS_FREE: &str = "(NOT EXISTS (SELECT 1 FROM jobhost_jobs lj \
-    WHERE lj.name = jobhost_runs.job AND (lj.sequential = 1 OR lj.concurrency IS NOT NULL \
-        OR lj.rate_starts IS NOT NULL OR lj.key_by IS NOT NULL)) \
-    OR {held_back} IS NULL)";
+/// The run (of the unaliased `jobhost_runs`) may start: no limit of its whole job holds it
+/// (`sequential`, `concurrency`, `rate`: read once per statement, per job), and, for a job
+/// with per-key limits, none of its key ([`Dialect::held_back`], per run). Only an
+/// optimisation in a claim's choice of candidates, which checks each again as it claims it
+/// (`held_back`; the Postgres claim under the job's and the key's locks): the runs of a job
+/// or key at its limit would fill a batch and be passed over, ahead of every other job, and
+/// keep an idle dispatcher waking for runs it cannot claim.
+const LIMITS_FREE: &str = "(jobhost_runs.job NOT IN (SELECT lj.name FROM jobhost_jobs lj \
+        WHERE (lj.sequential = 1 OR lj.concurrency IS NOT NULL OR lj.rate_starts IS NOT NULL) \
+        AND {held_back_of_job} IS NOT NULL) \
+    AND (NOT EXISTS (SELECT 1 FROM jobhost_jobs kj WHERE kj.name = jobhost_runs.job \
+            AND kj.key_by IS NOT NULL AND (kj.fifo = 1 OR kj.key_concurrency IS NOT NULL \
+                OR kj.key_rate_starts IS NOT NULL)) \
+        OR {held_back} IS NULL))";
 
 /// The SQLite twin of `jobhost_held_back` (`migrations/postgres/functions/held_back.sql`,
 /// which says what each answer means): why queued run `{run}` may not start now, or NULL.
 const HELD_BACK_SQLITE: &str = "(SELECT CASE \
     WHEN (j.sequential = 1 OR j.concurrency IS NOT NULL) \
         AND (SELECT COUNT(*) FROM jobhost_runs o WHERE o.job = {run}.job \
-            AND o.status = 'running' AND o.id <> {run}.id) >= COALESCE(j.concurrency, 1) \
+            AND o.status = 'running' AND o.id IS NOT {run}.id) >= COALESCE(j.concurrency, 1) \
         THEN 'concurrency' \
     WHEN j.rate_starts IS NOT NULL \
         AND (SELECT COUNT(*) FROM jobhost_rate_starts s WHERE s.job = {run}.job \
@@ -180,7 +183,7 @@ const HELD_BACK_SQLITE: &str = "(SELECT CASE \
     WHEN {run}.limit_key IS NOT NULL AND j.key_by IS NOT NULL AND ( \
         ((j.fifo = 1 OR j.key_concurrency IS NOT NULL) \
             AND (SELECT COUNT(*) FROM jobhost_runs o WHERE o.job = {run}.job \
-                AND o.limit_key = {run}.limit_key AND o.status = 'running' AND o.id <> {run}.id) \
+                AND o.limit_key = {run}.limit_key AND o.status = 'running' AND o.id IS NOT {run}.id) \
             >= CASE WHEN j.fifo = 1 THEN 1 ELSE j.key_concurrency END) \
         OR (j.fifo = 1 AND EXISTS (SELECT 1 FROM jobhost_runs o WHERE o.job = {run}.job \
             AND o.limit_key = {run}.limit_key AND o.status = 'queued' \
@@ -255,7 +258,9 @@ impl Dialect {
                 .replace("{parked}", PARKED)
                 .replace(
                     "{limits_free}",
-                    &LIMITS_FREE.replace("{held_back}", &self.held_back("jobhost_runs")),
+                    &LIMITS_FREE
+                        .replace("{held_back}", &self.held_back("jobhost_runs"))
+                        .replace("{held_back_of_job}", &self.held_back_of_job("lj.name")),
                 )
                 .replace("{held_back:r}", &self.held_back("r"))
                 .replace("{queue_run}", QUEUE_RUN)
@@ -295,6 +300,16 @@ impl Dialect {
     /// (`concurrency`, `rate`, `key`), or NULL: the claim's limits, checked on read.
     fn held_back(&self, run: &str) -> String {
         self.held_back.replace("{run}", run)
+    }
+
+    /// Why no run of job `job` (an expression) may start now by the limits of the whole
+    /// job, or NULL: [`Dialect::held_back`] of a run with no id, key or queue time.
+    fn held_back_of_job(&self, job: &str) -> String {
+        self.held_back
+            .replace("{run}.job", job)
+            .replace("{run}.id", "NULL")
+            .replace("{run}.limit_key", "NULL")
+            .replace("{run}.created_at", "NULL")
     }
 
     /// Renders each `{unmarked:X}` of `sql`.
@@ -382,9 +397,11 @@ statements! {
     insert_run_once = "{queue_run} ON CONFLICT (id) DO NOTHING RETURNING {run_columns}";
     // Of the runs of the jobs in the JSON array `$1` (a lane's): the first due of those no
     // limit holds, or the moment a rate's window next drops a start, whichever is sooner.
+    // The first is the first in due order, so a check per run stops there.
     next_due_in = "SELECT MIN(due) - {now} FROM ( \
-        SELECT MIN(next_attempt_at) AS due FROM jobhost_runs \
-        WHERE status = 'queued' AND origin <> 'manual' AND job IN {json_ids} AND {limits_free} \
+        SELECT (SELECT next_attempt_at FROM jobhost_runs \
+            WHERE status = 'queued' AND origin <> 'manual' AND job IN {json_ids} \
+            AND {limits_free} ORDER BY next_attempt_at LIMIT 1) AS due \
         UNION ALL \
         SELECT MIN(s.at + CASE WHEN s.scope = 0 THEN j.rate_period_ms \
             ELSE j.key_rate_period_ms END) AS due \
