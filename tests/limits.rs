@@ -25,7 +25,7 @@ async fn rows(home: &Home, sql: &str) -> Vec<Vec<String>> {
     let read = |row: &dyn Fn(usize) -> String, n: usize| (0..n).map(row).collect::<Vec<_>>();
     let found = match store.pool() {
         jobhost::store::Pool::Sqlite(p) => {
-            use sqlx::{Column, Row};
+            use sqlx::Row;
             let all = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .fetch_all(p)
                 .await
@@ -45,7 +45,7 @@ async fn rows(home: &Home, sql: &str) -> Vec<Vec<String>> {
                 .collect()
         }
         jobhost::store::Pool::Postgres(p) => {
-            use sqlx::{Column, Row};
+            use sqlx::Row;
             let all = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .fetch_all(p)
                 .await
