@@ -39,6 +39,7 @@ DECLARE
     v_keyed TEXT[];
     v_rated TEXT[];
     v_busy TEXT[];
+    v_held TEXT;
     v_c_jobs TEXT[];
     v_c_instances TEXT[];
     v_c_generations BIGINT[];
@@ -273,6 +274,10 @@ BEGIN
         -- when it ends, is requeued, given back, or marked crashed by surveillance once its
         -- lease expired.
         IF v_run.job = ANY (v_limited) THEN
+            -- Once the whole job is held, its other candidates are passed over unchecked.
+            IF v_run.job = ANY (v_busy) THEN
+                CONTINUE;
+            END IF;
             IF v_run.job = ANY (v_job_wide) THEN
                 IF NOT pg_try_advisory_xact_lock(724341, hashtext(v_run.job)) THEN
                     CONTINUE;
@@ -284,8 +289,11 @@ BEGIN
                     CONTINUE;
                 END IF;
             END IF;
-            IF jobhost_held_back(v_run.job, v_run.id, v_run.limit_key, v_run.created_at) IS NOT NULL
-            THEN
+            v_held := jobhost_held_back(v_run.job, v_run.id, v_run.limit_key, v_run.created_at);
+            IF v_held IS NOT NULL THEN
+                IF v_held <> 'key' THEN
+                    v_busy := v_busy || v_run.job;
+                END IF;
                 CONTINUE;
             END IF;
         END IF;

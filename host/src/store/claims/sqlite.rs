@@ -481,6 +481,7 @@ fn claim(
     };
     let mut claimed = Vec::with_capacity(candidates.len());
     let mut limits: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+    let mut full: BTreeSet<String> = BTreeSet::new();
     for run in candidates {
         // Checked per run, after the runs claimed before it in this batch started: the
         // single writer orders every claim, so this sees each running run and each start
@@ -493,8 +494,20 @@ fn claim(
                 flags
             }
         };
-        if limited && held_back(conn, &run.id)? {
-            continue;
+        if limited {
+            // Once the whole job is held, its other candidates are passed over unchecked:
+            // one check per job and claim, not per candidate.
+            if full.contains(&run.job) {
+                continue;
+            }
+            match held_back(conn, &run.id)? {
+                Some(limit) if limit == "key" => continue,
+                Some(_) => {
+                    full.insert(run.job.clone());
+                    continue;
+                }
+                None => {}
+            }
         }
         if run.waiting && count(conn, &c.slot_taken, &[&run.job, &run.tenant, &run.id])? > 0 {
             prepared(conn, &c.wait_for_slot, &[&run.id])?.raw_execute()?;
@@ -563,13 +576,13 @@ fn job_limits(conn: &Connection, job: &str) -> rusqlite::Result<(bool, bool)> {
     }
 }
 
-/// Whether a limit of run `id`'s job or key holds it back now (`held_back`).
-fn held_back(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
+/// Which limit of run `id`'s job or key holds it back now, if any (`held_back`).
+fn held_back(conn: &Connection, id: &str) -> rusqlite::Result<Option<String>> {
     let mut statement = prepared(conn, &statements::SQLITE.held_back, &[&id])?;
     let mut rows = statement.raw_query();
     Ok(match rows.next()? {
-        Some(row) => row.get::<_, Option<String>>(0)?.is_some(),
-        None => false,
+        Some(row) => row.get::<_, Option<String>>(0)?,
+        None => None,
     })
 }
 
