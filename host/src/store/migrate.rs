@@ -96,7 +96,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     24 => "0024_served_jobs_and_failed_steps",
     25 => "0025_journals",
     26 => "0026_journal_seal",
-    27 => "0027_claim_limits",
+    28 => "0028_claim_limits",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -125,7 +125,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     24 => "0024_served_jobs_and_failed_steps",
     25 => "0025_journals",
     26 => "0026_journal_seal",
-    27 => "0027_claim_limits",
+    28 => "0028_claim_limits",
 );
 
 /// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);
