@@ -27,6 +27,7 @@ mod jobs;
 mod journals;
 mod lanes;
 mod lease_model;
+mod limits;
 mod links;
 mod mount_limits;
 mod page;

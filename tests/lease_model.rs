@@ -971,6 +971,7 @@ async fn register_job(store: &Store) {
             sequential: false,
             max_per_tenant: None,
             over_limit: Default::default(),
+            limits: &Default::default(),
         })
         .await
         .unwrap();

@@ -6,6 +6,7 @@
 use crate::common;
 
 use jobhost::queue::lease::LeaseTerms;
+use jobhost::rules::claim_limits::{ClaimLimits, LimitKey, Order, Rate};
 use jobhost::rules::grants::DbGrant;
 use jobhost::store::family::{ChildRun, Enqueue, ParentLink};
 use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, SqlValue};
@@ -14,6 +15,7 @@ use jobhost::store::{
     RunChange, RunRecord, RunStatus, Store,
 };
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +23,11 @@ const JOB: &str = "conform";
 const HOST: &str = "host-a";
 
 async fn store_with_job(home: &common::Home) -> Store {
+    store_with_limits(home, &Default::default()).await
+}
+
+/// The store with the job registered under these claim limits.
+async fn store_with_limits(home: &common::Home, limits: &ClaimLimits) -> Store {
     let store = home.store().await;
     store
         .upsert_job(&JobUpsert {
@@ -35,10 +42,23 @@ async fn store_with_job(home: &common::Home) -> Store {
             sequential: false,
             max_per_tenant: None,
             over_limit: Default::default(),
+            limits,
         })
         .await
         .unwrap();
     store
+}
+
+/// A run of the job whose payload names customer `customer`.
+fn keyed_run(id: &str, instance: &str, customer: &str) -> NewRun {
+    NewRun {
+        payload: serde_json::json!({"c": {"id": customer}}).to_string(),
+        ..new_run(id, instance, 0)
+    }
+}
+
+fn ids(claimed: &[Claimed]) -> Vec<&str> {
+    claimed.iter().map(|c| c.run.id.as_str()).collect()
 }
 
 fn new_run(id: &str, instance: &str, delay_ms: i64) -> NewRun {
@@ -163,6 +183,73 @@ fn only(claimed: Vec<Claimed>) -> (RunRecord, Lease) {
 }
 
 on_every_backend! {
+    async fn a_claim_passes_over_runs_over_concurrency_until_a_slot_frees(home) {
+        let limits = ClaimLimits { concurrency: NonZeroU32::new(2), ..Default::default() };
+        let store = store_with_limits(&home, &limits).await;
+        for (id, instance) in [("r1", "a"), ("r2", "b"), ("r3", "c")] {
+            store.insert_run(&new_run(id, instance, 0)).await.unwrap();
+        }
+        let first = claim(&store, 10).await;
+        assert_eq!(ids(&first), ["r1", "r2"]);
+        // Held, not claimed: no attempt, no lease, and it says why.
+        assert!(claim(&store, 10).await.is_empty());
+        let held = run(&store, "r3").await;
+        assert_eq!((held.status.as_str(), held.attempts), ("queued", 0));
+        assert!(store.get_lease(JOB, "c").await.unwrap().is_none());
+        assert_eq!(store.run_hold("r3").await.unwrap(), Some((false, Some("concurrency".into()))));
+        assert_eq!(store.run_hold("r1").await.unwrap(), None, "not queued");
+        // An ending frees the slot: counted from the runs' status.
+        let lease = first[0].lease.clone().unwrap();
+        store.record_attempts(&[finish(&first[0].run, &lease)]).await;
+        assert_eq!(store.run_hold("r3").await.unwrap(), Some((false, None)));
+        assert_eq!(ids(&claim(&store, 10).await), ["r3"]);
+    }
+
+    async fn per_key_fifo_claims_the_oldest_run_of_each_key_one_at_a_time(home) {
+        let limits = ClaimLimits {
+            key: Some(LimitKey::parse("/c/id").unwrap()),
+            order: Some(Order::Fifo),
+            ..Default::default()
+        };
+        let store = store_with_limits(&home, &limits).await;
+        for (id, instance, customer) in [("r1", "a", "x"), ("r2", "b", "x"), ("r3", "c", "y"), ("r4", "d", "x")] {
+            store.insert_run(&keyed_run(id, instance, customer)).await.unwrap();
+        }
+        assert_eq!(store.run_hold("r2").await.unwrap(), Some((false, Some("key".into()))));
+        // One of each key, never a second of a key: other keys are not blocked.
+        let first = claim(&store, 10).await;
+        assert_eq!(ids(&first), ["r1", "r3"]);
+        assert!(claim(&store, 10).await.is_empty());
+        // A retry keeps its place: the key waits for it, not for the next run.
+        let lease = first[0].lease.clone().unwrap();
+        store.record_attempts(&[retry(&first[0].run, &lease, 60_000, 60_000)]).await;
+        assert!(claim(&store, 10).await.is_empty(), "r2 must not overtake the retrying r1");
+        assert_eq!(store.run_hold("r2").await.unwrap(), Some((false, Some("key".into()))));
+        home.exec("UPDATE jobhost_runs SET next_attempt_at = 0 WHERE id = 'r1'").await;
+        let again = claim(&store, 10).await;
+        assert_eq!(ids(&again), ["r1"]);
+        let lease = again[0].lease.clone().unwrap();
+        store.record_attempts(&[finish(&again[0].run, &lease)]).await;
+        assert_eq!(ids(&claim(&store, 10).await), ["r2"]);
+    }
+
+    async fn a_rate_starts_at_most_its_count_in_a_window(home) {
+        let limits = ClaimLimits { rate: Some(Rate::parse("2/s").unwrap()), ..Default::default() };
+        let store = store_with_limits(&home, &limits).await;
+        for (id, instance) in [("r1", "a"), ("r2", "b"), ("r3", "c")] {
+            store.insert_run(&new_run(id, instance, 0)).await.unwrap();
+        }
+        let started = std::time::Instant::now();
+        assert_eq!(claim(&store, 10).await.len(), 2);
+        assert!(claim(&store, 10).await.is_empty());
+        assert_eq!(store.run_hold("r3").await.unwrap(), Some((false, Some("rate".into()))));
+        // The dispatcher's next look is when the window drops its oldest start.
+        let due = store.next_due_in(&[JOB]).await.unwrap().expect("a time");
+        assert!((1..=1_000).contains(&due), "next due in {due} ms");
+        tokio::time::sleep(Duration::from_millis(1_050).saturating_sub(started.elapsed())).await;
+        assert_eq!(ids(&claim(&store, 10).await), ["r3"]);
+    }
+
     async fn enqueue_writes_a_queued_run_with_no_attempt_and_no_lease(home) {
         let store = store_with_job(&home).await;
         let queued = store.insert_run(&new_run("r-enqueue", "i1", 5_000)).await.unwrap();

@@ -17,7 +17,7 @@
 //! - `JOBHOST_BENCH_CURVE`: the curve's backlog sizes, comma-separated (default 200, 10 000
 //!   and 100 000; quick: 200 and 2 000).
 //! - `JOBHOST_BENCH_PARTS`: the parts to run, comma-separated from `batch`, `latency`,
-//!   `backlog`, `curve`, `trips`, `floor`, `fanout` (default all). Criterion's name filter
+//!   `backlog`, `curve`, `trips`, `floor`, `fanout`, `limits` (default all). Criterion's name filter
 //!   (`-- jobhost`) selects within `batch`, the only part criterion samples.
 //! - `JOBHOST_TEST_POSTGRES`: the Postgres server, as for the tests (default
 //!   `postgres://postgres@127.0.0.1:5432/test`); each system gets a database
@@ -60,6 +60,12 @@
 //!   `kicked` as below, and `inserted` as an operator's script, an import or an older
 //!   version may queue one: one kick's row copied by a plain `INSERT`, every copy with a
 //!   random (v4) id and the same due and creation time, instances `b0`….
+//! - limits: the backlog drain of jobhost alone, 1 host, under each claim limit (issue 40),
+//!   side by side, each on a database of its own: none, `concurrency = 12` (half the
+//!   workers, so it binds), and `key_concurrency = 1` with the backlog's runs spread over
+//!   1 000 keys (their `limit_key` set after the bulk insert, as a payload member with
+//!   1 000 values would have set it). The summary shows each one's CPU per run (host and
+//!   Postgres server) against the unlimited drain's.
 //!
 //! Bulk queueing, in one statement: jobhost runs shaped as `Store::insert_run` shapes a
 //! kick's (origin `kick`, the job's payload, instances `b0`…, no component digest,
@@ -169,7 +175,7 @@ use crate::counting_proxy::CountingProxy;
 use crate::graphile::Graphile;
 use crate::jobhost::Jobhost;
 use crate::report::{
-    Context, Db, Drain, Fanout, Key, Record, Shape, System, Variant, describe_postgres,
+    Context, Db, Drain, Fanout, Key, Limit, Record, Shape, System, Variant, describe_postgres,
     load_average,
 };
 use crate::settings::{
@@ -229,6 +235,9 @@ fn main() {
     }
     if settings.runs("fanout") {
         fan_out(&rt, &family, &settings, &record, &mut envs);
+    }
+    if settings.runs("limits") {
+        limits_mode(&rt, &noop, &settings, &record);
     }
     record.enter("the end");
     rt.block_on(envs.stop(&record));
@@ -454,6 +463,22 @@ fn backlog_curve(rt: &Runtime, noop: &Path, s: &Settings, record: &Record, envs:
                     env.drain_shaped(n, shape, 1, record)
                 });
             }
+        }
+    }
+}
+
+/// The backlog drain of one host under each claim limit, side by side: none, a job-wide
+/// `concurrency`, `key_concurrency = 1` over 1 000 keys; each on a database of
+/// its own.
+fn limits_mode(rt: &Runtime, noop: &Path, s: &Settings, record: &Record) {
+    for db in [Db::Postgres, Db::Sqlite] {
+        for limit in Limit::ALL {
+            let env = rt.block_on(Jobhost::limited(noop, db, limit, record));
+            let drains = &env;
+            repeat(rt, s, record, Key::Limits(db, limit), s.backlog, move |n| {
+                drains.drain_backlog(n, 1, record)
+            });
+            rt.block_on(env.stop(record));
         }
     }
 }

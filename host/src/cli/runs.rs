@@ -171,13 +171,23 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             let journals = store.run_journals(&id).await?;
             let lease = store.get_lease(&run.job, &run.instance).await?;
             let kicks_pending = views::kicks_pending(&run, lease.as_ref());
+            // Quotas are the serving hosts' (their manifests'): this command names the
+            // other holds only.
+            let pauses = crate::queue::pause::Pauses::new(store.clone())
+                .current()
+                .await?;
+            let held_by = crate::queue::waits::why_waiting(&store, &pauses, &[], &run).await?;
             if json {
                 let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
                 detail["journals"] = serde_json::json!(journals);
                 detail["kicks_pending"] = kicks_pending.into();
+                detail["held_by"] = serde_json::json!(held_by);
                 println!("{detail}");
             } else {
                 output::run_result(&run, false);
+                if let Some(held_by) = &held_by {
+                    println!("  held back by: {held_by}");
+                }
                 if kicks_pending > 0 {
                     println!(
                         "  {kicks_pending} kick pending: the job runs once more when this run ends"

@@ -9,3 +9,4 @@ pub mod kick;
 pub mod lease;
 pub mod pause;
 pub mod quota;
+pub mod waits;

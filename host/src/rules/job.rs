@@ -23,6 +23,8 @@ pub enum JobError {
     MaxPerTenantZero,
     #[error("invalid instance key {0:?}: use 1-128 printable characters")]
     Instance(String),
+    #[error("{0}")]
+    Limits(#[from] crate::rules::claim_limits::LimitError),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,7 +67,7 @@ impl Default for RetryPolicy {
     }
 }
 
-/// How a job's runs share the fleet. The claim keeps `sequential`, and the statement that
+/// How a job's runs share the fleet. The claim keeps `sequential` and `limits`, and the statement that
 /// queues runs `max_per_tenant` (both are stored with the job's registration, so every
 /// host sees them); the runner keeps `max_defers`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +98,13 @@ pub struct Flow {
         skip_serializing_if = "crate::rules::queue_caps::TenantCaps::is_empty"
     )]
     pub tenant_queued: crate::rules::queue_caps::TenantCaps,
+    /// The claim's limits (`rate`, `concurrency`, per key): stored with the job's
+    /// registration, so every host's claim applies the same.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::rules::claim_limits::ClaimLimits::is_empty"
+    )]
+    pub limits: crate::rules::claim_limits::ClaimLimits,
 }
 
 /// The defers a run may make when its job sets no `max_defers`: enough for any polling
@@ -223,6 +232,10 @@ impl JobSpec {
         if self.flow.max_per_tenant == Some(0) {
             return Err(JobError::MaxPerTenantZero);
         }
+        if self.flow.sequential && self.flow.limits.concurrency.is_some() {
+            return Err(crate::rules::claim_limits::LimitError::SequentialAndConcurrency.into());
+        }
+        self.flow.limits.validate()?;
         validate_payload(&self.payload.to_string())?;
         Ok(())
     }

@@ -131,6 +131,7 @@ impl App {
                 sequential: spec.flow.sequential,
                 max_per_tenant: spec.flow.max_per_tenant,
                 over_limit: spec.flow.over_limit,
+                limits: &spec.flow.limits,
             })
             .await
     }

@@ -52,12 +52,27 @@
 //! max_defers = 20                       # defers a run may make; default 100 (`job::DEFAULT_MAX_DEFERS`)
 //! record = "always"                     # journal host calls of every attempt; default "failures", or "off"
 //! record_limit = "4MiB"                 # a journal's cap; default 1MiB
+//!
+//! [jobs.sync]                           # claim limits, fleet-wide (docs/internals/flow-control.md)
+//! component = "sync.wasm"
+//! rate = "60/min"                       # starts per period ("/s", "/min", "/h"); a sliding window
+//! concurrency = 4                       # running or claimed at once (`concurrency = 1` is `sequential`)
+//! key = "/customer"                     # per-key limits count by this: a JSON pointer into the
+//!                                       # payload, "instance" or "tenant"; computed as a run is queued
+//! key_rate = "5/s"                      # starts per period per key
+//! key_concurrency = 1                   # running or claimed at once per key
+//! order = "fifo"                        # per key: one at a time, oldest queued first, never skipped
 //! ```
+//!
+//! A run over a claim limit stays queued, using no attempt, lease or worker, and the claim
+//! passes over it to other keys and jobs. `host check` refuses a zero or negative limit, a
+//! bad period or pointer, and `key_*` or `order` without `key`, naming the line.
 //!
 //! Relative paths are resolved against the manifest's own directory. Every problem of a
 //! manifest is reported at once, not just the first.
 
 use crate::queue::quota::{OverQuota, Quota, Quotas};
+use crate::rules::claim_limits::{ClaimLimits, LimitKey, Order, Rate};
 use crate::rules::event_filter::Filter;
 use crate::rules::grants::Grants;
 use crate::rules::job::{Flow, JobSpec, Limits, OverLimit, RetryPolicy};
@@ -73,6 +88,7 @@ use crate::sandbox::links::{
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -160,6 +176,16 @@ struct JobSection {
     /// The actions the job may name in `links` calls (put in its tokens).
     actions: Option<BTreeSet<String>>,
     sequential: Option<bool>,
+    /// Starts per period across the fleet (`"60/min"`, `"5/s"`, `"100/h"`).
+    rate: Option<Rate>,
+    /// Runs of the job running (or claimed) at once across the fleet.
+    concurrency: Option<NonZeroU32>,
+    /// What the per-key limits count by: `"instance"`, `"tenant"` or a JSON pointer.
+    key: Option<LimitKey>,
+    key_rate: Option<Rate>,
+    key_concurrency: Option<NonZeroU32>,
+    /// `"fifo"`: per key, one at a time, in queue order.
+    order: Option<Order>,
     /// The defers a run may make; unset, `job::DEFAULT_MAX_DEFERS`.
     max_defers: Option<u32>,
     /// At most this many runs queued or running per tenant; `over_limit` says what a run
@@ -328,15 +354,7 @@ impl Manifest {
         let file: File = toml::from_str(text).map_err(|e| ManifestError::Parse {
             path: path.to_path_buf(),
             message: match e.span() {
-                Some(span) => format!(
-                    "line {}: {}",
-                    text.as_bytes()[..span.start.min(text.len())]
-                        .iter()
-                        .filter(|b| **b == b'\n')
-                        .count()
-                        + 1,
-                    e.message()
-                ),
+                Some(span) => format!("line {}: {}", line_at(text, span.start), e.message()),
                 None => e.message().to_string(),
             },
         })?;
@@ -383,7 +401,10 @@ impl Manifest {
                     }
                     jobs.push(spec);
                 }
-                Err(problem) => problems.push(format!("job {name}: {problem}")),
+                Err(problem) => problems.push(match limit_line(text, name, &problem) {
+                    Some(line) => format!("job {name}: line {line}: {problem}"),
+                    None => format!("job {name}: {problem}"),
+                }),
             }
         }
         let mut lanes = BTreeMap::new();
@@ -663,6 +684,14 @@ fn job(
                 .unwrap_or_default(),
             max_queued: section.max_queued.or(defaults.max_queued),
             tenant_queued: crate::rules::queue_caps::TenantCaps::default(),
+            limits: ClaimLimits {
+                rate: section.rate.or(defaults.rate),
+                concurrency: section.concurrency.or(defaults.concurrency),
+                key: section.key.clone().or_else(|| defaults.key.clone()),
+                key_rate: section.key_rate.or(defaults.key_rate),
+                key_concurrency: section.key_concurrency.or(defaults.key_concurrency),
+                order: section.order.or(defaults.order),
+            },
         },
         lane: section
             .lane
@@ -673,6 +702,45 @@ fn job(
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
+}
+
+/// The 1-based line of byte `at` of the manifest.
+fn line_at(text: &str, at: usize) -> usize {
+    text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The line of job `name`'s table that declares the claim limit a problem is about (the
+/// first of the limits it names), so `host check` points at it.
+fn limit_line(text: &str, name: &str, problem: &str) -> Option<usize> {
+    const FIELDS: [&str; 7] = [
+        "key_rate",
+        "key_concurrency",
+        "order",
+        "sequential",
+        "concurrency",
+        "rate",
+        "key",
+    ];
+    let field = FIELDS.iter().find(|f| problem.contains(*f))?;
+    let header = format!("[jobs.{name}]");
+    let mut inside = false;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            inside = line == header;
+        } else if inside
+            && line
+                .strip_prefix(field)
+                .is_some_and(|rest| rest.trim_start().starts_with('='))
+        {
+            return Some(n + 1);
+        }
+    }
+    None
 }
 
 /// A job's `record` and `record_limit`.
@@ -866,6 +934,7 @@ mod tests {
                 over_limit: OverLimit::Skip,
                 max_queued: None,
                 tenant_queued: ledger.flow.tenant_queued.clone(),
+                limits: ClaimLimits::default(),
             }
         );
         let caps = ledger.flow.queue_caps("acme");
@@ -887,8 +956,81 @@ mod tests {
                 over_limit: OverLimit::Defer,
                 max_queued: Some(500),
                 tenant_queued: hello.flow.tenant_queued.clone(),
+                limits: ClaimLimits::default(),
             }
         );
+    }
+
+    #[test]
+    fn reads_claim_limits() {
+        let m = Manifest::parse(
+            Path::new("/srv/jobhost.toml"),
+            r#"
+            [jobs.sync]
+            component = "sync.wasm"
+            rate = "60/min"
+            concurrency = 4
+            key = "/customer"
+            key_rate = "5/s"
+            key_concurrency = 1
+            order = "fifo"
+            "#,
+        )
+        .unwrap();
+        let limits = &m.job("sync").unwrap().flow.limits;
+        assert_eq!(limits.rate, Some(Rate::parse("60/min").unwrap()));
+        assert_eq!(limits.concurrency, NonZeroU32::new(4));
+        assert_eq!(limits.key, Some(LimitKey::Pointer("/customer".into())));
+        assert_eq!(limits.key_rate, Some(Rate::parse("5/s").unwrap()));
+        assert_eq!(limits.key_concurrency, NonZeroU32::new(1));
+        assert!(limits.fifo());
+    }
+
+    #[test]
+    fn refuses_nonsense_claim_limits_naming_the_line() {
+        let p = Path::new("m.toml");
+        let err = |limit: &str| {
+            Manifest::parse(p, &format!("[jobs.x]\ncomponent = 'a'\n{limit}\n"))
+                .unwrap_err()
+                .to_string()
+        };
+        for (limit, says) in [
+            ("concurrency = 0", "nonzero"),
+            ("concurrency = -2", "nonzero"),
+            ("key_concurrency = 0", "nonzero"),
+            ("rate = '0/s'", "invalid rate"),
+            ("rate = '-5/s'", "invalid rate"),
+            ("rate = '60/day'", "invalid rate"),
+            ("rate = 60", "invalid type"),
+            ("key_rate = '5/fortnight'", "invalid rate"),
+            ("key = 'customer'", "invalid key"),
+            ("key = '/a//b'", "invalid key"),
+            ("key = '/a~2'", "invalid key"),
+            ("order = 'lifo'", "unknown variant"),
+            (
+                "key_concurrency = 1",
+                "key_concurrency limits runs per key: it needs `key`",
+            ),
+            (
+                "key_rate = '1/s'",
+                "key_rate limits runs per key: it needs `key`",
+            ),
+            (
+                "order = 'fifo'",
+                "order = \"fifo\" limits runs per key: it needs `key`",
+            ),
+            (
+                "sequential = true\nconcurrency = 2",
+                "`concurrency = 1` is sequential",
+            ),
+        ] {
+            let refused = err(limit);
+            assert!(refused.contains(says), "{limit}: {refused}");
+            assert!(
+                refused.contains("line 3"),
+                "{limit} names no line: {refused}"
+            );
+        }
     }
 
     #[test]

@@ -91,6 +91,7 @@ mod tests {
                 sequential: false,
                 max_per_tenant: None,
                 over_limit: crate::rules::job::OverLimit::Skip,
+                limits: &Default::default(),
             })
             .await
             .unwrap();

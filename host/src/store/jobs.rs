@@ -8,6 +8,7 @@ use super::records::{JobRecord, JobUpsert};
 impl Store {
     pub async fn upsert_job(&self, job: &JobUpsert<'_>) -> Result<JobRecord> {
         let q = &self.q.upsert_job;
+        let limits = job.limits;
         Ok(with_pool!(self.pool, p => sqlx::query_as(q.as_str())
             .bind(job.name)
             .bind(job.tenant)
@@ -20,6 +21,14 @@ impl Store {
             .bind(i64::from(job.sequential))
             .bind(job.max_per_tenant.map(i64::from))
             .bind(job.max_per_tenant.map(|_| job.over_limit.as_str()))
+            .bind(limits.concurrency.map(|n| i64::from(n.get())))
+            .bind(limits.rate.map(|r| i64::from(r.starts)))
+            .bind(limits.rate.map(|r| r.period_ms))
+            .bind(limits.key.as_ref().map(|k| k.as_str()))
+            .bind(limits.key_concurrency.map(|n| i64::from(n.get())))
+            .bind(limits.key_rate.map(|r| i64::from(r.starts)))
+            .bind(limits.key_rate.map(|r| r.period_ms))
+            .bind(i64::from(limits.fifo()))
             .fetch_one(p)
             .await?))
     }

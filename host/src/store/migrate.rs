@@ -97,6 +97,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     25 => "0025_journals",
     26 => "0026_journal_seal",
     27 => "0027_mount_limits",
+    28 => "0028_claim_limits",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -126,6 +127,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     25 => "0025_journals",
     26 => "0026_journal_seal",
     27 => "0027_mount_limits",
+    28 => "0028_claim_limits",
 );
 
 /// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);

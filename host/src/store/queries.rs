@@ -43,6 +43,9 @@ pub(crate) struct Dialect {
     pub queue_position_2: &'static str,
     /// Where text `$2` starts in text `$1` (1-based), 0 if nowhere.
     pub text_position: &'static str,
+    /// Why queued run `{run}` may not start now, or NULL: the claim's limits
+    /// (`jobhost_held_back` on Postgres, its twin inline on SQLite).
+    pub held_back: &'static str,
     /// `{unmarked:X}`: run `X` has no cancel recorded in the cancel book (SQLite's
     /// `store::cancel_book`; a Postgres cancel commits at once, and renders nothing).
     pub unmarked: Option<&'static str>,
@@ -65,6 +68,7 @@ pub(crate) const SQLITE: Dialect = Dialect {
     queue_position: "CAST(rowid AS TEXT)",
     queue_position_2: "CAST($2 AS INTEGER)",
     text_position: "instr",
+    held_back: HELD_BACK_SQLITE,
     unmarked: Some("AND NOT jobhost_cancel_marked"),
 };
 
@@ -86,6 +90,7 @@ pub(crate) const POSTGRES: Dialect = Dialect {
     queue_position: "id",
     queue_position_2: "$2",
     text_position: "strpos",
+    held_back: "jobhost_held_back({run}.job, {run}.id, {run}.limit_key, {run}.created_at)",
     unmarked: None,
 };
 
@@ -149,14 +154,47 @@ fn file_within_quota(
 const FENCE_MATCH: &str = "job = $1 AND instance = $2 AND generation = $3 AND holder = $4 \
     AND deadline_at > {now} {unmarked:$4}";
 
-/// The run (of the unaliased `jobhost_runs`) may start: its job is not sequential, or none
-/// of the job's runs is running. Only an optimisation in a claim's choice of candidates,
-/// which checks each again as it claims it (`sequential_busy`; the Postgres claim under its
-/// lock): the runs of a busy sequential job would fill a batch and be passed over, ahead of
-/// every other job, and keep an idle dispatcher waking for runs it cannot claim.
-const SEQUENTIAL_FREE: &str = "NOT EXISTS (SELECT 1 FROM jobhost_jobs j \
-    WHERE j.name = jobhost_runs.job AND j.sequential = 1 AND EXISTS (SELECT 1 FROM jobhost_runs o \
-        WHERE o.job = jobhost_runs.job AND o.status = 'running'))";
+/// The run (of the unaliased `jobhost_runs`) may start: no limit of its whole job holds it
+/// (`sequential`, `concurrency`, `rate`: read once per statement, per job), and, for a job
+/// with per-key limits, none of its key ([`Dialect::held_back`], per run). Only an
+/// optimisation in a claim's choice of candidates, which checks each again as it claims it
+/// (`held_back`; the Postgres claim under the job's and the key's locks): the runs of a job
+/// or key at its limit would fill a batch and be passed over, ahead of every other job, and
+/// keep an idle dispatcher waking for runs it cannot claim.
+const LIMITS_FREE: &str = "(jobhost_runs.job NOT IN (SELECT lj.name FROM jobhost_jobs lj \
+        WHERE (lj.sequential = 1 OR lj.concurrency IS NOT NULL OR lj.rate_starts IS NOT NULL) \
+        AND {held_back_of_job} IS NOT NULL) \
+    AND (NOT EXISTS (SELECT 1 FROM jobhost_jobs kj WHERE kj.name = jobhost_runs.job \
+            AND kj.key_by IS NOT NULL AND (kj.fifo = 1 OR kj.key_concurrency IS NOT NULL \
+                OR kj.key_rate_starts IS NOT NULL)) \
+        OR {held_back} IS NULL))";
+
+/// The SQLite twin of `jobhost_held_back` (`migrations/postgres/functions/held_back.sql`,
+/// which says what each answer means): why queued run `{run}` may not start now, or NULL.
+const HELD_BACK_SQLITE: &str = "(SELECT CASE \
+    WHEN (j.sequential = 1 OR j.concurrency IS NOT NULL) \
+        AND (SELECT COUNT(*) FROM jobhost_runs o WHERE o.job = {run}.job \
+            AND o.status = 'running' AND o.id IS NOT {run}.id) >= COALESCE(j.concurrency, 1) \
+        THEN 'concurrency' \
+    WHEN j.rate_starts IS NOT NULL \
+        AND (SELECT COUNT(*) FROM jobhost_rate_starts s WHERE s.job = {run}.job \
+            AND s.scope = 0 AND s.key = '' AND s.at > {now} - j.rate_period_ms) >= j.rate_starts \
+        THEN 'rate' \
+    WHEN {run}.limit_key IS NOT NULL AND j.key_by IS NOT NULL AND ( \
+        ((j.fifo = 1 OR j.key_concurrency IS NOT NULL) \
+            AND (SELECT COUNT(*) FROM jobhost_runs o WHERE o.job = {run}.job \
+                AND o.limit_key = {run}.limit_key AND o.status = 'running' AND o.id IS NOT {run}.id) \
+            >= CASE WHEN j.fifo = 1 THEN 1 ELSE j.key_concurrency END) \
+        OR (j.fifo = 1 AND EXISTS (SELECT 1 FROM jobhost_runs o WHERE o.job = {run}.job \
+            AND o.limit_key = {run}.limit_key AND o.status = 'queued' \
+            AND (o.created_at < {run}.created_at \
+                OR (o.created_at = {run}.created_at AND o.id < {run}.id)))) \
+        OR (j.key_rate_starts IS NOT NULL \
+            AND (SELECT COUNT(*) FROM jobhost_rate_starts s WHERE s.job = {run}.job \
+                AND s.scope = 1 AND s.key = {run}.limit_key \
+                AND s.at > {now} - j.key_rate_period_ms) >= j.key_rate_starts)) \
+        THEN 'key' \
+    END FROM jobhost_jobs j WHERE j.name = {run}.job)";
 
 /// Whether a new run of job `$2` for tenant `$4` is over the job's `max_per_tenant`: the
 /// job's `over_limit` (`skip` or `defer`) if it is, NULL if not (or the job has no cap).
@@ -218,7 +256,13 @@ impl Dialect {
                 .replace("{shown_status}", SHOWN_STATUS)
                 .replace("{lease_held}", LEASE_HELD)
                 .replace("{parked}", PARKED)
-                .replace("{sequential_free}", SEQUENTIAL_FREE)
+                .replace(
+                    "{limits_free}",
+                    &LIMITS_FREE
+                        .replace("{held_back}", &self.held_back("jobhost_runs"))
+                        .replace("{held_back_of_job}", &self.held_back_of_job("lj.name")),
+                )
+                .replace("{held_back:r}", &self.held_back("r"))
                 .replace("{queue_run}", QUEUE_RUN)
                 .replace("{over_limit}", OVER_LIMIT)
                 .replace("{active_runs}", self.active_runs)
@@ -250,6 +294,22 @@ impl Dialect {
                 .replace("{report_columns}", REPORT_COLUMNS)
                 .replace("{file_columns}", FILE_COLUMNS),
         )
+    }
+
+    /// Why queued run `run` (a table or alias of `jobhost_runs`) may not start now
+    /// (`concurrency`, `rate`, `key`), or NULL: the claim's limits, checked on read.
+    fn held_back(&self, run: &str) -> String {
+        self.held_back.replace("{run}", run)
+    }
+
+    /// Why no run of job `job` (an expression) may start now by the limits of the whole
+    /// job, or NULL: [`Dialect::held_back`] of a run with no id, key or queue time.
+    fn held_back_of_job(&self, job: &str) -> String {
+        self.held_back
+            .replace("{run}.job", job)
+            .replace("{run}.id", "NULL")
+            .replace("{run}.limit_key", "NULL")
+            .replace("{run}.created_at", "NULL")
     }
 
     /// Renders each `{unmarked:X}` of `sql`.
@@ -296,11 +356,17 @@ statements! {
 
     upsert_job = "INSERT INTO jobhost_jobs (name, tenant, component_path, component_digest, spec, \
         schedule, next_fire_at, per_tenant, sequential, max_per_tenant, over_limit, registered_at, \
-        updated_at) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, {now}, {now}) \
+        updated_at, concurrency, rate_starts, rate_period_ms, key_by, key_concurrency, \
+        key_rate_starts, key_rate_period_ms, fifo) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, {now}, {now}, $12, $13, $14, $15, \
+            $16, $17, $18, $19) \
         ON CONFLICT (name) DO UPDATE SET tenant = excluded.tenant, \
         per_tenant = excluded.per_tenant, sequential = excluded.sequential, \
         max_per_tenant = excluded.max_per_tenant, over_limit = excluded.over_limit, \
+        concurrency = excluded.concurrency, rate_starts = excluded.rate_starts, \
+        rate_period_ms = excluded.rate_period_ms, key_by = excluded.key_by, \
+        key_concurrency = excluded.key_concurrency, key_rate_starts = excluded.key_rate_starts, \
+        key_rate_period_ms = excluded.key_rate_period_ms, fifo = excluded.fifo, \
         orphaned_at = NULL, \
         component_path = excluded.component_path, component_digest = excluded.component_digest, \
         spec = excluded.spec, updated_at = excluded.updated_at, \
@@ -309,6 +375,10 @@ statements! {
         schedule = excluded.schedule \
         RETURNING {job_columns}";
     get_job = "SELECT {job_columns} FROM jobhost_jobs WHERE name = $1";
+    // Of queued run `$1`: whether it waits for a `max_per_tenant` slot, and what claim
+    // limit holds it back now (`queue::waits`).
+    run_hold = "SELECT r.waiting, {held_back:r} FROM jobhost_runs r \
+        WHERE r.id = $1 AND r.status = 'queued'";
     list_jobs = "SELECT {job_columns} FROM jobhost_jobs ORDER BY name";
     advance_schedule = "UPDATE jobhost_jobs SET next_fire_at = $3, updated_at = {now} \
         WHERE name = $1 AND next_fire_at IS NOT DISTINCT FROM $2";
@@ -325,10 +395,27 @@ statements! {
     // The same with a derived id (a schedule fire, a fan-out's child, an event's run, a
     // boot run): inserted a second time, it changes nothing.
     insert_run_once = "{queue_run} ON CONFLICT (id) DO NOTHING RETURNING {run_columns}";
-    // Of the runs of the jobs in the JSON array `$1` (a lane's).
-    next_due_in = "SELECT MIN(next_attempt_at) - {now} FROM jobhost_runs \
-        WHERE status = 'queued' AND origin <> 'manual' AND job IN {json_ids} \
-        AND {sequential_free}";
+    // Of the runs of the jobs in the JSON array `$1` (a lane's): the first due of those no
+    // limit holds, or the moment a rate's window next drops a start, whichever is sooner.
+    // The first is the first in due order, so a check per run stops there.
+    next_due_in = "SELECT MIN(due) - {now} FROM ( \
+        SELECT (SELECT next_attempt_at FROM jobhost_runs \
+            WHERE status = 'queued' AND origin <> 'manual' AND job IN {json_ids} \
+            AND {limits_free} ORDER BY next_attempt_at LIMIT 1) AS due \
+        UNION ALL \
+        SELECT MIN(s.at + CASE WHEN s.scope = 0 THEN j.rate_period_ms \
+            ELSE j.key_rate_period_ms END) AS due \
+        FROM jobhost_rate_starts s JOIN jobhost_jobs j ON j.name = s.job \
+        WHERE s.job IN {json_ids} AND s.at + CASE WHEN s.scope = 0 THEN j.rate_period_ms \
+            ELSE j.key_rate_period_ms END > {now}) x";
+    // The due runs of jobs with claim limits that a limit holds, by job and limit, among
+    // the `$1` oldest.
+    held_runs = "SELECT job, held, COUNT(*) FROM (SELECT r.job, {held_back:r} AS held \
+        FROM jobhost_runs r WHERE r.status = 'queued' AND r.origin <> 'manual' \
+        AND r.next_attempt_at <= {now} AND r.job IN (SELECT name FROM jobhost_jobs \
+            WHERE sequential = 1 OR concurrency IS NOT NULL OR rate_starts IS NOT NULL \
+            OR key_by IS NOT NULL) \
+        ORDER BY r.next_attempt_at LIMIT $1) h WHERE held IS NOT NULL GROUP BY job, held";
     queue_lag = "SELECT COUNT(*), COALESCE({now} - MIN(next_attempt_at), 0) FROM jobhost_runs \
         WHERE status = 'queued' AND next_attempt_at <= {now}";
     // Tenant `$1`'s queued runs, counted up to `$3`, and job `$2`'s for it, up to `$4`
@@ -568,7 +655,7 @@ statements! {
     due_candidates = "SELECT id, job, next_attempt_at, tenant, {queue_position} AS position \
         FROM jobhost_runs \
         WHERE status = 'queued' AND origin <> 'manual' AND next_attempt_at <= {now} \
-        AND {sequential_free} \
+        AND {limits_free} \
         AND (next_attempt_at > $1 OR (next_attempt_at = $1 AND {queue_order} > {queue_position_2})) \
         ORDER BY next_attempt_at, {queue_order} LIMIT $3";
     // Start-or-join: the lease row (created free if there is none) is locked first, so

@@ -352,6 +352,8 @@ pub struct JobUpsert<'a> {
     /// statement that queues runs reads them from the job's row).
     pub max_per_tenant: Option<u32>,
     pub over_limit: crate::rules::job::OverLimit,
+    /// Its claim limits (the claim reads them from the job's row).
+    pub limits: &'a crate::rules::claim_limits::ClaimLimits,
 }
 
 /// A new, time-ordered run id: the id of every run a [`NewRun`] queues.

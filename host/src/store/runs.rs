@@ -29,6 +29,15 @@ impl Store {
         )
     }
 
+    /// Of queued run `id`: whether it waits for a `max_per_tenant` slot, and which claim
+    /// limit holds it back now (`concurrency`, `rate`, `key`), if any; `None` if it is not
+    /// queued.
+    pub async fn run_hold(&self, id: &str) -> Result<Option<(bool, Option<String>)>> {
+        let q = &self.q.run_hold;
+        let row: Option<(i64, Option<String>)> = with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(id).fetch_optional(p).await?);
+        Ok(row.map(|(waiting, held)| (waiting != 0, held)))
+    }
+
     pub async fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
         let q = &self.q.get_run;
         Ok(
@@ -118,6 +127,16 @@ impl Store {
     pub async fn deferrals(&self) -> Result<(i64, i64, i64)> {
         let q = &self.q.deferrals;
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))
+    }
+
+    /// Due runs a claim limit holds back, by job and limit (`concurrency`, `rate`, `key`),
+    /// among the [`HELD_COUNTED`] oldest due runs of jobs with limits: each is checked
+    /// against its limit, so the count is bounded, not the backlog.
+    pub async fn held_runs(&self) -> Result<Vec<(String, String, i64)>> {
+        let q = &self.q.held_runs;
+        Ok(
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(HELD_COUNTED).fetch_all(p).await?),
+        )
     }
 
     /// Waiting and overdue runs: how many are due now, and how late the oldest is (ms).
@@ -474,3 +493,6 @@ where
         .bind(run.delay_ms)
         .bind(run.trace_parent.map(|t| t.to_string()))
 }
+
+/// The most due runs of limited jobs [`Store::held_runs`] checks.
+pub const HELD_COUNTED: i64 = 10_000;

@@ -1,6 +1,7 @@
 -- The claim: leases and starts up to `p_limit` due runs (or the one run `p_run`) for host
 -- `p_host`, in turns across the tenants with queued runs (`p_tenants`), passing over the
--- tenants whose quota holds their runs (`p_paused`). Its
+-- tenants whose quota holds their runs (`p_paused`) and the runs a claim limit holds back
+-- (`jobhost_held_back`: `sequential`, `concurrency`, `rate`, per key). Its
 -- SQLite twin is `host/src/store/claims/sqlite.rs`, and `host/src/store/claims` calls
 -- both. The planner settings keep every read on an index (see migrations 0014 and 0016).
 CREATE OR REPLACE FUNCTION jobhost_claim_runs(p_host text, p_limit integer, p_terms jsonb, p_run text, p_paused text[], p_tenants text[])
@@ -33,22 +34,40 @@ DECLARE
     v_generations BIGINT[];
     v_all_jobs TEXT[];
     v_all_instances TEXT[];
-    v_sequential TEXT[];
+    v_limited TEXT[];
+    v_job_wide TEXT[];
+    v_keyed TEXT[];
+    v_rated TEXT[];
     v_busy TEXT[];
+    v_held TEXT;
     v_c_jobs TEXT[];
     v_c_instances TEXT[];
     v_c_generations BIGINT[];
     v_c_waiting BIGINT[];
 BEGIN
-    -- The sequential jobs, and those of them with a run running, read once for the whole
-    -- claim instead of for each candidate. Passing over a busy job's runs in the choice
-    -- is only an optimisation (see below): the one-by-one loop checks each under its
-    -- job's lock.
-    v_sequential := ARRAY(SELECT j.name FROM jobhost_jobs j WHERE j.sequential = 1);
-    IF cardinality(v_sequential) > 0 THEN
-        v_busy := ARRAY(SELECT j FROM unnest(v_sequential) AS j
-            WHERE EXISTS (SELECT 1 FROM jobhost_runs o WHERE o.job = j AND o.status = 'running'));
+    -- The jobs with a claim limit (`v_limited`): those limited as a whole (`sequential`,
+    -- `concurrency`, `rate`: `v_job_wide`), per key (`v_keyed`), with a rate (`v_rated`),
+    -- and those a limit of the whole job holds back now (`v_busy`), read once for the
+    -- whole claim instead of for each candidate. Passing over held runs in the choice is
+    -- only an optimisation (see below): the one-by-one loop checks each under its job's
+    -- and its key's locks.
+    v_limited := ARRAY(SELECT j.name FROM jobhost_jobs j
+        WHERE j.sequential = 1 OR j.concurrency IS NOT NULL OR j.rate_starts IS NOT NULL
+           OR j.key_by IS NOT NULL);
+    IF cardinality(v_limited) > 0 THEN
+        v_job_wide := ARRAY(SELECT j.name FROM jobhost_jobs j WHERE j.name = ANY (v_limited)
+            AND (j.sequential = 1 OR j.concurrency IS NOT NULL OR j.rate_starts IS NOT NULL));
+        v_keyed := ARRAY(SELECT j.name FROM jobhost_jobs j WHERE j.name = ANY (v_limited)
+            AND j.key_by IS NOT NULL
+            AND (j.fifo = 1 OR j.key_concurrency IS NOT NULL OR j.key_rate_starts IS NOT NULL));
+        v_rated := ARRAY(SELECT j.name FROM jobhost_jobs j WHERE j.name = ANY (v_limited)
+            AND (j.rate_starts IS NOT NULL OR j.key_rate_starts IS NOT NULL));
+        v_busy := ARRAY(SELECT j FROM unnest(v_job_wide) AS j
+            WHERE jobhost_held_back(j, NULL, NULL, NULL) IS NOT NULL);
     ELSE
+        v_job_wide := '{}';
+        v_keyed := '{}';
+        v_rated := '{}';
         v_busy := '{}';
     END IF;
     IF p_run IS NULL THEN
@@ -82,9 +101,11 @@ BEGIN
                         WHERE r.status = 'queued' AND r.tenant = q.tenant
                           AND r.origin <> 'manual' AND r.next_attempt_at <= v_now
                           AND p_terms ? r.job
-                          -- Not the runs of a sequential job one of whose runs is running:
-                          -- they would fill the batch and be passed over.
+                          -- Not the runs a claim limit holds back: they would fill the
+                          -- batch and be passed over.
                           AND NOT (r.job = ANY (v_busy))
+                          AND (NOT (r.job = ANY (v_keyed))
+                               OR jobhost_held_back(r.job, r.id, r.limit_key, r.created_at) IS NULL)
                         ORDER BY r.next_attempt_at, r.id
                         LIMIT v_share
                         FOR UPDATE SKIP LOCKED
@@ -110,6 +131,8 @@ BEGIN
                   AND NOT (r.tenant = ANY (p_paused))
                   AND NOT (r.id = ANY (COALESCE(v_ids, '{}')))
                   AND NOT (r.job = ANY (v_busy))
+                  AND (NOT (r.job = ANY (v_keyed))
+                       OR jobhost_held_back(r.job, r.id, r.limit_key, r.created_at) IS NULL)
                 ORDER BY r.next_attempt_at, r.id
                 LIMIT p_limit - COALESCE(cardinality(v_ids), 0)
                 FOR UPDATE SKIP LOCKED
@@ -140,8 +163,8 @@ BEGIN
         RETURN;
     END IF;
     -- Each claimed run's job, instance and generation, as the choice read them from the
-    -- rows it locked, and which start one by one (the loop below): the runs of sequential
-    -- jobs, the runs waiting for a slot, and the runs sharing their lease with another run
+    -- rows it locked, and which start one by one (the loop below): the runs of jobs with a
+    -- claim limit, the runs waiting for a slot, and the runs sharing their lease with another run
     -- of the batch. The rest start together.
     SELECT COALESCE(array_agg(s.id ORDER BY s.id) FILTER (WHERE s.together), '{}'),
         COALESCE(array_agg(s.job ORDER BY s.id) FILTER (WHERE s.together), '{}'),
@@ -153,7 +176,7 @@ BEGIN
         v_all_instances
     FROM (
         SELECT k.id, k.job, k.instance, k.generation, k.waiting = 0
-            AND NOT (k.job = ANY (v_sequential))
+            AND NOT (k.job = ANY (v_limited))
             AND count(*) OVER (PARTITION BY k.job, k.instance) = 1 AS together
         FROM unnest(v_ids, v_c_jobs, v_c_instances, v_c_generations, v_c_waiting)
             AS k(id, job, instance, generation, waiting)
@@ -233,26 +256,44 @@ BEGIN
         RETURN;
     END IF;
     FOR v_run IN
-        SELECT r.id, r.job, r.instance, r.tenant, r.generation, r.waiting, r.slot_waits
+        SELECT r.id, r.job, r.instance, r.tenant, r.generation, r.waiting, r.slot_waits,
+            r.limit_key, r.created_at
         FROM jobhost_runs r
         WHERE r.id = ANY (v_one_by_one) ORDER BY r.next_attempt_at, r.id
     LOOP
-        -- A sequential job's run starts only while no other run of the job is running.
-        -- The check is made under a transaction-scoped advisory lock of the job, by a
-        -- statement after the lock is taken (so its snapshot sees every claim that held
-        -- the lock before), and the run is set running before the lock is released at
-        -- commit: two claims of one job, on any hosts, are ordered, and the second sees
-        -- the first's running run. A claim that cannot take the lock at once passes the
-        -- run over (another claim is starting a run of the job), so it never waits and
-        -- closes no lock cycle. A running run stops counting when it ends, is requeued,
-        -- given back, or marked crashed by surveillance once its lease expired.
-        IF v_run.job = ANY (v_sequential) THEN
-            IF NOT pg_try_advisory_xact_lock(724341, hashtext(v_run.job)) THEN
+        -- A run of a job with a claim limit starts only while no limit holds it back
+        -- (`jobhost_held_back`: `concurrency` or `sequential`, the `rate`'s window, the
+        -- key's). The check is made under transaction-scoped advisory locks, of the job if
+        -- it is limited as a whole and of its key if it has one, by a statement after the
+        -- locks are taken (so its snapshot sees every claim that held them before), and the
+        -- run is set running (and its start entered in the rates' windows) before the locks
+        -- are released at commit: two claims of one job or key, on any hosts, are ordered,
+        -- and the second sees the first's running run and starts. A claim that cannot take a
+        -- lock at once passes the run over (another claim is starting a run of the job or
+        -- key), so it never waits and closes no lock cycle. A running run stops counting
+        -- when it ends, is requeued, given back, or marked crashed by surveillance once its
+        -- lease expired.
+        IF v_run.job = ANY (v_limited) THEN
+            -- Once the whole job is held, its other candidates are passed over unchecked.
+            IF v_run.job = ANY (v_busy) THEN
                 CONTINUE;
             END IF;
-            IF EXISTS (SELECT 1 FROM jobhost_runs o
-                       WHERE o.job = v_run.job AND o.status = 'running' AND o.id <> v_run.id)
-            THEN
+            IF v_run.job = ANY (v_job_wide) THEN
+                IF NOT pg_try_advisory_xact_lock(724341, hashtext(v_run.job)) THEN
+                    CONTINUE;
+                END IF;
+            END IF;
+            IF v_run.limit_key IS NOT NULL AND v_run.job = ANY (v_keyed) THEN
+                IF NOT pg_try_advisory_xact_lock(724343, hashtext(v_run.job || '/' || v_run.limit_key))
+                THEN
+                    CONTINUE;
+                END IF;
+            END IF;
+            v_held := jobhost_held_back(v_run.job, v_run.id, v_run.limit_key, v_run.created_at);
+            IF v_held IS NOT NULL THEN
+                IF v_held <> 'key' THEN
+                    v_busy := v_busy || v_run.job;
+                END IF;
                 CONTINUE;
             END IF;
         END IF;
@@ -333,6 +374,25 @@ BEGIN
             r.created_at, r.started_at, r.finished_at, r.updated_at, r.work_done, r.defers,
             r.trace_parent, v_deadline,
             v_expires;
+        -- A start enters the windows of its job's rates (under the locks above); the rows
+        -- no window holds any more go, those another claim has locked skipped.
+        IF FOUND AND v_run.job = ANY (v_rated) THEN
+            INSERT INTO jobhost_rate_starts (job, scope, key, at)
+            SELECT j.name, 0, '', v_now FROM jobhost_jobs j
+            WHERE j.name = v_run.job AND j.rate_starts IS NOT NULL
+            UNION ALL
+            SELECT j.name, 1, v_run.limit_key, v_now FROM jobhost_jobs j
+            WHERE j.name = v_run.job AND j.key_rate_starts IS NOT NULL
+              AND v_run.limit_key IS NOT NULL;
+            DELETE FROM jobhost_rate_starts d WHERE d.ctid = ANY (ARRAY(
+                SELECT s.ctid FROM jobhost_rate_starts s JOIN jobhost_jobs j ON j.name = s.job
+                WHERE s.job = v_run.job
+                  AND s.at <= v_now - LEAST(j.rate_period_ms, j.key_rate_period_ms)
+                  AND s.at <= v_now - CASE WHEN s.scope = 0 THEN j.rate_period_ms
+                      ELSE j.key_rate_period_ms END
+                LIMIT 64
+                FOR UPDATE OF s SKIP LOCKED));
+        END IF;
     END LOOP;
 END
 $function$;

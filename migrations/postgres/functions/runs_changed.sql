@@ -1,5 +1,6 @@
--- One statement-level trigger on run updates: notifies hosts when a sequential job's slot
--- frees, and drops a run's steps when its pass, work or status moves on.
+-- One statement-level trigger on run updates: notifies hosts when a slot of a job with a
+-- claim limit (`sequential`, `concurrency`, per key) frees, and drops a run's steps when
+-- its pass, work or status moves on.
 CREATE OR REPLACE FUNCTION jobhost_runs_changed()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -12,9 +13,9 @@ BEGIN
     WHERE (n.pass > 1 OR n.status = 'succeeded' OR n.work_done = 1)
       AND s.run_id = n.id
       AND (s.pass < n.pass OR n.status = 'succeeded' OR n.work_done = 1);
-    -- The sequential jobs among those of the rows not running now.
+    -- The jobs with a claim limit among those of the rows not running now.
     v_jobs := ARRAY(SELECT j.name FROM jobhost_jobs j
-        WHERE j.sequential = 1
+        WHERE (j.sequential = 1 OR j.concurrency IS NOT NULL OR j.key_by IS NOT NULL)
           AND j.name = ANY (ARRAY(SELECT DISTINCT n.job FROM changed_new n
                                   WHERE n.status <> 'running')));
     IF cardinality(v_jobs) > 0

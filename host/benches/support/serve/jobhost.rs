@@ -5,7 +5,7 @@ use crate::counting_proxy::CountingProxy;
 use crate::guests;
 use crate::postgres::PgDatabase;
 use crate::procs::{Proc, postgres_cpu, total_cpu, usage_since, wait_drained};
-use crate::report::{Drain, Fanout, Kick, Record, Shape, Trips};
+use crate::report::{Drain, Fanout, Kick, LIMIT_KEYS, Limit, Record, Shape, Trips};
 use crate::settings::{
     BACKLOG_WORKERS, BATCH_WORKERS, CHECK_EVERY, DRAIN_TIMEOUT, FANOUT_CHILD, FANOUT_PARENT,
     FANOUT_WARM_UP, FANOUT_WARM_UP_JOB, JOB, KICK_POLL, KICK_WARM_UP, PARKED_MS,
@@ -144,6 +144,8 @@ pub struct Jobhost {
     pub token: String,
     /// The Postgres database, dropped at the end.
     pub database: Option<PgDatabase>,
+    /// The job counts by key: a queued backlog's runs are spread over [`LIMIT_KEYS`].
+    pub keyed: bool,
 }
 
 impl Jobhost {
@@ -166,6 +168,30 @@ impl Jobhost {
             record,
         )
         .await
+    }
+
+    /// The noop job under claim limit `limit` (the limits drains), on a database of its own.
+    pub async fn limited(
+        noop: &Path,
+        db: crate::report::Db,
+        limit: Limit,
+        record: &Record,
+    ) -> Jobhost {
+        let home = tempfile::tempdir().expect("temp dir");
+        let manifest = format!("{}{}", noop_manifest(noop), limit.manifest_lines());
+        let (db_url, database) = match db {
+            crate::report::Db::Sqlite => (
+                format!("sqlite://{}/jobhost.db", home.path().display()),
+                None,
+            ),
+            crate::report::Db::Postgres => {
+                let database = PgDatabase::create("jobhost_bench_").await;
+                (database.url.clone(), Some(database))
+            }
+        };
+        let mut env = Jobhost::open(home, db_url, database, &manifest, JOB, record).await;
+        env.keyed = limit == Limit::KeyConcurrency;
+        env
     }
 
     /// The fan-out's database (Postgres) and manifest: `family` with `children` children
@@ -224,6 +250,7 @@ impl Jobhost {
             http: reqwest::Client::new(),
             token: operator.token,
             database,
+            keyed: false,
         }
     }
 
@@ -389,6 +416,22 @@ impl Jobhost {
                     .await
                     .expect("queue the backlog")
                     .rows_affected();
+                if self.keyed {
+                    // The keys a payload member with LIMIT_KEYS values would have given
+                    // (the queued payload is one for all), then the table as autovacuum
+                    // would leave it.
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE jobhost_runs SET limit_key = \
+                         CAST(abs(hashtext(id)) % {LIMIT_KEYS} AS TEXT)"
+                    )))
+                    .execute(p)
+                    .await
+                    .expect("spread the keys");
+                    sqlx::raw_sql("VACUUM jobhost_runs")
+                        .execute(p)
+                        .await
+                        .expect("vacuum");
+                }
                 sqlx::raw_sql("ANALYZE jobhost_runs")
                     .execute(p)
                     .await
@@ -400,7 +443,7 @@ impl Jobhost {
                     .execute(p)
                     .await
                     .expect("empty the tables");
-                sqlx::query(QUEUE_SQLITE)
+                let queued = sqlx::query(QUEUE_SQLITE)
                     .bind(runs)
                     .bind(prefix)
                     .bind(JOB)
@@ -409,7 +452,16 @@ impl Jobhost {
                     .execute(p)
                     .await
                     .expect("queue the backlog")
-                    .rows_affected()
+                    .rows_affected();
+                if self.keyed {
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE jobhost_runs SET limit_key = CAST(rowid % {LIMIT_KEYS} AS TEXT)"
+                    )))
+                    .execute(p)
+                    .await
+                    .expect("spread the keys");
+                }
+                queued
             }
         };
         assert_eq!(queued, runs as u64);

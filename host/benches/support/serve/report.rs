@@ -139,11 +139,50 @@ impl fmt::Display for Shape {
     }
 }
 
+/// What the job of a limits drain declares: nothing, a job-wide `concurrency` below the
+/// host's workers (so it binds), or `key_concurrency = 1` over [`LIMIT_KEYS`] keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Limit {
+    None,
+    Concurrency,
+    KeyConcurrency,
+}
+
+/// The keys the backlog of a `key_concurrency` drain is spread over.
+pub const LIMIT_KEYS: usize = 1_000;
+
+/// The job-wide `concurrency` of a limits drain: half the host's workers.
+pub const LIMIT_CONCURRENCY: usize = 12;
+
+impl Limit {
+    pub const ALL: [Limit; 3] = [Limit::None, Limit::Concurrency, Limit::KeyConcurrency];
+
+    /// The job's manifest lines.
+    pub fn manifest_lines(self) -> String {
+        match self {
+            Limit::None => String::new(),
+            Limit::Concurrency => format!("concurrency = {LIMIT_CONCURRENCY}\n"),
+            Limit::KeyConcurrency => "key = \"/k\"\nkey_concurrency = 1\n".to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&match self {
+            Limit::None => "none".to_string(),
+            Limit::Concurrency => format!("concurrency={LIMIT_CONCURRENCY}"),
+            Limit::KeyConcurrency => format!("key_concurrency=1/{LIMIT_KEYS}keys"),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Key {
     Batch(Variant),
     Backlog(Variant),
     Curve(Db, Shape, usize),
+    Limits(Db, Limit),
 }
 
 impl fmt::Display for Key {
@@ -152,6 +191,7 @@ impl fmt::Display for Key {
             Key::Batch(v) => write!(f, "batch/{}", v.id()),
             Key::Backlog(v) => write!(f, "backlog/{}", v.id()),
             Key::Curve(db, shape, runs) => write!(f, "curve/{db}/{shape}/{runs}"),
+            Key::Limits(db, limit) => write!(f, "limits/{db}/{limit}"),
         }
     }
 }
@@ -288,6 +328,9 @@ impl Record {
         if s.runs("curve") {
             self.print_curve(s);
         }
+        if s.runs("limits") {
+            self.print_limits(s);
+        }
         if let Some(trips) = &*self.trips.lock().unwrap() {
             print_trips(trips);
         }
@@ -413,6 +456,36 @@ impl Record {
              queued (one query every {} µs); answer: until the kick's HTTP answer; db: \
              started_at - created_at, whole ms",
             KICK_POLL.as_micros()
+        );
+    }
+
+    /// The backlog drain under each claim limit, and its cost per run (the processes' CPU
+    /// and, on Postgres, the server's) against the unlimited drain's.
+    pub fn print_limits(&self, s: &Settings) {
+        println!();
+        println!(
+            "claim limits: jobhost, 1 host, {BACKLOG_WORKERS} workers, {} runs queued \
+             before it starts; clock as in backlog mode",
+            s.backlog
+        );
+        println!("{:<9} {:<27} {} x none", "backend", "limit", Stats::HEADER);
+        for db in [Db::Postgres, Db::Sqlite] {
+            let none = self.stats(Key::Limits(db, Limit::None), s.reps);
+            for limit in Limit::ALL {
+                let Some(st) = self.stats(Key::Limits(db, limit), s.reps) else {
+                    println!("{db:<9} {limit:<27} (not run)");
+                    continue;
+                };
+                let cost = |st: &Stats| st.cpu_us_per_run + st.db_cpu_us_per_run.unwrap_or(0.0);
+                let ratio = none
+                    .as_ref()
+                    .map_or("-".to_string(), |n| format!("{:.2}", cost(&st) / cost(n)));
+                println!("{db:<9} {limit:<27} {} {ratio:>6}", st.columns());
+            }
+        }
+        println!(
+            "x none: CPU per run of the host and the database server against the unlimited \
+             drain's (the goal: at most 1.2)"
         );
     }
 

@@ -84,14 +84,14 @@ impl Settings {
         };
         assert!(reps >= 1, "JOBHOST_BENCH_REPS must be at least 1");
         let parts: Vec<String> = std::env::var("JOBHOST_BENCH_PARTS")
-            .unwrap_or_else(|_| "batch,latency,backlog,curve,trips,floor,fanout".to_string())
+            .unwrap_or_else(|_| "batch,latency,backlog,curve,trips,floor,fanout,limits".to_string())
             .split(',')
             .map(|p| p.trim().to_string())
             .collect();
         for part in &parts {
             assert!(
                 [
-                    "batch", "latency", "backlog", "curve", "trips", "floor", "fanout"
+                    "batch", "latency", "backlog", "curve", "trips", "floor", "fanout", "limits"
                 ]
                 .contains(&part.as_str()),
                 "JOBHOST_BENCH_PARTS: unknown part {part:?}"

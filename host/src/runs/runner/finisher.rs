@@ -38,9 +38,10 @@ pub(super) struct Handover {
     /// `record_failed`.
     pub job_payload: String,
     pub retry: crate::rules::job::RetryPolicy,
-    /// The run's job is sequential: once its ending is recorded another of the job's runs
-    /// may be claimed, and nothing else would wake the dispatcher for it.
-    pub sequential: bool,
+    /// The run's job has a claim limit (`sequential`, `concurrency`, per key...): once its
+    /// ending is recorded another of the job's runs may be claimed, and nothing else would
+    /// wake the dispatcher for it.
+    pub limited: bool,
 }
 
 struct Pending {
@@ -206,10 +207,10 @@ impl Loop {
         let Handover {
             recording,
             run,
-            sequential,
+            limited,
             ..
         } = pending.handover;
-        if sequential {
+        if limited {
             self.wake.notify_one();
         }
         let step = match (recorded, recording.change) {

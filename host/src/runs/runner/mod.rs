@@ -463,7 +463,7 @@ impl Runner {
                 until,
                 job_payload: spec.payload.to_string(),
                 retry: spec.retry.clone(),
-                sequential: spec.flow.sequential,
+                limited: spec.flow.sequential || !spec.flow.limits.is_empty(),
             })
             .await
     }
@@ -531,7 +531,7 @@ impl Runner {
                 job_payload: String::new(),
                 retry: crate::rules::job::RetryPolicy::default(),
                 // Given back due at once: the dispatcher's next look at the queue finds it.
-                sequential: false,
+                limited: false,
             })
             .await
     }

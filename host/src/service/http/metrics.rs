@@ -1,8 +1,9 @@
 //! `/metrics`: this host's counters and the fleet's gauges, read from the database when
 //! scraped (off the runs' path): runs by status and code, the queue by tenant and by lane,
-//! runs dropped and put off by reason, each tenant's use of the last hour, and each
-//! tenant's queued runs against its cap (`backlog`); and this host's calls held by each
-//! mount's limits (the operator's view only: they name the mount).
+//! runs dropped and put off by reason, each tenant's use of the last hour, each tenant's
+//! queued runs against its cap (`backlog`), and due runs a claim limit holds, by job; and
+//! this host's calls held by each mount's limits (the operator's view only: they name the
+//! mount).
 //!
 //! Open to anyone who reaches the port, it names no job, run, file or tenant: without a
 //! token the series are summed over their job and tenant labels, and gauges by tenant are
@@ -72,9 +73,23 @@ async fn fleet_gauges(s: &Shared) -> Result<Arc<Vec<Gauge>>, ApiError> {
     usage_gauges(s, &mut gauges).await?;
     backlog_gauges(store, &mut gauges).await?;
     pause_gauges(s, &mut gauges).await?;
+    held_gauges(store, &mut gauges).await?;
     let gauges = Arc::new(gauges);
     *cached = Some((Instant::now(), gauges.clone()));
     Ok(gauges)
+}
+
+/// Due runs a claim limit holds back, by job and limit (`concurrency`, `rate`, `key`).
+async fn held_gauges(store: &Store, gauges: &mut Vec<Gauge>) -> Result<(), ApiError> {
+    for (job, limit, n) in store.held_runs().await? {
+        gauges.push(Gauge {
+            name: "jobhost_runs_held",
+            help: "Due runs a claim limit holds queued, by job and limit (`concurrency`, `rate`, `key`), among the 10 000 oldest due runs of jobs with limits.",
+            labels: vec![("job", job), ("limit", limit)],
+            value: n as f64,
+        });
+    }
+    Ok(())
 }
 
 /// What is paused, fleet-wide: one series per pause, labelled `job`, `tenant` or `lane`.

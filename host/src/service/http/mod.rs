@@ -403,8 +403,18 @@ async fn get_run(
     let files = s.app.store.run_files(&id, views::FILES_SHOWN).await?;
     let journals = s.app.store.run_journals(&id).await?;
     let lease = s.app.store.get_lease(&run.job, &run.instance).await?;
+    let pauses = s.app.runner.pauses().current().await?;
+    let over_quota = s
+        .app
+        .runner
+        .quotas()
+        .over(crate::queue::quota::OverQuota::Wait)
+        .await?;
+    let held_by =
+        crate::queue::waits::why_waiting(&s.app.store, &pauses, &over_quota, &run).await?;
     let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
     detail["kicks_pending"] = views::kicks_pending(&run, lease.as_ref()).into();
+    detail["held_by"] = json!(held_by);
     detail["files"] = files.iter().map(views::file).collect();
     detail["journals"] = json!(journals);
     detail["trace_url"] = match (&s.trace_url, detail["trace_id"].as_str()) {

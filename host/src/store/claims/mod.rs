@@ -60,12 +60,14 @@ pub(crate) const POSTGRES_FUNCTIONS: &[(&str, &str)] = functions!(
     "fence",
     "file_garbage_usage",
     "files_bookkeeping",
+    "held_back",
     "mark_file",
     "notify_work",
     "record_attempts",
     "record_attempts_one_by_one",
     "record_step",
     "remove_file",
+    "run_limit_key",
     "runs_changed",
 );
 

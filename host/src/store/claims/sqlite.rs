@@ -402,6 +402,7 @@ struct Candidate {
     tenant: String,
     waiting: bool,
     next_attempt_at: i64,
+    limit_key: Option<String>,
 }
 
 fn candidate(row: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
@@ -413,6 +414,7 @@ fn candidate(row: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
         tenant: row.get(4)?,
         waiting: row.get::<_, i64>(5)? != 0,
         next_attempt_at: row.get(6)?,
+        limit_key: row.get(7)?,
     })
 }
 
@@ -478,12 +480,34 @@ fn claim(
         None => fair_due_runs(conn, order)?,
     };
     let mut claimed = Vec::with_capacity(candidates.len());
+    let mut limits: BTreeMap<String, (bool, bool)> = BTreeMap::new();
+    let mut full: BTreeSet<String> = BTreeSet::new();
     for run in candidates {
         // Checked per run, after the runs claimed before it in this batch started: the
-        // single writer orders every claim, so this sees each running run.
-        let busy = count(conn, &c.sequential_busy, &[&run.job, &run.id])?;
-        if busy > 0 {
-            continue;
+        // single writer orders every claim, so this sees each running run and each start
+        // in a rate's window.
+        let (limited, rated) = match limits.get(&run.job) {
+            Some(flags) => *flags,
+            None => {
+                let flags = job_limits(conn, &run.job)?;
+                limits.insert(run.job.clone(), flags);
+                flags
+            }
+        };
+        if limited {
+            // Once the whole job is held, its other candidates are passed over unchecked:
+            // one check per job and claim, not per candidate.
+            if full.contains(&run.job) {
+                continue;
+            }
+            match held_back(conn, &run.id)? {
+                Some(limit) if limit == "key" => continue,
+                Some(_) => {
+                    full.insert(run.job.clone());
+                    continue;
+                }
+                None => {}
+            }
         }
         if run.waiting && count(conn, &c.slot_taken, &[&run.job, &run.tenant, &run.id])? > 0 {
             prepared(conn, &c.wait_for_slot, &[&run.id])?.raw_execute()?;
@@ -532,9 +556,34 @@ fn claim(
                 lease_deadline_at: lease.map(|(_, deadline, _)| deadline),
                 lease_expires_at: lease.map(|(_, _, expires)| expires),
             });
+            drop(rows);
+            if rated {
+                prepared(conn, &c.record_start, &[&run.job, &run.limit_key])?.raw_execute()?;
+                prepared(conn, &c.prune_starts, &[&run.job])?.raw_execute()?;
+            }
         }
     }
     Ok(claimed)
+}
+
+/// Whether job `job` has a claim limit, and a rate among them (`job_limits`).
+fn job_limits(conn: &Connection, job: &str) -> rusqlite::Result<(bool, bool)> {
+    let mut statement = prepared(conn, &statements::SQLITE.job_limits, &[&job])?;
+    let mut rows = statement.raw_query();
+    match rows.next()? {
+        Some(row) => Ok((row.get::<_, i64>(0)? != 0, row.get::<_, i64>(1)? != 0)),
+        None => Ok((false, false)),
+    }
+}
+
+/// Which limit of run `id`'s job or key holds it back now, if any (`held_back`).
+fn held_back(conn: &Connection, id: &str) -> rusqlite::Result<Option<String>> {
+    let mut statement = prepared(conn, &statements::SQLITE.held_back, &[&id])?;
+    let mut rows = statement.raw_query();
+    Ok(match rows.next()? {
+        Some(row) => row.get::<_, Option<String>>(0)?,
+        None => None,
+    })
 }
 
 /// The one number a `SELECT COUNT(*)` answers.

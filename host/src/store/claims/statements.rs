@@ -30,11 +30,11 @@ statements! {
                 WHERE r.status = 'queued' AND r.tenant > t.tenant ORDER BY r.tenant LIMIT 1) \
             FROM t WHERE t.tenant IS NOT NULL) \
         SELECT tenant FROM t WHERE tenant IS NOT NULL";
-    due_runs = "SELECT id, job, instance, generation, tenant, waiting, next_attempt_at \
+    due_runs = "SELECT id, job, instance, generation, tenant, waiting, next_attempt_at, limit_key \
         FROM jobhost_runs {by_tenant_index} \
         WHERE status = 'queued' AND tenant = $3 AND origin <> 'manual' \
         AND next_attempt_at <= {now} AND job IN (SELECT value FROM json_each($2)) \
-        AND {sequential_free} {unmarked:id} \
+        AND {limits_free} {unmarked:id} \
         ORDER BY next_attempt_at, {queue_order} LIMIT $1";
     // A run waiting for a slot (job `$1`, tenant `$2`, run `$3`) starts only while fewer
     // than the job's `max_per_tenant` runs hold one; otherwise it waits again, longer
@@ -48,11 +48,29 @@ statements! {
         next_attempt_at = {now} + CAST((CASE WHEN slot_waits >= 7 THEN 60000 \
             ELSE 500 * (1 << slot_waits) END) * (1 - {random_unit} / 2) AS BIGINT), \
         updated_at = {now} WHERE id = $1";
-    // A claim starts a sequential job's run only while no other run of the job is running.
-    sequential_busy = "SELECT COUNT(*) FROM jobhost_jobs j WHERE j.name = $1 AND j.sequential = 1 \
-        AND EXISTS (SELECT 1 FROM jobhost_runs o WHERE o.job = $1 AND o.status = 'running' \
-            AND o.id <> $2)";
-    claimable_run = "SELECT id, job, instance, generation, tenant, waiting, next_attempt_at \
+    // A claim starts run `$1` only while no limit of its job or key holds it back (the
+    // single writer orders every claim, so the count sees each run started before it).
+    held_back = "SELECT {held_back:r} FROM jobhost_runs r WHERE r.id = $1";
+    // Whether job `$1` has a claim limit, and a rate among them: read once per job a claim.
+    job_limits = "SELECT CASE WHEN sequential = 1 OR concurrency IS NOT NULL \
+            OR rate_starts IS NOT NULL OR key_by IS NOT NULL THEN 1 ELSE 0 END, \
+        CASE WHEN rate_starts IS NOT NULL OR key_rate_starts IS NOT NULL THEN 1 ELSE 0 END \
+        FROM jobhost_jobs WHERE name = $1";
+    // A start of job `$1` (key `$2`) in the windows of its job's rates; then the rows of
+    // the job's windows older than their window (the first test bounds the index range).
+    record_start = "INSERT INTO jobhost_rate_starts (job, scope, key, at) \
+        SELECT j.name, 0, '', {now} FROM jobhost_jobs j \
+        WHERE j.name = $1 AND j.rate_starts IS NOT NULL \
+        UNION ALL \
+        SELECT j.name, 1, $2, {now} FROM jobhost_jobs j \
+        WHERE j.name = $1 AND j.key_rate_starts IS NOT NULL AND $2 IS NOT NULL";
+    prune_starts = "DELETE FROM jobhost_rate_starts WHERE job = $1 \
+        AND at <= {now} - (SELECT CASE WHEN j.rate_period_ms IS NULL \
+            OR j.key_rate_period_ms < j.rate_period_ms THEN j.key_rate_period_ms \
+            ELSE j.rate_period_ms END FROM jobhost_jobs j WHERE j.name = $1) \
+        AND at <= {now} - (SELECT CASE WHEN jobhost_rate_starts.scope = 0 THEN j.rate_period_ms \
+            ELSE j.key_rate_period_ms END FROM jobhost_jobs j WHERE j.name = $1)";
+    claimable_run = "SELECT id, job, instance, generation, tenant, waiting, next_attempt_at, limit_key \
         FROM jobhost_runs WHERE id = $1 {unmarked:id} \
         AND (status = 'queued' OR (status = 'running' AND host = $2 AND generation IS NULL))";
     start_run = "UPDATE jobhost_runs SET status = 'running', host = $2, waiting = 0, \

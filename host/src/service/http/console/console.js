@@ -1128,6 +1128,7 @@
         }),
         rel.length ? h("p", { class: "relations" }, rel.map(([k, v]) => h("span", {}, k + " ", runLink(v, "rel:" + k)))) : null,
         r.error ? h("pre", { class: "run-error" }, r.error) : null,
+        r.held_by ? h("p", { class: "warn-line", id: "run-held" }, "queued, held back by: " + r.held_by) : null,
         r.decode_error ? h("p", { class: "warn-line" }, "decode error: " + r.decode_error) : null);
 
       // Timeline: the run from its creation to its end (or now).
