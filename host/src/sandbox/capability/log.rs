@@ -1,16 +1,9 @@
 //! `jobhost:job/log`: lines into the attempt's bounded log. Linked through a projection
-//! to the log alone ([`HasLog`]): a log line is not journaled and notes nothing.
+//! to the log alone (`HasSelf<AttemptLog>`): a log line is not journaled and notes
+//! nothing, so it needs no view of the attempt.
 
 use crate::sandbox::engine::bindings::jobhost::job::log::{Host, Level};
 use crate::sandbox::engine::output::AttemptLog;
-use wasmtime::component::HasData;
-
-/// The `log` capability's view of the attempt's state: its log.
-pub struct HasLog;
-
-impl HasData for HasLog {
-    type Data<'a> = &'a mut AttemptLog;
-}
 
 impl Host for AttemptLog {
     async fn write(&mut self, level: Level, message: String) {

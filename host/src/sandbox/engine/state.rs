@@ -3,15 +3,12 @@
 use super::limits::MemoryLimiter;
 use super::output::AttemptLog;
 use crate::rules::failure::FailureCode;
-use crate::sandbox::capability::context::AttemptContext;
-use crate::sandbox::capability::db::{DbCapability, DbSession};
-use crate::sandbox::capability::files::{FilesCapability, FilesSession};
-use crate::sandbox::capability::jobs::{JobsCapability, JobsSession};
-use crate::sandbox::capability::links::{LinksCapability, LinksSession};
-use crate::sandbox::capability::run::{RunCapability, RunSession};
-use crate::sandbox::capability::steps::{StepsCapability, StepsSession};
+use crate::rules::grants::DbGrant;
+use crate::sandbox::capability::tx::TxState;
+use crate::sandbox::capability::{Capabilities, View};
 use crate::sandbox::journal::{Answer, CommittedEnd, Journal, Noticed, Placeholder, wasi};
 use crate::sandbox::refusal::Refused;
+use std::sync::Arc;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -52,67 +49,25 @@ pub const MAX_RESOURCES: usize = 1000;
 pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
 /// What every capability's calls in one attempt share, beside each capability's own
-/// state: a capability is linked through a view of its own state plus this piece.
+/// state: a capability is linked through a view of its own state plus this piece
+/// (`capability::View`).
 pub struct Attempt {
     /// The resources the guest holds handles to (transactions, uploads, WASI's streams).
     pub(crate) table: ResourceTable,
     pub(crate) signals: Signals,
     /// The flight recorder (or, in a replay, the player) of the attempt's host calls.
     pub(crate) journal: Journal,
-    /// The guest's open transaction (its handle's number in the table): the one part of
-    /// a capability's (`db`'s) state the others reach (`capability/tx.rs`).
-    pub(crate) open_tx: Option<u32>,
+    /// The guest's transaction, as the capabilities that write with it share it
+    /// (`capability/tx.rs`).
+    pub(crate) tx: TxState,
 }
 
 pub struct GuestState {
     wasi: WasiCtx,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) log: AttemptLog,
-    pub(crate) db: DbCapability,
-    pub(crate) files: FilesCapability,
-    pub(crate) links: LinksCapability,
-    pub(crate) steps: StepsCapability,
-    pub(crate) jobs: JobsCapability,
-    pub(crate) run: RunCapability,
+    pub(crate) capabilities: Capabilities,
     pub(crate) attempt: Attempt,
-}
-
-/// The capabilities one attempt was given.
-pub struct Capabilities {
-    pub db: DbCapability,
-    pub files: FilesCapability,
-    pub links: LinksCapability,
-    pub steps: StepsCapability,
-    pub jobs: JobsCapability,
-    pub run: RunCapability,
-}
-
-impl Capabilities {
-    /// No capability granted (each session `None`): start from this and set the ones a
-    /// job was given.
-    pub fn none() -> Capabilities {
-        Capabilities {
-            db: DbCapability::new(None),
-            files: FilesCapability::new(None),
-            links: LinksCapability::new(None),
-            steps: StepsCapability::new(None),
-            jobs: JobsCapability::new(None),
-            run: RunCapability::new(None),
-        }
-    }
-
-    /// The capabilities of `cx`'s attempt: each builds its session from the context in
-    /// its own file (`None` where the job was not granted it).
-    pub fn for_attempt(cx: &AttemptContext) -> Capabilities {
-        Capabilities {
-            db: DbCapability::new(DbSession::for_attempt(cx)),
-            files: FilesCapability::new(FilesSession::for_attempt(cx)),
-            links: LinksCapability::new(LinksSession::for_attempt(cx)),
-            steps: StepsCapability::new(StepsSession::for_attempt(cx)),
-            jobs: JobsCapability::new(JobsSession::for_attempt(cx)),
-            run: RunCapability::new(RunSession::for_attempt(cx)),
-        }
-    }
 }
 
 impl GuestState {
@@ -148,29 +103,37 @@ impl GuestState {
             .insecure_random(wasi::Random::insecure(journal.clone()))
             .insecure_random_seed(insecure_seed)
             .build();
-        let mut table = ResourceTable::new();
-        table.set_max_capacity(MAX_RESOURCES);
+        let attempt = Attempt::new(journal, capabilities.db.grant());
         GuestState {
             wasi,
             limiter: MemoryLimiter::new(memory_cap),
             log,
-            db: capabilities.db,
-            files: capabilities.files,
-            links: capabilities.links,
-            steps: capabilities.steps,
-            jobs: capabilities.jobs,
-            run: capabilities.run,
-            attempt: Attempt {
-                table,
-                signals: Signals::default(),
-                journal,
-                open_tx: None,
-            },
+            capabilities,
+            attempt,
         }
+    }
+
+    /// One capability's view: its state, picked from the capabilities, and the
+    /// attempt's shared piece (how `capability::add_to_linker` projects each).
+    pub fn view<T>(&mut self, pick: impl FnOnce(&mut Capabilities) -> &mut T) -> View<'_, T> {
+        View::new(pick(&mut self.capabilities), &mut self.attempt)
     }
 }
 
 impl Attempt {
+    /// `journal` records the attempt's calls; `sql_grant` is the `db` grant the guest's
+    /// statements run under (`None`: not granted).
+    pub fn new(journal: Journal, sql_grant: Option<Arc<DbGrant>>) -> Attempt {
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
+        Attempt {
+            table,
+            signals: Signals::default(),
+            journal,
+            tx: TxState::new(sql_grant),
+        }
+    }
+
     /// What the calls so far noted, cheaply compared: whether a call changed it.
     pub(crate) fn noticed_mark(&self) -> (bool, bool, bool, bool, bool) {
         (
