@@ -1,12 +1,12 @@
 //! `jobhost:job/db`: the guest's SQL, through the [`GuestDb`] port.
 
 use crate::rules::grants::DbGrant;
-use crate::sandbox::capability::View;
 use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::capability::handles::TxHandle;
+use crate::sandbox::capability::shared::Attempt;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::db::{Host, HostTransaction, Rows, Value};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::Attempt;
 use crate::sandbox::refusal;
 use crate::store::guest::{Access, GuestDb, GuestTx, SqlRows, SqlValue};
 use std::sync::Arc;

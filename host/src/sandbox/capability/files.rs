@@ -3,15 +3,15 @@
 //! lease along, and turns failures into fixed `host-error` reasons.
 
 use crate::rules::grants::FilesGrant;
-use crate::sandbox::capability::View;
 use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::capability::handles::{TxHandle, UploadHandle};
+use crate::sandbox::capability::shared::Attempt;
 use crate::sandbox::capability::tx::AfterCommit;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::files::{
     Host, HostUpload, ObjectMetadata, ObjectPage, ObjectVersion, PendingFile, ReadError, Verdict,
 };
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::Attempt;
 use crate::sandbox::files::{
     Files, FilesError, MAX_OPEN_UPLOADS, MAX_UPLOADS_PER_ATTEMPT, Upload, Uploader,
 };

@@ -2,8 +2,8 @@
 //! with the lease of job `j`, instance `i` held by `run-1`, its fence, and the attempt's
 //! shared piece. Each test builds its own capability's session from these.
 
+use crate::sandbox::capability::shared::Attempt;
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::Attempt;
 use crate::sandbox::journal::Journal;
 use crate::store::{Lease, LeaseRequest, Store};
 use std::path::Path;

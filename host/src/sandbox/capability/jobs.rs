@@ -5,9 +5,9 @@
 //! `store::family`'s; what a wait leads to is the runner's and `crate::runs::family`'s.
 
 use crate::rules::grants::Grants;
-use crate::sandbox::capability::View;
 use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::capability::handles::TxHandle;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::jobs::{
     Enqueued, Host, NewRun as WitNewRun, Options, WaitPolicy,
 };

@@ -2,8 +2,8 @@
 //! translates: it checks the mount against the job's grant (nothing is sent otherwise),
 //! passes the attempt along, and turns failures into fixed `host-error` reasons.
 
-use crate::sandbox::capability::View;
 use crate::sandbox::capability::context::AttemptContext;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::links::{Host, Request, Response};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::links::{Caller, LinkError, Links};

@@ -1,6 +1,6 @@
 //! Host implementations of the WIT capability interfaces. Each one only translates: WIT
 //! values to the port's, the port's results back, and failures to fixed `host-error`
-//! codes (noting them in the attempt's signals). Each is on a [`View`] of its own state and
+//! codes (noting them in the attempt's signals). Each is on a [`view::View`] of its own state and
 //! the attempt's shared piece; this file registers them: a capability's field in
 //! [`Capabilities`], its `for_attempt` line, its line in [`add_to_linker`].
 
@@ -14,21 +14,23 @@ pub mod jobs;
 pub mod links;
 pub mod log;
 pub mod run;
+pub mod shared;
 pub mod steps;
 pub mod tx;
 pub mod view;
 
 use crate::sandbox::engine::bindings::jobhost::job;
 use crate::sandbox::engine::output::AttemptLog;
-use crate::sandbox::engine::state::{Attempt, GuestState};
+use crate::sandbox::engine::state::GuestState;
 use context::AttemptContext;
 use db::{DbCapability, DbSession};
 use files::{FilesCapability, FilesSession};
 use jobs::{JobsCapability, JobsSession};
 use links::{LinksCapability, LinksSession};
 use run::{RunCapability, RunSession};
+use shared::Attempt;
 use steps::{StepsCapability, StepsSession};
-pub use view::{Has, View};
+use view::Has;
 use wasmtime::component::{HasSelf, Linker};
 
 /// Each capability's per-attempt state: what one attempt was given.
@@ -72,7 +74,7 @@ impl Capabilities {
 impl job::types::Host for Attempt {}
 
 /// Links each capability's host impl, one line each, through the projection of the
-/// attempt's state it works on: `log` its log alone, every other capability a [`View`] of
+/// attempt's state it works on: `log` its log alone, every other capability a [`view::View`] of
 /// its own state and the attempt's shared piece (`Attempt`: table, signals, journal, the
 /// guest's transaction), so none reaches another's state.
 pub fn add_to_linker(l: &mut Linker<GuestState>) -> wasmtime::Result<()> {

@@ -3,8 +3,8 @@
 //! waiting parent. No grant: it reaches only the run's own row and its children.
 
 use crate::rules::json_rule::JsonLimits;
-use crate::sandbox::capability::View;
 use crate::sandbox::capability::context::AttemptContext;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::run::{
     Child, ChildPage, Host, RunInfo as Info, StartedBy,
 };

@@ -4,12 +4,12 @@
 //! committed end means is the runner's.
 
 use crate::rules::json_rule;
-use crate::sandbox::capability::View;
 use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::capability::handles::TxHandle;
+use crate::sandbox::capability::shared::Attempt;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::steps::{Host, PassEnd};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::Attempt;
 use crate::sandbox::journal::CommittedEnd;
 use crate::store::guest::{Applied, Fence, GuestDbError, TxEffect};
 use crate::store::{ProgressWrite, Store};

@@ -8,8 +8,8 @@
 
 use crate::rules::grants::DbGrant;
 use crate::sandbox::capability::handles::TxHandle;
+use crate::sandbox::capability::shared::Attempt;
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::Attempt;
 use crate::sandbox::files::Files;
 use crate::sandbox::refusal;
 use crate::store::guest::{GuestDbError, GuestTx};

@@ -3,7 +3,7 @@
 //! type for all of them, projected from the attempt's state in `capability::add_to_linker`
 //! (wasmtime-wasi's and Spin's factors' pattern).
 
-use crate::sandbox::engine::state::Attempt;
+use crate::sandbox::capability::shared::Attempt;
 use std::marker::PhantomData;
 use wasmtime::component::HasData;
 
