@@ -60,6 +60,7 @@ use jobhost::rules::failure::FailureCode;
 use jobhost::rules::grants::{DbGrant, Grants};
 use jobhost::rules::job::{JobSpec, Limits, RetryPolicy};
 use jobhost::runs::runner::{RunnerSettings, Step};
+use jobhost::sandbox::capability::Capabilities;
 use jobhost::sandbox::capability::db::{DbCapability, DbSession};
 use jobhost::sandbox::capability::steps::{StepsCapability, StepsSession};
 use jobhost::sandbox::engine::attempt::{
@@ -70,7 +71,7 @@ use jobhost::sandbox::engine::bindings::jobhost::job::db::{
 };
 use jobhost::sandbox::engine::bindings::jobhost::job::steps::Host as StepsHost;
 use jobhost::sandbox::engine::output::AttemptLog;
-use jobhost::sandbox::engine::state::{Capabilities, GuestState};
+use jobhost::sandbox::engine::state::GuestState;
 use jobhost::sandbox::engine::{Engine, EngineSettings, Loaded};
 use jobhost::sandbox::journal::{Journal, RecordPolicy, Recorder};
 use jobhost::service::app::{App, AppConfig};
@@ -756,10 +757,10 @@ fn bench_db_write(c: &mut Criterion, rt: &Runtime) {
     };
     rt.block_on(async {
         let mut recorded = attempt(0);
-        let first = StepsHost::start(&mut recorded, "page".into()).await;
+        let first = StepsHost::start(&mut recorded.view(|c| &mut c.steps), "page".into()).await;
         assert!(matches!(first, Ok(None)));
         StepsHost::record(
-            &mut recorded,
+            &mut recorded.view(|c| &mut c.steps),
             "page".into(),
             r#"{"last":500,"count":500}"#.into(),
         )
@@ -770,7 +771,7 @@ fn bench_db_write(c: &mut Criterion, rt: &Runtime) {
         b.to_async(rt).iter_batched(
             || attempt(0),
             |mut state| async move {
-                let hit = StepsHost::start(&mut state, "page".into()).await;
+                let hit = StepsHost::start(&mut state.view(|c| &mut c.steps), "page".into()).await;
                 assert!(matches!(hit, Ok(Some(_))));
             },
             BatchSize::SmallInput,
@@ -784,10 +785,10 @@ fn bench_db_write(c: &mut Criterion, rt: &Runtime) {
                 attempt(pass)
             },
             |mut state| async move {
-                let miss = StepsHost::start(&mut state, "page".into()).await;
+                let miss = StepsHost::start(&mut state.view(|c| &mut c.steps), "page".into()).await;
                 assert!(matches!(miss, Ok(None)));
                 StepsHost::record(
-                    &mut state,
+                    &mut state.view(|c| &mut c.steps),
                     "page".into(),
                     r#"{"last":500,"count":500}"#.into(),
                 )
@@ -842,8 +843,10 @@ async fn fenced_write(db: &GuestDb, access: &Access, n: i64) {
 /// The same write as [`fenced_write`], made as a guest makes it: through the `db`
 /// capability's host calls on the attempt's `state` (journaled if its journal records),
 /// which is dropped at the end, as an attempt's is.
+/// Each call through the view the linker projects for it (`GuestState::view`), made per
+/// call as the bindings make it.
 async fn capability_write(mut state: GuestState, n: i64) {
-    let tx = DbHost::begin(&mut state)
+    let tx = DbHost::begin(&mut state.view(|c| &mut c.db))
         .await
         .expect("begin the guest transaction");
     let params = vec![
@@ -852,7 +855,7 @@ async fn capability_write(mut state: GuestState, n: i64) {
         Value::Integer(n),
     ];
     let changed = DbTransaction::execute(
-        &mut state,
+        &mut state.view(|c| &mut c.db),
         Resource::new_borrow(tx.rep()),
         INSERT_LEDGER.into(),
         params,
@@ -860,7 +863,7 @@ async fn capability_write(mut state: GuestState, n: i64) {
     .await
     .expect("insert through the capability");
     assert_eq!(changed, 1);
-    DbTransaction::commit(&mut state, tx)
+    DbTransaction::commit(&mut state.view(|c| &mut c.db), tx)
         .await
         .expect("commit under the lease");
 }

@@ -265,6 +265,18 @@ pub struct Lease {
     pub expires_at: i64,
 }
 
+impl Lease {
+    /// The fence of the writes this generation's holder makes.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            job: self.job.clone(),
+            instance: self.instance.clone(),
+            generation: self.generation,
+            holder: self.holder.clone(),
+        }
+    }
+}
+
 crate::record! {
     /// A run marked running whose lease its host no longer renews.
     #[derive(Debug, Clone, Serialize)]

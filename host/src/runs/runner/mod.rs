@@ -18,12 +18,12 @@ use crate::queue::quota::{OverQuota, QuotaBook, Quotas};
 use crate::rules::failure::FailureCode;
 use crate::rules::job::JobSpec;
 use crate::runs::metrics::Metrics;
+use crate::sandbox::capability::Capabilities;
 use crate::sandbox::capability::context::{AttemptContext, HostServices};
 use crate::sandbox::capability::steps::MAX_STEP_ERROR_BYTES;
 use crate::sandbox::engine::attempt::{
     AttemptFailure, AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext,
 };
-use crate::sandbox::engine::state::Capabilities;
 use crate::sandbox::engine::{Engine, Loaded};
 use crate::sandbox::files::Files;
 use crate::sandbox::journal::{

@@ -40,11 +40,6 @@ pub struct AttemptContext<'a> {
 impl AttemptContext<'_> {
     /// The fence of the attempt's writes: its lease's generation.
     pub fn fence(&self) -> Fence {
-        Fence {
-            job: self.lease.job.clone(),
-            instance: self.lease.instance.clone(),
-            generation: self.lease.generation,
-            holder: self.lease.holder.clone(),
-        }
+        self.lease.fence()
     }
 }

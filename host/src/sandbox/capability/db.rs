@@ -1,10 +1,12 @@
 //! `jobhost:job/db`: the guest's SQL, through the [`GuestDb`] port.
 
+use crate::rules::grants::DbGrant;
 use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::capability::handles::TxHandle;
+use crate::sandbox::capability::shared::Attempt;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::db::{Host, HostTransaction, Rows, Value};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::refusal;
 use crate::store::guest::{Access, GuestDb, GuestTx, SqlRows, SqlValue};
 use std::sync::Arc;
@@ -46,52 +48,49 @@ impl DbCapability {
     pub fn new(session: Option<DbSession>) -> Self {
         DbCapability { session }
     }
-}
 
-impl GuestState {
-    fn db_session(&mut self) -> Result<(GuestDb, Access, Duration), HostError> {
-        match &self.db.session {
-            Some(s) => Ok((s.db.clone(), s.access.clone(), s.txn_bound)),
-            None => {
-                self.attempt
-                    .signals
-                    .refuse(refusal::capability_not_granted("db"));
-                Err(HostError::CapabilityRefused("not-granted".into()))
-            }
-        }
+    /// The grant the guest's statements run under, if the job was granted `db`: a query
+    /// refusal is worded by it, whichever capability's call met it (`capability/tx.rs`).
+    pub(crate) fn grant(&self) -> Option<Arc<DbGrant>> {
+        self.session.as_ref().map(|s| s.access.grant.clone())
     }
 }
 
-impl Host for GuestState {
+/// The session, or a refusal noted in `attempt`: the job was not granted `db`. Borrowed
+/// beside the attempt, not cloned: a call reads it while it notes in the attempt.
+fn granted<'s>(db: &'s DbCapability, attempt: &mut Attempt) -> Result<&'s DbSession, HostError> {
+    db.session.as_ref().ok_or_else(|| {
+        attempt
+            .signals
+            .refuse(refusal::capability_not_granted("db"));
+        HostError::CapabilityRefused("not-granted".into())
+    })
+}
+
+impl Host for View<'_, DbCapability> {
     async fn query(&mut self, sql: String, params: Vec<Value>) -> Result<Rows, HostError> {
         crate::journaled!(self.attempt, "db.query", (&sql, &params), async {
-            let (db, access, _) = self.db_session()?;
-            let result = db.query(&access, &sql, &to_sql(params)).await;
-            self.translate(result).map(to_rows)
+            let s = granted(self.own, self.attempt)?;
+            let result = s.db.query(&s.access, &sql, &to_sql(params)).await;
+            self.attempt.translate(result).map(to_rows)
         })
     }
 
     async fn begin(&mut self) -> Result<Resource<TxHandle>, HostError> {
-        if self.attempt.open_tx.is_some() {
+        if self.attempt.tx_open() {
             return Err(HostError::Invalid("transaction-open".into()));
         }
         let began: Result<Option<GuestTx>, HostError> = crate::journaled!(self.attempt, "db.begin", (), resource async {
-            let (db, access, bound) = self.db_session()?;
-            let result = db.begin(&access, Instant::now() + bound).await;
-            self.translate(result)
+            let s = granted(self.own, self.attempt)?;
+            let result = s.db.begin(&s.access, Instant::now() + s.txn_bound).await;
+            self.attempt.translate(result)
         });
         // A replayed transaction has nothing behind it: its calls are answered too.
-        let handle = self
-            .attempt
-            .table
-            .push(TxHandle(began?))
-            .map_err(|_| HostError::Invalid("too-many-resources".into()))?;
-        self.attempt.open_tx = Some(handle.rep());
-        Ok(handle)
+        self.attempt.hold_tx(began?)
     }
 }
 
-impl HostTransaction for GuestState {
+impl HostTransaction for View<'_, DbCapability> {
     async fn query(
         &mut self,
         tx: Resource<TxHandle>,
@@ -103,8 +102,12 @@ impl HostTransaction for GuestState {
             "db.transaction.query",
             (&sql, &params),
             async {
-                let result = self.tx(&tx)?.query(&sql, &to_sql(params)).await;
-                self.translate(result).map(to_rows)
+                let result = self
+                    .attempt
+                    .guest_tx(&tx)?
+                    .query(&sql, &to_sql(params))
+                    .await;
+                self.attempt.translate(result).map(to_rows)
             }
         )
     }
@@ -120,28 +123,31 @@ impl HostTransaction for GuestState {
             "db.transaction.execute",
             (&sql, &params),
             async {
-                let result = self.tx(&tx)?.execute(&sql, &to_sql(params)).await;
-                self.translate(result)
+                let result = self
+                    .attempt
+                    .guest_tx(&tx)?
+                    .execute(&sql, &to_sql(params))
+                    .await;
+                self.attempt.translate(result)
             }
         )
     }
 
     async fn commit(&mut self, tx: Resource<TxHandle>) -> Result<(), HostError> {
-        let tx = self.take_tx(tx)?;
+        let tx = self.attempt.take_tx(tx)?;
         crate::journaled!(self.attempt, "db.transaction.commit", (), async {
             match tx {
-                Some(tx) => self.commit_taken(tx).await,
+                Some(tx) => self.attempt.commit_taken(tx).await,
                 None => Err(HostError::Invalid("unknown-transaction".into())),
             }
         })
     }
 
     async fn rollback(&mut self, tx: Resource<TxHandle>) {
-        if let Ok(handle) = self.take_tx(tx) {
+        if let Ok(handle) = self.attempt.take_tx(tx) {
             crate::journaled!(self.attempt, "db.transaction.rollback", (), async {
                 if let Some(handle) = handle {
-                    self.files.rolled_back();
-                    handle.rollback().await;
+                    self.attempt.roll_back_taken(handle).await;
                 }
             })
         }

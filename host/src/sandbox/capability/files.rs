@@ -4,12 +4,14 @@
 
 use crate::rules::grants::FilesGrant;
 use crate::sandbox::capability::context::AttemptContext;
-use crate::sandbox::capability::handles::UploadHandle;
+use crate::sandbox::capability::handles::{TxHandle, UploadHandle};
+use crate::sandbox::capability::shared::Attempt;
+use crate::sandbox::capability::tx::AfterCommit;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::files::{
     Host, HostUpload, ObjectMetadata, ObjectPage, ObjectVersion, PendingFile, ReadError, Verdict,
 };
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::files::{
     Files, FilesError, MAX_OPEN_UPLOADS, MAX_UPLOADS_PER_ATTEMPT, Upload, Uploader,
 };
@@ -49,9 +51,6 @@ pub struct FilesCapability {
     session: Option<FilesSession>,
     open_uploads: usize,
     uploads_started: usize,
-    /// Scan jobs to kick once the guest's transaction that attached files commits: each
-    /// once, however many files it attached.
-    scans_after_commit: std::collections::BTreeSet<String>,
 }
 
 impl FilesCapability {
@@ -60,22 +59,7 @@ impl FilesCapability {
             session,
             open_uploads: 0,
             uploads_started: 0,
-            scans_after_commit: Default::default(),
         }
-    }
-
-    /// Kicks the scan jobs of files the committed transaction attached.
-    pub(crate) async fn committed(&mut self) {
-        let jobs = std::mem::take(&mut self.scans_after_commit);
-        if let Some(session) = &self.session {
-            for job in jobs {
-                session.files.kick_scan(&job).await;
-            }
-        }
-    }
-
-    pub(crate) fn rolled_back(&mut self) {
-        self.scans_after_commit.clear();
     }
 }
 
@@ -87,60 +71,62 @@ enum Use {
     Scan,
 }
 
-impl GuestState {
-    /// The session, if the job may use `collection` this way.
-    fn files_for(&mut self, collection: &str, using: Use) -> Result<&FilesSession, HostError> {
-        let allowed = self.files.session.as_ref().is_some_and(|s| match using {
-            Use::Read => s.grant.may_read(collection),
-            Use::Write => s.grant.may_write(collection),
-            Use::Scan => s.grant.may_scan(collection),
-        });
-        if !allowed {
-            let using = match using {
-                Use::Read => "read",
-                Use::Write => "write",
-                Use::Scan => "scan",
-            };
-            let grant = self.files.session.as_ref().map(|s| s.grant.clone());
-            self.attempt
-                .signals
-                .refuse(refusal::collection(collection, using, grant.as_deref()));
-            return Err(HostError::CapabilityRefused("not-granted".into()));
-        }
-        Ok(self.files.session.as_ref().expect("checked above"))
-    }
+/// The session, if the job may use `collection` this way; else the refusal, noted in
+/// `attempt`. Borrowed beside the capability's counts and the attempt, not cloned.
+fn granted<'s>(
+    session: &'s Option<FilesSession>,
+    attempt: &mut Attempt,
+    collection: &str,
+    using: Use,
+) -> Result<&'s FilesSession, HostError> {
+    let allowed = session.as_ref().filter(|s| match using {
+        Use::Read => s.grant.may_read(collection),
+        Use::Write => s.grant.may_write(collection),
+        Use::Scan => s.grant.may_scan(collection),
+    });
+    allowed.ok_or_else(|| {
+        let using = match using {
+            Use::Read => "read",
+            Use::Write => "write",
+            Use::Scan => "scan",
+        };
+        let grant = session.as_ref().map(|s| &*s.grant);
+        attempt
+            .signals
+            .refuse(refusal::collection(collection, using, grant));
+        HostError::CapabilityRefused("not-granted".into())
+    })
+}
 
-    fn files_error(&mut self, error: FilesError) -> HostError {
-        match error {
-            FilesError::UnknownCollection => {
-                self.attempt
-                    .signals
-                    .refuse(refusal::undeclared_collection());
-                HostError::CapabilityRefused("not-granted".into())
-            }
-            FilesError::InvalidName => HostError::Invalid("invalid-name".into()),
-            FilesError::ObjectTooLarge => HostError::Invalid("object-too-large".into()),
-            FilesError::QuotaExceeded => HostError::Invalid("quota-exceeded".into()),
-            FilesError::ChunkTooLarge => HostError::Invalid("chunk-too-large".into()),
-            FilesError::PageTooLarge => HostError::Invalid("page-too-large".into()),
-            FilesError::NotFound => HostError::Invalid("not-found".into()),
-            // The operator was told where; the guest learns only that the host refused.
-            FilesError::PathRefused => {
-                self.attempt.signals.refuse(refusal::path_refused());
-                HostError::CapabilityRefused("path-refused".into())
-            }
-            FilesError::Open { .. } | FilesError::Objects(_) | FilesError::Store(_) => {
-                tracing::warn!(code = "driver_failed", error = %error, "a files call failed");
-                self.attempt.signals.unavailable = true;
-                HostError::Unavailable
-            }
+/// A failure of `Files` as the guest sees it, noted in `attempt`.
+fn files_error(attempt: &mut Attempt, error: FilesError) -> HostError {
+    match error {
+        FilesError::UnknownCollection => {
+            attempt.signals.refuse(refusal::undeclared_collection());
+            HostError::CapabilityRefused("not-granted".into())
+        }
+        FilesError::InvalidName => HostError::Invalid("invalid-name".into()),
+        FilesError::ObjectTooLarge => HostError::Invalid("object-too-large".into()),
+        FilesError::QuotaExceeded => HostError::Invalid("quota-exceeded".into()),
+        FilesError::ChunkTooLarge => HostError::Invalid("chunk-too-large".into()),
+        FilesError::PageTooLarge => HostError::Invalid("page-too-large".into()),
+        FilesError::NotFound => HostError::Invalid("not-found".into()),
+        // The operator was told where; the guest learns only that the host refused.
+        FilesError::PathRefused => {
+            attempt.signals.refuse(refusal::path_refused());
+            HostError::CapabilityRefused("path-refused".into())
+        }
+        FilesError::Open { .. } | FilesError::Objects(_) | FilesError::Store(_) => {
+            tracing::warn!(code = "driver_failed", error = %error, "a files call failed");
+            attempt.signals.unavailable = true;
+            HostError::Unavailable
         }
     }
+}
 
-    fn lease_lost(&mut self) -> HostError {
-        self.attempt.signals.lease_lost = true;
-        HostError::LeaseLost
-    }
+fn lease_lost(attempt: &mut Attempt) -> HostError {
+    attempt.signals.lease_lost = true;
+    HostError::LeaseLost
 }
 
 fn metadata(file: &FileRecord) -> ObjectMetadata {
@@ -152,18 +138,17 @@ fn metadata(file: &FileRecord) -> ObjectMetadata {
     }
 }
 
-impl Host for GuestState {
+impl Host for View<'_, FilesCapability> {
     async fn stat(
         &mut self,
         collection: String,
         name: String,
     ) -> Result<Option<ObjectMetadata>, HostError> {
         crate::journaled!(self.attempt, "files.stat", (&collection, &name), async {
-            let s = self.files_for(&collection, Use::Read)?;
-            let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-            match files.stat(&tenant, &collection, &name).await {
+            let s = granted(&self.own.session, self.attempt, &collection, Use::Read)?;
+            match s.files.stat(&s.uploader.tenant, &collection, &name).await {
                 Ok(file) => Ok(file.as_ref().map(metadata)),
-                Err(e) => Err(self.files_error(e)),
+                Err(e) => Err(files_error(self.attempt, e)),
             }
         })
     }
@@ -180,10 +165,12 @@ impl Host for GuestState {
             "files.read",
             (&collection, &name, offset, len),
             async {
-                let s = self.files_for(&collection, Use::Read)?;
-                let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-                let read = files.read(&tenant, &collection, &name, offset, len).await;
-                read.map_err(|e| self.files_error(e))
+                let s = granted(&self.own.session, self.attempt, &collection, Use::Read)?;
+                let read = s
+                    .files
+                    .read(&s.uploader.tenant, &collection, &name, offset, len)
+                    .await;
+                read.map_err(|e| files_error(self.attempt, e))
             }
         )
     }
@@ -198,14 +185,13 @@ impl Host for GuestState {
             "files.stat-version",
             (&collection, &name),
             async {
-                let s = self.files_for(&collection, Use::Read)?;
-                let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-                match files.stat(&tenant, &collection, &name).await {
+                let s = granted(&self.own.session, self.attempt, &collection, Use::Read)?;
+                match s.files.stat(&s.uploader.tenant, &collection, &name).await {
                     Ok(file) => Ok(file.map(|f| ObjectVersion {
                         metadata: metadata(&f),
                         version: f.object_key,
                     })),
-                    Err(e) => Err(self.files_error(e)),
+                    Err(e) => Err(files_error(self.attempt, e)),
                 }
             }
         )
@@ -221,17 +207,23 @@ impl Host for GuestState {
     ) -> Result<Vec<u8>, ReadError> {
         let args = (&collection, &name, &version, offset, len);
         crate::journaled!(self.attempt, "files.read-version", args, async {
-            let s = self
-                .files_for(&collection, Use::Read)
+            let s = granted(&self.own.session, self.attempt, &collection, Use::Read)
                 .map_err(ReadError::Host)?;
-            let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-            let read = files
-                .read_version(&tenant, &collection, &name, &version, offset, len)
+            let read = s
+                .files
+                .read_version(
+                    &s.uploader.tenant,
+                    &collection,
+                    &name,
+                    &version,
+                    offset,
+                    len,
+                )
                 .await;
             match read {
                 Ok(Some(bytes)) => Ok(bytes),
                 Ok(None) => Err(ReadError::Changed),
-                Err(e) => Err(ReadError::Host(self.files_error(e))),
+                Err(e) => Err(ReadError::Host(files_error(self.attempt, e))),
             }
         })
     }
@@ -245,17 +237,23 @@ impl Host for GuestState {
     ) -> Result<ObjectPage, HostError> {
         let args = (&collection, &prefix, &cursor, limit);
         crate::journaled!(self.attempt, "files.list-objects", args, async {
-            let s = self.files_for(&collection, Use::Read)?;
-            let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-            match files
-                .list(&tenant, &collection, &prefix, cursor.as_deref(), limit)
-                .await
-            {
+            let s = granted(&self.own.session, self.attempt, &collection, Use::Read)?;
+            let listed = s
+                .files
+                .list(
+                    &s.uploader.tenant,
+                    &collection,
+                    &prefix,
+                    cursor.as_deref(),
+                    limit,
+                )
+                .await;
+            match listed {
                 Ok((page, next)) => Ok(ObjectPage {
                     objects: page.iter().map(metadata).collect(),
                     next,
                 }),
-                Err(e) => Err(self.files_error(e)),
+                Err(e) => Err(files_error(self.attempt, e)),
             }
         })
     }
@@ -265,18 +263,17 @@ impl Host for GuestState {
         collection: String,
     ) -> Result<Resource<UploadHandle>, HostError> {
         let started: Result<Option<Upload>, HostError> = crate::journaled!(self.attempt, "files.start-upload", (&collection,), resource async {
-            let s = self.files_for(&collection, Use::Write)?;
-            let (files, uploader) = (s.files.clone(), s.uploader.clone());
+            let s = granted(&self.own.session, self.attempt, &collection, Use::Write)?;
             self.attempt.own_write_allowed().await?;
-            if self.files.open_uploads >= MAX_OPEN_UPLOADS
-                || self.files.uploads_started >= MAX_UPLOADS_PER_ATTEMPT
+            if self.own.open_uploads >= MAX_OPEN_UPLOADS
+                || self.own.uploads_started >= MAX_UPLOADS_PER_ATTEMPT
             {
                 return Err(HostError::Invalid("too-many-uploads".into()));
             }
-            self.files.uploads_started += 1;
-            match files.start_upload(&uploader, &collection).await {
+            self.own.uploads_started += 1;
+            match s.files.start_upload(&s.uploader, &collection).await {
                 Ok(upload) => Ok(upload),
-                Err(e) => Err(self.files_error(e)),
+                Err(e) => Err(files_error(self.attempt, e)),
             }
         });
         let handle = self
@@ -284,7 +281,7 @@ impl Host for GuestState {
             .table
             .push(UploadHandle(started?))
             .map_err(|_| HostError::Invalid("too-many-resources".into()))?;
-        self.files.open_uploads += 1;
+        self.own.open_uploads += 1;
         Ok(handle)
     }
 
@@ -298,69 +295,87 @@ impl Host for GuestState {
         crate::journaled!(self.attempt, "files.attach", (&name,), async {
             // Refused, the upload is discarded, unattached.
             self.attempt.own_write_allowed().await?;
-            let finished = self.finish_upload(taken).await?;
-            let s = self.files_for(&finished.collection, Use::Write)?;
-            let (files, fence, run_id) =
-                (s.files.clone(), s.fence.clone(), s.uploader.run_id.clone());
-            match files.attach(&fence, &run_id, &finished, &name).await {
+            let finished = finish_upload(self.attempt, taken).await?;
+            let s = granted(
+                &self.own.session,
+                self.attempt,
+                &finished.collection,
+                Use::Write,
+            )?;
+            match s
+                .files
+                .attach(&s.fence, &s.uploader.run_id, &finished, &name)
+                .await
+            {
                 Ok(Some(file)) => {
-                    if let Some(scan) = files.spec(&file.collection).and_then(|c| c.scan.clone()) {
-                        files.kick_scan(&scan).await;
+                    if let Some(scan) = s.files.spec(&file.collection).and_then(|c| c.scan.as_ref())
+                    {
+                        s.files.kick_scan(scan).await;
                     }
                     Ok(metadata(&file))
                 }
-                Ok(None) => Err(self.lease_lost()),
-                Err(e) => Err(self.files_error(e)),
+                Ok(None) => Err(lease_lost(self.attempt)),
+                Err(e) => Err(files_error(self.attempt, e)),
             }
         })
     }
 
     async fn attach_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
+        tx: Resource<TxHandle>,
         upload: Resource<UploadHandle>,
         name: String,
     ) -> Result<ObjectMetadata, HostError> {
         let taken = self.take_upload(upload);
         crate::journaled!(self.attempt, "files.attach-in", (&name,), async {
-            let finished = self.finish_upload(taken).await?;
-            let s = self.files_for(&finished.collection, Use::Write)?;
-            let (files, run_id) = (s.files.clone(), s.uploader.run_id.clone());
-            let write = files
-                .attach_write(&run_id, &finished, &name)
-                .map_err(|e| self.files_error(e))?;
-            let written = self.in_transaction(&tx, &write).await?;
+            let finished = finish_upload(self.attempt, taken).await?;
+            let s = granted(
+                &self.own.session,
+                self.attempt,
+                &finished.collection,
+                Use::Write,
+            )?;
+            let write = s
+                .files
+                .attach_write(&s.uploader.run_id, &finished, &name)
+                .map_err(|e| files_error(self.attempt, e))?;
+            let written = in_transaction(self.attempt, &tx, &write).await?;
             if written == FileWritten::OverQuota {
-                files.discard(&finished).await;
-                return Err(self.files_error(FilesError::QuotaExceeded));
+                s.files.discard(&finished).await;
+                return Err(files_error(self.attempt, FilesError::QuotaExceeded));
             }
-            if let Some(scan) = files
+            if let Some(scan) = s
+                .files
                 .spec(&finished.collection)
                 .and_then(|c| c.scan.clone())
             {
-                self.files.scans_after_commit.insert(scan);
+                let files = s.files.clone();
+                self.attempt
+                    .after_commit(AfterCommit::KickScan { files, job: scan });
             }
-            Ok(metadata(&files.attached(&write, &written)))
+            Ok(metadata(&s.files.attached(&write, &written)))
         })
     }
 
     async fn remove(&mut self, collection: String, name: String) -> Result<bool, HostError> {
         crate::journaled!(self.attempt, "files.remove", (&collection, &name), async {
-            let s = self.files_for(&collection, Use::Write)?;
-            let (files, fence, tenant) =
-                (s.files.clone(), s.fence.clone(), s.uploader.tenant.clone());
+            let s = granted(&self.own.session, self.attempt, &collection, Use::Write)?;
             self.attempt.own_write_allowed().await?;
-            match files.remove(&fence, &tenant, &collection, &name).await {
+            match s
+                .files
+                .remove(&s.fence, &s.uploader.tenant, &collection, &name)
+                .await
+            {
                 Ok(Some(removed)) => Ok(removed),
-                Ok(None) => Err(self.lease_lost()),
-                Err(e) => Err(self.files_error(e)),
+                Ok(None) => Err(lease_lost(self.attempt)),
+                Err(e) => Err(files_error(self.attempt, e)),
             }
         })
     }
 
     async fn remove_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
+        tx: Resource<TxHandle>,
         collection: String,
         name: String,
     ) -> Result<bool, HostError> {
@@ -369,12 +384,12 @@ impl Host for GuestState {
             "files.remove-in",
             (&collection, &name),
             async {
-                let s = self.files_for(&collection, Use::Write)?;
-                let (files, tenant) = (s.files.clone(), s.uploader.tenant.clone());
-                let write = files
-                    .remove_write(&tenant, &collection, &name)
-                    .map_err(|e| self.files_error(e))?;
-                Ok(self.in_transaction(&tx, &write).await? == FileWritten::Changed(true))
+                let s = granted(&self.own.session, self.attempt, &collection, Use::Write)?;
+                let write = s
+                    .files
+                    .remove_write(&s.uploader.tenant, &collection, &name)
+                    .map_err(|e| files_error(self.attempt, e))?;
+                Ok(in_transaction(self.attempt, &tx, &write).await? == FileWritten::Changed(true))
             }
         )
     }
@@ -389,8 +404,8 @@ impl Host for GuestState {
             "files.scan-pending",
             (&collection, limit),
             async {
-                let files = self.files_for(&collection, Use::Scan)?.files.clone();
-                match files.pending(&collection, limit).await {
+                let s = granted(&self.own.session, self.attempt, &collection, Use::Scan)?;
+                match s.files.pending(&collection, limit).await {
                     Ok(pending) => Ok(pending
                         .into_iter()
                         .map(|p| PendingFile {
@@ -400,7 +415,7 @@ impl Host for GuestState {
                             size: p.size.max(0) as u64,
                         })
                         .collect()),
-                    Err(e) => Err(self.files_error(e)),
+                    Err(e) => Err(files_error(self.attempt, e)),
                 }
             }
         )
@@ -418,9 +433,9 @@ impl Host for GuestState {
             "files.scan-read",
             (&collection, &id, offset, len),
             async {
-                let files = self.files_for(&collection, Use::Scan)?.files.clone();
-                let read = files.read_pending(&collection, &id, offset, len).await;
-                read.map_err(|e| self.files_error(e))
+                let s = granted(&self.own.session, self.attempt, &collection, Use::Scan)?;
+                let read = s.files.read_pending(&collection, &id, offset, len).await;
+                read.map_err(|e| files_error(self.attempt, e))
             }
         )
     }
@@ -436,72 +451,63 @@ impl Host for GuestState {
             "files.scan-mark",
             (&collection, &id, &verdict),
             async {
-                let s = self.files_for(&collection, Use::Scan)?;
-                let (files, fence) = (s.files.clone(), s.fence.clone());
+                let s = granted(&self.own.session, self.attempt, &collection, Use::Scan)?;
                 self.attempt.own_write_allowed().await?;
-                match files
-                    .mark(&fence, &collection, &id, verdict == Verdict::Clean)
-                    .await
-                {
+                let clean = verdict == Verdict::Clean;
+                match s.files.mark(&s.fence, &collection, &id, clean).await {
                     Ok(Some(true)) => Ok(()),
                     Ok(Some(false)) => Err(HostError::Invalid("not-found".into())),
-                    Ok(None) => Err(self.lease_lost()),
-                    Err(e) => Err(self.files_error(e)),
+                    Ok(None) => Err(lease_lost(self.attempt)),
+                    Err(e) => Err(files_error(self.attempt, e)),
                 }
             }
         )
     }
 }
 
-impl GuestState {
+impl View<'_, FilesCapability> {
     /// Takes an upload out of the guest's table, which counts it open no more.
     fn take_upload(&mut self, upload: Resource<UploadHandle>) -> Option<UploadHandle> {
         let taken = self.attempt.table.delete(upload).ok()?;
-        self.files.open_uploads = self.files.open_uploads.saturating_sub(1);
+        self.own.open_uploads = self.own.open_uploads.saturating_sub(1);
         Some(taken)
-    }
-
-    /// Completes an upload taken out of the guest's table (its object stays invisible).
-    async fn finish_upload(
-        &mut self,
-        taken: Option<UploadHandle>,
-    ) -> Result<crate::sandbox::files::Finished, HostError> {
-        let upload = taken
-            .and_then(|UploadHandle(upload)| upload)
-            .ok_or_else(|| HostError::Invalid("unknown-upload".into()))?;
-        upload.finish().await.map_err(|e| self.files_error(e))
-    }
-
-    /// Applies a row change inside the guest's open transaction.
-    async fn in_transaction(
-        &mut self,
-        tx: &Resource<crate::sandbox::capability::handles::TxHandle>,
-        write: &crate::store::FileWrite,
-    ) -> Result<FileWritten, HostError> {
-        let tx = self
-            .attempt
-            .table
-            .get_mut(tx)
-            .ok()
-            .and_then(|tx| tx.guest_tx())
-            .ok_or_else(|| HostError::Invalid("unknown-transaction".into()))?;
-        let written = tx
-            .apply(TxEffect::File(write))
-            .await
-            .and_then(Applied::file);
-        written.map_err(|e| match e {
-            GuestDbError::LeaseLost => self.lease_lost(),
-            GuestDbError::Unavailable => {
-                self.attempt.signals.unavailable = true;
-                HostError::Unavailable
-            }
-            GuestDbError::Refused(r) => HostError::QueryRefused(r.reason().into()),
-            GuestDbError::Invalid(reason) => HostError::Invalid(reason.into()),
-        })
     }
 }
 
-impl HostUpload for GuestState {
+/// Completes an upload taken out of the guest's table (its object stays invisible).
+async fn finish_upload(
+    attempt: &mut Attempt,
+    taken: Option<UploadHandle>,
+) -> Result<crate::sandbox::files::Finished, HostError> {
+    let upload = taken
+        .and_then(|UploadHandle(upload)| upload)
+        .ok_or_else(|| HostError::Invalid("unknown-upload".into()))?;
+    upload.finish().await.map_err(|e| files_error(attempt, e))
+}
+
+/// Applies a row change inside the guest's open transaction.
+async fn in_transaction(
+    attempt: &mut Attempt,
+    tx: &Resource<TxHandle>,
+    write: &crate::store::FileWrite,
+) -> Result<FileWritten, HostError> {
+    let written = attempt
+        .guest_tx(tx)?
+        .apply(TxEffect::File(write))
+        .await
+        .and_then(Applied::file);
+    written.map_err(|e| match e {
+        GuestDbError::LeaseLost => lease_lost(attempt),
+        GuestDbError::Unavailable => {
+            attempt.signals.unavailable = true;
+            HostError::Unavailable
+        }
+        GuestDbError::Refused(r) => HostError::QueryRefused(r.reason().into()),
+        GuestDbError::Invalid(reason) => HostError::Invalid(reason.into()),
+    })
+}
+
+impl HostUpload for View<'_, FilesCapability> {
     async fn write(
         &mut self,
         upload: Resource<UploadHandle>,
@@ -516,7 +522,7 @@ impl HostUpload for GuestState {
                 .and_then(|handle| handle.0.as_mut())
                 .ok_or_else(|| HostError::Invalid("unknown-upload".into()))?;
             let written = handle.write(chunk.into()).await;
-            written.map_err(|e| self.files_error(e))
+            written.map_err(|e| files_error(self.attempt, e))
         })
     }
 
@@ -546,33 +552,18 @@ impl crate::sandbox::journal::Placeholder for Result<Vec<u8>, ReadError> {
 mod tests {
     use super::*;
     use crate::rules::failure::FailureCode;
-    use crate::sandbox::engine::output::AttemptLog;
-    use crate::sandbox::engine::state::Capabilities;
+    use crate::sandbox::capability::fixture::{self, Leased};
     use crate::sandbox::files::CollectionSpec;
-    use crate::store::{LeaseRequest, Store};
     use std::collections::BTreeMap;
 
-    /// A guest's state with the `files` capability, as an attempt of job `j` holding its
-    /// lease, granted `write` on `docs` — and no wasm at all.
-    async fn state(dir: &std::path::Path) -> (GuestState, Store) {
-        let store = Store::open(&format!("sqlite://{}/t.db", dir.display()))
-            .await
-            .unwrap();
-        let lease = store
-            .acquire_lease(&LeaseRequest {
-                job: "j",
-                instance: "i",
-                holder: "run-1",
-                deadline_ms: 60_000,
-                expires_ms: 60_000,
-            })
-            .await
-            .unwrap()
-            .unwrap();
+    /// The `files` capability of an attempt of job `j` holding its lease, granted `write`
+    /// on `docs` — and no wasm at all.
+    async fn state(dir: &std::path::Path) -> (FilesCapability, Leased) {
+        let leased = Leased::open(dir).await;
         let mut collections = BTreeMap::new();
         collections.insert("docs".to_string(), CollectionSpec::in_home());
         collections.insert("other".to_string(), CollectionSpec::in_home());
-        let files = Arc::new(Files::open(&collections, dir, store.clone()).unwrap());
+        let files = Arc::new(Files::open(&collections, dir, leased.store.clone()).unwrap());
         let mut grant = FilesGrant::default();
         grant.write.insert("docs".into());
         let session = FilesSession {
@@ -581,34 +572,27 @@ mod tests {
             uploader: Uploader {
                 tenant: "acme".into(),
                 run_id: "run-1".into(),
-                attach_by: lease.deadline_at,
+                attach_by: leased.lease.deadline_at,
             },
-            fence: Fence {
-                job: lease.job,
-                instance: lease.instance,
-                generation: lease.generation,
-                holder: lease.holder,
-            },
+            fence: leased.lease.fence(),
         };
-        let capabilities = Capabilities {
-            files: FilesCapability::new(Some(session)),
-            ..Capabilities::none()
-        };
-        (
-            GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),
-            store,
-        )
+        (FilesCapability::new(Some(session)), leased)
     }
 
     /// The first two bytes of `version` of `docs/a.txt`.
-    async fn pinned(guest: &mut GuestState, version: &str) -> Result<Vec<u8>, ReadError> {
+    async fn pinned(
+        guest: &mut View<'_, FilesCapability>,
+        version: &str,
+    ) -> Result<Vec<u8>, ReadError> {
         Host::read_version(guest, "docs".into(), "a.txt".into(), version.into(), 0, 2).await
     }
 
     #[tokio::test]
     async fn uploads_become_visible_only_when_attached_and_only_if_granted() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut guest, store) = state(dir.path()).await;
+        let (mut files, leased) = state(dir.path()).await;
+        let mut shared = fixture::attempt();
+        let mut guest = View::new(&mut files, &mut shared);
         let upload = Host::start_upload(&mut guest, "docs".into()).await.unwrap();
         let same = Resource::<UploadHandle>::new_borrow(upload.rep());
         HostUpload::write(&mut guest, same, b"hello".to_vec())
@@ -721,12 +705,7 @@ mod tests {
         );
         // Once the lease moved on, neither an attach nor a removal commits anything.
         let upload = Host::start_upload(&mut guest, "docs".into()).await.unwrap();
-        if let crate::store::Pool::Sqlite(p) = store.pool() {
-            sqlx::query("UPDATE jobhost_leases SET generation = generation + 1")
-                .execute(p)
-                .await
-                .unwrap();
-        }
+        leased.lose_lease().await;
         assert!(matches!(
             Host::attach(&mut guest, upload, "b.txt".into()).await,
             Err(HostError::LeaseLost)

@@ -9,13 +9,6 @@ use crate::store::guest::GuestTx;
 /// behind it.
 pub struct TxHandle(pub(super) Option<GuestTx>);
 
-impl TxHandle {
-    /// The open transaction, for another capability's writes that commit with it.
-    pub(crate) fn guest_tx(&mut self) -> Option<&mut GuestTx> {
-        self.0.as_mut()
-    }
-}
-
 /// An upload in the guest's resource table: `None` in a replay, where nothing is behind
 /// it.
 pub struct UploadHandle(pub(super) Option<Upload>);

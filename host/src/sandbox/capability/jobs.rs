@@ -6,11 +6,12 @@
 
 use crate::rules::grants::Grants;
 use crate::sandbox::capability::context::AttemptContext;
+use crate::sandbox::capability::handles::TxHandle;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::jobs::{
     Enqueued, Host, NewRun as WitNewRun, Options, WaitPolicy,
 };
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::refusal;
 use crate::store::family::{ChildRun, Enqueue, ParentLink};
 use crate::store::guest::{Applied, Fence, GuestDbError, TxEffect};
@@ -120,17 +121,17 @@ fn child_id(parent: &ParentLink, tenant: &str, call: u64, index: usize, run: &Wi
     crate::queue::fan_out::child_id(&run.job, &occasion, tenant)
 }
 
-impl GuestState {
+impl View<'_, JobsCapability> {
     fn jobs_session(&mut self) -> Result<&JobsSession, HostError> {
-        if self.jobs.session.is_none() {
+        if self.own.session.is_none() {
             return Err(self.refuse("not-granted"));
         }
-        Ok(self.jobs.session.as_ref().expect("checked above"))
+        Ok(self.own.session.as_ref().expect("checked above"))
     }
 
     fn refuse(&mut self, reason: &str) -> HostError {
         let grant = self
-            .jobs
+            .own
             .session
             .as_ref()
             .and_then(|s| s.grants.jobs.as_ref());
@@ -158,7 +159,7 @@ impl GuestState {
             return Err(self.refuse("job-not-granted"));
         }
         let (store, tenant) = (session.store.clone(), session.tenant.clone());
-        if !self.jobs.targets.contains_key(name) {
+        if !self.own.targets.contains_key(name) {
             let record = match store.get_job(name).await {
                 Ok(record) => record.filter(|r| r.orphaned_at.is_none()),
                 Err(_) => {
@@ -166,9 +167,9 @@ impl GuestState {
                     return Err(HostError::Unavailable);
                 }
             };
-            self.jobs.targets.insert(name.to_string(), record);
+            self.own.targets.insert(name.to_string(), record);
         }
-        match self.jobs.targets[name].clone() {
+        match self.own.targets[name].clone() {
             None => Err(invalid("unknown-job")),
             Some(record) if record.per_tenant == 0 && record.tenant != tenant => {
                 Err(self.refuse("job-of-another-tenant"))
@@ -205,14 +206,8 @@ impl GuestState {
                 .filter(|d| *d <= MAX_DELAY_MS)
                 .ok_or_else(|| invalid("invalid-delay"))?;
             bytes += payload.len();
-            let session = self.jobs.session.as_ref().expect("checked above");
-            let id = child_id(
-                &session.parent,
-                &session.tenant,
-                self.jobs.calls,
-                index,
-                run,
-            );
+            let session = self.own.session.as_ref().expect("checked above");
+            let id = child_id(&session.parent, &session.tenant, self.own.calls, index, run);
             planned.push(ChildRun {
                 instance: options.instance.clone().unwrap_or_else(|| id.clone()),
                 id,
@@ -233,19 +228,19 @@ impl GuestState {
 
     /// Counts `runs` runs and `bytes` payload bytes against the attempt's bounds.
     fn reserve(&mut self, runs: usize, bytes: usize) -> Result<(), HostError> {
-        if self.jobs.started + runs > MAX_RUNS_PER_ATTEMPT
-            || self.jobs.payload_bytes + bytes > MAX_PAYLOAD_BYTES_PER_ATTEMPT
+        if self.own.started + runs > MAX_RUNS_PER_ATTEMPT
+            || self.own.payload_bytes + bytes > MAX_PAYLOAD_BYTES_PER_ATTEMPT
         {
             return Err(self.over_limit());
         }
-        self.jobs.started += runs;
-        self.jobs.payload_bytes += bytes;
-        self.jobs.calls += 1;
+        self.own.started += runs;
+        self.own.payload_bytes += bytes;
+        self.own.calls += 1;
         Ok(())
     }
 
     fn enqueue_of(&self, runs: Vec<ChildRun>) -> Enqueue {
-        let session = self.jobs.session.as_ref().expect("checked by the caller");
+        let session = self.own.session.as_ref().expect("checked by the caller");
         Enqueue {
             parent: session.parent.clone(),
             runs,
@@ -256,7 +251,7 @@ impl GuestState {
     /// its manifest payload, as any kick.
     async fn plan_kick(&mut self, job: &str) -> Result<Enqueue, HostError> {
         let record = self.target(job).await?;
-        let session = self.jobs.session.as_ref().expect("checked by target");
+        let session = self.own.session.as_ref().expect("checked by target");
         let instance = if record.per_tenant == 0 {
             crate::queue::kick::DEFAULT_INSTANCE.to_string()
         } else {
@@ -264,7 +259,7 @@ impl GuestState {
         };
         let occasion = format!(
             "kick:{}:{}:{}",
-            session.parent.run_id, session.parent.pass, self.jobs.calls
+            session.parent.run_id, session.parent.pass, self.own.calls
         );
         let run = ChildRun {
             id: crate::queue::fan_out::child_id(job, &occasion, &session.tenant),
@@ -294,10 +289,10 @@ impl GuestState {
             return Err(self.refuse("event-not-granted"));
         }
         let payload = checked_payload(payload)?;
-        let session = self.jobs.session.as_ref().expect("checked above");
+        let session = self.own.session.as_ref().expect("checked above");
         let key = format!(
             "{}.{}.{}",
-            session.parent.run_id, session.parent.pass, self.jobs.calls
+            session.parent.run_id, session.parent.pass, self.own.calls
         );
         let planned = crate::queue::events::event_runs(
             &session.store,
@@ -315,7 +310,7 @@ impl GuestState {
                 return Err(HostError::Unavailable);
             }
         };
-        let session = self.jobs.session.as_ref().expect("checked above");
+        let session = self.own.session.as_ref().expect("checked above");
         let runs: Vec<ChildRun> = planned
             .into_iter()
             .map(|run| ChildRun {
@@ -344,13 +339,13 @@ impl GuestState {
             return Ok(());
         };
         let store = self.jobs_session()?.store.clone();
-        let depth = match self.jobs.depth {
+        let depth = match self.own.depth {
             Some(depth) => depth,
             None => {
                 let most = crate::queue::backlog::MAX_FAMILY_DEPTH;
                 let read = store.family_depth(&write.parent.run_id, most).await;
                 let depth = self.available(read)?;
-                *self.jobs.depth.insert(depth)
+                *self.own.depth.insert(depth)
             }
         };
         if depth >= crate::queue::backlog::MAX_FAMILY_DEPTH {
@@ -365,7 +360,7 @@ impl GuestState {
         }
         let in_tenant = write.runs.len() as u64;
         for (job, adding) in by_job {
-            let record = match self.jobs.targets.get(job) {
+            let record = match self.own.targets.get(job) {
                 Some(Some(record)) => record.clone(),
                 _ => match self.available(store.get_job(job).await)? {
                     Some(record) => record,
@@ -395,23 +390,27 @@ impl GuestState {
     async fn enqueue_own(&mut self, write: &Enqueue) -> Result<Vec<bool>, HostError> {
         self.attempt.own_write_allowed().await?;
         self.room_for(write).await?;
-        let session = self.jobs.session.as_ref().expect("checked by the plan");
+        let session = self.own.session.as_ref().expect("checked by the plan");
         let (store, fence) = (session.store.clone(), session.fence.clone());
         let queued = store.enqueue_fenced(&fence, write).await;
-        self.translate(queued)
+        self.attempt.translate(queued)
     }
 
     /// Queues `write` inside the guest's transaction `tx`.
     async fn enqueue_in_tx(
         &mut self,
-        tx: &Resource<crate::sandbox::capability::handles::TxHandle>,
+        tx: &Resource<TxHandle>,
         write: &Enqueue,
     ) -> Result<Vec<bool>, HostError> {
-        self.tx(tx)?;
+        self.attempt.guest_tx(tx)?;
         self.room_for(write).await?;
-        let queued = self.tx(tx)?.apply(TxEffect::Enqueue(write)).await;
+        let queued = self
+            .attempt
+            .guest_tx(tx)?
+            .apply(TxEffect::Enqueue(write))
+            .await;
         let queued = queued.and_then(Applied::enqueued);
-        self.translate(queued)
+        self.attempt.translate(queued)
     }
 }
 
@@ -443,7 +442,7 @@ fn queued(inserted: &[bool]) -> u32 {
     u32::try_from(inserted.iter().filter(|i| **i).count()).unwrap_or(u32::MAX)
 }
 
-impl Host for GuestState {
+impl Host for View<'_, JobsCapability> {
     async fn enqueue(
         &mut self,
         job: String,
@@ -466,7 +465,7 @@ impl Host for GuestState {
 
     async fn enqueue_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
+        tx: Resource<TxHandle>,
         job: String,
         payload: String,
         options: Options,
@@ -495,7 +494,7 @@ impl Host for GuestState {
 
     async fn enqueue_all_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
+        tx: Resource<TxHandle>,
         runs: Vec<WitNewRun>,
     ) -> Result<Vec<Enqueued>, HostError> {
         crate::journaled!(self.attempt, "jobs.enqueue-all-in", (&runs,), async {
@@ -513,11 +512,7 @@ impl Host for GuestState {
         })
     }
 
-    async fn kick_in(
-        &mut self,
-        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
-        job: String,
-    ) -> Result<String, HostError> {
+    async fn kick_in(&mut self, tx: Resource<TxHandle>, job: String) -> Result<String, HostError> {
         crate::journaled!(self.attempt, "jobs.kick-in", (&job,), async {
             let write = self.plan_kick(&job).await?;
             self.enqueue_in_tx(&tx, &write).await?;
@@ -535,7 +530,7 @@ impl Host for GuestState {
 
     async fn emit_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
+        tx: Resource<TxHandle>,
         event: String,
         payload: String,
     ) -> Result<u32, HostError> {
@@ -564,8 +559,8 @@ impl Host for GuestState {
                     self.attempt.signals.waits_for_children = true;
                     Ok(())
                 }
-                Ok(false) => self.translate(Err(GuestDbError::LeaseLost)),
-                Err(_) => self.translate(Err(GuestDbError::Unavailable)),
+                Ok(false) => self.attempt.translate(Err(GuestDbError::LeaseLost)),
+                Err(_) => self.attempt.translate(Err(GuestDbError::Unavailable)),
             }
         })
     }
@@ -642,19 +637,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_job_without_the_grant_is_refused_and_the_bound_holds() {
-        use crate::sandbox::engine::output::AttemptLog;
-        use crate::sandbox::engine::state::Capabilities;
-        let mut state = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
+        use crate::sandbox::capability::fixture;
+        let (mut jobs, mut shared) = (JobsCapability::new(None), fixture::attempt());
         assert!(matches!(
-            state.kick("thumb".into()).await,
+            View::new(&mut jobs, &mut shared).kick("thumb".into()).await,
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"
         ));
         assert_eq!(
-            state.attempt.signals.refused_code(),
+            shared.signals.refused_code(),
             Some(FailureCode::CapabilityRefused)
         );
-        let mut bounded = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
-        bounded.jobs.started = MAX_RUNS_PER_ATTEMPT - 1;
+        let (mut jobs, mut shared) = (JobsCapability::new(None), fixture::attempt());
+        jobs.started = MAX_RUNS_PER_ATTEMPT - 1;
+        let mut bounded = View::new(&mut jobs, &mut shared);
         assert!(bounded.reserve(1, 10).is_ok());
         assert!(matches!(bounded.reserve(1, 10), Err(HostError::Invalid(r)) if r == "run-limit"));
         assert_eq!(
@@ -662,7 +657,7 @@ mod tests {
             Some(FailureCode::RunLimit)
         );
         assert_eq!(
-            bounded.jobs.started, MAX_RUNS_PER_ATTEMPT,
+            jobs.started, MAX_RUNS_PER_ATTEMPT,
             "a refused call counts nothing"
         );
     }

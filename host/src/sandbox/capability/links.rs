@@ -6,14 +6,13 @@
 //! `unavailable`.
 
 use crate::sandbox::capability::context::AttemptContext;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::links::{CallError, Host, Request, Response};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::{Attempt, GuestState};
 use crate::sandbox::links::{Caller, LinkError, Links};
 use crate::sandbox::refusal;
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use wasmtime::component::HasData;
 
 /// What one attempt may call.
 pub struct LinksSession {
@@ -57,34 +56,12 @@ impl LinksCapability {
     }
 }
 
-/// What a `links` call works on: its own state and the attempt's shared piece.
-pub struct LinksView<'a> {
-    links: &'a mut LinksCapability,
-    attempt: &'a mut Attempt,
-}
-
-/// The `links` capability's projection of the attempt's state ([`LinksView`]).
-pub struct HasLinks;
-
-impl HasData for HasLinks {
-    type Data<'a> = LinksView<'a>;
-}
-
-impl GuestState {
-    pub(crate) fn links_view(&mut self) -> LinksView<'_> {
-        LinksView {
-            links: &mut self.links,
-            attempt: &mut self.attempt,
-        }
-    }
-}
-
-impl LinksView<'_> {
+impl View<'_, LinksCapability> {
     fn refuse_link(&mut self, reason: &str, mount: &str) -> HostError {
-        let grant = self.links.session.as_ref().map(|s| s.grant.clone());
+        let grant = self.own.session.as_ref().map(|s| &*s.grant);
         self.attempt
             .signals
-            .refuse(refusal::link(reason, mount, grant.as_deref()));
+            .refuse(refusal::link(reason, mount, grant));
         HostError::CapabilityRefused(reason.into())
     }
 
@@ -115,14 +92,13 @@ impl LinksView<'_> {
     /// One call through the grant and the mount's rules, for `call` and `send` alike.
     async fn forward(&mut self, mount: &str, request: Request) -> Result<Response, CallError> {
         let Some(session) = self
-            .links
+            .own
             .session
             .as_ref()
             .filter(|s| s.grant.contains(mount))
         else {
             return Err(CallError::Host(self.refuse_link("not-granted", mount)));
         };
-        let (links, caller) = (session.links.clone(), session.caller.clone());
         let request = crate::sandbox::links::Request {
             method: request.method,
             path: request.path,
@@ -131,7 +107,8 @@ impl LinksView<'_> {
             step: request.step,
             action: request.action,
         };
-        match links.call(&caller, mount, request).await {
+        let answered = session.links.call(&session.caller, mount, request).await;
+        match answered {
             Ok(response) => Ok(Response {
                 status: response.status,
                 headers: response.headers,
@@ -142,7 +119,7 @@ impl LinksView<'_> {
     }
 }
 
-impl Host for LinksView<'_> {
+impl Host for View<'_, LinksCapability> {
     async fn call(&mut self, mount: String, request: Request) -> Result<Response, HostError> {
         crate::journaled!(self.attempt, "links.call", (&mount, &request), async {
             self.forward(&mount, request).await.map_err(|e| match e {
@@ -178,14 +155,11 @@ impl crate::sandbox::journal::Placeholder for Result<Response, CallError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::engine::output::AttemptLog;
-    use crate::sandbox::engine::state::Capabilities;
+    use crate::sandbox::capability::fixture::{self, Leased};
     use crate::sandbox::links::headers::default_headers;
     use crate::sandbox::links::limits::MountLimits;
     use crate::sandbox::links::token::{ROTATE_AFTER, Signer};
     use crate::sandbox::links::{DEFAULT_MAX_BODY, MountSpec};
-    use crate::store::guest::Fence;
-    use crate::store::{LeaseRequest, Store};
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
@@ -207,23 +181,11 @@ mod tests {
         (url, hits)
     }
 
-    /// A guest's state with `links`, as an attempt holding its lease, granted `api` —
-    /// and no wasm at all.
-    async fn state(dir: &std::path::Path, url: &str) -> (GuestState, Store) {
-        let store = Store::open(&format!("sqlite://{}/t.db", dir.display()))
-            .await
-            .unwrap();
-        let lease = store
-            .acquire_lease(&LeaseRequest {
-                job: "j",
-                instance: "i",
-                holder: "run-1",
-                deadline_ms: 60_000,
-                expires_ms: 60_000,
-            })
-            .await
-            .unwrap()
-            .unwrap();
+    /// The `links` capability of an attempt holding its lease, granted `api` — and no
+    /// wasm at all.
+    async fn state(dir: &std::path::Path, url: &str) -> (LinksCapability, Leased) {
+        let leased = Leased::open(dir).await;
+        let store = &leased.store;
         let mut mounts = BTreeMap::new();
         for name in ["api", "other"] {
             mounts.insert(
@@ -251,26 +213,14 @@ mod tests {
                 run_id: "run-1".into(),
                 run_root: "run-1".into(),
                 pass: 1,
-                fence: Fence {
-                    job: lease.job,
-                    instance: lease.instance,
-                    generation: lease.generation,
-                    holder: lease.holder,
-                },
+                fence: leased.lease.fence(),
                 deadline: tokio::time::Instant::now() + Duration::from_secs(30),
-                lease_deadline_ms: lease.deadline_at,
+                lease_deadline_ms: leased.lease.deadline_at,
                 actions: Arc::new(BTreeSet::new()),
                 trace: crate::rules::trace::TraceParent::start(),
             },
         };
-        let capabilities = Capabilities {
-            links: LinksCapability::new(Some(session)),
-            ..Capabilities::none()
-        };
-        (
-            GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),
-            store,
-        )
+        (LinksCapability::new(Some(session)), leased)
     }
 
     fn get(path: &str) -> Request {
@@ -288,8 +238,10 @@ mod tests {
     async fn calls_go_out_only_when_granted_well_formed_and_live() {
         let dir = tempfile::tempdir().unwrap();
         let (url, hits) = service().await;
-        let (mut guest, store) = state(dir.path(), &url).await;
-        let answer = Host::call(&mut guest.links_view(), "api".into(), get("ping"))
+        let (mut links, leased) = state(dir.path(), &url).await;
+        let mut shared = fixture::attempt();
+        let mut guest = View::new(&mut links, &mut shared);
+        let answer = Host::call(&mut guest, "api".into(), get("ping"))
             .await
             .unwrap();
         assert_eq!(
@@ -297,27 +249,22 @@ mod tests {
             (200, b"pong".as_slice())
         );
         assert!(matches!(
-            Host::call(&mut guest.links_view(), "other".into(), get("ping")).await,
+            Host::call(&mut guest, "other".into(), get("ping")).await,
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"
         ));
         assert!(matches!(
-            Host::call(&mut guest.links_view(), "api".into(), get("../ping")).await,
+            Host::call(&mut guest, "api".into(), get("../ping")).await,
             Err(HostError::Invalid(r)) if r == "bad-path"
         ));
         let mut post = get("ping");
         post.method = "POST".into();
         assert!(matches!(
-            Host::call(&mut guest.links_view(), "api".into(), post).await,
+            Host::call(&mut guest, "api".into(), post).await,
             Err(HostError::CapabilityRefused(r)) if r == "method-not-allowed"
         ));
-        if let crate::store::Pool::Sqlite(p) = store.pool() {
-            sqlx::query("UPDATE jobhost_leases SET generation = generation + 1")
-                .execute(p)
-                .await
-                .unwrap();
-        }
+        leased.lose_lease().await;
         assert!(matches!(
-            Host::call(&mut guest.links_view(), "api".into(), get("ping")).await,
+            Host::call(&mut guest, "api".into(), get("ping")).await,
             Err(HostError::LeaseLost)
         ));
         assert!(guest.attempt.signals.lease_lost);

@@ -4,14 +4,13 @@
 
 use crate::rules::json_rule::JsonLimits;
 use crate::sandbox::capability::context::AttemptContext;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::run::{
     Child, ChildPage, Host, RunInfo as Info, StartedBy,
 };
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::{Attempt, GuestState};
 use crate::store::guest::Fence;
 use crate::store::{Origin, RunRecord, Store};
-use wasmtime::component::HasData;
 
 /// What a run hands its parent (`set-result`).
 pub const RESULT: JsonLimits = JsonLimits {
@@ -90,42 +89,20 @@ pub fn info(run: &RunRecord, retries: u32) -> Info {
     }
 }
 
-/// What a `run` call works on: its own state and the attempt's shared piece.
-pub struct RunView<'a> {
-    run: &'a mut RunCapability,
-    attempt: &'a mut Attempt,
-}
-
-/// The `run` capability's projection of the attempt's state ([`RunView`]).
-pub struct HasRun;
-
-impl HasData for HasRun {
-    type Data<'a> = RunView<'a>;
-}
-
-impl GuestState {
-    pub(crate) fn run_view(&mut self) -> RunView<'_> {
-        RunView {
-            run: &mut self.run,
-            attempt: &mut self.attempt,
-        }
-    }
-}
-
-impl RunView<'_> {
+impl View<'_, RunCapability> {
     fn run_session(&self) -> Result<&RunSession, HostError> {
-        self.run.session.as_ref().ok_or(HostError::Unavailable)
+        self.own.session.as_ref().ok_or(HostError::Unavailable)
     }
 
     /// The run's whole row, read once per attempt.
     async fn run_row(&mut self) -> Result<RunRecord, HostError> {
-        if let Some(row) = &self.run.row {
+        if let Some(row) = &self.own.row {
             return Ok(row.clone());
         }
         let session = self.run_session()?;
         match session.store.get_run(&session.run.id).await {
             Ok(Some(row)) => {
-                self.run.row = Some(row.clone());
+                self.own.row = Some(row.clone());
                 Ok(row)
             }
             _ => {
@@ -136,11 +113,11 @@ impl RunView<'_> {
     }
 }
 
-impl Host for RunView<'_> {
+impl Host for View<'_, RunCapability> {
     async fn info(&mut self) -> Info {
         crate::journaled!(self.attempt, "run.info", (), async {
             let row = self.run_row().await;
-            match (&self.run.session, row) {
+            match (&self.own.session, row) {
                 // The claim's counts are the attempt's; the row adds what started the run.
                 (Some(session), Ok(row)) => Info {
                     started_by: started_by(&row),
@@ -252,30 +229,23 @@ impl crate::sandbox::journal::Placeholder for Info {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::capability::tests::reason;
-    use crate::sandbox::engine::output::AttemptLog;
-    use crate::sandbox::engine::state::Capabilities;
+    use crate::sandbox::capability::fixture::{self, reason};
 
     #[tokio::test]
     async fn a_hostile_result_or_page_is_refused_before_anything_is_read_or_written() {
-        let mut state = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
+        let (mut run, mut shared) = (RunCapability::new(None), fixture::attempt());
+        let mut state = View::new(&mut run, &mut shared);
+        assert_eq!(reason(state.set_result("NaN".into()).await), "non-finite");
         assert_eq!(
-            reason(state.run_view().set_result("NaN".into()).await),
-            "non-finite"
-        );
-        assert_eq!(
-            reason(state.run_view().set_result("{\"a\":\0}".into()).await),
+            reason(state.set_result("{\"a\":\0}".into()).await),
             "not-json"
         );
         let deep = format!("{}{}", "[".repeat(17), "]".repeat(17));
-        assert_eq!(reason(state.run_view().set_result(deep).await), "too-deep");
+        assert_eq!(reason(state.set_result(deep).await), "too-deep");
         let huge = format!("\"{}\"", "x".repeat(RESULT.max_bytes));
-        assert_eq!(reason(state.run_view().set_result(huge).await), "too-large");
+        assert_eq!(reason(state.set_result(huge).await), "too-large");
         for limit in [0, MAX_CHILDREN_PAGE + 1, u32::MAX] {
-            assert_eq!(
-                reason(state.run_view().children(None, limit).await),
-                "invalid-limit"
-            );
+            assert_eq!(reason(state.children(None, limit).await), "invalid-limit");
         }
     }
 }

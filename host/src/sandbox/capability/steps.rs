@@ -5,9 +5,11 @@
 
 use crate::rules::json_rule;
 use crate::sandbox::capability::context::AttemptContext;
+use crate::sandbox::capability::handles::TxHandle;
+use crate::sandbox::capability::shared::Attempt;
+use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::steps::{Host, PassEnd};
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::journal::CommittedEnd;
 use crate::store::guest::{Applied, Fence, GuestDbError, TxEffect};
 use crate::store::{ProgressWrite, Store};
@@ -122,46 +124,55 @@ fn valid_name(name: &str, max: usize) -> bool {
     crate::rules::name_rule::is_name(name, max)
 }
 
-impl GuestState {
-    fn steps_session(&mut self) -> Result<&StepsSession, HostError> {
-        if self.steps.session.is_none() {
-            self.attempt
-                .signals
-                .refuse(crate::sandbox::refusal::capability_not_granted("steps"));
-            return Err(HostError::CapabilityRefused("not-granted".into()));
-        }
-        if self.attempt.signals.committed.is_some() {
-            return Err(invalid("pass-committed"));
-        }
-        Ok(self.steps.session.as_ref().expect("checked above"))
+/// The session, or a refusal: the job was not granted `steps` (noted in `attempt`), or
+/// the pass's end is committed and nothing more belongs to it. Borrowed beside the
+/// capability's other state and the attempt, not cloned.
+fn open<'s>(
+    session: &'s Option<StepsSession>,
+    attempt: &mut Attempt,
+) -> Result<&'s StepsSession, HostError> {
+    let Some(session) = session else {
+        attempt
+            .signals
+            .refuse(crate::sandbox::refusal::capability_not_granted("steps"));
+        return Err(HostError::CapabilityRefused("not-granted".into()));
+    };
+    if attempt.signals.committed.is_some() {
+        return Err(invalid("pass-committed"));
     }
+    Ok(session)
+}
 
+impl View<'_, StepsCapability> {
     /// Checks a result about to be recorded for `name`: reached, not yet recorded, JSON
     /// by the queue-safety rule, within the ledger's bound. Returns it canonical.
     fn recordable(&mut self, name: &str, result: &str) -> Result<String, HostError> {
-        self.steps_session()?;
-        if !self.steps.reached.contains(name) {
+        open(&self.own.session, self.attempt)?;
+        let steps = &*self.own;
+        if !steps.reached.contains(name) {
             return Err(invalid("step-not-started"));
         }
-        if self.steps.recorded.contains(name) {
+        if steps.recorded.contains(name) {
             return Err(invalid("step-recorded"));
         }
         let canonical = json_rule::canonical(result.as_bytes(), json_rule::STEP_RESULT)
             .map_err(|refusal| invalid(refusal.code()))?;
-        if self.steps.ledger_bytes + canonical.len() > MAX_LEDGER_BYTES {
+        if steps.ledger_bytes + canonical.len() > MAX_LEDGER_BYTES {
             return Err(invalid("ledger-full"));
         }
         Ok(canonical)
     }
+}
 
+impl StepsCapability {
     fn step_recorded(&mut self, name: String, size: usize) {
-        self.steps.ledger_bytes += size;
-        self.steps.new_records += 1;
-        self.steps.recorded.insert(name);
+        self.ledger_bytes += size;
+        self.new_records += 1;
+        self.recorded.insert(name);
     }
 
     fn step_write(&self, name: &str, result: String) -> ProgressWrite {
-        let session = self.steps.session.as_ref().expect("checked by recordable");
+        let session = self.session.as_ref().expect("checked by recordable");
         ProgressWrite::Step {
             run_id: session.run_id.clone(),
             pass: session.pass,
@@ -172,45 +183,45 @@ impl GuestState {
     }
 }
 
-impl Host for GuestState {
+impl Host for View<'_, StepsCapability> {
     async fn start(&mut self, name: String) -> Result<Option<String>, HostError> {
         crate::journaled!(self.attempt, "steps.start", (&name,), async {
-            let session = self.steps_session()?;
+            let session = open(&self.own.session, self.attempt)?;
             if !valid_name(&name, MAX_STEP_NAME_BYTES) {
                 return Err(invalid("invalid-step-name"));
             }
-            let (store, run_id, pass) =
-                (session.store.clone(), session.run_id.clone(), session.pass);
-            if self.steps.reached.contains(&name) {
+            if self.own.reached.contains(&name) {
                 self.attempt
                     .signals
                     .refuse(crate::sandbox::refusal::step_reused());
                 return Err(invalid("step-reused"));
             }
-            if self.steps.ledger.is_none() {
+            if self.own.ledger.is_none() {
                 // One read per attempt, however many steps it reaches.
-                let steps = match store.pass_steps(&run_id, pass).await {
-                    Ok(steps) => steps,
-                    Err(_) => {
-                        self.attempt.signals.unavailable = true;
-                        return Err(HostError::Unavailable);
-                    }
+                let read = session
+                    .store
+                    .pass_steps(&session.run_id, session.pass)
+                    .await;
+                let Ok(read) = read else {
+                    self.attempt.signals.unavailable = true;
+                    return Err(HostError::Unavailable);
                 };
-                self.steps.ledger_bytes = steps.iter().map(|(_, r)| r.len()).sum();
-                self.steps.ledger = Some(steps.into_iter().collect());
+                self.own.ledger_bytes = read.iter().map(|(_, r)| r.len()).sum();
+                self.own.ledger = Some(read.into_iter().collect());
             }
-            let ledger = self.steps.ledger.as_ref().expect("read above");
+            let steps = &mut *self.own;
+            let ledger = steps.ledger.as_ref().expect("read above");
             let hit = ledger.get(&name).cloned();
             // Names reached are held in memory too: bounded like the ledger.
-            let full = self.steps.reached.len() >= MAX_STEPS_PER_PASS
-                || (hit.is_none() && ledger.len() + self.steps.new_records >= MAX_STEPS_PER_PASS);
+            let full = steps.reached.len() >= MAX_STEPS_PER_PASS
+                || (hit.is_none() && ledger.len() + steps.new_records >= MAX_STEPS_PER_PASS);
             if full {
                 return Err(invalid("too-many-steps"));
             }
             if hit.is_some() {
-                self.steps.recorded.insert(name.clone());
+                steps.recorded.insert(name.clone());
             }
-            self.steps.reached.insert(name);
+            steps.reached.insert(name);
             Ok(hit)
         })
     }
@@ -219,16 +230,21 @@ impl Host for GuestState {
         crate::journaled!(self.attempt, "steps.record", (&name, &result), async {
             let result = self.recordable(&name, &result)?;
             self.attempt.own_write_allowed().await?;
-            let session = self.steps.session.as_ref().expect("checked by recordable");
-            let (store, fence) = (session.store.clone(), session.fence.clone());
-            let (run_id, pass) = (session.run_id.clone(), session.pass);
+            let session = self.own.session.as_ref().expect("checked by recordable");
             let size = result.len();
-            match store
-                .record_step_fenced(&fence, &run_id, pass, &name, &result)
-                .await
-            {
+            let recorded = session
+                .store
+                .record_step_fenced(
+                    &session.fence,
+                    &session.run_id,
+                    session.pass,
+                    &name,
+                    &result,
+                )
+                .await;
+            match recorded {
                 Ok(true) => {
-                    self.step_recorded(name, size);
+                    self.own.step_recorded(name, size);
                     Ok(())
                 }
                 Ok(false) => {
@@ -245,19 +261,23 @@ impl Host for GuestState {
 
     async fn record_in(
         &mut self,
-        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
+        tx: Resource<TxHandle>,
         name: String,
         result: String,
     ) -> Result<(), HostError> {
         crate::journaled!(self.attempt, "steps.record-in", (&name, &result), async {
             let result = self.recordable(&name, &result)?;
             let size = result.len();
-            let write = self.step_write(&name, result);
-            let written = self.tx(&tx)?.apply(TxEffect::Progress(&write)).await;
+            let write = self.own.step_write(&name, result);
+            let written = self
+                .attempt
+                .guest_tx(&tx)?
+                .apply(TxEffect::Progress(&write))
+                .await;
             let written = written.and_then(Applied::progress);
-            match self.translate(written)? {
+            match self.attempt.translate(written)? {
                 true => {
-                    self.step_recorded(name, size);
+                    self.own.step_recorded(name, size);
                     Ok(())
                 }
                 false => Err(HostError::QueryRefused("failed".into())),
@@ -267,11 +287,11 @@ impl Host for GuestState {
 
     async fn counter_add(&mut self, name: String, delta: i64) -> Result<i64, HostError> {
         crate::journaled!(self.attempt, "steps.counter-add", (&name, delta), async {
-            self.steps_session()?;
+            open(&self.own.session, self.attempt)?;
             if !valid_name(&name, MAX_COUNTER_NAME_BYTES) {
                 return Err(invalid("invalid-counter-name"));
             }
-            let counters = &mut self.steps.counters;
+            let counters = &mut self.own.counters;
             if !counters.contains_key(&name) && counters.len() >= MAX_COUNTERS {
                 return Err(invalid("too-many-counters"));
             }
@@ -282,20 +302,15 @@ impl Host for GuestState {
                 .checked_add(delta)
                 .ok_or_else(|| invalid("counter-overflow"))?;
             counters.insert(name, value);
-            self.steps.counters_changed = true;
+            self.own.counters_changed = true;
             Ok(value)
         })
     }
 
-    async fn commit_pass(
-        &mut self,
-        tx: Resource<crate::sandbox::capability::handles::TxHandle>,
-        end: PassEnd,
-    ) -> Result<(), HostError> {
-        let taken = self.take_tx(tx)?;
+    async fn commit_pass(&mut self, tx: Resource<TxHandle>, end: PassEnd) -> Result<(), HostError> {
+        let taken = self.attempt.take_tx(tx)?;
         crate::journaled!(self.attempt, "steps.commit-pass", (&end,), async {
-            let checked = self
-                .steps_session()
+            let checked = open(&self.own.session, self.attempt)
                 .map(|s| (s.run_id.clone(), s.pass, s.fence.generation));
             let Some(mut taken) = taken else {
                 return Err(invalid("unknown-transaction"));
@@ -303,7 +318,7 @@ impl Host for GuestState {
             let (run_id, pass, generation) = match checked {
                 Ok(session) => session,
                 Err(refused) => {
-                    self.roll_back_taken(taken).await;
+                    self.attempt.roll_back_taken(taken).await;
                     return Err(refused);
                 }
             };
@@ -313,7 +328,7 @@ impl Host for GuestState {
                     match json_rule::canonical(cursor.as_bytes(), json_rule::CURSOR) {
                         Ok(cursor) => CommittedEnd::Continue { cursor },
                         Err(refusal) => {
-                            self.roll_back_taken(taken).await;
+                            self.attempt.roll_back_taken(taken).await;
                             return Err(invalid(refusal.code()));
                         }
                     }
@@ -327,7 +342,7 @@ impl Host for GuestState {
                     CommittedEnd::Continue { cursor } => Some(cursor.clone()),
                     CommittedEnd::Done => None,
                 },
-                counters: counters_json(&self.steps.counters),
+                counters: counters_json(&self.own.counters),
                 done: committed == CommittedEnd::Done,
             };
             let written = taken.apply(TxEffect::Progress(&write)).await;
@@ -336,15 +351,15 @@ impl Host for GuestState {
                 Ok(true) => {}
                 // The run is no longer running this attempt's pass: its lease moved on.
                 Ok(false) => {
-                    self.roll_back_taken(taken).await;
-                    return self.translate(Err(GuestDbError::LeaseLost));
+                    self.attempt.roll_back_taken(taken).await;
+                    return self.attempt.translate(Err(GuestDbError::LeaseLost));
                 }
                 Err(e) => {
-                    self.roll_back_taken(taken).await;
-                    return self.translate(Err(e));
+                    self.attempt.roll_back_taken(taken).await;
+                    return self.attempt.translate(Err(e));
                 }
             }
-            self.commit_taken(taken).await?;
+            self.attempt.commit_taken(taken).await?;
             self.attempt.signals.committed = Some(committed);
             Ok(())
         })
@@ -355,61 +370,31 @@ impl Host for GuestState {
 mod tests {
     use super::*;
     use crate::rules::failure::FailureCode;
-    use crate::sandbox::capability::tests::reason;
-    use crate::sandbox::engine::output::AttemptLog;
-    use crate::sandbox::engine::state::Capabilities;
-    use crate::store::LeaseRequest;
+    use crate::sandbox::capability::fixture::{self, Leased, reason};
 
-    /// An attempt's state with only `steps`, on a fresh SQLite store holding the lease.
-    async fn attempt(dir: &tempfile::TempDir, pass: i64) -> (GuestState, Store) {
-        let store = Store::open(&format!("sqlite://{}/db", dir.path().display()))
-            .await
-            .unwrap();
-        let lease = match store
-            .acquire_lease(&LeaseRequest {
-                job: "j",
-                instance: "i",
-                holder: "run-1",
-                deadline_ms: 60_000,
-                expires_ms: 60_000,
-            })
-            .await
-            .unwrap()
-        {
-            Some(lease) => lease,
-            None => store
-                .get_lease("j", "i")
-                .await
-                .unwrap()
-                .unwrap()
-                .into_lease(),
-        };
+    /// An attempt's `steps` of `pass`, on the store in `dir` holding the lease, and the
+    /// attempt's shared piece.
+    async fn attempt(dir: &tempfile::TempDir, pass: i64) -> (StepsCapability, Attempt, Store) {
+        let leased = Leased::open(dir.path()).await;
         let session = StepsSession {
-            store: store.clone(),
-            fence: Fence {
-                job: lease.job,
-                instance: lease.instance,
-                generation: lease.generation,
-                holder: lease.holder,
-            },
+            store: leased.store.clone(),
+            fence: leased.lease.fence(),
             run_id: "run-1".into(),
             pass,
             counters: BTreeMap::from([("near".to_string(), i64::MAX - 1)]),
         };
-        let capabilities = Capabilities {
-            steps: StepsCapability::new(Some(session)),
-            ..Capabilities::none()
-        };
         (
-            GuestState::new(64 << 20, AttemptLog::new(1024), capabilities),
-            store,
+            StepsCapability::new(Some(session)),
+            fixture::attempt(),
+            leased.store,
         )
     }
 
     #[tokio::test]
     async fn a_recorded_step_is_a_hit_for_the_next_attempt_and_a_name_is_reached_once() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut first, _) = attempt(&dir, 1).await;
+        let (mut steps, mut shared, _) = attempt(&dir, 1).await;
+        let mut first = View::new(&mut steps, &mut shared);
         assert!(matches!(first.start("a".into()).await, Ok(None)));
         assert_eq!(reason(first.start("a".into()).await), "step-reused");
         assert_eq!(
@@ -428,7 +413,8 @@ mod tests {
             reason(first.record("a".into(), "2".into()).await),
             "step-recorded"
         );
-        let (mut second, store) = attempt(&dir, 1).await;
+        let (mut steps, mut shared, store) = attempt(&dir, 1).await;
+        let mut second = View::new(&mut steps, &mut shared);
         assert!(matches!(second.start("a".into()).await, Ok(Some(r)) if r == r#"{"n":1}"#));
         assert_eq!(
             reason(second.record("a".into(), "2".into()).await),
@@ -442,7 +428,8 @@ mod tests {
             "pass-committed"
         );
         // Another pass has a ledger of its own.
-        let (mut other, _) = attempt(&dir, 2).await;
+        let (mut steps, mut shared, _) = attempt(&dir, 2).await;
+        let mut other = View::new(&mut steps, &mut shared);
         assert!(matches!(other.start("a".into()).await, Ok(None)));
         assert_eq!(store.run_steps("run-1").await.unwrap().len(), 1);
     }
@@ -450,7 +437,8 @@ mod tests {
     #[tokio::test]
     async fn names_results_and_counters_are_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut state, _) = attempt(&dir, 1).await;
+        let (mut steps, mut shared, _) = attempt(&dir, 1).await;
+        let mut state = View::new(&mut steps, &mut shared);
         for bad in ["", "a\u{1b}[31m", &"x".repeat(MAX_STEP_NAME_BYTES + 1)] {
             assert_eq!(reason(state.start(bad.into()).await), "invalid-step-name");
         }
@@ -494,19 +482,19 @@ mod tests {
             "too-many-counters"
         );
         let counters: BTreeMap<String, i64> =
-            serde_json::from_str(&state.steps.changed_counters().unwrap()).unwrap();
+            serde_json::from_str(&steps.changed_counters().unwrap()).unwrap();
         assert_eq!((counters.len(), counters["c1"]), (MAX_COUNTERS, -1));
     }
 
     #[tokio::test]
     async fn a_job_without_the_grant_is_refused() {
-        let mut state = GuestState::new(64 << 20, AttemptLog::new(1024), Capabilities::none());
+        let (mut steps, mut shared) = (StepsCapability::new(None), fixture::attempt());
         assert!(matches!(
-            state.start("a".into()).await,
+            View::new(&mut steps, &mut shared).start("a".into()).await,
             Err(HostError::CapabilityRefused(r)) if r == "not-granted"
         ));
         assert_eq!(
-            state.attempt.signals.refused_code(),
+            shared.signals.refused_code(),
             Some(FailureCode::CapabilityRefused)
         );
     }

@@ -4,11 +4,11 @@
 use super::bindings::exports::jobhost::job::handler::{self, Counter};
 use super::limits::hostcall_bytes;
 use super::output::AttemptLog;
-use super::state::Capabilities;
 use super::state::GuestState;
 use super::{Engine, Loaded, MAX_LOG_BYTES};
 use crate::rules::failure::FailureCode;
 use crate::rules::json_rule;
+use crate::sandbox::capability::Capabilities;
 pub use crate::sandbox::journal::file::PassContext;
 use crate::sandbox::journal::{CommittedEnd, Journal, Recorded};
 use crate::sandbox::refusal::Refused;
@@ -215,9 +215,9 @@ impl Engine {
             duration: started.elapsed(),
             log: log_text,
             log_truncated,
-            counters: state.steps.changed_counters(),
+            counters: state.capabilities.steps.changed_counters(),
             waits_for_children: state.attempt.signals.waits_for_children,
-            steps_reached: state.steps.reached_new(),
+            steps_reached: state.capabilities.steps.reached_new(),
             journal: spec.record.map(|_| (state.attempt.journal.take(), seed)),
         }
     }

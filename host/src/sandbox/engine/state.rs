@@ -1,118 +1,25 @@
-//! What one attempt's wasmtime store holds.
+//! What one attempt's wasmtime store holds: WASI, the memory limiter, the log, each
+//! capability's state and the piece they share (`capability/shared.rs`).
 
 use super::limits::MemoryLimiter;
 use super::output::AttemptLog;
-use crate::rules::failure::FailureCode;
-use crate::sandbox::capability::context::AttemptContext;
-use crate::sandbox::capability::db::{DbCapability, DbSession};
-use crate::sandbox::capability::files::{FilesCapability, FilesSession};
-use crate::sandbox::capability::jobs::{JobsCapability, JobsSession};
-use crate::sandbox::capability::links::{LinksCapability, LinksSession};
-use crate::sandbox::capability::run::{RunCapability, RunSession};
-use crate::sandbox::capability::steps::{StepsCapability, StepsSession};
-use crate::sandbox::journal::{Answer, CommittedEnd, Journal, Noticed, Placeholder, wasi};
-use crate::sandbox::refusal::Refused;
-use wasmtime::component::ResourceTable;
+use crate::sandbox::capability::Capabilities;
+use crate::sandbox::capability::shared::Attempt;
+use crate::sandbox::capability::view::View;
+use crate::sandbox::journal::{Journal, wasi};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-/// What host calls noticed during the attempt, so its failure gets the right code even
-/// when the guest swallowed the error or turned it into its own message.
-#[derive(Debug, Default)]
-pub struct Signals {
-    /// A commit's fence failed: the attempt no longer held its lease.
-    pub lease_lost: bool,
-    /// The first refusal a host call returned, with the host's reason.
-    pub refused: Option<Refused>,
-    /// A host call could not reach the database.
-    pub unavailable: bool,
-    /// The pass's end, if the guest committed it with its writes (`steps`' `commit-pass`).
-    pub committed: Option<CommittedEnd>,
-    /// Whether the pass recorded that it waits for its children (`jobs`).
-    pub waits_for_children: bool,
-}
-
-impl Signals {
-    /// Notes a refusal, unless one was noted before: the first is why.
-    pub fn refuse(&mut self, refused: Refused) {
-        self.refused.get_or_insert(refused);
-    }
-
-    /// The code of the refusal noted, if any.
-    pub fn refused_code(&self) -> Option<FailureCode> {
-        self.refused.as_ref().map(|r| r.code)
-    }
-}
-
-/// Most host resources (handles: streams, transactions, uploads...) an attempt may hold
-/// at once; past it, the call that would create one traps (`resource_limit`).
-pub const MAX_RESOURCES: usize = 1000;
 /// Most random bytes one `get-random-bytes` call may ask for (more traps): the host fills
 /// its buffer before the guest's allocation of it can fail, so WASI's default of 64 MiB
 /// let a guest of any size have the host make 64 MiB per call.
 pub const MAX_RANDOM_BYTES: u64 = 1 << 20;
 
-/// What every capability's calls in one attempt share, beside each capability's own
-/// state: a capability is linked through a view of its own state plus this piece.
-pub struct Attempt {
-    /// The resources the guest holds handles to (transactions, uploads, WASI's streams).
-    pub(crate) table: ResourceTable,
-    pub(crate) signals: Signals,
-    /// The flight recorder (or, in a replay, the player) of the attempt's host calls.
-    pub(crate) journal: Journal,
-    /// The guest's open transaction (its handle's number in the table): the one part of
-    /// a capability's (`db`'s) state the others reach (`capability/tx.rs`).
-    pub(crate) open_tx: Option<u32>,
-}
-
 pub struct GuestState {
     wasi: WasiCtx,
     pub(crate) limiter: MemoryLimiter,
     pub(crate) log: AttemptLog,
-    pub(crate) db: DbCapability,
-    pub(crate) files: FilesCapability,
-    pub(crate) links: LinksCapability,
-    pub(crate) steps: StepsCapability,
-    pub(crate) jobs: JobsCapability,
-    pub(crate) run: RunCapability,
+    pub(crate) capabilities: Capabilities,
     pub(crate) attempt: Attempt,
-}
-
-/// The capabilities one attempt was given.
-pub struct Capabilities {
-    pub db: DbCapability,
-    pub files: FilesCapability,
-    pub links: LinksCapability,
-    pub steps: StepsCapability,
-    pub jobs: JobsCapability,
-    pub run: RunCapability,
-}
-
-impl Capabilities {
-    /// No capability granted (each session `None`): start from this and set the ones a
-    /// job was given.
-    pub fn none() -> Capabilities {
-        Capabilities {
-            db: DbCapability::new(None),
-            files: FilesCapability::new(None),
-            links: LinksCapability::new(None),
-            steps: StepsCapability::new(None),
-            jobs: JobsCapability::new(None),
-            run: RunCapability::new(None),
-        }
-    }
-
-    /// The capabilities of `cx`'s attempt: each builds its session from the context in
-    /// its own file (`None` where the job was not granted it).
-    pub fn for_attempt(cx: &AttemptContext) -> Capabilities {
-        Capabilities {
-            db: DbCapability::new(DbSession::for_attempt(cx)),
-            files: FilesCapability::new(FilesSession::for_attempt(cx)),
-            links: LinksCapability::new(LinksSession::for_attempt(cx)),
-            steps: StepsCapability::new(StepsSession::for_attempt(cx)),
-            jobs: JobsCapability::new(JobsSession::for_attempt(cx)),
-            run: RunCapability::new(RunSession::for_attempt(cx)),
-        }
-    }
 }
 
 impl GuestState {
@@ -148,71 +55,20 @@ impl GuestState {
             .insecure_random(wasi::Random::insecure(journal.clone()))
             .insecure_random_seed(insecure_seed)
             .build();
-        let mut table = ResourceTable::new();
-        table.set_max_capacity(MAX_RESOURCES);
+        let attempt = Attempt::new(journal, capabilities.db.grant());
         GuestState {
             wasi,
             limiter: MemoryLimiter::new(memory_cap),
             log,
-            db: capabilities.db,
-            files: capabilities.files,
-            links: capabilities.links,
-            steps: capabilities.steps,
-            jobs: capabilities.jobs,
-            run: capabilities.run,
-            attempt: Attempt {
-                table,
-                signals: Signals::default(),
-                journal,
-                open_tx: None,
-            },
+            capabilities,
+            attempt,
         }
     }
-}
 
-impl Attempt {
-    /// What the calls so far noted, cheaply compared: whether a call changed it.
-    pub(crate) fn noticed_mark(&self) -> (bool, bool, bool, bool, bool) {
-        (
-            self.signals.lease_lost,
-            self.signals.unavailable,
-            self.signals.refused.is_some(),
-            self.signals.committed.is_some(),
-            self.signals.waits_for_children,
-        )
-    }
-
-    /// What the attempt has noted, if a call changed it since `before`.
-    pub(crate) fn noticed_since(&self, before: (bool, bool, bool, bool, bool)) -> Option<Noticed> {
-        (self.noticed_mark() != before).then(|| Noticed {
-            lease_lost: self.signals.lease_lost,
-            unavailable: self.signals.unavailable,
-            refused: self.signals.refused.clone(),
-            committed: self.signals.committed.clone(),
-            waits_for_children: self.signals.waits_for_children,
-        })
-    }
-
-    /// A replayed call's answer, with what the original call noted noted again; once the
-    /// replay stopped, a placeholder (the attempt is stopped at its next tick).
-    pub(crate) fn replayed<R>(&mut self, call: &str, answer: Answer) -> R
-    where
-        R: serde::de::DeserializeOwned + Placeholder,
-    {
-        let Some((bytes, noticed)) = answer.answer else {
-            return R::placeholder();
-        };
-        let Some(value) = self.journal.decode(call, &bytes) else {
-            return R::placeholder();
-        };
-        if let Some(noticed) = noticed {
-            self.signals.lease_lost = noticed.lease_lost;
-            self.signals.unavailable = noticed.unavailable;
-            self.signals.refused = noticed.refused;
-            self.signals.committed = noticed.committed;
-            self.signals.waits_for_children = noticed.waits_for_children;
-        }
-        value
+    /// One capability's view: its state, picked from the capabilities, and the
+    /// attempt's shared piece (how `capability::add_to_linker` projects each).
+    pub fn view<T>(&mut self, pick: impl FnOnce(&mut Capabilities) -> &mut T) -> View<'_, T> {
+        View::new(pick(&mut self.capabilities), &mut self.attempt)
     }
 }
 

@@ -555,15 +555,16 @@ impl Placeholder for () {
 #[doc(hidden)]
 macro_rules! journaled {
     ($state:expr, $call:literal, $args:expr, $live:expr) => {{
-        let journal = $state.journal.clone();
-        let begun = journal.begin($call, &$args);
+        // `begin`'s answer borrows nothing: the live call below may take `$state` again
+        // and the journal is reached through it after the call, not cloned for each.
+        let begun = $state.journal.begin($call, &$args);
         match begun {
             $crate::sandbox::journal::Begun::Off => $live.await,
             $crate::sandbox::journal::Begun::Record(pending) => {
                 let before = $state.noticed_mark();
                 let result = $live.await;
                 let noticed = $state.noticed_since(before);
-                journal.end(
+                $state.journal.end(
                     pending,
                     &result,
                     $crate::sandbox::journal::CodeOf::code_of(&result),
@@ -577,8 +578,7 @@ macro_rules! journaled {
     // A call that makes a resource: the journal keeps whether it did (or its error);
     // a replay makes an empty one (`None` behind the handle).
     ($state:expr, $call:literal, $args:expr, resource $live:expr) => {{
-        let journal = $state.journal.clone();
-        let begun = journal.begin($call, &$args);
+        let begun = $state.journal.begin($call, &$args);
         match begun {
             $crate::sandbox::journal::Begun::Off => $live.await.map(Some),
             $crate::sandbox::journal::Begun::Record(pending) => {
@@ -586,7 +586,7 @@ macro_rules! journaled {
                 let result = $live.await;
                 let noticed = $state.noticed_since(before);
                 let made = result.as_ref().map(|_| ()).map_err(Clone::clone);
-                journal.end(
+                $state.journal.end(
                     pending,
                     &made,
                     $crate::sandbox::journal::CodeOf::code_of(&made),

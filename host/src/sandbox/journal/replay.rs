@@ -6,9 +6,10 @@
 use super::file::{JournalFile, log_digest};
 use super::{Journal, Stop};
 use crate::rules::failure::FailureCode;
+use crate::sandbox::capability::Capabilities;
 use crate::sandbox::engine::attempt::Execution;
 use crate::sandbox::engine::output::AttemptLog;
-use crate::sandbox::engine::state::{Capabilities, GuestState};
+use crate::sandbox::engine::state::GuestState;
 use crate::sandbox::engine::{Engine, Loaded, MAX_LOG_BYTES};
 use serde::Serialize;
 use std::time::Duration;
