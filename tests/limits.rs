@@ -21,49 +21,32 @@ fn status(r: &Value) -> &str {
 
 /// Rows of `sql` whose columns are all integers or text, as strings.
 async fn rows(home: &Home, sql: &str) -> Vec<Vec<String>> {
+    use sqlx::Row;
     let store = home.store().await;
-    let read = |row: &dyn Fn(usize) -> String, n: usize| (0..n).map(row).collect::<Vec<_>>();
+    // Each backend's rows are their own type: one body, read for either.
+    macro_rules! read_all {
+        ($pool:expr) => {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .fetch_all($pool)
+                .await
+                .expect("rows")
+                .iter()
+                .map(|r| {
+                    (0..r.columns().len())
+                        .map(|i| {
+                            r.try_get::<i64, _>(i)
+                                .map(|v| v.to_string())
+                                .or_else(|_| r.try_get::<String, _>(i))
+                                .unwrap_or_default()
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+    }
     let found = match store.pool() {
-        jobhost::store::Pool::Sqlite(p) => {
-            use sqlx::Row;
-            let all = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .fetch_all(p)
-                .await
-                .expect("rows");
-            all.iter()
-                .map(|r| {
-                    read(
-                        &|i| {
-                            r.try_get::<i64, _>(i)
-                                .map(|v| v.to_string())
-                                .or_else(|_| r.try_get::<String, _>(i))
-                                .unwrap_or_default()
-                        },
-                        r.columns().len(),
-                    )
-                })
-                .collect()
-        }
-        jobhost::store::Pool::Postgres(p) => {
-            use sqlx::Row;
-            let all = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .fetch_all(p)
-                .await
-                .expect("rows");
-            all.iter()
-                .map(|r| {
-                    read(
-                        &|i| {
-                            r.try_get::<i64, _>(i)
-                                .map(|v| v.to_string())
-                                .or_else(|_| r.try_get::<String, _>(i))
-                                .unwrap_or_default()
-                        },
-                        r.columns().len(),
-                    )
-                })
-                .collect()
-        }
+        jobhost::store::Pool::Sqlite(p) => read_all!(p),
+        jobhost::store::Pool::Postgres(p) => read_all!(p),
     };
     store.close().await;
     found
