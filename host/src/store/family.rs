@@ -14,8 +14,8 @@ use super::handle::Store;
 use super::pool::Exclusive;
 use super::queries::Queries;
 use super::records::Fence;
-use super::records::{NewReport, ReportKind, RunRecord};
-use super::reports::bind_report;
+use super::records::RunRecord;
+use super::reports::report_if_dropped;
 use serde::Serialize;
 use sqlx::{Connection, SqliteConnection};
 
@@ -129,16 +129,7 @@ pub(crate) async fn apply_sqlite(
             .fetch_optional(&mut *conn)
             .await?;
         // Dropped by its job's `max_per_tenant`: reported as an API start's would be.
-        if let Some(dropped) = row.as_ref().filter(|r| r.dropped_by_limit()) {
-            let report = NewReport::about_run(
-                ReportKind::Dropped,
-                dropped,
-                crate::rules::failure::FailureCode::TenantLimit,
-            );
-            bind_report(sqlx::query(q.insert_report.as_str()), &report)
-                .execute(&mut *conn)
-                .await?;
-        }
+        report_if_dropped::<sqlx::Sqlite>(&mut *conn, q, row.as_ref()).await?;
         inserted.push(row.is_some());
     }
     if write.any_attached() {

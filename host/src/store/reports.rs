@@ -2,7 +2,8 @@
 
 use super::error::Result;
 use super::handle::Store;
-use super::records::{NewReport, ReportRecord};
+use super::queries::Queries;
+use super::records::{NewReport, ReportKind, ReportRecord, RunRecord};
 
 impl Store {
     pub async fn insert_report(&self, report: &NewReport) -> Result<()> {
@@ -77,4 +78,33 @@ where
         .bind(report.run_id.as_deref())
         .bind(report.code.as_deref())
         .bind(report.body.as_str())
+}
+
+/// Writes the `dropped` report of a run its job's `max_per_tenant` dropped as it was queued
+/// (`queued`, the row the insert answered), on the connection of the queueing
+/// transaction, so an API start's and a guest's are reported alike.
+pub(super) async fn report_if_dropped<DB>(
+    conn: &mut DB::Connection,
+    q: &'static Queries,
+    queued: Option<&RunRecord>,
+) -> std::result::Result<(), sqlx::Error>
+where
+    DB: sqlx::Database,
+    for<'e> &'e mut DB::Connection: sqlx::Executor<'e, Database = DB>,
+    <DB as sqlx::Database>::Arguments: sqlx::IntoArguments<DB>,
+    for<'a> &'a str: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> Option<&'a str>: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    i64: for<'a> sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    if let Some(dropped) = queued.filter(|r| r.dropped_by_limit()) {
+        let report = NewReport::about_run(
+            ReportKind::Dropped,
+            dropped,
+            crate::rules::failure::FailureCode::TenantLimit,
+        );
+        bind_report(sqlx::query(q.insert_report.as_str()), &report)
+            .execute(conn)
+            .await?;
+    }
+    Ok(())
 }

@@ -7,7 +7,7 @@ use super::handle::Store;
 use super::pool::{Exclusive, Pool};
 use super::queries::Queries;
 use super::records::*;
-use super::reports::bind_report;
+use super::reports::{bind_report, report_if_dropped};
 use sqlx::Connection;
 use std::time::Duration;
 
@@ -454,16 +454,7 @@ where
     let row: Option<RunRecord> = bind_new_run(sqlx::query_as(sql), run)
         .fetch_optional(&mut **tx)
         .await?;
-    if let Some(dropped) = row.as_ref().filter(|r| r.dropped_by_limit()) {
-        let report = NewReport::about_run(
-            ReportKind::Dropped,
-            dropped,
-            crate::rules::failure::FailureCode::TenantLimit,
-        );
-        bind_report(sqlx::query(q.insert_report.as_str()), &report)
-            .execute(&mut **tx)
-            .await?;
-    }
+    report_if_dropped::<DB>(&mut **tx, q, row.as_ref()).await?;
     Ok(row)
 }
 
