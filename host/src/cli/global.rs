@@ -29,6 +29,9 @@ pub struct Global {
     /// Longest compiling one component may take.
     #[arg(long, global = true, value_parser = crate::rules::units::parse_positive_duration, default_value = "120s")]
     pub compile_timeout: std::time::Duration,
+    /// Threads compiling one component uses (default: every core this process may use).
+    #[arg(long, global = true, env = "JOBHOST_COMPILE_THREADS", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub compile_threads: Option<u16>,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +72,10 @@ impl Global {
                 memory: self.compile_memory,
                 time: self.compile_timeout,
             },
+            threads: self.compile_threads.map_or_else(
+                crate::sandbox::engine::compiler::default_threads,
+                usize::from,
+            ),
         })
     }
 }

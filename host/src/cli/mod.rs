@@ -177,6 +177,8 @@ pub enum Command {
         epochs: bool,
         #[arg(long)]
         memory_limit: u64,
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
 }
 
@@ -196,10 +198,11 @@ pub fn main() -> ExitCode {
         fuel,
         epochs,
         memory_limit,
+        threads,
     } = cli.command
     {
         let profile = crate::sandbox::engine::compiler::Profile { fuel, epochs };
-        let code = crate::sandbox::engine::compiler::compile_stdin(profile, memory_limit);
+        let code = crate::sandbox::engine::compiler::compile_stdin(profile, memory_limit, threads);
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     let runtime = match tokio::runtime::Runtime::new() {

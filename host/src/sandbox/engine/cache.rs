@@ -5,10 +5,20 @@
 //! must be writable only by the host's operator: it is created with mode 0700, entries are
 //! written to a temporary file and renamed into place, and an entry that fails to load is
 //! recompiled and replaced.
+//!
+//! Hosts that share the directory (a fleet on one machine, a `host run` beside a `host
+//! serve`, the test suite's processes) and the threads of one host compile a component
+//! once between them: whoever misses takes the component's lock file and looks again
+//! before compiling, so the others wait for its entry instead of each compiling the same
+//! component side by side (a Python or JS first compile takes a core for many seconds).
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 use wasmtime::component::Component;
+
+/// How often a caller waiting for another's compile of the same component looks again.
+const LOCK_POLL: Duration = Duration::from_millis(50);
 
 pub struct CompileCache {
     dir: PathBuf,
@@ -54,6 +64,35 @@ impl CompileCache {
         }
     }
 
+    /// Holds the compile of `digest` for this caller until the guard is dropped: an
+    /// advisory lock (`flock`) on a file beside the entry, which excludes other processes
+    /// and other threads of this one alike, and is released if the holder dies. A holder
+    /// that neither finishes nor dies (a frozen host) is waited for at most `patience`, a
+    /// compile's own time limit; then, or if the lock file cannot be made, `None`: the
+    /// caller compiles without it.
+    pub fn lock(&self, digest: &str, patience: Duration) -> Option<std::fs::File> {
+        let path = self.dir.join(format!("{digest}-{}.lock", self.engine_key));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .ok()?;
+        let until = Instant::now() + patience;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Some(file),
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::sleep(LOCK_POLL);
+                }
+                Err(_) => {
+                    tracing::warn!(digest, "compiling without the compile lock");
+                    return None;
+                }
+            }
+        }
+    }
+
     /// Keeps `artifact`, the compiled form of `digest` as `Engine::precompile_component`
     /// (or the compiler process) wrote it.
     pub fn put(&self, digest: &str, artifact: &[u8]) {
@@ -67,4 +106,29 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_caller_holds_a_components_compile_and_the_next_has_it_once_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache =
+            CompileCache::new(dir.path().to_path_buf(), &wasmtime::Engine::default()).unwrap();
+        let held = cache
+            .lock("d1", Duration::ZERO)
+            .expect("a free lock is taken");
+        assert!(
+            cache.lock("d1", Duration::ZERO).is_none(),
+            "a second caller does not get a held compile"
+        );
+        assert!(
+            cache.lock("d2", Duration::ZERO).is_some(),
+            "another component's compile is not held up"
+        );
+        drop(held);
+        assert!(cache.lock("d1", Duration::ZERO).is_some());
+    }
 }

@@ -14,7 +14,9 @@ pub mod trap;
 use crate::rules::grants::Grants;
 use bindings::JobPre;
 use cache::CompileCache;
-use compiler::{CompileFailure, Compiler, MAX_COMPONENT_BYTES, Profile, base_config, one_line};
+use compiler::{
+    CompileFailure, CompileLimits, Compiler, MAX_COMPONENT_BYTES, Profile, base_config, one_line,
+};
 use contract::{ContractError, Imports};
 use sha2::{Digest, Sha256};
 use state::GuestState;
@@ -241,10 +243,23 @@ impl Engine {
             path: path.to_path_buf(),
             reason: one_line(&e.to_string()),
         };
-        let cached = self
+        let mut cached = self
             .cache
             .as_ref()
             .and_then(|c| c.get(&self.engine, &digest));
+        // Held until this compile's entry is written (or it failed): another host or
+        // thread after the same component waits here, then finds the entry.
+        let mut _compiling = None;
+        if cached.is_none()
+            && let Some(cache) = &self.cache
+        {
+            let patience = self
+                .compiler
+                .as_ref()
+                .map_or_else(|| CompileLimits::default().time, |c| c.limits.time);
+            _compiling = cache.lock(&digest, patience);
+            cached = cache.get(&self.engine, &digest);
+        }
         let (component, artifact) = match cached {
             Some(component) => (component, None),
             None => {
