@@ -108,7 +108,7 @@ pub fn codes(as_json: bool) -> u8 {
     if as_json {
         let all: Vec<_> = FailureCode::ALL
             .iter()
-            .map(|(code, doc)| json!({"code": code.as_str(), "meaning": doc, "retried": code.is_retryable()}))
+            .map(|(code, doc)| json!({"code": code.as_str(), "meaning": doc, "retried": code.retried()}))
             .collect();
         println!("{}", serde_json::Value::Array(all));
     } else {

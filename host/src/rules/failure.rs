@@ -221,6 +221,17 @@ impl FailureCode {
         )
     }
 
+    /// Whether the run is tried again after this code, as `host codes --json` says it:
+    /// `yes`, `never`, or `when-transient` for a refusal the runner retries only if the
+    /// next attempt could meet another answer (`AttemptFailure::deterministic`).
+    pub fn retried(self) -> &'static str {
+        match self {
+            FailureCode::QueryRefused => "when-transient",
+            code if code.is_retryable() => "yes",
+            _ => "never",
+        }
+    }
+
     /// Whether another attempt could succeed. `lease_lost` is retried only in the sense that
     /// the retry must first renew the lease, which fails if the lease was superseded.
     pub fn is_retryable(self) -> bool {
@@ -256,6 +267,13 @@ impl fmt::Display for FailureCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_query_is_retried_only_when_it_may_not_recur() {
+        assert_eq!(FailureCode::QueryRefused.retried(), "when-transient");
+        assert_eq!(FailureCode::Timeout.retried(), "yes");
+        assert_eq!(FailureCode::Unrecoverable.retried(), "never");
+    }
 
     #[test]
     fn codes_round_trip_and_are_unique() {
