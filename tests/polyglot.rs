@@ -526,3 +526,35 @@ on_every_backend! {
         assert!(home.server_logs().contains("compiled; the job's runs may start"));
     }
 }
+
+on_every_backend! {
+    /// CPython draws randomness some 2 500 times as it starts; each draw was a journaled
+    /// host call (a 290 KB journal for two rows). Each generator's seed is journaled once
+    /// instead, and the replay, seeded from it, still draws the same bytes.
+    async fn a_python_attempts_journal_keeps_one_seed_not_every_random_draw(home) {
+        let component = polyglot("python/ledger");
+        let m = home.manifest("", &format!(r#"
+            [jobs.ledger-py]
+            component = "{}"
+            payload = {{ rows = 2 }}
+            record = "always"
+            grants.db = {{ write = ["ledger"] }}
+        "#, component.display()));
+        let (code, done) = home.run_json(&["ledger-py", "--manifest", m.to_str().unwrap()]);
+        assert_eq!(code, 0, "{done}");
+        let id = done["run_id"].as_str().unwrap();
+        assert_eq!(rows_of(&home, id).await, 2);
+
+        let out = home.run(&["runs", "export", id]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout.len() <= 8 << 10, "a trivial Python job's journal is {} bytes", out.stdout.len());
+        let journal: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let calls: Vec<&str> = journal["calls"].as_array().unwrap().iter()
+            .map(|c| c["call"].as_str().unwrap())
+            .collect();
+        assert!(!calls.iter().any(|c| c.ends_with(".bytes")), "no random draw is a call: {calls:?}");
+        let seeds = calls.iter().filter(|c| c.ends_with(".seed")).count();
+        assert!((1..=2).contains(&seeds), "one seed per generator drawn from: {calls:?}");
+        replays_the_same(&home, id, "python ledger");
+    }
+}

@@ -160,3 +160,57 @@ impl rand_core::TryRng for Random {
 pub fn fresh_seed() -> u128 {
     rand::random()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_core::TryRng as _;
+
+    /// Draws of 4, 8 and 100 bytes, in that order, as a runtime's start makes them.
+    fn draws(random: &mut Random) -> Vec<Vec<u8>> {
+        [4, 8, 100]
+            .into_iter()
+            .map(|n| {
+                let mut bytes = vec![0; n];
+                random.try_fill_bytes(&mut bytes).unwrap();
+                bytes
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_generator_journals_its_seed_once_and_a_replay_draws_the_same_bytes() {
+        let journal = Journal::recording(crate::rules::record::DEFAULT_LIMIT);
+        let mut secure = Random::secure(journal.clone());
+        let drawn = draws(&mut secure);
+        assert_ne!(drawn[2], vec![0; 100], "live bytes, not zeros");
+        let calls = journal.take().calls;
+        let names: Vec<&str> = calls.iter().map(|c| c.call.as_str()).collect();
+        assert_eq!(names, ["random.seed"], "one entry for every draw");
+
+        let replay = Journal::replaying(calls, false);
+        assert_eq!(draws(&mut Random::secure(replay.clone())), drawn);
+        assert_eq!(replay.stopped(), None);
+    }
+
+    #[test]
+    fn a_journal_that_kept_each_draw_replays_draw_by_draw() {
+        // As hosts before the seeded generator kept them: one call per draw.
+        let journal = Journal::recording(crate::rules::record::DEFAULT_LIMIT);
+        let kept: Vec<Vec<u8>> = vec![vec![1; 4], vec![2; 8], vec![3; 100]];
+        for bytes in &kept {
+            journal.value("insecure.bytes", &(bytes.len() as u64), || bytes.clone());
+        }
+        let replay = Journal::replaying(journal.take().calls, false);
+        assert_eq!(draws(&mut Random::insecure(replay.clone())), kept);
+        assert_eq!(replay.stopped(), None);
+    }
+
+    #[test]
+    fn a_replay_whose_journal_has_no_seed_stops_and_draws_zeros() {
+        let replay = Journal::replaying(Vec::new(), false);
+        let drawn = draws(&mut Random::secure(replay.clone()));
+        assert!(drawn.iter().all(|d| d.iter().all(|b| *b == 0)));
+        assert!(replay.stopped().is_some());
+    }
+}
