@@ -90,6 +90,25 @@ pub fn polyglot_build(example: &str) -> serde_json::Value {
     shown
 }
 
+/// The cargo arguments that build every guest (`scripts/test` runs the same).
+pub const GUEST_BUILD: [&str; 9] = [
+    "build",
+    "--quiet",
+    "--profile",
+    "guest",
+    "--target",
+    "wasm32-wasip2",
+    "--workspace",
+    "--exclude",
+    "jobhost",
+];
+
+/// The build's target directory, wherever it is set: where cargo puts the guests.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace().join("target"), |dir| workspace().join(dir))
+}
+
 /// The compiled-component cache every host the tests start shares: each guest is
 /// compiled once per suite, not once per test (entries are keyed by the component's
 /// digest and the engine's configuration, and written atomically).

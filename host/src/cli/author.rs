@@ -106,9 +106,10 @@ pub fn build(global: &Global, dir: &Path, as_json: bool) -> Result<u8, Failure> 
     match lang.build(dir) {
         Ok(component) => {
             let (seen, code) = inspected(&component)?;
-            let warmed = match seen.verdict.is_ok() {
-                true => Some(warm(global, &component)?),
-                false => None,
+            let warmed = if seen.verdict.is_ok() {
+                Some(warm(global, &component)?)
+            } else {
+                None
             };
             if as_json {
                 let mut shown = as_json_value(&component, &seen);

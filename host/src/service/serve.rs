@@ -507,9 +507,12 @@ async fn dispatch(
                 continue;
             }
             if claims.is_empty() {
-                // No job of this host is in the lane (yet: a reload may add one).
-                if stopped_within(config.poll, &mut stop).await {
-                    break;
+                // No job of this host is in the lane (yet: a compile ending or a reload
+                // may add one, and wakes the lane).
+                tokio::select! {
+                    _ = lane.wake.notified() => {}
+                    _ = tokio::time::sleep(config.poll) => {}
+                    _ = stop.wait_for(|s| *s) => break,
                 }
                 continue;
             }

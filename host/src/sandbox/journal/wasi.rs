@@ -83,7 +83,7 @@ pub struct Random {
 enum Draws {
     /// Nothing drawn yet.
     Unseeded,
-    Seeded(rand_chacha::ChaCha20Rng),
+    Seeded(Box<rand_chacha::ChaCha20Rng>),
     /// Replaying a journal that kept every draw.
     EachJournaled,
 }
@@ -114,7 +114,7 @@ impl Random {
                 self.draws = Draws::EachJournaled;
             } else {
                 let seed: [u8; 32] = self.journal.value(self.seed_call, &(), rand::random)?;
-                self.draws = Draws::Seeded(rand_chacha::ChaCha20Rng::from_seed(seed));
+                self.draws = Draws::Seeded(Box::new(rand_chacha::ChaCha20Rng::from_seed(seed)));
             }
         }
         Some(&mut self.draws)
