@@ -3,7 +3,7 @@
 //! (componentize-py, componentize-js) and run by the real binary on SQLite and Postgres;
 //! their failed attempts replay from their journals as a Rust guest's do.
 
-use crate::common::{self, Backend, Home, migrations, polyglot};
+use crate::common::{self, Backend, Home, migrations, polyglot, polyglot_build, shared_cache};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -163,6 +163,112 @@ on_every_backend! {
             }
         }
         assert_eq!(home.scalar("SELECT COUNT(*) FROM ledger").await, 0);
+    }
+
+    // `host build` compiles the component into the compile cache it names, so the first
+    // `host run` loads it from there rather than compile (tens of seconds for Python).
+    async fn a_built_python_component_runs_first_time_from_the_compile_cache(home) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let built = polyglot_build("python/ledger");
+        let cache = &built["cache"];
+        assert_eq!(cache["dir"].as_str(), shared_cache().to_str(), "{built}");
+        let digest = cache["digest"].as_str().unwrap_or_else(|| panic!("{built}"));
+        let entries = || -> Vec<String> {
+            std::fs::read_dir(shared_cache()).unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with(digest) && name.ends_with(".cwasm"))
+                .collect()
+        };
+        assert_eq!(entries().len(), 1, "the build left its compiled component in the cache");
+
+        let component = built["path"].as_str().unwrap();
+        let out = home.host()
+            .env("JOBHOST_LOG", "jobhost=info")
+            .args(["run", "--json", "--job", component, "--name", "ledger-py",
+                   "--payload", r#"{"rows": 2}"#, "--grant", "db.write=ledger"])
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        let done: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{log}"));
+        assert_eq!(done["status"], "succeeded", "{done}\n{log}");
+        assert_eq!(rows_of(&home, done["run_id"].as_str().unwrap()).await, 2);
+        assert!(
+            log.contains(&format!("component loaded digest={digest} from_cache=true")),
+            "the run loads the build's compile: {log}"
+        );
+        assert!(!log.contains("from_cache=false"), "the run compiled again: {log}");
+    }
+
+    // `host serve` takes on a job whose component it has not compiled without waiting
+    // for the compile: a run kicked at once waits `compiling` (unclaimed, so no attempt
+    // and no deadline begin), then runs as soon as the compile ends.
+    async fn a_python_job_kicked_as_its_host_starts_waits_compiling_then_runs(home) {
+        let component = polyglot("python/ledger");
+        // A compile cache of its own, empty: this host has never compiled the component.
+        let cache = tempfile::tempdir().unwrap();
+        let m = home.manifest("", &format!(r#"
+            [jobs.ledger-py]
+            component = "{}"
+            payload = {{ rows = 2 }}
+            timeout = "30s"
+            grants.db = {{ write = ["ledger"] }}
+        "#, component.display()));
+        let server = home
+            .serve(&["--manifest", m.to_str().unwrap(), "--cache", cache.path().to_str().unwrap()])
+            .await;
+        let (code, kicked) = server.post("/jobs/ledger-py/kick").await;
+        assert_eq!((code, kicked["result"].as_str()), (202, Some("queued")), "{kicked}");
+        let id = kicked["run_id"].as_str().unwrap_or_else(|| panic!("{kicked}")).to_string();
+
+        let (_, waiting) = server.get(&format!("/runs/{id}")).await;
+        assert_eq!(waiting["status"], "queued", "{waiting}");
+        assert_eq!(waiting["held_by"], "compiling", "{waiting}");
+        let shown = home.run(&["runs", "show", &id]);
+        let said = String::from_utf8_lossy(&shown.stdout);
+        assert!(said.contains("held back by: compiling"), "{said}");
+
+        // A debug build on a busy machine takes a minute or more to compile CPython.
+        let runs = server
+            .wait_runs("ledger-py", Duration::from_secs(600), |runs| {
+                runs.iter().any(|r| r["status"] == "succeeded")
+            })
+            .await;
+        assert_eq!(runs.len(), 1, "{runs:#?}");
+        let (_, done) = server.get(&format!("/runs/{id}")).await;
+        assert_eq!(done["attempts"], 1, "one attempt, none spent waiting: {done}");
+        assert_eq!(done["held_by"], Value::Null, "{done}");
+        assert_eq!(rows_of(&home, &id).await, 2);
+        assert!(home.server_logs().contains("compiled; the job's runs may start"));
+    }
+
+    // CPython draws randomness some 2 500 times as it starts; each draw was a journaled
+    // host call (a 290 KB journal for two rows). Each generator's seed is journaled once
+    // instead, and the replay, seeded from it, still draws the same bytes.
+    async fn a_python_attempts_journal_keeps_one_seed_not_every_random_draw(home) {
+        let component = polyglot("python/ledger");
+        let m = home.manifest("", &format!(r#"
+            [jobs.ledger-py]
+            component = "{}"
+            payload = {{ rows = 2 }}
+            record = "always"
+            grants.db = {{ write = ["ledger"] }}
+        "#, component.display()));
+        let (code, done) = home.run_json(&["ledger-py", "--manifest", m.to_str().unwrap()]);
+        assert_eq!(code, 0, "{done}");
+        let id = done["run_id"].as_str().unwrap();
+        assert_eq!(rows_of(&home, id).await, 2);
+
+        let out = home.run(&["runs", "export", id]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout.len() <= 8 << 10, "a trivial Python job's journal is {} bytes", out.stdout.len());
+        let journal: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let calls: Vec<&str> = journal["calls"].as_array().unwrap().iter()
+            .map(|c| c["call"].as_str().unwrap())
+            .collect();
+        assert!(!calls.iter().any(|c| c.ends_with(".bytes")), "no random draw is a call: {calls:?}");
+        let seeds = calls.iter().filter(|c| c.ends_with(".seed")).count();
+        assert!((1..=2).contains(&seeds), "one seed per generator drawn from: {calls:?}");
+        replays_the_same(&home, id, "python ledger");
     }
 }
 
@@ -429,6 +535,11 @@ async fn new_python_and_js_projects_build_and_pass_their_cases() {
         assert!(built.status.success(), "{lang}: {said}");
         assert!(said.contains("installing componentize-"), "{lang}: {said}");
         assert!(said.contains("touches    db"), "{lang}: {said}");
+        // The build compiled it for this host, and says the run and test after start at once.
+        assert!(
+            said.contains("compiled   into ") && said.contains("start at once"),
+            "{lang}: {said}"
+        );
         assert!(
             project.join(installed).is_dir(),
             "{lang}: the tool is the project's own"

@@ -436,7 +436,7 @@ impl Host {
     async fn job(&self, spec: JobSpec) -> (JobSpec, Arc<Loaded>) {
         let loaded = self.app.load(&spec).await.expect("load the guest");
         self.app
-            .register(&spec, &loaded, None)
+            .register(&spec, &loaded.digest, None)
             .await
             .expect("register the job");
         (spec, loaded)

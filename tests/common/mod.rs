@@ -46,8 +46,14 @@ pub fn guest(name: &str) -> PathBuf {
 /// by `host build` — once per test run (`JOBHOST_TEST_RUN`, set by `scripts/test`; once
 /// per process without it), whichever test process asks first, the others waiting on a
 /// lock — and its component. A build is not byte-reproducible, so building once also
-/// means each component is compiled once for the whole suite.
+/// means each component is compiled once for the whole suite: by the build itself, into
+/// the shared compile cache.
 pub fn polyglot(example: &str) -> PathBuf {
+    PathBuf::from(polyglot_build(example)["path"].as_str().unwrap())
+}
+
+/// What `host build --json` printed for the build [`polyglot`] made.
+pub fn polyglot_build(example: &str) -> serde_json::Value {
     let run = std::env::var("JOBHOST_TEST_RUN").unwrap_or_else(|_| std::process::id().to_string());
     let built = target_dir().join("polyglot-built");
     std::fs::create_dir_all(&built).unwrap();
@@ -55,16 +61,22 @@ pub fn polyglot(example: &str) -> PathBuf {
     let lock = std::fs::File::create(built.join(format!("{key}.lock"))).unwrap();
     lock.lock().unwrap();
     let stamp = built.join(format!("{key}.run"));
-    if let Some(path) = std::fs::read_to_string(&stamp)
+    if let Some(shown) = std::fs::read_to_string(&stamp)
         .ok()
-        .and_then(|s| s.strip_prefix(&format!("{run}\n")).map(PathBuf::from))
-        .filter(|path| path.is_file())
+        .and_then(|s| s.strip_prefix(&format!("{run}\n")).map(str::to_string))
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .filter(|shown| {
+            shown["path"]
+                .as_str()
+                .is_some_and(|p| Path::new(p).is_file())
+        })
     {
-        return path;
+        return shown;
     }
     let out = Command::new(env!("CARGO_BIN_EXE_host"))
         .args(["build", "--json"])
         .arg(workspace().join("examples").join(example))
+        .env("JOBHOST_CACHE", shared_cache())
         .output()
         .expect("run host build");
     assert!(
@@ -74,9 +86,8 @@ pub fn polyglot(example: &str) -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let path = PathBuf::from(shown["path"].as_str().unwrap());
-    std::fs::write(&stamp, format!("{run}\n{}", path.display())).unwrap();
-    path
+    std::fs::write(&stamp, format!("{run}\n{shown}")).unwrap();
+    shown
 }
 
 /// The cargo arguments that build every guest (`scripts/test` runs the same).

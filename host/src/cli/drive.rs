@@ -70,6 +70,11 @@ pub async fn drive(global: &Global, args: DriveArgs) -> Result<u8, Failure> {
     })
     .await?;
     let catalog = Arc::new(Catalog::load(&app, manifest.jobs, tz).await?);
+    // A sweep runs what it claims at once: every component compiled first.
+    let problems = catalog.compile_pending(&app).await;
+    if !problems.is_empty() {
+        return Err(crate::service::catalog::CatalogError::Problems(problems).into());
+    }
     let surveillance = Surveillance {
         store: app.store.clone(),
         catalog: Some(catalog.clone()),

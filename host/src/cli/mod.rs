@@ -145,7 +145,8 @@ pub enum Command {
     },
     /// Create a job project, with the guest SDK this host speaks inside it.
     New(author::NewArgs),
-    /// Build the job project in DIR (default: here) and show what the component can touch.
+    /// Build the job project in DIR (default: here), show what the component can touch,
+    /// and compile it into the compile cache so `host run` and `host test` start at once.
     Build {
         #[arg(default_value = ".")]
         dir: PathBuf,
@@ -277,7 +278,7 @@ pub fn main() -> ExitCode {
             Command::Wit { out } => author::wit(out),
             Command::New(args) => author::new(args),
             Command::Sdk { dir } => author::sdk(&dir),
-            Command::Build { dir, json } => author::build(&dir, json),
+            Command::Build { dir, json } => author::build(&cli.global, &dir, json),
             Command::Inspect { file, json } => author::inspect_file(&file, json),
             Command::Test(args) => cases::test(&cli.global, *args).await,
             Command::CompileComponent { .. } => unreachable!("handled before the runtime starts"),

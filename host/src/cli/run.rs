@@ -204,7 +204,7 @@ pub(super) async fn run_to_end(
     attempts: i64,
 ) -> Result<(RunRecord, Vec<AttemptRecord>), Failure> {
     let loaded = app.load(spec).await?;
-    app.register(spec, &loaded, None).await?;
+    app.register(spec, &loaded.digest, None).await?;
     let run = app
         .store
         .insert_run(&NewRun {
@@ -279,7 +279,7 @@ async fn register_startable(
     for name in spec.grants.startable_jobs() {
         if let Some(started) = manifest.job(name).filter(|s| s.name != spec.name) {
             let loaded = app.load(started).await?;
-            app.register(started, &loaded, None).await?;
+            app.register(started, &loaded.digest, None).await?;
         }
     }
     Ok(())

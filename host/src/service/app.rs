@@ -3,7 +3,7 @@
 use crate::rules::job::JobSpec;
 use crate::runs::metrics::Metrics;
 use crate::runs::runner::{Runner, RunnerSettings};
-use crate::sandbox::engine::{Engine, EngineError, EngineSettings, LoadError, Loaded};
+use crate::sandbox::engine::{Engine, EngineError, EngineSettings, LoadError, Loaded, Prepared};
 use crate::sandbox::files::{CollectionSpec, Files, FilesError};
 use crate::sandbox::links::token::Signer;
 use crate::sandbox::links::{LinkError, Links, MountSpec};
@@ -107,11 +107,23 @@ impl App {
             .expect("component loading does not panic")
     }
 
-    /// Records the job's registration (first-seen time, component digest, definition).
+    /// Takes a job's component on without waiting for its compile (`Engine::prepare`):
+    /// loaded if this host has it compiled, otherwise checked by name and left to
+    /// [`App::load`].
+    pub async fn prepare(&self, spec: &JobSpec) -> Result<Prepared, LoadError> {
+        let engine = self.engine.clone();
+        let path = spec.component.clone();
+        let grants = spec.grants.clone();
+        tokio::task::spawn_blocking(move || engine.prepare(&path, &grants))
+            .await
+            .expect("component checking does not panic")
+    }
+
+    /// Records the job's registration (first-seen time, component `digest`, definition).
     pub async fn register(
         &self,
         spec: &JobSpec,
-        loaded: &Loaded,
+        digest: &str,
         next_fire_at: Option<i64>,
     ) -> Result<JobRecord, StoreError> {
         let definition = serde_json::to_string(spec).expect("a job spec serialises");
@@ -123,7 +135,7 @@ impl App {
                 name: &spec.name,
                 tenant: &spec.tenant,
                 component_path: &display_path(&spec.component),
-                component_digest: &loaded.digest,
+                component_digest: digest,
                 spec: &definition,
                 schedule: spec.schedule.as_deref(),
                 next_fire_at,

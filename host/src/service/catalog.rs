@@ -1,14 +1,20 @@
 //! The jobs a serving host runs: each job's definition, its loaded component and its
 //! parsed schedule, reloaded when the component file changes.
+//!
+//! A host serves before its components are compiled: a job whose component it has not
+//! compiled yet is registered at once and compiled in the background
+//! ([`Catalog::compile_pending`]); meanwhile this host claims none of its runs (they
+//! wait, shown `compiling`, their deadlines not begun) rather than claim one and hold it
+//! through a compile of many seconds.
 
 use crate::rules::job::JobSpec;
-use crate::sandbox::engine::{LoadError, Loaded};
+use crate::sandbox::engine::{LoadError, Loaded, Prepared};
 use crate::service::app::{App, AppError};
 use crate::service::schedule::cron::{Cron, CronError};
 use chrono_tz::Tz;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
@@ -22,7 +28,7 @@ pub enum CatalogError {
 }
 
 /// Every problem of a set of jobs on this host, not just the first: schedules that do not
-/// parse, components that do not load or import what their job was not granted, tables
+/// parse, components that do not read or import what their job was not granted, tables
 /// the job was granted that the database does not have.
 pub async fn problems(app: &App, specs: &[JobSpec], tz: Tz) -> Vec<String> {
     let mut problems = Vec::new();
@@ -63,7 +69,10 @@ impl FileStamp {
 
 pub struct CatalogJob {
     pub spec: JobSpec,
-    pub loaded: Arc<Loaded>,
+    /// The component's digest, as registered.
+    pub digest: String,
+    /// The compiled component; `None` while it compiles in the background.
+    pub loaded: Option<Arc<Loaded>>,
     pub cron: Option<Cron>,
     stamp: Option<FileStamp>,
 }
@@ -73,8 +82,9 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Checks every schedule and loads every component; refuses the whole set if one is
-    /// bad, so a host never starts with half its jobs.
+    /// Checks every schedule and every component (loading those compiled already, the
+    /// rest left to [`Catalog::compile_pending`]); refuses the whole set if one is bad, so
+    /// a host never starts with half its jobs.
     pub async fn load(app: &App, specs: Vec<JobSpec>, tz: Tz) -> Result<Catalog, CatalogError> {
         let found = problems(app, &specs, tz).await;
         if !found.is_empty() {
@@ -127,17 +137,71 @@ impl Catalog {
             Some(cron) => cron.next_after(app.store.now().await?),
             None => None,
         };
-        app.register(&job.spec, &job.loaded, next).await?;
+        app.register(&job.spec, &job.digest, next).await?;
+        let compiling = job.loaded.is_none().then_some(job.digest.as_str());
+        app.store.set_compiling(&job.spec.name, compiling).await?;
         if job.spec.run_on_boot
-            && crate::queue::kick::boot(&app.store, &job.spec, &job.loaded.digest).await?
+            && crate::queue::kick::boot(&app.store, &job.spec, &job.digest).await?
         {
-            tracing::info!(job = %job.spec.name, digest = %job.loaded.digest, "queued the boot run of a new version");
+            tracing::info!(job = %job.spec.name, digest = %job.digest, "queued the boot run of a new version");
             app.wake.notify_one();
         }
         Ok(())
     }
 
-    /// Reloads components whose file changed. A component that no longer loads is
+    /// Compiles, one after another, the components `load` left to compile, and puts
+    /// each job in service as its compile ends (its waiting runs may be claimed at once).
+    /// Every problem, one per job: a component that does not compile stays out of
+    /// service here until its file changes.
+    pub async fn compile_pending(&self, app: &App) -> Vec<String> {
+        let mut problems = Vec::new();
+        for job in self.all().into_iter().filter(|j| j.loaded.is_none()) {
+            let began = Instant::now();
+            let (name, digest) = (&job.spec.name, &job.digest);
+            tracing::info!(job = %name, digest = %digest, "compiling a component before its first run");
+            let loaded = app.load(&job.spec).await;
+            if let Err(e) = app.store.compiled(name, digest).await {
+                tracing::warn!(job = %name, code = "driver_failed", error = %e, "could not record a compile's end");
+            }
+            match loaded {
+                // The file changed since it was checked: `reload_changed` takes it on.
+                Ok(loaded) if loaded.digest != *digest => {}
+                Ok(loaded) => {
+                    self.compiled(&job, loaded);
+                    let ms = began.elapsed().as_millis() as u64;
+                    tracing::info!(job = %name, digest = %digest, ms, "compiled; the job's runs may start");
+                    app.wake.notify_one();
+                }
+                Err(e) => {
+                    tracing::warn!(job = %name, error = %e, "component not compiled; the job's runs wait here until its file changes");
+                    problems.push(format!("job {name}: {e}"));
+                }
+            }
+        }
+        problems
+    }
+
+    /// Puts `job`, compiled as `loaded`, in service, unless a reload replaced it since.
+    fn compiled(&self, job: &CatalogJob, loaded: Arc<Loaded>) {
+        let mut jobs = self.jobs.write().expect("catalog lock");
+        let Some(now) = jobs.get(&job.spec.name) else {
+            return;
+        };
+        if now.loaded.is_some() || now.digest != job.digest {
+            return;
+        }
+        let ready = Arc::new(CatalogJob {
+            spec: now.spec.clone(),
+            digest: now.digest.clone(),
+            loaded: Some(loaded),
+            cron: now.cron.clone(),
+            stamp: now.stamp.clone(),
+        });
+        jobs.insert(job.spec.name.clone(), ready);
+    }
+
+    /// Reloads components whose file changed, compiling each before it replaces the
+    /// previous one (which serves meanwhile). A component that no longer loads is
     /// reported once per change and the previous one kept.
     pub async fn reload_changed(&self, app: &App) {
         for job in self.all() {
@@ -146,15 +210,19 @@ impl Catalog {
             }
             let (stamp, loaded) = load_component(app, &job.spec).await;
             let loaded = match loaded {
-                Ok(loaded) => loaded,
+                Ok(loaded) => Some(loaded),
                 Err(e) => {
                     tracing::warn!(job = %job.spec.name, error = %e, "changed component refused; keeping the previous one");
                     job.loaded.clone()
                 }
             };
-            let changed = loaded.digest != job.loaded.digest;
+            let digest = loaded
+                .as_ref()
+                .map_or_else(|| job.digest.clone(), |l| l.digest.clone());
+            let changed = digest != job.digest || (loaded.is_some() && job.loaded.is_none());
             let fresh = Arc::new(CatalogJob {
                 spec: job.spec.clone(),
+                digest,
                 loaded,
                 cron: job.cron.clone(),
                 stamp,
@@ -164,7 +232,8 @@ impl Catalog {
                     tracing::warn!(job = %job.spec.name, code = "driver_failed", "could not record the reloaded component; will retry");
                     continue;
                 }
-                tracing::info!(job = %fresh.spec.name, digest = %fresh.loaded.digest, "component reloaded");
+                tracing::info!(job = %fresh.spec.name, digest = %fresh.digest, "component reloaded");
+                app.wake.notify_one();
             }
             self.jobs
                 .write()
@@ -195,13 +264,21 @@ async fn load_job(app: &App, spec: JobSpec, tz: Tz) -> Result<CatalogJob, Catalo
             job: spec.name.clone(),
             source,
         })?;
-    let (stamp, loaded) = load_component(app, &spec).await;
-    let loaded = loaded.map_err(|source| CatalogError::Load {
-        job: spec.name.clone(),
-        source: source.into(),
-    })?;
+    let stamp = FileStamp::of(&spec);
+    let prepared = app
+        .prepare(&spec)
+        .await
+        .map_err(|source| CatalogError::Load {
+            job: spec.name.clone(),
+            source: source.into(),
+        })?;
+    let (digest, loaded) = match prepared {
+        Prepared::Ready(loaded) => (loaded.digest.clone(), Some(loaded)),
+        Prepared::Compiling { digest } => (digest, None),
+    };
     Ok(CatalogJob {
         spec,
+        digest,
         loaded,
         cron,
         stamp,

@@ -132,14 +132,17 @@ async fn drive_run(
     cancel: &CancelToken,
     on_pass: Option<OnPass<'_>>,
 ) -> Result<Option<DrivenRun>, StoreError> {
-    let digest = &job.loaded.digest;
+    let Some(loaded) = &job.loaded else {
+        return Ok(None);
+    };
+    let digest = &job.digest;
     let Some(mut claimed) = runner.claim_one(run_id, &job.spec, digest).await? else {
         return Ok(None);
     };
     let mut passes = 0;
     let last = loop {
         let step = runner
-            .step(claimed, &job.spec, &job.loaded, cancel.clone())
+            .step(claimed, &job.spec, loaded, cancel.clone())
             .await?;
         passes += 1;
         if let Some(on_pass) = on_pass

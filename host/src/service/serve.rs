@@ -75,17 +75,18 @@ pub enum ServeError {
 }
 
 /// The terms this host claims runs of `lane` under: every job of its catalog in the
-/// lane, as loaded now.
+/// lane, as loaded now. A job whose component still compiles is left out: its runs wait
+/// queued, their deadlines not begun, until this host can start them.
 fn claim_terms(shared: &Shared, lane: &str) -> BTreeMap<String, AttemptTerms> {
     shared
         .catalog
         .all()
         .iter()
-        .filter(|job| job.spec.lane == lane)
+        .filter(|job| job.spec.lane == lane && job.loaded.is_some())
         .map(|job| {
             (
                 job.spec.name.clone(),
-                shared.app.runner.terms(&job.spec, &job.loaded.digest),
+                shared.app.runner.terms(&job.spec, &job.digest),
             )
         })
         .collect()
@@ -506,9 +507,12 @@ async fn dispatch(
                 continue;
             }
             if claims.is_empty() {
-                // No job of this host is in the lane (yet: a reload may add one).
-                if stopped_within(config.poll, &mut stop).await {
-                    break;
+                // No job of this host is in the lane (yet: a compile ending or a reload
+                // may add one, and wakes the lane).
+                tokio::select! {
+                    _ = lane.wake.notified() => {}
+                    _ = tokio::time::sleep(config.poll) => {}
+                    _ = stop.wait_for(|s| *s) => break,
                 }
                 continue;
             }
@@ -684,13 +688,18 @@ async fn process(shared: &Shared, claimed: Claimed, cancel: CancelToken) {
             .await;
         return;
     };
+    let Some(loaded) = &job.loaded else {
+        // Claimed under terms taken before a reload: it waits for the compile.
+        give_back(shared, claimed).await;
+        return;
+    };
     let (job_name, run_id) = (claimed.run.job.clone(), claimed.run.id.clone());
     // The ending is recorded by the finisher; follow-ups and runs requeued for soon wake
     // the dispatcher from there.
     if let Err(e) = shared
         .app
         .runner
-        .attempt(claimed, &job.spec, &job.loaded, cancel)
+        .attempt(claimed, &job.spec, loaded, cancel)
         .await
     {
         tracing::warn!(
@@ -779,6 +788,11 @@ async fn report_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch::
 }
 
 async fn reload_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch::Receiver<bool>) {
+    // First the components the catalog left to compile: the host serves meanwhile.
+    tokio::select! {
+        _ = shared.catalog.compile_pending(&shared.app) => {}
+        _ = stop.wait_for(|s| *s) => return,
+    }
     loop {
         tokio::select! {
             _ = tokio::time::sleep(config.reload_interval) => {}

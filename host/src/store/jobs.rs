@@ -53,6 +53,35 @@ impl Store {
         self.probe.as_ref()?.point_read(sql, key, row)
     }
 
+    /// Records that a serving host is compiling `digest` for `job` (`None`: nothing is
+    /// compiled for it), so its queued runs are shown waiting for it.
+    pub async fn set_compiling(&self, job: &str, digest: Option<&str>) -> Result<()> {
+        let q = &self.q.set_compiling;
+        with_pool!(self.pool, p => {
+            sqlx::query(q.as_str()).bind(job).bind(digest).execute(p).await?;
+        });
+        Ok(())
+    }
+
+    /// Records that the compile of `digest` for `job` ended, unless a later one began.
+    pub async fn compiled(&self, job: &str, digest: &str) -> Result<()> {
+        let q = &self.q.compiled;
+        with_pool!(self.pool, p => {
+            sqlx::query(q.as_str()).bind(job).bind(digest).execute(p).await?;
+        });
+        Ok(())
+    }
+
+    /// Whether a serving host is compiling `job`'s registered component now.
+    pub async fn job_compiling(&self, job: &str) -> Result<bool> {
+        let q = &self.q.job_compiling;
+        let found: Option<(i32,)> = with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(job)
+            .fetch_optional(p)
+            .await?);
+        Ok(found.is_some())
+    }
+
     pub async fn list_jobs(&self) -> Result<Vec<JobRecord>> {
         let q = &self.q.list_jobs;
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))

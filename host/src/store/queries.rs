@@ -380,6 +380,13 @@ statements! {
     run_hold = "SELECT r.waiting, {held_back:r} FROM jobhost_runs r \
         WHERE r.id = $1 AND r.status = 'queued'";
     list_jobs = "SELECT {job_columns} FROM jobhost_jobs ORDER BY name";
+    // The component a serving host compiles for job `$1` (`$2`, a digest; NULL: none),
+    // and whether that compile is still under way for the job's current component.
+    set_compiling = "UPDATE jobhost_jobs SET compiling_digest = $2 WHERE name = $1";
+    compiled = "UPDATE jobhost_jobs SET compiling_digest = NULL \
+        WHERE name = $1 AND compiling_digest = $2";
+    job_compiling = "SELECT 1 FROM jobhost_jobs WHERE name = $1 \
+        AND compiling_digest = component_digest";
     advance_schedule = "UPDATE jobhost_jobs SET next_fire_at = $3, updated_at = {now} \
         WHERE name = $1 AND next_fire_at IS NOT DISTINCT FROM $2";
     mark_missed = "UPDATE jobhost_jobs SET missed_reported_at = {now} WHERE name = $1 \

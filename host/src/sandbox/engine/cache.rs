@@ -45,6 +45,11 @@ impl CompileCache {
         self.dir.join(format!("{digest}-{}.cwasm", self.engine_key))
     }
 
+    /// Whether an entry for `digest` is on disk (not whether it loads: `get` says).
+    pub fn has(&self, digest: &str) -> bool {
+        self.path(digest).exists()
+    }
+
     /// The cached compilation of `digest`, if there is a usable one.
     pub fn get(&self, engine: &wasmtime::Engine, digest: &str) -> Option<Component> {
         let path = self.path(digest);

@@ -186,6 +186,34 @@ pub fn check<'a>(
     Ok(found)
 }
 
+/// A component's top-level import and export names, read without compiling it (nested
+/// modules and components are its own business): what [`check`] takes, before a compile.
+/// An unreadable component is refused in the parser's words.
+pub fn names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), String> {
+    use wasmparser::{Parser, Payload};
+    let unreadable = |e: wasmparser::BinaryReaderError| e.message().to_string();
+    let (mut imports, mut exports) = (Vec::new(), Vec::new());
+    let mut depth = 0usize;
+    for payload in Parser::new(0).parse_all(bytes) {
+        match payload.map_err(unreadable)? {
+            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
+            Payload::End(_) => depth = depth.saturating_sub(1),
+            Payload::ComponentImportSection(section) if depth == 0 => {
+                for import in section {
+                    imports.push(import.map_err(unreadable)?.name.name.to_string());
+                }
+            }
+            Payload::ComponentExportSection(section) if depth == 0 => {
+                for export in section {
+                    exports.push(export.map_err(unreadable)?.name.name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((imports, exports))
+}
+
 /// Checks that every capability a component imports was granted to this job.
 pub fn check_grants(imports: &Imports, grants: &Grants) -> Result<(), ContractError> {
     let missing = [

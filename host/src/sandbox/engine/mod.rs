@@ -113,6 +113,14 @@ impl Default for EngineSettings {
     }
 }
 
+/// A component as [`Engine::prepare`] leaves it.
+pub enum Prepared {
+    /// Compiled (or taken from a cache) and checked: ready to run.
+    Ready(Arc<Loaded>),
+    /// Checked by name and not compiled yet: [`Engine::load`] compiles it.
+    Compiling { digest: String },
+}
+
 /// A component ready to instantiate.
 pub struct Loaded {
     pub digest: String,
@@ -238,6 +246,55 @@ impl Engine {
         Ok(loaded)
     }
 
+    /// A component as `host serve` takes it on before compiling it: loaded at once when
+    /// this engine or its compile cache has it, otherwise read, its imports and exports
+    /// checked against the contract and the job's grants by name (what a load checks
+    /// after compiling), and left for [`Engine::load`] to compile in the background. So a
+    /// host refuses a bad job before it serves, without waiting for a good one's compile.
+    pub fn prepare(&self, path: &Path, grants: &Grants) -> Result<Prepared, LoadError> {
+        let bytes = read_component(path)?;
+        check_header(path, &bytes)?;
+        let digest = hex::encode(Sha256::digest(&bytes));
+        let ready = self
+            .loaded
+            .lock()
+            .expect("loaded map")
+            .contains_key(&digest)
+            || self.cache.as_ref().is_some_and(|c| c.has(&digest));
+        if ready {
+            return self.load_bytes(path, &bytes, grants).map(Prepared::Ready);
+        }
+        let contract = |source| LoadError::Contract {
+            path: path.to_path_buf(),
+            source,
+        };
+        let (imports, exports) =
+            contract::names(&bytes).map_err(|reason| LoadError::Malformed {
+                path: path.to_path_buf(),
+                reason,
+            })?;
+        let found = contract::check(
+            imports.iter().map(String::as_str),
+            exports.iter().map(String::as_str),
+        )
+        .map_err(contract)?;
+        contract::check_grants(&found, grants).map_err(contract)?;
+        Ok(Prepared::Compiling { digest })
+    }
+
+    /// Compiles `path` into the compile cache (or finds it there) without checking it
+    /// against any job's grants: what `host build` does so that the `host run` and `host
+    /// test` after it start at once. Its digest, and whether it was compiled now (`false`:
+    /// it was cached).
+    pub fn warm(&self, path: &Path) -> Result<(String, bool), LoadError> {
+        let bytes = read_component(path)?;
+        check_header(path, &bytes)?;
+        let digest = hex::encode(Sha256::digest(&bytes));
+        let cached = self.cache.as_ref().is_some_and(|c| c.has(&digest));
+        self.load_bytes(path, &bytes, &Grants::everything())?;
+        Ok((digest, !cached))
+    }
+
     fn compile(&self, path: &Path, bytes: &[u8], digest: String) -> Result<Loaded, LoadError> {
         let malformed = |e: wasmtime::Error| LoadError::Malformed {
             path: path.to_path_buf(),
@@ -292,6 +349,7 @@ impl Engine {
         if let (Some(artifact), Some(cache)) = (&artifact, &self.cache) {
             cache.put(&digest, artifact);
         }
+        tracing::info!(digest = %digest, from_cache = artifact.is_none(), "component loaded");
         Ok(Loaded {
             digest,
             imports,

@@ -285,6 +285,21 @@ impl Journal {
         );
     }
 
+    /// Whether this journal is replaying and its next call is `call`: how a generator
+    /// tells a journal that kept each of its draws from one that kept its seed.
+    pub fn replays_next(&self, call: &str) -> bool {
+        let Some(tape) = self.lock() else {
+            return false;
+        };
+        match &*tape {
+            Tape::Replaying(replaying) => replaying
+                .calls
+                .get(replaying.next)
+                .is_some_and(|next| next.call == call),
+            Tape::Recording(_) => false,
+        }
+    }
+
     /// A whole call at once, for the WASI clocks and generators: live when recording
     /// (`live` is called and its value kept), answered when replaying (`None` once the
     /// replay stopped), live and unrecorded when off.

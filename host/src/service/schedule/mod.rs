@@ -123,7 +123,7 @@ impl Scheduler {
                         origin: Origin::Cron,
                         payload: job.spec.payload.to_string(),
                         cursor: None,
-                        component_digest: Some(job.loaded.digest.clone()),
+                        component_digest: Some(job.digest.clone()),
                         scheduled_for: Some(scheduled_for),
                         rerun_of: None,
                         delay_ms: 0,
