@@ -19,6 +19,7 @@
 mod auth;
 mod controls;
 mod dashboard;
+mod enqueue;
 mod error;
 mod events;
 mod journals;
@@ -42,7 +43,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use error::{ApiError, ApiResult};
-use params::{ApiPath, ApiQuery, json_body, trace_of};
+use params::{ApiPath, ApiQuery, trace_of};
 use run_filter::{RunsQuery, run_filter};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -60,7 +61,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/jobs", get(list_jobs))
         .route("/jobs/{name}", get(get_job))
         .route("/jobs/{name}/kick", post(kick_job))
-        .route("/jobs/{name}/runs", post(start_run))
+        .route("/jobs/{name}/runs", post(enqueue::start_run))
+        .route("/jobs/{name}/runs:batch", post(enqueue::start_batch))
         .route("/runs", get(list_runs))
         .route("/runs/count", get(controls::count_runs))
         .route("/runs/cancel", post(controls::cancel_matching))
@@ -306,55 +308,6 @@ async fn kick_refused(s: &Shared, who: &Principal, name: &str, error: KickError)
         ),
         KickError::Payload(e) => ApiError::invalid(e.to_string()),
         KickError::Store(e) => e.into(),
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StartBody {
-    instance: Option<String>,
-    payload: Option<Box<serde_json::value::RawValue>>,
-}
-
-/// Joins the live run of the job and instance, or starts one: 200 with `joined: true`,
-/// or 201.
-async fn start_run(
-    State(s): State<Arc<Shared>>,
-    Extension(who): Extension<Principal>,
-    ApiPath(name): ApiPath<String>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    refuse_if_draining(&s, "start on another")?;
-    let job = visible_job(&s, &who, &name).await?;
-    let body: StartBody = if body.is_empty() {
-        StartBody {
-            instance: None,
-            payload: None,
-        }
-    } else {
-        json_body(
-            &body,
-            "the body must be a JSON object with `instance` and `payload`",
-        )?
-    };
-    let instance = instance_for(&who, &job, body.instance.as_deref())?;
-    let payload = body.payload.as_ref().map(|p| p.get());
-    let trace = trace_of(&headers);
-    match kick::start_job(&s.app.store, &job, &instance, payload, trace).await {
-        Ok(started) => {
-            s.app.wake.notify_one();
-            let status = if started.joined {
-                StatusCode::OK
-            } else {
-                StatusCode::CREATED
-            };
-            Ok((
-                status,
-                Json(serde_json::to_value(started).expect("serialisable")),
-            ))
-        }
-        Err(e) => Err(kick_refused(&s, &who, &name, e).await),
     }
 }
 
