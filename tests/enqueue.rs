@@ -394,9 +394,10 @@ async fn the_api_and_the_cli_start_with_options_and_refuse_bad_ones_writing_noth
         "nothing written"
     );
 
+    let later = (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339();
     let (status, done) = batch(json!([
         {"instance": "x1", "priority": 60},
-        {"instance": "x2", "run_at": "2030-01-01T00:00:00Z"},
+        {"instance": "x2", "run_at": later},
         {"instance": "x3", "unique": {"key": "greeting", "while": "queued"}},
     ]))
     .await;
@@ -410,4 +411,108 @@ async fn the_api_and_the_cli_start_with_options_and_refuse_bad_ones_writing_noth
     assert_eq!(results, ["created", "created", "joined"]);
     assert_eq!(done["runs"][2]["run_id"], run.as_str());
     assert_eq!(server.runs(Some("hello")).await.len(), runs_before + 2);
+}
+
+/// Waiting for a run from outside: `host start --wait` of `hello` prints how it ended, a
+/// long poll answers as soon as its run ends, the timeout path answers the state then,
+/// the event stream sends the ending, and a tenant waits on its own runs only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_waits_for_a_runs_end_by_cli_long_poll_and_event_stream() {
+    let home = common::Home::new(common::Backend::Sqlite).await;
+    let m = home.manifest("", "[jobs.hello]\ncomponent = \"{guest:hello}\"\n");
+    let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+
+    let out = home.run(&[
+        "start",
+        "hello",
+        "--payload",
+        r#"{"name": "waiter"}"#,
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains(": succeeded after 1 attempt"), "{said}");
+    assert!(said.contains("result: none"), "{said}");
+
+    // Paused, a run stays queued: the timeout path answers its state at the timeout.
+    assert_eq!(server.post("/pauses/job/hello").await.0, 200);
+    let (status, started) = server.post("/jobs/hello/runs").await;
+    assert_eq!(status, 201, "{started}");
+    let run = started["run_id"].as_str().unwrap().to_string();
+    let asked = std::time::Instant::now();
+    let (status, still) = server.get(&format!("/runs/{run}?wait=1s")).await;
+    assert_eq!(
+        (status, still["status"].as_str()),
+        (200, Some("queued")),
+        "{still}"
+    );
+    assert!(asked.elapsed() >= Duration::from_secs(1));
+    let (status, refused) = server.get(&format!("/runs/{run}?wait=61s")).await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (400, Some("invalid_parameter"))
+    );
+    let out = home.run(&["runs", "wait", &run, "--timeout", "1s"]);
+    assert_eq!(out.status.code(), Some(6), "not ended by the timeout");
+
+    // Another tenant's token: the run is unknown to it, waited for or streamed.
+    assert!(home.run(&["tenants", "add", "acme"]).status.success());
+    let acme = home.create_token(Some("acme"));
+    let (status, _) = server
+        .get_as(Some(&acme), &format!("/runs/{run}?wait=5s"))
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = server
+        .get_as(Some(&acme), &format!("/runs/{run}/events"))
+        .await;
+    assert_eq!(status, 404);
+
+    // A long poll and an event stream, both waiting; the pause lifted, the run ends and
+    // both answer well before the poll's 30 s.
+    let poll = {
+        let (url, token) = (server.url.clone(), server.token.clone());
+        let run = run.clone();
+        tokio::spawn(async move {
+            let r = reqwest::Client::new()
+                .get(format!("{url}/runs/{run}?wait=30s"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap();
+            r.json::<serde_json::Value>().await.unwrap()
+        })
+    };
+    let mut events = reqwest::Client::new()
+        .get(format!("{}/runs/{run}/events", server.url))
+        .bearer_auth(&server.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    let waiting = std::time::Instant::now();
+    assert_eq!(server.delete("/pauses/job/hello").await.0, 200);
+    let answered = tokio::time::timeout(Duration::from_secs(20), poll)
+        .await
+        .expect("the long poll answers once the run ended")
+        .unwrap();
+    assert_eq!(answered["status"], "succeeded", "{answered}");
+    assert!(waiting.elapsed() < Duration::from_secs(20));
+    let mut streamed = String::new();
+    while !streamed.contains("\"succeeded\"") {
+        let chunk = tokio::time::timeout(Duration::from_secs(20), events.chunk())
+            .await
+            .expect("the stream sends the ending")
+            .unwrap()
+            .expect("the stream is open until the ending");
+        streamed.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(streamed.starts_with("event: status\ndata: {"), "{streamed}");
+    assert!(streamed.contains("\"queued\""), "{streamed}");
 }

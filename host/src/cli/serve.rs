@@ -474,6 +474,13 @@ pub struct StartOptions {
     /// debounce (its due time).
     #[arg(long, requires = "unique")]
     on_conflict: Option<String>,
+    /// Wait for the run to end, then print its ending and result (as `host runs wait`,
+    /// whose exit codes it takes).
+    #[arg(long)]
+    wait: bool,
+    /// How long `--wait` waits.
+    #[arg(long, requires = "wait", default_value = "60s", value_parser = crate::rules::units::parse_duration)]
+    timeout: std::time::Duration,
 }
 
 impl StartOptions {
@@ -553,8 +560,19 @@ pub async fn start_cmd(
         }
     }
     .await;
+    let started = match result {
+        Ok(started) => started,
+        Err(e) => {
+            store.close().await;
+            return Err(e);
+        }
+    };
+    if start.options.wait {
+        let ended = super::runs::wait(&store, &started.run_id, start.options.timeout, json).await;
+        store.close().await;
+        return ended;
+    }
     store.close().await;
-    let started = result?;
     if json {
         println!("{}", serde_json::to_value(&started).expect("serialisable"));
     } else if let Some(code) = started.dropped {

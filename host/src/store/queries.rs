@@ -666,6 +666,8 @@ statements! {
     lock_lease = "SELECT generation FROM jobhost_leases WHERE job = $1 AND instance = $2 {for_update}";
     live_run = "SELECT id FROM jobhost_runs WHERE job = $1 AND instance = $2 \
         AND status IN ('queued', 'running') ORDER BY created_at, id LIMIT 1";
+    // The status of each run in the JSON array `$1`: the runs clients wait for.
+    run_states = "SELECT id, status FROM jobhost_runs WHERE id IN {json_ids}";
     // A unique key's row (migration 0029), taken: inserted naming run `$4`, or, if the
     // key has one, read back locked (on Postgres the upsert's row lock, held until the
     // enqueue commits, orders every enqueue of the key across hosts).

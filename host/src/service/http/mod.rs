@@ -4,7 +4,7 @@
 //! `unauthenticated`, `unknown_job`, `unknown_run`, `unknown_tenant`, `not_found`,
 //! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `not_cancellable`, `not_retryable`,
 //! `unknown_journal`, `unreadable_journal`, `invalid_parameter`, `queue_full` (429: a cap on
-//! queued runs, `backlog`), `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
+//! queued runs, `backlog`), `too_many_waiters` (503: `run_wait`), `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
 //! `too_many_connections` (`server`); one type, `error::ApiError`.
 //! Every path and query parameter is read and checked before any query (`params`): an id
 //! that no job, run or tenant could have answers 404 as an unknown one does.
@@ -26,6 +26,7 @@ mod journals;
 mod metrics;
 mod params;
 mod run_filter;
+mod run_wait;
 mod server;
 mod state;
 mod tenants;
@@ -53,6 +54,7 @@ use std::sync::atomic::Ordering;
 use visible::{present, sees_job, unknown_job, visible_job};
 
 pub use dashboard::{pulse_loop, sample_loop};
+pub use run_wait::{RunWatch, watch_loop};
 pub use server::{ConnectionLimits, serve_api};
 pub use state::{Console, Shared};
 
@@ -68,6 +70,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/runs/cancel", post(controls::cancel_matching))
         .route("/runs/retry", post(controls::retry_matching))
         .route("/runs/{id}", get(get_run))
+        .route("/runs/{id}/events", get(run_wait::events))
         .route("/runs/{id}/cancel", post(controls::cancel_run))
         .route("/runs/{id}/retry", post(controls::retry_run))
         .route("/runs/{id}/attempts/{seq}/calls", get(journals::calls))
@@ -329,23 +332,46 @@ async fn list_runs(
     })))
 }
 
+#[derive(Deserialize)]
+struct RunQuery {
+    /// Wait up to this long for the run to end (`run_wait`).
+    wait: Option<String>,
+}
+
+/// The run `id` as `who` may see it, read now; another tenant's run answers 404 as an
+/// unknown one.
+async fn visible_run(
+    s: &Shared,
+    who: &Principal,
+    id: &str,
+) -> Result<crate::store::RunRecord, ApiError> {
+    let run = if params::is_run_id(id) {
+        s.app.store.get_run(id).await?
+    } else {
+        None
+    };
+    run.filter(|r| who.sees(&r.tenant)).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no run with id {id:?}"),
+        )
+    })
+}
+
+/// A run in detail; with `wait`, once it ended or the wait is over.
 async fn get_run(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<RunQuery>,
 ) -> ApiResult {
-    let run = if params::is_run_id(&id) {
-        s.app.store.get_run(&id).await?
-    } else {
-        None
-    };
-    let Some(run) = run.filter(|r| who.sees(&r.tenant)) else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_run",
-            format!("no run with id {id:?}"),
-        ));
-    };
+    let wait = run_wait::wait_of(q.wait.as_deref())?;
+    let mut run = visible_run(&s, &who, &id).await?;
+    if let Some(wait) = wait {
+        run_wait::until_ended(&s, &id, &run.status, wait).await?;
+        run = visible_run(&s, &who, &id).await?;
+    }
     let attempts = s
         .app
         .store

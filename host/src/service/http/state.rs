@@ -29,6 +29,8 @@ pub struct Shared {
     pub console: Console,
     /// Where a run's trace is shown (`ServeConfig::trace_url`).
     pub trace_url: Option<String>,
+    /// The runs this host's clients wait for (`run_wait`).
+    pub run_watch: super::run_wait::RunWatch,
 }
 
 /// A draining host takes no new work: the caller is told to `elsewhere` (another host).
