@@ -1,13 +1,13 @@
-//! `POST /jobs/{job}/runs` and `POST /jobs/{job}/runs:batch`: runs started from outside
-//! with options (`run_at` or `delay`, `priority`, `unique`; `rules::enqueue`). Every
+//! `POST /jobs/{job}/kick`, and `POST /jobs/{job}/runs` and `POST /jobs/{job}/runs:batch`:
+//! runs started from outside with options (`run_at` or `delay`, `priority`, `unique`; `rules::enqueue`). Every
 //! item is read and checked before anything is written; a batch is one transaction, and
 //! a refused item refuses it whole, naming the item and the field.
 
 use super::error::ApiError;
-use super::params::{ApiPath, trace_of};
+use super::params::{ApiPath, ApiQuery, trace_of};
 use super::state::{Shared, refuse_if_draining};
-use super::visible::visible_job;
-use crate::queue::kick::{self, StartRequest};
+use super::visible::{unknown_job, visible_job};
+use crate::queue::kick::{self, KickError, StartRequest};
 use crate::rules::enqueue::{FIELDS, MAX_BATCH, OptionError};
 use crate::rules::json_rule::{JsonLimits, PAYLOAD};
 use crate::rules::tenant::Principal;
@@ -15,6 +15,7 @@ use crate::store::JobRecord;
 use axum::Json;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -47,7 +48,7 @@ pub(super) async fn start_run(
     let started = match kick::start_all(&s.app.store, &job, vec![request], trace_of(&headers)).await
     {
         Ok(mut started) => started.pop().expect("one answer a request"),
-        Err(e) => return Err(super::kick_refused(&s, &who, &name, e).await),
+        Err(e) => return Err(kick_refused(&s, &who, &name, e).await),
     };
     s.app.wake.notify_one();
     let status = if started.joined {
@@ -100,7 +101,7 @@ pub(super) async fn start_batch(
         .collect::<Result<Vec<_>, _>>()?;
     let started = match kick::start_all(&s.app.store, &job, requests, trace_of(&headers)).await {
         Ok(started) => started,
-        Err(e) => return Err(super::kick_refused(&s, &who, &name, e).await),
+        Err(e) => return Err(kick_refused(&s, &who, &name, e).await),
     };
     s.app.wake.notify_one();
     Ok(Json(json!({ "runs": started })))
@@ -139,7 +140,7 @@ fn start_request(
             }
         }
     }
-    let instance = super::instance_for(who, job, instance.as_deref())?;
+    let instance = instance_for(who, job, instance.as_deref())?;
     let options = crate::rules::enqueue::from_json(&options, now)
         .map_err(|e: OptionError| refused(e.to_string()))?;
     Ok(StartRequest {
@@ -147,4 +148,91 @@ fn start_request(
         payload: item.get("payload").map(|p| p.get().to_string()),
         options,
     })
+}
+
+#[derive(Deserialize)]
+pub(super) struct KickQuery {
+    instance: Option<String>,
+}
+
+pub(super) async fn kick_job(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<KickQuery>,
+    headers: HeaderMap,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    refuse_if_draining(&s, "kick another")?;
+    let job = visible_job(&s, &who, &name).await?;
+    let instance = instance_for(&who, &job, q.instance.as_deref())?;
+    match kick::kick_job(&s.app.store, &job, &instance, trace_of(&headers)).await {
+        Ok(kicked) => {
+            let result = match &kicked {
+                kick::Kicked::Pending => "pending",
+                kick::Kicked::Queued { .. } => "queued",
+                kick::Kicked::Dropped { .. } => "dropped",
+                kick::Kicked::FannedOut { .. } => "fanned_out",
+                kick::Kicked::QueueFull => "queue_full",
+            };
+            s.app
+                .metrics
+                .kick(&name, kicked_tenant(&job, &instance), result);
+            s.app.wake.notify_one();
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(serde_json::to_value(kicked).expect("serialisable")),
+            ))
+        }
+        Err(e) => Err(kick_refused(&s, &who, &name, e).await),
+    }
+}
+
+/// The tenant whose runs a kick of `job` for `instance` queues: the instance's for a
+/// per-tenant job's child, else the job's.
+fn kicked_tenant<'a>(job: &'a JobRecord, instance: &'a str) -> &'a str {
+    if job.per_tenant != 0 && instance != kick::DEFAULT_INSTANCE {
+        instance
+    } else {
+        &job.tenant
+    }
+}
+
+/// The instance a kick or start of `job` by `who` is for. A tenant's kick or start of a
+/// per-tenant job is for its own child, whatever it asked.
+fn instance_for(who: &Principal, job: &JobRecord, asked: Option<&str>) -> Result<String, ApiError> {
+    let asked = asked.unwrap_or(kick::DEFAULT_INSTANCE);
+    crate::rules::job::validate_instance(asked).map_err(|e| ApiError::invalid(e.to_string()))?;
+    match who.tenant() {
+        Some(own) if job.per_tenant != 0 => {
+            if asked != kick::DEFAULT_INSTANCE && asked != own {
+                return Err(ApiError::invalid(
+                    "a tenant kicks and starts its own child of a per-tenant job: leave out the instance",
+                ));
+            }
+            Ok(own.to_string())
+        }
+        _ => Ok(asked.to_string()),
+    }
+}
+
+async fn kick_refused(s: &Shared, who: &Principal, name: &str, error: KickError) -> ApiError {
+    match error {
+        KickError::UnknownJob(_) => unknown_job(s, who, name).await,
+        KickError::UnknownTenant(_) => {
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", error.to_string())
+        }
+        KickError::Orphaned(_) => {
+            ApiError::new(StatusCode::CONFLICT, "job_orphaned", error.to_string())
+        }
+        KickError::TenantDisabled(_) => {
+            ApiError::new(StatusCode::CONFLICT, "tenant_disabled", error.to_string())
+        }
+        KickError::QueueFull(_) => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "queue_full",
+            error.to_string(),
+        ),
+        KickError::Payload(e) => ApiError::invalid(e.to_string()),
+        KickError::Store(e) => e.into(),
+    }
 }

@@ -13,123 +13,33 @@ use super::state::Shared;
 use crate::rules::tenant::Principal;
 use crate::store::RunStatus;
 use axum::extract::{Extension, State};
-use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde_json::json;
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// How often the runs waited for are read while anyone waits.
 pub const WATCH_EVERY: Duration = Duration::from_millis(250);
 /// Longest a long poll may wait.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
-/// Most runs a host watches at once: a wait for one more answers 503 `too_many_waiters`.
-pub const MAX_WATCHED: usize = 10_000;
-
-/// The statuses of the runs waited for, by id, as last read.
-type States = Arc<HashMap<String, String>>;
-
-/// The runs this host's clients wait for, and their statuses as last read.
-pub struct RunWatch {
-    /// How many clients wait for each run.
-    waiting: Mutex<HashMap<String, usize>>,
-    states: watch::Sender<States>,
-    /// Wakes the watcher when a first client waits.
-    wake: Notify,
-}
-
-impl Default for RunWatch {
-    fn default() -> Self {
-        RunWatch {
-            waiting: Mutex::new(HashMap::new()),
-            states: watch::channel(States::default()).0,
-            wake: Notify::new(),
-        }
-    }
-}
-
-impl RunWatch {
-    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Watches run `id` until the returned waiter is dropped.
-    fn wait_for(&self, id: &str) -> Result<Waiter<'_>, ApiError> {
-        let mut waiting = self.waiting();
-        if !waiting.contains_key(id) && waiting.len() >= MAX_WATCHED {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too_many_waiters",
-                format!("this host watches {MAX_WATCHED} runs already; try again later"),
-            ));
-        }
-        *waiting.entry(id.to_string()).or_default() += 1;
-        self.wake.notify_one();
-        Ok(Waiter {
-            watch: self,
-            id: id.to_string(),
-            states: self.states.subscribe(),
-        })
-    }
-}
-
-/// One client waiting for one run.
-struct Waiter<'a> {
-    watch: &'a RunWatch,
-    id: String,
-    states: watch::Receiver<States>,
-}
-
-impl Waiter<'_> {
-    /// The run's status once it is read as other than `seen`, or `None` at `deadline`.
-    async fn next_status(&mut self, seen: &str, deadline: Instant) -> Option<String> {
-        loop {
-            let now = self.states.borrow_and_update().get(&self.id).cloned();
-            if let Some(status) = now.filter(|s| s != seen) {
-                return Some(status);
-            }
-            tokio::select! {
-                changed = self.states.changed() => changed.ok()?,
-                _ = tokio::time::sleep_until(deadline) => return None,
-            }
-        }
-    }
-}
-
-impl Drop for Waiter<'_> {
-    fn drop(&mut self) {
-        let mut waiting = self.watch.waiting();
-        if let Some(count) = waiting.get_mut(&self.id) {
-            *count -= 1;
-            if *count == 0 {
-                waiting.remove(&self.id);
-            }
-        }
-    }
-}
 
 /// Reads the statuses of the runs waited for every [`WATCH_EVERY`] while any client
 /// waits, until `stop`.
 pub async fn watch_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let watch = &shared.run_watch;
     loop {
-        let ids: Vec<String> = watch.waiting().keys().cloned().collect();
+        let ids = watch.watched();
         if ids.is_empty() {
             tokio::select! {
-                _ = watch.wake.notified() => continue,
+                _ = watch.first_waiter() => continue,
                 _ = stop.changed() => return,
             }
         }
         match shared.app.store.run_states(&ids).await {
-            Ok(rows) => {
-                watch
-                    .states
-                    .send_replace(Arc::new(rows.into_iter().collect()));
-            }
+            Ok(rows) => watch.publish(rows.into_iter().collect()),
             Err(e) => {
                 tracing::warn!(code = "driver_failed", error = %e, "reading the runs waited for failed")
             }
@@ -188,7 +98,7 @@ pub(super) async fn events(
     Extension(who): Extension<Principal>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let run = super::visible_run(&s, &who, &id).await?;
+    let run = super::visible::visible_run(&s, &who, &id).await?;
     let first = json!({"id": run.id, "status": run.status});
     // The stream ends after the run's ending; until then it waits for changes, each
     // bounded by the longest wait so a stream of a run that never changes still ends.
