@@ -90,8 +90,20 @@ pub(super) async fn until_ended(
     Ok(())
 }
 
+/// A status event's data: the run's id and status, and once it ended its code and result.
+fn status_data(run: &crate::store::RunRecord) -> serde_json::Value {
+    let mut data = json!({"id": run.id, "status": run.status});
+    if ended(&run.status) {
+        let shown = crate::service::views::run(run);
+        data["code"] = shown["code"].clone();
+        data["result"] = shown["result"].clone();
+    }
+    data
+}
+
 /// `GET /runs/{id}/events`: the run's status now, then each change, as `status` events
-/// (`{"id", "status"}`); the last, once it ended, also has its `code` and `result`.
+/// (`{"id", "status"}`); the last, once it ended, also has its `code` and `result`. A
+/// stream with no change for [`MAX_WAIT`] ends (the client connects again).
 /// Another tenant's run, or none, answers 404.
 pub(super) async fn events(
     State(s): State<Arc<Shared>>,
@@ -99,7 +111,7 @@ pub(super) async fn events(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>>, ApiError> {
     let run = super::visible::visible_run(&s, &who, &id).await?;
-    let first = json!({"id": run.id, "status": run.status});
+    let first = status_data(&run);
     // The stream ends after the run's ending; until then it waits for changes, each
     // bounded by the longest wait so a stream of a run that never changes still ends.
     let stream = futures_util::stream::unfold(
@@ -117,9 +129,7 @@ pub(super) async fn events(
                 waiter.next_status(&seen, Instant::now() + MAX_WAIT).await?
             };
             let data = if ended(&status) {
-                let run = s.app.store.get_run(&id).await.ok()??;
-                let shown = crate::service::views::run(&run);
-                json!({"id": id, "status": status, "code": shown["code"], "result": shown["result"]})
+                status_data(&s.app.store.get_run(&id).await.ok()??)
             } else {
                 json!({"id": id, "status": status})
             };
