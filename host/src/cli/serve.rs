@@ -468,7 +468,7 @@ pub struct StartOptions {
     unique: Option<String>,
     /// How long the key holds its run: queued, active, until-finished (the default), or a
     /// period such as 1h.
-    #[arg(long = "while", requires = "unique")]
+    #[arg(long = "while", value_name = "WHILE", requires = "unique")]
     hold: Option<String>,
     /// What a held key does: keep (join it, the default), replace (its payload),
     /// debounce (its due time).
