@@ -97,11 +97,14 @@ fn corpus() -> Vec<String> {
 
 /// Requests with a hostile value in each place a client's text goes, as (method, path,
 /// body). `{}` is the value.
-const ROUTES: [(&str, &str, Option<&str>); 31] = [
+const ROUTES: [(&str, &str, Option<&str>); 34] = [
     ("GET", "/jobs/{}", None),
     ("POST", "/jobs/{}/kick", None),
     ("POST", "/jobs/greeter/kick?instance={}", None),
     ("POST", "/jobs/{}/runs", None),
+    ("POST", "/jobs/{}/runs:batch", Some(r#"{"runs":[{}]}"#)),
+    ("GET", "/runs/{}/events", None),
+    ("GET", "/runs/x?wait={}", None),
     ("GET", "/runs/{}", None),
     ("GET", "/runs?job={}", None),
     ("GET", "/runs?status={}", None),

@@ -4,6 +4,9 @@
 pub const EXIT_LOCKED: u8 = 4;
 /// The exit code of a kick or start refused by a cap on queued runs (`backlog`).
 pub const EXIT_QUEUE_FULL: u8 = 5;
+/// The exit code of a wait (`host runs wait`, `host start --wait`) whose run had not
+/// ended by its timeout.
+pub const EXIT_NOT_ENDED: u8 = 6;
 
 /// An error at the binary's edge: the message to print and the exit code.
 #[derive(Debug)]

@@ -80,7 +80,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Join the live run of a job and instance, or start one if there is none.
+    /// Join the live run of a job and instance, or start one if there is none (with
+    /// `--unique`, the unique rule answers instead).
     Start {
         job: String,
         #[arg(long, default_value = "default")]
@@ -88,6 +89,8 @@ pub enum Command {
         /// The payload of a new run: JSON text, or @FILE (the job's own if not given).
         #[arg(long)]
         payload: Option<String>,
+        #[command(flatten)]
+        options: serve::StartOptions,
         /// Queue a new run in this W3C trace (`00-<trace id>-<parent id>-<flags>`).
         #[arg(long, value_parser = traceparent)]
         traceparent: Option<TraceParent>,
@@ -241,11 +244,18 @@ pub fn main() -> ExitCode {
                 job,
                 instance,
                 payload,
+                options,
                 traceparent,
                 json,
             } => {
                 let payload = payload.as_deref();
-                serve::start_cmd(&cli.global, &job, &instance, payload, traceparent, json).await
+                let start = serve::Start {
+                    job: &job,
+                    instance: &instance,
+                    payload,
+                    options,
+                };
+                serve::start_cmd(&cli.global, start, traceparent, json).await
             }
             Command::Emit {
                 event,

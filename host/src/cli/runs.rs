@@ -1,4 +1,5 @@
-//! `host runs list`, `show`, `cancel` and `retry`; `host pause`, `resume` and `pauses`.
+//! `host runs list`, `show`, `wait`, `cancel` and `retry`; `host pause`, `resume` and
+//! `pauses`.
 
 use super::failure::Failure;
 use super::global::Global;
@@ -34,6 +35,16 @@ pub enum RunsCommand {
     /// One run with its attempts and their logs.
     Show {
         id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait for a run to end; print its ending and result (exit 0 succeeded, 1 failed,
+    /// crashed or cancelled, 3 skipped, 6 not ended within the timeout).
+    Wait {
+        id: String,
+        /// How long to wait (e.g. 30s, 10m).
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        timeout: Duration,
         #[arg(long)]
         json: bool,
     },
@@ -159,6 +170,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             }
             0
         }
+        RunsCommand::Wait { id, timeout, json } => wait(&store, &id, timeout, json).await?,
         RunsCommand::Cancel(args) => act(&store, Action::Cancel, args).await?,
         RunsCommand::Retry(args) => act(&store, Action::Retry, args).await?,
         RunsCommand::Show { id, json } => {
@@ -391,4 +403,43 @@ pub async fn pauses(global: &Global, json: bool) -> Result<u8, Failure> {
         }
     }
     Ok(0)
+}
+
+/// How often `host runs wait` reads its run: one process waits for one run.
+const WAIT_POLL: Duration = Duration::from_millis(250);
+
+/// Waits up to `timeout` for run `id` to end, then prints how it ended (or its state) and
+/// the result it handed back; the exit code says the ending (see `RunsCommand::Wait`).
+pub(super) async fn wait(
+    store: &Store,
+    id: &str,
+    timeout: Duration,
+    json: bool,
+) -> Result<u8, Failure> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let run = loop {
+        let Some(run) = store.get_run(id).await? else {
+            return Err(Failure::usage(format!("no run with id {id:?}")));
+        };
+        let ended = run.status().is_some_and(RunStatus::is_terminal);
+        if ended || tokio::time::Instant::now() + WAIT_POLL > deadline {
+            break run;
+        }
+        tokio::time::sleep(WAIT_POLL).await;
+    };
+    let status = run.status();
+    if json {
+        let mut view = views::run(&run);
+        view["ended"] = status.is_some_and(RunStatus::is_terminal).into();
+        println!("{view}");
+    } else {
+        output::run_result(&run, false);
+        println!("result: {}", run.result.as_deref().unwrap_or("none"));
+    }
+    Ok(match status {
+        Some(RunStatus::Succeeded) => 0,
+        Some(RunStatus::Skipped) => 3,
+        Some(RunStatus::Queued | RunStatus::Running) | None => super::failure::EXIT_NOT_ENDED,
+        _ => 1,
+    })
 }

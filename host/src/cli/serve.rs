@@ -451,35 +451,143 @@ async fn refused(store: &Store, job: &str, error: KickError) -> Failure {
     }
 }
 
-/// Joins the live run of a job and instance, or starts one.
+/// `host start`'s options, read by the same rule as the API's (`rules::enqueue`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct StartOptions {
+    /// Due at this time (RFC 3339, e.g. 2026-12-06T18:00:00Z; at most a day past).
+    #[arg(long, conflicts_with = "delay")]
+    run_at: Option<String>,
+    /// Due after this long (e.g. 30s, 10m, 2h; at most a year).
+    #[arg(long)]
+    delay: Option<String>,
+    /// Seconds of precedence among the tenant's due runs, -3600 to 3600.
+    #[arg(long, allow_negative_numbers = true)]
+    priority: Option<i64>,
+    /// A unique key: the run it names answers while `--while` holds.
+    #[arg(long)]
+    unique: Option<String>,
+    /// How long the key holds its run: queued, active, until-finished (the default), or a
+    /// period such as 1h.
+    #[arg(long = "while", value_name = "WHILE", requires = "unique")]
+    hold: Option<String>,
+    /// What a held key does: keep (join it, the default), replace (its payload),
+    /// debounce (its due time).
+    #[arg(long, requires = "unique")]
+    on_conflict: Option<String>,
+    /// Wait for the run to end, then print its ending and result (as `host runs wait`,
+    /// whose exit codes it takes).
+    #[arg(long)]
+    wait: bool,
+    /// How long `--wait` waits.
+    #[arg(long, requires = "wait", default_value = "60s", value_parser = crate::rules::units::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+impl StartOptions {
+    /// The options as the API's body would carry them.
+    fn as_json(&self) -> serde_json::Map<String, serde_json::Value> {
+        use serde_json::{Value, json};
+        let mut body = serde_json::Map::new();
+        let mut set = |field: &str, value: Option<Value>| {
+            if let Some(value) = value {
+                body.insert(field.into(), value);
+            }
+        };
+        set("run_at", self.run_at.clone().map(Value::from));
+        set("delay", self.delay.clone().map(Value::from));
+        set("priority", self.priority.map(Value::from));
+        set(
+            "unique",
+            self.unique.as_ref().map(|key| {
+                let mut unique = json!({ "key": key });
+                if let Some(hold) = &self.hold {
+                    unique["while"] = hold.clone().into();
+                }
+                if let Some(policy) = &self.on_conflict {
+                    unique["on_conflict"] = policy.clone().into();
+                }
+                unique
+            }),
+        );
+        body
+    }
+}
+
+/// The flag of an option's field.
+fn flag_of(field: &str) -> &'static str {
+    match field {
+        "run_at" => "--run-at",
+        "delay" => "--delay",
+        "priority" => "--priority",
+        "unique.while" => "--while",
+        "unique.on_conflict" => "--on-conflict",
+        _ => "--unique",
+    }
+}
+
+/// What `host start` asks.
+pub struct Start<'a> {
+    pub job: &'a str,
+    pub instance: &'a str,
+    pub payload: Option<&'a str>,
+    pub options: StartOptions,
+}
+
+/// Joins the live run of a job and instance, or starts one; with a unique key, what the
+/// unique rule answers.
 pub async fn start_cmd(
     global: &Global,
-    job: &str,
-    instance: &str,
-    payload: Option<&str>,
+    start: Start<'_>,
     trace: Option<TraceParent>,
     json: bool,
 ) -> Result<u8, Failure> {
+    let Start { job, instance, .. } = start;
     crate::rules::job::validate_instance(instance)?;
-    let payload = payload.map(super::run::read_payload).transpose()?;
+    let payload = start.payload.map(super::run::read_payload).transpose()?;
     let store = Store::open(&global.db_url(None)).await?;
-    let result = match kick::start(&store, job, instance, payload.as_deref(), trace).await {
-        Ok(started) => Ok(started),
-        Err(e) => Err(refused(&store, job, e).await),
+    let result = async {
+        let now = store.now().await?;
+        let options = crate::rules::enqueue::from_json(&start.options.as_json(), now)
+            .map_err(|e| Failure::usage(format!("{}: {}", flag_of(e.field), e.reason)))?;
+        let request = kick::StartRequest {
+            instance: instance.to_string(),
+            payload,
+            options,
+        };
+        match kick::start(&store, job, request, trace).await {
+            Ok(started) => Ok(started),
+            Err(e) => Err(refused(&store, job, e).await),
+        }
+    }
+    .await;
+    let started = match result {
+        Ok(started) => started,
+        Err(e) => {
+            store.close().await;
+            return Err(e);
+        }
     };
+    if start.options.wait {
+        let ended = super::runs::wait(&store, &started.run_id, start.options.timeout, json).await;
+        store.close().await;
+        return ended;
+    }
     store.close().await;
-    let started = result?;
     if json {
         println!("{}", serde_json::to_value(&started).expect("serialisable"));
-    } else if started.joined {
-        println!("joined run {} of {job}", started.run_id);
     } else if let Some(code) = started.dropped {
         println!(
             "dropped run {} of {job} ({code}): it already has max_per_tenant runs queued or running",
             started.run_id
         );
     } else {
-        println!("started run {} of {job}", started.run_id);
+        let said = match started.result {
+            crate::rules::enqueue::Outcome::Created => "started",
+            crate::rules::enqueue::Outcome::Joined => "joined",
+            crate::rules::enqueue::Outcome::Replaced => "replaced the payload of",
+            crate::rules::enqueue::Outcome::Debounced => "moved the due time of",
+        };
+        println!("{said} run {} of {job}", started.run_id);
     }
     Ok(0)
 }

@@ -7,14 +7,17 @@
 //! it runs folds itself into the pending flag instead (see `Runner::skip`).
 //!
 //! A start means "this work, once": it joins the live run of the job and instance if
-//! there is one, or queues one (`Store::start_or_join`, atomic across hosts).
+//! there is one, or queues one (`Store::enqueue_runs`, atomic across hosts); a start
+//! with a unique key follows the unique rule (`rules::enqueue`) instead.
 //!
 //! A `per_tenant` job's instances are its tenants (`fan_out`): a kick of its default
 //! instance kicks every active tenant's child, a kick or start of instance `acme` only
 //! acme's.
 
+use crate::rules::enqueue::{Options, Outcome};
 use crate::rules::job::JobSpec;
 use crate::rules::trace::TraceParent;
+use crate::store::enqueue::Enqueueing;
 use crate::store::new_run_id;
 use crate::store::{JobRecord, NewRun, Origin, RunRecord, Store, StoreError};
 
@@ -47,14 +50,26 @@ pub struct ChildKick {
     pub kicked: Kicked,
 }
 
-/// What a start led to: the live run it joined, or the run it queued (or, over its
-/// job's `max_per_tenant` with policy `skip`, recorded skipped and reported).
+/// What a start led to (`result`): a run it created, or the run it joined, replaced or
+/// debounced (`rules::enqueue::Outcome`); `joined` is whether it queued nothing new. A
+/// created run over its job's `max_per_tenant` with policy `skip` is recorded skipped
+/// and reported (`dropped`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Started {
     pub run_id: String,
+    pub result: Outcome,
     pub joined: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dropped: Option<crate::rules::failure::FailureCode>,
+}
+
+/// One start from outside (the API, `host start`): its instance, its payload (the job's
+/// own if none), and its options, read by `rules::enqueue`.
+#[derive(Debug, Clone)]
+pub struct StartRequest {
+    pub instance: String,
+    pub payload: Option<String>,
+    pub options: Options,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -151,59 +166,71 @@ fn dropped(run: &RunRecord) -> Option<crate::rules::failure::FailureCode> {
         .then_some(crate::rules::failure::FailureCode::TenantLimit)
 }
 
-/// Joins the live run of `job` and `instance`, or queues one with `payload` (the job's
-/// own if none is given), checked by the queue-safety rule. A run it queues is in the
-/// caller's trace (`trace`) or a new one; a run it joins keeps its own.
+/// Starts `request` of `job`: without a unique key it joins the live run of the job
+/// and instance, or queues one; with one, the unique rule answers (`rules::enqueue`). A
+/// run it queues is in the caller's trace (`trace`) or a new one; a run it joins keeps
+/// its own.
 pub async fn start(
     store: &Store,
     job: &str,
-    instance: &str,
-    payload: Option<&str>,
+    request: StartRequest,
     trace: Option<TraceParent>,
 ) -> Result<Started, KickError> {
-    start_job(
-        store,
-        &find_job(store, job).await?,
-        instance,
-        payload,
-        trace,
-    )
-    .await
+    let record = find_job(store, job).await?;
+    let mut started = start_all(store, &record, vec![request], trace).await?;
+    Ok(started.pop().expect("one answer a request"))
 }
 
-/// A start of a job whose row the caller has read already.
-pub async fn start_job(
+/// Starts `requests` of a job whose row the caller has read already, in one transaction:
+/// all, or (a refusal, checked before anything is written) none.
+pub async fn start_all(
     store: &Store,
     record: &JobRecord,
-    instance: &str,
-    payload: Option<&str>,
+    requests: Vec<StartRequest>,
     trace: Option<TraceParent>,
-) -> Result<Started, KickError> {
+) -> Result<Vec<Started>, KickError> {
     check_runnable(store, record).await?;
-    let tenant = match record.per_tenant {
-        0 => record.tenant.clone(),
-        _ => child_tenant(store, instance).await?,
-    };
-    let mut run = new_kick_run(
-        record,
-        instance,
-        &tenant,
-        TraceParent::given_or_start(trace),
-    );
-    if let Some(payload) = payload {
-        run.payload = crate::rules::job::validate_payload(payload).map_err(KickError::Payload)?;
+    let trace = TraceParent::given_or_start(trace);
+    let now = store.now().await?;
+    let mut items = Vec::with_capacity(requests.len());
+    let mut adding: std::collections::BTreeMap<String, u64> = Default::default();
+    for request in requests {
+        let tenant = match record.per_tenant {
+            0 => record.tenant.clone(),
+            _ => child_tenant(store, &request.instance).await?,
+        };
+        let mut run = new_kick_run(record, &request.instance, &tenant, trace);
+        if let Some(payload) = &request.payload {
+            run.payload =
+                crate::rules::job::validate_payload(payload).map_err(KickError::Payload)?;
+        }
+        run.origin = Origin::Start;
+        run.delay_ms = request.options.claim_delay_ms(now);
+        // A start that would join its live run queues nothing, so it takes no room.
+        let unique = request.options.unique;
+        if unique.is_some() || store.live_run(&run.job, &run.instance).await?.is_none() {
+            *adding.entry(tenant).or_default() += 1;
+        }
+        items.push(Enqueueing { run, unique });
     }
-    run.origin = Origin::Start;
-    // A start that would join its live run queues nothing, so it is never refused.
-    if store.live_run(&run.job, &run.instance).await?.is_none() {
-        check_room(store, record, &tenant).await?;
+    for (tenant, count) in adding {
+        let caps = crate::queue::backlog::caps_of(record, &tenant);
+        crate::queue::backlog::room(store, &record.name, &tenant, caps, count, count)
+            .await?
+            .map_err(KickError::QueueFull)?;
     }
-    let (run_id, queued) = store.start_or_join(&run).await?;
-    Ok(Started {
-        run_id,
-        joined: queued.is_none(),
-        dropped: queued.as_ref().and_then(dropped),
-    })
+    let answers = store.enqueue_runs(&items).await?;
+    Ok(answers
+        .into_iter()
+        .map(|a| Started {
+            joined: a.outcome != Outcome::Created,
+            dropped: a
+                .dropped
+                .then_some(crate::rules::failure::FailureCode::TenantLimit),
+            result: a.outcome,
+            run_id: a.run_id,
+        })
+        .collect())
 }
 
 /// Refuses a new run of `record` for `tenant` over a cap on queued runs.

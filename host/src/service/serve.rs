@@ -113,6 +113,7 @@ pub async fn serve(
         lanes: config.lanes.clone(),
         console: crate::service::http::Console::default(),
         trace_url: config.trace_url.clone(),
+        run_watch: Default::default(),
     });
     let (stop_tx, stop) = watch::channel(false);
     let (cancel_tx, cancel) = watch::channel(false);
@@ -130,6 +131,10 @@ pub async fn serve(
         stop.clone(),
     ));
     loops.spawn(crate::service::http::pulse_loop(
+        shared.clone(),
+        stop.clone(),
+    ));
+    loops.spawn(crate::service::http::watch_loop(
         shared.clone(),
         stop.clone(),
     ));

@@ -99,6 +99,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     27 => "0027_mount_limits",
     28 => "0028_claim_limits",
     29 => "0029_components_compiling",
+    30 => "0030_unique_runs",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -130,6 +131,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     27 => "0027_mount_limits",
     28 => "0028_claim_limits",
     29 => "0029_components_compiling",
+    30 => "0030_unique_runs",
 );
 
 /// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);

@@ -17,6 +17,7 @@ mod controls;
 mod cancel_book;
 pub mod claims;
 mod connect;
+pub mod enqueue;
 mod error;
 mod error_class;
 pub mod family;

@@ -673,6 +673,23 @@ statements! {
     lock_lease = "SELECT generation FROM jobhost_leases WHERE job = $1 AND instance = $2 {for_update}";
     live_run = "SELECT id FROM jobhost_runs WHERE job = $1 AND instance = $2 \
         AND status IN ('queued', 'running') ORDER BY created_at, id LIMIT 1";
+    // The status of each run in the JSON array `$1`: the runs clients wait for.
+    run_states = "SELECT id, status FROM jobhost_runs WHERE id IN {json_ids}";
+    // A unique key's row (migration 0030), taken: inserted naming run `$4`, or, if the
+    // key has one, read back locked (on Postgres the upsert's row lock, held until the
+    // enqueue commits, orders every enqueue of the key across hosts).
+    take_unique_key = "INSERT INTO jobhost_unique_keys (job, tenant, key, run_id) \
+        VALUES ($1, $2, $3, $4) ON CONFLICT (job, tenant, key) \
+        DO UPDATE SET run_id = jobhost_unique_keys.run_id RETURNING run_id";
+    name_unique_key = "UPDATE jobhost_unique_keys SET run_id = $4 \
+        WHERE job = $1 AND tenant = $2 AND key = $3";
+    // The run a unique key names, as `rules::enqueue::decide` reads it, and the time.
+    unique_holder = "SELECT status, started_at, created_at, {now} FROM jobhost_runs WHERE id = $1";
+    // A replace or a debounce of a run that has not started (none if a claim took it).
+    replace_waiting = "UPDATE jobhost_runs SET payload = $2, updated_at = {now} \
+        WHERE id = $1 AND status = 'queued' AND started_at IS NULL";
+    debounce_waiting = "UPDATE jobhost_runs SET next_attempt_at = {now} + $2, updated_at = {now} \
+        WHERE id = $1 AND status = 'queued' AND started_at IS NULL";
     // A rerun resumes where its crashed run was: the same pass, counters and ledger. The
     // ledger moves (the steps of the crashed run's pass, the only ones it has): it is kept
     // once, by the newest run, and the crashed run names its rerun (`resumed_by`).

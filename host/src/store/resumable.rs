@@ -1,19 +1,16 @@
-//! The rows of resumable runs: a pass's step ledger and its end (`ProgressWrite`), the
-//! start that joins a live run, and the candidates of a bounded sweep (`host drive`).
+//! The rows of resumable runs: a pass's step ledger and its end (`ProgressWrite`), a job
+//! and instance's live run, and the candidates of a bounded sweep (`host drive`).
 //!
 //! A `ProgressWrite` commits inside a guest's transaction (on SQLite by the statements
 //! here, on Postgres by the functions of migration 0005, which the job's role may call),
 //! or — a step recorded on its own — in a fenced transaction of the host's own.
 
-use super::error::{Result, StoreError};
+use super::error::Result;
 use super::handle::Store;
-use super::pool::Exclusive;
 use super::queries::Queries;
 use super::records::Fence;
-use super::records::{
-    DueCandidate, NewRun, ProgressWrite, RunRecord, StepFailureRecord, StepRecord,
-};
-use sqlx::{Connection, SqliteConnection};
+use super::records::{DueCandidate, ProgressWrite, StepFailureRecord, StepRecord};
+use sqlx::SqliteConnection;
 
 /// Applies a `ProgressWrite` on a SQLite connection inside an open write transaction (a
 /// guest's, which checks the lease as it commits). Whether it changed a row.
@@ -62,51 +59,11 @@ pub(crate) async fn apply_sqlite(
 }
 
 impl Store {
-    /// The live (queued or running) run of the new run's job and instance, or the new run
-    /// queued: atomically, under the lease row's lock, so concurrent starts from any
-    /// number of hosts give one run. The id of the run it joined, or the run it queued
-    /// (which its job's `max_per_tenant` may have dropped).
-    pub async fn start_or_join(&self, run: &NewRun) -> Result<(String, Option<RunRecord>)> {
-        self.retrying(|| self.start_or_join_once(run)).await
-    }
-
     /// The live (queued or running) run of `job` and `instance`, if any.
     pub async fn live_run(&self, job: &str, instance: &str) -> Result<Option<String>> {
         let q = &self.q.live_run;
         Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str())
             .bind(job).bind(instance).fetch_optional(p).await?))
-    }
-
-    async fn start_or_join_once(&self, run: &NewRun) -> Result<(String, Option<RunRecord>)> {
-        let q = self.q;
-        with_pool!(self.pool, p => {
-            let mut conn = Exclusive::acquire(p).await?;
-            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
-            for sql in [&q.ensure_lease, &q.lock_lease] {
-                sqlx::query(sql.as_str())
-                    .bind(&run.job)
-                    .bind(&run.instance)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            let live: Option<String> = sqlx::query_scalar(q.live_run.as_str())
-                .bind(&run.job)
-                .bind(&run.instance)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let started = match live {
-                Some(id) => (id, None),
-                None => {
-                    let queued = super::runs::queue(&mut tx, q, q.queue_run.as_str(), run)
-                        .await?
-                        .ok_or(StoreError::Unreadable)?;
-                    (queued.id.clone(), Some(queued))
-                }
-            };
-            tx.commit().await?;
-            conn.release();
-            Ok(started)
-        })
     }
 
     /// Due runs in claim order after `after` (a due time and a [`DueCandidate::position`];

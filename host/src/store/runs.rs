@@ -45,6 +45,14 @@ impl Store {
         )
     }
 
+    /// The status of each of `ids` that exists, in one statement: the runs clients wait
+    /// for, however many clients wait.
+    pub async fn run_states(&self, ids: &[String]) -> Result<Vec<(String, String)>> {
+        let q = &self.q.run_states;
+        let ids = serde_json::to_string(ids).expect("ids serialise");
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(&ids).fetch_all(p).await?))
+    }
+
     pub async fn list_runs(&self, filter: &RunFilter) -> Result<Vec<RunRecord>> {
         let q = &self.q.list_runs;
         let (after_created, after_id) = match &filter.before {

@@ -25,14 +25,8 @@ use wasmtime::component::Resource;
 pub const MAX_RUNS_PER_ATTEMPT: usize = 10_000;
 /// Most payload bytes the runs one attempt starts may carry together.
 pub const MAX_PAYLOAD_BYTES_PER_ATTEMPT: usize = 32 << 20;
-/// Most runs one `enqueue-all` call may queue.
-pub const MAX_BATCH: usize = 1000;
-/// Longest dedup key or instance, in bytes.
-pub const MAX_KEY_BYTES: usize = 200;
-/// The priority's bounds, in seconds.
-pub const MAX_PRIORITY_S: i32 = 3600;
-/// Longest delay a run may be queued with: a year.
-pub const MAX_DELAY_MS: i64 = 365 * 24 * 3600 * 1000;
+/// The bounds an enqueue's options share with the API's (`rules::enqueue`).
+pub use crate::rules::enqueue::{MAX_BATCH, MAX_DELAY_MS, MAX_KEY_BYTES, MAX_PRIORITY_S};
 
 /// What one attempt's `jobs` calls belong to.
 pub struct JobsSession {

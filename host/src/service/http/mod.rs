@@ -4,7 +4,7 @@
 //! `unauthenticated`, `unknown_job`, `unknown_run`, `unknown_tenant`, `not_found`,
 //! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `not_cancellable`, `not_retryable`,
 //! `unknown_journal`, `unreadable_journal`, `invalid_parameter`, `queue_full` (429: a cap on
-//! queued runs, `backlog`), `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
+//! queued runs, `backlog`), `too_many_waiters` (503: `run_wait`), `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
 //! `too_many_connections` (`server`); one type, `error::ApiError`.
 //! Every path and query parameter is read and checked before any query (`params`): an id
 //! that no job, run or tenant could have answers 404 as an unknown one does.
@@ -19,53 +19,57 @@
 mod auth;
 mod controls;
 mod dashboard;
+mod enqueue;
 mod error;
 mod events;
 mod journals;
 mod metrics;
 mod params;
 mod run_filter;
+mod run_wait;
 mod server;
 mod state;
 mod tenants;
 mod usage;
 mod visible;
 
-use crate::queue::kick::{self, KickError};
+use crate::queue::kick;
 use crate::rules::tenant::Principal;
 use crate::service::views;
-use crate::store::JobRecord;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use error::{ApiError, ApiResult};
-use params::{ApiPath, ApiQuery, json_body, trace_of};
+use error::ApiResult;
+use params::{ApiPath, ApiQuery};
 use run_filter::{RunsQuery, run_filter};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use state::refuse_if_draining;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use visible::{present, sees_job, unknown_job, visible_job};
+use visible::{present, sees_job, visible_job};
 
 pub use dashboard::{pulse_loop, sample_loop};
+pub use run_wait::watch_loop;
 pub use server::{ConnectionLimits, serve_api};
+pub use state::RunWatch;
 pub use state::{Console, Shared};
 
 pub fn router(shared: Arc<Shared>) -> Router {
     let api = Router::new()
         .route("/jobs", get(list_jobs))
         .route("/jobs/{name}", get(get_job))
-        .route("/jobs/{name}/kick", post(kick_job))
-        .route("/jobs/{name}/runs", post(start_run))
+        .route("/jobs/{name}/kick", post(enqueue::kick_job))
+        .route("/jobs/{name}/runs", post(enqueue::start_run))
+        .route("/jobs/{name}/runs:batch", post(enqueue::start_batch))
         .route("/runs", get(list_runs))
         .route("/runs/count", get(controls::count_runs))
         .route("/runs/cancel", post(controls::cancel_matching))
         .route("/runs/retry", post(controls::retry_matching))
         .route("/runs/{id}", get(get_run))
+        .route("/runs/{id}/events", get(run_wait::events))
         .route("/runs/{id}/cancel", post(controls::cancel_run))
         .route("/runs/{id}/retry", post(controls::retry_run))
         .route("/runs/{id}/attempts/{seq}/calls", get(journals::calls))
@@ -222,142 +226,6 @@ async fn get_job(
     Ok(Json(present(&who, view)))
 }
 
-#[derive(Deserialize)]
-struct KickQuery {
-    instance: Option<String>,
-}
-
-async fn kick_job(
-    State(s): State<Arc<Shared>>,
-    Extension(who): Extension<Principal>,
-    ApiPath(name): ApiPath<String>,
-    ApiQuery(q): ApiQuery<KickQuery>,
-    headers: HeaderMap,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    refuse_if_draining(&s, "kick another")?;
-    let job = visible_job(&s, &who, &name).await?;
-    let instance = instance_for(&who, &job, q.instance.as_deref())?;
-    match kick::kick_job(&s.app.store, &job, &instance, trace_of(&headers)).await {
-        Ok(kicked) => {
-            let result = match &kicked {
-                kick::Kicked::Pending => "pending",
-                kick::Kicked::Queued { .. } => "queued",
-                kick::Kicked::Dropped { .. } => "dropped",
-                kick::Kicked::FannedOut { .. } => "fanned_out",
-                kick::Kicked::QueueFull => "queue_full",
-            };
-            s.app
-                .metrics
-                .kick(&name, kicked_tenant(&job, &instance), result);
-            s.app.wake.notify_one();
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(serde_json::to_value(kicked).expect("serialisable")),
-            ))
-        }
-        Err(e) => Err(kick_refused(&s, &who, &name, e).await),
-    }
-}
-
-/// The tenant whose runs a kick of `job` for `instance` queues: the instance's for a
-/// per-tenant job's child, else the job's.
-fn kicked_tenant<'a>(job: &'a JobRecord, instance: &'a str) -> &'a str {
-    if job.per_tenant != 0 && instance != kick::DEFAULT_INSTANCE {
-        instance
-    } else {
-        &job.tenant
-    }
-}
-
-/// The instance a kick or start of `job` by `who` is for. A tenant's kick or start of a
-/// per-tenant job is for its own child, whatever it asked.
-fn instance_for(who: &Principal, job: &JobRecord, asked: Option<&str>) -> Result<String, ApiError> {
-    let asked = asked.unwrap_or(kick::DEFAULT_INSTANCE);
-    crate::rules::job::validate_instance(asked).map_err(|e| ApiError::invalid(e.to_string()))?;
-    match who.tenant() {
-        Some(own) if job.per_tenant != 0 => {
-            if asked != kick::DEFAULT_INSTANCE && asked != own {
-                return Err(ApiError::invalid(
-                    "a tenant kicks and starts its own child of a per-tenant job: leave out the instance",
-                ));
-            }
-            Ok(own.to_string())
-        }
-        _ => Ok(asked.to_string()),
-    }
-}
-
-async fn kick_refused(s: &Shared, who: &Principal, name: &str, error: KickError) -> ApiError {
-    match error {
-        KickError::UnknownJob(_) => unknown_job(s, who, name).await,
-        KickError::UnknownTenant(_) => {
-            ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", error.to_string())
-        }
-        KickError::Orphaned(_) => {
-            ApiError::new(StatusCode::CONFLICT, "job_orphaned", error.to_string())
-        }
-        KickError::TenantDisabled(_) => {
-            ApiError::new(StatusCode::CONFLICT, "tenant_disabled", error.to_string())
-        }
-        KickError::QueueFull(_) => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "queue_full",
-            error.to_string(),
-        ),
-        KickError::Payload(e) => ApiError::invalid(e.to_string()),
-        KickError::Store(e) => e.into(),
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StartBody {
-    instance: Option<String>,
-    payload: Option<Box<serde_json::value::RawValue>>,
-}
-
-/// Joins the live run of the job and instance, or starts one: 200 with `joined: true`,
-/// or 201.
-async fn start_run(
-    State(s): State<Arc<Shared>>,
-    Extension(who): Extension<Principal>,
-    ApiPath(name): ApiPath<String>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    refuse_if_draining(&s, "start on another")?;
-    let job = visible_job(&s, &who, &name).await?;
-    let body: StartBody = if body.is_empty() {
-        StartBody {
-            instance: None,
-            payload: None,
-        }
-    } else {
-        json_body(
-            &body,
-            "the body must be a JSON object with `instance` and `payload`",
-        )?
-    };
-    let instance = instance_for(&who, &job, body.instance.as_deref())?;
-    let payload = body.payload.as_ref().map(|p| p.get());
-    let trace = trace_of(&headers);
-    match kick::start_job(&s.app.store, &job, &instance, payload, trace).await {
-        Ok(started) => {
-            s.app.wake.notify_one();
-            let status = if started.joined {
-                StatusCode::OK
-            } else {
-                StatusCode::CREATED
-            };
-            Ok((
-                status,
-                Json(serde_json::to_value(started).expect("serialisable")),
-            ))
-        }
-        Err(e) => Err(kick_refused(&s, &who, &name, e).await),
-    }
-}
-
 async fn list_runs(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
@@ -376,23 +244,25 @@ async fn list_runs(
     })))
 }
 
+#[derive(Deserialize)]
+struct RunQuery {
+    /// Wait up to this long for the run to end (`run_wait`).
+    wait: Option<String>,
+}
+
+/// A run in detail; with `wait`, once it ended or the wait is over.
 async fn get_run(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<RunQuery>,
 ) -> ApiResult {
-    let run = if params::is_run_id(&id) {
-        s.app.store.get_run(&id).await?
-    } else {
-        None
-    };
-    let Some(run) = run.filter(|r| who.sees(&r.tenant)) else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_run",
-            format!("no run with id {id:?}"),
-        ));
-    };
+    let wait = run_wait::wait_of(q.wait.as_deref())?;
+    let mut run = visible::visible_run(&s, &who, &id).await?;
+    if let Some(wait) = wait {
+        run_wait::until_ended(&s, &id, &run.status, wait).await?;
+        run = visible::visible_run(&s, &who, &id).await?;
+    }
     let attempts = s
         .app
         .store

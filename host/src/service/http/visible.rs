@@ -59,3 +59,24 @@ pub(super) async fn unknown_job(s: &Shared, who: &Principal, name: &str) -> ApiE
         Err(e) => e.into(),
     }
 }
+
+/// The run `id` as `who` may see it, read now; another tenant's run answers 404 as an
+/// unknown one.
+pub(super) async fn visible_run(
+    s: &Shared,
+    who: &Principal,
+    id: &str,
+) -> Result<crate::store::RunRecord, ApiError> {
+    let run = if params::is_run_id(id) {
+        s.app.store.get_run(id).await?
+    } else {
+        None
+    };
+    run.filter(|r| who.sees(&r.tenant)).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_run",
+            format!("no run with id {id:?}"),
+        )
+    })
+}

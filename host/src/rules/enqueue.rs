@@ -1,0 +1,422 @@
+//! What an enqueue may ask besides its job and payload — when it is due (`run_at` or
+//! `delay`), its `priority`, and `unique` — read and checked before anything is written,
+//! each refusal a fixed sentence naming the field; and the one rule of unique runs
+//! ([`decide`]), which the store applies under the key's lock. The API, `host start` and
+//! a guest's `jobs` calls all read their options here.
+
+use serde_json::{Map, Value};
+
+/// The priority's bounds, in seconds of precedence.
+pub const MAX_PRIORITY_S: i32 = 3600;
+/// Longest delay a run may be queued with: a year.
+pub const MAX_DELAY_MS: i64 = 365 * 24 * 3600 * 1000;
+/// Furthest in the past a `run_at` may lie: a day (an older one is a mistake, not a
+/// backlog to catch up).
+pub const MAX_PAST_MS: i64 = 24 * 3600 * 1000;
+/// Longest unique key (or a guest's dedup key or instance), in bytes, by the name rule.
+pub const MAX_KEY_BYTES: usize = 200;
+/// Most runs one batch (`POST /jobs/{job}/runs:batch`, a guest's `enqueue-all`) queues.
+pub const MAX_BATCH: usize = 1000;
+
+/// When a run is due, relative to the database's clock at the enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Due {
+    #[default]
+    Now,
+    /// This many milliseconds from now.
+    Delay(i64),
+    /// At this time (milliseconds since the Unix epoch).
+    At(i64),
+}
+
+/// How long a unique key holds its run against another enqueue of the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum While {
+    /// Until the run starts its first attempt.
+    Queued,
+    /// Until the run starts, and while an attempt of it runs (not while it waits for a
+    /// retry, its next pass or its children).
+    Active,
+    /// Until the run ended, however it ends: retries, passes and waits included.
+    UntilFinished,
+    /// For this many milliseconds after the run was queued, whatever its state.
+    Period(i64),
+}
+
+/// What an enqueue whose key is held does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnConflict {
+    /// Answers with the run that holds the key (`joined`).
+    #[default]
+    Keep,
+    /// Swaps the waiting run's payload for the new one (`replaced`).
+    Replace,
+    /// Moves the waiting run's due time to the new one's (`debounced`).
+    Debounce,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unique {
+    pub key: String,
+    pub hold: While,
+    pub on_conflict: OnConflict,
+}
+
+/// An enqueue's options, checked.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Options {
+    pub due: Due,
+    /// Seconds of precedence, -3600 to 3600 (see [`Options::claim_delay_ms`]).
+    pub priority: i32,
+    pub unique: Option<Unique>,
+}
+
+impl Options {
+    /// How many milliseconds after `now` the claim takes the run to be due: its due time
+    /// moved `priority` seconds earlier. Claims take due runs of a tenant oldest due time
+    /// first, tenants in turn, so a priority orders a tenant's own due runs and never lets
+    /// one tenant overtake another's turn; a run with a priority may start up to that
+    /// many seconds before its `run_at` or `delay`.
+    pub fn claim_delay_ms(&self, now: i64) -> i64 {
+        let due = match self.due {
+            Due::Now => 0,
+            Due::Delay(ms) => ms,
+            Due::At(at) => at - now,
+        };
+        due - i64::from(self.priority) * 1000
+    }
+}
+
+/// A refusal of one option, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct OptionError {
+    pub field: &'static str,
+    pub reason: &'static str,
+}
+
+fn refuse<T>(field: &'static str, reason: &'static str) -> Result<T, OptionError> {
+    Err(OptionError { field, reason })
+}
+
+/// The option fields an enqueue body may carry beside `instance` and `payload`.
+pub const FIELDS: [&str; 4] = ["run_at", "delay", "priority", "unique"];
+
+/// Reads the options of an enqueue body (an API request's, a `host start`'s), with the
+/// database's clock `now` (milliseconds): fields outside [`FIELDS`] are the caller's.
+pub fn from_json(body: &Map<String, Value>, now: i64) -> Result<Options, OptionError> {
+    let due = match (body.get("run_at"), body.get("delay")) {
+        (Some(_), Some(_)) => return refuse("run_at", "give run_at or delay, not both"),
+        (Some(at), None) => Due::At(run_at(at, now)?),
+        (None, Some(delay)) => Due::Delay(delay_ms(delay)?),
+        (None, None) => Due::Now,
+    };
+    let priority = match body.get("priority") {
+        None => 0,
+        Some(p) => p
+            .as_i64()
+            .filter(|p| (-i64::from(MAX_PRIORITY_S)..=i64::from(MAX_PRIORITY_S)).contains(p))
+            .map(|p| p as i32)
+            .map_or_else(
+                || refuse("priority", "an integer of seconds from -3600 to 3600"),
+                Ok,
+            )?,
+    };
+    let unique = body.get("unique").map(unique).transpose()?;
+    Ok(Options {
+        due,
+        priority,
+        unique,
+    })
+}
+
+fn run_at(value: &Value, now: i64) -> Result<i64, OptionError> {
+    let Some(at) = value
+        .as_str()
+        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+    else {
+        return refuse("run_at", "an RFC 3339 time, e.g. 2026-12-06T12:00:00Z");
+    };
+    let at = at.timestamp_millis();
+    if at < now - MAX_PAST_MS {
+        return refuse("run_at", "more than a day in the past");
+    }
+    if at > now + MAX_DELAY_MS {
+        return refuse("run_at", "more than a year ahead");
+    }
+    Ok(at)
+}
+
+fn delay_ms(value: &Value) -> Result<i64, OptionError> {
+    value
+        .as_str()
+        .and_then(|t| super::units::parse_duration(t).ok())
+        .and_then(|d| i64::try_from(d.as_millis()).ok())
+        .filter(|ms| *ms <= MAX_DELAY_MS)
+        .map_or_else(
+            || refuse("delay", "a duration of at most a year, e.g. 30s, 10m, 2h"),
+            Ok,
+        )
+}
+
+fn unique(value: &Value) -> Result<Unique, OptionError> {
+    let Some(fields) = value.as_object() else {
+        return refuse("unique", "an object with key, while and on_conflict");
+    };
+    if fields
+        .keys()
+        .any(|k| !["key", "while", "on_conflict"].contains(&k.as_str()))
+    {
+        return refuse("unique", "only key, while and on_conflict");
+    }
+    let key = fields.get("key").and_then(Value::as_str);
+    let Some(key) = key.filter(|k| super::name_rule::is_name(k, MAX_KEY_BYTES)) else {
+        return refuse(
+            "unique.key",
+            "1-200 bytes of characters that show as themselves: no controls or invisible marks",
+        );
+    };
+    let hold = match fields.get("while") {
+        None => While::UntilFinished,
+        Some(w) => w.as_str().and_then(parse_while).map_or_else(
+            || {
+                refuse(
+                    "unique.while",
+                    "queued, active, until-finished, or a period such as 1h",
+                )
+            },
+            Ok,
+        )?,
+    };
+    let on_conflict = match fields.get("on_conflict") {
+        None => OnConflict::Keep,
+        Some(c) => c.as_str().and_then(parse_on_conflict).map_or_else(
+            || refuse("unique.on_conflict", "keep, replace or debounce"),
+            Ok,
+        )?,
+    };
+    Ok(Unique {
+        key: key.to_string(),
+        hold,
+        on_conflict,
+    })
+}
+
+/// A `while` as written: a state, or a period over zero of at most a year.
+pub fn parse_while(text: &str) -> Option<While> {
+    Some(match text {
+        "queued" => While::Queued,
+        "active" => While::Active,
+        "until-finished" => While::UntilFinished,
+        period => While::Period(
+            super::units::parse_positive_duration(period)
+                .ok()
+                .and_then(|d| i64::try_from(d.as_millis()).ok())
+                .filter(|ms| *ms <= MAX_DELAY_MS)?,
+        ),
+    })
+}
+
+pub fn parse_on_conflict(text: &str) -> Option<OnConflict> {
+    Some(match text {
+        "keep" => OnConflict::Keep,
+        "replace" => OnConflict::Replace,
+        "debounce" => OnConflict::Debounce,
+        _ => return None,
+    })
+}
+
+/// What happened to an enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// A new run was queued.
+    Created,
+    /// The run that holds the key (or, without `unique`, the live run of the job and
+    /// instance) is the answer; nothing changed.
+    Joined,
+    /// The waiting run that holds the key took the new payload.
+    Replaced,
+    /// The waiting run that holds the key took the new due time.
+    Debounced,
+}
+
+/// The run a unique key names, as the rule reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub status: String,
+    /// It started an attempt once.
+    pub started: bool,
+    pub created_at: i64,
+}
+
+impl Holder {
+    /// Queued and never started: a replace or a debounce may still change it.
+    pub fn waiting(&self) -> bool {
+        self.status == "queued" && !self.started
+    }
+}
+
+/// The unique rule: what an enqueue of `unique` does when its key names `holder` (`None`:
+/// no run, or one retention deleted), at the database's time `now`.
+pub fn decide(unique: &Unique, holder: Option<&Holder>, now: i64) -> Outcome {
+    let Some(holder) = holder else {
+        return Outcome::Created;
+    };
+    let holds = match unique.hold {
+        While::Queued => holder.waiting(),
+        While::Active => holder.waiting() || holder.status == "running",
+        While::UntilFinished => matches!(holder.status.as_str(), "queued" | "running"),
+        While::Period(ms) => holder.created_at > now - ms,
+    };
+    match (holds, unique.on_conflict) {
+        (false, _) => Outcome::Created,
+        (true, OnConflict::Replace) if holder.waiting() => Outcome::Replaced,
+        (true, OnConflict::Debounce) if holder.waiting() => Outcome::Debounced,
+        (true, _) => Outcome::Joined,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn options(body: Value) -> Result<Options, OptionError> {
+        from_json(body.as_object().unwrap(), NOW)
+    }
+
+    fn field_of(body: Value) -> &'static str {
+        options(body).unwrap_err().field
+    }
+
+    #[test]
+    fn every_option_is_read_and_checked() {
+        let read = options(json!({
+            "delay": "30s", "priority": 10,
+            "unique": {"key": "order-7", "while": "1h", "on_conflict": "debounce"}
+        }))
+        .unwrap();
+        assert_eq!(read.due, Due::Delay(30_000));
+        assert_eq!(read.claim_delay_ms(NOW), 20_000);
+        assert_eq!(
+            read.unique,
+            Some(Unique {
+                key: "order-7".into(),
+                hold: While::Period(3_600_000),
+                on_conflict: OnConflict::Debounce
+            })
+        );
+        let at = options(json!({"run_at": "2027-01-15T08:00:00Z"})).unwrap();
+        assert_eq!(at.due, Due::At(NOW));
+        assert_eq!(
+            options(json!({"unique": {"key": "k"}})).unwrap().unique,
+            Some(Unique {
+                key: "k".into(),
+                hold: While::UntilFinished,
+                on_conflict: OnConflict::Keep
+            })
+        );
+    }
+
+    #[test]
+    fn each_bad_option_is_refused_naming_its_field() {
+        assert_eq!(field_of(json!({"run_at": "yesterday"})), "run_at");
+        assert_eq!(
+            field_of(json!({"run_at": "2027-01-13T07:00:00Z"})),
+            "run_at"
+        );
+        assert_eq!(
+            field_of(json!({"run_at": "2029-01-15T08:00:00Z"})),
+            "run_at"
+        );
+        assert_eq!(
+            field_of(json!({"run_at": "2027-01-15T08:00:00Z", "delay": "1s"})),
+            "run_at"
+        );
+        assert_eq!(field_of(json!({"delay": "soon"})), "delay");
+        assert_eq!(field_of(json!({"delay": "400d"})), "delay");
+        assert_eq!(field_of(json!({"priority": 3601})), "priority");
+        assert_eq!(field_of(json!({"priority": "high"})), "priority");
+        assert_eq!(field_of(json!({"unique": "k"})), "unique");
+        assert_eq!(field_of(json!({"unique": {"key": "k", "x": 1}})), "unique");
+        assert_eq!(
+            field_of(json!({"unique": {"key": "a\u{202e}b"}})),
+            "unique.key"
+        );
+        assert_eq!(field_of(json!({"unique": {}})), "unique.key");
+        assert_eq!(
+            field_of(json!({"unique": {"key": "k", "while": "forever"}})),
+            "unique.while"
+        );
+        assert_eq!(
+            field_of(json!({"unique": {"key": "k", "while": "0s"}})),
+            "unique.while"
+        );
+        assert_eq!(
+            field_of(json!({"unique": {"key": "k", "on_conflict": "merge"}})),
+            "unique.on_conflict"
+        );
+    }
+
+    fn holder(status: &str, started: bool, age_ms: i64) -> Holder {
+        Holder {
+            status: status.into(),
+            started,
+            created_at: NOW - age_ms,
+        }
+    }
+
+    fn decided(hold: While, on_conflict: OnConflict, h: Option<&Holder>) -> Outcome {
+        let unique = Unique {
+            key: "k".into(),
+            hold,
+            on_conflict,
+        };
+        decide(&unique, h, NOW)
+    }
+
+    #[test]
+    fn each_while_holds_its_key_for_the_states_it_names() {
+        use Outcome::*;
+        let waiting = holder("queued", false, 0);
+        let running = holder("running", true, 0);
+        let between = holder("queued", true, 0);
+        let ended = holder("succeeded", true, 0);
+        let cases = [
+            (While::Queued, [Joined, Created, Created, Created]),
+            (While::Active, [Joined, Joined, Created, Created]),
+            (While::UntilFinished, [Joined, Joined, Joined, Created]),
+            (While::Period(60_000), [Joined, Joined, Joined, Joined]),
+        ];
+        for (hold, expected) in cases {
+            let got = [&waiting, &running, &between, &ended]
+                .map(|h| decided(hold, OnConflict::Keep, Some(h)));
+            assert_eq!(got, expected, "{hold:?}");
+        }
+        let old = holder("succeeded", true, 61_000);
+        assert_eq!(
+            decided(While::Period(60_000), OnConflict::Keep, Some(&old)),
+            Created
+        );
+        assert_eq!(decided(While::Active, OnConflict::Keep, None), Created);
+    }
+
+    #[test]
+    fn replace_and_debounce_change_only_a_run_that_has_not_started() {
+        let waiting = holder("queued", false, 0);
+        let running = holder("running", true, 0);
+        for (policy, changed) in [
+            (OnConflict::Replace, Outcome::Replaced),
+            (OnConflict::Debounce, Outcome::Debounced),
+        ] {
+            assert_eq!(decided(While::Active, policy, Some(&waiting)), changed);
+            assert_eq!(
+                decided(While::Active, policy, Some(&running)),
+                Outcome::Joined
+            );
+        }
+    }
+}
