@@ -294,7 +294,7 @@ fn three_languages_manifest(home: &Home) -> std::path::PathBuf {
     home.manifest("", &jobs)
 }
 
-/// Every attempt's log of run `id`, oldest first.
+/// Every attempt's log of run `id`, oldest first (as the run view lists them).
 async fn attempt_logs(server: &Server, id: &str) -> Vec<String> {
     let mut logs: Vec<String> = run(server, id).await["attempt_records"]
         .as_array()
@@ -302,7 +302,6 @@ async fn attempt_logs(server: &Server, id: &str) -> Vec<String> {
         .iter()
         .map(|a| a["log"].as_str().unwrap_or_default().to_string())
         .collect();
-    logs.reverse();
     logs
 }
 
@@ -363,9 +362,9 @@ on_every_backend! {
             let logs = attempt_logs(&server, &id).await;
             assert_eq!(logs.len(), 3, "{lang}: {logs:?}");
             let places = [
-                "pass 1 attempt 1: final=false retries_left=1 started_by=Kick deferrals=0",
-                "pass 1 attempt 2: final=true retries_left=0 started_by=Kick deferrals=0",
-                "pass 2 attempt 1: final=false retries_left=1 started_by=Kick deferrals=0",
+                "pass 1 attempt 1: final=false retries_left=1 started_by=StartedBy::Kick deferrals=0",
+                "pass 1 attempt 2: final=true retries_left=0 started_by=StartedBy::Kick deferrals=0",
+                "pass 2 attempt 1: final=false retries_left=1 started_by=StartedBy::Kick deferrals=0",
             ];
             for (log, place) in logs.iter().zip(places) {
                 assert!(log.contains(place), "{lang}: {place} in {log}");
@@ -386,7 +385,7 @@ on_every_backend! {
                 .collect();
             assert_eq!(kids.len(), 3, "{lang}");
             let said = attempt_logs(&server, &kids[0]).await.concat();
-            assert!(said.contains(&format!("started_by=Parent(\"{id}\")")), "{lang}: {said}");
+            assert!(said.contains(&format!("started_by=StartedBy::Parent(\"{id}\")")), "{lang}: {said}");
 
             let strict = kick(&server, &format!("strict-{x}")).await;
             let failed = ended(&server, &strict).await;

@@ -52,7 +52,7 @@ export async function run(ctx) {
 
 /** What started the run, written as the Rust example's `{:?}` writes it. */
 function startedBy({ kind, value }) {
-  const name = kind[0].toUpperCase() + kind.slice(1);
+  const name = `StartedBy::${kind[0].toUpperCase()}${kind.slice(1)}`;
   if (value === null) return name;
   return typeof value === 'number' ? `${name}(${value})` : `${name}(${JSON.stringify(value)})`;
 }

@@ -59,7 +59,7 @@ def run(ctx):
 
 def started_by(by):
     """What started the run, written as the Rust example's ``{:?}`` writes it."""
-    kind = by.kind.capitalize()
+    kind = f"StartedBy::{by.kind.capitalize()}"
     if by.value is None:
         return kind
     if isinstance(by.value, int):
