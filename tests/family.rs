@@ -296,13 +296,12 @@ fn three_languages_manifest(home: &Home) -> std::path::PathBuf {
 
 /// Every attempt's log of run `id`, oldest first (as the run view lists them).
 async fn attempt_logs(server: &Server, id: &str) -> Vec<String> {
-    let mut logs: Vec<String> = run(server, id).await["attempt_records"]
+    run(server, id).await["attempt_records"]
         .as_array()
         .expect("attempt records")
         .iter()
         .map(|a| a["log"].as_str().unwrap_or_default().to_string())
-        .collect();
-    logs
+        .collect()
 }
 
 on_every_backend! {
