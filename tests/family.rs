@@ -3,7 +3,9 @@
 //! thousand children and resumes once with their results, a failed child fails a parent
 //! that waits with policy `fail`, a cancelled parent takes its attached children with it
 //! (at once, however busily they write),
-//! grants and tenants bound what a job may start, and a flood stops at the cap.
+//! grants and tenants bound what a job may start, and a flood stops at the cap; and the
+//! Python and JavaScript twins of the `family` guest behave as it does, one test body for
+//! the three languages.
 
 use crate::common;
 
@@ -20,6 +22,7 @@ fn manifest(home: &Home) -> std::path::PathBuf {
             component = "{{guest:family}}"
             grants.db = {{ write = ["ledger"] }}
             grants.jobs = ["family-child"]
+            grants.steps = true
             retries = 0
             timeout = "60s"
             payload = {payload}
@@ -102,11 +105,13 @@ fn manifest(home: &Home) -> std::path::PathBuf {
         component = "{guest:family}"
         grants.db = { write = ["ledger"] }
         grants.jobs = ["family-child"]
+        grants.steps = true
         retries = 0
         [jobs.beta-child]
         component = "{guest:family}"
         grants.db = { write = ["ledger"] }
         grants.jobs = ["family-child"]
+        grants.steps = true
         tenant = "beta"
         retries = 0
     "#;
@@ -136,6 +141,7 @@ fn bounded_manifest(home: &Home) -> std::path::PathBuf {
             tenant = "{tenant}"
             grants.db = {{ write = ["ledger"] }}
             grants.jobs = ["{name}"]
+            grants.steps = true
             retries = 0
             payload = {payload}
             "#
@@ -223,6 +229,81 @@ async fn children(home: &Home, parent: &str, filter: &str) -> i64 {
     .await
 }
 
+/// The `family` guest and its twins, by language: the component, and the suffix of the
+/// jobs that run it (`lenient-py`, `py-child`).
+fn family_in(lang: &str) -> (std::path::PathBuf, &'static str) {
+    match lang {
+        "rust" => (common::guest("family"), "rs"),
+        "python" => (common::polyglot("python/family"), "py"),
+        _ => (common::polyglot("js/family"), "js"),
+    }
+}
+
+/// What the `sample` step reads back in each language, on the first run as on a resume:
+/// the JSON form the host keeps, keys in order (Python's tuple a list, its `3` a string;
+/// JavaScript's `Date` a string, its `undefined` gone or null).
+fn sample_line(lang: &str) -> &'static str {
+    match lang {
+        "rust" => r#"step sample: {"3":"three","pair":[1,"a"]}"#,
+        "python" => "step sample: {'3': 'three', 'pair': [1, 'a']}",
+        _ => r#"step sample: {list: [null, 1], pair: [1, "a"], when: "1970-01-01T00:00:00.000Z"}"#,
+    }
+}
+
+/// Three parents and their children for the guest of each language: `lenient-X` (steps,
+/// retries, a failing child, waits and sums), `strict-X` (fails with a child) and
+/// `beside-X` (calls beside its open transaction).
+fn three_languages_manifest(home: &Home) -> std::path::PathBuf {
+    let mut jobs = String::new();
+    for lang in ["rust", "python", "js"] {
+        let (component, x) = family_in(lang);
+        let component = component.display();
+        let job = |name: &str, retries: u32, payload: &str, also: &str| {
+            format!(
+                "[jobs.{name}]\ncomponent = \"{component}\"\nmemory = \"64MiB\"\ntimeout = \"60s\"\n\
+                 retries = {retries}\ngrants.db = {{ write = [\"ledger\"] }}\ngrants.steps = true\n\
+                 grants.jobs = [\"{x}-child\"{also}]\npayload = {payload}\n"
+            )
+        };
+        jobs += &job(
+            &format!("lenient-{x}"),
+            1,
+            &format!(
+                r#"{{ children = 3, in_tx = true, failing = [1], wait = "continue", step = true, job = "{x}-child" }}"#
+            ),
+            "",
+        );
+        jobs += &job(
+            &format!("strict-{x}"),
+            0,
+            &format!(
+                r#"{{ children = 2, failing = [1], wait = "fail", delay_ms = 3000, job = "{x}-child" }}"#
+            ),
+            "",
+        );
+        jobs += &job(
+            &format!("beside-{x}"),
+            0,
+            &format!(
+                r#"{{ children = 2, in_tx = true, beside = ["enqueue", "kick", "emit", "result"], job = "{x}-child" }}"#
+            ),
+            r#", "event:nudge""#,
+        );
+        jobs += &job(&format!("{x}-child"), 0, "{}", "");
+    }
+    home.manifest("", &jobs)
+}
+
+/// Every attempt's log of run `id`, oldest first (as the run view lists them).
+async fn attempt_logs(server: &Server, id: &str) -> Vec<String> {
+    run(server, id).await["attempt_records"]
+        .as_array()
+        .expect("attempt records")
+        .iter()
+        .map(|a| a["log"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 on_every_backend! {
     async fn children_commit_with_the_parents_transaction_or_not_at_all(home) {
         let m = manifest(&home);
@@ -261,6 +342,63 @@ on_every_backend! {
         let own = kick(&server, "own-writes").await;
         assert_eq!(ended(&server, &own).await["status"], "failed");
         assert_eq!(children(&home, &own, "").await, 100);
+    }
+
+    async fn a_family_runs_alike_in_rust_python_and_javascript(home) {
+        // One body, three guests: the Rust `family` and its Python and JavaScript twins
+        // queue children in their transaction, wait, read how each ended, hand results back,
+        // say where they stand in their run, and read a step's value back through JSON on
+        // the first run as on the retry.
+        let m = three_languages_manifest(&home);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        for lang in ["rust", "python", "js"] {
+            let (_, x) = family_in(lang);
+            let id = kick(&server, &format!("lenient-{x}")).await;
+            let done = ended(&server, &id).await;
+            assert_eq!(done["status"], "succeeded", "{lang}: {done}");
+            assert_eq!(done["result"], serde_json::json!({"succeeded": 2, "other": 1, "sum": 2}), "{lang}: {done}");
+            assert_eq!((&done["passes"], &done["attempts"]), (&2.into(), &3.into()), "{lang}: {done}");
+            let logs = attempt_logs(&server, &id).await;
+            assert_eq!(logs.len(), 3, "{lang}: {logs:?}");
+            let places = [
+                "pass 1 attempt 1: final=false retries_left=1 started_by=StartedBy::Kick deferrals=0",
+                "pass 1 attempt 2: final=true retries_left=0 started_by=StartedBy::Kick deferrals=0",
+                "pass 2 attempt 1: final=false retries_left=1 started_by=StartedBy::Kick deferrals=0",
+            ];
+            for (log, place) in logs.iter().zip(places) {
+                assert!(log.contains(place), "{lang}: {place} in {log}");
+            }
+            let sample = |log: &str| log.lines().find(|l| l.contains("step sample: ")).map(str::to_string);
+            let (first, again) = (sample(&logs[0]), sample(&logs[1]));
+            assert_eq!(first, again, "{lang}: the step read differently on its first run and its retry");
+            let first = first.unwrap_or_else(|| panic!("{lang}: no step line in {logs:?}"));
+            assert!(first.ends_with(sample_line(lang)), "{lang}: {first}");
+            assert!(logs[2].contains("children: 2 succeeded, 1 other, sum 2"), "{lang}: {}", logs[2]);
+            // The children were queued by the second attempt, with its ledger row.
+            assert_eq!(children(&home, &id, "AND parent_attempt = 2 AND origin = 'child'").await, 3, "{lang}");
+            let rows = home.scalar(&format!("SELECT COUNT(*) FROM ledger WHERE run_id = '{id}'")).await;
+            assert_eq!(rows, 1, "{lang}");
+            let kids: Vec<String> = server.runs(Some(&format!("{x}-child"))).await.iter()
+                .filter(|r| r["parent_run"] == id.as_str())
+                .map(|r| r["run_id"].as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(kids.len(), 3, "{lang}");
+            let said = attempt_logs(&server, &kids[0]).await.concat();
+            assert!(said.contains(&format!("started_by=StartedBy::Parent(\"{id}\")")), "{lang}: {said}");
+
+            let strict = kick(&server, &format!("strict-{x}")).await;
+            let failed = ended(&server, &strict).await;
+            assert_eq!((&failed["status"], &failed["code"]), (&"failed".into(), &"child_failed".into()), "{lang}: {failed}");
+
+            let beside = kick(&server, &format!("beside-{x}")).await;
+            let done = ended(&server, &beside).await;
+            assert_eq!(done["status"], "succeeded", "{lang}: {done}");
+            let said = attempt_logs(&server, &beside).await.concat();
+            for call in ["enqueue", "kick", "emit", "result"] {
+                assert!(said.contains(&format!("beside {call}: invalid call: transaction-open")), "{lang} {call}: {said}");
+            }
+            assert_eq!(children(&home, &beside, "").await, 2, "{lang}");
+        }
     }
 
     async fn a_superseded_attempt_starts_nothing(home) {
@@ -596,20 +734,24 @@ on_every_backend! {
             component = "{guest:family}"
             grants.db = { write = ["ledger"] }
             grants.jobs = ["capped-child"]
+            grants.steps = true
             retries = 0
             payload = { children = 3, in_tx = true, delay_ms = 3600000, detached = true, job = "capped-child" }
             [jobs.deferring]
             component = "{guest:family}"
             grants.jobs = ["paced-child"]
+            grants.steps = true
             retries = 0
             payload = { children = 3, delay_ms = 3600000, detached = true, job = "paced-child" }
             [jobs.capped-child]
             component = "{guest:family}"
             grants.jobs = ["capped-child"]
+            grants.steps = true
             max_per_tenant = 1
             [jobs.paced-child]
             component = "{guest:family}"
             grants.jobs = ["paced-child"]
+            grants.steps = true
             max_per_tenant = 1
             over_limit = "defer"
         "#);

@@ -300,11 +300,13 @@ on_every_backend! {
             component = "{guest:family}"
             grants.db = { write = ["ledger"] }
             grants.jobs = ["family-child"]
+            grants.steps = true
             payload = { children = 2, delay_ms = 3600000, wait = "continue" }
             [jobs.family-child]
             component = "{guest:family}"
             grants.db = { write = ["ledger"] }
             grants.jobs = ["family-child"]
+            grants.steps = true
             [jobs.kept]
             component = "{guest:noop}"
         "#;

@@ -32,9 +32,16 @@
  * `transaction(fn)`, which commits when `fn` returns and rolls back if it throws), its
  * `Transaction` (`query`, `execute`, `commit`, `commitPass(end)`, `rollback`) and `Rows`
  * (`columns`, `rows`, `dicts()`); `files` (`stat`, `read`, `readAll`, `list`, `put`,
- * `remove`); `links` (`call(mount, method, path, {headers, body, json, step, action})`,
- * giving a `Response`: `status`, `headers`, `body`, `ok`, `json()`, `text()`); and
- * `steps` (`step(name, fn)`, `stepIn(tx, name, fn)`, `counterAdd(name, delta)`). To wait,
+ * `remove`, `removeIn`, `statVersion`, `readVersion`, `upload` giving an `Upload`: `write`,
+ * `attach`, `attachIn`; and `scan`: `pending`, `read`, `mark`); `links`
+ * (`call(mount, method, path, {headers, body, json, step, action})` and `send`, alike but
+ * for the mount's limits, giving a `Response`: `status`, `headers`, `body`, `ok`,
+ * `json()`, `text()`); `steps` (`step(name, fn)`, `stepIn(tx, name, fn)`,
+ * `stepWith(name, Retry(attempts, backoff), fn)`, `counterAdd(name, delta)`); `jobs`
+ * (`enqueue`, `enqueueAll`, `kick`, `emit`, each with its `...In(tx, ...)` form inside a
+ * transaction, and `waitForChildren`); and `run` (`info`, `children`, `setResult`: as the
+ * job's own function is `run`, import it as `import { run as thisRun } from
+ * './jobhost.js'`). These are the Rust SDK's calls under the same names. To wait,
  * `await new Promise((resolve) => setTimeout(resolve, ms))` in an `async` run.
  *
  * SQL values: null, numbers (a safe integer binds as an integer, any other number as a
@@ -48,7 +55,9 @@
  * the run (`unrecoverable`: no retry could succeed).
  */
 
-import { log as rawLog, db as rawDb, files as rawFiles, links as rawLinks, steps as rawSteps } from './capabilities.js';
+import {
+  log as rawLog, run as rawRun, db as rawDb, files as rawFiles, links as rawLinks, steps as rawSteps, jobs as rawJobs,
+} from './capabilities.js';
 
 // Most lines of a stack put in the attempt's log (its innermost ones).
 const STACK_LINES = 40;
@@ -56,6 +65,8 @@ const STACK_LINES = 40;
 const CHUNK = 1 << 20;
 // Tries `files.readAll` makes when the object is replaced while it reads.
 const READ_TRIES = 3;
+// Children `run.children` reads per host call (the host's largest page).
+const CHILD_PAGE = 1000;
 
 // Values made by the generated bindings belong to another realm: `instanceof Error` and
 // `instanceof Uint8Array` are false for them, so they are recognised by shape and copied.
@@ -119,7 +130,7 @@ const DESCRIPTIONS = {
 
 /**
  * The host refused a call. `code` is one of `lease-lost`, `capability-refused`,
- * `query-refused`, `invalid`, `unavailable`, or (from `links.call`) `rate-limited`: the
+ * `query-refused`, `invalid`, `unavailable`, or (from `links.send`) `rate-limited`: the
  * mount's limits held the call past its `max_wait` and nothing was sent, so the job usually
  * returns a defer; `reason` is the host's fixed reason, where it
  * gives one (else undefined).
@@ -142,7 +153,7 @@ export class LeaseLost extends HostError {
 }
 LeaseLost.prototype.name = 'LeaseLost';
 
-/** `files.readAll` found the object replaced on every try. */
+/** `files.readVersion` found the name pointing at another object, or `files.readAll` on every try. */
 export class Changed extends Error {}
 Changed.prototype.name = 'Changed';
 
@@ -491,34 +502,44 @@ export const files = Object.freeze({
     return bytes(call(() => raw.read(collection, name, BigInt(offset), BigInt(length))));
   },
 
+  /** The object `name` points at (`metadata`) and its `version`, for `readVersion`; or null. */
+  statVersion(collection, name) {
+    const raw = granted(rawFiles, 'files');
+    const v = call(() => raw.statVersion(collection, name));
+    return v === undefined || v === null ? null : { metadata: metadata(v.metadata), version: v.version };
+  },
+
+  /**
+   * Up to `length` bytes (at most 1 MiB) of `version` of `name`, from `offset`; throws
+   * `Changed` once the name points at another object (or none): every chunk read with one
+   * version is the same object's.
+   */
+  readVersion(collection, name, version, offset = 0, length = CHUNK) {
+    const raw = granted(rawFiles, 'files');
+    return bytes(versionChunk(raw, collection, name, version, offset, length));
+  },
+
   /** The whole object as one version (never part of a replaced one), or null. */
   readAll(collection, name) {
     const raw = granted(rawFiles, 'files');
     for (let i = 0; i < READ_TRIES; i++) {
-      const version = call(() => raw.statVersion(collection, name));
-      if (version === undefined || version === null) return null;
-      const size = Number(version.metadata.size);
+      const version = files.statVersion(collection, name);
+      if (version === null) return null;
+      const size = version.metadata.size;
       const data = new Uint8Array(size);
       let filled = 0;
-      let changed = false;
-      while (filled < size) {
-        let chunk;
-        try {
-          chunk = raw.readVersion(collection, name, version.version, BigInt(filled), BigInt(Math.min(CHUNK, size - filled)));
-        } catch (e) {
-          const payload = refusal(e);
-          if (payload === undefined) throw e;
-          if (payload.tag === 'changed') {
-            changed = true;
-            break;
-          }
-          throw hostError(payload.val);
+      try {
+        while (filled < size) {
+          const chunk = versionChunk(raw, collection, name, version.version, filled, Math.min(CHUNK, size - filled));
+          if (chunk.length === 0) break;
+          data.set(chunk, filled);
+          filled += chunk.length;
         }
-        if (chunk.length === 0) break;
-        data.set(chunk, filled);
-        filled += chunk.length;
+      } catch (e) {
+        if (e instanceof Changed) continue;
+        throw e;
       }
-      if (!changed) return filled === size ? data : data.slice(0, filled);
+      return filled === size ? data : data.slice(0, filled);
     }
     throw new Changed(`${collection}/${name} was replaced on every read`);
   },
@@ -534,21 +555,26 @@ export const files = Object.freeze({
   },
 
   /**
+   * Starts writing an object into `collection`: an `Upload`, invisible until attached.
+   * Start it before a transaction's first statement if it is to be attached in that
+   * transaction (on SQLite the transaction holds the one write lock, and the upload is
+   * refused `invalid`, `transaction-open`).
+   */
+  upload(collection) {
+    const raw = granted(rawFiles, 'files');
+    return new Upload(call(() => raw.startUpload(collection)));
+  },
+
+  /**
    * Writes `data` (a string, UTF-8 encoded, or bytes) as `name`: visible once attached, in
    * `tx` if given (it commits with the transaction) or in a fenced write of its own. Its
    * metadata.
    */
   put(collection, name, data, tx) {
-    const raw = granted(rawFiles, 'files');
     const content = toBytes(data, 'a file');
-    const upload = call(() => raw.startUpload(collection));
-    for (let start = 0; start < content.length; start += CHUNK) {
-      const chunk = content.slice(start, start + CHUNK);
-      call(() => upload.write(chunk));
-    }
-    if (tx === undefined || tx === null) return metadata(call(() => raw.attach(upload, name)));
-    const rawTx = openTransaction(tx);
-    return metadata(call(() => raw.attachIn(rawTx, upload, name)));
+    const upload = files.upload(collection);
+    upload.write(content);
+    return tx === undefined || tx === null ? upload.attach(name) : upload.attachIn(tx, name);
   },
 
   /** Removes `name`, in `tx` if given; whether there was such an object. */
@@ -558,7 +584,96 @@ export const files = Object.freeze({
     const rawTx = openTransaction(tx);
     return call(() => raw.removeIn(rawTx, collection, name));
   },
+
+  /** Removes `name` when `tx` commits; whether there was such an object. */
+  removeIn(tx, collection, name) {
+    return files.remove(collection, name, tx);
+  },
+
+  /** For a collection's scan job (granted `files.scan`): files of every tenant waiting for a verdict. */
+  scan: Object.freeze({
+    /** Files waiting for a verdict: `{ id, tenant, name, size }`. */
+    pending(collection, limit = 100) {
+      const raw = granted(rawFiles, 'files');
+      return Array.from(call(() => raw.scanPending(collection, limit)), (f) => ({
+        id: f.id,
+        tenant: f.tenant,
+        name: f.name,
+        size: integer(f.size),
+      }));
+    },
+
+    /** Up to `length` bytes of a waiting file, from `offset`. */
+    read(collection, id, offset = 0, length = CHUNK) {
+      const raw = granted(rawFiles, 'files');
+      return bytes(call(() => raw.scanRead(collection, id, BigInt(offset), BigInt(length))));
+    },
+
+    /** Marks a waiting file `'clean'` (visible to its tenant) or `'rejected'`. */
+    mark(collection, id, verdict) {
+      const raw = granted(rawFiles, 'files');
+      if (verdict !== 'clean' && verdict !== 'rejected') {
+        throw new TypeError(`a verdict is 'clean' or 'rejected', not ${text(verdict)}`);
+      }
+      call(() => raw.scanMark(collection, id, verdict));
+    },
+  }),
 });
+
+/** A chunk of one version, as the bindings give it; `Changed` once the name moved on. */
+function versionChunk(raw, collection, name, version, offset, length) {
+  try {
+    return raw.readVersion(collection, name, version, BigInt(offset), BigInt(length));
+  } catch (e) {
+    const payload = refusal(e);
+    if (payload === undefined) throw e;
+    if (payload.tag === 'changed') throw new Changed(`${collection}/${name} was replaced while it was read`);
+    throw hostError(payload.val);
+  }
+}
+
+/** An object being written: invisible until attached to its name; dropped unattached, it is discarded. */
+export class Upload {
+  #raw;
+
+  constructor(raw) {
+    this.#raw = raw;
+  }
+
+  #open() {
+    if (this.#raw === undefined) throw new HostError('invalid', 'the upload has ended');
+    return this.#raw;
+  }
+
+  #take() {
+    const raw = this.#open();
+    this.#raw = undefined;
+    return raw;
+  }
+
+  /** Appends `data` (a string, UTF-8 encoded, or bytes), sent in chunks of at most 1 MiB. */
+  write(data) {
+    const raw = this.#open();
+    const content = toBytes(data, 'an upload');
+    for (let start = 0; start < content.length; start += CHUNK) {
+      const chunk = content.slice(start, start + CHUNK);
+      call(() => raw.write(chunk));
+    }
+  }
+
+  /** Makes it visible as `name`, in a fenced write of its own; `LeaseLost` means it never became visible. Its metadata. */
+  attach(name) {
+    const raw = this.#take();
+    return metadata(call(() => rawFiles.attach(raw, name)));
+  }
+
+  /** Makes it visible as `name` when `tx` commits, and never otherwise. Its metadata. */
+  attachIn(tx, name) {
+    const rawTx = openTransaction(tx);
+    const raw = this.#take();
+    return metadata(call(() => rawFiles.attachIn(rawTx, raw, name)));
+  }
+}
 
 // ---- links ---------------------------------------------------------------------------
 
@@ -594,6 +709,24 @@ function headerPairs(headers) {
   return Array.from(byName);
 }
 
+/** The bindings' request for `method path` with `call`'s options. */
+function linkRequest(method, path, { headers, body, json, step = '', action } = {}) {
+  const pairs = headerPairs(headers);
+  let content = body === undefined || body === null ? new Uint8Array(0) : toBytes(body, 'a body');
+  if (json !== undefined) {
+    content = new TextEncoder().encode(toJson(json, 'the json body'));
+    if (!pairs.some(([k]) => k.toLowerCase() === 'content-type')) pairs.push(['content-type', 'application/json']);
+  }
+  return {
+    method: String(method),
+    path: String(path),
+    headers: pairs,
+    body: content,
+    step: String(step),
+    action: action === undefined || action === null ? undefined : String(action),
+  };
+}
+
 /**
  * Calls to the mounts the job was granted; the host adds the credential and an
  * `Idempotency-Key` derived from the run, the pass and `step`.
@@ -604,24 +737,22 @@ export const links = Object.freeze({
    * (a string or bytes) or `json` (any JSON value: sent as the body, with
    * `content-type: application/json` unless given), `step` (names this call within the
    * pass, for its idempotency key) and `action` (one of the job's declared actions).
-   * A `Response`, whatever its status.
+   * A `Response`, whatever its status. The mount's `rate` and `concurrency` limits answer
+   * `unavailable` here (`send` tells them apart).
    */
-  call(mount, method, path, { headers, body, json, step = '', action } = {}) {
+  call(mount, method, path, options) {
     const raw = granted(rawLinks, 'links');
-    const pairs = headerPairs(headers);
-    let content = body === undefined || body === null ? new Uint8Array(0) : toBytes(body, 'a body');
-    if (json !== undefined) {
-      content = new TextEncoder().encode(toJson(json, 'the json body'));
-      if (!pairs.some(([k]) => k.toLowerCase() === 'content-type')) pairs.push(['content-type', 'application/json']);
-    }
-    const request = {
-      method: String(method),
-      path: String(path),
-      headers: pairs,
-      body: content,
-      step: String(step),
-      action: action === undefined || action === null ? undefined : String(action),
-    };
+    const request = linkRequest(method, path, options);
+    return new Response(call(() => raw.call(mount, request)));
+  },
+
+  /**
+   * `call`, with the mount's limits thrown as a `HostError` of code `rate-limited`: nothing
+   * was sent, and the job usually returns a `Defer`.
+   */
+  send(mount, method, path, options) {
+    const raw = granted(rawLinks, 'links');
+    const request = linkRequest(method, path, options);
     try {
       return new Response(raw.send(mount, request));
     } catch (e) {
@@ -642,7 +773,70 @@ function noPromise(value, name) {
   return value;
 }
 
-/** Memoised steps and counters across the attempts of a pass. */
+/** Orders strings by code point, as the host orders an object's keys (by their UTF-8 bytes). */
+function byCodePoint(a, b) {
+  const [x, y] = [Array.from(a, (c) => c.codePointAt(0)), Array.from(b, (c) => c.codePointAt(0))];
+  for (let i = 0; i < Math.min(x.length, y.length); i++) {
+    if (x[i] !== y[i]) return x[i] - y[i];
+  }
+  return x.length - y.length;
+}
+
+/** An object as the host stores it: its keys in order. */
+function hostObject(_, value) {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return value;
+  return Object.fromEntries(Object.keys(value).sort(byCodePoint).map((k) => [k, value[k]]));
+}
+
+/**
+ * The JSON text to record for `value`, and the value read back as a replay reads the host's
+ * record of it: the first run returns what a replay decodes (a `Date` as its string,
+ * `undefined` left out of an object and null in an array, keys in order), and a value JSON
+ * cannot hold (a bigint) fails before anything is recorded.
+ */
+function asRecorded(value, what) {
+  const json = toJson(value, what);
+  return [json, JSON.parse(json, hostObject)];
+}
+
+/**
+ * How `steps.stepWith` retries: up to `attempts` tries in all (at least one), waiting
+ * `backoff` seconds after the first failure and twice as long after each next one. Only
+ * `Failed` and `HostError` are retried; the waits count against the attempt's deadline.
+ * Callable with or without `new`.
+ */
+export function Retry(attempts, backoff = 0) {
+  if (!new.target) return new Retry(attempts, backoff);
+  if (!Number.isSafeInteger(attempts)) throw new TypeError(`Retry(attempts): attempts is a whole number, not ${text(attempts)}`);
+  if (typeof backoff !== 'number' || !Number.isFinite(backoff) || backoff < 0) {
+    throw new RangeError(`Retry(backoff): backoff is seconds, at least 0, not ${text(backoff)}`);
+  }
+  this.attempts = attempts;
+  this.backoff = backoff;
+}
+
+/** `work()`, tried as `retry` says; a promise of its result. */
+async function retrying(name, retry, work) {
+  let delay = retry.backoff;
+  for (let tries = 1; ; tries++) {
+    try {
+      return noPromise(work(), name);
+    } catch (e) {
+      const retried = (e instanceof Failed || e instanceof HostError) && !unbuilt.has(e);
+      if (!retried || tries >= retry.attempts) throw e;
+      log.debug(`step ${name}: try ${tries} failed (${describe(e)}), again in ${delay}s`);
+      await new Promise((resolve) => setTimeout(resolve, delay * 1000));
+      delay *= 2;
+    }
+  }
+}
+
+/**
+ * Memoised steps and counters across the attempts of a pass. A step's result goes
+ * through JSON on every run, the first as a replay: what the work returns is recorded as
+ * JSON and read back as the host keeps it, so a `Date` is its string, `undefined` is gone
+ * and keys are in order on the first run as on a resume.
+ */
 export const steps = Object.freeze({
   /**
    * `work()`'s result (recorded as JSON; undefined as null), recorded after it runs; a
@@ -653,8 +847,7 @@ export const steps = Object.freeze({
     const raw = granted(rawSteps, 'steps');
     const recorded = call(() => raw.start(name));
     if (recorded !== undefined && recorded !== null) return JSON.parse(recorded);
-    const value = noPromise(work(), name);
-    const json = toJson(value, `step ${name}'s result`);
+    const [json, value] = asRecorded(noPromise(work(), name), `step ${name}'s result`);
     call(() => raw.record(name, json));
     return value;
   },
@@ -667,10 +860,23 @@ export const steps = Object.freeze({
     const raw = granted(rawSteps, 'steps');
     const recorded = call(() => raw.start(name));
     if (recorded !== undefined && recorded !== null) return JSON.parse(recorded);
-    const value = noPromise(work(tx), name);
-    const json = toJson(value, `step ${name}'s result`);
+    const [json, value] = asRecorded(noPromise(work(tx), name), `step ${name}'s result`);
     const rawTx = openTransaction(tx);
     call(() => raw.recordIn(rawTx, name, json));
+    return value;
+  },
+
+  /**
+   * As `step`, trying `work()` as `retry` (a `Retry`) says within this attempt (a step's
+   * name is reached once per attempt, so retrying it means retrying inside it); a promise
+   * of its result, for an `async` run to await.
+   */
+  async stepWith(name, retry, work) {
+    const raw = granted(rawSteps, 'steps');
+    const recorded = call(() => raw.start(name));
+    if (recorded !== undefined && recorded !== null) return JSON.parse(recorded);
+    const [json, value] = asRecorded(await retrying(name, retry, work), `step ${name}'s result`);
+    call(() => raw.record(name, json));
     return value;
   },
 
@@ -685,6 +891,181 @@ export const steps = Object.freeze({
     }
     const change = BigInt(delta);
     return integer(call(() => raw.counterAdd(name, change)));
+  },
+});
+
+// ---- jobs ----------------------------------------------------------------------------
+
+/**
+ * `value` as JSON text for the host; one JSON cannot hold is refused `invalid(reason)`, as
+ * the Rust SDK does.
+ */
+function hostJson(value, reason) {
+  let json;
+  try {
+    json = JSON.stringify(value === undefined ? null : value);
+  } catch {
+    json = undefined;
+  }
+  if (json === undefined) throw new HostError('invalid', reason);
+  return json;
+}
+
+const payloadText = (payload) => hostJson(payload, 'invalid-payload');
+
+/**
+ * The bindings' options for `{ instance, delay, priority, dedupKey, detached }`; the
+ * default: due now (`delay` in seconds), an instance of its own, attached to its parent
+ * (waited for, and cancelled with it).
+ */
+function rawOptions({ instance, delay = 0, priority = 0, dedupKey, detached = false } = {}) {
+  if (typeof delay !== 'number' || !Number.isFinite(delay) || delay < 0) {
+    throw new RangeError(`a run's delay is seconds, at least 0, not ${text(delay)}`);
+  }
+  return {
+    instance: instance === undefined || instance === null ? undefined : String(instance),
+    delayMs: BigInt(Math.round(delay * 1000)),
+    priority,
+    dedupKey: dedupKey === undefined || dedupKey === null ? undefined : String(dedupKey),
+    detached: Boolean(detached),
+  };
+}
+
+const enqueued = (e) => ({ runId: e.runId, duplicate: e.duplicate });
+
+function rawRuns(runs) {
+  return Array.from(runs, ({ job, payload, options }) => ({ job, payload: payloadText(payload), options: rawOptions(options) }));
+}
+
+/**
+ * Starting the jobs the manifest granted (`grants.jobs`), and waiting for them. Each call
+ * queues in a fenced write of its own; its `...In(tx, ...)` form queues inside `tx`, so the
+ * runs exist once `tx` commits, and never otherwise. Options: `{ instance, delay (seconds),
+ * priority (-3600 to 3600), dedupKey, detached }`.
+ */
+export const jobs = Object.freeze({
+  /** Queues a run of `job` with `payload` (any JSON value): `{ runId, duplicate }`. */
+  enqueue(job, payload, options) {
+    const raw = granted(rawJobs, 'jobs');
+    const [json, opts] = [payloadText(payload), rawOptions(options)];
+    return enqueued(call(() => raw.enqueue(job, json, opts)));
+  },
+
+  enqueueIn(tx, job, payload, options) {
+    const raw = granted(rawJobs, 'jobs');
+    const [rawTx, json, opts] = [openTransaction(tx), payloadText(payload), rawOptions(options)];
+    return enqueued(call(() => raw.enqueueIn(rawTx, job, json, opts)));
+  },
+
+  /** Queues up to 1000 runs (`{ job, payload, options }`) in one fenced write: all, or none. */
+  enqueueAll(runs) {
+    const raw = granted(rawJobs, 'jobs');
+    const batch = rawRuns(runs);
+    return Array.from(call(() => raw.enqueueAll(batch)), enqueued);
+  },
+
+  enqueueAllIn(tx, runs) {
+    const raw = granted(rawJobs, 'jobs');
+    const [rawTx, batch] = [openTransaction(tx), rawRuns(runs)];
+    return Array.from(call(() => raw.enqueueAllIn(rawTx, batch)), enqueued);
+  },
+
+  /** Kicks `job`; the id of the run it queued. */
+  kick(job) {
+    const raw = granted(rawJobs, 'jobs');
+    return call(() => raw.kick(job));
+  },
+
+  kickIn(tx, job) {
+    const raw = granted(rawJobs, 'jobs');
+    const rawTx = openTransaction(tx);
+    return call(() => raw.kickIn(rawTx, job));
+  },
+
+  /** Emits `event` (granted as `event:NAME`) with `payload`; how many runs it queued. */
+  emit(event, payload) {
+    const raw = granted(rawJobs, 'jobs');
+    const json = payloadText(payload);
+    return call(() => raw.emit(event, json));
+  },
+
+  emitIn(tx, event, payload) {
+    const raw = granted(rawJobs, 'jobs');
+    const [rawTx, json] = [openTransaction(tx), payloadText(payload)];
+    return call(() => raw.emitIn(rawTx, event, json));
+  },
+
+  /**
+   * Makes this pass's `Continue` (or `Defer`) wait until every child it started ended:
+   * with `'fail'` the first child that fails fails the run (`child_failed`); with
+   * `'continue'` the next pass runs however each ended, and reads how with
+   * `run.children()`.
+   */
+  waitForChildren(policy) {
+    const raw = granted(rawJobs, 'jobs');
+    if (policy !== 'fail' && policy !== 'continue') {
+      throw new TypeError(`a wait policy is 'fail' or 'continue', not ${text(policy)}`);
+    }
+    call(() => raw.waitForChildren(policy));
+  },
+});
+
+// ---- run -----------------------------------------------------------------------------
+
+/**
+ * What an attempt knows about its run, the children its previous pass waited for, and the
+ * value it hands a waiting parent. Every job has it.
+ */
+export const run = Object.freeze({
+  /**
+   * This attempt's place in its run: `finalAttempt` (failing it fails the run),
+   * `retriesLeft` (attempts of this pass left after this one), `startedBy` (`{ kind,
+   * value }`: `kind` is `schedule`, `kick`, `event`, `start`, `retry`, `boot`, `parent` or
+   * `manual`; `value` the schedule's due time in ms, the event's name, or the id of the run
+   * retried or of the parent, else null) and `deferrals` (the passes that ended in `Defer`
+   * so far).
+   */
+  info() {
+    const info = rawRun.info();
+    const by = info.startedBy;
+    return {
+      finalAttempt: info.finalAttempt,
+      retriesLeft: info.retriesLeft,
+      startedBy: { kind: by.tag, value: by.val === undefined ? null : integer(by.val) },
+      deferrals: info.deferrals,
+    };
+  },
+
+  /**
+   * Every child the previous pass started and waited for, in run id order: `{ runId, job,
+   * instance, status, code, result }` (`status`: `succeeded`, `failed`, `cancelled`,
+   * `skipped` or `crashed`; `code` its failure code, else null; `result` the value it
+   * handed back with `setResult`, decoded, else null). None when it did not wait.
+   */
+  children() {
+    const found = [];
+    let cursor;
+    for (;;) {
+      const page = call(() => rawRun.children(cursor, CHILD_PAGE));
+      for (const c of page.children) {
+        found.push({
+          runId: c.runId,
+          job: c.job,
+          instance: c.instance,
+          status: c.status,
+          code: c.code ?? null,
+          result: c.result === undefined || c.result === null ? null : JSON.parse(c.result),
+        });
+      }
+      if (page.next === undefined || page.next === null) return found;
+      cursor = page.next;
+    }
+  },
+
+  /** Hands `value` (any JSON value, at most 4 KiB of it) to a parent that waits for this run, in a fenced write of its own. */
+  setResult(value) {
+    const json = hostJson(value, 'invalid-result');
+    call(() => rawRun.setResult(json));
   },
 });
 

@@ -20,6 +20,12 @@ innermost frame of the job's own code it passed through; its traceback (and an u
 ``HostError``'s) goes to the attempt's log. A ``MemoryError`` is not caught: the attempt
 traps, and the host reports ``memory_limit`` when the job's memory cap was the cause.
 
+The SDK has the Rust SDK's capabilities under the same names: ``log``, ``db``, ``files``,
+``links`` (``call`` and ``send``), ``steps``, ``jobs`` (``enqueue``, ``enqueue_all``,
+``kick``, ``emit``, each with its ``_in`` form inside a transaction, and
+``wait_for_children``) and ``run`` (``info``, ``children``, ``set_result``). As the job's
+own function is ``run``, reach the last as ``jobhost.run``.
+
 The component holds only the modules imported when it was built: import what the job
 needs at the top of ``app.py``, never inside ``run``. A capability the job was not
 granted is not in its component at all (``host build`` builds against the grants in
@@ -28,12 +34,15 @@ uncaught, ends the run (``unrecoverable``: no retry could succeed).
 """
 
 import json as _json
+import math as _math
+import time as _time
 import traceback as _traceback
 
 from componentize_py_types import Err as _Err
 import wit_world as _wit_world
 from wit_world.exports import handler as _handler
 from wit_world.imports import log as _log
+from wit_world.imports import run as _run
 
 # Each capability is in the component only if the job was granted it.
 try:
@@ -52,10 +61,14 @@ try:
     from wit_world.imports import steps as _steps
 except ImportError:
     _steps = None
+try:
+    from wit_world.imports import jobs as _jobs
+except ImportError:
+    _jobs = None
 
 __all__ = [
     "Context", "Continue", "Defer", "DONE", "Failed", "Unrecoverable", "HostError",
-    "LeaseLost", "db", "files", "links", "log", "steps",
+    "LeaseLost", "Retry", "db", "files", "jobs", "links", "log", "run", "steps",
 ]
 
 # Most lines of a traceback put in the attempt's log (its innermost ones).
@@ -64,6 +77,8 @@ _TRACEBACK_LINES = 40
 _CHUNK = 1 << 20
 # Tries `files.read_all` makes when the object is replaced while it reads.
 _READ_TRIES = 3
+# Children `run.children` reads per host call (the host's largest page).
+_CHILD_PAGE = 1000
 
 
 # ---- outcomes and errors -------------------------------------------------------------
@@ -122,7 +137,7 @@ class Unrecoverable(Exception):
 class HostError(Exception):
     """The host refused a call. ``code`` is one of ``lease-lost``,
     ``capability-refused``, ``query-refused``, ``invalid``, ``unavailable``, or (from
-    ``links.call``) ``rate-limited``: the mount's limits held the call past its
+    ``links.send``) ``rate-limited``: the mount's limits held the call past its
     ``max_wait`` and nothing was sent, so the job usually returns a ``Defer``; ``reason``
     is the host's fixed reason, where it gives one."""
 
@@ -140,7 +155,8 @@ class LeaseLost(HostError):
 
 
 class Changed(Exception):
-    """``files.read_all`` found the object replaced on every try."""
+    """``files.read_version`` found the name pointing at another object, or
+    ``files.read_all`` on every try."""
 
 
 def _describe(code, reason):
@@ -374,26 +390,35 @@ class _Files:
     def read(self, collection, name, offset=0, length=_CHUNK):
         return bytes(_call(self._granted().read, collection, name, offset, length))
 
+    def stat_version(self, collection, name):
+        """The object ``name`` points at (``metadata``) and its ``version``, for
+        ``read_version``; or None."""
+        return _call(self._granted().stat_version, collection, name)
+
+    def read_version(self, collection, name, version, offset=0, length=_CHUNK):
+        """Up to ``length`` bytes of ``version`` of ``name``, from ``offset``; raises
+        ``Changed`` once the name points at another object (or none): every chunk read
+        with one version is the same object's."""
+        try:
+            return bytes(self._granted().read_version(collection, name, version, offset, length))
+        except _Err as refused:
+            raise _read_error(refused.value, collection, name) from None
+
     def read_all(self, collection, name):
         """The whole object as one version (never part of a replaced one), or None."""
-        files = self._granted()
         for _ in range(_READ_TRIES):
-            version = _call(files.stat_version, collection, name)
+            version = self.stat_version(collection, name)
             if version is None:
                 return None
             data = bytearray()
             try:
                 while len(data) < version.metadata.size:
-                    chunk = files.read_version(
-                        collection, name, version.version, len(data), _CHUNK
-                    )
+                    chunk = self.read_version(collection, name, version.version, len(data))
                     if not chunk:
                         break
                     data += chunk
-            except _Err as refused:
-                if type(refused.value).__name__ == "ReadError_Changed":
-                    continue
-                raise _host_error(refused.value.value) from None
+            except Changed:
+                continue
             return bytes(data)
         raise Changed(f"{collection}/{name} was replaced on every read")
 
@@ -402,24 +427,98 @@ class _Files:
         page = _call(self._granted().list_objects, collection, prefix, cursor, limit)
         return list(page.objects), page.next
 
+    def upload(self, collection):
+        """Starts writing an object into ``collection``: an ``Upload``, invisible until
+        attached. Start it before a transaction's first statement if it is to be
+        attached in that transaction (on SQLite the transaction holds the one write
+        lock, and the upload is refused ``invalid``, ``transaction-open``)."""
+        return Upload(_call(self._granted().start_upload, collection))
+
     def put(self, collection, name, data, tx=None):
         """Writes ``data`` as ``name``: visible once attached, in ``tx`` if given (it
         commits with the transaction) or in a fenced write of its own."""
-        files = self._granted()
-        upload = _call(files.start_upload, collection)
-        view = memoryview(bytes(data))
-        for start in range(0, len(view), _CHUNK):
-            _call(upload.write, bytes(view[start:start + _CHUNK]))
+        upload = self.upload(collection)
+        upload.write(data)
         if tx is None:
-            return _call(files.attach, upload, name)
-        return _call(files.attach_in, tx._open(), upload, name)
+            return upload.attach(name)
+        return upload.attach_in(tx, name)
 
     def remove(self, collection, name, tx=None):
-        """Removes ``name``; whether there was such an object."""
+        """Removes ``name``, in ``tx`` if given; whether there was such an object."""
         files = self._granted()
         if tx is None:
             return _call(files.remove, collection, name)
         return _call(files.remove_in, tx._open(), collection, name)
+
+    def remove_in(self, tx, collection, name):
+        """Removes ``name`` when ``tx`` commits; whether there was such an object."""
+        return self.remove(collection, name, tx)
+
+    @property
+    def scan(self):
+        """For a collection's scan job (granted ``files.scan``)."""
+        self._granted()
+        return _scan
+
+
+class Upload:
+    """An object being written: invisible until attached to its name; dropped
+    unattached, it is discarded."""
+
+    def __init__(self, raw):
+        self._raw = raw
+
+    def _take(self):
+        raw, self._raw = self._raw, None
+        if raw is None:
+            raise HostError("invalid", "the upload has ended")
+        return raw
+
+    def write(self, data):
+        """Appends ``data`` (bytes), sent in chunks of at most 1 MiB."""
+        if self._raw is None:
+            raise HostError("invalid", "the upload has ended")
+        view = memoryview(bytes(data))
+        for start in range(0, len(view), _CHUNK):
+            _call(self._raw.write, bytes(view[start:start + _CHUNK]))
+
+    def attach(self, name):
+        """Makes it visible as ``name``, in a fenced write of its own; ``LeaseLost``
+        means it never became visible. Its metadata."""
+        return _call(_files.attach, self._take(), name)
+
+    def attach_in(self, tx, name):
+        """Makes it visible as ``name`` when ``tx`` commits, and never otherwise."""
+        return _call(_files.attach_in, tx._open(), self._take(), name)
+
+
+class _Scan:
+    """A scan job's calls: files of every tenant waiting for a verdict."""
+
+    def pending(self, collection, limit=100):
+        """Files waiting for a verdict (``id``, ``tenant``, ``name``, ``size``)."""
+        return list(_call(_files.scan_pending, collection, limit))
+
+    def read(self, collection, id, offset=0, length=_CHUNK):
+        """Up to ``length`` bytes of a waiting file, from ``offset``."""
+        return bytes(_call(_files.scan_read, collection, id, offset, length))
+
+    def mark(self, collection, id, verdict):
+        """Marks a waiting file ``"clean"`` (visible to its tenant) or ``"rejected"``."""
+        verdicts = {"clean": _files.Verdict.CLEAN, "rejected": _files.Verdict.REJECTED}
+        if verdict not in verdicts:
+            raise ValueError(f'a verdict is "clean" or "rejected", not {verdict!r}')
+        _call(_files.scan_mark, collection, id, verdicts[verdict])
+
+
+_scan = _Scan()
+
+
+def _read_error(value, collection, name):
+    """The exception for a WIT ``read-error``."""
+    if type(value).__name__ == "ReadError_Changed":
+        return Changed(f"{collection}/{name} was replaced while it was read")
+    return _host_error(value.value)
 
 
 files = _Files()
@@ -448,18 +547,37 @@ class Response:
 
 class _Links:
     """Calls to the mounts the job was granted; the host adds the credential and an
-    ``Idempotency-Key`` derived from the run, the pass and ``step``."""
+    ``Idempotency-Key`` derived from the run, the pass and ``step``.
 
-    def call(self, mount, method, path, *, headers=(), body=b"", json=None, step="",
-             action=None):
-        if _links is None:
-            raise _not_granted("links")
+    Both take ``headers`` (a dict or pairs), ``body`` (bytes) or ``json`` (any JSON value,
+    sent with ``content-type: application/json`` unless given), ``step`` (names the call
+    within the pass, for its idempotency key) and ``action`` (one of the job's declared
+    actions), and give a ``Response`` whatever its status."""
+
+    def _request(self, method, path, headers, body, json, step, action):
         headers = [(str(k), str(v)) for k, v in dict(headers).items()]
         if json is not None:
             body = _json.dumps(json).encode()
             if not any(k.lower() == "content-type" for k, _ in headers):
                 headers.append(("content-type", "application/json"))
-        request = _links.Request(method, path, headers, bytes(body), step, action)
+        return _links.Request(method, path, headers, bytes(body), step, action)
+
+    def call(self, mount, method, path, *, headers=(), body=b"", json=None, step="",
+             action=None):
+        """One call; the mount's ``rate`` and ``concurrency`` limits answer
+        ``unavailable`` here (``send`` tells them apart)."""
+        if _links is None:
+            raise _not_granted("links")
+        request = self._request(method, path, headers, body, json, step, action)
+        return Response(_call(_links.call, mount, request))
+
+    def send(self, mount, method, path, *, headers=(), body=b"", json=None, step="",
+             action=None):
+        """``call``, with the mount's limits raised as a ``HostError`` of code
+        ``rate-limited``: nothing was sent, and the job usually returns a ``Defer``."""
+        if _links is None:
+            raise _not_granted("links")
+        request = self._request(method, path, headers, body, json, step, action)
         try:
             return Response(_links.send(mount, request))
         except _Err as refused:
@@ -473,8 +591,69 @@ links = _Links()
 
 # ---- steps ---------------------------------------------------------------------------
 
+# The integers the host keeps as integers (serde_json's i64 and u64); it stores any other
+# as a float.
+_HOST_INTEGERS = range(-(1 << 63), 1 << 64)
+
+
+def _host_int(digits):
+    number = int(digits)
+    return number if number in _HOST_INTEGERS else float(digits)
+
+
+def _host_object(pairs):
+    """An object as the host stores it: its keys in order."""
+    return dict(sorted(pairs, key=lambda pair: pair[0]))
+
+
+def _as_recorded(value, what):
+    """The JSON text to record for ``value``, and the value read back as a replay reads the
+    host's record of it: the first run returns what a replay decodes (a tuple as a list, an
+    integer key as a string, keys in order), and a value JSON cannot hold (NaN, a set)
+    fails before anything is recorded."""
+    try:
+        text = _json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what} is not JSON: {e}") from None
+    return text, _json.loads(text, object_pairs_hook=_host_object, parse_int=_host_int)
+
+
+class Retry:
+    """How ``steps.step_with`` retries: up to ``attempts`` tries in all (at least one),
+    sleeping ``backoff`` seconds after the first failure and twice as long after each
+    next one. Only ``Failed`` and ``HostError`` are retried; the sleeps count against the
+    attempt's deadline."""
+
+    def __init__(self, attempts, backoff=0.0):
+        if isinstance(attempts, bool) or not isinstance(attempts, int):
+            raise TypeError(f"Retry(attempts): attempts is a whole number, not {attempts!r}")
+        if isinstance(backoff, bool) or not isinstance(backoff, (int, float)) \
+                or not _math.isfinite(backoff) or backoff < 0:
+            raise ValueError(f"Retry(backoff): backoff is seconds, at least 0, not {backoff!r}")
+        self.attempts = attempts
+        self.backoff = backoff
+
+    def _run(self, name, work):
+        tries, delay = 1, self.backoff
+        while True:
+            try:
+                return work()
+            except (Failed, HostError) as e:
+                if tries >= self.attempts or getattr(e, "_final", False):
+                    raise
+                log.debug(f"step {name}: try {tries} failed ({e}), again in {delay}s")
+                _time.sleep(delay)
+                delay *= 2
+                tries += 1
+
+
 class _Steps:
-    """Memoised steps and counters across the attempts of a pass."""
+    """Memoised steps and counters across the attempts of a pass.
+
+    A step's result goes through JSON on every run, the first as a replay: what ``work``
+    returns is recorded as JSON and read back as the host keeps it, so a tuple comes back
+    a list, an integer key a string and a dict's keys in order on the first run as on a
+    resume."""
 
     def _granted(self):
         if _steps is None:
@@ -488,8 +667,8 @@ class _Steps:
         recorded = _call(steps.start, name)
         if recorded is not None:
             return _json.loads(recorded)
-        value = work()
-        _call(steps.record, name, _json.dumps(value))
+        text, value = _as_recorded(work(), f"step {name}'s result")
+        _call(steps.record, name, text)
         return value
 
     def step_in(self, tx, name, work):
@@ -499,9 +678,15 @@ class _Steps:
         recorded = _call(steps.start, name)
         if recorded is not None:
             return _json.loads(recorded)
-        value = work(tx)
-        _call(steps.record_in, tx._open(), name, _json.dumps(value))
+        text, value = _as_recorded(work(tx), f"step {name}'s result")
+        _call(steps.record_in, tx._open(), name, text)
         return value
+
+    def step_with(self, name, retry, work):
+        """As ``step``, trying ``work()`` as ``retry`` (a ``Retry``) says within this
+        attempt: a step's name is reached once per attempt, so retrying it means
+        retrying inside it."""
+        return self.step(name, lambda: retry._run(name, work))
 
     def counter_add(self, name, delta):
         """Adds ``delta`` to the run's counter ``name`` (committed with the pass's end);
@@ -510,6 +695,202 @@ class _Steps:
 
 
 steps = _Steps()
+
+
+# ---- jobs ----------------------------------------------------------------------------
+
+def _payload_text(payload):
+    """A payload as JSON text; one JSON cannot hold is refused as the Rust SDK does."""
+    try:
+        return _json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError):
+        raise HostError("invalid", "invalid-payload") from None
+
+
+class Options:
+    """How a run is queued; the default: due now, an instance of its own, attached to
+    its parent (waited for, and cancelled with it). ``instance``: runs of one job and
+    instance never overlap; ``delay``: seconds from now; ``priority``: claimed as though
+    due this many seconds earlier (-3600 to 3600); ``dedup_key``: one run per job, tenant
+    and key; ``detached``: neither waited for nor cancelled with its parent."""
+
+    def __init__(self, instance=None, delay=0, priority=0, dedup_key=None, detached=False):
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) \
+                or not _math.isfinite(delay) or delay < 0:
+            raise ValueError(f"Options(delay): delay is seconds, at least 0, not {delay!r}")
+        self.instance = instance
+        self.delay = delay
+        self.priority = priority
+        self.dedup_key = dedup_key
+        self.detached = detached
+
+    def _raw(self):
+        return _jobs.Options(
+            self.instance, round(self.delay * 1000), self.priority, self.dedup_key,
+            bool(self.detached),
+        )
+
+
+class NewRun:
+    """One run of a batch for ``jobs.enqueue_all``: its job, payload and ``Options``."""
+
+    def __init__(self, job, payload, options=None):
+        self.job = job
+        self.payload = payload
+        self.options = options
+
+
+def _raw_options(options):
+    return (options or Options())._raw()
+
+
+def _raw_runs(runs):
+    return [
+        _jobs.NewRun(run.job, _payload_text(run.payload), _raw_options(run.options))
+        for run in runs
+    ]
+
+
+_WAIT_POLICIES = ("fail", "continue")
+
+
+class _Jobs:
+    """Starting the jobs the manifest granted (``grants.jobs``), and waiting for them.
+    Each call queues in a fenced write of its own; its ``_in`` form queues inside ``tx``,
+    so the runs exist once ``tx`` commits, and never otherwise. Each returns an
+    ``Enqueued`` (``run_id``, ``duplicate``), a list of them, a run id (``kick``) or a
+    count of runs (``emit``)."""
+
+    Options = Options
+    NewRun = NewRun
+
+    def _granted(self):
+        if _jobs is None:
+            raise _not_granted("jobs")
+        return _jobs
+
+    def enqueue(self, job, payload, options=None):
+        """Queues a run of ``job`` with ``payload`` (any JSON value)."""
+        jobs = self._granted()
+        return _call(jobs.enqueue, job, _payload_text(payload), _raw_options(options))
+
+    def enqueue_in(self, tx, job, payload, options=None):
+        jobs = self._granted()
+        payload = _payload_text(payload)
+        return _call(jobs.enqueue_in, tx._open(), job, payload, _raw_options(options))
+
+    def enqueue_all(self, runs):
+        """Queues up to 1000 runs (``NewRun``s) in one fenced write: all, or none."""
+        jobs = self._granted()
+        return list(_call(jobs.enqueue_all, _raw_runs(runs)))
+
+    def enqueue_all_in(self, tx, runs):
+        jobs = self._granted()
+        return list(_call(jobs.enqueue_all_in, tx._open(), _raw_runs(runs)))
+
+    def kick(self, job):
+        """Kicks ``job``; the id of the run it queued."""
+        return _call(self._granted().kick, job)
+
+    def kick_in(self, tx, job):
+        return _call(self._granted().kick_in, tx._open(), job)
+
+    def emit(self, event, payload):
+        """Emits ``event`` (granted as ``event:NAME``) with ``payload``; how many runs
+        it queued."""
+        return _call(self._granted().emit, event, _payload_text(payload))
+
+    def emit_in(self, tx, event, payload):
+        return _call(self._granted().emit_in, tx._open(), event, _payload_text(payload))
+
+    def wait_for_children(self, policy):
+        """Makes this pass's ``Continue`` (or ``Defer``) wait until every child it
+        started ended: with ``"fail"`` the first child that fails fails the run
+        (``child_failed``); with ``"continue"`` the next pass runs however each ended,
+        and reads how with ``jobhost.run.children()``."""
+        jobs = self._granted()
+        if policy not in _WAIT_POLICIES:
+            raise ValueError(f'a wait policy is "fail" or "continue", not {policy!r}')
+        raw = jobs.WaitPolicy.FAIL if policy == "fail" else jobs.WaitPolicy.CONTINUE
+        _call(jobs.wait_for_children, raw)
+
+
+jobs = _Jobs()
+
+
+# ---- run -----------------------------------------------------------------------------
+
+class StartedBy:
+    """What started the run: ``kind`` is ``schedule``, ``kick``, ``event``, ``start``,
+    ``retry``, ``boot``, ``parent`` or ``manual``; ``value`` the schedule's due time (ms
+    since the Unix epoch), the event's name, or the id of the run retried or of the
+    parent, else None."""
+
+    def __init__(self, raw):
+        self.kind = type(raw).__name__.removeprefix("StartedBy_").lower()
+        self.value = getattr(raw, "value", None)
+
+    def __repr__(self):
+        return f"StartedBy({self.kind!r}, {self.value!r})"
+
+
+class RunInfo:
+    """This attempt's place in its run: ``final_attempt`` (failing it fails the run),
+    ``retries_left`` (attempts of this pass left after this one), ``started_by`` (a
+    ``StartedBy``) and ``deferrals`` (the passes that ended in ``Defer`` so far)."""
+
+    def __init__(self, raw):
+        self.final_attempt = raw.final_attempt
+        self.retries_left = raw.retries_left
+        self.started_by = StartedBy(raw.started_by)
+        self.deferrals = raw.deferrals
+
+
+class Child:
+    """How a child the previous pass waited for ended: ``run_id``, ``job``,
+    ``instance``, ``status`` (``succeeded``, ``failed``, ``cancelled``, ``skipped`` or
+    ``crashed``), ``code`` (its failure code, else None) and ``result`` (the value it
+    handed back with ``set_result``, decoded; None if none)."""
+
+    def __init__(self, raw):
+        self.run_id = raw.run_id
+        self.job = raw.job
+        self.instance = raw.instance
+        self.status = raw.status
+        self.code = raw.code
+        self.result = None if raw.result is None else _json.loads(raw.result)
+
+
+class _Run:
+    """What an attempt knows about its run, the children its previous pass waited for,
+    and the value it hands a waiting parent. Every job has it."""
+
+    def info(self):
+        """This attempt's place in its run: a ``RunInfo``."""
+        return RunInfo(_run.info())
+
+    def children(self):
+        """Every child the previous pass started and waited for (``Child``s, in run id
+        order); none when it did not wait."""
+        found, cursor = [], None
+        while True:
+            page = _call(_run.children, cursor, _CHILD_PAGE)
+            found.extend(Child(c) for c in page.children)
+            if page.next is None:
+                return found
+            cursor = page.next
+
+    def set_result(self, value):
+        """Hands ``value`` (any JSON value, at most 4 KiB of it) to a parent that waits
+        for this run, in a fenced write of its own."""
+        try:
+            text = _json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise HostError("invalid", "invalid-result") from None
+        _call(_run.set_result, text)
+
+
+run = _Run()
 
 
 # ---- the export ----------------------------------------------------------------------

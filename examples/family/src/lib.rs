@@ -13,6 +13,13 @@
 //! transaction, after queueing in it, and logs how each was answered (`beside kick: ...`).
 //! With `wait` the pass continues, waiting for its children; the next pass sums their
 //! results into its own (`{"succeeded", "other", "sum"}`) and logs what started it.
+//! Every pass first logs its place in the run (`pass P attempt A: final=... retries_left=...
+//! started_by=... deferrals=...`).
+//!
+//! With `step`, the first pass then reaches the step `sample` (a pair, and a key that is a
+//! number where a language has such keys) and logs what it got back (`step sample: ...`);
+//! its first attempt then fails, so the next attempt gets the recorded value: the two lines
+//! are the same, as a step's value reads the same on the first run and on a resume.
 //!
 //! With `forks`, each run of `job` it queues gets the payload it has itself, so each
 //! queues `children` more in turn: with a `job` of its own, one child makes a chain, two a
@@ -22,9 +29,12 @@
 //! With the parent's `child_writes: w` (and `child_wait_ms: m`), each child first writes
 //! `w` transactions of one `ledger` row each, holding each open `m` ms, the row's `n` the
 //! wall-clock millisecond its transaction began.
+//!
+//! The Python and JavaScript examples `examples/python/family` and `examples/js/family` do
+//! exactly this, so one test body checks all three languages (`tests/polyglot.rs`).
 
 use jobhost_guest::jobs::{self, NewRun, Options, WaitPolicy};
-use jobhost_guest::{Context, Job, JobError, Outcome, db, describe, log, run};
+use jobhost_guest::{Context, Job, JobError, Outcome, db, describe, log, run, steps};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -75,6 +85,9 @@ struct Payload {
     child_wait_ms: u64,
     #[serde(default)]
     writes: u64,
+    /// Reach the step `sample` in the first pass, failing its first attempt after it.
+    #[serde(default)]
+    step: bool,
 }
 
 fn child_job() -> String {
@@ -105,6 +118,14 @@ impl Job for Family {
         ));
         if ctx.pass > 1 {
             return sum_up();
+        }
+        if ctx.payload.step {
+            let sample: Value =
+                steps::step("sample", || Ok(json!({"pair": [1, "a"], "3": "three"})))?;
+            log::info(&format!("step sample: {sample}"));
+            if ctx.attempt == 1 {
+                return Err(JobError::failed("failing after the step"));
+            }
         }
         start_children(&ctx)?;
         match ctx.payload.wait.as_deref() {

@@ -147,6 +147,11 @@ pub fn grants_needed(imports: &Imports) -> Vec<(&'static str, &'static str)> {
             "grants.steps = true",
             "memoised steps and counters across passes",
         ),
+        (
+            imports.jobs,
+            "grants.jobs = [\"...\"]",
+            "the jobs it starts, and `event:NAME` for the events it emits",
+        ),
     ]
     .into_iter()
     .filter(|(imported, _, _)| *imported)

@@ -206,6 +206,7 @@ fn capability_names(seen: &Inspection) -> Vec<&'static str> {
         (imports.files, "files"),
         (imports.links, "links"),
         (imports.steps, "steps"),
+        (imports.jobs, "jobs"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))

@@ -173,13 +173,14 @@ pub(super) fn build(dir: &Path) -> Result<PathBuf, BuildError> {
     Ok(component)
 }
 
-/// The SDK's view of the capabilities: those granted imported, the others `undefined`.
+/// The SDK's view of the capabilities: `log` and `run` (every job's) and those granted
+/// imported, the others `undefined`.
 fn capabilities(grants: &Grants) -> String {
     let version = world::version();
     let mut text =
         String::from("// Written by `host build`: the capabilities this job was granted.\n");
-    let log = ("log", true);
-    for (name, on) in std::iter::once(log).chain(world::granted(grants)) {
+    let always = [("log", true), ("run", true)];
+    for (name, on) in always.into_iter().chain(world::granted(grants)) {
         if on {
             text.push_str(&format!(
                 "import * as {name} from 'jobhost:job/{name}@{version}';\n"
@@ -188,7 +189,7 @@ fn capabilities(grants: &Grants) -> String {
             text.push_str(&format!("const {name} = undefined;\n"));
         }
     }
-    text.push_str("export { log, db, files, links, steps, jobs };\n");
+    text.push_str("export { log, run, db, files, links, steps, jobs };\n");
     text
 }
 
@@ -235,6 +236,7 @@ mod tests {
         let grants: Grants = toml::from_str("db = { write = [\"t\"] }").unwrap();
         let text = capabilities(&grants);
         assert!(text.contains("import * as log from 'jobhost:job/log@0.1.5';"));
+        assert!(text.contains("import * as run from 'jobhost:job/run@0.1.5';"));
         assert!(text.contains("import * as db from 'jobhost:job/db@0.1.5';"));
         assert!(text.contains("const links = undefined;"));
         assert!(!text.contains("jobhost:job/links"));

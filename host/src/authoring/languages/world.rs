@@ -1,7 +1,7 @@
-//! The world a Python or JavaScript job is built against: only the capabilities its job
-//! is granted. Their runtimes import every interface of the world they are built for,
-//! used or not, so building against the whole `jobhost:job/job` world would make every
-//! job need every grant.
+//! The world a Python or JavaScript job is built against: `log` and `run` (every job may
+//! import them) and only the capabilities its job is granted. Their runtimes import every
+//! interface of the world they are built for, used or not, so building against the whole
+//! `jobhost:job/job` world would make every job need every grant.
 
 use crate::rules::grants::Grants;
 
@@ -35,6 +35,7 @@ pub fn world(grants: &Grants) -> String {
         "/// What this job was granted, and nothing more (written by `host build`).".into(),
         "world job {".into(),
         format!("    import jobhost:job/log@{version};"),
+        format!("    import jobhost:job/run@{version};"),
     ];
     for (interface, on) in granted(grants) {
         if on {
@@ -63,6 +64,10 @@ mod tests {
         let nothing = world(&Grants::default());
         assert!(
             nothing.contains("import jobhost:job/log@0.1.5;"),
+            "{nothing}"
+        );
+        assert!(
+            nothing.contains("import jobhost:job/run@0.1.5;"),
             "{nothing}"
         );
         assert!(nothing.contains("export jobhost:job/handler@0.1.5;"));
