@@ -98,6 +98,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     26 => "0026_journal_seal",
     27 => "0027_mount_limits",
     28 => "0028_claim_limits",
+    29 => "0029_live_logs",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -128,6 +129,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     26 => "0026_journal_seal",
     27 => "0027_mount_limits",
     28 => "0028_claim_limits",
+    29 => "0029_live_logs",
 );
 
 /// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);

@@ -125,12 +125,12 @@ pub async fn pulse_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 
 async fn pulse(s: &Shared) -> Result<Value, crate::store::StoreError> {
     let now = s.app.store.now().await?;
-    let (queued, running, newest) = s.app.store.live_counts().await?;
+    let (queued, running, newest, logged) = s.app.store.live_counts().await?;
     let pauses = s.app.runner.pauses().current().await?.pauses.len();
     let busy = s.app.runner.interrupts().running().len();
     Ok(json!({
         "at": views::time(now),
-        "version": format!("{queued}.{running}.{newest}.{pauses}"),
+        "version": format!("{queued}.{running}.{newest}.{pauses}.{logged}"),
         "queued": queued,
         "running": running,
         "busy": busy,
