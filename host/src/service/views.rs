@@ -413,6 +413,50 @@ mod tests {
     }
 
     #[test]
+    fn a_running_runs_live_attempt_is_its_current_one_only() {
+        let run = |status: &str| RunRecord {
+            status: status.into(),
+            generation: Some(3),
+            attempts: 2,
+            pass: 1,
+            failures: 1,
+            host: Some("host-1".into()),
+            ..RunRecord::default()
+        };
+        let live = |seq| LiveLogRecord {
+            run_id: "r".into(),
+            seq,
+            log: "[info] so far\n".into(),
+            started_at: 1_000,
+            running_ms: 250,
+            ..LiveLogRecord::default()
+        };
+        let shown = live_attempt(&run("running"), &[], Some(&live(2)));
+        assert_eq!(shown["seq"], 2);
+        assert_eq!(shown["attempt"], 2);
+        assert_eq!(shown["host"], "host-1");
+        assert_eq!(shown["log"], "[info] so far\n");
+        assert_eq!(shown["running_ms"], 250);
+        // Another attempt's row (its host crashed) is not this one's log.
+        let stale = live_attempt(&run("running"), &[], Some(&live(1)));
+        assert_eq!(
+            (stale["seq"].clone(), stale["log"].clone()),
+            (2.into(), "".into())
+        );
+        assert!(stale["started_at"].is_null());
+        // Not running, or its attempt recorded already: none.
+        assert!(live_attempt(&run("queued"), &[], Some(&live(2))).is_null());
+        let recorded = AttemptRecord {
+            seq: 2,
+            ..AttemptRecord::default()
+        };
+        assert!(live_attempt(&run("running"), &[recorded], Some(&live(2))).is_null());
+        // A tenant is not told which host runs it.
+        let told = for_tenant(json!({"live_attempt": shown}));
+        assert!(told["live_attempt"].get("host").is_none(), "{told}");
+    }
+
+    #[test]
     fn a_page_is_fifty_unless_asked_and_never_over_five_hundred() {
         assert_eq!(page_size(None), 50);
         assert_eq!(page_size(Some(7)), 7);

@@ -190,7 +190,7 @@ impl RunRecord {
 }
 
 crate::record! {
-    #[derive(Debug, Clone, Serialize)]
+    #[derive(Debug, Clone, Default, Serialize)]
     pub struct AttemptRecord {
         pub run_id: String,
         pub seq: i64,
