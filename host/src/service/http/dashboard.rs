@@ -4,7 +4,7 @@
 //! stream of pulses.
 //!
 //! The database's cost does not grow with the pages open: one pulse loop per host reads
-//! three counts every [`PULSE_EVERY`] while any page listens, and every page gets the same
+//! its counts (and when a live log last changed) every [`PULSE_EVERY`] while any page listens, and every page gets the same
 //! pulse; a page reads its view again only when the pulse's `version` changed. Lane
 //! history is sampled by the host every [`SAMPLE_EVERY`] (one query) and kept in memory
 //! for a day: it is this host's view since it started.
