@@ -30,6 +30,7 @@ mod lanes;
 mod lease_model;
 mod limits;
 mod links;
+mod live;
 mod mount_limits;
 mod page;
 mod polyglot;

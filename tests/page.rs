@@ -107,8 +107,8 @@ async fn the_console_works_in_a_real_browser() {
     // `broken` fails at once for good; `slow` waits half a minute before it writes its
     // rows, long enough for the page to cancel it while it runs (it waits outside its
     // transaction: on SQLite an open write transaction would hold up the host's own
-    // writes); `greeter` is the operator's, hidden from the tenant, whose job is
-    // `acme-report`.
+    // writes); `sleeper` logs, then sleeps half a minute (its run view shows it live);
+    // `greeter` is the operator's, hidden from the tenant, whose job is `acme-report`.
     let m = home.manifest(
         "",
         r#"
@@ -131,10 +131,21 @@ async fn the_console_works_in_a_real_browser() {
         payload = { mode = "markup" }
         grants.db = { write = ["ledger"] }
         retries = 0
+        [jobs.sleeper]
+        component = "{guest:hello}"
+        timeout = "60s"
+        payload = { name = "live", sleep_ms = 30000 }
     "#,
     );
     let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
-    for job in ["greeter", "broken", "slow", "acme-report", "hostile"] {
+    for job in [
+        "greeter",
+        "broken",
+        "slow",
+        "acme-report",
+        "hostile",
+        "sleeper",
+    ] {
         let (status, body) = server.post(&format!("/jobs/{job}/kick")).await;
         assert_eq!(status, 202, "kick {job}: {body}");
     }
@@ -157,6 +168,12 @@ async fn the_console_works_in_a_real_browser() {
         })
         .await;
     let running = id_of(&running[0]);
+    let sleeping = server
+        .wait_runs("sleeper", within, |runs| {
+            runs.iter().any(|r| r["status"] == "running")
+        })
+        .await;
+    let sleeping = id_of(&sleeping[0]);
     for job in ["greeter", "acme-report"] {
         server
             .wait_runs(job, within, |runs| {
@@ -177,6 +194,7 @@ async fn the_console_works_in_a_real_browser() {
             "failed_run": failed,
             "running_run": running,
             "hostile_run": hostile,
+            "live_run": sleeping,
             "tenant_job": "acme-report",
             "hidden_from_tenant": "greeter",
         },

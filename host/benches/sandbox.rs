@@ -72,7 +72,7 @@ use jobhost::sandbox::engine::bindings::jobhost::job::db::{
 use jobhost::sandbox::engine::bindings::jobhost::job::steps::Host as StepsHost;
 use jobhost::sandbox::engine::output::AttemptLog;
 use jobhost::sandbox::engine::state::GuestState;
-use jobhost::sandbox::engine::{Engine, EngineSettings, Loaded};
+use jobhost::sandbox::engine::{Engine, EngineSettings, Loaded, MAX_LOG_BYTES};
 use jobhost::sandbox::journal::{Journal, RecordPolicy, Recorder};
 use jobhost::service::app::{App, AppConfig};
 use jobhost::store::guest::{Access, Fence, GuestDb, SqlValue};
@@ -245,6 +245,7 @@ async fn guest_call(
             record: None,
             deadline,
             capabilities: Capabilities::none(),
+            log: AttemptLog::new(MAX_LOG_BYTES),
         })
         .await
 }

@@ -333,6 +333,29 @@ async function hostileChecks(browser) {
   }
 }
 
+// A running run's view shows the attempt it is in: its pass, the time so far, its host
+// and the log lines it wrote up to now.
+async function liveChecks(browser) {
+  if (!expect.live_run) return;
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "live");
+  try {
+    await signIn(page, scenario.token);
+    await check("a running run shows its live attempt and its log so far", async () => {
+      await go(page, `#/runs/${enc(expect.live_run)}`, "run");
+      await page.waitForSelector("#live-attempt[open] [data-status=running]");
+      await page.waitForFunction(() => [...document.querySelectorAll("#live-log li")]
+        .some((li) => li.textContent.startsWith("[info] hello, live")), null, { timeout: 10000 });
+      const meta = await page.textContent("#live-running");
+      assert(/running for .+ · /.test(meta), "the live attempt says " + meta);
+      const summary = await page.textContent("#live-attempt summary");
+      assert(summary.includes("pass 1 · try 1"), "the live attempt's pass: " + summary);
+      return meta;
+    });
+  } finally {
+    await context.close();
+  }
+}
+
 async function actionChecks(browser) {
   const { context, page } = await newPage(browser, VIEWPORTS.desktop, "actions");
   try {
@@ -477,6 +500,7 @@ try {
   });
   await viewChecks(browser);
   await hostileChecks(browser);
+  await liveChecks(browser);
   await actionChecks(browser);
   await tenantChecks(browser);
   await signedOutChecks(browser);

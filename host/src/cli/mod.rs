@@ -15,6 +15,7 @@ mod replay;
 mod run;
 mod runs;
 mod serve;
+mod tail;
 mod tenants;
 mod watch;
 

@@ -4,7 +4,7 @@ use crate::rules::failure::FailureCode;
 use crate::rules::guest_text::for_terminal;
 use crate::rules::units::readable_ms;
 use crate::service::views;
-use crate::store::{AttemptRecord, RunRecord};
+use crate::store::{AttemptRecord, RunRecord, RunStatus};
 use serde_json::json;
 
 pub fn run_result(run: &RunRecord, as_json: bool) {
@@ -96,11 +96,27 @@ pub fn failed_steps(failed: &[crate::store::StepFailureRecord]) {
 
 /// An attempt's log, indented under what was printed about it.
 pub fn log(attempt: &AttemptRecord) {
-    for line in attempt.log.lines() {
+    log_text(&attempt.log, attempt.log_truncated != 0);
+}
+
+/// A log's text, indented under what was printed about its attempt.
+pub fn log_text(text: &str, truncated: bool) {
+    for line in text.lines() {
         println!("    | {}", for_terminal(line));
     }
-    if attempt.log_truncated != 0 {
+    if truncated {
         println!("    | (log truncated)");
+    }
+}
+
+/// The exit code of a command that saw `run` end (`host run`, `host runs tail`): 0 when
+/// it succeeded (or waits for the runs it started), 3 when skipped, 1 otherwise.
+pub fn exit_code(run: &RunRecord) -> u8 {
+    match run.status() {
+        Some(RunStatus::Succeeded) => 0,
+        Some(RunStatus::Skipped) => 3,
+        Some(RunStatus::Queued) if run.waiting_pass().is_some() => 0,
+        _ => 1,
     }
 }
 

@@ -150,12 +150,7 @@ async fn run_once(global: &Global, args: &RunArgs) -> Result<u8, Failure> {
     {
         output::log(last);
     }
-    Ok(match record.status() {
-        Some(RunStatus::Succeeded) => 0,
-        Some(RunStatus::Skipped) => 3,
-        Some(RunStatus::Queued) if record.waiting_pass().is_some() => 0,
-        _ => 1,
-    })
+    Ok(output::exit_code(&record))
 }
 
 /// The process `host run` (and each case of `host test`) runs one job's run in: the

@@ -48,6 +48,15 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Follow a run: its log lines as they are written and each change of its status,
+    /// until it ends; exits as `host run` does for that ending (0 succeeded, 1 failed, 3
+    /// skipped). Works whichever host of the fleet runs it.
+    Tail {
+        id: String,
+        /// One JSON object a line: `status`, `log`, `attempt` and, last, `end` events.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print an attempt's journal (the JSON `host replay --from` reads), to replay it
     /// elsewhere: on a laptop with no access to this database.
     Export {
@@ -178,6 +187,7 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                 return Err(Failure::usage(format!("no run with id {id:?}")));
             };
             let attempts = store.list_attempts(&id, views::ATTEMPTS_SHOWN).await?;
+            let live = store.live_log(&id).await?;
             let steps = store.run_steps(&id).await?;
             let failed_steps = store.run_step_failures(&id).await?;
             let journals = store.run_journals(&id).await?;
@@ -190,7 +200,8 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                 .await?;
             let held_by = crate::queue::waits::why_waiting(&store, &pauses, &[], &run).await?;
             if json {
-                let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
+                let mut detail =
+                    views::run_detail(&run, &attempts, live.as_ref(), &steps, &failed_steps);
                 detail["journals"] = serde_json::json!(journals);
                 detail["kicks_pending"] = kicks_pending.into();
                 detail["held_by"] = serde_json::json!(held_by);
@@ -238,9 +249,18 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                         );
                     }
                 }
+                let live = views::live_attempt(&run, &attempts, live.as_ref());
+                if !live.is_null() {
+                    println!("  {}", super::tail::live_header(&live));
+                    output::log_text(
+                        live["log"].as_str().unwrap_or_default(),
+                        live["log_truncated"] == true,
+                    );
+                }
             }
             0
         }
+        RunsCommand::Tail { id, json } => super::tail::tail(&store, &id, json).await?,
         RunsCommand::Export { id, attempt } => {
             let Some(journal) = store.journal(&id, attempt).await? else {
                 return Err(Failure::usage(match attempt {

@@ -1,8 +1,8 @@
 //! The JSON shapes of runs, attempts and jobs, shared by the CLI and the HTTP API.
 
 use crate::store::{
-    AttemptRecord, FileRecord, JobRecord, LeaseRecord, PauseRecord, RunRecord, RunStatus,
-    StepFailureRecord, StepRecord, TenantRecord, TokenRecord,
+    AttemptRecord, FileRecord, JobRecord, LeaseRecord, LiveLogRecord, PauseRecord, RunRecord,
+    RunStatus, StepFailureRecord, StepRecord, TenantRecord, TokenRecord,
 };
 use serde_json::{Value, json};
 
@@ -161,6 +161,36 @@ pub fn attempt(a: &AttemptRecord) -> Value {
     })
 }
 
+/// The attempt a running run is in, as the database knows it: its number, pass and try
+/// and the host holding it (the run's row); since when and the log lines it wrote so far
+/// (its live log, which its host writes every `runner::live::FLUSH_EVERY` once it has run
+/// that long: until then `started_at` is null and the log empty). Null when the run is
+/// not in an attempt, or its current attempt is recorded already (`attempts`, the last
+/// ones); a live log another attempt left (its host crashed) is not this one's.
+pub fn live_attempt(
+    run: &RunRecord,
+    attempts: &[AttemptRecord],
+    live: Option<&LiveLogRecord>,
+) -> Value {
+    let in_attempt = run.status() == Some(RunStatus::Running) && run.generation.is_some();
+    if !in_attempt || attempts.iter().any(|a| a.seq == run.attempts) {
+        return Value::Null;
+    }
+    let live = live.filter(|l| l.seq == run.attempts);
+    json!({
+        "seq": run.attempts,
+        "pass": run.pass,
+        "attempt": run.current_try(),
+        "generation": run.generation,
+        "host": run.host,
+        "status": "running",
+        "started_at": live.map(|l| time(l.started_at)),
+        "running_ms": live.map(|l| l.running_ms.max(0)),
+        "log": live.map_or("", |l| l.log.as_str()),
+        "log_truncated": live.is_some_and(|l| l.log_truncated != 0),
+    })
+}
+
 /// A recorded step of a run's ledger.
 pub fn step(s: &StepRecord) -> Value {
     let mut problems = Vec::new();
@@ -182,10 +212,12 @@ pub const ATTEMPTS_SHOWN: i64 = 100;
 /// A run with its last attempts (`ATTEMPTS_SHOWN` of them; `earlier_attempts_omitted` says
 /// whether it had more) and its ledger (the steps its current pass recorded; after a
 /// failure, the evidence of how far the last pass got). Each attempt names the run's
-/// trace, which its log lines, its span and its calls belong to.
+/// trace, which its log lines, its span and its calls belong to; and the attempt it is in
+/// while it runs (`live_attempt`).
 pub fn run_detail(
     r: &RunRecord,
     attempts: &[AttemptRecord],
+    live: Option<&LiveLogRecord>,
     steps: &[StepRecord],
     failed_steps: &[StepFailureRecord],
 ) -> Value {
@@ -198,6 +230,7 @@ pub fn run_detail(
         view
     });
     value["attempt_records"] = Value::Array(views.collect());
+    value["live_attempt"] = live_attempt(r, attempts, live);
     // Attempts are numbered from 1 without gaps: a first one shown past 1 had others before.
     value["earlier_attempts_omitted"] = attempts.first().is_some_and(|a| a.seq > 1).into();
     value["steps"] = Value::Array(steps.iter().map(step).collect());
@@ -307,6 +340,12 @@ pub fn for_tenant(mut view: Value) -> Value {
             let told = tenant_status(status);
             object.insert("status".into(), told.into());
         }
+        if let Some(live) = object
+            .get_mut("live_attempt")
+            .and_then(Value::as_object_mut)
+        {
+            live.remove("host");
+        }
         if let Some(attempts) = object
             .get_mut("attempt_records")
             .and_then(Value::as_array_mut)
@@ -371,6 +410,50 @@ mod tests {
         assert_eq!(kicks_pending(&run("running"), Some(&lease(4, 1))), 0);
         assert_eq!(kicks_pending(&run("succeeded"), Some(&lease(3, 1))), 0);
         assert_eq!(kicks_pending(&run("running"), None), 0);
+    }
+
+    #[test]
+    fn a_running_runs_live_attempt_is_its_current_one_only() {
+        let run = |status: &str| RunRecord {
+            status: status.into(),
+            generation: Some(3),
+            attempts: 2,
+            pass: 1,
+            failures: 1,
+            host: Some("host-1".into()),
+            ..RunRecord::default()
+        };
+        let live = |seq| LiveLogRecord {
+            run_id: "r".into(),
+            seq,
+            log: "[info] so far\n".into(),
+            started_at: 1_000,
+            running_ms: 250,
+            ..LiveLogRecord::default()
+        };
+        let shown = live_attempt(&run("running"), &[], Some(&live(2)));
+        assert_eq!(shown["seq"], 2);
+        assert_eq!(shown["attempt"], 2);
+        assert_eq!(shown["host"], "host-1");
+        assert_eq!(shown["log"], "[info] so far\n");
+        assert_eq!(shown["running_ms"], 250);
+        // Another attempt's row (its host crashed) is not this one's log.
+        let stale = live_attempt(&run("running"), &[], Some(&live(1)));
+        assert_eq!(
+            (stale["seq"].clone(), stale["log"].clone()),
+            (2.into(), "".into())
+        );
+        assert!(stale["started_at"].is_null());
+        // Not running, or its attempt recorded already: none.
+        assert!(live_attempt(&run("queued"), &[], Some(&live(2))).is_null());
+        let recorded = AttemptRecord {
+            seq: 2,
+            ..AttemptRecord::default()
+        };
+        assert!(live_attempt(&run("running"), &[recorded], Some(&live(2))).is_null());
+        // A tenant is not told which host runs it.
+        let told = for_tenant(json!({"live_attempt": shown}));
+        assert!(told["live_attempt"].get("host").is_none(), "{told}");
     }
 
     #[test]

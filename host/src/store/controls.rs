@@ -147,8 +147,9 @@ impl Store {
             .bind(job).bind(since).bind(tenant).bind(limit).fetch_all(p).await?))
     }
 
-    /// Queued runs, running runs, and the newest run's creation time.
-    pub async fn live_counts(&self) -> Result<(i64, i64, i64)> {
+    /// Queued runs, running runs, the newest run's creation time, and when a live log
+    /// last changed.
+    pub async fn live_counts(&self) -> Result<(i64, i64, i64, i64)> {
         let q = &self.q.live_counts;
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_one(p).await?))
     }

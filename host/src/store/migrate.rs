@@ -100,6 +100,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     28 => "0028_claim_limits",
     29 => "0029_components_compiling",
     30 => "0030_unique_runs",
+    31 => "0031_live_logs",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -132,6 +133,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     28 => "0028_claim_limits",
     29 => "0029_components_compiling",
     30 => "0030_unique_runs",
+    31 => "0031_live_logs",
 );
 
 /// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);

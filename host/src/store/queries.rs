@@ -569,12 +569,13 @@ statements! {
         FROM jobhost_runs WHERE job = $1 AND created_at >= $2 \
         AND status NOT IN ('queued', 'running') AND ($3 IS NULL OR tenant = $3) \
         ORDER BY created_at DESC LIMIT $4";
-    // Queued and running runs, and the newest run's creation: what the console's live
-    // updates watch.
+    // Queued and running runs, the newest run's creation and the latest live log line:
+    // what the console's live updates watch.
     live_counts = "SELECT \
         (SELECT COUNT(*) FROM jobhost_runs WHERE status = 'queued'), \
         (SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running'), \
-        (SELECT COALESCE(MAX(created_at), 0) FROM jobhost_runs)";
+        (SELECT COALESCE(MAX(created_at), 0) FROM jobhost_runs), \
+        (SELECT COALESCE(MAX(updated_at), 0) FROM jobhost_live_logs)";
     // The objects run `$1` attached that its names still point at, the latest first.
     run_files = "SELECT {file_columns} FROM jobhost_files WHERE run_id = $1 \
         ORDER BY created_at DESC, collection, name LIMIT $2";
@@ -637,6 +638,7 @@ statements! {
     prune_steps = "DELETE FROM jobhost_steps WHERE run_id IN {json_ids}";
     prune_step_failures = "DELETE FROM jobhost_step_failures WHERE run_id IN {json_ids}";
     prune_journals = "DELETE FROM jobhost_journals WHERE run_id IN {json_ids}";
+    prune_live_logs = "DELETE FROM jobhost_live_logs WHERE run_id IN {json_ids}";
     prune_runs = "DELETE FROM jobhost_runs WHERE id IN {json_ids} \
         AND status NOT IN ('queued', 'running')";
     // An orphaned job once it has no runs left (and its leases).
@@ -713,6 +715,19 @@ statements! {
         ON CONFLICT (run_id, pass, name) DO UPDATE SET \
         attempts = jobhost_step_failures.attempts + 1, last_code = excluded.last_code, \
         last_error = excluded.last_error, failed_at = excluded.failed_at";
+    // Live logs (`store::live_logs`): attempt `$2` of run `$1` started `$5` ms ago, its
+    // lines so far `$3` (replacing any other attempt's); or `$3` appended to its lines so
+    // far, only while they are `$6` characters long (what the host last wrote).
+    put_live_log = "INSERT INTO jobhost_live_logs (run_id, seq, log, log_truncated, \
+        started_at, updated_at) VALUES ($1, $2, $3, $4, {now} - $5, {now}) \
+        ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, log = excluded.log, \
+        log_truncated = excluded.log_truncated, started_at = excluded.started_at, \
+        updated_at = excluded.updated_at";
+    append_live_log = "UPDATE jobhost_live_logs SET log = log || $3, log_truncated = $4, \
+        updated_at = {now} WHERE run_id = $1 AND seq = $2 AND length(log) = $5";
+    live_log = "SELECT run_id, seq, log, log_truncated, started_at, updated_at, \
+        {now} - started_at AS running_ms FROM jobhost_live_logs WHERE run_id = $1";
+    drop_live_log = "DELETE FROM jobhost_live_logs WHERE run_id = $1 AND seq = $2";
     // The flight recorder: an attempt's journal (a seq reused by an attempt whose ending
     // was not recorded replaces the one before), and what a run has.
     put_journal = "INSERT INTO jobhost_journals \

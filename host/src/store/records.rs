@@ -168,6 +168,12 @@ impl RunRecord {
         (self.status == RunStatus::Queued.as_str() && self.wait_policy.is_some()).then_some(pass)
     }
 
+    /// The try of its current pass the run is on (or, queued, will be on next): 1 plus the
+    /// attempts of the pass that failed.
+    pub fn current_try(&self) -> i64 {
+        self.failures + 1
+    }
+
     /// The status shown to people: a queued run that waits for its children is `waiting`.
     pub fn shown_status(&self) -> &str {
         if self.waiting_pass().is_some() {
@@ -184,7 +190,7 @@ impl RunRecord {
 }
 
 crate::record! {
-    #[derive(Debug, Clone, Serialize)]
+    #[derive(Debug, Clone, Default, Serialize)]
     pub struct AttemptRecord {
         pub run_id: String,
         pub seq: i64,

@@ -1,5 +1,5 @@
 //! The rows retention deletes: finished runs older than the cut-off with their attempts,
-//! ledgers and journals, delivered reports, orphaned jobs whose runs are all gone, and the leases
+//! ledgers, journals and live logs, delivered reports, orphaned jobs whose runs are all gone, and the leases
 //! of instances idle since the cut-off. What is old enough, and when, is `retention`'s.
 
 use super::error::Result;
@@ -43,6 +43,7 @@ impl Store {
                 &q.prune_steps,
                 &q.prune_step_failures,
                 &q.prune_journals,
+                &q.prune_live_logs,
             ] {
                 sqlx::query(sql.as_str()).bind(&ids).execute(&mut *tx).await?;
             }

@@ -11,6 +11,7 @@
 pub mod backoff;
 mod finisher;
 mod interrupts;
+pub mod live;
 
 use crate::queue::lease::LeaseTerms;
 use crate::queue::pause::Pauses;
@@ -24,7 +25,8 @@ use crate::sandbox::capability::steps::MAX_STEP_ERROR_BYTES;
 use crate::sandbox::engine::attempt::{
     AttemptFailure, AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext,
 };
-use crate::sandbox::engine::{Engine, Loaded};
+use crate::sandbox::engine::output::AttemptLog;
+use crate::sandbox::engine::{Engine, Loaded, MAX_LOG_BYTES};
 use crate::sandbox::files::Files;
 use crate::sandbox::journal::{
     self,
@@ -292,7 +294,7 @@ impl Runner {
         // The lease expires `grace` after the deadline: until then, this host may still
         // record what happened (retrying if the database is briefly unreachable).
         let until = deadline + self.settings.lease.grace;
-        let attempt = run.failures + 1;
+        let attempt = run.current_try();
         let span = crate::rules::trace::attempt_span(
             &run.trace(),
             &run.job,
@@ -307,7 +309,9 @@ impl Runner {
             AttemptReport::committed_done()
         } else {
             let (_registered, stop) = self.interrupts.register(&run.id, &spec.lane);
-            self.engine
+            let log = AttemptLog::new(MAX_LOG_BYTES);
+            let attempt_run = self
+                .engine
                 .run_attempt(AttemptSpec {
                     loaded,
                     cancel,
@@ -325,9 +329,10 @@ impl Runner {
                         attempt,
                         host: &self.services,
                     }),
+                    log: log.clone(),
                 })
-                .instrument(span.clone())
-                .await
+                .instrument(span.clone());
+            live::while_running(&self.store, &log, &run.id, run.attempts, attempt_run).await
         };
         let counters = report.counters.clone();
         self.note_failed_steps(&run, &report).await;

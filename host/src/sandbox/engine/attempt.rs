@@ -42,6 +42,9 @@ pub struct AttemptSpec<'a> {
     pub capabilities: Capabilities,
     /// The journal's cap; `None` records nothing (`record = "off"`).
     pub record: Option<u64>,
+    /// Where the attempt's log goes: the caller keeps a clone to read it while it runs
+    /// (`runs::runner::live`).
+    pub log: AttemptLog,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,7 +172,7 @@ pub(crate) struct Executed {
 impl Engine {
     pub async fn run_attempt(&self, spec: AttemptSpec<'_>) -> AttemptReport {
         let started = Instant::now();
-        let log = AttemptLog::new(MAX_LOG_BYTES);
+        let log = spec.log;
         if spec.fuel.is_some() && !self.profile.fuel {
             // A fuel cap this engine cannot meter is not kept by running unmetered.
             return AttemptReport {

@@ -69,6 +69,29 @@ impl AttemptLog {
     }
 }
 
+impl AttemptLog {
+    /// Bytes kept so far: a cheap look at whether anything was written since.
+    pub fn written(&self) -> usize {
+        self.inner.lock().expect("log buffer lock").bytes.len()
+    }
+
+    /// Its complete lines so far, stored as [`Self::contents`] stores the whole log, and
+    /// whether some was dropped: always a prefix of what `contents` gives later, since a
+    /// newline ends any sequence invalid UTF-8 is replaced in, so a live view of the log
+    /// only ever appends to what it showed.
+    pub fn complete_lines(&self) -> (String, bool) {
+        let buf = self.inner.lock().expect("log buffer lock");
+        let end = buf
+            .bytes
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |i| i + 1);
+        let text = String::from_utf8_lossy(&buf.bytes[..end]);
+        let (stored, cut) = crate::rules::guest_text::for_storage_cut(&text, self.cap);
+        (stored, buf.truncated || cut)
+    }
+}
+
 impl IsTerminal for AttemptLog {
     fn is_terminal(&self) -> bool {
         false
@@ -121,6 +144,23 @@ mod tests {
         let log = AttemptLog::new(64);
         log.append(&[0xff; 64]);
         assert!(log.contents().0.len() <= 64);
+    }
+
+    #[test]
+    fn complete_lines_are_a_prefix_of_the_whole_log() {
+        let log = AttemptLog::new(64);
+        log.append(b"one \xff\0\n two \xe2\x82");
+        let (live, truncated) = log.complete_lines();
+        assert_eq!(live, "one \u{fffd}\u{2400}\n");
+        assert!(!truncated);
+        log.append(b"\xac\n");
+        let (whole, _) = log.contents();
+        assert_eq!(whole, "one \u{fffd}\u{2400}\n two \u{20ac}\n");
+        assert!(whole.starts_with(&live));
+        assert_eq!(log.complete_lines().0, whole);
+        log.append(&[b'x'; 80]);
+        let (cut, truncated) = log.complete_lines();
+        assert!(truncated && whole.starts_with(&cut) && cut.len() <= 64);
     }
 
     #[test]

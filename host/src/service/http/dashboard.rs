@@ -4,7 +4,7 @@
 //! stream of pulses.
 //!
 //! The database's cost does not grow with the pages open: one pulse loop per host reads
-//! three counts every [`PULSE_EVERY`] while any page listens, and every page gets the same
+//! its counts (and when a live log last changed) every [`PULSE_EVERY`] while any page listens, and every page gets the same
 //! pulse; a page reads its view again only when the pulse's `version` changed. Lane
 //! history is sampled by the host every [`SAMPLE_EVERY`] (one query) and kept in memory
 //! for a day: it is this host's view since it started.
@@ -125,12 +125,12 @@ pub async fn pulse_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 
 async fn pulse(s: &Shared) -> Result<Value, crate::store::StoreError> {
     let now = s.app.store.now().await?;
-    let (queued, running, newest) = s.app.store.live_counts().await?;
+    let (queued, running, newest, logged) = s.app.store.live_counts().await?;
     let pauses = s.app.runner.pauses().current().await?.pauses.len();
     let busy = s.app.runner.interrupts().running().len();
     Ok(json!({
         "at": views::time(now),
-        "version": format!("{queued}.{running}.{newest}.{pauses}"),
+        "version": format!("{queued}.{running}.{newest}.{pauses}.{logged}"),
         "queued": queued,
         "running": running,
         "busy": busy,

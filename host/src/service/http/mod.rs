@@ -268,6 +268,7 @@ async fn get_run(
         .store
         .list_attempts(&id, views::ATTEMPTS_SHOWN)
         .await?;
+    let live = s.app.store.live_log(&id).await?;
     let steps = s.app.store.run_steps(&id).await?;
     let failed_steps = s.app.store.run_step_failures(&id).await?;
     let files = s.app.store.run_files(&id, views::FILES_SHOWN).await?;
@@ -282,7 +283,7 @@ async fn get_run(
         .await?;
     let held_by =
         crate::queue::waits::why_waiting(&s.app.store, &pauses, &over_quota, &run).await?;
-    let mut detail = views::run_detail(&run, &attempts, &steps, &failed_steps);
+    let mut detail = views::run_detail(&run, &attempts, live.as_ref(), &steps, &failed_steps);
     detail["kicks_pending"] = views::kicks_pending(&run, lease.as_ref()).into();
     detail["held_by"] = json!(held_by);
     detail["files"] = files.iter().map(views::file).collect();

@@ -1137,9 +1137,10 @@
         from: a.started_at, to: a.finished_at, status: a.status || "unknown", row: `#${a.seq}`,
         label: `attempt ${a.seq} (pass ${a.pass}, try ${a.attempt}, generation ${a.generation})${a.code ? " " + a.code : ""}`,
       }));
+      const la = r.live_attempt || null;
       if (r.status === "running" && !attempts.some((a) => !a.finished_at)) {
         const lastEnd = attempts.length ? attempts[attempts.length - 1].finished_at : null;
-        const from = [r.started_at, lastEnd].filter(Boolean).sort().pop() || r.created_at;
+        const from = (la && la.started_at) || [r.started_at, lastEnd].filter(Boolean).sort().pop() || r.created_at;
         spans.push({ from, to: null, status: "running", row: "now", label: "the current attempt" });
       }
       const ticks = [{ at: r.created_at, label: "queued (run created)", short: "queued" }];
@@ -1167,7 +1168,7 @@
       const list = attempts.slice().reverse().map((a, i) => {
         const lines = String(a.log || "").replace(/\n$/, "").split("\n");
         const calls = Array.isArray(a.calls) ? a.calls : [];
-        const open = firstRender ? i === 0 : openSeqs.has(String(a.seq));
+        const open = firstRender ? i === 0 && !la : openSeqs.has(String(a.seq));
         return h("details", { class: "attempt", "data-seq": a.seq, open },
           h("summary", {},
             h("span", { class: "att-seq" }, "#" + a.seq), badge(a.status), code(a.code),
@@ -1187,7 +1188,21 @@
             h("button", { type: "button", class: "link", "data-key": "export-" + a.seq, onclick: () => exportJournal(r.run_id, a.seq) }, "export"),
             " · replay it with ", h("code", {}, `host replay --from ${r.run_id}-${a.seq}.journal --job JOB.wasm`)) : null);
       });
-      fill(attemptsBox, (list.length ? list : [h("p", { class: "muted pad" }, r.status === "queued" ? "Not started yet." : "No attempts recorded.")]),
+      // The attempt running now, with its log so far (the pulse reloads the view as it grows).
+      const liveEl = la ? (() => {
+        const lines = String(la.log || "").replace(/\n$/, "").split("\n");
+        return h("details", { class: "attempt live", id: "live-attempt", "data-seq": la.seq, open: firstRender || openSeqs.has(String(la.seq)) },
+          h("summary", {},
+            h("span", { class: "att-seq" }, "#" + la.seq), badge("running"),
+            h("span", { class: "att-meta" }, `pass ${la.pass} · try ${la.attempt} · gen ${la.generation}`),
+            h("span", { class: "fill" }),
+            h("span", { class: "att-meta", id: "live-running" }, isNil(la.running_ms) ? "just started" : "running for " + dur(la.running_ms), la.host ? " · " + la.host : ""),
+            h("span", { class: "att-meta" }, when(la.started_at))),
+          lines.length === 1 && !lines[0] ? h("p", { class: "muted pad" }, "no log output yet")
+            : h("ol", { class: "log", id: "live-log" }, lines.map((line) => h("li", { "data-text": line }, line))),
+          la.log_truncated ? h("p", { class: "muted pad" }, "the log was truncated") : null);
+      })() : null;
+      fill(attemptsBox, liveEl, (list.length || liveEl ? list : [h("p", { class: "muted pad" }, r.status === "queued" ? "Not started yet." : "No attempts recorded.")]),
         r.earlier_attempts_omitted ? h("p", { class: "muted pad" }, "earlier attempts are not shown") : null);
       applyLogFilter();
 
