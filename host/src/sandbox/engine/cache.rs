@@ -75,18 +75,18 @@ impl CompileCache {
     /// that neither finishes nor dies (a frozen host) is waited for at most `patience`, a
     /// compile's own time limit; then, or if the lock file cannot be made, `None`: the
     /// caller compiles without it.
-    pub fn lock(&self, digest: &str, patience: Duration) -> Option<std::fs::File> {
+    pub fn lock(&self, digest: &str, patience: Duration) -> Option<CompileLock> {
         let path = self.dir.join(format!("{digest}-{}.lock", self.engine_key));
         let file = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(path)
+            .open(&path)
             .ok()?;
         let until = Instant::now() + patience;
         loop {
             match file.try_lock() {
-                Ok(()) => return Some(file),
+                Ok(()) => return Some(CompileLock { path, _file: file }),
                 Err(std::fs::TryLockError::WouldBlock) if Instant::now() < until => {
                     std::thread::sleep(LOCK_POLL);
                 }
@@ -104,6 +104,21 @@ impl CompileCache {
         if write_atomically(&self.path(digest), artifact).is_err() {
             tracing::warn!(digest, "could not write a compile-cache entry");
         }
+    }
+}
+
+/// A compile held (`CompileCache::lock`). Dropping it removes the lock file, while still
+/// holding it, then releases it: the cache keeps only its entries. Whoever waited on the
+/// removed file finds the entry written; a caller arriving after makes a new lock file and
+/// finds it too. Only after a failed compile may two callers then compile side by side.
+pub struct CompileLock {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl Drop for CompileLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
@@ -134,6 +149,14 @@ mod tests {
             "another component's compile is not held up"
         );
         drop(held);
-        assert!(cache.lock("d1", Duration::ZERO).is_some());
+        let again = cache
+            .lock("d1", Duration::ZERO)
+            .expect("a released lock is taken");
+        drop(again);
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "no lock file is left in the cache"
+        );
     }
 }
