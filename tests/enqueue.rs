@@ -8,7 +8,7 @@ use crate::common;
 use jobhost::queue::kick::{self, StartRequest, Started};
 use jobhost::queue::lease::LeaseTerms;
 use jobhost::rules::enqueue::{Due, OnConflict, Options, Outcome, Unique, While};
-use jobhost::store::{ClaimRequest, JobUpsert, Store};
+use jobhost::store::{ClaimRequest, Store};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,23 +19,7 @@ const RACERS: usize = 8;
 
 async fn store_with_job(home: &common::Home) -> Store {
     let store = home.store().await;
-    store
-        .upsert_job(&JobUpsert {
-            name: JOB,
-            tenant: "default",
-            component_path: "uniq.wasm",
-            component_digest: "uniq",
-            spec: &json!({"payload": {}}).to_string(),
-            schedule: None,
-            next_fire_at: None,
-            per_tenant: false,
-            sequential: false,
-            max_per_tenant: None,
-            over_limit: Default::default(),
-            limits: &Default::default(),
-        })
-        .await
-        .unwrap();
+    common::register_job(&store, JOB, &Default::default()).await;
     store
 }
 

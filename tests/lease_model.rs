@@ -26,8 +26,8 @@ use jobhost::queue::lease::LeaseTerms;
 use jobhost::rules::grants::DbGrant;
 use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, SqlValue};
 use jobhost::store::{
-    AttemptEnding, ClaimRequest, Claimed, Crash, JobUpsert, Lease, LostRun, NewReport, NewRun,
-    Origin, Recorded, Recording, ReportKind, RunChange, RunRecord, RunStatus, Store,
+    AttemptEnding, ClaimRequest, Claimed, Crash, Lease, LostRun, NewReport, NewRun, Origin,
+    Recorded, Recording, ReportKind, RunChange, RunRecord, RunStatus, Store,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
@@ -958,23 +958,7 @@ async fn run_case(backend: Backend, rounds: Vec<Vec<Timed>>) -> Vec<String> {
 }
 
 async fn register_job(store: &Store) {
-    store
-        .upsert_job(&JobUpsert {
-            name: JOB,
-            tenant: "default",
-            component_path: "model.wasm",
-            component_digest: "model",
-            spec: &serde_json::json!({"payload": {}}).to_string(),
-            schedule: None,
-            next_fire_at: None,
-            per_tenant: false,
-            sequential: false,
-            max_per_tenant: None,
-            over_limit: Default::default(),
-            limits: &Default::default(),
-        })
-        .await
-        .unwrap();
+    common::register_job(store, JOB, &Default::default()).await;
 }
 
 async fn sim_host(home: &Home, id: String) -> SimHost {

@@ -11,8 +11,8 @@ use jobhost::rules::grants::DbGrant;
 use jobhost::store::family::{ChildRun, Enqueue, ParentLink};
 use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, SqlValue};
 use jobhost::store::{
-    AttemptEnding, ClaimRequest, Claimed, JobUpsert, Lease, NewRun, Origin, Recorded, Recording,
-    RunChange, RunRecord, RunStatus, Store,
+    AttemptEnding, ClaimRequest, Claimed, Lease, NewRun, Origin, Recorded, Recording, RunChange,
+    RunRecord, RunStatus, Store,
 };
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -29,23 +29,7 @@ async fn store_with_job(home: &common::Home) -> Store {
 /// The store with the job registered under these claim limits.
 async fn store_with_limits(home: &common::Home, limits: &ClaimLimits) -> Store {
     let store = home.store().await;
-    store
-        .upsert_job(&JobUpsert {
-            name: JOB,
-            tenant: "default",
-            component_path: "conform.wasm",
-            component_digest: "conform",
-            spec: &serde_json::json!({"payload": {}}).to_string(),
-            schedule: None,
-            next_fire_at: None,
-            per_tenant: false,
-            sequential: false,
-            max_per_tenant: None,
-            over_limit: Default::default(),
-            limits,
-        })
-        .await
-        .unwrap();
+    common::register_job(&store, JOB, limits).await;
     store
 }
 

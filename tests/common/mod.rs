@@ -146,6 +146,33 @@ pub enum Backend {
 /// The Postgres server the Postgres variants use (a fresh database per test).
 pub use postgres::admin_url as postgres_admin_url;
 
+/// Registers `name` straight through the library as a plain job of the default tenant
+/// under `limits` (its component `NAME.wasm`, digest `NAME`): what the store-level tests
+/// queue and claim runs of.
+pub async fn register_job(
+    store: &jobhost::store::Store,
+    name: &str,
+    limits: &jobhost::rules::claim_limits::ClaimLimits,
+) {
+    store
+        .upsert_job(&jobhost::store::JobUpsert {
+            name,
+            tenant: "default",
+            component_path: &format!("{name}.wasm"),
+            component_digest: name,
+            spec: &serde_json::json!({"payload": {}}).to_string(),
+            schedule: None,
+            next_fire_at: None,
+            per_tenant: false,
+            sequential: false,
+            max_per_tenant: None,
+            over_limit: Default::default(),
+            limits,
+        })
+        .await
+        .unwrap();
+}
+
 /// Queues a run of `job` as a kick would (the job's instance `instance`, an empty
 /// payload), due in `delay_ms`, straight through the library.
 pub async fn queue_run(
