@@ -97,6 +97,7 @@ on_every_backend! {
         let calls = replay["calls_recorded"].as_u64().unwrap();
         assert!(calls >= 2, "a clock reading and the query at least: {shown}");
         assert_eq!(replay["calls_answered"].as_u64(), Some(calls));
+        assert_eq!(replay["verdict"], serde_json::json!({"kind": "fails_again", "code": "trap"}));
 
         // The rebuilt component gets past the NULL, against the same answers.
         let fixed = guest("totals_fixed");
@@ -106,6 +107,20 @@ on_every_backend! {
         let log = shown["replay"]["log"].as_str().unwrap();
         assert!(log.contains("acme: 10") && log.contains("bolt: 12"), "{log}");
         assert_eq!(shown["replay"]["same"]["outcome"], false);
+        let verdict = &shown["replay"]["verdict"];
+        assert_eq!(verdict["kind"], "gets_past", "{shown}");
+        assert_eq!(verdict["failed_after"].as_u64(), Some(calls), "{shown}");
+        assert_eq!(verdict["ended"], "done", "{shown}");
+        let out = home.run(&["replay", &id, "--job", fixed.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        assert!(
+            text(&out).contains(&format!(
+                "verdict: gets past the failure: the original failed after {calls} calls; this component ends done"
+            )),
+            "{}",
+            text(&out)
+        );
+
 
         // Exported, it replays on a machine that reaches no database at all.
         let out = home.run(&["runs", "export", &id]);
@@ -179,6 +194,32 @@ on_every_backend! {
         assert!(stopped["asked"].as_str().unwrap().starts_with("wall-clock.now"), "{shown}");
         let out = home.run(&["replay", id, "--job", guest("totals").to_str().unwrap()]);
         assert!(text(&out).contains("diverged at call 1: the journal has db.begin"), "{}", text(&out));
+        assert!(shown["replay"]["verdict"].is_null(), "no failure to judge: {shown}");
+
+        // Of a failed attempt, the verdict names both calls where they diverge, before
+        // the failure; and what the component made of the placeholder it was answered
+        // after the stop (its log line of a clock reading it never got) is not the
+        // replay's log.
+        let (code, run) = home.run_json(&[
+            "ledger",
+            "--manifest",
+            m,
+            "--payload",
+            r#"{"rows": 1, "wait_ms": 5000}"#,
+            "--timeout",
+            "1s",
+        ]);
+        assert_eq!((code, run["code"].as_str()), (1, Some("timeout")), "{run}");
+        let failed = run["run_id"].as_str().unwrap();
+        let (code, shown) =
+            replay_json(&home, &[failed, "--job", guest("totals").to_str().unwrap()]);
+        assert_eq!(code, 1, "{shown}");
+        let verdict = &shown["replay"]["verdict"];
+        assert_eq!(verdict["kind"], "diverged", "{shown}");
+        assert_eq!(verdict["call"], 1, "{shown}");
+        assert!(verdict["original"].as_str().unwrap().starts_with("db.begin"), "{shown}");
+        assert!(verdict["fix"].as_str().unwrap().starts_with("wall-clock.now"), "{shown}");
+        assert_eq!(shown["replay"]["log"], "", "nothing after the divergence: {shown}");
 
         // The job's component replaced on disk is not the one that ran: refused, unless
         // named with --job.
@@ -239,6 +280,47 @@ on_every_backend! {
         write_manifest(&guest("totals_fixed"));
         let out = test(&project);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        // What a replay can honestly check of a fix: it gets past the failure. The fix
+        // passes; the unfixed component, and one that diverges first, do not.
+        let past_failure = r#"
+            [[case]]
+            name = "gets past the NULL"
+            journal = "journals/null-amount.journal"
+            [case.expect]
+            past_failure = true
+            "#;
+        std::fs::write(project.join("tests.toml"), past_failure).unwrap();
+        let out = test(&project);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        for (component, said) in [
+            ("totals", "fails again: trap"),
+            ("ledger", "fails differently: unrecoverable"),
+        ] {
+            write_manifest(&guest(component));
+            let out = test(&project);
+            assert_eq!(out.status.code(), Some(1), "{component}: {}", text(&out));
+            assert!(text(&out).contains(said), "{component}: {}", text(&out));
+        }
+        std::fs::write(
+            project.join("tests.toml"),
+            "[[case]]\nname = \"x\"\n[case.expect]\npast_failure = true\n",
+        )
+        .unwrap();
+        let out = test(&project);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(text(&out).contains("`expect.past_failure` needs `journal`"), "{}", text(&out));
+        std::fs::write(
+            project.join("tests.toml"),
+            r#"
+            [[case]]
+            name = "a NULL amount counts as nothing"
+            journal = "journals/null-amount.journal"
+            [case.expect]
+            status = "succeeded"
+            log = ["acme: 10", "bolt: 12"]
+            "#,
+        )
+        .unwrap();
         // The unfixed component fails the case with the trap it had.
         write_manifest(&guest("totals"));
         let out = test(&project);

@@ -17,6 +17,7 @@ use crate::authoring::test_cases::{self, Case, Mismatch, Observed};
 use crate::rules::guest_text::for_terminal;
 use crate::rules::units::{readable_count, readable_size};
 use crate::sandbox::files::{Location, Uploader};
+use crate::sandbox::journal::replay::Verdict;
 use crate::service::manifest::Manifest;
 use crate::store::LeaseRequest;
 use crate::store::guest::Fence;
@@ -435,7 +436,18 @@ async fn replay_case(
             requests: &BTreeMap::new(),
         },
     );
-    if let Some(stop) = &replayed.stopped {
+    if case.expect.past_failure {
+        if !matches!(replayed.verdict, Some(Verdict::GetsPast { .. })) {
+            outcome.mismatches.push(Mismatch {
+                what: "replay".into(),
+                expected: "gets past the call where the recorded attempt failed".into(),
+                actual: replayed.verdict.as_ref().map_or_else(
+                    || "the recorded attempt did not fail".to_string(),
+                    ToString::to_string,
+                ),
+            });
+        }
+    } else if let Some(stop) = &replayed.stopped {
         outcome.mismatches.push(Mismatch {
             what: "replay".into(),
             expected: "the component ends against the journal's answers".into(),

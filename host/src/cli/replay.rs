@@ -8,13 +8,14 @@ use crate::rules::grants::Grants;
 use crate::rules::guest_text::for_terminal;
 use crate::sandbox::engine::{Engine, EngineSettings, Loaded};
 use crate::sandbox::journal::file::{JournalFile, SealKey, Sealed};
-use crate::sandbox::journal::replay::Replayed;
+use crate::sandbox::journal::replay::{Replayed, Verdict};
 use crate::store::Store;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The exit code of a replay that stopped before the guest ended (the component asked for
-/// a call the journal does not have there), or that did not end as the attempt did.
+/// a call the journal does not have there), or that did not end as the attempt did —
+/// unless another component (`--job`) gets past the failed attempt's failure.
 pub const EXIT_DIVERGED: u8 = 1;
 
 #[derive(clap::Args, Debug)]
@@ -128,7 +129,10 @@ pub async fn replay(global: &Global, args: ReplayArgs) -> Result<u8, Failure> {
     // replay did not reproduce the attempt, and says so by its exit code too.
     let recorded_component = loaded.digest == journal.component;
     let unreproduced = recorded_component && !replayed.same.all();
-    Ok(if diverged || unreproduced {
+    // Another component that gets past the failure did what it was rebuilt for, though
+    // it asked past the journal's end to do so.
+    let fixed = !recorded_component && matches!(replayed.verdict, Some(Verdict::GetsPast { .. }));
+    Ok(if !fixed && (diverged || unreproduced) {
         EXIT_DIVERGED
     } else {
         0
@@ -283,4 +287,7 @@ fn print_replay(journal: &JournalFile, loaded: &Loaded, replayed: &Replayed, sea
         said(replayed.same.outcome),
         said(replayed.same.log),
     );
+    if let Some(verdict) = &replayed.verdict {
+        println!("verdict: {}", for_terminal(&verdict.to_string()));
+    }
 }

@@ -15,6 +15,9 @@ struct Buffer {
     /// The last panic the guest reported (`engine::trap`), kept apart from the bytes so a
     /// full log cannot lose it; bounded where it is noted.
     panic: Option<String>,
+    /// Nothing more is kept: a replay that stopped answered the guest a placeholder, and
+    /// what the guest makes of it (a traceback of `host unavailable`) is not its log.
+    closed: bool,
 }
 
 #[derive(Clone)]
@@ -33,6 +36,9 @@ impl AttemptLog {
 
     pub fn append(&self, bytes: &[u8]) {
         let mut buf = self.inner.lock().expect("log buffer lock");
+        if buf.closed {
+            return;
+        }
         let room = self.cap.saturating_sub(buf.bytes.len());
         if bytes.len() > room {
             buf.truncated = true;
@@ -47,6 +53,11 @@ impl AttemptLog {
         self.append(b"] ");
         self.append(message.as_bytes());
         self.append(b"\n");
+    }
+
+    /// Keeps nothing written from now on, silently (not as truncation).
+    pub fn close(&self) {
+        self.inner.lock().expect("log buffer lock").closed = true;
     }
 
     /// Notes the panic a guest reported (already bounded), in place of any before it.

@@ -157,6 +157,8 @@ struct Replaying {
     truncated: bool,
     next: usize,
     stop: Option<Stop>,
+    /// Called once, as the replay stops (`Journal::on_stop`).
+    on_stop: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// What a recorded call's journal holds once the attempt ended.
@@ -212,7 +214,19 @@ impl Journal {
                 truncated,
                 next: 0,
                 stop: None,
+                on_stop: None,
             })))),
+        }
+    }
+
+    /// Calls `f` once, when the replay stops: from then on the guest is answered
+    /// placeholders until its next tick stops it, and what it does meanwhile is not the
+    /// attempt's (the replay closes its log here).
+    pub fn on_stop(&self, f: impl FnOnce() + Send + 'static) {
+        if let Some(mut tape) = self.lock()
+            && let Tape::Replaying(replaying) = &mut *tape
+        {
+            replaying.on_stop = Some(Box::new(f));
         }
     }
 
@@ -331,7 +345,7 @@ impl Journal {
                     && let Tape::Replaying(replaying) = &mut *tape
                 {
                     let at = replaying.next;
-                    replaying.stop.get_or_insert(Stop::Diverged {
+                    replaying.halt(Stop::Diverged {
                         call: at,
                         journal: format!("{call} with an answer this host cannot read"),
                         asked: call.to_string(),
@@ -416,6 +430,17 @@ impl Recording {
 }
 
 impl Replaying {
+    /// Stops the replay, for the first reason only.
+    fn halt(&mut self, stop: Stop) {
+        if self.stop.is_some() {
+            return;
+        }
+        self.stop = Some(stop);
+        if let Some(on_stop) = self.on_stop.take() {
+            on_stop();
+        }
+    }
+
     fn answer<A: Serialize + std::fmt::Debug + ?Sized>(
         &mut self,
         call: &str,
@@ -427,7 +452,7 @@ impl Replaying {
         let number = self.next + 1;
         let asked = || format!("{call}({})", summary(args));
         let Some(recorded) = self.calls.get(self.next) else {
-            self.stop = Some(if self.truncated {
+            self.halt(if self.truncated {
                 Stop::Truncated { call: number }
             } else {
                 Stop::End {
@@ -438,7 +463,7 @@ impl Replaying {
             return None;
         };
         if recorded.call != call || recorded.digest != digest(args) {
-            self.stop = Some(Stop::Diverged {
+            self.halt(Stop::Diverged {
                 call: number,
                 journal: format!("{}({})", recorded.call, recorded.args),
                 asked: asked(),
@@ -446,7 +471,7 @@ impl Replaying {
             return None;
         }
         let Some(answer) = &recorded.answer else {
-            self.stop = Some(if self.truncated && number == self.calls.len() {
+            self.halt(if self.truncated && number == self.calls.len() {
                 Stop::Truncated { call: number }
             } else {
                 Stop::Cut {

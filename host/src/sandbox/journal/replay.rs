@@ -56,6 +56,139 @@ pub struct Replayed {
     /// The replay ended where the original attempt was stopped from outside, after the
     /// fuel it used: its `code` is the original's.
     pub at_original_stop: bool,
+    /// For a failed attempt, what the replay says of its failure (`None` for an attempt
+    /// that succeeded: there is no failure to get past).
+    pub verdict: Option<Verdict>,
+}
+
+/// What a replay says about the failure of the attempt it replays: the author's question
+/// after a fix ("does it get past where it failed?"), answered only as far as the journal
+/// can — answered from the journal, a component that asks what the original did not
+/// cannot be followed further.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Verdict {
+    /// It got every answer it asked for of those the original got before failing, and
+    /// went on: it ended (`ended`: its outcome, after `answered` of the calls) or asked
+    /// for a call past the journal's end (`then`).
+    GetsPast {
+        failed_after: usize,
+        answered: usize,
+        ended: Option<String>,
+        then: Option<String>,
+    },
+    /// It failed with the original's code, against the same answers.
+    FailsAgain { code: String },
+    /// It failed otherwise against the same answers.
+    FailsDifferently { code: String, original: String },
+    /// It asked at `call` what the original did not, before the original failed: from
+    /// there on the journal has no answers for it, so the replay cannot tell.
+    Diverged {
+        call: usize,
+        failed_after: usize,
+        original: String,
+        fix: String,
+    },
+    /// The journal stops before the original's failure (cut in flight, or at its cap).
+    CannotTell { stop: String },
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let calls = |n: &usize| format!("{n} call{}", if *n == 1 { "" } else { "s" });
+        match self {
+            Verdict::GetsPast {
+                failed_after,
+                answered,
+                ended,
+                then,
+            } => {
+                write!(
+                    f,
+                    "gets past the failure: the original failed after {}",
+                    calls(failed_after)
+                )?;
+                match (ended, then) {
+                    (Some(ended), _) if answered < failed_after => {
+                        write!(f, "; this component ends {ended} after {answered} of them")
+                    }
+                    (Some(ended), _) => write!(f, "; this component ends {ended}"),
+                    (None, Some(then)) => write!(
+                        f,
+                        "; this component went on to ask {then}, which the journal cannot answer"
+                    ),
+                    (None, None) => Ok(()),
+                }
+            }
+            Verdict::FailsAgain { code } => write!(
+                f,
+                "fails again: {code}, as the original did, against the same answers"
+            ),
+            Verdict::FailsDifferently { code, original } => write!(
+                f,
+                "fails differently: {code} (the original: {original}), against the same answers"
+            ),
+            Verdict::Diverged {
+                call,
+                failed_after,
+                original,
+                fix,
+            } => write!(
+                f,
+                "cannot tell: diverged at call {call}, before the failure (after {}): the original asked {original}, this component asks {fix}",
+                calls(failed_after)
+            ),
+            Verdict::CannotTell { stop } => write!(f, "cannot tell: {stop}"),
+        }
+    }
+}
+
+/// The verdict on a failed attempt (`original_code`, after `recorded` calls) of a replay
+/// that answered `answered` calls and ended `ended` (its outcome, or its failure code) or
+/// stopped at `stop`.
+pub fn verdict(
+    original_code: Option<&str>,
+    (answered, recorded): (usize, usize),
+    stop: Option<&Stop>,
+    ended: Result<&str, &str>,
+) -> Option<Verdict> {
+    let original = original_code?;
+    Some(match stop {
+        Some(Stop::End { asked, .. }) => Verdict::GetsPast {
+            failed_after: recorded,
+            answered,
+            ended: None,
+            then: Some(asked.clone()),
+        },
+        Some(Stop::Diverged {
+            call,
+            journal,
+            asked,
+        }) => Verdict::Diverged {
+            call: *call,
+            failed_after: recorded,
+            original: journal.clone(),
+            fix: asked.clone(),
+        },
+        Some(stop @ (Stop::Cut { .. } | Stop::Truncated { .. })) => Verdict::CannotTell {
+            stop: stop.to_string(),
+        },
+        None | Some(Stop::Left { .. }) => match ended {
+            Ok(outcome) => Verdict::GetsPast {
+                failed_after: recorded,
+                answered,
+                ended: Some(outcome.to_string()),
+                then: None,
+            },
+            Err(code) if code == original => Verdict::FailsAgain {
+                code: code.to_string(),
+            },
+            Err(code) => Verdict::FailsDifferently {
+                code: code.to_string(),
+                original: original.to_string(),
+            },
+        },
+    })
 }
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
@@ -104,6 +237,12 @@ impl Engine {
         }
         let log = AttemptLog::new(MAX_LOG_BYTES);
         let player = Journal::replaying(journal.calls.clone(), journal.truncated);
+        // Past the stop the guest is answered placeholders until its next tick: what it
+        // logs of them is not the attempt's.
+        player.on_stop({
+            let log = log.clone();
+            move || log.close()
+        });
         let state = GuestState::journaled(
             journal.limits.memory,
             log.clone(),
@@ -182,6 +321,12 @@ impl Engine {
                     && journal.ending.outcome.as_deref() == outcome
             };
         let stopped = stopped.or(left);
+        let verdict = verdict(
+            journal.ending.code.as_deref(),
+            (calls_answered, calls_recorded),
+            stopped.as_ref(),
+            outcome.ok_or(code.unwrap_or("failed")),
+        );
         let same = Same {
             outcome: same_outcome,
             log: log_digest(&log_text) == journal.ending.log_digest,
@@ -202,6 +347,98 @@ impl Engine {
             same,
             fuel_metered: metered,
             at_original_stop: reached_original_stop,
+            verdict,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(call: usize) -> Stop {
+        Stop::End {
+            call,
+            asked: "db.query(\"SELECT 2\")".into(),
+        }
+    }
+
+    #[test]
+    fn an_attempt_that_succeeded_has_no_failure_to_judge() {
+        assert_eq!(verdict(None, (3, 3), None, Ok("done")), None);
+        assert_eq!(verdict(None, (3, 3), Some(&end(4)), Err("trap")), None);
+    }
+
+    #[test]
+    fn a_fix_that_ends_or_asks_past_the_journal_gets_past_the_failure() {
+        let ended = verdict(Some("trap"), (2, 2), None, Ok("done")).unwrap();
+        assert_eq!(
+            ended,
+            Verdict::GetsPast {
+                failed_after: 2,
+                answered: 2,
+                ended: Some("done".into()),
+                then: None
+            }
+        );
+        assert_eq!(
+            ended.to_string(),
+            "gets past the failure: the original failed after 2 calls; this component ends done"
+        );
+        let went_on = verdict(Some("trap"), (2, 2), Some(&end(3)), Err("trap")).unwrap();
+        assert_eq!(
+            went_on.to_string(),
+            "gets past the failure: the original failed after 2 calls; this component went on to ask db.query(\"SELECT 2\"), which the journal cannot answer"
+        );
+        // Ending with calls of the journal left is an ending against its answers, and
+        // says how few it asked for.
+        let early = Stop::Left {
+            answered: 1,
+            more: 1,
+        };
+        let early = verdict(Some("trap"), (1, 2), Some(&early), Ok("done")).unwrap();
+        assert_eq!(
+            early.to_string(),
+            "gets past the failure: the original failed after 2 calls; this component ends done after 1 of them"
+        );
+    }
+
+    #[test]
+    fn a_fix_that_fails_says_whether_it_is_the_same_failure() {
+        assert_eq!(
+            verdict(Some("trap"), (2, 2), None, Err("trap")),
+            Some(Verdict::FailsAgain {
+                code: "trap".into()
+            })
+        );
+        assert_eq!(
+            verdict(Some("trap"), (2, 2), None, Err("handler_failed")),
+            Some(Verdict::FailsDifferently {
+                code: "handler_failed".into(),
+                original: "trap".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_divergence_before_the_failure_cannot_tell_and_names_both_calls() {
+        let stop = Stop::Diverged {
+            call: 1,
+            journal: "db.begin()".into(),
+            asked: "wall-clock.now()".into(),
+        };
+        let said = verdict(Some("trap"), (0, 4), Some(&stop), Err("trap")).unwrap();
+        assert_eq!(
+            said.to_string(),
+            "cannot tell: diverged at call 1, before the failure (after 4 calls): the original asked db.begin(), this component asks wall-clock.now()"
+        );
+        let cut = Stop::Cut {
+            call: 4,
+            journal: "db.query()".into(),
+        };
+        assert!(matches!(
+            verdict(Some("timeout"), (3, 4), Some(&cut), Err("timeout")),
+            Some(Verdict::CannotTell { .. })
+        ));
     }
 }
