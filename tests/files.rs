@@ -173,6 +173,64 @@ fn read(home: &Home, m: &str, job: &str, name: &str) -> Option<String> {
 }
 
 on_every_backend_and_storage! {
+    async fn host_files_puts_gets_and_lists_through_the_fenced_write_jobs_see(home, storage) {
+        home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
+        let m = manifest(&home, &storage.collection("docs", "max_object = \"3MiB\""), "");
+        let files = |args: &[&str]| {
+            let mut all = vec!["files"];
+            all.extend_from_slice(args);
+            all.extend_from_slice(&["--manifest", &m]);
+            home.run(&all)
+        };
+        // Larger than one chunk and than one part of a multipart upload's first part.
+        let content: Vec<u8> = (0..2_500_000u32).map(|i| (i % 251) as u8).collect();
+        let source = home.path().join("upload.bin");
+        std::fs::write(&source, &content).unwrap();
+        let src = source.to_str().unwrap();
+        let out = files(&["put", "docs", "in/big.bin", src, "--tenant", "acme", "--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let put: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let digest = hex::encode(Sha256::digest(&content));
+        assert_eq!((put["size"].as_u64(), put["digest"].as_str()), (Some(2_500_000), Some(digest.as_str())), "{put}");
+        // The job of tenant acme reads what was put, whole; the other tenant's job does not see it.
+        let seen = read(&home, &m, "files", "in/big.bin").expect("visible to acme's job");
+        assert!(seen.contains(&format!("read 2500000 bytes, first Some('\\0'), digest {digest}")), "{seen}");
+        assert!(read(&home, &m, "other", "in/big.bin").is_none());
+        // What a job puts, `get` gives back byte for byte; `ls` lists both, by name.
+        assert_eq!(run(&home, &m, "files", json!({"mode": "put", "name": "in/small", "size": 5, "fill": "x"})).0, 0);
+        let got = files(&["get", "docs", "in/big.bin", "--tenant", "acme"]);
+        assert!(got.status.success(), "{}", String::from_utf8_lossy(&got.stderr));
+        assert!(got.stdout == content, "get gave {} bytes", got.stdout.len());
+        let out = home.path().join("small.out");
+        assert!(files(&["get", "docs", "in/small", "--tenant", "acme", "--out", out.to_str().unwrap()]).status.success());
+        assert_eq!(std::fs::read(&out).unwrap(), b"xxxxx");
+        let listed = files(&["ls", "docs", "--tenant", "acme", "--prefix", "in/", "--json"]);
+        let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+        let names: Vec<&str> = listed.as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["in/big.bin", "in/small"]);
+        let text = String::from_utf8_lossy(&files(&["ls", "docs", "--tenant", "acme"]).stdout).to_string();
+        assert!(text.contains("2.4 MiB") && text.contains("in/big.bin"), "{text}");
+        assert_eq!(files(&["ls", "docs", "--tenant", "globex", "--json"]).stdout, b"[]\n");
+        // Refused with a fixed error, and nothing changes: too large for the collection,
+        // an invalid name, an unknown object, an unknown tenant's view.
+        std::fs::write(&source, vec![7u8; 4 * 1024 * 1024]).unwrap();
+        for (args, said) in [
+            (vec!["put", "docs", "in/big.bin", src, "--tenant", "acme"], "docs/in/big.bin: the object is larger than its collection allows"),
+            (vec!["put", "docs", "../escape", src], "docs/../escape: invalid object name"),
+            (vec!["get", "docs", "in/none", "--tenant", "acme"], "docs/in/none: no such object"),
+            (vec!["get", "docs", "in/big.bin"], "docs/in/big.bin: no such object"),
+        ] {
+            let out = files(&args);
+            assert_eq!(out.status.code(), Some(2), "{args:?}");
+            assert!(String::from_utf8_lossy(&out.stderr).contains(said), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let still = files(&["get", "docs", "in/big.bin", "--tenant", "acme"]);
+        assert!(still.stdout == content, "the refused put changed the object");
+        // A put takes a lease of its own for its write, and leaves none behind.
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_leases WHERE job = 'host-files'").await, 0);
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_files WHERE run_id = 'host-files'").await, 1);
+    }
+
     async fn an_attached_upload_is_visible_and_whole(home, storage) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
         let m = manifest(&home, &storage.collection("docs", ""), r#"

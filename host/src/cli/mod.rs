@@ -8,6 +8,7 @@ mod author;
 mod cases;
 mod drive;
 mod failure;
+mod files;
 mod global;
 mod output;
 mod progress;
@@ -137,6 +138,9 @@ pub enum Command {
     /// Create, list and revoke the HTTP API's bearer tokens.
     #[command(subcommand)]
     Tokens(tenants::TokensCommand),
+    /// Put, get and list objects of a collection, as the jobs granted it see them.
+    #[command(subcommand)]
+    Files(files::FilesCommand),
     /// List the failure codes and what each means.
     Codes {
         #[arg(long)]
@@ -285,6 +289,7 @@ pub fn main() -> ExitCode {
             } => run::migrate(&cli.global, migrations, manifest).await,
             Command::Tenants(cmd) => tenants::tenants(&cli.global, cmd).await,
             Command::Tokens(cmd) => tenants::tokens(&cli.global, cmd).await,
+            Command::Files(cmd) => files::files(&cli.global, cmd).await,
             Command::Codes { json } => Ok(output::codes(json)),
             Command::Wit { out } => author::wit(out),
             Command::New(args) => author::new(args),

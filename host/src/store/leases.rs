@@ -20,6 +20,14 @@ impl Store {
         Ok(row.map(LeaseRecord::into_lease))
     }
 
+    /// Drops a lease `holder` took with [`Store::acquire_lease`] for one write of its own,
+    /// so no row is left per write.
+    pub async fn drop_lease(&self, job: &str, instance: &str, holder: &str) -> Result<()> {
+        let q = &self.q.drop_lease;
+        with_pool!(self.pool, p => sqlx::query(q.as_str()).bind(job).bind(instance).bind(holder).execute(p).await?.rows_affected());
+        Ok(())
+    }
+
     /// Takes the turn of the fleet chore `chore` for `holder` unless a host took it less
     /// than `hold_ms` ago (see `lease::fleet_turn`).
     pub async fn take_turn(&self, chore: &str, holder: &str, hold_ms: i64) -> Result<bool> {

@@ -762,6 +762,8 @@ statements! {
         WHERE jobhost_leases.holder IS NULL \
             OR (jobhost_leases.expires_at <= {now} AND NOT {parked}) \
         RETURNING {lease_columns}";
+    // A lease taken for one write outside any run (`host files put`), gone with it.
+    drop_lease = "DELETE FROM jobhost_leases WHERE job = $1 AND instance = $2 AND holder = $3";
     // A fleet chore's turn is taken when no host took it within the taker's own hold, not
     // the holder's: the chore runs on the shortest interval in the fleet, and a host that
     // died holding a long turn delays no host with a shorter one.
