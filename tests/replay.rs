@@ -61,6 +61,16 @@ fn replay_json(home: &Home, args: &[&str]) -> (i32, Value) {
 
 const PANIC: &str = "every invoice has an amount";
 
+/// A journal case of the NULL amount's attempt that only the fixed component passes.
+const FIXED_CASE: &str = r#"
+[[case]]
+name = "a NULL amount counts as nothing"
+journal = "journals/null-amount.journal"
+[case.expect]
+status = "succeeded"
+log = ["acme: 10", "bolt: 12"]
+"#;
+
 on_every_backend! {
     async fn a_failed_attempt_replays_from_its_journal_with_nothing_live(home) {
         let m = totals_manifest(&home, "{guest:totals}");
@@ -245,18 +255,7 @@ on_every_backend! {
         let project = home.path().join("project");
         std::fs::create_dir_all(project.join("journals")).unwrap();
         std::fs::write(project.join("journals/null-amount.journal"), &out.stdout).unwrap();
-        std::fs::write(
-            project.join("tests.toml"),
-            r#"
-            [[case]]
-            name = "a NULL amount counts as nothing"
-            journal = "journals/null-amount.journal"
-            [case.expect]
-            status = "succeeded"
-            log = ["acme: 10", "bolt: 12"]
-            "#,
-        )
-        .unwrap();
+        std::fs::write(project.join("tests.toml"), FIXED_CASE).unwrap();
         let write_manifest = |component: &Path| {
             std::fs::write(
                 project.join("jobhost.toml"),
@@ -309,18 +308,7 @@ on_every_backend! {
         let out = test(&project);
         assert_eq!(out.status.code(), Some(2), "{}", text(&out));
         assert!(text(&out).contains("`expect.past_failure` needs `journal`"), "{}", text(&out));
-        std::fs::write(
-            project.join("tests.toml"),
-            r#"
-            [[case]]
-            name = "a NULL amount counts as nothing"
-            journal = "journals/null-amount.journal"
-            [case.expect]
-            status = "succeeded"
-            log = ["acme: 10", "bolt: 12"]
-            "#,
-        )
-        .unwrap();
+        std::fs::write(project.join("tests.toml"), FIXED_CASE).unwrap();
         // The unfixed component fails the case with the trap it had.
         write_manifest(&guest("totals"));
         let out = test(&project);
