@@ -239,7 +239,7 @@ on_every_backend! {
         }
         leaves.sort();
         const READS: &[&str] = &[
-            "audit", "build", "check", "codes", "compile-component", "drive", "inspect", "jobs",
+            "audit", "audit-write", "build", "check", "codes", "compile-component", "drive", "inspect", "jobs",
             "migrate", "new", "pauses", "replay", "run", "runs export", "runs list", "runs show",
             "runs tail", "runs wait", "sdk", "serve", "tenants list", "test", "tokens list", "wit",
         ];

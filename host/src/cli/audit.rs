@@ -100,7 +100,8 @@ pub fn change_of(command: &Command) -> Option<Change> {
         | Command::Check { .. }
         | Command::Inspect { .. }
         | Command::Wit { .. }
-        | Command::CompileComponent { .. } => None,
+        | Command::CompileComponent { .. }
+        | Command::AuditWrite => None,
         // What runs jobs, sets a database up or writes an author's project is the
         // operator's or the author's own work, not a change to the fleet's state by
         // request: `run`, `serve`, `drive`, `replay`, `migrate`, `new`, `build`, `test`,
@@ -162,18 +163,103 @@ pub async fn record(global: &Global, change: Change, noted: Noted, result: &Resu
         run_id: noted.run_id.or(change.run_id),
         result: outcome.to_string(),
     };
+    let url = global.db_url(None);
     let written = async {
-        let store = Store::open(&global.db_url(None)).await?;
-        let written = store.insert_audit(&row).await;
+        let store = Store::open(&url).await?;
+        let written = store.insert_audit_within(&row, LOCK_WAIT).await;
         store.close().await;
         written
     }
     .await;
-    if written.is_err() {
-        eprintln!(
+    match written {
+        Ok(()) => {}
+        Err(e) if e.is_locked() => hand_on(&url, &row),
+        Err(_) => eprintln!(
             "warning: the audit row of this change was not written (the database is unavailable)"
-        );
+        ),
     }
+}
+
+/// How long a command waits for SQLite's write lock to write its audit row before it
+/// hands the row on (`hand_on`): a guest's transaction may hold it for seconds, and a
+/// command such as a cancel answers at once.
+const LOCK_WAIT: Duration = Duration::from_millis(500);
+
+/// An audit row as handed to `host audit-write` on its stdin.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Handed {
+    label: String,
+    action: String,
+    object: String,
+    run_id: Option<String>,
+    result: String,
+}
+
+/// Hands `row` to a process of its own (`host audit-write`), which waits for the write
+/// lock as long as a write does, so this command returns now and the row is still kept.
+fn hand_on(url: &str, row: &NewAudit) {
+    use std::io::Write;
+    let handed = Handed {
+        label: row.label.clone(),
+        action: row.action.to_string(),
+        object: row.object.clone(),
+        run_id: row.run_id.clone(),
+        result: row.result.clone(),
+    };
+    let spawned = std::env::current_exe().and_then(|exe| {
+        let mut child = std::process::Command::new(exe)
+            .arg("audit-write")
+            .env("JOBHOST_DB", url)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let mut stdin = child.stdin.take().expect("a piped stdin");
+        stdin.write_all(&serde_json::to_vec(&handed).expect("serialisable"))
+    });
+    if spawned.is_err() {
+        eprintln!("warning: the audit row of this change was not written (no process to write it)");
+    }
+}
+
+/// Most bytes `host audit-write` reads: one row, every field bounded.
+const MAX_HANDED: u64 = 64 * 1024;
+/// How often `host audit-write` asks for the write lock (each time up to the busy timeout).
+const HANDED_TRIES: usize = 6;
+
+/// `host audit-write`: writes the audit row on stdin, waiting for the write lock.
+pub async fn write_handed(global: &Global) -> Result<u8, Failure> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    std::io::stdin()
+        .take(MAX_HANDED)
+        .read_to_end(&mut text)
+        .map_err(|_| Failure::usage("no audit row on stdin"))?;
+    let handed: Handed =
+        serde_json::from_slice(&text).map_err(|_| Failure::usage("not an audit row"))?;
+    let action = Action::parse(&handed.action)
+        .ok_or_else(|| Failure::usage(Action::unknown(&handed.action)))?;
+    let row = NewAudit {
+        actor: "cli",
+        token_id: None,
+        label: audit::object(&handed.label),
+        tenant: None,
+        action: action.as_str(),
+        object: audit::object(&handed.object),
+        run_id: handed.run_id.map(|id| audit::object(&id)),
+        result: audit::object(&handed.result),
+    };
+    let store = Store::open(&global.db_url(None)).await?;
+    let mut written = store.insert_audit(&row).await;
+    for _ in 1..HANDED_TRIES {
+        match &written {
+            Err(e) if e.is_locked() => written = store.insert_audit(&row).await,
+            _ => break,
+        }
+    }
+    store.close().await;
+    written?;
+    Ok(0)
 }
 
 /// Who runs this command: the OS user, as the environment names them.

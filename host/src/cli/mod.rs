@@ -141,6 +141,11 @@ pub enum Command {
     /// The changes made through the API, the console and the CLI: who, what, to which
     /// object, when, with what result; newest first.
     Audit(audit::AuditArgs),
+    /// Write the audit row on stdin, waiting for SQLite's write lock: the process a
+    /// command hands its row to when a guest's transaction holds the lock. Not for
+    /// operators.
+    #[command(hide = true)]
+    AuditWrite,
     /// List the failure codes and what each means.
     Codes {
         #[arg(long)]
@@ -334,6 +339,7 @@ async fn dispatch(
         Command::Inspect { file, json } => author::inspect_file(&file, json),
         Command::Test(args) => cases::test(global, *args).await,
         Command::Audit(args) => audit::audit(global, args).await,
+        Command::AuditWrite => audit::write_handed(global).await,
         Command::CompileComponent { .. } => unreachable!("handled before the runtime starts"),
     }
 }
