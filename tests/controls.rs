@@ -293,6 +293,12 @@ on_every_backend! {
             ))
             .await;
         assert_eq!(cancelled, 1, "the recorded cancel was written");
+        // Its audit row too, handed to a process of its own while the lock was held.
+        home.wait_for(
+            &format!("SELECT COUNT(*) FROM jobhost_audit WHERE run_id = '{id}' AND action = 'run.cancel' AND result = 'ok'"),
+            Duration::from_secs(60),
+        )
+        .await;
         let reports = home
             .scalar(&format!(
                 "SELECT COUNT(*) FROM jobhost_reports WHERE run_id = '{id}' AND kind = 'cancelled'"

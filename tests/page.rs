@@ -3,7 +3,9 @@
 //! `tests/page/console.mjs` (Node with `playwright-core`) opens every view on a desktop
 //! and a phone viewport, checks what each shows and that its screenshot is not blank,
 //! cancels a running run and retries a failed one from their run views, previews a bulk
-//! cancel and dismisses it, checks the keyboard, a tenant's token and no token at all.
+//! cancel and dismisses it, checks the keyboard, a tenant's token and no token at all;
+//! creates and revokes a token in the tokens view, reads the audit log, and walks every
+//! view with a read-only token, which is shown no control that changes anything.
 //! This test gives it a host with what those checks need, then checks through the API
 //! and the database that the page's actions did what they said.
 //!
@@ -88,6 +90,25 @@ fn screenshots() -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create the screenshots directory");
     dir
+}
+
+/// `host tokens create --read-only`: the on-call engineer's token.
+fn read_only_token(home: &Home) -> String {
+    let out = home.run(&[
+        "tokens",
+        "create",
+        "--read-only",
+        "--label",
+        "on-call",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let made: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    made["token"].as_str().expect("a token").to_string()
 }
 
 fn id_of(run: &Value) -> String {
@@ -188,6 +209,7 @@ async fn the_console_works_in_a_real_browser() {
         "url": server.url,
         "token": server.token,
         "tenant_token": home.create_token(Some("acme")),
+        "read_only_token": read_only_token(&home),
         "out": out,
         "expect": {
             "job": "broken",
@@ -234,7 +256,15 @@ async fn the_console_works_in_a_real_browser() {
         .iter()
         .flat_map(|view| VIEWPORTS.iter().map(move |vp| format!("{view}-{vp}.png")))
         .collect();
-    shots.push("jobs-tenant.png".into());
+    shots.extend(
+        [
+            "jobs-tenant.png",
+            "jobs-read-only.png",
+            "tokens.png",
+            "audit.png",
+        ]
+        .map(String::from),
+    );
     for shot in shots {
         let path = out.join(&shot);
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
@@ -287,4 +317,22 @@ async fn the_console_works_in_a_real_browser() {
     assert_eq!(retries.len(), 1, "one retry of {failed}: {retries:#?}");
     let (_, original) = server.get(&format!("/runs/{failed}")).await;
     assert_eq!(original["retried_by"], retries[0]["run_id"], "{original:#}");
+
+    // The page's changes are in the audit log under the operator's token, and the
+    // read-only token's refused kick under its own.
+    let (_, audit) = server.get("/audit?limit=500").await;
+    let rows = audit["audit"].as_array().expect("audit rows");
+    let made = |action: &str, result: &str| {
+        rows.iter()
+            .any(|r| r["action"] == action && r["result"] == result && r["actor"] == "token")
+    };
+    for action in ["run.cancel", "run.retry", "token.create", "token.revoke"] {
+        assert!(made(action, "ok"), "no {action} row: {audit:#}");
+    }
+    assert!(made("run.kick", "read_only"), "{audit:#}");
+    let actions = original["actions"].as_array().expect("actions");
+    assert!(
+        actions.iter().any(|a| a["action"] == "run.retry"),
+        "{original:#}"
+    );
 }

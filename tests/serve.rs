@@ -107,6 +107,9 @@ on_every_backend! {
         let (_, recent) = home.run_json(&["--job", &hello]);
         home.exec("INSERT INTO jobhost_reports (kind, job, code, body, created_at, next_try_at, delivered_at) \
             VALUES ('run_failed', 'hello', 'trap', '{}', 0, 0, 0), ('run_failed', 'hello', 'trap', '{}', 0, 0, NULL)").await;
+        home.exec("INSERT INTO jobhost_audit (at, actor, label, action, object, result) \
+            VALUES (0, 'cli', 'old', 'pause', 'job hello', 'ok'), \
+            (9000000000000000, 'cli', 'recent', 'pause', 'job hello', 'ok')").await;
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_attempts").await, 7);
         let m = home.manifest("", "[jobs.hello]\ncomponent = \"{guest:hello}\"\n");
         let server = home.serve(&["--manifest", m.to_str().unwrap(), "--retention", "1h",
@@ -120,6 +123,9 @@ on_every_backend! {
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_attempts").await, 1, "only the recent run's attempt");
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_reports WHERE created_at = 0").await, 1,
             "an undelivered report (its webhook refuses) is kept");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_audit WHERE label = 'old'").await, 0,
+            "audit rows past the retention age go with the runs");
+        assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_audit WHERE label = 'recent'").await, 1);
         // Idle leases went with the runs, in the same transaction; the one a queued run
         // needs, and the recently used one, stay.
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_leases WHERE instance LIKE 'old-%'").await, 0);

@@ -520,6 +520,26 @@ impl Server {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// A request of any method with this bearer token (or none) and JSON body (or none).
+    pub async fn request_as(
+        &self,
+        method: &str,
+        token: Option<&str>,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, serde_json::Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+        let mut request = self.client.request(method, format!("{}{path}", self.url));
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let r = with_token(request, token).send().await.expect("request");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
     pub async fn text(&self, path: &str) -> String {
         let request = self.client.get(format!("{}{path}", self.url));
         with_token(request, Some(&self.token))

@@ -4,7 +4,7 @@
 //
 // The scenario (written by tests/page.rs):
 //   { "chromium": "/usr/bin/chromium", "url": "http://127.0.0.1:PORT", "token": "...",
-//     "tenant_token": "...", "out": "/dir/for/screenshots",
+//     "tenant_token": "...", "read_only_token": "...", "out": "/dir/for/screenshots",
 //     "expect": { "job": "broken", "failed_run": "ID", "running_run": "ID",
 //                 "tenant_job": "acme-report", "hidden_from_tenant": "greeter" } }
 //
@@ -474,6 +474,118 @@ async function tenantChecks(browser) {
   }
 }
 
+// The tokens and audit views as an operator: create a read-only token with an expiry and
+// a label full of markup, see it listed (the markup as text), revoke it, and find both
+// changes in the audit log.
+async function tokenAndAuditChecks(browser) {
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "tokens");
+  const label = "<b>on-call</b> \u202e";
+  try {
+    await signIn(page, scenario.token);
+    await check("tokens: create a read-only token with an expiry, shown once", async () => {
+      await go(page, "#/tokens", "tokens");
+      await page.selectOption("#token-kind", "read_only");
+      await page.fill("#token-label", label);
+      await page.fill("#token-expires", "30d");
+      await page.click("#token-form button[type=submit]");
+      await page.waitForSelector("#token-secret");
+      const secret = (await page.textContent("#token-secret")).trim();
+      assert(/^jh_[0-9a-f]{12}_[0-9a-f]{64}$/.test(secret), "not a token: " + secret);
+      const id = secret.slice(3, 15);
+      await page.waitForSelector(`tr[data-token="${id}"]`);
+      const row = await page.$eval(`tr[data-token="${id}"]`, (r) => ({ text: r.textContent, bold: r.querySelectorAll("b").length }));
+      assert(row.text.includes("<b>on-call</b>") && row.bold === 0, "the label is not shown as text: " + row.text);
+      assert(row.text.includes("read-only") && row.text.includes("expires"), "kind or expiry missing: " + row.text);
+      page.tokenId = id;
+      return "token " + id;
+    });
+    await check("tokens: a bad expiry is refused in words naming the units", async () => {
+      await page.fill("#token-expires", "2 weeks");
+      await page.click("#token-form button[type=submit]");
+      await page.waitForFunction(() => /m \(minutes\), h \(hours\) or d \(days\)/.test(document.getElementById("error").textContent));
+      await page.fill("#token-expires", "");
+      return await errorText(page);
+    });
+    await check("tokens: revoke it after a confirmation", async () => {
+      const id = page.tokenId;
+      await page.click(`tr[data-token="${id}"] button[data-key="revoke:${id}"]`);
+      await page.waitForSelector("#confirm[open]");
+      await page.click("#confirm-yes");
+      await page.waitForFunction((i) => {
+        const r = document.querySelector(`tr[data-token="${i}"]`);
+        return r && /revoked/.test(r.textContent) && !r.querySelector("button");
+      }, id);
+      await page.screenshot({ path: path.join(out, "tokens.png"), fullPage: true });
+      return "revoked";
+    });
+    await check("audit: the console's changes are listed, and filtered by action", async () => {
+      await go(page, "#/audit", "audit");
+      await page.waitForSelector("tr[data-audit]");
+      const actions = await page.$$eval("tr[data-audit] td:nth-child(3)", (c) => c.map((x) => x.textContent));
+      for (const a of ["token.create", "token.revoke", "run.cancel", "run.retry"]) assert(actions.includes(a), `${a} missing: ${actions.join(",")}`);
+      await page.fill("#audit-action", "token.revoke");
+      await page.click("main form button[type=submit]");
+      await page.waitForFunction(() => location.hash.includes("action=token.revoke") && document.querySelector("main[data-view=audit]"));
+      await page.waitForFunction(() => {
+        const cells = [...document.querySelectorAll("tr[data-audit] td:nth-child(3)")].map((x) => x.textContent);
+        return cells.length > 0 && cells.every((c) => c === "token.revoke");
+      });
+      await page.screenshot({ path: path.join(out, "audit.png"), fullPage: true });
+      return `${actions.length} rows`;
+    });
+    await check("tokens and audit: no console errors", async () => {
+      assert(page.problems.length === 0, page.problems.slice(0, 3).join(" | "));
+      return "none";
+    });
+  } finally {
+    await context.close();
+  }
+}
+
+// A read-only token: every view, no control that changes anything; the API refuses it.
+async function readOnlyChecks(browser) {
+  if (!scenario.read_only_token) return;
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "read-only");
+  const changing = (p) => p.$$eval("main button, main form#token-form", (b) =>
+    b.filter((x) => x.tagName === "FORM" || /^(Kick|Pause|Resume|Cancel|Retry|Revoke|Create token)\b/.test(x.textContent.trim())).map((x) => x.textContent.trim() || x.id));
+  try {
+    await signIn(page, scenario.read_only_token);
+    for (const [hash, view] of [["#/", "overview"], ["#/jobs", "jobs"], [`#/jobs/${enc(expect.job)}`, "job"], ["#/runs", "runs"],
+      [`#/runs/${enc(expect.failed_run)}`, "run"], ["#/tokens", "tokens"], ["#/audit", "audit"]]) {
+      await check(`read-only: ${view} shows no control that changes anything`, async () => {
+        await go(page, hash, view);
+        const shown = await changing(page);
+        assert(shown.length === 0, "shown: " + shown.join(", "));
+        assert(!(await page.$("#bulk-cancel")) && !(await page.$("#run-retry")), "a bulk or retry control is shown");
+        const e = await errorText(page);
+        assert(e === "", "#error says: " + e);
+        if (view === "jobs") await page.screenshot({ path: path.join(out, "jobs-read-only.png"), fullPage: true });
+        return "none";
+      });
+    }
+    await check("read-only: sees the tokens and the audit log", async () => {
+      await go(page, "#/tokens", "tokens");
+      const tokens = await page.$$eval("tr[data-token]", (r) => r.length);
+      assert(tokens >= 2, `${tokens} tokens listed`);
+      await go(page, "#/audit", "audit");
+      const rows = await page.$$eval("tr[data-audit]", (r) => r.length);
+      assert(rows > 0, "no audit rows");
+      return `${tokens} tokens, ${rows} audit rows`;
+    });
+    await check("read-only: the API refuses a change with 403 read_only", async () => {
+      const r = await apiFromPage(page, "POST", `/jobs/${enc(expect.job)}/kick`);
+      assert(r.status === 403 && r.data && r.data.error.code === "read_only", JSON.stringify(r));
+      return "403";
+    });
+    await check("read-only: no console errors", async () => {
+      assert(page.problems.length === 0, page.problems.slice(0, 3).join(" | "));
+      return "none";
+    });
+  } finally {
+    await context.close();
+  }
+}
+
 async function signedOutChecks(browser) {
   const { context, page } = await newPage(browser, VIEWPORTS.desktop, "signed-out");
   try {
@@ -503,6 +615,8 @@ try {
   await liveChecks(browser);
   await actionChecks(browser);
   await tenantChecks(browser);
+  await tokenAndAuditChecks(browser);
+  await readOnlyChecks(browser);
   await signedOutChecks(browser);
 } catch (e) {
   report("driver", false, e && e.stack ? e.stack.split("\n").slice(0, 3).join(" ") : String(e));

@@ -68,6 +68,19 @@ pub enum FilesCommand {
     },
 }
 
+impl FilesCommand {
+    /// What the command names, as the audit log keeps it.
+    pub fn object(&self) -> String {
+        let (at, name) = match self {
+            FilesCommand::Put { at, name, .. } | FilesCommand::Get { at, name, .. } => {
+                (at, name.as_str())
+            }
+            FilesCommand::Ls { at, prefix, .. } => (at, prefix.as_str()),
+        };
+        format!("file {}/{name} of tenant {}", at.collection, at.tenant)
+    }
+}
+
 pub async fn files(global: &Global, cmd: FilesCommand) -> Result<u8, Failure> {
     let at = match &cmd {
         FilesCommand::Put { at, .. }

@@ -4,6 +4,7 @@
 //! Exit codes: 0 success, 1 the run failed, 2 usage or load error, 3 the run was skipped,
 //! 4 another process held SQLite's write lock for longer than the busy timeout.
 
+mod audit;
 mod author;
 mod cases;
 mod drive;
@@ -141,6 +142,14 @@ pub enum Command {
     /// Put, get and list objects of a collection, as the jobs granted it see them.
     #[command(subcommand)]
     Files(files::FilesCommand),
+    /// The changes made through the API, the console and the CLI: who, what, to which
+    /// object, when, with what result; newest first.
+    Audit(audit::AuditArgs),
+    /// Write the audit row on stdin, waiting for SQLite's write lock: the process a
+    /// command hands its row to when a guest's transaction holds the lock. Not for
+    /// operators.
+    #[command(hide = true)]
+    AuditWrite,
     /// List the failure codes and what each means.
     Codes {
         #[arg(long)]
@@ -229,76 +238,14 @@ pub fn main() -> ExitCode {
         }
     };
     std::panic::set_hook(Box::new(log_panic));
+    let change = audit::change_of(&cli.command);
+    let mut noted = audit::Noted::default();
     let result: Result<u8, Failure> = runtime.block_on(async {
-        match cli.command {
-            Command::Run(args) => run::run(&cli.global, *args).await,
-            Command::Serve(args) => serve::run_serve(&cli.global, *args).await,
-            Command::Runs(cmd) => runs::runs(&cli.global, cmd).await,
-            Command::Replay(args) => replay::replay(&cli.global, *args).await,
-            Command::Pause(scope) => runs::pause(&cli.global, scope, true).await,
-            Command::Resume(scope) => runs::pause(&cli.global, scope, false).await,
-            Command::Pauses { json } => runs::pauses(&cli.global, json).await,
-            Command::Jobs { json } => serve::jobs(&cli.global, json).await,
-            Command::Kick {
-                job,
-                instance,
-                traceparent,
-                json,
-            } => serve::kick_cmd(&cli.global, &job, &instance, traceparent, json).await,
-            Command::Start {
-                job,
-                instance,
-                payload,
-                options,
-                traceparent,
-                json,
-            } => {
-                let payload = payload.as_deref();
-                let start = serve::Start {
-                    job: &job,
-                    instance: &instance,
-                    payload,
-                    options,
-                };
-                serve::start_cmd(&cli.global, start, traceparent, json).await
-            }
-            Command::Emit {
-                event,
-                key,
-                payload,
-                tenant,
-                traceparent,
-                json,
-            } => {
-                serve::emit_cmd(
-                    &cli.global,
-                    &event,
-                    &key,
-                    tenant.as_deref(),
-                    payload.as_deref(),
-                    traceparent,
-                    json,
-                )
-                .await
-            }
-            Command::Drive(args) => drive::drive(&cli.global, *args).await,
-            Command::Check { manifest } => serve::check(&cli.global, manifest).await,
-            Command::Migrate {
-                migrations,
-                manifest,
-            } => run::migrate(&cli.global, migrations, manifest).await,
-            Command::Tenants(cmd) => tenants::tenants(&cli.global, cmd).await,
-            Command::Tokens(cmd) => tenants::tokens(&cli.global, cmd).await,
-            Command::Files(cmd) => files::files(&cli.global, cmd).await,
-            Command::Codes { json } => Ok(output::codes(json)),
-            Command::Wit { out } => author::wit(out),
-            Command::New(args) => author::new(args),
-            Command::Sdk { dir } => author::sdk(&dir),
-            Command::Build { dir, json } => author::build(&cli.global, &dir, json),
-            Command::Inspect { file, json } => author::inspect_file(&file, json),
-            Command::Test(args) => cases::test(&cli.global, *args).await,
-            Command::CompileComponent { .. } => unreachable!("handled before the runtime starts"),
+        let result = dispatch(&cli.global, cli.command, &mut noted).await;
+        if let Some(change) = change {
+            audit::record(&cli.global, change, noted, &result).await;
         }
+        result
     });
     // Before the runtime is dropped: the last spans are sent on it.
     if let Some(exporter) = exporter {
@@ -310,6 +257,95 @@ pub fn main() -> ExitCode {
             eprintln!("error: {}", failure.message);
             ExitCode::from(failure.exit)
         }
+    }
+}
+
+/// Runs one command; what it learns of a change it makes goes to `noted`.
+async fn dispatch(
+    global: &Global,
+    command: Command,
+    noted: &mut audit::Noted,
+) -> Result<u8, Failure> {
+    match command {
+        Command::Run(args) => run::run(global, *args).await,
+        Command::Serve(args) => serve::run_serve(global, *args).await,
+        Command::Runs(cmd) => runs::runs(global, cmd).await,
+        Command::Replay(args) => replay::replay(global, *args).await,
+        Command::Pause(scope) => runs::pause(global, scope, true).await,
+        Command::Resume(scope) => runs::pause(global, scope, false).await,
+        Command::Pauses { json } => runs::pauses(global, json).await,
+        Command::Jobs { json } => serve::jobs(global, json).await,
+        Command::Kick {
+            job,
+            instance,
+            traceparent,
+            json,
+        } => {
+            serve::kick_cmd(
+                global,
+                &job,
+                &instance,
+                traceparent,
+                json,
+                &mut noted.run_id,
+            )
+            .await
+        }
+        Command::Start {
+            job,
+            instance,
+            payload,
+            options,
+            traceparent,
+            json,
+        } => {
+            let payload = payload.as_deref();
+            let start = serve::Start {
+                job: &job,
+                instance: &instance,
+                payload,
+                options,
+            };
+            serve::start_cmd(global, start, traceparent, json, &mut noted.run_id).await
+        }
+        Command::Emit {
+            event,
+            key,
+            payload,
+            tenant,
+            traceparent,
+            json,
+        } => {
+            serve::emit_cmd(
+                global,
+                &event,
+                &key,
+                tenant.as_deref(),
+                payload.as_deref(),
+                traceparent,
+                json,
+            )
+            .await
+        }
+        Command::Drive(args) => drive::drive(global, *args).await,
+        Command::Check { manifest } => serve::check(global, manifest).await,
+        Command::Migrate {
+            migrations,
+            manifest,
+        } => run::migrate(global, migrations, manifest).await,
+        Command::Tenants(cmd) => tenants::tenants(global, cmd).await,
+        Command::Tokens(cmd) => tenants::tokens(global, cmd, &mut noted.object).await,
+        Command::Files(cmd) => files::files(global, cmd).await,
+        Command::Codes { json } => Ok(output::codes(json)),
+        Command::Wit { out } => author::wit(out),
+        Command::New(args) => author::new(args),
+        Command::Sdk { dir } => author::sdk(&dir),
+        Command::Build { dir, json } => author::build(global, &dir, json),
+        Command::Inspect { file, json } => author::inspect_file(&file, json),
+        Command::Test(args) => cases::test(global, *args).await,
+        Command::Audit(args) => audit::audit(global, args).await,
+        Command::AuditWrite => audit::write_handed(global).await,
+        Command::CompileComponent { .. } => unreachable!("handled before the runtime starts"),
     }
 }
 

@@ -77,7 +77,7 @@ pub enum RunsCommand {
 #[derive(clap::Args, Debug)]
 pub struct ActionArgs {
     /// The runs, by id.
-    ids: Vec<String>,
+    pub(super) ids: Vec<String>,
     /// Instead of ids: every run of this job...
     #[arg(long)]
     job: Option<String>,
@@ -95,7 +95,7 @@ pub struct ActionArgs {
     since: Option<Duration>,
     /// Act on what the filter matches; without it, only say how many runs that is.
     #[arg(long)]
-    yes: bool,
+    pub(super) yes: bool,
     #[arg(long)]
     json: bool,
 }
@@ -111,6 +111,12 @@ pub enum PauseScope {
 }
 
 impl PauseScope {
+    /// What is paused, as the audit log names it (`job hello`).
+    pub(super) fn object(&self) -> String {
+        let (scope, name) = self.parts();
+        format!("{scope} {name}")
+    }
+
     fn parts(&self) -> (&'static str, &str) {
         match self {
             PauseScope::Job { name } => ("job", name),
@@ -199,12 +205,23 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                 .current()
                 .await?;
             let held_by = crate::queue::waits::why_waiting(&store, &pauses, &[], &run).await?;
+            let actions = store
+                .list_audit(&crate::store::AuditFilter {
+                    run_id: Some(id.clone()),
+                    limit: views::ACTIONS_SHOWN,
+                    ..Default::default()
+                })
+                .await?;
             if json {
                 let mut detail =
                     views::run_detail(&run, &attempts, live.as_ref(), &steps, &failed_steps);
                 detail["journals"] = serde_json::json!(journals);
                 detail["kicks_pending"] = kicks_pending.into();
                 detail["held_by"] = serde_json::json!(held_by);
+                detail["actions"] = actions
+                    .iter()
+                    .map(|a| views::run_action(a, false))
+                    .collect();
                 println!("{detail}");
             } else {
                 output::run_result(&run, false);
@@ -217,6 +234,15 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                     );
                 }
                 println!("  trace {}", run.trace().trace_id());
+                for a in actions.iter().rev() {
+                    println!(
+                        "  {} {} by {}: {}",
+                        time(a.at),
+                        a.action,
+                        crate::rules::guest_text::for_terminal(&views::who(a)),
+                        a.result
+                    );
+                }
                 output::progress(&run, &steps);
                 output::failed_steps(&failed_steps);
                 for a in &attempts {

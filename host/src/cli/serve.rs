@@ -379,6 +379,7 @@ pub async fn kick_cmd(
     instance: &str,
     trace: Option<TraceParent>,
     json: bool,
+    queued: &mut Option<String>,
 ) -> Result<u8, Failure> {
     crate::rules::job::validate_instance(instance)?;
     let store = Store::open(&global.db_url(None)).await?;
@@ -388,6 +389,9 @@ pub async fn kick_cmd(
     };
     store.close().await;
     let kicked = result?;
+    if let Kicked::Queued { run_id } | Kicked::Dropped { run_id, .. } = &kicked {
+        *queued = Some(run_id.clone());
+    }
     if json {
         println!("{}", serde_json::to_value(&kicked).expect("serialisable"));
     } else {
@@ -540,6 +544,7 @@ pub async fn start_cmd(
     start: Start<'_>,
     trace: Option<TraceParent>,
     json: bool,
+    started_run: &mut Option<String>,
 ) -> Result<u8, Failure> {
     let Start { job, instance, .. } = start;
     crate::rules::job::validate_instance(instance)?;
@@ -567,6 +572,7 @@ pub async fn start_cmd(
             return Err(e);
         }
     };
+    *started_run = Some(started.run_id.clone());
     if start.options.wait {
         let ended = super::runs::wait(&store, &started.run_id, start.options.timeout, json).await;
         store.close().await;

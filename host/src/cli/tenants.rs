@@ -2,9 +2,10 @@
 
 use super::failure::Failure;
 use super::global::Global;
-use crate::rules::tenant;
+use crate::rules::guest_text::for_terminal;
+use crate::rules::tenant::{self, NewToken};
 use crate::service::views::{self, time};
-use crate::store::Store;
+use crate::store::{NewTokenRow, Store};
 use clap::Subcommand;
 
 #[derive(Subcommand, Debug)]
@@ -25,12 +26,20 @@ pub enum TenantsCommand {
 #[derive(Subcommand, Debug)]
 pub enum TokensCommand {
     /// Create a token and print it (once: only its hash is kept). Without --tenant it is
-    /// an operator's token, which sees and does everything.
+    /// an operator's token, which sees and does everything (with --read-only: sees
+    /// everything, changes nothing).
     Create {
         /// The tenant whose jobs and runs the token is limited to.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "read_only")]
         tenant: Option<String>,
-        /// A note to tell tokens apart in `host tokens list`.
+        /// An operator's token that sees what an operator sees and changes nothing: every
+        /// change it asks for is refused (403 `read_only`).
+        #[arg(long)]
+        read_only: bool,
+        /// Refuse the token after this long: minutes, hours or days, e.g. 90m, 12h, 30d.
+        #[arg(long, value_name = "DURATION")]
+        expires: Option<String>,
+        /// A note to tell tokens apart in `host tokens list` and the audit log.
         #[arg(long, default_value = "")]
         label: String,
         #[arg(long)]
@@ -44,9 +53,6 @@ pub enum TokensCommand {
     /// Revoke a token by its id; requests with it are refused at once.
     Revoke { id: String },
 }
-
-/// Longest label a token may carry.
-const MAX_LABEL: usize = 200;
 
 pub async fn tenants(global: &Global, cmd: TenantsCommand) -> Result<u8, Failure> {
     let store = Store::open(&global.db_url(None)).await?;
@@ -93,43 +99,78 @@ async fn set_active(store: &Store, name: &str, active: bool) -> Result<(), Failu
     Ok(())
 }
 
-pub async fn tokens(global: &Global, cmd: TokensCommand) -> Result<u8, Failure> {
+pub async fn tokens(
+    global: &Global,
+    cmd: TokensCommand,
+    created: &mut Option<String>,
+) -> Result<u8, Failure> {
+    // A new token is checked whole before the database is opened.
+    let expires_in_ms = match &cmd {
+        TokensCommand::Create {
+            tenant,
+            read_only,
+            expires,
+            label,
+            ..
+        } => NewToken {
+            tenant: tenant.as_deref(),
+            label,
+            read_only: *read_only,
+            expires: expires.as_deref(),
+        }
+        .check()
+        .map_err(Failure::usage)?,
+        _ => None,
+    };
     let store = Store::open(&global.db_url(None)).await?;
     match cmd {
         TokensCommand::Create {
             tenant,
+            read_only,
+            expires,
             label,
             json,
         } => {
-            if label.len() > MAX_LABEL || label.chars().any(char::is_control) {
+            if let Some(name) = &tenant
+                && store.get_tenant(name).await?.is_none()
+            {
                 return Err(Failure::usage(format!(
-                    "a label is at most {MAX_LABEL} bytes without control characters"
+                    "unknown tenant {name:?}: register it first with `host tenants add {name}`"
                 )));
-            }
-            if let Some(name) = &tenant {
-                tenant::validate_tenant(name).map_err(Failure::usage)?;
-                if store.get_tenant(name).await?.is_none() {
-                    return Err(Failure::usage(format!(
-                        "unknown tenant {name:?}: register it first with `host tenants add {name}`"
-                    )));
-                }
             }
             let issued = tenant::issue();
             store
-                .insert_token(&issued.id, &issued.secret_hash, tenant.as_deref(), &label)
+                .insert_token(&NewTokenRow {
+                    id: &issued.id,
+                    secret_hash: &issued.secret_hash,
+                    tenant: tenant.as_deref(),
+                    label: &label,
+                    read_only,
+                    expires_in_ms,
+                })
                 .await?;
+            *created = Some(format!("token {}", issued.id));
+            let kind = views::token_kind(tenant.as_deref(), read_only);
             if json {
                 let view = serde_json::json!({
                     "id": issued.id,
                     "tenant": tenant,
+                    "kind": kind,
+                    "expires": expires,
                     "token": issued.token,
                 });
                 println!("{view}");
             } else {
-                let whose = tenant.map_or("an operator token".to_string(), |t| {
-                    format!("a token of tenant {t}")
-                });
-                eprintln!("created {whose}, id {}; it is shown only now:", issued.id);
+                let whose = match (&tenant, read_only) {
+                    (Some(t), _) => format!("a token of tenant {t}"),
+                    (None, true) => "a read-only operator token".to_string(),
+                    (None, false) => "an operator token".to_string(),
+                };
+                let until = expires.map_or(String::new(), |e| format!(", expiring in {e}"));
+                eprintln!(
+                    "created {whose}, id {}{until}; it is shown only now:",
+                    issued.id
+                );
                 println!("{}", issued.token);
             }
         }
@@ -141,15 +182,24 @@ pub async fn tokens(global: &Global, cmd: TokensCommand) -> Result<u8, Failure> 
             } else if all.is_empty() {
                 println!("no tokens");
             } else {
+                println!(
+                    "{:<12} {:<9} {:<24} {:<32} {:<24} STATE",
+                    "ID", "KIND", "TENANT", "LABEL", "CREATED"
+                );
                 for t in &all {
-                    let state = t
-                        .revoked_at
-                        .map_or("live".to_string(), |at| format!("revoked {}", time(at)));
+                    let state = match (t.revoked_at, t.expires_at) {
+                        (Some(at), _) => format!("revoked {}", time(at)),
+                        (None, Some(at)) if t.expired != 0 => format!("expired {}", time(at)),
+                        (None, Some(at)) => format!("live, expires {}", time(at)),
+                        (None, None) => "live".to_string(),
+                    };
                     println!(
-                        "{} {:<24} {:<32} {state}",
+                        "{:<12} {:<9} {:<24} {:<32} {:<24} {state}",
                         t.id,
-                        t.tenant.as_deref().unwrap_or("(operator)"),
-                        t.label
+                        views::token_kind(t.tenant.as_deref(), t.read_only != 0),
+                        t.tenant.as_deref().unwrap_or("-"),
+                        for_terminal(&t.label),
+                        time(t.created_at)
                     );
                 }
             }

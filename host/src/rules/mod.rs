@@ -2,6 +2,7 @@
 //! names, JSON values, units and guest text the host accepts, the failure codes, tenants'
 //! tokens and trace context. The bottom layer: it imports nothing else of the host.
 
+pub mod audit;
 pub mod claim_limits;
 pub mod enqueue;
 pub mod event_filter;

@@ -48,6 +48,62 @@ pub enum TenantError {
     Name(String),
     #[error("{OPERATOR_TENANT:?} is the operator's own tenant: it is not registered")]
     Reserved,
+    #[error("a label is at most {MAX_LABEL} bytes without control characters")]
+    Label,
+    #[error(
+        "invalid expiry {0:?}: a duration from 1m to 3650d with a unit: m (minutes), h (hours) or d (days), e.g. 12h, 30d"
+    )]
+    Expiry(String),
+    #[error("a read-only token is an operator's: it cannot be limited to a tenant")]
+    ReadOnlyTenant,
+}
+
+/// Longest label a token may carry.
+pub const MAX_LABEL: usize = 200;
+
+/// Longest a token may be made to live.
+const MAX_EXPIRY_MS: i64 = 3650 * 86_400_000;
+
+/// What a new token is, as asked for: checked by [`NewToken::check`] before anything is
+/// written.
+pub struct NewToken<'a> {
+    pub tenant: Option<&'a str>,
+    pub label: &'a str,
+    pub read_only: bool,
+    /// How long it lives, as typed (`30d`).
+    pub expires: Option<&'a str>,
+}
+
+impl NewToken<'_> {
+    /// The token's lifetime in ms, if it expires; a refusal naming the field otherwise.
+    pub fn check(&self) -> Result<Option<i64>, TenantError> {
+        if self.label.len() > MAX_LABEL || self.label.chars().any(char::is_control) {
+            return Err(TenantError::Label);
+        }
+        if let Some(name) = self.tenant {
+            validate_tenant(name)?;
+            if self.read_only {
+                return Err(TenantError::ReadOnlyTenant);
+            }
+        }
+        self.expires.map(parse_expiry).transpose()
+    }
+}
+
+/// A token's lifetime (`30d`, `12h`, `90m`) in ms: whole minutes at least, ten years at
+/// most.
+pub fn parse_expiry(text: &str) -> Result<i64, TenantError> {
+    let refused = || TenantError::Expiry(crate::rules::audit::object(text));
+    let trimmed = text.trim();
+    if !["m", "h", "d"].iter().any(|unit| trimmed.ends_with(unit)) || trimmed.ends_with("ms") {
+        return Err(refused());
+    }
+    let ms = crate::rules::units::parse_duration(trimmed).map_err(|_| refused())?;
+    let ms = i64::try_from(ms.as_millis()).map_err(|_| refused())?;
+    if !(60_000..=MAX_EXPIRY_MS).contains(&ms) {
+        return Err(refused());
+    }
+    Ok(ms)
 }
 
 /// The rule for tenant names, the same as for job names: they appear in object keys,
@@ -92,8 +148,16 @@ pub fn issue() -> IssuedToken {
 /// The id and secret of a presented token, if it has the token's shape.
 pub fn parse(token: &str) -> Option<(&str, &str)> {
     let (id, secret) = token.strip_prefix("jh_")?.split_once('_')?;
-    let hex_of = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-    (hex_of(id, 12) && hex_of(secret, 64)).then_some((id, secret))
+    (is_token_id(id) && hex_of(secret, 64)).then_some((id, secret))
+}
+
+/// Whether `id` has a token id's shape (12 hex digits).
+pub fn is_token_id(id: &str) -> bool {
+    hex_of(id, 12)
+}
+
+fn hex_of(s: &str, len: usize) -> bool {
+    s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn hash(secret: &str) -> String {
@@ -150,6 +214,84 @@ mod tests {
         assert!(!acme.sees("globex"));
         assert_eq!(acme.tenant(), Some("acme"));
         assert_eq!(Principal::Operator.tenant(), None);
+    }
+
+    #[test]
+    fn an_expiry_is_minutes_to_ten_years_with_a_unit() {
+        assert_eq!(parse_expiry("30d"), Ok(30 * 86_400_000));
+        assert_eq!(parse_expiry("12h"), Ok(12 * 3_600_000));
+        assert_eq!(parse_expiry(" 90m "), Ok(90 * 60_000));
+        for bad in [
+            "",
+            "30",
+            "30s",
+            "500ms",
+            "0d",
+            "0m",
+            "3651d",
+            "-1d",
+            "1.5d",
+            "30 days",
+            "1w",
+            "99999999999999999999d",
+        ] {
+            let refused = parse_expiry(bad).expect_err(bad);
+            assert!(
+                refused
+                    .to_string()
+                    .contains("m (minutes), h (hours) or d (days)"),
+                "{bad:?}"
+            );
+        }
+        assert!(
+            !parse_expiry("1\u{1b}[2Jd")
+                .unwrap_err()
+                .to_string()
+                .contains('\u{1b}')
+        );
+    }
+
+    #[test]
+    fn a_new_token_is_checked_whole() {
+        fn token<'a>(
+            tenant: Option<&'a str>,
+            label: &'a str,
+            read_only: bool,
+            expires: Option<&'a str>,
+        ) -> NewToken<'a> {
+            NewToken {
+                tenant,
+                label,
+                read_only,
+                expires,
+            }
+        }
+        assert_eq!(
+            token(None, "on-call", true, Some("30d")).check(),
+            Ok(Some(30 * 86_400_000))
+        );
+        assert_eq!(token(Some("acme"), "", false, None).check(), Ok(None));
+        assert_eq!(
+            token(Some("acme"), "", true, None).check(),
+            Err(TenantError::ReadOnlyTenant)
+        );
+        assert_eq!(
+            token(None, "a\nb", false, None).check(),
+            Err(TenantError::Label)
+        );
+        let long = "x".repeat(MAX_LABEL + 1);
+        assert_eq!(
+            token(None, &long, false, None).check(),
+            Err(TenantError::Label)
+        );
+        assert!(matches!(
+            token(Some("Acme"), "", false, None).check(),
+            Err(TenantError::Name(_))
+        ));
+        assert!(matches!(
+            token(None, "", false, Some("forever")).check(),
+            Err(TenantError::Expiry(_))
+        ));
     }
 
     #[test]

@@ -38,7 +38,8 @@ impl Retention {
             total.reports += pruned.reports;
             total.jobs += pruned.jobs;
             total.leases += pruned.leases;
-            if [pruned.runs, pruned.reports, pruned.leases]
+            total.audit += pruned.audit;
+            if [pruned.runs, pruned.reports, pruned.leases, pruned.audit]
                 .iter()
                 .all(|&n| n < BATCH as u64)
             {
@@ -51,6 +52,7 @@ impl Retention {
                 reports = total.reports,
                 jobs = total.jobs,
                 leases = total.leases,
+                audit = total.audit,
                 "pruned history past the retention age"
             );
         }

@@ -1,8 +1,8 @@
 //! The JSON shapes of runs, attempts and jobs, shared by the CLI and the HTTP API.
 
 use crate::store::{
-    AttemptRecord, FileRecord, JobRecord, LeaseRecord, LiveLogRecord, PauseRecord, RunRecord,
-    RunStatus, StepFailureRecord, StepRecord, TenantRecord, TokenRecord,
+    AttemptRecord, AuditRecord, FileRecord, JobRecord, LeaseRecord, LiveLogRecord, PauseRecord,
+    RunRecord, RunStatus, StepFailureRecord, StepRecord, TenantRecord, TokenRecord,
 };
 use serde_json::{Value, json};
 
@@ -315,6 +315,57 @@ pub fn token(t: &TokenRecord) -> Value {
         "label": t.label,
         "created_at": time(t.created_at),
         "revoked_at": t.revoked_at.map(time),
+        "kind": token_kind(t.tenant.as_deref(), t.read_only != 0),
+        "expires_at": t.expires_at.map(time),
+        "expired": t.expired != 0,
+    })
+}
+
+/// What a token may do, in one word: `operator`, `read_only` or `tenant`.
+pub fn token_kind(tenant: Option<&str>, read_only: bool) -> &'static str {
+    match (tenant, read_only) {
+        (Some(_), _) => "tenant",
+        (None, true) => "read_only",
+        (None, false) => "operator",
+    }
+}
+
+/// Most actions a run's detail shows (its newest).
+pub const ACTIONS_SHOWN: i64 = 50;
+
+/// Who made an audited change, in words: `cli alice`, `token 1a2b… (on-call)`.
+pub fn who(a: &AuditRecord) -> String {
+    match (&a.token_id, a.label.is_empty()) {
+        (Some(id), true) => format!("token {id}"),
+        (Some(id), false) => format!("token {id} ({})", a.label),
+        (None, _) => format!("{} {}", a.actor, a.label),
+    }
+}
+
+/// A change made to a run, as its detail shows it. A tenant is told that an operator
+/// acted, not which token.
+pub fn run_action(a: &AuditRecord, to_tenant: bool) -> Value {
+    let who = if to_tenant && a.tenant.is_none() {
+        "operator".to_string()
+    } else {
+        who(a)
+    };
+    json!({"at": time(a.at), "action": a.action, "who": who, "result": a.result})
+}
+
+pub fn audit(a: &AuditRecord) -> Value {
+    json!({
+        "id": a.id,
+        "at": time(a.at),
+        "actor": a.actor,
+        "token_id": a.token_id,
+        "label": a.label,
+        "tenant": a.tenant,
+        "who": who(a),
+        "action": a.action,
+        "object": a.object,
+        "run_id": a.run_id,
+        "result": a.result,
     })
 }
 

@@ -12,6 +12,7 @@
 
 #[macro_use]
 mod pool;
+mod audit;
 #[macro_use]
 mod controls;
 mod cancel_book;

@@ -101,6 +101,9 @@ pub(crate) fn token_check(row: &Row<'_>) -> rusqlite::Result<TokenCheck> {
         secret_hash: row.get("secret_hash")?,
         tenant: row.get("tenant")?,
         tenant_active: row.get("tenant_active")?,
+        label: row.get("label")?,
+        read_only: row.get("read_only")?,
+        expired: row.get("expired")?,
     })
 }
 

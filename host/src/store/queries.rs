@@ -885,17 +885,29 @@ statements! {
     take_boot = "UPDATE jobhost_jobs SET boot_digest = $2 \
         WHERE name = $1 AND boot_digest IS DISTINCT FROM $2";
     active_tenants = "SELECT name FROM jobhost_tenants WHERE active = 1 ORDER BY name";
-    insert_token = "INSERT INTO jobhost_tokens (id, secret_hash, tenant, label, created_at) \
-        VALUES ($1, $2, $3, $4, {now})";
-    list_tokens = "SELECT id, tenant, label, created_at, revoked_at FROM jobhost_tokens \
+    insert_token = "INSERT INTO jobhost_tokens (id, secret_hash, tenant, label, created_at, \
+        read_only, expires_at) VALUES ($1, $2, $3, $4, {now}, $5, {now} + $6)";
+    list_tokens = "SELECT id, tenant, label, created_at, revoked_at, read_only, expires_at, \
+        CAST(CASE WHEN expires_at <= {now} THEN 1 ELSE 0 END AS BIGINT) AS expired FROM jobhost_tokens \
         ORDER BY created_at, id";
     revoke_token = "UPDATE jobhost_tokens SET revoked_at = {now} WHERE id = $1 AND revoked_at IS NULL";
-    // A token of a tenant that is not registered any more counts as disabled.
-    check_token = "SELECT k.secret_hash, k.tenant, \
-        CASE WHEN k.tenant IS NULL THEN 1 ELSE COALESCE(t.active, 0) END AS tenant_active \
+    // A token of a tenant that is not registered any more counts as disabled; one past
+    // its expiry is found, so it can be refused in words of its own.
+    check_token = "SELECT k.secret_hash, k.tenant, k.label, k.read_only, \
+        CASE WHEN k.tenant IS NULL THEN 1 ELSE COALESCE(t.active, 0) END AS tenant_active, \
+        CAST(CASE WHEN k.expires_at <= {now} THEN 1 ELSE 0 END AS BIGINT) AS expired \
         FROM jobhost_tokens k LEFT JOIN jobhost_tenants t ON t.name = k.tenant \
         WHERE k.id = $1 AND k.revoked_at IS NULL";
     live_tokens = "SELECT COUNT(*) FROM jobhost_tokens WHERE revoked_at IS NULL";
+    insert_audit = "INSERT INTO jobhost_audit (at, actor, token_id, label, tenant, action, \
+        object, run_id, result) VALUES ({now}, $1, $2, $3, $4, $5, $6, $7, $8)";
+    // Newest first: since `$1`, of action `$2`, tenant `$3` and run `$4` (any, if null).
+    list_audit = "SELECT id, at, actor, token_id, label, tenant, action, object, run_id, result \
+        FROM jobhost_audit WHERE ($1 IS NULL OR at >= $1) AND ($2 IS NULL OR action = $2) \
+        AND ($3 IS NULL OR tenant = $3) AND ($4 IS NULL OR run_id = $4) \
+        ORDER BY at DESC, id DESC LIMIT $5";
+    prune_audit = "DELETE FROM jobhost_audit WHERE id IN (SELECT id FROM jobhost_audit \
+        WHERE at < {now} - $1 ORDER BY at, id LIMIT $2)";
 }
 
 #[cfg(test)]

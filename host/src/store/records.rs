@@ -340,6 +340,11 @@ crate::record! {
         pub label: String,
         pub created_at: i64,
         pub revoked_at: Option<i64>,
+        /// 1 for a read-only token.
+        pub read_only: i64,
+        pub expires_at: Option<i64>,
+        /// 1 once `expires_at` has passed, in database time.
+        pub expired: i64,
     }
 }
 
@@ -351,7 +356,68 @@ crate::record! {
         pub tenant: Option<String>,
         /// 0 if the token's tenant is disabled or no longer registered.
         pub tenant_active: i64,
+        pub label: String,
+        /// 1 for a read-only token.
+        pub read_only: i64,
+        /// 1 once its expiry has passed, in database time.
+        pub expired: i64,
     }
+}
+
+crate::record! {
+    /// One row of the audit log (`jobhost_audit`).
+    #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+    pub struct AuditRecord {
+        pub id: i64,
+        pub at: i64,
+        pub actor: String,
+        pub token_id: Option<String>,
+        pub label: String,
+        pub tenant: Option<String>,
+        pub action: String,
+        pub object: String,
+        pub run_id: Option<String>,
+        pub result: String,
+    }
+}
+
+/// A token's row as written: never its secret, only the secret's hash.
+pub struct NewTokenRow<'a> {
+    pub id: &'a str,
+    pub secret_hash: &'a str,
+    pub tenant: Option<&'a str>,
+    pub label: &'a str,
+    pub read_only: bool,
+    pub expires_in_ms: Option<i64>,
+}
+
+/// An audit row to write: who asked for which change, and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAudit {
+    /// `token` or `cli`.
+    pub actor: &'static str,
+    pub token_id: Option<String>,
+    /// The token's label, or the OS user of a CLI command.
+    pub label: String,
+    /// The acting token's tenant.
+    pub tenant: Option<String>,
+    /// A fixed action name (`run.cancel`).
+    pub action: &'static str,
+    pub object: String,
+    /// The run the change started or acted on.
+    pub run_id: Option<String>,
+    /// `ok`, or the fixed error code of the refusal.
+    pub result: String,
+}
+
+/// Which audit rows to read: newest first, before `(at, id)` of `before`.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub since: Option<i64>,
+    pub action: Option<String>,
+    pub tenant: Option<String>,
+    pub run_id: Option<String>,
+    pub limit: i64,
 }
 
 pub struct JobUpsert<'a> {

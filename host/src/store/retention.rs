@@ -1,5 +1,5 @@
 //! The rows retention deletes: finished runs older than the cut-off with their attempts,
-//! ledgers, journals and live logs, delivered reports, orphaned jobs whose runs are all gone, and the leases
+//! ledgers, journals and live logs, delivered reports, audit rows, orphaned jobs whose runs are all gone, and the leases
 //! of instances idle since the cut-off. What is old enough, and when, is `retention`'s.
 
 use super::error::Result;
@@ -16,12 +16,14 @@ pub struct Pruned {
     pub jobs: u64,
     /// Leases of instances idle since the cut-off, with no queued or running run.
     pub leases: u64,
+    /// Audit rows older than the cut-off.
+    pub audit: u64,
 }
 
 impl Store {
     /// Deletes up to `limit` finished runs created more than `older_than_ms` ago (never a
     /// queued or running one) with their attempts and steps, and up to `limit` delivered
-    /// reports as old, in one transaction.
+    /// reports and audit rows as old, in one transaction.
     pub async fn prune(&self, older_than_ms: i64, limit: i64) -> Result<Pruned> {
         self.retrying(|| self.prune_once(older_than_ms, limit))
             .await
@@ -73,6 +75,12 @@ impl Store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+            let audit = sqlx::query(q.prune_audit.as_str())
+                .bind(older_than_ms)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
             tx.commit().await?;
             conn.release();
             Ok(Pruned {
@@ -80,6 +88,7 @@ impl Store {
                 reports,
                 jobs,
                 leases,
+                audit,
             })
         })
     }

@@ -2,7 +2,7 @@
 
 use super::error::Result;
 use super::handle::Store;
-use super::records::{TenantRecord, TokenCheck, TokenRecord};
+use super::records::{NewTokenRow, TenantRecord, TokenCheck, TokenRecord};
 
 impl Store {
     /// Registers a tenant as active; false if it was registered already (left as it is).
@@ -51,19 +51,16 @@ impl Store {
         Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str()).fetch_all(p).await?))
     }
 
-    pub async fn insert_token(
-        &self,
-        id: &str,
-        secret_hash: &str,
-        tenant: Option<&str>,
-        label: &str,
-    ) -> Result<()> {
+    /// Stores a token; `expires_in_ms` from now in database time, if it expires.
+    pub async fn insert_token(&self, token: &NewTokenRow<'_>) -> Result<()> {
         let q = &self.q.insert_token;
         with_pool!(self.pool, p => sqlx::query(q.as_str())
-            .bind(id)
-            .bind(secret_hash)
-            .bind(tenant)
-            .bind(label)
+            .bind(token.id)
+            .bind(token.secret_hash)
+            .bind(token.tenant)
+            .bind(token.label)
+            .bind(i64::from(token.read_only))
+            .bind(token.expires_in_ms)
             .execute(p)
             .await
             .map(|_| ()))?;

@@ -236,7 +236,14 @@ impl Jobhost {
         let spec: JobSpec = serde_json::from_str(&job.spec).expect("the job's spec");
         let operator = jobhost::rules::tenant::issue();
         store
-            .insert_token(&operator.id, &operator.secret_hash, None, "bench")
+            .insert_token(&jobhost::store::NewTokenRow {
+                id: &operator.id,
+                secret_hash: &operator.secret_hash,
+                tenant: None,
+                label: "bench",
+                read_only: false,
+                expires_in_ms: None,
+            })
             .await
             .expect("create an API token");
         Jobhost {

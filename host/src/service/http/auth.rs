@@ -1,8 +1,12 @@
 //! Bearer tokens on the API: every request but the open probes names its principal.
 //!
 //! A missing, malformed, unknown or revoked token, or one of a disabled tenant, gets the
-//! same 401 `unauthenticated`, so a caller learns nothing about which tokens exist.
+//! same 401 `unauthenticated`, so a caller learns nothing about which tokens exist. A
+//! token past its expiry gets 401 `token_expired`: only its holder, who has its secret,
+//! is told so. A read-only token is an operator's principal; what it may not change is
+//! refused where every change is answered (`audit::record`).
 
+use super::audit::Caller;
 use super::error::ApiError;
 use super::state::Shared;
 use crate::rules::tenant::{self, Principal};
@@ -19,8 +23,9 @@ pub(super) async fn authenticate(
     next: Next,
 ) -> Response {
     match principal(&s, request.headers()).await {
-        Ok(principal) => {
+        Ok((principal, caller)) => {
             request.extensions_mut().insert(principal);
+            request.extensions_mut().insert(caller);
             next.run(request).await
         }
         Err(refused) => refused,
@@ -32,8 +37,12 @@ pub(super) fn has_token(headers: &HeaderMap) -> bool {
     headers.contains_key(header::AUTHORIZATION)
 }
 
-/// The principal the request's token names, or the answer that refuses it.
-pub(super) async fn principal(s: &Shared, headers: &HeaderMap) -> Result<Principal, Response> {
+/// The principal the request's token names and who the token is, or the answer that
+/// refuses it.
+pub(super) async fn principal(
+    s: &Shared,
+    headers: &HeaderMap,
+) -> Result<(Principal, Caller), Response> {
     let Some((id, secret)) = bearer(headers).and_then(tenant::parse) else {
         return Err(unauthenticated());
     };
@@ -49,10 +58,22 @@ pub(super) async fn principal(s: &Shared, headers: &HeaderMap) -> Result<Princip
     if check.tenant_active == 0 {
         return Err(unauthenticated());
     }
-    Ok(match check.tenant {
+    if check.expired != 0 {
+        return Err(refused(
+            "token_expired",
+            "this token has expired: ask an operator for a new one (`host tokens create --expires 30d`)",
+        ));
+    }
+    let caller = Caller {
+        token_id: id.to_string(),
+        label: check.label,
+        read_only: check.read_only != 0,
+    };
+    let principal = match check.tenant {
         None => Principal::Operator,
         Some(name) => Principal::Tenant(name),
-    })
+    };
+    Ok((principal, caller))
 }
 
 /// The token of an `Authorization: Bearer <token>` header.
@@ -63,12 +84,14 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn unauthenticated() -> Response {
-    let mut response = ApiError::new(
-        StatusCode::UNAUTHORIZED,
+    refused(
         "unauthenticated",
         "this API needs a bearer token (Authorization: Bearer <token>); an operator creates one with `host tokens create`",
     )
-    .into_response();
+}
+
+fn refused(code: &'static str, message: &'static str) -> Response {
+    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, code, message).into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         header::HeaderValue::from_static("Bearer"),

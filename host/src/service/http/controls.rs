@@ -3,6 +3,7 @@
 //! nothing unless its body says `"confirm": true`; without it the answer is the count it
 //! would touch, which the page shows before asking.
 
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiResult};
 use super::params::{self, ApiPath, ApiQuery};
 use super::run_filter::{RunsQuery, run_filter};
@@ -125,7 +126,7 @@ pub(super) async fn cancel_matching(
     s: State<Arc<Shared>>,
     who: Extension<Principal>,
     body: axum::body::Bytes,
-) -> ApiResult {
+) -> Result<(Extension<AuditNote>, Json<serde_json::Value>), ApiError> {
     by_filter(s, who, Action::Cancel, &body).await
 }
 
@@ -133,7 +134,7 @@ pub(super) async fn retry_matching(
     s: State<Arc<Shared>>,
     who: Extension<Principal>,
     body: axum::body::Bytes,
-) -> ApiResult {
+) -> Result<(Extension<AuditNote>, Json<serde_json::Value>), ApiError> {
     by_filter(s, who, Action::Retry, &body).await
 }
 
@@ -142,7 +143,7 @@ async fn by_filter(
     Extension(who): Extension<Principal>,
     action: Action,
     body: &[u8],
-) -> ApiResult {
+) -> Result<(Extension<AuditNote>, Json<serde_json::Value>), ApiError> {
     let body: BulkBody = serde_json::from_slice(body).map_err(|_| {
         ApiError::invalid(
             "the body must be a JSON object: `filter` (job, status, code, tenant, instance, q, \
@@ -158,15 +159,29 @@ async fn by_filter(
     let controls = controls(&s);
     if !body.confirm {
         let count = controls.preview(action, &filter, PREVIEW_CAP).await?;
-        return Ok(Json(json!({
-            "count": count,
-            "capped": count >= PREVIEW_CAP,
-            "confirmed": false,
-        })));
+        let preview = AuditNote {
+            preview: true,
+            ..AuditNote::default()
+        };
+        return Ok((
+            Extension(preview),
+            Json(json!({
+                "count": count,
+                "capped": count >= PREVIEW_CAP,
+                "confirmed": false,
+            })),
+        ));
     }
     let bulk = controls.apply(actor(&who), action, &filter).await?;
     s.app.wake.notify_one();
-    Ok(Json(json!({ "done": bulk.done, "more": bulk.more })))
+    let done = AuditNote {
+        object: Some(format!("runs: {} by filter", bulk.done)),
+        ..AuditNote::default()
+    };
+    Ok((
+        Extension(done),
+        Json(json!({ "done": bulk.done, "more": bulk.more })),
+    ))
 }
 
 /// Pauses belong to the operator: for a tenant's token they do not exist.

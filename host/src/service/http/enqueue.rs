@@ -3,6 +3,7 @@
 //! item is read and checked before anything is written; a batch is one transaction, and
 //! a refused item refuses it whole, naming the item and the field.
 
+use super::audit::AuditNote;
 use super::error::ApiError;
 use super::params::{ApiPath, ApiQuery, trace_of};
 use super::state::{Shared, refuse_if_draining};
@@ -35,7 +36,7 @@ pub(super) async fn start_run(
     ApiPath(name): ApiPath<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Extension<AuditNote>, Json<Value>), ApiError> {
     refuse_if_draining(&s, "start on another")?;
     let job = visible_job(&s, &who, &name).await?;
     let item: Item = if body.is_empty() {
@@ -56,8 +57,13 @@ pub(super) async fn start_run(
     } else {
         StatusCode::CREATED
     };
+    let note = AuditNote {
+        run_id: Some(started.run_id.clone()),
+        ..AuditNote::default()
+    };
     Ok((
         status,
+        Extension(note),
         Json(serde_json::to_value(started).expect("serialisable")),
     ))
 }
@@ -161,7 +167,7 @@ pub(super) async fn kick_job(
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<KickQuery>,
     headers: HeaderMap,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Extension<AuditNote>, Json<Value>), ApiError> {
     refuse_if_draining(&s, "kick another")?;
     let job = visible_job(&s, &who, &name).await?;
     let instance = instance_for(&who, &job, q.instance.as_deref())?;
@@ -178,8 +184,18 @@ pub(super) async fn kick_job(
                 .metrics
                 .kick(&name, kicked_tenant(&job, &instance), result);
             s.app.wake.notify_one();
+            let note = AuditNote {
+                run_id: match &kicked {
+                    kick::Kicked::Queued { run_id } | kick::Kicked::Dropped { run_id, .. } => {
+                        Some(run_id.clone())
+                    }
+                    _ => None,
+                },
+                ..AuditNote::default()
+            };
             Ok((
                 StatusCode::ACCEPTED,
+                Extension(note),
                 Json(serde_json::to_value(kicked).expect("serialisable")),
             ))
         }

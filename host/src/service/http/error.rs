@@ -8,6 +8,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+/// The fixed code of an error answer, kept in its response for its audit row.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ErrorCode(pub(super) &'static str);
+
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
@@ -49,7 +53,9 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        response.extensions_mut().insert(ErrorCode(self.code));
+        response
     }
 }
 

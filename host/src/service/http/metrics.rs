@@ -35,7 +35,7 @@ pub(super) async fn metrics(
 ) -> Result<Response, ApiError> {
     let principal = if auth::has_token(&headers) {
         match auth::principal(&s, &headers).await {
-            Ok(principal) => Some(principal),
+            Ok((principal, _)) => Some(principal),
             Err(refused) => return Ok(refused),
         }
     } else {

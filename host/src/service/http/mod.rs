@@ -5,17 +5,20 @@
 //! `tenant_exists`, `tenant_disabled`, `job_orphaned`, `not_cancellable`, `not_retryable`,
 //! `unknown_journal`, `unreadable_journal`, `invalid_parameter`, `queue_full` (429: a cap on
 //! queued runs, `backlog`), `too_many_waiters` (503: `run_wait`), `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
-//! `too_many_connections` (`server`); one type, `error::ApiError`.
+//! `too_many_connections` (`server`), `token_expired` (401, `auth`), `read_only` (403),
+//! `unknown_token`; one type, `error::ApiError`.
 //! Every path and query parameter is read and checked before any query (`params`): an id
 //! that no job, run or tenant could have answers 404 as an unknown one does.
 //!
 //! Everything but the page, the probes, `/metrics` and the links key set needs a bearer
-//! token (`auth`). A tenant's token sees only its tenant's jobs, runs and reports, through
+//! token (`auth`). Every route that changes something is registered with its audit action
+//! (`audit`): refused to a read-only token, and recorded with its result. A tenant's token sees only its tenant's jobs, runs and reports, through
 //! `views::for_tenant`; what belongs to another tenant answers 404, as if it did not exist.
 //!
 //! A kick, start or emit takes the caller's `traceparent` header (`trace_of`); one that is
 //! not well formed is ignored (the host starts a trace), never stored or echoed.
 
+mod audit;
 mod auth;
 mod controls;
 mod dashboard;
@@ -30,18 +33,21 @@ mod run_wait;
 mod server;
 mod state;
 mod tenants;
+mod tokens;
 mod usage;
 mod visible;
 
 use crate::queue::kick;
+use crate::rules::audit::Action;
 use crate::rules::tenant::Principal;
 use crate::service::views;
+use audit::Routes;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Extension, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use error::ApiResult;
 use params::{ApiPath, ApiQuery};
 use run_filter::{RunsQuery, run_filter};
@@ -51,6 +57,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use visible::{present, sees_job, visible_job};
 
+pub use audit::ApiRoute;
 pub use dashboard::{pulse_loop, sample_loop};
 pub use run_wait::watch_loop;
 pub use server::{ConnectionLimits, serve_api};
@@ -58,40 +65,9 @@ pub use state::RunWatch;
 pub use state::{Console, Shared};
 
 pub fn router(shared: Arc<Shared>) -> Router {
-    let api = Router::new()
-        .route("/jobs", get(list_jobs))
-        .route("/jobs/{name}", get(get_job))
-        .route("/jobs/{name}/kick", post(enqueue::kick_job))
-        .route("/jobs/{name}/runs", post(enqueue::start_run))
-        .route("/jobs/{name}/runs:batch", post(enqueue::start_batch))
-        .route("/runs", get(list_runs))
-        .route("/runs/count", get(controls::count_runs))
-        .route("/runs/cancel", post(controls::cancel_matching))
-        .route("/runs/retry", post(controls::retry_matching))
-        .route("/runs/{id}", get(get_run))
-        .route("/runs/{id}/events", get(run_wait::events))
-        .route("/runs/{id}/cancel", post(controls::cancel_run))
-        .route("/runs/{id}/retry", post(controls::retry_run))
-        .route("/runs/{id}/attempts/{seq}/calls", get(journals::calls))
-        .route("/runs/{id}/attempts/{seq}/journal", get(journals::export))
-        .route("/pauses", get(controls::list_pauses))
-        .route(
-            "/pauses/{scope}/{name}",
-            post(controls::pause).delete(controls::resume),
-        )
-        .route("/overview", get(dashboard::overview))
-        .route("/jobs/{name}/stats", get(dashboard::job_stats))
-        .route("/stream", get(dashboard::stream))
-        .route("/reports", get(list_reports))
-        .route("/events/{name}", post(events::emit))
-        .route("/tenants", get(tenants::list).post(tenants::add))
-        .route("/tenants/{name}/disable", post(tenants::disable))
-        .route("/tenants/{name}/enable", post(tenants::enable))
-        .route("/usage", get(usage::usage))
-        .route_layer(axum::middleware::from_fn_with_state(
-            shared.clone(),
-            auth::authenticate,
-        ));
+    let api = api(Routes::new(Some(shared.clone()))).router.route_layer(
+        axum::middleware::from_fn_with_state(shared.clone(), auth::authenticate),
+    );
     Router::new()
         .route("/", get(page))
         .route("/console/{file}", get(console_file))
@@ -103,6 +79,137 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .merge(api)
         .fallback(|| async { params::not_found() })
         .with_state(shared)
+}
+
+/// Every route behind a token, as the router registers it: each change with its audit
+/// action (a test performs each one and finds its audit row).
+pub fn api_routes() -> Vec<ApiRoute> {
+    api(Routes::new(None)).table
+}
+
+/// The API behind a token: reads, and changes, each change refused to a read-only token
+/// and audited (`audit::record`).
+fn api(routes: Routes) -> Routes {
+    use Action::*;
+    use axum::http::Method;
+    routes
+        .read("/jobs", list_jobs)
+        .read("/jobs/{name}", get_job)
+        .change(
+            Method::POST,
+            "/jobs/{name}/kick",
+            RunKick,
+            "job",
+            enqueue::kick_job,
+        )
+        .change(
+            Method::POST,
+            "/jobs/{name}/runs",
+            RunStart,
+            "job",
+            enqueue::start_run,
+        )
+        .change(
+            Method::POST,
+            "/jobs/{name}/runs:batch",
+            RunStartBatch,
+            "job",
+            enqueue::start_batch,
+        )
+        .read("/runs", list_runs)
+        .read("/runs/count", controls::count_runs)
+        .change(
+            Method::POST,
+            "/runs/cancel",
+            RunsCancel,
+            "runs",
+            controls::cancel_matching,
+        )
+        .change(
+            Method::POST,
+            "/runs/retry",
+            RunsRetry,
+            "runs",
+            controls::retry_matching,
+        )
+        .read("/runs/{id}", get_run)
+        .read("/runs/{id}/events", run_wait::events)
+        .change(
+            Method::POST,
+            "/runs/{id}/cancel",
+            RunCancel,
+            "run",
+            controls::cancel_run,
+        )
+        .change(
+            Method::POST,
+            "/runs/{id}/retry",
+            RunRetry,
+            "run",
+            controls::retry_run,
+        )
+        .read("/runs/{id}/attempts/{seq}/calls", journals::calls)
+        .read("/runs/{id}/attempts/{seq}/journal", journals::export)
+        .read("/pauses", controls::list_pauses)
+        .change(
+            Method::POST,
+            "/pauses/{scope}/{name}",
+            Pause,
+            "",
+            controls::pause,
+        )
+        .change(
+            Method::DELETE,
+            "/pauses/{scope}/{name}",
+            Resume,
+            "",
+            controls::resume,
+        )
+        .read("/overview", dashboard::overview)
+        .read("/jobs/{name}/stats", dashboard::job_stats)
+        .read("/stream", dashboard::stream)
+        .read("/reports", list_reports)
+        .change(
+            Method::POST,
+            "/events/{name}",
+            EventEmit,
+            "event",
+            events::emit,
+        )
+        .read("/tenants", tenants::list)
+        .change(Method::POST, "/tenants", TenantAdd, "tenant", tenants::add)
+        .change(
+            Method::POST,
+            "/tenants/{name}/disable",
+            TenantDisable,
+            "tenant",
+            tenants::disable,
+        )
+        .change(
+            Method::POST,
+            "/tenants/{name}/enable",
+            TenantEnable,
+            "tenant",
+            tenants::enable,
+        )
+        .read("/tokens", tokens::list)
+        .change(
+            Method::POST,
+            "/tokens",
+            TokenCreate,
+            "token",
+            tokens::create,
+        )
+        .change(
+            Method::DELETE,
+            "/tokens/{id}",
+            TokenRevoke,
+            "token",
+            tokens::revoke,
+        )
+        .read("/whoami", tokens::whoami)
+        .read("/audit", audit::list)
+        .read("/usage", usage::usage)
 }
 
 /// The console's files, served by the host itself: no fonts, scripts or styles from
@@ -288,6 +395,19 @@ async fn get_run(
     detail["held_by"] = json!(held_by);
     detail["files"] = files.iter().map(views::file).collect();
     detail["journals"] = json!(journals);
+    let actions = s
+        .app
+        .store
+        .list_audit(&crate::store::AuditFilter {
+            run_id: Some(id.clone()),
+            limit: views::ACTIONS_SHOWN,
+            ..Default::default()
+        })
+        .await?;
+    detail["actions"] = actions
+        .iter()
+        .map(|a| views::run_action(a, who.tenant().is_some()))
+        .collect();
     detail["trace_url"] = match (&s.trace_url, detail["trace_id"].as_str()) {
         (Some(template), Some(id)) => template.replace("{trace_id}", id).into(),
         _ => Value::Null,

@@ -1,6 +1,7 @@
 //! `/tenants`: the registry, for operators only. To a tenant's token these paths do not
 //! exist (404 `not_found`), like anything else that is not its own.
 
+use super::audit::AuditNote;
 use super::error::{ApiError, ApiResult};
 use super::params::{self, ApiPath};
 use super::state::Shared;
@@ -50,7 +51,7 @@ pub(super) async fn add(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Extension<AuditNote>, Json<Value>), ApiError> {
     operator_only(&who)?;
     let NewTenant { name } = serde_json::from_slice(&body)
         .map_err(|_| ApiError::invalid("the body must be a JSON object {\"name\": ...}"))?;
@@ -62,7 +63,15 @@ pub(super) async fn add(
             format!("the tenant {name:?} is registered already"),
         ));
     }
-    Ok((StatusCode::CREATED, Json(view(&s, &name).await?)))
+    let note = AuditNote {
+        object: Some(format!("tenant {name}")),
+        ..AuditNote::default()
+    };
+    Ok((
+        StatusCode::CREATED,
+        Extension(note),
+        Json(view(&s, &name).await?),
+    ))
 }
 
 pub(super) async fn disable(

@@ -1,6 +1,7 @@
 // jobhost operator console: plain ES2020, no build step, no framework.
 //
-// Hash routes: #/ (overview), #/jobs, #/jobs/NAME, #/runs?filters, #/runs/ID.
+// Hash routes: #/ (overview), #/jobs, #/jobs/NAME, #/runs?filters, #/runs/ID, #/tokens,
+// #/audit.
 // Each view builds its skeleton once (controls the operator types into stay put) and
 // registers a `load` that fetches and fills its data regions; live updates from /stream
 // call that `load` again. Server text is only ever inserted with textContent (logs and
@@ -249,6 +250,28 @@
     document.getElementById("confirm-no").focus();
   }
 
+  // ---------------------------------------------------------------- who signed in
+
+  // What the token is (GET /whoami, asked once per sign-in): a read-only token is shown no
+  // control that changes anything; a tenant's token has no tokens view.
+  let me = null;
+
+  async function loadMe(errs) {
+    if (me) return;
+    try {
+      me = await api("/whoami");
+    } catch (e) {
+      if (errs) errs.push(describe(e, "/whoami"));
+    }
+    const tokensNav = document.querySelector('[data-nav="tokens"]');
+    if (tokensNav) tokensNav.hidden = !isOperator();
+  }
+
+  const readOnly = () => !me || me.kind === "read_only";
+  const isOperator = () => !!me && me.kind !== "tenant";
+  // A control that changes something: none for a read-only token.
+  const changes = (node) => (readOnly() ? null : node);
+
   // ---------------------------------------------------------------- pauses (operator only)
 
   // null: not known yet; false: /pauses answered 404 (a tenant's token, or an older host):
@@ -281,7 +304,7 @@
   }
 
   function pauseButton(scope, name, paused, label) {
-    if (!canPause) return null;
+    if (!canPause || readOnly()) return null;
     const full = `${paused ? "Resume" : "Pause"} ${scope} ${name}`;
     return h("button", {
       type: "button", class: "btn-sm" + (paused ? " resume" : ""), "data-key": `pause:${scope}:${name}`,
@@ -292,7 +315,7 @@
 
   // The pause/resume controls of a job: Pause the job, or Resume each pause that applies.
   function jobPauseControls(job) {
-    if (!canPause) return [];
+    if (!canPause || readOnly()) return [];
     if (!job.paused) return [pauseButton("job", job.name, false)];
     const applied = Array.isArray(job.pauses) && job.pauses.length ? job.pauses : [{ scope: "job", name: job.name }];
     return applied.map((p) => pauseButton(p.scope, p.name, true,
@@ -495,6 +518,8 @@
     });
     if (!parts.length) return { view: "overview", params };
     if (parts[0] === "jobs") return parts.length > 1 ? { view: "job", name: parts.slice(1).join("/"), params } : { view: "jobs", params };
+    if (parts[0] === "tokens" && parts.length === 1) return { view: "tokens", params };
+    if (parts[0] === "audit" && parts.length === 1) return { view: "audit", params };
     if (parts[0] === "runs") return parts.length > 1 ? { view: "run", id: parts.slice(1).join("/"), params } : { view: "runs", params };
     return { view: "notfound", params };
   }
@@ -513,6 +538,8 @@
       if (a.dataset.nav === navView) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
     }
     loadErrors = [];
+    await loadMe(loadErrors);
+    if (!ctx.alive()) return;
     const root = (VIEWS[r.view] || VIEWS.notfound)(ctx);
     await runLoad(ctx);
     if (!ctx.alive()) return;
@@ -753,7 +780,7 @@
         h("td", {}, leaseText(j.lease)),
         h("td", {}, pausedTag(j)),
         h("td", { class: "actions" },
-          h("button", { type: "button", class: "btn-sm", "data-key": "kick:" + j.name, onclick: () => kick(j.name) }, "Kick"),
+          changes(h("button", { type: "button", class: "btn-sm", "data-key": "kick:" + j.name, onclick: () => kick(j.name) }, "Kick")),
           jobPauseControls(j)));
       });
       fill(body, table(["Job", "Lane", "Schedule", "Next fire", "Last success", "Last run", "Lease", "Paused", ""], rowsAll,
@@ -812,9 +839,9 @@
         j.tenant ? h("span", { class: "tag tag-tenant" }, "tenant " + j.tenant) : null,
         (j.lane || s.lane) ? h("span", { class: "tag" }, "lane " + (j.lane || s.lane)) : null);
       fill(tools, 
-        h("button", { type: "button", class: "primary", "data-key": "kick", onclick: () => kick(name) }, "Kick"),
+        changes(h("button", { type: "button", class: "primary", "data-key": "kick", onclick: () => kick(name) }, "Kick")),
         job ? jobPauseControls(j) : null,
-        h("button", { type: "button", class: "danger-ghost", "data-key": "cancel-queued", onclick: () => bulkByFilter("cancel", { job: name, status: "queued" }) }, "Cancel queued…"));
+        changes(h("button", { type: "button", class: "danger-ghost", "data-key": "cancel-queued", onclick: () => bulkByFilter("cancel", { job: name, status: "queued" }) }, "Cancel queued…")));
       const overall = s.overall || {};
       const wText = { hour: "last hour", day: "last day", week: "last week" }[jobWindow];
       fill(statsBox, 
@@ -993,12 +1020,12 @@
     });
 
     const root = h("div", { class: "view view-runs" },
-      pageHead("Runs", { tools: h("div", { class: "tools" },
+      pageHead("Runs", { tools: changes(h("div", { class: "tools" },
         h("button", { type: "button", class: "danger-ghost", id: "bulk-cancel", onclick: () => bulkByFilter("cancel", filter) }, "Cancel all matching…"),
-        h("button", { type: "button", class: "ghost", id: "bulk-retry", onclick: () => bulkByFilter("retry", filter) }, "Retry all matching…")) }),
+        h("button", { type: "button", class: "ghost", id: "bulk-retry", onclick: () => bulkByFilter("retry", filter) }, "Retry all matching…"))) }),
       h("section", { class: "card", "aria-label": "Filters" }, form),
       h("section", { class: "card flush", "aria-label": "Runs" },
-        h("div", { class: "card-head toolbar" }, countEl, selInfo, h("span", { class: "fill" }), cancelSel, retrySel),
+        h("div", { class: "card-head toolbar" }, countEl, selInfo, h("span", { class: "fill" }), changes(cancelSel), changes(retrySel)),
         tableBox,
         h("div", { class: "pager" }, newer, pageInfo, older)));
 
@@ -1016,7 +1043,7 @@
       pageRuns = rs && Array.isArray(rs.runs) ? rs.runs : [];
       next = rs ? rs.next || null : null;
       countEl.textContent = cnt ? `${(cnt.capped ? "over " : "")}${num(cnt.count)} matching` : `${pageRuns.length} shown`;
-      fill(tableBox, runsTable(pageRuns, { select: true, selectAll: h("th", { class: "check", scope: "col" }, selectAll), onSelect: syncSelection, empty: rs ? "No runs match these filters." : "Runs are not available." }));
+      fill(tableBox, runsTable(pageRuns, { select: !readOnly(), selectAll: h("th", { class: "check", scope: "col" }, selectAll), onSelect: syncSelection, empty: rs ? "No runs match these filters." : "Runs are not available." }));
       newer.disabled = runsState.stack.length === 0;
       older.disabled = !next;
       pageInfo.textContent = `page ${runsState.stack.length + 1}`;
@@ -1116,8 +1143,8 @@
         r.parent_run ? ["started by", r.parent_run] : null,
       ].filter(Boolean);
       const actions = [];
-      if (canCancel(r.status)) actions.push(h("button", { type: "button", class: "danger", id: "run-cancel", "data-key": "run-cancel", onclick: () => cancelRun(r.run_id) }, "Cancel"));
-      if (canRetry(r.status)) actions.push(h("button", { type: "button", class: "primary", id: "run-retry", "data-key": "run-retry", onclick: () => retryRun(r.run_id) }, "Retry"));
+      if (canCancel(r.status) && !readOnly()) actions.push(h("button", { type: "button", class: "danger", id: "run-cancel", "data-key": "run-cancel", onclick: () => cancelRun(r.run_id) }, "Cancel"));
+      if (canRetry(r.status) && !readOnly()) actions.push(h("button", { type: "button", class: "primary", id: "run-retry", "data-key": "run-retry", onclick: () => retryRun(r.run_id) }, "Retry"));
       actions.push(h("a", { class: "btn", href: runsHref({ job: r.job }) }, "Runs of " + r.job));
       fill(headBox, 
         pageHead(h("span", {}, h("a", { href: jobHref(r.job), class: "plain" }, r.job), h("span", { class: "title-id mono", title: r.run_id }, " · " + r.run_id)), {
@@ -1129,7 +1156,10 @@
         rel.length ? h("p", { class: "relations" }, rel.map(([k, v]) => h("span", {}, k + " ", runLink(v, "rel:" + k)))) : null,
         r.error ? h("pre", { class: "run-error" }, r.error) : null,
         r.held_by ? h("p", { class: "warn-line", id: "run-held" }, "queued, held back by: " + r.held_by) : null,
-        r.decode_error ? h("p", { class: "warn-line" }, "decode error: " + r.decode_error) : null);
+        r.decode_error ? h("p", { class: "warn-line" }, "decode error: " + r.decode_error) : null,
+        Array.isArray(r.actions) && r.actions.length ? h("ul", { class: "run-actions", id: "run-actions" },
+          r.actions.slice().reverse().map((a) => h("li", {}, whenAbs(a.at), " ", h("code", {}, a.action), " by ", a.who,
+            a.result === "ok" ? "" : [" · ", code(a.result)]))) : null);
 
       // Timeline: the run from its creation to its end (or now).
       const nowIso = new Date().toISOString();
@@ -1280,7 +1310,118 @@
     return h("div", { class: "view" }, pageHead("Not found"), h("p", {}, "No such view. ", h("a", { href: "#/" }, "Go to the overview.")));
   }
 
-  const VIEWS = { overview: overviewView, jobs: jobsView, job: jobView, runs: runsView, run: runView, notfound: notFoundView };
+  // ---------------------------------------------------------------- tokens
+
+  function tokenState(t) {
+    if (t.revoked_at) return h("span", { class: "muted" }, "revoked ", when(t.revoked_at));
+    if (t.expired) return h("span", { class: "tag tag-bad" }, "expired");
+    if (t.expires_at) return h("span", {}, "live · expires ", when(t.expires_at));
+    return "live";
+  }
+
+  async function revokeToken(t) {
+    const ok = await confirmDialog({
+      title: "Revoke this token?",
+      body: [h("p", {}, "Token ", h("code", {}, t.id), t.label ? [" (", t.label, ")"] : "", " is refused from now on, everywhere.")],
+      yes: "Revoke",
+    });
+    if (!ok) return;
+    try {
+      await api(`/tokens/${encodeURIComponent(t.id)}`, { method: "DELETE" });
+      notice("revoked token " + t.id);
+      refreshSoon(0);
+    } catch (e) {
+      fail(e, "revoke token " + t.id);
+    }
+  }
+
+  function tokensView(ctx) {
+    const body = h("div");
+    const shown = h("div", { id: "token-created", "aria-live": "polite" });
+    const kind = h("select", { name: "kind", id: "token-kind" },
+      h("option", { value: "read_only" }, "read-only"), h("option", { value: "tenant" }, "tenant"), h("option", { value: "operator" }, "operator"));
+    const tenant = h("input", { name: "tenant", id: "token-tenant", placeholder: "tenant name", autocomplete: "off", maxlength: 64 });
+    const label = h("input", { name: "label", id: "token-label", placeholder: "who holds it", autocomplete: "off", maxlength: 200 });
+    const expires = h("input", { name: "expires", id: "token-expires", placeholder: "never (or 90m, 12h, 30d)", autocomplete: "off", maxlength: 16 });
+    const field = (text, input) => h("label", { class: "field" }, h("span", {}, text), input);
+    const form = h("form", { class: "filters", id: "token-form", onsubmit: async (e) => {
+      e.preventDefault();
+      const asked = { label: label.value.trim(), read_only: kind.value === "read_only" };
+      if (kind.value === "tenant") asked.tenant = tenant.value.trim();
+      if (expires.value.trim()) asked.expires = expires.value.trim();
+      try {
+        const t = await api("/tokens", { method: "POST", body: asked });
+        fill(shown, h("p", { class: "warn-line" }, "Token ", h("code", {}, t.id), " created; it is shown only now:"),
+          h("pre", { class: "json", id: "token-secret" }, t.token));
+        label.value = ""; expires.value = "";
+        refreshSoon(0);
+      } catch (err) {
+        fail(err, "create a token");
+      }
+    } },
+    field("Kind", kind), field("Tenant", tenant), field("Label", label), field("Expires in", expires),
+    h("button", { type: "submit", class: "primary" }, "Create token"));
+    const root = h("div", { class: "view view-tokens" }, pageHead("Tokens"),
+      changes(section("New token", { id: "token-new" }, form, shown)),
+      section(null, { class: "flush" }, body));
+    ctx.load = async (errs) => {
+      const got = await tryGet(errs, "/tokens");
+      if (!ctx.alive()) return;
+      const tokens = got && Array.isArray(got.tokens) ? got.tokens.slice().reverse() : [];
+      fill(body, table(["Id", "Kind", "Tenant", "Label", "Created", "State", ""], tokens.map((t) => h("tr", { "data-token": t.id },
+        h("td", { class: "mono" }, t.id),
+        h("td", {}, String(t.kind || "").replace("_", "-")),
+        h("td", {}, t.tenant || h("span", { class: "muted" }, dash)),
+        h("td", {}, t.label || h("span", { class: "muted" }, dash)),
+        h("td", {}, whenAbs(t.created_at)),
+        h("td", {}, tokenState(t)),
+        h("td", { class: "actions" }, t.revoked_at ? null : changes(h("button", { type: "button", class: "btn-sm danger-ghost", "data-key": "revoke:" + t.id, onclick: () => revokeToken(t) }, "Revoke"))))),
+      { empty: got ? "No tokens." : "Tokens are an operator's." }));
+    };
+    return root;
+  }
+
+  // ---------------------------------------------------------------- audit
+
+  function auditView(ctx) {
+    const params = ctx.route.params;
+    const body = h("div");
+    const action = h("input", { name: "action", id: "audit-action", value: params.get("action") || "", placeholder: "any (run.cancel, token.create…)", autocomplete: "off", maxlength: 32 });
+    const since = h("input", { name: "since", id: "audit-since", value: params.get("since") || "", placeholder: "any (1h, 7d)", autocomplete: "off", maxlength: 40 });
+    const form = h("form", { class: "filters", onsubmit: (e) => {
+      e.preventDefault();
+      const q = new URLSearchParams();
+      if (action.value.trim()) q.set("action", action.value.trim());
+      if (since.value.trim()) q.set("since", since.value.trim());
+      location.hash = "#/audit" + (q.toString() ? "?" + q : "");
+    } },
+    h("label", { class: "field" }, h("span", {}, "Action"), action),
+    h("label", { class: "field" }, h("span", {}, "Since"), since),
+    h("button", { type: "submit", class: "primary" }, "Apply"));
+    const root = h("div", { class: "view view-audit" }, pageHead("Audit log"), section(null, {}, form), section(null, { class: "flush" }, body));
+    ctx.load = async (errs) => {
+      const q = new URLSearchParams();
+      for (const k of ["action", "since"]) if (params.get(k)) q.set(k, params.get(k));
+      q.set("limit", "200");
+      const got = await tryGet(errs, "/audit?" + q);
+      if (!ctx.alive()) return;
+      const rows = got && Array.isArray(got.audit) ? got.audit : [];
+      fill(body, table(["When", "Who", "Action", "Object", "Result", "Run"], rows.map((a) => h("tr", { "data-audit": a.id },
+        h("td", {}, whenAbs(a.at)),
+        h("td", {}, a.who),
+        h("td", {}, h("code", {}, a.action)),
+        h("td", {}, a.object),
+        h("td", {}, a.result === "ok" ? "ok" : code(a.result)),
+        h("td", {}, a.run_id ? runLink(a.run_id, "audit-run:" + a.id) : h("span", { class: "muted" }, dash)))),
+      { empty: got ? "No changes recorded." : "The audit log is not available." }));
+    };
+    return root;
+  }
+
+  const VIEWS = {
+    overview: overviewView, jobs: jobsView, job: jobView, runs: runsView, run: runView,
+    tokens: tokensView, audit: auditView, notfound: notFoundView,
+  };
 
   // ---------------------------------------------------------------- live updates
 
@@ -1386,6 +1527,7 @@
   function signOut(message) {
     sessionStorage.removeItem(TOKEN_KEY);
     canPause = null;
+    me = null;
     stopLive();
     generation++;
     document.body.classList.add("signed-out");
