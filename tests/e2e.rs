@@ -13,6 +13,7 @@ mod api_limits;
 mod authors;
 mod chaos;
 mod controls;
+mod deliveries;
 mod enqueue;
 mod events;
 mod family;

@@ -6,6 +6,7 @@
 
 mod author;
 mod cases;
+mod deliveries;
 mod drive;
 mod failure;
 mod global;
@@ -53,6 +54,9 @@ pub enum Command {
     /// Read run history; cancel and retry runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// Delivered endings (`[webhooks]`): newest first, by run or state; one with its
+    /// attempts (`show ID`); one given up sent again (`retry ID`).
+    Deliveries(deliveries::DeliveriesArgs),
     /// Stop claiming runs of a job, a tenant or a lane (queued runs wait; running ones
     /// finish) until `host resume`.
     #[command(subcommand)]
@@ -230,6 +234,7 @@ pub fn main() -> ExitCode {
             Command::Run(args) => run::run(&cli.global, *args).await,
             Command::Serve(args) => serve::run_serve(&cli.global, *args).await,
             Command::Runs(cmd) => runs::runs(&cli.global, cmd).await,
+            Command::Deliveries(args) => deliveries::deliveries(&cli.global, args).await,
             Command::Replay(args) => replay::replay(&cli.global, *args).await,
             Command::Pause(scope) => runs::pause(&cli.global, scope, true).await,
             Command::Resume(scope) => runs::pause(&cli.global, scope, false).await,

@@ -3,6 +3,7 @@
 //! tokens and trace context. The bottom layer: it imports nothing else of the host.
 
 pub mod claim_limits;
+pub mod delivery;
 pub mod enqueue;
 pub mod event_filter;
 pub mod event_name;

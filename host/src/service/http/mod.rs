@@ -19,6 +19,7 @@
 mod auth;
 mod controls;
 mod dashboard;
+mod deliveries;
 mod enqueue;
 mod error;
 mod events;
@@ -83,6 +84,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/jobs/{name}/stats", get(dashboard::job_stats))
         .route("/stream", get(dashboard::stream))
         .route("/reports", get(list_reports))
+        .route("/deliveries", get(deliveries::list))
+        .route("/deliveries/{id}", get(deliveries::show))
+        .route("/deliveries/{id}/retry", post(deliveries::retry))
         .route("/events/{name}", post(events::emit))
         .route("/tenants", get(tenants::list).post(tenants::add))
         .route("/tenants/{name}/disable", post(tenants::disable))
@@ -292,6 +296,19 @@ async fn get_run(
         (Some(template), Some(id)) => template.replace("{trace_id}", id).into(),
         _ => Value::Null,
     };
+    if who.tenant().is_none() {
+        // The operator's webhooks' deliveries of its ending: none for a tenant's token.
+        let deliveries = s
+            .app
+            .store
+            .list_deliveries(&crate::store::DeliveryFilter {
+                run_id: Some(&id),
+                limit: views::MAX_PAGE,
+                ..Default::default()
+            })
+            .await?;
+        detail["deliveries"] = deliveries.iter().map(views::delivery).collect();
+    }
     Ok(Json(present(&who, detail)))
 }
 
