@@ -173,10 +173,18 @@ fn deliveries_cli(home: &Home, args: &[&str]) -> (String, serde_json::Value) {
     let mut all = vec!["deliveries"];
     all.extend_from_slice(args);
     let text = home.run(&all);
-    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    assert!(
+        text.status.success(),
+        "{}",
+        String::from_utf8_lossy(&text.stderr)
+    );
     all.push("--json");
     let json = home.run(&all);
-    assert!(json.status.success(), "{}", String::from_utf8_lossy(&json.stderr));
+    assert!(
+        json.status.success(),
+        "{}",
+        String::from_utf8_lossy(&json.stderr)
+    );
     (
         String::from_utf8_lossy(&text.stdout).into_owned(),
         serde_json::from_slice(&json.stdout).expect("JSON"),
@@ -186,7 +194,11 @@ fn deliveries_cli(home: &Home, args: &[&str]) -> (String, serde_json::Value) {
 /// A token of tenant `acme`, registered first.
 fn tenant_token(home: &Home) -> String {
     let added = home.run(&["tenants", "add", "acme"]);
-    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
     home.create_token(Some("acme"))
 }
 

@@ -118,7 +118,10 @@ pub fn routes(
 
 /// The signature header's value for `body` sent at `timestamp` (Unix seconds).
 pub fn signature(secret: &[u8], timestamp: i64, body: &[u8]) -> String {
-    format!("t={timestamp},v1={}", hex::encode(mac(secret, timestamp, body)))
+    format!(
+        "t={timestamp},v1={}",
+        hex::encode(mac(secret, timestamp, body))
+    )
 }
 
 fn mac(secret: &[u8], timestamp: i64, body: &[u8]) -> [u8; 32] {
@@ -148,7 +151,9 @@ pub fn verify(secret: &[u8], header: &str, body: &[u8], now: i64) -> Result<(), 
     for part in header.split(',') {
         match part.trim().split_once('=') {
             Some(("t", t)) => timestamp = t.parse::<i64>().ok(),
-            Some(("v1", v)) => signatures.push(hex::decode(v).map_err(|_| SignatureError::Malformed)?),
+            Some(("v1", v)) => {
+                signatures.push(hex::decode(v).map_err(|_| SignatureError::Malformed)?)
+            }
             _ => {}
         }
     }
@@ -160,9 +165,12 @@ pub fn verify(secret: &[u8], header: &str, body: &[u8], now: i64) -> Result<(), 
         return Err(SignatureError::Stale);
     }
     let expected = mac(secret, timestamp, body);
-    let matches = signatures
-        .iter()
-        .any(|s| bool::from(subtle::ConstantTimeEq::ct_eq(s.as_slice(), expected.as_slice())));
+    let matches = signatures.iter().any(|s| {
+        bool::from(subtle::ConstantTimeEq::ct_eq(
+            s.as_slice(),
+            expected.as_slice(),
+        ))
+    });
     if matches {
         Ok(())
     } else {
@@ -189,7 +197,12 @@ mod tests {
             Err(SignatureError::Mismatch)
         );
         assert_eq!(
-            verify(b"s3cret", &header, body, 1_700_000_000 + REPLAY_WINDOW_SECS + 1),
+            verify(
+                b"s3cret",
+                &header,
+                body,
+                1_700_000_000 + REPLAY_WINDOW_SECS + 1
+            ),
             Err(SignatureError::Stale)
         );
         for bad in ["", "t=1", "v1=00", "t=x,v1=00", "t=1,v1=zz"] {
@@ -236,7 +249,9 @@ mod tests {
         let problems = routes(&bad, &|w| w != "nope").unwrap_err();
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(problems[0].starts_with("deliver.nope: webhook \"nope\" is not declared"));
-        assert!(problems[1].starts_with("deliver.ops: unknown ending \"finished\" (known: succeeded"));
+        assert!(
+            problems[1].starts_with("deliver.ops: unknown ending \"finished\" (known: succeeded")
+        );
         assert!(problems[2].starts_with("deliver.ops2: name at least one ending"));
     }
 }

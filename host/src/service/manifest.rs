@@ -428,10 +428,12 @@ impl Manifest {
                 Ok(spec) => {
                     webhooks.insert(name.clone(), spec);
                 }
-                Err((key, problem)) => problems.push(match key_line(text, &format!("webhooks.{name}"), key) {
-                    Some(line) => format!("webhook {name}: line {line}: {problem}"),
-                    None => format!("webhook {name}: {problem}"),
-                }),
+                Err((key, problem)) => {
+                    problems.push(match key_line(text, &format!("webhooks.{name}"), key) {
+                        Some(line) => format!("webhook {name}: line {line}: {problem}"),
+                        None => format!("webhook {name}: {problem}"),
+                    })
+                }
             }
         }
         let mut jobs = Vec::new();

@@ -1,8 +1,9 @@
 //! The JSON shapes of runs, attempts and jobs, shared by the CLI and the HTTP API.
 
 use crate::store::{
-    AttemptRecord, DeliveryAttemptRecord, DeliveryRecord, FileRecord, JobRecord, LeaseRecord, LiveLogRecord, PauseRecord, RunRecord,
-    RunStatus, StepFailureRecord, StepRecord, TenantRecord, TokenRecord,
+    AttemptRecord, DeliveryAttemptRecord, DeliveryRecord, FileRecord, JobRecord, LeaseRecord,
+    LiveLogRecord, PauseRecord, RunRecord, RunStatus, StepFailureRecord, StepRecord, TenantRecord,
+    TokenRecord,
 };
 use serde_json::{Value, json};
 

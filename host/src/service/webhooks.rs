@@ -19,9 +19,7 @@ use crate::rules::job::RetryPolicy;
 use crate::rules::trace::TraceParent;
 use crate::runs::runner::backoff;
 use crate::service::views::time;
-use crate::store::{
-    DeliveryNext, DeliveryRecord, DeliveryTry, RunRecord, Store, StoreError,
-};
+use crate::store::{DeliveryNext, DeliveryRecord, DeliveryTry, RunRecord, Store, StoreError};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -66,7 +64,12 @@ impl WebhookSpec {
 
     /// The delay before try `tries + 1` (after `tries` failed), or `None` to give up:
     /// when that try would come later than `retry_for` after `since`.
-    fn next_try(&self, tries: i64, elapsed: Duration, rng: &mut impl rand::Rng) -> Option<Duration> {
+    fn next_try(
+        &self,
+        tries: i64,
+        elapsed: Duration,
+        rng: &mut impl rand::Rng,
+    ) -> Option<Duration> {
         let policy = RetryPolicy {
             retries: u32::MAX,
             backoff_base: self.backoff,
@@ -221,9 +224,15 @@ impl Deliverer {
             }
         };
         match next {
-            DeliveryNext::Delivered => tracing::info!(delivery_id = delivery.id, run_id = %delivery.run_id, webhook = %delivery.webhook, ending = %delivery.ending, tries, "delivered"),
-            DeliveryNext::RetryIn(ms) => tracing::warn!(delivery_id = delivery.id, run_id = %delivery.run_id, webhook = %delivery.webhook, status = status_code, error = error.as_deref(), tries, retry_in_ms = ms, "delivery failed; it will be tried again"),
-            DeliveryNext::GiveUp => tracing::error!(delivery_id = delivery.id, run_id = %delivery.run_id, webhook = %delivery.webhook, status = status_code, error = error.as_deref(), tries, "delivery given up after its retry window; `host deliveries retry` sends it again"),
+            DeliveryNext::Delivered => {
+                tracing::info!(delivery_id = delivery.id, run_id = %delivery.run_id, webhook = %delivery.webhook, ending = %delivery.ending, tries, "delivered")
+            }
+            DeliveryNext::RetryIn(ms) => {
+                tracing::warn!(delivery_id = delivery.id, run_id = %delivery.run_id, webhook = %delivery.webhook, status = status_code, error = error.as_deref(), tries, retry_in_ms = ms, "delivery failed; it will be tried again")
+            }
+            DeliveryNext::GiveUp => {
+                tracing::error!(delivery_id = delivery.id, run_id = %delivery.run_id, webhook = %delivery.webhook, status = status_code, error = error.as_deref(), tries, "delivery given up after its retry window; `host deliveries retry` sends it again")
+            }
         }
         let tried = DeliveryTry {
             host: &self.host,
@@ -232,8 +241,15 @@ impl Deliverer {
             duration_ms: took.as_millis() as i64,
             next,
         };
-        if !self.store.settle_delivery(delivery.id, claim, &tried).await? {
-            tracing::warn!(delivery_id = delivery.id, "a delivery's claim expired before its attempt was recorded; another host may send it again");
+        if !self
+            .store
+            .settle_delivery(delivery.id, claim, &tried)
+            .await?
+        {
+            tracing::warn!(
+                delivery_id = delivery.id,
+                "a delivery's claim expired before its attempt was recorded; another host may send it again"
+            );
         }
         Ok(())
     }

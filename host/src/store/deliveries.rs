@@ -230,7 +230,12 @@ impl Store {
 
     /// Records an attempt at delivery `id` and what follows it, if `claim` still holds it
     /// (whether it did); the attempt is recorded either way: it was made.
-    pub async fn settle_delivery(&self, id: i64, claim: &str, tried: &DeliveryTry<'_>) -> Result<bool> {
+    pub async fn settle_delivery(
+        &self,
+        id: i64,
+        claim: &str,
+        tried: &DeliveryTry<'_>,
+    ) -> Result<bool> {
         let s = self.delivery_statements();
         let (state, retry_ms) = match tried.next {
             DeliveryNext::Delivered => (DeliveryState::Delivered, 0),
@@ -280,11 +285,17 @@ impl Store {
 
     pub async fn get_delivery(&self, id: i64) -> Result<Option<DeliveryRecord>> {
         let q = &self.delivery_statements().get;
-        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(id).fetch_optional(p).await?))
+        Ok(
+            with_pool!(self.reader, p => sqlx::query_as(q.as_str()).bind(id).fetch_optional(p).await?),
+        )
     }
 
     /// The newest `limit` attempts at delivery `id`.
-    pub async fn delivery_attempts(&self, id: i64, limit: i64) -> Result<Vec<DeliveryAttemptRecord>> {
+    pub async fn delivery_attempts(
+        &self,
+        id: i64,
+        limit: i64,
+    ) -> Result<Vec<DeliveryAttemptRecord>> {
         let q = &self.delivery_statements().attempts;
         Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
             .bind(id)
@@ -345,8 +356,14 @@ mod tests {
             .await
             .unwrap();
         let routes = Routes::from([
-            ("ops".to_string(), [Ending::Failed, Ending::Succeeded].into()),
-            ("audit".to_string(), [Ending::Failed, Ending::Skipped].into()),
+            (
+                "ops".to_string(),
+                [Ending::Failed, Ending::Succeeded].into(),
+            ),
+            (
+                "audit".to_string(),
+                [Ending::Failed, Ending::Skipped].into(),
+            ),
         ]);
         store.set_delivery_routes("j", &routes).await.unwrap();
         // Registering again replaces the routes.
@@ -355,27 +372,55 @@ mod tests {
         exec(&store, &run_row("r2", "j", "queued", "'r1'")).await;
         exec(&store, &run_row("other", "k", "queued", "NULL")).await;
         exec(&store, &run_row("dropped", "j", "skipped", "NULL")).await;
-        exec(&store, "UPDATE jobhost_runs SET status = 'failed' WHERE id IN ('r1', 'r2', 'other')").await;
+        exec(
+            &store,
+            "UPDATE jobhost_runs SET status = 'failed' WHERE id IN ('r1', 'r2', 'other')",
+        )
+        .await;
         // A later update of an ended run writes nothing again.
-        exec(&store, "UPDATE jobhost_runs SET retried_by = 'x' WHERE id = 'r1'").await;
+        exec(
+            &store,
+            "UPDATE jobhost_runs SET retried_by = 'x' WHERE id = 'r1'",
+        )
+        .await;
         let all = store
-            .list_deliveries(&DeliveryFilter { limit: 50, ..Default::default() })
+            .list_deliveries(&DeliveryFilter {
+                limit: 50,
+                ..Default::default()
+            })
             .await
             .unwrap();
-        let mut written: Vec<(String, String)> =
-            all.iter().map(|d| (d.run_id.clone(), d.webhook.clone())).collect();
+        let mut written: Vec<(String, String)> = all
+            .iter()
+            .map(|d| (d.run_id.clone(), d.webhook.clone()))
+            .collect();
         written.sort();
         assert_eq!(
             written,
-            [("dropped", "audit"), ("r1", "audit"), ("r1", "ops"), ("r2", "audit"), ("r2", "ops")]
-                .map(|(r, w)| (r.to_string(), w.to_string())),
+            [
+                ("dropped", "audit"),
+                ("r1", "audit"),
+                ("r1", "ops"),
+                ("r2", "audit"),
+                ("r2", "ops")
+            ]
+            .map(|(r, w)| (r.to_string(), w.to_string())),
             "one per route of a routed ending, a run queued ended too; none for job k"
         );
         let hooks = ["ops".to_string()];
-        let first = store.claim_deliveries(&hooks, "c1", 10, 60_000).await.unwrap();
+        let first = store
+            .claim_deliveries(&hooks, "c1", 10, 60_000)
+            .await
+            .unwrap();
         assert_eq!(first.len(), 1, "r2's waits for r1's, which it retries");
         assert_eq!(first[0].run_id, "r1");
-        assert!(store.claim_deliveries(&hooks, "c2", 10, 60_000).await.unwrap().is_empty());
+        assert!(
+            store
+                .claim_deliveries(&hooks, "c2", 10, 60_000)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         let failed = DeliveryTry {
             host: "h",
             status_code: Some(500),
@@ -383,26 +428,68 @@ mod tests {
             duration_ms: 3,
             next: DeliveryNext::RetryIn(0),
         };
-        assert!(!store.settle_delivery(first[0].id, "c-stale", &failed).await.unwrap(), "not its claim");
-        assert!(store.settle_delivery(first[0].id, "c1", &failed).await.unwrap());
-        let again = store.claim_deliveries(&hooks, "c3", 10, 60_000).await.unwrap();
+        assert!(
+            !store
+                .settle_delivery(first[0].id, "c-stale", &failed)
+                .await
+                .unwrap(),
+            "not its claim"
+        );
+        assert!(
+            store
+                .settle_delivery(first[0].id, "c1", &failed)
+                .await
+                .unwrap()
+        );
+        let again = store
+            .claim_deliveries(&hooks, "c3", 10, 60_000)
+            .await
+            .unwrap();
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].attempts, 1);
-        let sent = DeliveryTry { status_code: Some(204), error: None, next: DeliveryNext::Delivered, ..failed.clone() };
-        assert!(store.settle_delivery(again[0].id, "c3", &sent).await.unwrap());
-        let next = store.claim_deliveries(&hooks, "c4", 10, 60_000).await.unwrap();
+        let sent = DeliveryTry {
+            status_code: Some(204),
+            error: None,
+            next: DeliveryNext::Delivered,
+            ..failed.clone()
+        };
+        assert!(
+            store
+                .settle_delivery(again[0].id, "c3", &sent)
+                .await
+                .unwrap()
+        );
+        let next = store
+            .claim_deliveries(&hooks, "c4", 10, 60_000)
+            .await
+            .unwrap();
         assert_eq!(next.len(), 1);
         assert_eq!(next[0].run_id, "r2", "its turn, once r1's was delivered");
-        let gave_up = DeliveryTry { next: DeliveryNext::GiveUp, ..failed.clone() };
-        assert!(store.settle_delivery(next[0].id, "c4", &gave_up).await.unwrap());
+        let gave_up = DeliveryTry {
+            next: DeliveryNext::GiveUp,
+            ..failed.clone()
+        };
+        assert!(
+            store
+                .settle_delivery(next[0].id, "c4", &gave_up)
+                .await
+                .unwrap()
+        );
         let given_up = store.get_delivery(next[0].id).await.unwrap().unwrap();
         assert_eq!(given_up.state, "failed");
         assert_eq!(given_up.last_error.as_deref(), Some("HTTP 500"));
-        assert!(store.retry_delivery(again[0].id).await.unwrap().is_none(), "delivered: not retried");
+        assert!(
+            store.retry_delivery(again[0].id).await.unwrap().is_none(),
+            "delivered: not retried"
+        );
         let retried = store.retry_delivery(next[0].id).await.unwrap().unwrap();
         assert_eq!(retried.state, "pending");
         let attempts = store.delivery_attempts(first[0].id, 10).await.unwrap();
-        assert_eq!(attempts.len(), 3, "each attempt recorded, the stale claim's too");
+        assert_eq!(
+            attempts.len(),
+            3,
+            "each attempt recorded, the stale claim's too"
+        );
         let delivered = store
             .list_deliveries(&DeliveryFilter {
                 state: Some(DeliveryState::Delivered),

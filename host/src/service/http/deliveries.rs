@@ -39,9 +39,8 @@ pub(super) struct DeliveriesQuery {
 fn state_filter(status: Option<&str>) -> Result<Option<DeliveryState>, String> {
     status
         .map(|s| {
-            DeliveryState::parse(s).ok_or_else(|| {
-                "status: use pending, delivered or failed (given up)".to_string()
-            })
+            DeliveryState::parse(s)
+                .ok_or_else(|| "status: use pending, delivered or failed (given up)".to_string())
         })
         .transpose()
 }
@@ -122,5 +121,9 @@ pub(super) async fn retry(
 }
 
 fn unknown_delivery() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "unknown_delivery", "no such delivery")
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_delivery",
+        "no such delivery",
+    )
 }
