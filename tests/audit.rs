@@ -64,6 +64,17 @@ async fn a_run(server: &Server, status: &str) -> String {
 }
 
 /// The concrete path and body that perform the change registered as `method path`.
+/// A delivery given up, for a retry to send again: written as the delivery worker leaves
+/// one whose receiver never answered within its window.
+async fn a_failed_delivery(home: &Home) -> i64 {
+    home.scalar(
+        "INSERT INTO jobhost_deliveries (run_id, job, tenant, webhook, ending, state, attempts, \
+         next_try_at, retry_from, created_at, updated_at) \
+         VALUES ('gone', 'hello', 'default', 'ops', 'failed', 'failed', 9, 0, 0, 0, 0) RETURNING id",
+    )
+    .await
+}
+
 async fn perform(
     home: &Home,
     server: &Server,
@@ -101,6 +112,10 @@ async fn perform(
         ("POST", "/pauses/{scope}/{name}") | ("DELETE", "/pauses/{scope}/{name}") => {
             made("/pauses/lane/spare", None)
         }
+        ("POST", "/deliveries/{id}/retry") => made(
+            &format!("/deliveries/{}/retry", a_failed_delivery(home).await),
+            None,
+        ),
         ("POST", "/events/{name}") => made("/events/order.paid", Some(r#"{"key": "k1"}"#)),
         ("POST", "/tenants") => made("/tenants", Some(r#"{"name": "initech"}"#)),
         ("POST", "/tenants/{name}/disable") => made("/tenants/acme/disable", None),
@@ -239,7 +254,7 @@ on_every_backend! {
         }
         leaves.sort();
         const READS: &[&str] = &[
-            "audit", "audit-write", "build", "check", "codes", "compile-component", "drive", "files get", "files ls", "inspect", "jobs",
+            "audit", "audit-write", "build", "check", "codes", "compile-component", "deliveries show", "drive", "files get", "files ls", "inspect", "jobs",
             "migrate", "new", "pauses", "replay", "run", "runs export", "runs list", "runs show",
             "runs tail", "runs wait", "sdk", "serve", "tenants list", "test", "tokens list", "wit",
         ];
@@ -262,6 +277,10 @@ on_every_backend! {
                 "tenants disable" => ("tenant.disable", vec!["tenants".into(), "disable".into(), "acme".into()]),
                 "tenants enable" => ("tenant.enable", vec!["tenants".into(), "enable".into(), "acme".into()]),
                 "tokens create" => ("token.create", vec!["tokens".into(), "create".into(), "--label".into(), "made by the CLI".into()]),
+                "deliveries retry" => (
+                    "delivery.retry",
+                    vec!["deliveries".into(), "retry".into(), a_failed_delivery(&home).await.to_string()],
+                ),
                 "files put" => {
                     let file = home.path().join("put.txt");
                     std::fs::write(&file, "put by the CLI").unwrap();
@@ -288,7 +307,7 @@ on_every_backend! {
                 (Some(action), Some("ok"), Some("cli")), "host {leaf}: {row}");
             assert_eq!(row["label"], user.as_str());
         }
-        assert!(leaves.iter().filter(|l| !READS.contains(&l.as_str())).count() >= 17, "{leaves:?}");
+        assert!(leaves.iter().filter(|l| !READS.contains(&l.as_str())).count() >= 18, "{leaves:?}");
 
         // A refused command is audited as refused; a preview by filter writes nothing.
         let before = audit_rows(&server).await.len();

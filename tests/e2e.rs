@@ -14,6 +14,7 @@ mod audit;
 mod authors;
 mod chaos;
 mod controls;
+mod deliveries;
 mod enqueue;
 mod events;
 mod family;

@@ -511,6 +511,7 @@ fn job_spec(name: &str, component: &Path, grants: Grants, payload: serde_json::V
         flow: Default::default(),
         lane: jobhost::rules::job::DEFAULT_LANE.into(),
         recorder: Default::default(),
+        deliver: Default::default(),
     }
 }
 

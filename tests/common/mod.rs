@@ -400,21 +400,35 @@ impl Home {
 
     /// Starts `host serve`; `None` if it exited instead (a database out of reach, say).
     pub async fn try_serve_with_db(&self, db_url: &str, args: &[&str]) -> Option<Server> {
-        self.try_serve_logging(db_url, "info", args).await
+        self.try_serve_logging(db_url, "info", &[], args).await
     }
 
-    /// Like `serve`, logging with the filter `log` (a `JOBHOST_LOG` value).
-    pub async fn serve_logging(&self, log: &str, args: &[&str]) -> Server {
-        self.try_serve_logging(&self.db_url, log, args)
+    /// Like `serve`, with these variables in the host's environment (a webhook's secret).
+    pub async fn serve_env(&self, env: &[(&str, &str)], args: &[&str]) -> Server {
+        self.try_serve_logging(&self.db_url, "info", env, args)
             .await
             .unwrap_or_else(|| panic!("host serve did not start"))
     }
 
-    async fn try_serve_logging(&self, db_url: &str, log: &str, args: &[&str]) -> Option<Server> {
+    /// Like `serve`, logging with the filter `log` (a `JOBHOST_LOG` value).
+    pub async fn serve_logging(&self, log: &str, args: &[&str]) -> Server {
+        self.try_serve_logging(&self.db_url, log, &[], args)
+            .await
+            .unwrap_or_else(|| panic!("host serve did not start"))
+    }
+
+    async fn try_serve_logging(
+        &self,
+        db_url: &str,
+        log: &str,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Option<Server> {
         use std::io::BufRead;
         let token = self.operator_token();
         let mut child = self
             .host()
+            .envs(env.iter().copied())
             .env("JOBHOST_DB", db_url)
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)

@@ -85,6 +85,9 @@ pub fn change_of(command: &Command) -> Option<Change> {
         Command::Tokens(TokensCommand::Revoke { id }) => {
             Change::new(Action::TokenRevoke, format!("token {id}"))
         }
+        Command::Deliveries(args) => args
+            .retried()
+            .and_then(|id| Change::new(Action::DeliveryRetry, format!("delivery {id}"))),
         Command::Files(put @ FilesCommand::Put { .. }) => {
             Change::new(Action::FilePut, put.object())
         }

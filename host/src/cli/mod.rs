@@ -7,6 +7,7 @@
 mod audit;
 mod author;
 mod cases;
+mod deliveries;
 mod drive;
 mod failure;
 mod files;
@@ -55,6 +56,9 @@ pub enum Command {
     /// Read run history; cancel and retry runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
+    /// Delivered endings (`[webhooks]`): newest first, by run or state; one with its
+    /// attempts (`show ID`); one given up sent again (`retry ID`).
+    Deliveries(deliveries::DeliveriesArgs),
     /// Stop claiming runs of a job, a tenant or a lane (queued runs wait; running ones
     /// finish) until `host resume`.
     #[command(subcommand)]
@@ -270,6 +274,7 @@ async fn dispatch(
         Command::Run(args) => run::run(global, *args).await,
         Command::Serve(args) => serve::run_serve(global, *args).await,
         Command::Runs(cmd) => runs::runs(global, cmd).await,
+        Command::Deliveries(args) => deliveries::deliveries(global, args).await,
         Command::Replay(args) => replay::replay(global, *args).await,
         Command::Pause(scope) => runs::pause(global, scope, true).await,
         Command::Resume(scope) => runs::pause(global, scope, false).await,

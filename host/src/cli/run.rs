@@ -319,6 +319,7 @@ fn resolve_spec(args: &RunArgs, manifest: Option<&Manifest>) -> Result<JobSpec, 
                 flow: Default::default(),
                 lane: crate::rules::job::DEFAULT_LANE.into(),
                 recorder: Default::default(),
+                deliver: Default::default(),
             }
         }
     };

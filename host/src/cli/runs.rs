@@ -212,10 +212,18 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                     ..Default::default()
                 })
                 .await?;
+            let deliveries = store
+                .list_deliveries(&crate::store::DeliveryFilter {
+                    run_id: Some(&id),
+                    limit: views::MAX_PAGE,
+                    ..Default::default()
+                })
+                .await?;
             if json {
                 let mut detail =
                     views::run_detail(&run, &attempts, live.as_ref(), &steps, &failed_steps);
                 detail["journals"] = serde_json::json!(journals);
+                detail["deliveries"] = deliveries.iter().map(views::delivery).collect();
                 detail["kicks_pending"] = kicks_pending.into();
                 detail["held_by"] = serde_json::json!(held_by);
                 detail["actions"] = actions
@@ -282,6 +290,9 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                         live["log"].as_str().unwrap_or_default(),
                         live["log_truncated"] == true,
                     );
+                }
+                for d in &deliveries {
+                    println!("  delivery {}", super::deliveries::line(d).trim_start());
                 }
             }
             0

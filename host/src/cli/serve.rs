@@ -204,6 +204,11 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
         key_rotation: args.key_rotation,
     })
     .await?;
+    let webhooks = match &manifest {
+        Some(m) => crate::service::webhooks::Webhooks::resolve(&m.webhooks)
+            .map_err(|e| Failure::usage(e.to_string()))?,
+        None => Default::default(),
+    };
     let specs = manifest.map(|m| m.jobs).unwrap_or_default();
     let catalog = Catalog::load(&app, specs, tz).await?;
     let config = ServeConfig {
@@ -234,6 +239,7 @@ pub async fn run_serve(global: &Global, args: ServeArgs) -> Result<u8, Failure> 
             None => host.catch_up.unwrap_or_default(),
         },
         webhook: args.webhook.or(host.webhook),
+        webhooks,
         max_reruns: args.max_reruns,
         stale: args.attempts.lease_grace,
         retention: args.retention.or(host.retention),

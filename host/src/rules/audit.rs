@@ -21,10 +21,11 @@ pub enum Action {
     TokenCreate,
     TokenRevoke,
     FilePut,
+    DeliveryRetry,
 }
 
 impl Action {
-    pub const ALL: [Action; 16] = [
+    pub const ALL: [Action; 17] = [
         Action::RunKick,
         Action::RunStart,
         Action::RunStartBatch,
@@ -41,6 +42,7 @@ impl Action {
         Action::TokenCreate,
         Action::TokenRevoke,
         Action::FilePut,
+        Action::DeliveryRetry,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +63,7 @@ impl Action {
             Action::TokenCreate => "token.create",
             Action::TokenRevoke => "token.revoke",
             Action::FilePut => "file.put",
+            Action::DeliveryRetry => "delivery.retry",
         }
     }
 

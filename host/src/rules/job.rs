@@ -208,6 +208,10 @@ pub struct JobSpec {
     /// What its attempts keep of their host calls, to be replayed (`journal`).
     #[serde(default)]
     pub recorder: crate::rules::record::Recorder,
+    /// Which of its runs' endings go to which webhook (`rules::delivery`), written as the
+    /// job's routes when it is registered.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub deliver: crate::rules::delivery::Routes,
 }
 
 /// The lane of jobs that name none; its workers are `--workers`.

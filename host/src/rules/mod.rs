@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod claim_limits;
+pub mod delivery;
 pub mod enqueue;
 pub mod event_filter;
 pub mod event_name;

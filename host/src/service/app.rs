@@ -119,7 +119,8 @@ impl App {
             .expect("component checking does not panic")
     }
 
-    /// Records the job's registration (first-seen time, component `digest`, definition).
+    /// Records the job's registration (first-seen time, component `digest`, definition)
+    /// and its routes of delivered endings.
     pub async fn register(
         &self,
         spec: &JobSpec,
@@ -130,7 +131,8 @@ impl App {
         if spec.tenant != crate::rules::tenant::OPERATOR_TENANT {
             self.store.add_tenant(&spec.tenant).await?;
         }
-        self.store
+        let record = self
+            .store
             .upsert_job(&JobUpsert {
                 name: &spec.name,
                 tenant: &spec.tenant,
@@ -145,7 +147,11 @@ impl App {
                 over_limit: spec.flow.over_limit,
                 limits: &spec.flow.limits,
             })
-            .await
+            .await?;
+        self.store
+            .set_delivery_routes(&spec.name, &spec.deliver)
+            .await?;
+        Ok(record)
     }
 }
 

@@ -62,6 +62,19 @@
 //! key_rate = "5/s"                      # starts per period per key
 //! key_concurrency = 1                   # running or claimed at once per key
 //! order = "fifo"                        # per key: one at a time, oldest queued first, never skipped
+//!
+//! [webhooks.ops]                        # where endings are delivered (`service::webhooks`)
+//! url = "https://ops.example/jobhost"
+//! secret_env = "OPS_WEBHOOK_SECRET"     # the HMAC-SHA256 signing secret's variable; required
+//! timeout = "10s"                       # each POST's; default 10s, at most 60s
+//! backoff = "5s"                        # the first retry's delay, doubled each time, jittered
+//! backoff_max = "1h"                    # the longest delay between tries
+//! retry_for = "24h"                     # then the delivery is given up (`failed`)
+//!
+//! [defaults]
+//! deliver = { ops = ["failed", "crashed"] }   # every job's, unless it names its own
+//! [jobs.billing]
+//! deliver = { ops = ["succeeded", "failed", "cancelled", "crashed", "skipped"] }
 //! ```
 //!
 //! A run over a claim limit stays queued, using no attempt, lease or worker, and the claim
@@ -85,6 +98,7 @@ use crate::sandbox::links::limits::{DEFAULT_MAX_WAIT, MountLimits};
 use crate::sandbox::links::{
     Credential, DEFAULT_MAX_BODY, DEFAULT_TIMEOUT, MountSpec, SecretSource,
 };
+use crate::service::webhooks::WebhookSpec;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
@@ -202,6 +216,25 @@ struct JobSection {
     /// A journal's cap (1MiB by default).
     #[serde(default, with = "opt_size")]
     record_limit: Option<u64>,
+    /// Which endings go to which webhook: `{ WEBHOOK = ["failed", ...] }`.
+    deliver: Option<BTreeMap<String, Vec<String>>>,
+}
+
+/// `[webhooks.NAME]`: a receiver of delivered endings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhookSection {
+    url: Option<String>,
+    /// The environment variable holding the signing secret (never the secret itself).
+    secret_env: Option<String>,
+    #[serde(default, with = "opt_duration")]
+    timeout: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    backoff: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    backoff_max: Option<Duration>,
+    #[serde(default, with = "opt_duration")]
+    retry_for: Option<Duration>,
 }
 
 /// `[tenants.NAME]` (or `[tenant_defaults]`, for every tenant not named): the tenant's
@@ -293,6 +326,8 @@ struct File {
     #[serde(default)]
     links: BTreeMap<String, MountSection>,
     #[serde(default)]
+    webhooks: BTreeMap<String, WebhookSection>,
+    #[serde(default)]
     lanes: BTreeMap<String, LaneSection>,
     #[serde(default)]
     tenants: BTreeMap<String, TenantSection>,
@@ -312,6 +347,8 @@ pub struct Manifest {
     pub quotas: Quotas,
     pub collections: BTreeMap<String, CollectionSpec>,
     pub mounts: BTreeMap<String, MountSpec>,
+    /// Where endings are delivered, by name; each job's `deliver` names them.
+    pub webhooks: BTreeMap<String, WebhookSpec>,
     pub jobs: Vec<JobSpec>,
 }
 
@@ -385,10 +422,41 @@ impl Manifest {
                 Err(problem) => problems.push(format!("link {name}: {problem}")),
             }
         }
+        let mut webhooks = BTreeMap::new();
+        for (name, section) in &file.webhooks {
+            match webhook(name, section) {
+                Ok(spec) => {
+                    webhooks.insert(name.clone(), spec);
+                }
+                Err((key, problem)) => {
+                    problems.push(match key_line(text, &format!("webhooks.{name}"), key) {
+                        Some(line) => format!("webhook {name}: line {line}: {problem}"),
+                        None => format!("webhook {name}: {problem}"),
+                    })
+                }
+            }
+        }
         let mut jobs = Vec::new();
         for (name, section) in &file.jobs {
             match job(name, section, &file.defaults, &resolve) {
-                Ok(spec) => {
+                Ok(mut spec) => {
+                    let (deliver, table) = match &section.deliver {
+                        Some(own) => (Some(own), format!("jobs.{name}")),
+                        None => (file.defaults.deliver.as_ref(), "defaults".to_string()),
+                    };
+                    if let Some(deliver) = deliver {
+                        let declared = |w: &str| file.webhooks.contains_key(w);
+                        match crate::rules::delivery::routes(deliver, &declared) {
+                            Ok(routes) => spec.deliver = routes,
+                            Err(found) => {
+                                let line = key_line(text, &table, Some("deliver"));
+                                problems.extend(found.into_iter().map(|p| match line {
+                                    Some(line) => format!("job {name}: line {line}: {p}"),
+                                    None => format!("job {name}: {p}"),
+                                }));
+                            }
+                        }
+                    }
                     for problem in undeclared(&spec, &collections, &mounts) {
                         problems.push(format!("job {name}: {problem}"));
                     }
@@ -481,6 +549,7 @@ impl Manifest {
             quotas,
             collections,
             mounts,
+            webhooks,
             jobs,
         };
         Ok((manifest, problems))
@@ -583,6 +652,70 @@ fn mount(
             max_wait: section.max_wait.unwrap_or(DEFAULT_MAX_WAIT),
         },
     })
+}
+
+/// A `[webhooks.NAME]` table checked whole; a problem names the key it is about.
+fn webhook(
+    name: &str,
+    section: &WebhookSection,
+) -> Result<WebhookSpec, (Option<&'static str>, String)> {
+    crate::rules::grants::validate_name("webhook", name).map_err(|e| (None, e.to_string()))?;
+    let url = section
+        .url
+        .as_deref()
+        .ok_or((None, "`url` is required".to_string()))?;
+    let parsed = reqwest::Url::parse(url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+    let Some(parsed) = parsed.filter(|_| url.len() <= 2048) else {
+        return Err((
+            Some("url"),
+            "url: use an http:// or https:// URL with a host, at most 2048 characters".into(),
+        ));
+    };
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err((
+            Some("url"),
+            "url: carries no user or password (the receiver checks the signature)".into(),
+        ));
+    }
+    let var = section.secret_env.as_deref().ok_or((
+        None,
+        "`secret_env` is required: the environment variable holding its signing secret".into(),
+    ))?;
+    if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+        return Err((
+            Some("secret_env"),
+            format!("secret_env: the environment has no {var} (its signing secret)"),
+        ));
+    }
+    let defaults = WebhookSpec::defaults(url, var);
+    let spec = WebhookSpec {
+        timeout: section.timeout.unwrap_or(defaults.timeout),
+        backoff: section.backoff.unwrap_or(defaults.backoff),
+        backoff_max: section.backoff_max.unwrap_or(defaults.backoff_max),
+        retry_for: section.retry_for.unwrap_or(defaults.retry_for),
+        ..defaults
+    };
+    if spec.timeout.is_zero() || spec.timeout > Duration::from_secs(60) {
+        return Err((Some("timeout"), "timeout: more than 0, at most 60s".into()));
+    }
+    if spec.backoff < Duration::from_millis(10) {
+        return Err((Some("backoff"), "backoff: at least 10ms".into()));
+    }
+    if spec.backoff_max < spec.backoff {
+        return Err((
+            Some("backoff_max"),
+            "backoff_max: at least `backoff`".into(),
+        ));
+    }
+    if spec.retry_for < spec.backoff || spec.retry_for > Duration::from_secs(30 * 86_400) {
+        return Err((
+            Some("retry_for"),
+            "retry_for: at least `backoff`, at most 30d".into(),
+        ));
+    }
+    Ok(spec)
 }
 
 fn job(
@@ -699,6 +832,7 @@ fn job(
             .or_else(|| defaults.lane.clone())
             .unwrap_or_else(|| crate::rules::job::DEFAULT_LANE.to_string()),
         recorder: recorder(section, defaults)?,
+        deliver: Default::default(),
     };
     spec.validate().map_err(|e| e.to_string())?;
     Ok(spec)
@@ -741,6 +875,32 @@ fn limit_line(text: &str, name: &str, problem: &str) -> Option<usize> {
         }
     }
     None
+}
+
+/// The line of `[TABLE]` that sets `key` (the table's own line if `key` is `None` or not
+/// found there), so `host check` points at it.
+fn key_line(text: &str, table: &str, key: Option<&str>) -> Option<usize> {
+    let header = format!("[{table}]");
+    let mut inside = false;
+    let mut header_at = None;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            inside = line == header;
+            if inside {
+                header_at = Some(n + 1);
+            }
+        } else if inside
+            && let Some(key) = key
+            && line.strip_prefix(key).is_some_and(|rest| {
+                let rest = rest.trim_start();
+                rest.starts_with('=') || rest.starts_with('.')
+            })
+        {
+            return Some(n + 1);
+        }
+    }
+    header_at
 }
 
 /// A job's `record` and `record_limit`.
@@ -959,6 +1119,111 @@ mod tests {
                 limits: ClaimLimits::default(),
             }
         );
+    }
+
+    #[test]
+    fn webhooks_and_deliver_routes_with_a_default() {
+        // PATH is set in every environment the tests run in.
+        let m = Manifest::parse(
+            Path::new("/srv/jobhost.toml"),
+            r#"
+            [webhooks.ops]
+            url = "https://ops.example/hooks"
+            secret_env = "PATH"
+            backoff = "50ms"
+            retry_for = "1h"
+            [webhooks.billing]
+            url = "http://127.0.0.1:9/in"
+            secret_env = "PATH"
+            [defaults]
+            deliver = { ops = ["failed", "crashed"] }
+            [jobs.plain]
+            component = "a.wasm"
+            [jobs.own]
+            component = "a.wasm"
+            deliver = { billing = ["succeeded"], ops = ["failed"] }
+            [jobs.quiet]
+            component = "a.wasm"
+            deliver = {}
+            "#,
+        )
+        .unwrap();
+        use crate::rules::delivery::Ending;
+        let ops = &m.webhooks["ops"];
+        assert_eq!(ops.backoff, Duration::from_millis(50));
+        assert_eq!(ops.timeout, Duration::from_secs(10), "the default");
+        assert_eq!(ops.retry_for, Duration::from_secs(3600));
+        assert_eq!(
+            m.job("plain").unwrap().deliver,
+            BTreeMap::from([(
+                "ops".to_string(),
+                BTreeSet::from([Ending::Failed, Ending::Crashed])
+            )])
+        );
+        let own = &m.job("own").unwrap().deliver;
+        assert_eq!(own["billing"], BTreeSet::from([Ending::Succeeded]));
+        assert_eq!(own["ops"], BTreeSet::from([Ending::Failed]));
+        assert!(m.job("quiet").unwrap().deliver.is_empty());
+        assert!(!format!("{m:?}").contains(&std::env::var("PATH").unwrap()));
+    }
+
+    #[test]
+    fn bad_webhooks_and_routes_are_refused_naming_the_line_and_key() {
+        let p = Path::new("m.toml");
+        let err = |text: &str| Manifest::parse(p, text).unwrap_err().to_string();
+        let hook = "[webhooks.ops]
+url = 'https://ops.example/'
+secret_env = 'PATH'
+";
+        for (text, says) in [
+            (
+                format!("{hook}[jobs.x]\ncomponent = 'a'\ndeliver = {{ ops = ['finished'] }}\n"),
+                "job x: line 6: deliver.ops: unknown ending \"finished\" (known: succeeded, failed, cancelled, crashed, skipped)",
+            ),
+            (
+                "[jobs.x]\ncomponent = 'a'\ndeliver = { ops = ['failed'] }\n".to_string(),
+                "job x: line 3: deliver.ops: webhook \"ops\" is not declared ([webhooks.ops])",
+            ),
+            (
+                format!("{hook}[defaults]\ndeliver.ops = []\n[jobs.x]\ncomponent = 'a'\n"),
+                "job x: line 5: deliver.ops: name at least one ending",
+            ),
+            (
+                "[webhooks.ops]\nurl = 'ftp://ops.example/'\nsecret_env = 'PATH'\n".to_string(),
+                "webhook ops: line 2: url: use an http:// or https:// URL with a host",
+            ),
+            (
+                "[webhooks.ops]\nsecret_env = 'PATH'\nurl = 'not a url'\n".to_string(),
+                "webhook ops: line 3: url: use an http:// or https:// URL",
+            ),
+            (
+                "[webhooks.ops]\nurl = 'https://u:p@ops.example/'\nsecret_env = 'PATH'\n".to_string(),
+                "webhook ops: line 2: url: carries no user or password",
+            ),
+            (
+                "[webhooks.ops]\nurl = 'https://ops.example/'\nsecret_env = 'JOBHOST_NO_SUCH_SECRET_VAR'\n".to_string(),
+                "webhook ops: line 3: secret_env: the environment has no JOBHOST_NO_SUCH_SECRET_VAR (its signing secret)",
+            ),
+            (
+                "[webhooks.ops]\nurl = 'https://ops.example/'\n".to_string(),
+                "webhook ops: line 1: `secret_env` is required",
+            ),
+            (
+                format!("{hook}timeout = '2m'\n"),
+                "webhook ops: line 4: timeout: more than 0, at most 60s",
+            ),
+            (
+                format!("{hook}backoff = '1h'\nbackoff_max = '1m'\n"),
+                "webhook ops: line 5: backoff_max: at least `backoff`",
+            ),
+            (
+                "[webhooks.Ops]\nurl = 'https://ops.example/'\nsecret_env = 'PATH'\n".to_string(),
+                "webhook Ops: line 1: ",
+            ),
+        ] {
+            let got = err(&text);
+            assert!(got.contains(says), "{text}\n=> {got}");
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The long-running service and its parts: the manifest it reads, `host serve`'s loop and
-//! workers, the HTTP API and console, schedules and surveillance, reports, retention,
+//! workers, the HTTP API and console, schedules and surveillance, reports, delivered endings, retention,
 //! the fleet's registration, `host drive` and OpenTelemetry export.
 
 pub mod app;
@@ -14,3 +14,4 @@ pub mod retention;
 pub mod schedule;
 pub mod serve;
 pub mod views;
+pub mod webhooks;

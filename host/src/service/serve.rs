@@ -54,6 +54,8 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
     pub catch_up: CatchUp,
     pub webhook: Option<String>,
+    /// Where endings are delivered (`[webhooks]`), their secrets read at start.
+    pub webhooks: crate::service::webhooks::Webhooks,
     pub max_reruns: i64,
     /// How long a run may sit past its lease before surveillance calls it crashed.
     pub stale: Duration,
@@ -126,6 +128,17 @@ pub async fn serve(
         stop.clone(),
     ));
     loops.spawn(report_loop(shared.clone(), config.clone(), stop.clone()));
+    if !config.webhooks.is_empty() {
+        let deliverer = crate::service::webhooks::Deliverer::new(
+            shared.app.store.clone(),
+            shared.app.runner.host_id(),
+            config.webhooks.clone(),
+        );
+        loops.spawn(crate::service::webhooks::delivery_loop(
+            deliverer,
+            stop.clone(),
+        ));
+    }
     loops.spawn(crate::service::http::sample_loop(
         shared.clone(),
         stop.clone(),

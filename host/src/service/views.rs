@@ -1,8 +1,9 @@
 //! The JSON shapes of runs, attempts and jobs, shared by the CLI and the HTTP API.
 
 use crate::store::{
-    AttemptRecord, AuditRecord, FileRecord, JobRecord, LeaseRecord, LiveLogRecord, PauseRecord,
-    RunRecord, RunStatus, StepFailureRecord, StepRecord, TenantRecord, TokenRecord,
+    AttemptRecord, AuditRecord, DeliveryAttemptRecord, DeliveryRecord, FileRecord, JobRecord,
+    LeaseRecord, LiveLogRecord, PauseRecord, RunRecord, RunStatus, StepFailureRecord, StepRecord,
+    TenantRecord, TokenRecord,
 };
 use serde_json::{Value, json};
 
@@ -158,6 +159,37 @@ pub fn attempt(a: &AttemptRecord) -> Value {
         "finished_at": a.finished_at.map(time),
         "log": a.log,
         "log_truncated": a.log_truncated != 0,
+    })
+}
+
+/// A delivery of a run's ending to a webhook (never its secret or URL): its state, tries
+/// and the last answer, the receiver's text bounded and escaped when it was stored.
+pub fn delivery(d: &DeliveryRecord) -> Value {
+    json!({
+        "id": d.id,
+        "run_id": d.run_id,
+        "job": d.job,
+        "tenant": d.tenant,
+        "webhook": d.webhook,
+        "ending": d.ending,
+        "state": d.state,
+        "attempts": d.attempts,
+        "next_try_at": (d.state == "pending").then(|| time(d.next_try_at)),
+        "last_status": d.last_status,
+        "last_error": d.last_error,
+        "after_run": d.after_run,
+        "created_at": time(d.created_at),
+        "delivered_at": d.delivered_at.map(time),
+    })
+}
+
+pub fn delivery_attempt(a: &DeliveryAttemptRecord) -> Value {
+    json!({
+        "host": a.host,
+        "status_code": a.status_code,
+        "error": a.error,
+        "duration_ms": a.duration_ms,
+        "at": time(a.at),
     })
 }
 

@@ -101,6 +101,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     29 => "0029_components_compiling",
     30 => "0030_unique_runs",
     31 => "0031_live_logs",
+    34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
@@ -135,6 +136,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     29 => "0029_components_compiling",
     30 => "0030_unique_runs",
     31 => "0031_live_logs",
+    34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
 );
 

@@ -18,6 +18,7 @@ mod controls;
 mod cancel_book;
 pub mod claims;
 mod connect;
+mod deliveries;
 pub mod enqueue;
 mod error;
 mod error_class;
@@ -55,6 +56,9 @@ pub use connect::claim_for_serving;
 #[cfg(test)]
 pub(crate) use connect::open_sqlite;
 pub use controls::{CancelRequest, RetryRequest};
+pub use deliveries::{
+    DeliveryAttemptRecord, DeliveryFilter, DeliveryNext, DeliveryRecord, DeliveryState, DeliveryTry,
+};
 pub use error::{Result, StoreError};
 pub use error_class::{ErrorClass, describe};
 #[cfg(test)]

@@ -632,13 +632,20 @@ statements! {
     cancelled_among = "SELECT id, last_code FROM jobhost_runs WHERE id IN {json_ids} AND status = 'cancelled'";
     // Retention: finished runs created before the cut-off, oldest first (never a queued or
     // running one), then their attempts, ledgers and rows; delivered reports.
+    // A run whose ending a webhook has yet to get is kept until it is delivered or given up.
     old_runs = "SELECT id FROM jobhost_runs WHERE created_at < {now} - $1 \
-        AND status NOT IN ('queued', 'running') ORDER BY created_at LIMIT $2";
+        AND status NOT IN ('queued', 'running') \
+        AND NOT EXISTS (SELECT 1 FROM jobhost_deliveries d \
+            WHERE d.run_id = jobhost_runs.id AND d.state = 'pending') \
+        ORDER BY created_at LIMIT $2";
     prune_attempts = "DELETE FROM jobhost_attempts WHERE run_id IN {json_ids}";
     prune_steps = "DELETE FROM jobhost_steps WHERE run_id IN {json_ids}";
     prune_step_failures = "DELETE FROM jobhost_step_failures WHERE run_id IN {json_ids}";
     prune_journals = "DELETE FROM jobhost_journals WHERE run_id IN {json_ids}";
     prune_live_logs = "DELETE FROM jobhost_live_logs WHERE run_id IN {json_ids}";
+    prune_delivery_attempts = "DELETE FROM jobhost_delivery_attempts WHERE delivery_id IN \
+        (SELECT id FROM jobhost_deliveries WHERE run_id IN {json_ids})";
+    prune_deliveries = "DELETE FROM jobhost_deliveries WHERE run_id IN {json_ids}";
     prune_runs = "DELETE FROM jobhost_runs WHERE id IN {json_ids} \
         AND status NOT IN ('queued', 'running')";
     // An orphaned job once it has no runs left (and its leases).

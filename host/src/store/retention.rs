@@ -1,5 +1,5 @@
 //! The rows retention deletes: finished runs older than the cut-off with their attempts,
-//! ledgers, journals and live logs, delivered reports, audit rows, orphaned jobs whose runs are all gone, and the leases
+//! ledgers, journals, live logs and settled deliveries, delivered reports, audit rows, orphaned jobs whose runs are all gone, and the leases
 //! of instances idle since the cut-off. What is old enough, and when, is `retention`'s.
 
 use super::error::Result;
@@ -46,6 +46,8 @@ impl Store {
                 &q.prune_step_failures,
                 &q.prune_journals,
                 &q.prune_live_logs,
+                &q.prune_delivery_attempts,
+                &q.prune_deliveries,
             ] {
                 sqlx::query(sql.as_str()).bind(&ids).execute(&mut *tx).await?;
             }

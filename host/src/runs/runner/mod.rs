@@ -1013,6 +1013,7 @@ mod tests {
             },
             lane: crate::rules::job::DEFAULT_LANE.into(),
             recorder: Default::default(),
+            deliver: Default::default(),
         }
     }
 

@@ -234,6 +234,7 @@ mod tests {
             flow: Default::default(),
             lane: crate::rules::job::DEFAULT_LANE.into(),
             recorder: Default::default(),
+            deliver: Default::default(),
         };
         assert_eq!(spec.validate(), Ok(()));
         spec.limits.memory = MAX_JOB_MEMORY + 1;

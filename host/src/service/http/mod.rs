@@ -22,6 +22,7 @@ mod audit;
 mod auth;
 mod controls;
 mod dashboard;
+mod deliveries;
 mod enqueue;
 mod error;
 mod events;
@@ -169,6 +170,15 @@ fn api(routes: Routes) -> Routes {
         .read("/jobs/{name}/stats", dashboard::job_stats)
         .read("/stream", dashboard::stream)
         .read("/reports", list_reports)
+        .read("/deliveries", deliveries::list)
+        .read("/deliveries/{id}", deliveries::show)
+        .change(
+            Method::POST,
+            "/deliveries/{id}/retry",
+            DeliveryRetry,
+            "delivery",
+            deliveries::retry,
+        )
         .change(
             Method::POST,
             "/events/{name}",
@@ -412,6 +422,19 @@ async fn get_run(
         (Some(template), Some(id)) => template.replace("{trace_id}", id).into(),
         _ => Value::Null,
     };
+    if who.tenant().is_none() {
+        // The operator's webhooks' deliveries of its ending: none for a tenant's token.
+        let deliveries = s
+            .app
+            .store
+            .list_deliveries(&crate::store::DeliveryFilter {
+                run_id: Some(&id),
+                limit: views::MAX_PAGE,
+                ..Default::default()
+            })
+            .await?;
+        detail["deliveries"] = deliveries.iter().map(views::delivery).collect();
+    }
     Ok(Json(present(&who, detail)))
 }
 

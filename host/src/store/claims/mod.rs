@@ -69,6 +69,7 @@ pub(crate) const POSTGRES_FUNCTIONS: &[(&str, &str)] = functions!(
     "remove_file",
     "run_limit_key",
     "runs_changed",
+    "runs_queued_ended",
 );
 
 /// How an attempt of one job is started: its lease's deadline and expiry (from the moment
