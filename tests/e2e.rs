@@ -37,6 +37,7 @@ mod polyglot;
 mod replay;
 mod run;
 mod serve;
+mod signals;
 mod steps;
 mod store_conformance;
 mod tenants;

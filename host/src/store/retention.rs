@@ -44,6 +44,7 @@ impl Store {
                 &q.prune_step_failures,
                 &q.prune_journals,
                 &q.prune_live_logs,
+                &q.prune_signals,
             ] {
                 sqlx::query(sql.as_str()).bind(&ids).execute(&mut *tx).await?;
             }

@@ -28,6 +28,7 @@ mod params;
 mod run_filter;
 mod run_wait;
 mod server;
+mod signals;
 mod state;
 mod tenants;
 mod usage;
@@ -72,6 +73,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/runs/{id}/events", get(run_wait::events))
         .route("/runs/{id}/cancel", post(controls::cancel_run))
         .route("/runs/{id}/retry", post(controls::retry_run))
+        .route("/runs/{id}/signals/{name}", post(signals::send))
         .route("/runs/{id}/attempts/{seq}/calls", get(journals::calls))
         .route("/runs/{id}/attempts/{seq}/journal", get(journals::export))
         .route("/pauses", get(controls::list_pauses))
