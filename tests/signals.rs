@@ -3,7 +3,8 @@
 //! `host runs signal`) wakes it and its next pass reads the payload; a signal sent while
 //! the waiting pass still ran is not lost; a wait times out; a send is idempotent by its
 //! id; the reading attempt's retry and its replay read the same payload; bad input and
-//! other tenants are refused, writing nothing.
+//! other tenants are refused, writing nothing. The Python and JavaScript SDKs' `approval`
+//! examples wait for and read a signal as the Rust guest does.
 
 use crate::common;
 
@@ -48,6 +49,20 @@ fn manifest(home: &Home) -> std::path::PathBuf {
         ),
     ];
     home.manifest("", &jobs.concat())
+}
+
+/// The `approval` examples in Python and JavaScript (`approval-py`, `approval-js`).
+fn polyglot_manifest(home: &Home) -> std::path::PathBuf {
+    let mut jobs = String::new();
+    for (lang, x) in [("python", "py"), ("js", "js")] {
+        let component = common::polyglot(&format!("{lang}/approval"));
+        jobs += &format!(
+            "[jobs.approval-{x}]\ncomponent = \"{}\"\nmemory = \"64MiB\"\ntimeout = \"60s\"\n\
+             retries = 0\npayload = {{ signal = \"approval\" }}\n",
+            component.display()
+        );
+    }
+    home.manifest("", &jobs)
 }
 
 async fn kick(server: &Server, job: &str) -> String {
@@ -296,5 +311,25 @@ on_every_backend! {
         let replay = &shown["replay"];
         assert!(replay["log"].as_str().unwrap_or_default().contains(r#""x":7"#), "{shown}");
         assert_eq!(replay["same"], json!({"outcome": true, "log": true, "fuel": true}), "{shown}");
+    }
+
+    async fn the_python_and_javascript_sdks_wait_for_and_read_a_signal(home) {
+        let m = polyglot_manifest(&home);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        for x in ["py", "js"] {
+            let id = kick(&server, &format!("approval-{x}")).await;
+            let run = waiting(&server, &id).await;
+            assert_eq!(run["waits_for_signal"], "approval", "{run}");
+            let body = format!(r#"{{"payload": {{"lang": "{x}"}}, "id": "{x}-1"}}"#);
+            let (status, sent) = signal(&server, &server.token, &id, "approval", Some(&body)).await;
+            assert_eq!((status, sent["woke"].as_bool()), (201, Some(true)), "{sent}");
+            let run = ended(&server, &id).await;
+            assert_eq!(run["status"], "succeeded", "{run}");
+            assert_eq!(
+                run["result"],
+                json!([{"state": "received", "id": format!("{x}-1"), "payload": {"lang": x}}]),
+                "{run}"
+            );
+        }
     }
 }

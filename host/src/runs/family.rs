@@ -107,7 +107,7 @@ pub async fn sweep(
     };
     let operator = Actor { tenant: None };
     let mut swept = Swept {
-        signalled: store.wake_signalled().await?,
+        signalled: store.wake_signalled(FAMILIES_PER_SWEEP).await?,
         ..Swept::default()
     };
     // On SQLite a cancel recorded in the cancel book ends its run already (its row

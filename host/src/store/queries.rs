@@ -222,6 +222,12 @@ const SHOWN_STATUS: &str = "CASE WHEN status = 'queued' AND ((wait_policy IS NOT
     AND wait_pass < pass) OR (signal_name IS NOT NULL AND signal_pass = pass - 1)) \
     THEN 'waiting' ELSE status END";
 
+/// The (unaliased) run sleeps waiting for a signal of the name it waits for that is
+/// stored and unread (`store::signals`).
+const SIGNAL_SLEEPER: &str = "status = 'queued' AND signal_name IS NOT NULL \
+    AND signal_pass = pass - 1 AND EXISTS (SELECT 1 FROM jobhost_signals s \
+        WHERE s.run_id = jobhost_runs.id AND s.name = jobhost_runs.signal_name AND s.pass IS NULL)";
+
 /// The attempt whose fence is `$1`..`$4` holds its lease.
 const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM jobhost_leases WHERE {fence_match})";
 
@@ -255,6 +261,7 @@ impl Dialect {
                 .replace("{run_filter}", RUN_FILTER)
                 .replace("{text_position}", self.text_position)
                 .replace("{shown_status}", SHOWN_STATUS)
+                .replace("{signal_sleeper}", SIGNAL_SLEEPER)
                 .replace("{lease_held}", LEASE_HELD)
                 .replace("{parked}", PARKED)
                 .replace(
@@ -934,13 +941,14 @@ statements! {
     holds_pass = "SELECT CAST(1 AS BIGINT) FROM jobhost_runs WHERE id = $5 AND status = 'running' \
         AND generation = $3 AND pass = $6 AND {lease_held}";
     // Runs asleep waiting for a signal that is stored already, found from the unread
-    // signals (a partial index), not from the runs.
-    wake_signalled = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now}, \
-        signal_name = NULL, updated_at = {now} \
+    // signals (a partial index), not from the runs: read first (`$1` at most), so a sweep
+    // with none to wake writes nothing (on SQLite, never waits for the write lock); then
+    // woken, each only while it still sleeps so.
+    signalled_runs = "SELECT id FROM jobhost_runs \
         WHERE id IN (SELECT s.run_id FROM jobhost_signals s WHERE s.pass IS NULL) \
-        AND status = 'queued' AND signal_name IS NOT NULL AND signal_pass = pass - 1 \
-        AND EXISTS (SELECT 1 FROM jobhost_signals s WHERE s.run_id = jobhost_runs.id \
-            AND s.name = jobhost_runs.signal_name AND s.pass IS NULL)";
+        AND {signal_sleeper} LIMIT $1";
+    wake_signalled = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now}, \
+        signal_name = NULL, updated_at = {now} WHERE id IN {json_ids} AND {signal_sleeper}";
 }
 
 #[cfg(test)]

@@ -185,12 +185,21 @@ impl Store {
         Ok(held.is_some())
     }
 
-    /// Makes due now every run that sleeps waiting for a signal already stored: one sent
-    /// while the waiting pass still ran (or before it waited). Reads the unread signals
-    /// only (a partial index), not the waiting runs. Returns how many it woke.
-    pub async fn wake_signalled(&self) -> Result<u64> {
-        let q = &self.q.wake_signalled;
-        Ok(with_pool!(self.pool, p => sqlx::query(q.as_str())
-            .execute(p).await?.rows_affected()))
+    /// Makes due now every run (up to `limit`) that sleeps waiting for a signal already
+    /// stored: one sent while the waiting pass still ran (or before it waited). Reads the
+    /// unread signals only (a partial index), not the waiting runs, and writes only when
+    /// it found some. Returns how many it woke.
+    pub async fn wake_signalled(&self, limit: i64) -> Result<u64> {
+        let q = self.q;
+        let ids: Vec<String> = with_pool!(self.reader, p => sqlx::query_scalar(q.signalled_runs.as_str())
+            .bind(limit).fetch_all(p).await?);
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let ids = serde_json::to_string(&ids).expect("ids serialise");
+        Ok(
+            with_pool!(self.pool, p => sqlx::query(q.wake_signalled.as_str())
+            .bind(&ids).execute(p).await?.rows_affected()),
+        )
     }
 }
