@@ -105,6 +105,13 @@ async fn perform(
                 None,
             )
         }
+        ("POST", "/runs/{id}/signals/{name}") => {
+            server.post("/jobs/hello/kick").await;
+            made(
+                &format!("/runs/{}/signals/go", a_run(server, "queued").await),
+                Some(r#"{"payload": {"ok": true}}"#),
+            )
+        }
         ("POST", "/runs/{id}/retry") => made(
             &format!("/runs/{}/retry", a_run(server, "cancelled").await),
             None,
@@ -270,6 +277,10 @@ on_every_backend! {
                 "emit" => ("event.emit", vec!["emit".into(), "order.paid".into(), "--key".into(), "k2".into()]),
                 "runs cancel" => ("run.cancel", vec!["runs".into(), "cancel".into(), a_run(&server, "queued").await]),
                 "runs retry" => ("run.retry", vec!["runs".into(), "retry".into(), a_run(&server, "cancelled").await]),
+                "runs signal" => {
+                    server.post("/jobs/hello/kick").await;
+                    ("run.signal", vec!["runs".into(), "signal".into(), a_run(&server, "queued").await, "go".into()])
+                }
                 "pause job" | "resume job" => (leaf.split(' ').next().unwrap(), leaf.split(' ').chain(["ghost"]).map(String::from).collect()),
                 "pause tenant" | "resume tenant" => (leaf.split(' ').next().unwrap(), leaf.split(' ').chain(["acme"]).map(String::from).collect()),
                 "pause lane" | "resume lane" => (leaf.split(' ').next().unwrap(), leaf.split(' ').chain(["spare"]).map(String::from).collect()),
@@ -297,7 +308,8 @@ on_every_backend! {
                      only reads, add it to READS"
                 ),
             };
-            let before = if leaf == "tokens revoke" { before + 1 } else { before };
+            // Each made one row of its own first: the token to revoke, the run to signal.
+            let before = if leaf == "tokens revoke" || leaf == "runs signal" { before + 1 } else { before };
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             cli_ok(&home, &args);
             let rows = audit_rows(&server).await;
@@ -307,7 +319,7 @@ on_every_backend! {
                 (Some(action), Some("ok"), Some("cli")), "host {leaf}: {row}");
             assert_eq!(row["label"], user.as_str());
         }
-        assert!(leaves.iter().filter(|l| !READS.contains(&l.as_str())).count() >= 18, "{leaves:?}");
+        assert!(leaves.iter().filter(|l| !READS.contains(&l.as_str())).count() >= 19, "{leaves:?}");
 
         // A refused command is audited as refused; a preview by filter writes nothing.
         let before = audit_rows(&server).await.len();

@@ -39,6 +39,7 @@ mod polyglot;
 mod replay;
 mod run;
 mod serve;
+mod signals;
 mod steps;
 mod store_conformance;
 mod tenants;

@@ -1067,6 +1067,29 @@ export const run = Object.freeze({
     const json = hostJson(value, 'invalid-result');
     call(() => rawRun.setResult(json));
   },
+
+  /**
+   * Makes this pass's `Continue` (or `Defer`) wait for the signal `name`: the run sleeps,
+   * holding no worker, until it is sent (`POST /runs/{id}/signals/{name}`, `host runs
+   * signal`) or was already, or `timeoutMs` (at most a year) after the pass ended; the
+   * next pass reads it with `signal`. A pass waits for one thing: not also for its children.
+   */
+  waitForSignal(name, timeoutMs) {
+    call(() => rawRun.waitForSignal(String(name), BigInt(Math.max(0, Math.round(Number(timeoutMs))))));
+  },
+
+  /**
+   * The signal `name` for this pass: `{ state: 'received', id, payload }` (the payload
+   * decoded; every attempt of the pass reads this same one), `{ state: 'timed-out' }` (the
+   * previous pass waited for it and the timeout came first) or `{ state: 'pending' }`.
+   */
+  signal(name) {
+    const state = call(() => rawRun.signal(String(name)));
+    if (state.tag === 'received') {
+      return { state: 'received', id: state.val.id, payload: JSON.parse(state.val.payload) };
+    }
+    return { state: state.tag };
+  },
 });
 
 // ---- the export ----------------------------------------------------------------------

@@ -861,9 +861,27 @@ class Child:
         self.result = None if raw.result is None else _json.loads(raw.result)
 
 
+class Signal:
+    """Where a signal stands for this pass: ``state`` is ``received`` (``id`` and
+    ``payload``, decoded, are set: every attempt of the pass reads this same one),
+    ``timed-out`` (the previous pass waited for it and the timeout came first) or
+    ``pending`` (not received, and not waited for)."""
+
+    def __init__(self, raw):
+        kind = type(raw).__name__.removeprefix("SignalState_")
+        self.state = {"Received": "received", "TimedOut": "timed-out"}.get(kind, "pending")
+        received = raw.value if self.state == "received" else None
+        self.id = None if received is None else received.id
+        self.payload = None if received is None else _json.loads(received.payload)
+
+    def __repr__(self):
+        return f"Signal({self.state!r}, {self.id!r})"
+
+
 class _Run:
     """What an attempt knows about its run, the children its previous pass waited for,
-    and the value it hands a waiting parent. Every job has it."""
+    the value it hands a waiting parent, and the signals it waits for. Every job has
+    it."""
 
     def info(self):
         """This attempt's place in its run: a ``RunInfo``."""
@@ -888,6 +906,19 @@ class _Run:
         except (TypeError, ValueError):
             raise HostError("invalid", "invalid-result") from None
         _call(_run.set_result, text)
+
+    def wait_for_signal(self, name, timeout_ms):
+        """Makes this pass's ``Continue`` (or ``Defer``) wait for the signal ``name``: the
+        run sleeps, holding no worker, until it is sent (``POST
+        /runs/{id}/signals/{name}``, ``host runs signal``) or was already, or
+        ``timeout_ms`` (at most a year) after the pass ended; the next pass reads it with
+        ``signal``. A pass waits for one thing: not also for its children."""
+        _call(_run.wait_for_signal, name, int(timeout_ms))
+
+    def signal(self, name):
+        """The signal ``name`` for this pass, a ``Signal``: the first one sent and not
+        read by an earlier pass, or whether the previous pass's wait timed out."""
+        return Signal(_call(_run.signal, name))
 
 
 run = _Run()

@@ -70,6 +70,11 @@ pub fn change_of(command: &Command) -> Option<Change> {
         Command::Runs(RunsCommand::Retry(args)) => {
             on_runs(args, Action::RunRetry, Action::RunsRetry)
         }
+        Command::Runs(RunsCommand::Signal { id, name, .. }) => Some(Change {
+            action: Action::RunSignal,
+            object: format!("run {id} signal {name}"),
+            run_id: Some(id.clone()),
+        }),
         Command::Pause(scope) => Change::new(Action::Pause, scope.object()),
         Command::Resume(scope) => Change::new(Action::Resume, scope.object()),
         Command::Tenants(TenantsCommand::Add { name }) => {

@@ -40,6 +40,17 @@ pub fn run_result(run: &RunRecord, as_json: bool) {
         println!(
             "  it waits for the runs it started: `host serve` (or `host drive`) runs them, then its next pass"
         );
+    } else if let Some(name) = run.waiting_signal() {
+        let manual = run.origin == crate::store::Origin::Manual.as_str();
+        println!(
+            "  it waits for the signal {name:?} (`host runs signal {} {name}`){}",
+            run.id,
+            if manual {
+                "; a `host run` run belongs to its process, so no host runs its next pass: run the job under `host serve` to wait for the outside"
+            } else {
+                ", then `host serve` (or `host drive`) runs its next pass"
+            }
+        );
     }
     if run.status != "succeeded"
         && let Some(error) = &run.last_error
@@ -116,6 +127,7 @@ pub fn exit_code(run: &RunRecord) -> u8 {
         Some(RunStatus::Succeeded) => 0,
         Some(RunStatus::Skipped) => 3,
         Some(RunStatus::Queued) if run.waiting_pass().is_some() => 0,
+        Some(RunStatus::Queued) if run.waiting_signal().is_some() => 0,
         _ => 1,
     }
 }

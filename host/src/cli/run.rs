@@ -239,11 +239,17 @@ pub(super) async fn run_to_end(
             // `host drive`, which then run its next pass.
             Step::Requeued { delay: next } if next >= crate::runs::runner::CHILDREN_WAIT => break,
             Step::Requeued { delay: next } => {
+                let now = app.store.get_run(&run.id).await?;
+                // It sleeps until a signal comes: as for children, its next pass is left
+                // to `host serve` or `host drive`, which a `host run` run never reaches.
+                if now.as_ref().is_some_and(|r| r.waiting_signal().is_some()) {
+                    break;
+                }
                 delay = next;
                 if let Some(progress) = progress
-                    && let Some(now) = app.store.get_run(&run.id).await?
+                    && let Some(now) = &now
                 {
-                    progress.pass(&now);
+                    progress.pass(now);
                 }
             }
             Step::GivenBack => delay = Duration::ZERO,

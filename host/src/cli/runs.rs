@@ -1,5 +1,5 @@
-//! `host runs list`, `show`, `wait`, `cancel` and `retry`; `host pause`, `resume` and
-//! `pauses`.
+//! `host runs list`, `show`, `wait`, `cancel`, `retry` and `signal`; `host pause`,
+//! `resume` and `pauses`.
 
 use super::failure::Failure;
 use super::global::Global;
@@ -72,6 +72,22 @@ pub enum RunsCommand {
     /// Retry failed, crashed or cancelled runs now: by id, or every one a filter matches
     /// (each run is retried once).
     Retry(ActionArgs),
+    /// Send a run the signal NAME, which a pass waits for (`run.wait-for-signal`) and
+    /// reads (`run.signal`), as `POST /runs/{id}/signals/{name}` does. Exit 0 sent (or
+    /// sent before with the same id), 1 the run has ended, 2 refused.
+    Signal {
+        id: String,
+        name: String,
+        /// The signal's payload, JSON (at most 64 KiB); null if not given.
+        #[arg(long)]
+        payload: Option<String>,
+        /// The sender's id for the signal: sending it again is the same signal. One of
+        /// the host's if not given.
+        #[arg(long = "id", value_name = "SIGNAL_ID")]
+        signal_id: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -298,6 +314,13 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
             0
         }
         RunsCommand::Tail { id, json } => super::tail::tail(&store, &id, json).await?,
+        RunsCommand::Signal {
+            id,
+            name,
+            payload,
+            signal_id,
+            json,
+        } => signal(&store, &id, &name, payload, signal_id, json).await?,
         RunsCommand::Export { id, attempt } => {
             let Some(journal) = store.journal(&id, attempt).await? else {
                 return Err(Failure::usage(match attempt {
@@ -311,6 +334,75 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
     };
     store.close().await;
     Ok(code)
+}
+
+/// `host runs signal`: the checks and the write `POST /runs/{id}/signals/{name}` makes, as
+/// the operator.
+async fn signal(
+    store: &Store,
+    id: &str,
+    name: &str,
+    payload: Option<String>,
+    signal_id: Option<String>,
+    json: bool,
+) -> Result<u8, Failure> {
+    use crate::rules::signal::{check_id, check_name, check_payload};
+    use crate::store::signals::{NewSignal, Signalled};
+    check_name(name).map_err(Failure::usage)?;
+    let payload = check_payload(payload.as_deref().unwrap_or("null").as_bytes())
+        .map_err(|refusal| Failure::usage(format!("--{refusal}")))?;
+    let signal_id = match signal_id {
+        Some(given) => {
+            check_id(&given).map_err(|refusal| Failure::usage(format!("--{refusal}")))?;
+            given
+        }
+        None => crate::store::records::new_run_id(),
+    };
+    let sent = store
+        .send_signal(&NewSignal {
+            run_id: id,
+            tenant: None,
+            name,
+            signal_id: &signal_id,
+            payload: &payload,
+        })
+        .await?;
+    let (duplicate, woke) = match sent {
+        Signalled::Sent { woke } => (false, woke),
+        Signalled::Duplicate => (true, false),
+        Signalled::UnknownRun => return Err(Failure::usage(format!("no run with id {id:?}"))),
+        Signalled::Ended(status) => {
+            return Err(Failure {
+                message: format!("run {id:?} has ended ({status}): no pass will read a signal"),
+                exit: 1,
+            });
+        }
+        Signalled::IdReused => {
+            return Err(Failure::usage(format!(
+                "--id: the signal {signal_id:?} was sent to run {id:?} before with another name or payload"
+            )));
+        }
+        Signalled::TooMany => {
+            return Err(Failure::usage(format!(
+                "run {id:?} keeps {} unread signals already",
+                crate::rules::signal::MAX_UNREAD
+            )));
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"run_id": id, "name": name, "signal_id": signal_id,
+                "duplicate": duplicate, "woke": woke})
+        );
+    } else if duplicate {
+        println!("{id}: signal {name} {signal_id} was sent before");
+    } else if woke {
+        println!("{id}: signal {name} sent as {signal_id}; the run waited for it and is due now");
+    } else {
+        println!("{id}: signal {name} sent as {signal_id}");
+    }
+    Ok(0)
 }
 
 /// A cancel or retry from the command line: by ids, or by filter (a preview without

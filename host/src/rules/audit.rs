@@ -22,10 +22,11 @@ pub enum Action {
     TokenRevoke,
     FilePut,
     DeliveryRetry,
+    RunSignal,
 }
 
 impl Action {
-    pub const ALL: [Action; 17] = [
+    pub const ALL: [Action; 18] = [
         Action::RunKick,
         Action::RunStart,
         Action::RunStartBatch,
@@ -43,6 +44,7 @@ impl Action {
         Action::TokenRevoke,
         Action::FilePut,
         Action::DeliveryRetry,
+        Action::RunSignal,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -64,6 +66,7 @@ impl Action {
             Action::TokenRevoke => "token.revoke",
             Action::FilePut => "file.put",
             Action::DeliveryRetry => "delivery.retry",
+            Action::RunSignal => "run.signal",
         }
     }
 

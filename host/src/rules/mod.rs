@@ -18,6 +18,7 @@ pub mod json_rule;
 pub mod name_rule;
 pub mod queue_caps;
 pub mod record;
+pub mod signal;
 pub mod tenant;
 pub mod trace;
 pub mod units;

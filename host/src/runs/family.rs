@@ -11,6 +11,10 @@
 //!   running child writes afterwards commits — with code `parent_failed`. Detached
 //!   children are never waited for nor cancelled.
 //!
+//! - A run that sleeps waiting for a signal whose send came while its waiting pass still
+//!   ran (the send found it running, so woke nothing) is made due: the sweep reads the
+//!   unread signals (`Store::wake_signalled`), so no signal waits for its timeout.
+//!
 //! Every step is a conditional write that a second host's sweep (or a repeat of this
 //! one) finds done, so hosts sweep side by side without coordinating. The sweep reads
 //! only the runs marked as having a family to look after (`family` = 1, a partial index).
@@ -48,6 +52,8 @@ const PARENT_FAILED: Ending = Ending {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Swept {
     pub woken: usize,
+    /// Runs woken by a signal that came before their wait was committed.
+    pub signalled: u64,
     pub failed: usize,
     pub cancelled: usize,
 }
@@ -100,7 +106,10 @@ pub async fn sweep(
         runner,
     };
     let operator = Actor { tenant: None };
-    let mut swept = Swept::default();
+    let mut swept = Swept {
+        signalled: store.wake_signalled(FAMILIES_PER_SWEEP).await?,
+        ..Swept::default()
+    };
     // On SQLite a cancel recorded in the cancel book ends its run already (its row
     // follows): its children go at once, not once the row is written.
     let recorded: std::collections::BTreeMap<String, String> = store
@@ -179,6 +188,7 @@ pub async fn keep_sweeping(
             Ok(swept) if swept != Swept::default() => {
                 tracing::debug!(
                     woken = swept.woken,
+                    signalled = swept.signalled,
                     failed = swept.failed,
                     cancelled = swept.cancelled,
                     "family sweep"

@@ -118,6 +118,9 @@ fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
         "detached": run.detached == 1,
         "event": run.event,
         "waits_for": run.waiting_pass().map(|_| run.wait_policy.as_deref()),
+        // A run asleep until a signal comes, or its timeout (then due).
+        "waits_for_signal": run.waiting_signal(),
+        "signal_timeout_at": run.waiting_signal().map(|_| time(run.next_attempt_at)),
         "result": result,
     })
 }

@@ -353,11 +353,13 @@ impl Store {
                     .bind(&r.original.id)
                     .fetch_one(&mut *tx)
                     .await?;
-                sqlx::query(q.move_ledger.as_str())
-                    .bind(&r.run.id)
-                    .bind(&r.original.id)
-                    .execute(&mut *tx)
-                    .await?;
+                for sql in [&q.move_ledger, &q.move_signals] {
+                    sqlx::query(sql.as_str())
+                        .bind(&r.run.id)
+                        .bind(&r.original.id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 answers.push(Some(retry));
             }
             tx.commit().await?;

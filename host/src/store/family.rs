@@ -248,7 +248,7 @@ impl Store {
 
     /// One update of the running run `$5` at generation `$3` with value `$6`, in one
     /// statement with the lease check (`$1`..`$4`) inside.
-    async fn fenced_run_update(
+    pub(super) async fn fenced_run_update(
         &self,
         fence: &Fence,
         sql: &'static str,

@@ -101,6 +101,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     29 => "0029_components_compiling",
     30 => "0030_unique_runs",
     31 => "0031_live_logs",
+    33 => "0033_signals",
     34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
 );
@@ -136,6 +137,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     29 => "0029_components_compiling",
     30 => "0030_unique_runs",
     31 => "0031_live_logs",
+    33 => "0033_signals",
     34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
 );

@@ -45,6 +45,7 @@ mod retention;
 pub mod row;
 mod runs;
 pub mod scratch;
+pub mod signals;
 pub mod sqlite_guest;
 mod tenants;
 

@@ -98,7 +98,7 @@ const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, p
     counters, attempts, failures, generation, host, last_code, last_error, component_digest, \
     scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at, \
     work_done, defers, trace_parent, resumed_by, retry_of, retried_by, parent_run, \
-    parent_attempt, event, detached, wait_pass, wait_policy, result";
+    parent_attempt, event, detached, wait_pass, wait_policy, result, signal_name, signal_pass";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
     next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant, \
@@ -218,8 +218,15 @@ const QUEUE_RUN: &str = "INSERT INTO jobhost_runs (id, job, instance, tenant, or
     FROM {over_limit} o WHERE 1 = 1";
 
 /// A run's status as shown (`RunRecord::shown_status`).
-const SHOWN_STATUS: &str = "CASE WHEN status = 'queued' AND wait_policy IS NOT NULL \
-    AND wait_pass < pass THEN 'waiting' ELSE status END";
+const SHOWN_STATUS: &str = "CASE WHEN status = 'queued' AND ((wait_policy IS NOT NULL \
+    AND wait_pass < pass) OR (signal_name IS NOT NULL AND signal_pass = pass - 1)) \
+    THEN 'waiting' ELSE status END";
+
+/// The (unaliased) run sleeps waiting for a signal of the name it waits for that is
+/// stored and unread (`store::signals`).
+const SIGNAL_SLEEPER: &str = "status = 'queued' AND signal_name IS NOT NULL \
+    AND signal_pass = pass - 1 AND EXISTS (SELECT 1 FROM jobhost_signals s \
+        WHERE s.run_id = jobhost_runs.id AND s.name = jobhost_runs.signal_name AND s.pass IS NULL)";
 
 /// The attempt whose fence is `$1`..`$4` holds its lease.
 const LEASE_HELD: &str = "EXISTS (SELECT 1 FROM jobhost_leases WHERE {fence_match})";
@@ -254,6 +261,7 @@ impl Dialect {
                 .replace("{run_filter}", RUN_FILTER)
                 .replace("{text_position}", self.text_position)
                 .replace("{shown_status}", SHOWN_STATUS)
+                .replace("{signal_sleeper}", SIGNAL_SLEEPER)
                 .replace("{lease_held}", LEASE_HELD)
                 .replace("{parked}", PARKED)
                 .replace(
@@ -546,8 +554,10 @@ statements! {
         AND ($3 IS NULL OR tenant = $3)";
     // The retry resumes where the original's last committed pass left it: its pass and
     // counters (the cursor comes with the new run), and, below, the pass's ledger.
-    resume_retry = "UPDATE jobhost_runs SET retry_of = $2, (pass, counters, work_done) = \
-        (SELECT pass, counters, work_done FROM jobhost_runs WHERE id = $2) WHERE id = $1 \
+    resume_retry = "UPDATE jobhost_runs SET retry_of = $2, \
+        (pass, counters, work_done, signal_name, signal_pass) = \
+        (SELECT pass, counters, work_done, signal_name, signal_pass FROM jobhost_runs \
+            WHERE id = $2) WHERE id = $1 \
         RETURNING {run_columns}";
     // The console (`http::dashboard`). Runs created since `$1` that ended, by status and by
     // when they ended, in buckets of `$2` ms; of tenant `$3` (any, if null). Read by the
@@ -646,6 +656,7 @@ statements! {
     prune_delivery_attempts = "DELETE FROM jobhost_delivery_attempts WHERE delivery_id IN \
         (SELECT id FROM jobhost_deliveries WHERE run_id IN {json_ids})";
     prune_deliveries = "DELETE FROM jobhost_deliveries WHERE run_id IN {json_ids}";
+    prune_signals = "DELETE FROM jobhost_signals WHERE run_id IN {json_ids}";
     prune_runs = "DELETE FROM jobhost_runs WHERE id IN {json_ids} \
         AND status NOT IN ('queued', 'running')";
     // An orphaned job once it has no runs left (and its leases).
@@ -702,10 +713,15 @@ statements! {
     // A rerun resumes where its crashed run was: the same pass, counters and ledger. The
     // ledger moves (the steps of the crashed run's pass, the only ones it has): it is kept
     // once, by the newest run, and the crashed run names its rerun (`resumed_by`).
-    resume_rerun = "UPDATE jobhost_runs SET (pass, counters, work_done, defers) = \
-        (SELECT pass, counters, work_done, defers FROM jobhost_runs WHERE id = $2) WHERE id = $1";
+    resume_rerun = "UPDATE jobhost_runs SET \
+        (pass, counters, work_done, defers, signal_name, signal_pass) = \
+        (SELECT pass, counters, work_done, defers, signal_name, signal_pass FROM jobhost_runs \
+            WHERE id = $2) WHERE id = $1";
     move_ledger = "UPDATE jobhost_steps SET run_id = $1 WHERE run_id = $2 \
         AND pass = (SELECT pass FROM jobhost_runs WHERE id = $2)";
+    // Its signals go with it: the unread ones, and those its pass read.
+    move_signals = "UPDATE jobhost_signals SET run_id = $1 WHERE run_id = $2 \
+        AND (pass IS NULL OR pass = (SELECT pass FROM jobhost_runs WHERE id = $2))";
     // The ledger of a run's pass, and of a run for operators.
     pass_steps = "SELECT name, result FROM jobhost_steps WHERE run_id = $1 AND pass = $2";
     run_steps = "SELECT pass, name, result, generation, recorded_at FROM jobhost_steps \
@@ -915,6 +931,45 @@ statements! {
         ORDER BY at DESC, id DESC LIMIT $5";
     prune_audit = "DELETE FROM jobhost_audit WHERE id IN (SELECT id FROM jobhost_audit \
         WHERE at < {now} - $1 ORDER BY at, id LIMIT $2)";
+    // Signals (`store::signals`, migration 0033). A send locks its run's row (`$2`: the
+    // sending tenant, NULL for the operator), so it is ordered with the waiting pass's
+    // ending; it wakes the run only if the pass that waits for `$2` has ended.
+    signal_target = "SELECT status FROM jobhost_runs WHERE id = $1 \
+        AND ($2 IS NULL OR tenant = $2) {for_update}";
+    stored_signal = "SELECT name, payload FROM jobhost_signals WHERE run_id = $1 AND signal_id = $2";
+    unread_signals = "SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_signals \
+        WHERE run_id = $1 AND pass IS NULL LIMIT $2) u";
+    insert_signal = "INSERT INTO jobhost_signals (run_id, signal_id, name, payload, received_at, pass) \
+        VALUES ($1, $2, $3, $4, {now}, NULL)";
+    // Setting the status (to what it is) fires Postgres' notification of a queued run.
+    wake_for_signal = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now}, \
+        signal_name = NULL, updated_at = {now} \
+        WHERE id = $1 AND status = 'queued' AND signal_name = $2 AND signal_pass = pass - 1";
+    // Fenced by `$1`..`$4`: the running run `$5` of that generation waits for `$6`.
+    wait_for_signal = "UPDATE jobhost_runs SET signal_name = $6, signal_pass = pass, \
+        updated_at = {now} \
+        WHERE id = $5 AND status = 'running' AND generation = $3 AND {lease_held}";
+    taken_signal = "SELECT signal_id, payload FROM jobhost_signals \
+        WHERE run_id = $1 AND name = $2 AND pass = $3 ORDER BY received_at, signal_id LIMIT 1";
+    // Fenced by `$1`..`$4`, and run `$5` still running pass `$6`: the first unread signal
+    // named `$7` is taken for that pass.
+    take_signal = "UPDATE jobhost_signals SET pass = $6 WHERE run_id = $5 AND pass IS NULL \
+        AND signal_id = (SELECT s.signal_id FROM jobhost_signals s WHERE s.run_id = $5 \
+            AND s.name = $7 AND s.pass IS NULL ORDER BY s.received_at, s.signal_id LIMIT 1) \
+        AND EXISTS (SELECT 1 FROM jobhost_runs r WHERE r.id = $5 AND r.status = 'running' \
+            AND r.generation = $3 AND r.pass = $6) \
+        AND {lease_held} RETURNING signal_id, payload";
+    holds_pass = "SELECT CAST(1 AS BIGINT) FROM jobhost_runs WHERE id = $5 AND status = 'running' \
+        AND generation = $3 AND pass = $6 AND {lease_held}";
+    // Runs asleep waiting for a signal that is stored already, found from the unread
+    // signals (a partial index), not from the runs: read first (`$1` at most), so a sweep
+    // with none to wake writes nothing (on SQLite, never waits for the write lock); then
+    // woken, each only while it still sleeps so.
+    signalled_runs = "SELECT id FROM jobhost_runs \
+        WHERE id IN (SELECT s.run_id FROM jobhost_signals s WHERE s.pass IS NULL) \
+        AND {signal_sleeper} LIMIT $1";
+    wake_signalled = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now}, \
+        signal_name = NULL, updated_at = {now} WHERE id IN {json_ids} AND {signal_sleeper}";
 }
 
 #[cfg(test)]

@@ -144,9 +144,12 @@ crate::record! {
         pub wait_policy: Option<String>,
         /// The JSON value the run hands a waiting parent.
         pub result: Option<String>,
+        /// The signal the pass `signal_pass` waits for (migration 0033).
+        pub signal_name: Option<String>,
+        pub signal_pass: Option<i64>,
     }
     missing_as_default: resumed_by, retry_of, retried_by, parent_run, parent_attempt, event,
-        detached, wait_pass, wait_policy, result
+        detached, wait_pass, wait_policy, result, signal_name, signal_pass
 }
 
 impl RunRecord {
@@ -174,9 +177,18 @@ impl RunRecord {
         self.failures + 1
     }
 
-    /// The status shown to people: a queued run that waits for its children is `waiting`.
+    /// The signal the run sleeps waiting for, if it does: the pass that asked to wait
+    /// has ended, the next is queued, and no signal woke it yet.
+    pub fn waiting_signal(&self) -> Option<&str> {
+        let name = self.signal_name.as_deref()?;
+        (self.status == RunStatus::Queued.as_str() && self.signal_pass == Some(self.pass - 1))
+            .then_some(name)
+    }
+
+    /// The status shown to people: a queued run that waits for its children or a signal
+    /// is `waiting`.
     pub fn shown_status(&self) -> &str {
-        if self.waiting_pass().is_some() {
+        if self.waiting_pass().is_some() || self.waiting_signal().is_some() {
             WAITING
         } else {
             &self.status

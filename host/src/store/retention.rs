@@ -48,6 +48,7 @@ impl Store {
                 &q.prune_live_logs,
                 &q.prune_delivery_attempts,
                 &q.prune_deliveries,
+                &q.prune_signals,
             ] {
                 sqlx::query(sql.as_str()).bind(&ids).execute(&mut *tx).await?;
             }

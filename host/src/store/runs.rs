@@ -356,7 +356,7 @@ impl Store {
                 // The rerun resumes the crashed run's pass: its counters, and the steps
                 // that pass already recorded, which it does not do again. They move to it:
                 // one ledger, kept by the newest run.
-                for sql in [&q.resume_rerun, &q.move_ledger] {
+                for sql in [&q.resume_rerun, &q.move_ledger, &q.move_signals] {
                     sqlx::query(sql.as_str())
                         .bind(&rerun.id)
                         .bind(&c.run.id)

@@ -339,12 +339,15 @@ impl Runner {
         self.keep_journal(&run, spec, loaded, attempt, &mut report)
             .await;
         let waits = report.waits_for_children;
+        let signal_wait = report.waits_for_signal;
         let (ending, result) = span.in_scope(|| self.attempt_ending(&run, attempt, report));
         let decided = decide(&run, spec, result, counters);
-        let decided = if waits {
-            wait_for_children(&run, decided)
-        } else {
-            decided
+        let decided = match (waits, signal_wait) {
+            (true, _) => sleep_until_woken(&run, decided, CHILDREN_WAIT),
+            (false, Some(timeout_ms)) => {
+                sleep_until_woken(&run, decided, Duration::from_millis(timeout_ms))
+            }
+            (false, None) => decided,
         };
         let change = self.change(&run, spec, decided, true);
         self.hand_over(run, spec, lease, Some(ending), change, until)
@@ -743,10 +746,12 @@ fn report_about(run: &RunRecord, code: FailureCode) -> NewReport {
 /// family sweep (`crate::runs::family`) makes it due once its children ended.
 pub const CHILDREN_WAIT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// A pass that recorded a wait for its children and ended with its next pass queued
-/// (`continue` or `defer`) sleeps until they ended instead. A failed attempt's wait is
-/// void: its retry runs the pass again.
-fn wait_for_children(run: &RunRecord, decided: Decided) -> Decided {
+/// A pass that recorded a wait for its children, or for a signal, and ended with its next
+/// pass queued (`continue` or `defer`) sleeps instead: for children until they ended (the
+/// family sweep wakes it), for a signal until it comes (its send, or the sweep, wakes
+/// it) or `sleep` — its timeout — passed. A failed attempt's wait is void: its retry
+/// runs the pass again.
+fn sleep_until_woken(run: &RunRecord, decided: Decided, sleep: Duration) -> Decided {
     match decided {
         Decided::Requeue {
             pass,
@@ -757,7 +762,7 @@ fn wait_for_children(run: &RunRecord, decided: Decided) -> Decided {
             failure,
             ..
         } if failure.code.is_none() && pass > run.pass => Decided::Requeue {
-            delay: CHILDREN_WAIT,
+            delay: sleep,
             pass,
             cursor,
             counters,

@@ -537,6 +537,9 @@ impl Host for View<'_, JobsCapability> {
 
     async fn wait_for_children(&mut self, policy: WaitPolicy) -> Result<(), HostError> {
         crate::journaled!(self.attempt, "jobs.wait-for-children", (&policy,), async {
+            if self.attempt.signals.waits_for_signal.is_some() {
+                return Err(invalid("already-waiting"));
+            }
             self.attempt.own_write_allowed().await?;
             let session = self.jobs_session()?;
             let (store, fence, run_id) = (

@@ -1,15 +1,16 @@
 //! `jobhost:job/run`: what an attempt knows about its run (retries left, what started
-//! it, deferrals), the children its previous pass waited for, and the result it hands a
-//! waiting parent. No grant: it reaches only the run's own row and its children.
+//! it, deferrals), the children its previous pass waited for, the result it hands a
+//! waiting parent, and the signals it waits for and reads (0.1.6). No grant: it reaches
+//! only the run's own row, its children and its signals.
 
 use crate::rules::json_rule::JsonLimits;
 use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::run::{
-    Child, ChildPage, Host, RunInfo as Info, StartedBy,
+    Child, ChildPage, Host, ReceivedSignal, RunInfo as Info, SignalState, StartedBy,
 };
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
-use crate::store::guest::Fence;
+use crate::store::guest::{Fence, GuestDbError};
 use crate::store::{Origin, RunRecord, Store};
 
 /// What a run hands its parent (`set-result`).
@@ -207,6 +208,87 @@ impl Host for View<'_, RunCapability> {
             }
         })
     }
+
+    async fn wait_for_signal(&mut self, name: String, timeout_ms: u64) -> Result<(), HostError> {
+        crate::journaled!(
+            self.attempt,
+            "run.wait-for-signal",
+            (&name, timeout_ms),
+            async { self.wait_for(&name, timeout_ms).await }
+        )
+    }
+
+    async fn signal(&mut self, name: String) -> Result<SignalState, HostError> {
+        crate::journaled!(self.attempt, "run.signal", (&name,), async {
+            self.read_signal(&name).await
+        })
+    }
+}
+
+impl View<'_, RunCapability> {
+    /// The store, fence, run id and pass of the attempt's run.
+    fn signal_session(&self) -> Result<(Store, Fence, String, i64), HostError> {
+        let session = self.run_session()?;
+        Ok((
+            session.store.clone(),
+            session.fence.clone(),
+            session.run.id.clone(),
+            session.run.pass,
+        ))
+    }
+
+    /// Records, fenced, that this pass waits for the signal `name` (`wait-for-signal`).
+    async fn wait_for(&mut self, name: &str, timeout_ms: u64) -> Result<(), HostError> {
+        crate::rules::signal::check_name(name)
+            .map_err(|refusal| HostError::Invalid(refusal.code().into()))?;
+        if timeout_ms > crate::rules::signal::MAX_WAIT_MS {
+            return Err(HostError::Invalid("invalid-timeout".into()));
+        }
+        let signals = &self.attempt.signals;
+        if signals.waits_for_children || signals.waits_for_signal.is_some() {
+            return Err(HostError::Invalid("already-waiting".into()));
+        }
+        self.attempt.own_write_allowed().await?;
+        let (store, fence, id, _) = self.signal_session()?;
+        match store.wait_for_signal_fenced(&fence, &id, name).await {
+            Ok(true) => {
+                self.attempt.signals.waits_for_signal = Some(timeout_ms);
+                Ok(())
+            }
+            Ok(false) => self.attempt.translate(Err(GuestDbError::LeaseLost)),
+            Err(_) => self.attempt.translate(Err(GuestDbError::Unavailable)),
+        }
+    }
+
+    /// The signal `name` for this pass (`signal`): taken, fenced, or why there is none.
+    async fn read_signal(&mut self, name: &str) -> Result<SignalState, HostError> {
+        crate::rules::signal::check_name(name)
+            .map_err(|refusal| HostError::Invalid(refusal.code().into()))?;
+        self.attempt.own_write_allowed().await?;
+        let (store, fence, id, pass) = self.signal_session()?;
+        match store.take_signal(&fence, &id, pass, name).await {
+            Ok(Some(signal)) => {
+                return Ok(SignalState::Received(ReceivedSignal {
+                    id: signal.signal_id,
+                    payload: signal.payload,
+                }));
+            }
+            Ok(None) => {}
+            Err(_) => return self.attempt.translate(Err(GuestDbError::Unavailable)),
+        }
+        match store.holds_pass(&fence, &id, pass).await {
+            Ok(true) => {}
+            Ok(false) => return self.attempt.translate(Err(GuestDbError::LeaseLost)),
+            Err(_) => return self.attempt.translate(Err(GuestDbError::Unavailable)),
+        }
+        let row = self.run_row().await?;
+        let waited = row.signal_name.as_deref() == Some(name) && row.signal_pass == Some(pass - 1);
+        Ok(if waited {
+            SignalState::TimedOut
+        } else {
+            SignalState::Pending
+        })
+    }
 }
 
 impl crate::sandbox::journal::CodeOf for Info {
@@ -247,5 +329,32 @@ mod tests {
         for limit in [0, MAX_CHILDREN_PAGE + 1, u32::MAX] {
             assert_eq!(reason(state.children(None, limit).await), "invalid-limit");
         }
+    }
+
+    #[tokio::test]
+    async fn a_hostile_signal_name_or_timeout_is_refused_and_a_pass_waits_for_one_thing() {
+        let (mut run, mut shared) = (RunCapability::new(None), fixture::attempt());
+        let mut state = View::new(&mut run, &mut shared);
+        for name in ["", "A", "a\0b", "a/b", "\u{202e}x", "a".repeat(65).as_str()] {
+            assert_eq!(
+                reason(state.wait_for_signal(name.to_string(), 1000).await),
+                "invalid-signal-name"
+            );
+            assert_eq!(
+                reason(state.signal(name.to_string()).await),
+                "invalid-signal-name"
+            );
+        }
+        let too_long = crate::rules::signal::MAX_WAIT_MS + 1;
+        assert_eq!(
+            reason(state.wait_for_signal("approval".into(), too_long).await),
+            "invalid-timeout"
+        );
+        state.attempt.signals.waits_for_children = true;
+        assert_eq!(
+            reason(state.wait_for_signal("approval".into(), 1000).await),
+            "already-waiting"
+        );
+        assert_eq!(state.attempt.signals.waits_for_signal, None);
     }
 }

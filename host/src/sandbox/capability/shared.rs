@@ -26,6 +26,8 @@ pub struct Signals {
     pub committed: Option<CommittedEnd>,
     /// Whether the pass recorded that it waits for its children (`jobs`).
     pub waits_for_children: bool,
+    /// The timeout (ms) of the signal the pass recorded that it waits for (`run`).
+    pub waits_for_signal: Option<u64>,
 }
 
 impl Signals {
@@ -39,6 +41,9 @@ impl Signals {
         self.refused.as_ref().map(|r| r.code)
     }
 }
+
+/// What the attempt's calls noted, as [`Attempt::noticed_mark`] compares it.
+pub(crate) type NoticedMark = (bool, bool, bool, bool, bool, Option<u64>);
 
 /// Most host resources (handles: streams, transactions, uploads...) an attempt may hold
 /// at once; past it, the call that would create one traps (`resource_limit`).
@@ -73,24 +78,26 @@ impl Attempt {
     }
 
     /// What the calls so far noted, cheaply compared: whether a call changed it.
-    pub(crate) fn noticed_mark(&self) -> (bool, bool, bool, bool, bool) {
+    pub(crate) fn noticed_mark(&self) -> NoticedMark {
         (
             self.signals.lease_lost,
             self.signals.unavailable,
             self.signals.refused.is_some(),
             self.signals.committed.is_some(),
             self.signals.waits_for_children,
+            self.signals.waits_for_signal,
         )
     }
 
     /// What the attempt has noted, if a call changed it since `before`.
-    pub(crate) fn noticed_since(&self, before: (bool, bool, bool, bool, bool)) -> Option<Noticed> {
+    pub(crate) fn noticed_since(&self, before: NoticedMark) -> Option<Noticed> {
         (self.noticed_mark() != before).then(|| Noticed {
             lease_lost: self.signals.lease_lost,
             unavailable: self.signals.unavailable,
             refused: self.signals.refused.clone(),
             committed: self.signals.committed.clone(),
             waits_for_children: self.signals.waits_for_children,
+            waits_for_signal: self.signals.waits_for_signal,
         })
     }
 
@@ -112,6 +119,7 @@ impl Attempt {
             self.signals.refused = noticed.refused;
             self.signals.committed = noticed.committed;
             self.signals.waits_for_children = noticed.waits_for_children;
+            self.signals.waits_for_signal = noticed.waits_for_signal;
         }
         value
     }

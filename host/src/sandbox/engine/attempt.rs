@@ -91,6 +91,8 @@ pub struct AttemptReport {
     pub counters: Option<String>,
     /// The pass recorded that it waits for the children it started (`jobs`).
     pub waits_for_children: bool,
+    /// The pass recorded that it waits for a signal, with this timeout in ms (`run`).
+    pub waits_for_signal: Option<u64>,
     /// The steps the attempt reached that the pass's ledger did not hold.
     pub steps_reached: Vec<String>,
     /// The host calls the attempt made, when it was recorded, and the seed it was given.
@@ -110,6 +112,7 @@ impl AttemptReport {
             log_truncated: false,
             counters: None,
             waits_for_children: false,
+            waits_for_signal: None,
             steps_reached: Vec::new(),
             journal: None,
         }
@@ -189,6 +192,7 @@ impl Engine {
                 log_truncated: false,
                 counters: None,
                 waits_for_children: false,
+                waits_for_signal: None,
                 steps_reached: Vec::new(),
                 journal: None,
             };
@@ -220,6 +224,7 @@ impl Engine {
             log_truncated,
             counters: state.capabilities.steps.changed_counters(),
             waits_for_children: state.attempt.signals.waits_for_children,
+            waits_for_signal: state.attempt.signals.waits_for_signal,
             steps_reached: state.capabilities.steps.reached_new(),
             journal: spec.record.map(|_| (state.attempt.journal.take(), seed)),
         }

@@ -62,6 +62,9 @@ pub struct Noticed {
     pub refused: Option<Refused>,
     pub committed: Option<CommittedEnd>,
     pub waits_for_children: bool,
+    /// The timeout of the signal the pass waits for (WIT 0.1.6; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waits_for_signal: Option<u64>,
 }
 
 /// How a pass ended, committed with the guest's writes (`steps`' `finish`): a call's

@@ -32,6 +32,7 @@ mod params;
 mod run_filter;
 mod run_wait;
 mod server;
+mod signals;
 mod state;
 mod tenants;
 mod tokens;
@@ -148,6 +149,13 @@ fn api(routes: Routes) -> Routes {
             RunRetry,
             "run",
             controls::retry_run,
+        )
+        .change(
+            Method::POST,
+            "/runs/{id}/signals/{name}",
+            RunSignal,
+            "run",
+            signals::send,
         )
         .read("/runs/{id}/attempts/{seq}/calls", journals::calls)
         .read("/runs/{id}/attempts/{seq}/journal", journals::export)

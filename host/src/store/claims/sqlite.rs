@@ -842,6 +842,8 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         wait_pass: row.get("wait_pass")?,
         wait_policy: row.get("wait_policy")?,
         result: row.get("result")?,
+        signal_name: row.get("signal_name")?,
+        signal_pass: row.get("signal_pass")?,
     })
 }
 
