@@ -183,7 +183,7 @@ pub fn live_attempt(
         "attempt": run.current_try(),
         "generation": run.generation,
         "host": run.host,
-        "status": "running",
+        "status": if run.claimed() { crate::store::CLAIMED } else { "running" },
         "started_at": live.map(|l| time(l.started_at)),
         "running_ms": live.map(|l| l.running_ms.max(0)),
         "log": live.map_or("", |l| l.log.as_str()),

@@ -101,6 +101,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     29 => "0029_components_compiling",
     30 => "0030_unique_runs",
     31 => "0031_live_logs",
+    32 => "0032_claimed_runs_start_with_their_guest",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -134,6 +135,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     29 => "0029_components_compiling",
     30 => "0030_unique_runs",
     31 => "0031_live_logs",
+    32 => "0032_claimed_runs_start_with_their_guest",
 );
 
 /// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);

@@ -19,6 +19,10 @@ pub enum RunStatus {
 /// its row, with its lease parked).
 pub const WAITING: &str = "waiting";
 
+/// How a running run whose guest has not started is shown: a host claimed it ahead of a
+/// free worker (it is `running` in its row, its lease taken, counted by every limit).
+pub const CLAIMED: &str = "claimed";
+
 impl RunStatus {
     pub const ALL: [RunStatus; 7] = [
         RunStatus::Queued,
@@ -144,9 +148,12 @@ crate::record! {
         pub wait_policy: Option<String>,
         /// The JSON value the run hands a waiting parent.
         pub result: Option<String>,
+        /// When the current attempt's guest started (migration 0032); none while the run
+        /// is claimed and waits for a worker. Not read by claims, which clear it.
+        pub guest_started_at: Option<i64>,
     }
     missing_as_default: resumed_by, retry_of, retried_by, parent_run, parent_attempt, event,
-        detached, wait_pass, wait_policy, result
+        detached, wait_pass, wait_policy, result, guest_started_at
 }
 
 impl RunRecord {
@@ -174,10 +181,18 @@ impl RunRecord {
         self.failures + 1
     }
 
-    /// The status shown to people: a queued run that waits for its children is `waiting`.
+    /// Claimed ahead of a free worker: `running` in its row, its guest not started.
+    pub fn claimed(&self) -> bool {
+        self.status == RunStatus::Running.as_str() && self.guest_started_at.is_none()
+    }
+
+    /// The status shown to people: a queued run that waits for its children is `waiting`,
+    /// a running one whose guest has not started `claimed`.
     pub fn shown_status(&self) -> &str {
         if self.waiting_pass().is_some() {
             WAITING
+        } else if self.claimed() {
+            CLAIMED
         } else {
             &self.status
         }
@@ -187,6 +202,15 @@ impl RunRecord {
     pub fn trace(&self) -> crate::rules::trace::TraceParent {
         crate::rules::trace::TraceParent::of_run(self.trace_parent.as_deref(), &self.id)
     }
+}
+
+/// That the guest of a run's attempt (at the lease's `generation`) started `at` (the
+/// database's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestStart {
+    pub run_id: String,
+    pub generation: i64,
+    pub at: i64,
 }
 
 crate::record! {
