@@ -431,7 +431,18 @@ mod tests {
             running_ms: 250,
             ..LiveLogRecord::default()
         };
-        let shown = live_attempt(&run("running"), &[], Some(&live(2)));
+        // Claimed ahead of a worker, its guest not started: the attempt says so.
+        let claimed = live_attempt(&run("running"), &[], None);
+        assert_eq!(
+            (claimed["status"].clone(), claimed["seq"].clone()),
+            ("claimed".into(), 2.into())
+        );
+        let started = RunRecord {
+            guest_started_at: Some(900),
+            ..run("running")
+        };
+        let shown = live_attempt(&started, &[], Some(&live(2)));
+        assert_eq!(shown["status"], "running");
         assert_eq!(shown["seq"], 2);
         assert_eq!(shown["attempt"], 2);
         assert_eq!(shown["host"], "host-1");

@@ -754,3 +754,30 @@ crate::record! {
         pub created_at: i64,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_run_is_shown_claimed_until_its_guest_started_and_a_sleeping_one_waiting() {
+        let run = |status: &str, guest_started_at| RunRecord {
+            status: status.into(),
+            guest_started_at,
+            pass: 2,
+            ..RunRecord::default()
+        };
+        assert_eq!(run("running", None).shown_status(), CLAIMED);
+        assert!(run("running", None).claimed());
+        assert_eq!(run("running", Some(5)).shown_status(), "running");
+        // Only a running run: an ended one keeps its status whatever its last attempt did.
+        assert_eq!(run("succeeded", None).shown_status(), "succeeded");
+        assert_eq!(run("queued", None).shown_status(), "queued");
+        let sleeping = RunRecord {
+            wait_pass: Some(1),
+            wait_policy: Some("all".into()),
+            ..run("queued", None)
+        };
+        assert_eq!(sleeping.shown_status(), WAITING);
+    }
+}

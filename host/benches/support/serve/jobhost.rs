@@ -546,8 +546,11 @@ impl Jobhost {
     pub async fn drain_rated(&self, runs: usize, record: &Record) -> RateDrain {
         self.queue_backlog(runs).await;
         match self.store.pool() {
-            Pool::Postgres(p) => sqlx::raw_sql(KEEP_STARTS_POSTGRES).execute(p).await,
-            Pool::Sqlite(p) => sqlx::raw_sql(KEEP_STARTS_SQLITE).execute(p).await,
+            Pool::Postgres(p) => sqlx::raw_sql(KEEP_STARTS_POSTGRES)
+                .execute(p)
+                .await
+                .map(drop),
+            Pool::Sqlite(p) => sqlx::raw_sql(KEEP_STARTS_SQLITE).execute(p).await.map(drop),
         }
         .expect("keep the starts");
         let host = self.spawn_host(BACKLOG_WORKERS, &self.db_url);

@@ -288,7 +288,7 @@ impl Runner {
             answered_at,
         } = claimed;
         let lease = lease.expect("resolved to a leased claim");
-        if answered_at.elapsed() >= RECHECK_AFTER && !self.still_claimed(&run, &lease).await? {
+        if answered_at.elapsed() >= RECHECK_AFTER && !self.still_claimed(&run, &lease).await {
             return Ok(Concluding::ready(Ok(Step::Abandoned)));
         }
         if self.pauses.current().await?.tenant_disabled(&run.tenant) {
@@ -381,16 +381,23 @@ impl Runner {
     /// Whether a run claimed a while ago is still running the attempt it was claimed for:
     /// an operator's cancel, its family's end or surveillance may have ended it while it
     /// waited for a worker, and its guest must then not start (its lease has moved on, so
-    /// nothing it did would commit, but it would run until told).
-    async fn still_claimed(&self, run: &RunRecord, lease: &Lease) -> Result<bool, StoreError> {
-        let now = self.store.get_run(&run.id).await?;
+    /// nothing it did would commit, but it would run until told). A run that cannot be
+    /// read is started: its lease still fences it.
+    async fn still_claimed(&self, run: &RunRecord, lease: &Lease) -> bool {
+        let now = match self.store.get_run(&run.id).await {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!(run_id = %run.id, code = "driver_failed", error = %e, "could not read a claimed run again before its start");
+                return true;
+            }
+        };
         let running = now.is_some_and(|now| {
             now.status() == Some(RunStatus::Running) && now.generation == Some(lease.generation)
         });
         if !running {
             tracing::info!(job = %run.job, run_id = %run.id, "a claimed run ended while it waited for a worker: not started");
         }
-        Ok(running)
+        running
     }
 
     /// Keeps the attempt's journal when its job's `record` says so: a failed attempt's
