@@ -892,7 +892,7 @@ async fn planted_links_are_refused_at_every_level(home: Home) {
             let started_at = Instant::now();
             loop {
                 let (_, run) = server.get(&format!("/runs/{id}")).await;
-                if !["queued", "running"].contains(&run["status"].as_str().unwrap()) {
+                if !["queued", "claimed", "running"].contains(&run["status"].as_str().unwrap()) {
                     return run;
                 }
                 assert!(started_at.elapsed() < Duration::from_secs(30), "{run}");

@@ -685,7 +685,7 @@ async fn an_earlier_hosts_endings_in_json_are_recorded_as_before() {
     .await
     .unwrap();
     let claimed: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT id, generation, started_at FROM jobhost_claim_runs('h', 3, \
+        "SELECT id, generation, updated_at FROM jobhost_claim_runs('h', 3, \
          '{\"noop\": {\"deadline_ms\": 60000, \"expires_ms\": 60000, \"digest\": \"d\"}}', \
          NULL, '{}', '{}') ORDER BY id",
     )
