@@ -140,9 +140,10 @@ async fn three_hosts_share_the_work_and_lose_nothing_when_one_dies() {
                 .map(|r| r["instance"].as_str().unwrap())
                 .collect();
             done.len() == INSTANCES
-                && !runs
-                    .iter()
-                    .any(|r| r["status"] == "running" || r["status"] == "queued")
+                && !runs.iter().any(|r| {
+                    ["running", "claimed", "queued"]
+                        .contains(&r["status"].as_str().unwrap_or_default())
+                })
         })
         .await;
     let mut succeeded: HashMap<&str, usize> = HashMap::new();
