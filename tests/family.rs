@@ -200,7 +200,8 @@ async fn wait_run(
 
 async fn ended(server: &Server, id: &str) -> Value {
     wait_run(server, id, Duration::from_secs(60), "the run's end", |r| {
-        !["queued", "running", "waiting"].contains(&r["status"].as_str().unwrap_or_default())
+        !["queued", "claimed", "running", "waiting"]
+            .contains(&r["status"].as_str().unwrap_or_default())
     })
     .await
 }

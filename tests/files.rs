@@ -730,8 +730,10 @@ async fn two_hosts_on_postgres_share_one_s3_collection() {
     assert_eq!(two.post("/jobs/reader/kick").await.0, 202);
     let runs = two
         .wait_runs("reader", Duration::from_secs(30), |runs| {
-            runs.iter()
-                .any(|r| r["status"] != "queued" && r["status"] != "running")
+            runs.iter().any(|r| {
+                !["queued", "claimed", "running"]
+                    .contains(&r["status"].as_str().unwrap_or_default())
+            })
         })
         .await;
     assert_eq!(runs[0]["status"], "succeeded", "{runs:#?}");
@@ -950,7 +952,7 @@ async fn planted_links_are_refused_at_every_level(home: Home) {
             let started_at = Instant::now();
             loop {
                 let (_, run) = server.get(&format!("/runs/{id}")).await;
-                if !["queued", "running"].contains(&run["status"].as_str().unwrap()) {
+                if !["queued", "claimed", "running"].contains(&run["status"].as_str().unwrap()) {
                     return run;
                 }
                 assert!(started_at.elapsed() < Duration::from_secs(30), "{run}");

@@ -140,9 +140,10 @@ async fn three_hosts_share_the_work_and_lose_nothing_when_one_dies() {
                 .map(|r| r["instance"].as_str().unwrap())
                 .collect();
             done.len() == INSTANCES
-                && !runs
-                    .iter()
-                    .any(|r| r["status"] == "running" || r["status"] == "queued")
+                && !runs.iter().any(|r| {
+                    ["running", "claimed", "queued"]
+                        .contains(&r["status"].as_str().unwrap_or_default())
+                })
         })
         .await;
     let mut succeeded: HashMap<&str, usize> = HashMap::new();
@@ -685,7 +686,7 @@ async fn an_earlier_hosts_endings_in_json_are_recorded_as_before() {
     .await
     .unwrap();
     let claimed: Vec<(String, i64, i64)> = sqlx::query_as(
-        "SELECT id, generation, started_at FROM jobhost_claim_runs('h', 3, \
+        "SELECT id, generation, updated_at FROM jobhost_claim_runs('h', 3, \
          '{\"noop\": {\"deadline_ms\": 60000, \"expires_ms\": 60000, \"digest\": \"d\"}}', \
          NULL, '{}', '{}') ORDER BY id",
     )

@@ -302,6 +302,7 @@ async fn start(world: &World, host: &SimHost, claimed: Claimed) -> Option<Held> 
             run,
             lease,
             stamped_after,
+            ..
         } = claimed;
         if let Some(lease) = lease {
             // The host's own deadline, as the runner takes it, on the wall clock.

@@ -1,8 +1,10 @@
 //! Claim limits end to end (issue 40), with the real binary and the `hello` guest, on both
 //! backends: per-key FIFO, `concurrency` and `key_concurrency` across racing hosts (one
-//! killed mid-run), and `rate`. Each checker reads the recorded times back from the
-//! database: an attempt's row spans its claim (`started_at`, the run's claim) to its
-//! recorded ending, so the slots the claim counted cover every attempt's span.
+//! killed mid-run), `rate`, and runs claimed ahead of a free worker shown `claimed` until
+//! their guests start. Each checker reads the recorded times back from the database: an
+//! attempt's row spans its guest's start to its recorded ending, within the span the claim
+//! counted its slot (from the claim to the ending), so the limits cover every attempt's
+//! span; the rate's starts are the claims', as the claim entered them in the window.
 
 use crate::common;
 
@@ -94,6 +96,34 @@ async fn fleet(home: &Home, args: &[&str]) -> Vec<Server> {
         started.push(home.serve(&all).await);
     }
     started
+}
+
+/// The wall clock in ms: the database's, on this one machine.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Keeps each start the claims enter in a job's rate window in `test_starts` (the claims
+/// delete the window's old rows as they go).
+async fn keep_rate_starts(home: &Home) {
+    home.exec(match home.backend {
+        Backend::Sqlite => {
+            "CREATE TABLE test_starts (at BIGINT NOT NULL); \
+            CREATE TRIGGER test_keep_start AFTER INSERT ON jobhost_rate_starts \
+            WHEN NEW.scope = 0 BEGIN INSERT INTO test_starts (at) VALUES (NEW.at); END"
+        }
+        Backend::Postgres => {
+            "CREATE TABLE test_starts (at BIGINT NOT NULL); \
+            CREATE FUNCTION test_keep_start() RETURNS trigger LANGUAGE plpgsql AS \
+            $$ BEGIN INSERT INTO test_starts (at) VALUES (NEW.at); RETURN NULL; END $$; \
+            CREATE TRIGGER test_keep_start AFTER INSERT ON jobhost_rate_starts \
+            FOR EACH ROW WHEN (NEW.scope = 0) EXECUTE FUNCTION test_keep_start()"
+        }
+    })
+    .await;
 }
 
 /// Starts a run of `job` as instance `instance` with `payload`, through the API.
@@ -221,20 +251,24 @@ on_every_backend! {
             component = "{guest:hello}"
             rate = "20/s"
         "#);
-        let hosts = fleet(&home, &["--manifest", m.to_str().unwrap()]).await;
+        let hosts = fleet(&home, &["--manifest", m.to_str().unwrap(), "--surveillance-interval", "1s"]).await;
+        keep_rate_starts(&home).await;
         for i in 0..70 {
             start(&hosts[i % hosts.len()], "paced", &format!("p{i}"), json!({})).await;
         }
         hosts[0]
             .wait_runs("paced", Duration::from_secs(60), |runs| count(runs, |r| status(r) == "succeeded") == 70)
             .await;
-        let starts: Vec<i64> = rows(&home, "SELECT started_at FROM jobhost_runs WHERE job = 'paced' ORDER BY started_at")
+        let starts: Vec<i64> = rows(&home, "SELECT at FROM test_starts ORDER BY at")
             .await
             .into_iter()
             .map(|r| r[0].parse().unwrap())
             .collect();
         assert_eq!(starts.len(), 70);
-        // The window rule: a start at T counts the starts in (T - 1 s, T]. The runs' start
+        // Each guest started once claimed: no run shows a start before its claim's first.
+        let first_guest = home.scalar("SELECT MIN(started_at) FROM jobhost_runs WHERE job = 'paced'").await;
+        assert!(first_guest >= starts[0], "a guest started at {first_guest}, before the first claim at {}", starts[0]);
+        // The window rule: a start at T counts the starts in (T - 1 s, T]. The claims'
         // times are read by a statement of their own, so 2 ms of slack.
         for (i, &t) in starts.iter().enumerate() {
             let within = starts[..=i].iter().filter(|&&s| s > t - 998).count();
@@ -245,5 +279,114 @@ on_every_backend! {
         let span = starts[69] - starts[0];
         assert!(span >= 2_900, "70 starts at 20/s took {span} ms");
         assert!(span < 30_000, "70 starts at 20/s took {span} ms");
+        // The window's last starts are left by the last claim; no claim of the job comes
+        // to drop them, and the retention chore does (no `--retention` given).
+        let emptied = "SELECT COUNT(*) FROM jobhost_jobs WHERE NOT EXISTS (SELECT 1 FROM jobhost_rate_starts)";
+        home.wait_for(emptied, Duration::from_secs(30)).await;
+    }
+
+    async fn runs_claimed_ahead_show_claimed_until_their_guests_start(home) {
+        let m = home.manifest("", r#"
+            [jobs.slow]
+            component = "{guest:hello}"
+        "#);
+        let host = home.serve(&["--manifest", m.to_str().unwrap(), "--workers", "6"]).await;
+        // The whole backlog queued first: six start, and the host claims the next ones
+        // ahead of its busy workers.
+        let (code, _) = host.post("/pauses/job/slow").await;
+        assert_eq!(code, 200);
+        for i in 0..24 {
+            start(&host, "slow", &format!("s{i:02}"), json!({"sleep_ms": 1000})).await;
+        }
+        host.delete("/pauses/job/slow").await;
+        // Every view of a run, until all succeeded: a claimed run shows no start, a
+        // running one does. When a run was last seen claimed (the clock read before the
+        // request), its guest had not started — give or take the write of its start, which
+        // follows the start by a round trip (250 ms of slack: a claim is a second before).
+        let mut claimed_until: BTreeMap<String, i64> = BTreeMap::new();
+        let waiting = std::time::Instant::now();
+        loop {
+            let asked_at = wall_ms();
+            let runs = host.runs(Some("slow")).await;
+            for r in &runs {
+                let id = r["run_id"].as_str().unwrap().to_string();
+                match status(r) {
+                    "claimed" => {
+                        assert!(r["started_at"].is_null(), "a claimed run shown started: {r}");
+                        if claimed_until.is_empty() {
+                            // `host runs show` says the same (or, started meanwhile, shows
+                            // a start no earlier than the claimed view was asked for).
+                            let out = home.run(&["runs", "show", &id, "--json"]);
+                            let shown: Value = serde_json::from_slice(&out.stdout).expect("runs show --json");
+                            match status(&shown) {
+                                "claimed" => assert!(shown["started_at"].is_null(), "{shown}"),
+                                _ => assert!(shown["started_at"].is_string(), "{shown}"),
+                            }
+                        }
+                        claimed_until.insert(id, asked_at);
+                    }
+                    "running" | "succeeded" => assert!(!r["started_at"].is_null(), "started without a start: {r}"),
+                    _ => {}
+                }
+            }
+            if count(&runs, |r| status(r) == "succeeded") == 24 {
+                break;
+            }
+            assert!(waiting.elapsed() < Duration::from_secs(120), "timed out: {runs:#?}");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(claimed_until.len() >= 3, "too few runs seen claimed ahead for the check to prove anything: {claimed_until:?}");
+        let timings = rows(&home, "SELECT r.id, r.started_at, r.finished_at, a.started_at, a.duration_ms \
+            FROM jobhost_runs r JOIN jobhost_attempts a ON a.run_id = r.id WHERE r.job = 'slow'").await;
+        assert_eq!(timings.len(), 24, "one attempt each");
+        for row in &timings {
+            let [id, run_started, run_finished, attempt_started, attempt_ms] = &row[..] else { unreachable!() };
+            let n = |v: &String| v.parse::<i64>().unwrap();
+            assert_eq!(run_started, attempt_started, "the run started with its first attempt's guest: {row:?}");
+            if let Some(&seen) = claimed_until.get(id) {
+                assert!(n(run_started) >= seen - 250, "{id} was claimed, not started, at {seen}, yet shows a start at {run_started}");
+            }
+            // The run's duration is its guest's, not its wait for a worker (a second) too.
+            let run_ms = n(run_finished) - n(run_started);
+            assert!(n(attempt_ms) >= 1_000, "{row:?}");
+            assert!(run_ms + 20 >= n(attempt_ms), "{id} ran {run_ms} ms, shorter than its attempt's {attempt_ms} ms");
+            assert!(run_ms < n(attempt_ms) + 500, "{id} counted its wait for a worker: {run_ms} ms against its attempt's {attempt_ms} ms");
+        }
+    }
+
+    async fn a_run_cancelled_while_claimed_ahead_never_starts(home) {
+        let m = home.manifest("", r#"
+            [jobs.long]
+            component = "{guest:hello}"
+        "#);
+        let host = home.serve(&["--manifest", m.to_str().unwrap(), "--workers", "1"]).await;
+        let (code, _) = host.post("/pauses/job/long").await;
+        assert_eq!(code, 200);
+        // The first runs for less than the 2 s a claimed run may wait for a worker before
+        // its host gives it back (`start_within`): the worker takes the second.
+        for name in ["first", "second"] {
+            start(&host, "long", name, json!({"sleep_ms": 1500})).await;
+        }
+        host.delete("/pauses/job/long").await;
+        // The one worker runs one; the other waits for it, claimed.
+        let runs = host
+            .wait_runs("long", Duration::from_secs(120), |runs| {
+                count(runs, |r| status(r) == "running") == 1 && count(runs, |r| status(r) == "claimed") == 1
+            })
+            .await;
+        let waiting = runs.iter().find(|r| status(r) == "claimed").unwrap();
+        let id = waiting["run_id"].as_str().unwrap();
+        let (code, answer) = host.post(&format!("/runs/{id}/cancel")).await;
+        assert_eq!(code, 200, "{answer}");
+        // The worker frees up, takes the run it had claimed, and finds it ended.
+        host.wait_runs("long", Duration::from_secs(60), |runs| count(runs, |r| status(r) == "succeeded") == 1).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (_, run) = host.get(&format!("/runs/{id}")).await;
+        assert_eq!(status(&run), "cancelled", "{run}");
+        assert!(run["started_at"].is_null(), "a cancelled claimed run shows a start: {run}");
+        // Its attempt's row is the cancel's: no guest ran to end it.
+        let ran = home.scalar(&format!("SELECT COUNT(*) FROM jobhost_attempts WHERE run_id = '{id}' AND duration_ms IS NOT NULL")).await;
+        assert_eq!(ran, 0, "the guest of a cancelled claimed run started");
+        assert!(home.server_logs().contains("not started"), "{}", home.server_logs());
     }
 }

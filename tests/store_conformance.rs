@@ -11,8 +11,8 @@ use jobhost::rules::grants::DbGrant;
 use jobhost::store::family::{ChildRun, Enqueue, ParentLink};
 use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, SqlValue};
 use jobhost::store::{
-    AttemptEnding, ClaimRequest, Claimed, Lease, NewRun, Origin, Recorded, Recording, RunChange,
-    RunRecord, RunStatus, Store,
+    AttemptEnding, ClaimRequest, Claimed, GuestStart, Lease, NewRun, Origin, Recorded, Recording,
+    RunChange, RunRecord, RunStatus, Store,
 };
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -234,6 +234,92 @@ on_every_backend! {
         assert_eq!(ids(&claim(&store, 10).await), ["r3"]);
     }
 
+    async fn a_claimed_run_is_shown_claimed_until_its_guest_start_is_written(home) {
+        let store = store_with_job(&home).await;
+        for (id, instance) in [("r1", "a"), ("r2", "b")] {
+            store.insert_run(&new_run(id, instance, 0)).await.unwrap();
+        }
+        let claimed = claim(&store, 10).await;
+        assert_eq!(ids(&claimed), ["r1", "r2"]);
+        let r1 = run(&store, "r1").await;
+        assert_eq!((r1.status.as_str(), r1.shown_status()), ("running", "claimed"));
+        assert_eq!((r1.started_at, r1.guest_started_at), (None, None), "claimed, not started");
+        let (lease1, lease2) = (claimed[0].lease.clone().unwrap(), claimed[1].lease.clone().unwrap());
+        let at = r1.updated_at + 250;
+        let start = |id: &str, generation, at| GuestStart { run_id: id.into(), generation, at };
+        // A start of another attempt (an older generation) changes nothing.
+        store.mark_guests_started(&[start("r1", lease1.generation - 1, at)]).await.unwrap();
+        assert_eq!(run(&store, "r1").await.shown_status(), "claimed");
+        store.mark_guests_started(&[start("r1", lease1.generation, at)]).await.unwrap();
+        let r1 = run(&store, "r1").await;
+        assert_eq!(r1.shown_status(), "running");
+        assert_eq!((r1.started_at, r1.guest_started_at), (Some(at), Some(at)));
+        // Its ending keeps the start written; the attempt's row says the same.
+        let mut ended = finish(&claimed[0].run, &lease1);
+        ended.attempt.as_mut().unwrap().started_at = at;
+        assert_eq!(store.record_attempts(&[ended]).await[0].as_ref().unwrap(), &Recorded::Finished { follow_up: None });
+        let r1 = run(&store, "r1").await;
+        assert_eq!((r1.status.as_str(), r1.started_at), ("succeeded", Some(at)));
+        assert_eq!(store.list_attempts("r1", 10).await.unwrap()[0].started_at, at);
+        // A run that ended before its start was written takes its attempt's; the start
+        // written late changes nothing.
+        let mut ended = finish(&claimed[1].run, &lease2);
+        ended.attempt.as_mut().unwrap().started_at = at + 7;
+        store.record_attempts(&[ended]).await;
+        store.mark_guests_started(&[start("r2", lease2.generation, at + 50)]).await.unwrap();
+        let r2 = run(&store, "r2").await;
+        assert_eq!((r2.status.as_str(), r2.started_at), ("succeeded", Some(at + 7)));
+    }
+
+    async fn a_run_given_back_unstarted_has_no_start(home) {
+        let store = store_with_job(&home).await;
+        store.insert_run(&new_run("r1", "a", 0)).await.unwrap();
+        let claimed = claim(&store, 10).await;
+        let lease = claimed[0].lease.clone().unwrap();
+        store.record_attempts(&[give_back(&claimed[0].run, &lease, 0)]).await;
+        let r1 = run(&store, "r1").await;
+        assert_eq!((r1.status.as_str(), r1.started_at), ("queued", None));
+    }
+
+    async fn expired_rows_of_the_rates_windows_are_pruned_in_bounded_batches(home) {
+        let limits = ClaimLimits {
+            rate: Some(Rate::parse("2/s").unwrap()),
+            key: Some(LimitKey::parse("/c").unwrap()),
+            key_rate: Some(Rate::parse("5/min").unwrap()),
+            ..Default::default()
+        };
+        let store = store_with_limits(&home, &limits).await;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        // (job, scope, key, age in ms, kept): the job's window is a second, a key's a
+        // minute; a job with no rate keeps none.
+        let rows = [
+            (JOB, 0, "", 5_000, false),
+            (JOB, 0, "", 20_000, false),
+            (JOB, 0, "", 100, true),
+            (JOB, 1, "k1", 30_000, true),
+            (JOB, 1, "k2", 120_000, false),
+            ("unrated", 0, "", 100, false),
+        ];
+        for (job, scope, key, age, _) in rows {
+            home.exec(&format!(
+                "INSERT INTO jobhost_rate_starts (job, scope, key, at) VALUES ('{job}', {scope}, '{key}', {})",
+                now - age
+            ))
+            .await;
+        }
+        let left = || home.scalar("SELECT COUNT(*) FROM jobhost_rate_starts");
+        assert_eq!(store.prune_rate_starts(2).await.unwrap(), 2, "bounded");
+        assert_eq!(left().await, 4);
+        assert_eq!(store.prune_rate_starts(100).await.unwrap(), 2);
+        assert_eq!(store.prune_rate_starts(100).await.unwrap(), 0);
+        let kept = rows.iter().filter(|r| r.4).count() as i64;
+        assert_eq!(left().await, kept);
+        assert_eq!(home.scalar(&format!("SELECT COUNT(*) FROM jobhost_rate_starts WHERE at >= {}", now - 30_000)).await, kept);
+    }
+
     async fn enqueue_writes_a_queued_run_with_no_attempt_and_no_lease(home) {
         let store = store_with_job(&home).await;
         let queued = store.insert_run(&new_run("r-enqueue", "i1", 5_000)).await.unwrap();
@@ -275,7 +361,8 @@ on_every_backend! {
             assert_eq!(whole(&row), whole(&claimed.run));
             assert_eq!((row.status.as_str(), row.host.as_deref()), ("running", Some(HOST)));
             assert_eq!((row.attempts, row.failures, row.generation), (1, 0, Some(lease.generation)));
-            assert!(row.started_at.is_some());
+            // Claimed, not started: its guest's start is written when a worker starts it.
+            assert_eq!((row.started_at, row.shown_status()), (None, "claimed"));
             assert_eq!(
                 (lease.job.as_str(), lease.instance.as_str(), lease.holder.as_str()),
                 (JOB, row.instance.as_str(), row.id.as_str())

@@ -65,7 +65,12 @@
 //!   workers, so it binds), and `key_concurrency = 1` with the backlog's runs spread over
 //!   1 000 keys (their `limit_key` set after the bulk insert, as a payload member with
 //!   1 000 values would have set it). The summary shows each one's CPU per run (host and
-//!   Postgres server) against the unlimited drain's.
+//!   Postgres server) against the unlimited drain's. First, on each backend, the rate's
+//!   accuracy: one host with a backlog of a job with `rate = "20/s"` runs for 60 s from its
+//!   first start (also in a quick run); the starts its claims entered in the rate's window
+//!   (kept apart by a trigger of the benchmark's, as the claim deletes the window's old
+//!   rows) and its runs' `started_at` (when each guest started): how many a second over
+//!   those 60 s, and the most in any one second.
 //!
 //! Bulk queueing, in one statement: jobhost runs shaped as `Store::insert_run` shapes a
 //! kick's (origin `kick`, the job's payload, instances `b0`…, no component digest,
@@ -175,8 +180,8 @@ use crate::counting_proxy::CountingProxy;
 use crate::graphile::Graphile;
 use crate::jobhost::Jobhost;
 use crate::report::{
-    Context, Db, Drain, Fanout, Key, Limit, Record, Shape, System, Variant, describe_postgres,
-    load_average,
+    Context, Db, Drain, Fanout, Key, Limit, RATE_MEASURED, RATE_PER_S, Record, Shape, System,
+    Variant, describe_postgres, load_average,
 };
 use crate::settings::{
     FANOUT_PARENT, FANOUT_WARM_UP, FANOUT_WARM_UP_JOB, LONG_DRAIN, Settings, WARM_UP_RUNS,
@@ -472,6 +477,15 @@ fn backlog_curve(rt: &Runtime, noop: &Path, s: &Settings, record: &Record, envs:
 /// its own.
 fn limits_mode(rt: &Runtime, noop: &Path, s: &Settings, record: &Record) {
     for db in [Db::Postgres, Db::Sqlite] {
+        record.enter(format!("limits/{db}/rate"));
+        let env = rt.block_on(Jobhost::limited(noop, db, Limit::Rate, record));
+        // Twice what the rate starts in the time measured: the backlog never runs dry.
+        let runs = 2 * RATE_PER_S * RATE_MEASURED.as_secs() as usize;
+        let drain = rt.block_on(env.drain_rated(runs, record));
+        eprintln!("limits/{db}/rate: claimed {}", drain.claimed.line());
+        eprintln!("limits/{db}/rate: started {}", drain.started.line());
+        record.rated.lock().unwrap().insert(db, drain);
+        rt.block_on(env.stop(record));
         for limit in Limit::ALL {
             let env = rt.block_on(Jobhost::limited(noop, db, limit, record));
             let drains = &env;

@@ -1,9 +1,12 @@
 //! Retention: the history older than the operator's `--retention` is deleted — finished
-//! runs with their attempts, logs and ledgers, delivered reports, and the leases of
+//! runs with their attempts, logs and ledgers, delivered reports, audit rows, and the leases of
 //! instances nothing has held since — once per period
 //! across the fleet, under a lease of its own (like surveillance), in bounded batches so
 //! a large backlog of history never holds a long transaction. A queued or running run is
-//! never touched, however old.
+//! never touched, however old. The rows of the rates' windows that no window holds any
+//! more go the same way, whether or not history is kept: a claim drops them only for the
+//! job and keys it claims, so a job no longer claimed, or keys started once, would leave
+//! them for ever.
 
 use crate::queue::lease::fleet_turn;
 use crate::store::{Pruned, Store, StoreError};
@@ -19,8 +22,8 @@ pub struct Retention {
     pub store: Store,
     pub host_id: String,
     pub interval: Duration,
-    /// History older than this is deleted.
-    pub keep: Duration,
+    /// History older than this is deleted; none: history is kept for ever.
+    pub keep: Option<Duration>,
 }
 
 impl Retention {
@@ -31,7 +34,32 @@ impl Retention {
         if !fleet_turn(&self.store, CHORE, &self.host_id, self.interval).await? {
             return Ok(total);
         }
-        let keep_ms = i64::try_from(self.keep.as_millis()).unwrap_or(i64::MAX);
+        for _ in 0..BATCHES {
+            let pruned = self.store.prune_rate_starts(BATCH).await?;
+            total.rate_starts += pruned;
+            if pruned < BATCH as u64 {
+                break;
+            }
+        }
+        if let Some(keep) = self.keep {
+            self.prune_history(keep, &mut total).await?;
+        }
+        if total != Pruned::default() {
+            tracing::info!(
+                runs = total.runs,
+                reports = total.reports,
+                jobs = total.jobs,
+                leases = total.leases,
+                audit = total.audit,
+                rate_starts = total.rate_starts,
+                "pruned history past the retention age and the rates' expired windows"
+            );
+        }
+        Ok(total)
+    }
+
+    async fn prune_history(&self, keep: Duration, total: &mut Pruned) -> Result<(), StoreError> {
+        let keep_ms = i64::try_from(keep.as_millis()).unwrap_or(i64::MAX);
         for _ in 0..BATCHES {
             let pruned = self.store.prune(keep_ms, BATCH).await?;
             total.runs += pruned.runs;
@@ -46,16 +74,6 @@ impl Retention {
                 break;
             }
         }
-        if total != Pruned::default() {
-            tracing::info!(
-                runs = total.runs,
-                reports = total.reports,
-                jobs = total.jobs,
-                leases = total.leases,
-                audit = total.audit,
-                "pruned history past the retention age"
-            );
-        }
-        Ok(total)
+        Ok(())
     }
 }

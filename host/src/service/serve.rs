@@ -167,14 +167,7 @@ pub async fn serve(
         stop.clone(),
     ));
     loops.spawn(collect_loop(shared.clone(), config.clone(), stop.clone()));
-    if let Some(keep) = config.retention {
-        loops.spawn(retention_loop(
-            shared.clone(),
-            config.clone(),
-            keep,
-            stop.clone(),
-        ));
-    }
+    loops.spawn(retention_loop(shared.clone(), config.clone(), stop.clone()));
     loops.spawn(signing_keys_loop(
         shared.clone(),
         config.clone(),
@@ -873,17 +866,12 @@ async fn collect_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch:
     }
 }
 
-async fn retention_loop(
-    shared: Arc<Shared>,
-    config: ServeConfig,
-    keep: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn retention_loop(shared: Arc<Shared>, config: ServeConfig, mut stop: watch::Receiver<bool>) {
     let retention = crate::service::retention::Retention {
         store: shared.app.store.clone(),
         host_id: shared.app.runner.host_id().to_string(),
         interval: config.surveillance_interval,
-        keep,
+        keep: config.retention,
     };
     loop {
         if let Err(e) = retention.prune().await {
@@ -988,6 +976,7 @@ mod tests {
             },
             lease: None,
             stamped_after: Instant::now() - waited,
+            answered_at: Instant::now() - waited,
         }
     }
 

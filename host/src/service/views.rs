@@ -218,7 +218,7 @@ pub fn live_attempt(
         "attempt": run.current_try(),
         "generation": run.generation,
         "host": run.host,
-        "status": "running",
+        "status": if run.claimed() { crate::store::CLAIMED } else { "running" },
         "started_at": live.map(|l| time(l.started_at)),
         "running_ms": live.map(|l| l.running_ms.max(0)),
         "log": live.map_or("", |l| l.log.as_str()),
@@ -517,7 +517,18 @@ mod tests {
             running_ms: 250,
             ..LiveLogRecord::default()
         };
-        let shown = live_attempt(&run("running"), &[], Some(&live(2)));
+        // Claimed ahead of a worker, its guest not started: the attempt says so.
+        let claimed = live_attempt(&run("running"), &[], None);
+        assert_eq!(
+            (claimed["status"].clone(), claimed["seq"].clone()),
+            ("claimed".into(), 2.into())
+        );
+        let started = RunRecord {
+            guest_started_at: Some(900),
+            ..run("running")
+        };
+        let shown = live_attempt(&started, &[], Some(&live(2)));
+        assert_eq!(shown["status"], "running");
         assert_eq!(shown["seq"], 2);
         assert_eq!(shown["attempt"], 2);
         assert_eq!(shown["host"], "host-1");

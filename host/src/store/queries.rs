@@ -21,6 +21,10 @@ pub(crate) struct Dialect {
     pub table_exists: &'static str,
     /// The strings of the JSON array bound to `$1`, as a subquery.
     pub json_ids: &'static str,
+    /// The rows `(id, generation, at)` of the JSON array of triples bound to `$1`.
+    pub json_guest_starts: &'static str,
+    /// A row's physical address, for deleting a bounded batch of rows with no key.
+    pub row_id: &'static str,
     /// How many runs of job `$2` and tenant `$4` are queued or running, counted so that
     /// two transactions queueing runs of one job and tenant are ordered (on Postgres,
     /// under a lock: `jobhost_active_runs` of migration 0010; SQLite has one writer).
@@ -59,6 +63,10 @@ pub(crate) const SQLITE: Dialect = Dialect {
     migration_lock: None,
     table_exists: "SELECT COUNT(*) FROM sqlite_schema WHERE type IN ('table', 'view') AND name = $1",
     json_ids: "(SELECT value FROM json_each($1))",
+    json_guest_starts: "(SELECT json_extract(value, '$[0]') AS id, \
+        json_extract(value, '$[1]') AS generation, json_extract(value, '$[2]') AS at \
+        FROM json_each($1))",
+    row_id: "rowid",
     active_runs: "(SELECT COUNT(*) FROM jobhost_runs a WHERE a.job = $2 AND a.tenant = $4 \
         AND a.status IN ('queued', 'running'))",
     random_unit: "((abs(random()) % 1000000) / 1000000.0)",
@@ -82,6 +90,9 @@ pub(crate) const POSTGRES: Dialect = Dialect {
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
         WHERE c.relname = $1 AND n.nspname = current_schema()",
     json_ids: "(SELECT jsonb_array_elements_text(CAST($1 AS JSONB)))",
+    json_guest_starts: "(SELECT e ->> 0 AS id, CAST(e ->> 1 AS BIGINT) AS generation, \
+        CAST(e ->> 2 AS BIGINT) AS at FROM jsonb_array_elements(CAST($1 AS JSONB)) AS e)",
+    row_id: "ctid",
     active_runs: "jobhost_active_runs($2, $4)",
     random_unit: "random()",
     by_tenant_index: "",
@@ -98,7 +109,8 @@ const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, p
     counters, attempts, failures, generation, host, last_code, last_error, component_digest, \
     scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at, \
     work_done, defers, trace_parent, resumed_by, retry_of, retried_by, parent_run, \
-    parent_attempt, event, detached, wait_pass, wait_policy, result, signal_name, signal_pass";
+    parent_attempt, event, detached, wait_pass, wait_policy, result, signal_name, signal_pass, \
+    guest_started_at";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
     next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant, \
@@ -220,7 +232,8 @@ const QUEUE_RUN: &str = "INSERT INTO jobhost_runs (id, job, instance, tenant, or
 /// A run's status as shown (`RunRecord::shown_status`).
 const SHOWN_STATUS: &str = "CASE WHEN status = 'queued' AND ((wait_policy IS NOT NULL \
     AND wait_pass < pass) OR (signal_name IS NOT NULL AND signal_pass = pass - 1)) \
-    THEN 'waiting' ELSE status END";
+    THEN 'waiting' \
+    WHEN status = 'running' AND guest_started_at IS NULL THEN 'claimed' ELSE status END";
 
 /// The (unaliased) run sleeps waiting for a signal of the name it waits for that is
 /// stored and unread (`store::signals`).
@@ -293,6 +306,8 @@ impl Dialect {
                 .replace("{now}", self.now)
                 .replace("{skip_locked}", self.skip_locked)
                 .replace("{json_ids}", self.json_ids)
+                .replace("{json_guest_starts}", self.json_guest_starts)
+                .replace("{row_id}", self.row_id)
                 .replace("{json_strings_2}", &self.json_ids.replace("$1", "$2"))
                 .replace("{for_update}", self.for_update)
                 .replace("{run_columns}", RUN_COLUMNS)
@@ -410,6 +425,13 @@ statements! {
     // The same with a derived id (a schedule fire, a fan-out's child, an event's run, a
     // boot run): inserted a second time, it changes nothing.
     insert_run_once = "{queue_run} ON CONFLICT (id) DO NOTHING RETURNING {run_columns}";
+    // Guests that started (`$1`: `[run, generation, at]` triples): each run still running
+    // that attempt shows its start, and keeps its first as its own.
+    mark_guests_started = "UPDATE jobhost_runs SET guest_started_at = s.at, \
+        started_at = COALESCE(jobhost_runs.started_at, s.at) \
+        FROM {json_guest_starts} s \
+        WHERE jobhost_runs.id = s.id AND jobhost_runs.status = 'running' \
+        AND jobhost_runs.generation = s.generation AND jobhost_runs.guest_started_at IS NULL";
     // Of the runs of the jobs in the JSON array `$1` (a lane's): the first due of those no
     // limit holds, or the moment a rate's window next drops a start, whichever is sooner.
     // The first is the first in due order, so a check per run stops there.
@@ -513,7 +535,7 @@ statements! {
     record_crashed_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, \
         generation, host, status, code, log, log_truncated, started_at, finished_at) \
         SELECT id, attempts, pass, failures + 1, generation, COALESCE(host, ''), 'crashed', \
-        'crashed', '', 0, updated_at, {now} FROM jobhost_runs \
+        'crashed', '', 0, COALESCE(guest_started_at, updated_at), {now} FROM jobhost_runs \
         WHERE id = $1 AND status = 'running' AND generation IS NOT NULL AND attempts > 0 \
         ON CONFLICT (run_id, seq) DO NOTHING";
     lease_holder = "SELECT holder, pending FROM jobhost_leases \
@@ -522,6 +544,14 @@ statements! {
         deadline_at = {now}, expires_at = {now}, updated_at = {now} \
         WHERE job = $1 AND instance = $2 AND holder = $3";
     count_reruns = "SELECT COUNT(*) FROM jobhost_runs WHERE rerun_of = $1";
+    // Up to `$1` rows of the rates' windows that no window holds any more: older than
+    // their job's period for their scope (`0`: the job's rate, `1`: a key's), or of a job
+    // with no such rate now. Rows another transaction holds are left for the next pass.
+    prune_rate_starts = "DELETE FROM jobhost_rate_starts WHERE {row_id} IN ( \
+        SELECT s.{row_id} FROM jobhost_rate_starts s \
+        WHERE s.at <= {now} - COALESCE((SELECT CASE WHEN s.scope = 0 THEN j.rate_period_ms \
+            ELSE j.key_rate_period_ms END FROM jobhost_jobs j WHERE j.name = s.job), 0) \
+        LIMIT $1 {skip_locked})";
     // The operator's controls (migration 0022).
     list_pauses = "SELECT scope, name, paused_at FROM jobhost_pauses ORDER BY scope, name";
     pause = "INSERT INTO jobhost_pauses (scope, name, paused_at) VALUES ($1, $2, {now}) \
@@ -532,7 +562,7 @@ statements! {
     record_cancelled_attempt = "INSERT INTO jobhost_attempts (run_id, seq, pass, attempt, \
         generation, host, status, code, log, log_truncated, started_at, finished_at) \
         SELECT id, attempts, pass, failures + 1, generation, COALESCE(host, ''), 'cancelled', \
-        $3, '', 0, updated_at, {now} FROM jobhost_runs \
+        $3, '', 0, COALESCE(guest_started_at, updated_at), {now} FROM jobhost_runs \
         WHERE id = $1 AND status = 'running' AND generation IS NOT NULL AND attempts > 0 \
         AND ($2 IS NULL OR tenant = $2) \
         ON CONFLICT (run_id, seq) DO NOTHING";
@@ -583,7 +613,8 @@ statements! {
     // what the console's live updates watch.
     live_counts = "SELECT \
         (SELECT COUNT(*) FROM jobhost_runs WHERE status = 'queued'), \
-        (SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running'), \
+        (SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running' \
+            AND guest_started_at IS NOT NULL), \
         (SELECT COALESCE(MAX(created_at), 0) FROM jobhost_runs), \
         (SELECT COALESCE(MAX(updated_at), 0) FROM jobhost_live_logs)";
     // The objects run `$1` attached that its names still point at, the latest first.

@@ -19,6 +19,10 @@ pub enum RunStatus {
 /// its row, with its lease parked).
 pub const WAITING: &str = "waiting";
 
+/// How a running run whose guest has not started is shown: a host claimed it ahead of a
+/// free worker (it is `running` in its row, its lease taken, counted by every limit).
+pub const CLAIMED: &str = "claimed";
+
 impl RunStatus {
     pub const ALL: [RunStatus; 7] = [
         RunStatus::Queued,
@@ -147,9 +151,12 @@ crate::record! {
         /// The signal the pass `signal_pass` waits for (migration 0033).
         pub signal_name: Option<String>,
         pub signal_pass: Option<i64>,
+        /// When the current attempt's guest started (migration 0032); none while the run
+        /// is claimed and waits for a worker. Not read by claims, which clear it.
+        pub guest_started_at: Option<i64>,
     }
     missing_as_default: resumed_by, retry_of, retried_by, parent_run, parent_attempt, event,
-        detached, wait_pass, wait_policy, result, signal_name, signal_pass
+        detached, wait_pass, wait_policy, result, signal_name, signal_pass, guest_started_at
 }
 
 impl RunRecord {
@@ -185,11 +192,18 @@ impl RunRecord {
             .then_some(name)
     }
 
+    /// Claimed ahead of a free worker: `running` in its row, its guest not started.
+    pub fn claimed(&self) -> bool {
+        self.status == RunStatus::Running.as_str() && self.guest_started_at.is_none()
+    }
+
     /// The status shown to people: a queued run that waits for its children or a signal
-    /// is `waiting`.
+    /// is `waiting`, a running one whose guest has not started `claimed`.
     pub fn shown_status(&self) -> &str {
         if self.waiting_pass().is_some() || self.waiting_signal().is_some() {
             WAITING
+        } else if self.claimed() {
+            CLAIMED
         } else {
             &self.status
         }
@@ -199,6 +213,15 @@ impl RunRecord {
     pub fn trace(&self) -> crate::rules::trace::TraceParent {
         crate::rules::trace::TraceParent::of_run(self.trace_parent.as_deref(), &self.id)
     }
+}
+
+/// That the guest of a run's attempt (at the lease's `generation`) started `at` (the
+/// database's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestStart {
+    pub run_id: String,
+    pub generation: i64,
+    pub at: i64,
 }
 
 crate::record! {
@@ -806,5 +829,32 @@ crate::record! {
         pub seed: String,
         pub public_key: String,
         pub created_at: i64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_run_is_shown_claimed_until_its_guest_started_and_a_sleeping_one_waiting() {
+        let run = |status: &str, guest_started_at| RunRecord {
+            status: status.into(),
+            guest_started_at,
+            pass: 2,
+            ..RunRecord::default()
+        };
+        assert_eq!(run("running", None).shown_status(), CLAIMED);
+        assert!(run("running", None).claimed());
+        assert_eq!(run("running", Some(5)).shown_status(), "running");
+        // Only a running run: an ended one keeps its status whatever its last attempt did.
+        assert_eq!(run("succeeded", None).shown_status(), "succeeded");
+        assert_eq!(run("queued", None).shown_status(), "queued");
+        let sleeping = RunRecord {
+            wait_pass: Some(1),
+            wait_policy: Some("all".into()),
+            ..run("queued", None)
+        };
+        assert_eq!(sleeping.shown_status(), WAITING);
     }
 }

@@ -1,6 +1,7 @@
 //! The rows retention deletes: finished runs older than the cut-off with their attempts,
 //! ledgers, journals, live logs and settled deliveries, delivered reports, audit rows, orphaned jobs whose runs are all gone, and the leases
-//! of instances idle since the cut-off. What is old enough, and when, is `retention`'s.
+//! of instances idle since the cut-off; and the rates' window rows no window holds. What
+//! is old enough, and when, is `retention`'s.
 
 use super::error::Result;
 use super::handle::Store;
@@ -18,6 +19,8 @@ pub struct Pruned {
     pub leases: u64,
     /// Audit rows older than the cut-off.
     pub audit: u64,
+    /// Rows of the rates' windows no window holds any more.
+    pub rate_starts: u64,
 }
 
 impl Store {
@@ -27,6 +30,17 @@ impl Store {
     pub async fn prune(&self, older_than_ms: i64, limit: i64) -> Result<Pruned> {
         self.retrying(|| self.prune_once(older_than_ms, limit))
             .await
+    }
+
+    /// Deletes up to `limit` rows of the rates' windows that no window holds any more
+    /// (the claim drops them only for the jobs and keys it claims); how many.
+    pub async fn prune_rate_starts(&self, limit: i64) -> Result<u64> {
+        let q = &self.q.prune_rate_starts;
+        Ok(with_pool!(self.pool, p => sqlx::query(q.as_str())
+            .bind(limit)
+            .execute(p)
+            .await?
+            .rows_affected()))
     }
 
     async fn prune_once(&self, older_than_ms: i64, limit: i64) -> Result<Pruned> {
@@ -92,6 +106,7 @@ impl Store {
                 jobs,
                 leases,
                 audit,
+                rate_starts: 0,
             })
         })
     }

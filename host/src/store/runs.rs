@@ -12,6 +12,21 @@ use sqlx::Connection;
 use std::time::Duration;
 
 impl Store {
+    /// Writes that guests started (`runs::runner::starts`): a run no longer running that
+    /// attempt is left as it is.
+    pub async fn mark_guests_started(&self, starts: &[GuestStart]) -> Result<()> {
+        let triples: Vec<(&str, i64, i64)> = starts
+            .iter()
+            .map(|s| (s.run_id.as_str(), s.generation, s.at))
+            .collect();
+        let triples = serde_json::to_string(&triples).expect("starts serialise");
+        let q = &self.q.mark_guests_started;
+        with_pool!(self.pool, p => {
+            sqlx::query(q.as_str()).bind(&triples).execute(p).await?;
+        });
+        Ok(())
+    }
+
     pub async fn insert_run(&self, run: &NewRun) -> Result<RunRecord> {
         let q = &self.q.insert_run;
         Ok(

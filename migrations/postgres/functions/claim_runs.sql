@@ -233,7 +233,7 @@ BEGIN
                 attempts = r.attempts + CASE WHEN x.generation IS NULL THEN 0 ELSE 1 END,
                 component_digest = CASE WHEN x.generation IS NULL THEN r.component_digest
                     ELSE p_terms -> r.job ->> 'digest' END,
-                started_at = COALESCE(r.started_at, v_now), updated_at = v_now
+                guest_started_at = NULL, updated_at = v_now
             FROM (
                 SELECT t.run_id, l.generation, l.deadline_at, l.expires_at
                 FROM unnest(v_together, v_jobs, v_instances, v_generations)
@@ -366,7 +366,7 @@ BEGIN
             attempts = r.attempts + CASE WHEN v_generation IS NULL THEN 0 ELSE 1 END,
             component_digest = CASE WHEN v_generation IS NULL THEN r.component_digest
                 ELSE v_terms ->> 'digest' END,
-            started_at = COALESCE(r.started_at, v_now), updated_at = v_now
+            guest_started_at = NULL, updated_at = v_now
         WHERE r.id = v_run.id
         RETURNING r.id, r.job, r.instance, r.tenant, r.origin, r.payload, r.status, r.pass,
             r.cursor, r.counters, r.attempts, r.failures, r.generation, r.host, r.last_code,

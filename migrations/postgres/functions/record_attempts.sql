@@ -76,13 +76,14 @@ BEGIN
         -- statement that checks them (a row changed meanwhile is checked again as it is
         -- now): the items of the runs changed are those ended. The check is a CASE so that
         -- no index of running runs can drive the join (all running runs against each
-        -- item): the batch's items, in key order, must.
+        -- item): the batch's items, in key order, must. A run whose guest start is not
+        -- written yet (`runs::runner::starts`) takes its start from its attempt.
         WITH ended AS (
             UPDATE jobhost_runs r SET status = (k.item).status, last_code = (k.item).code,
                 last_error = (k.item).error, cursor = (k.item).cursor,
                 pass = (k.item).pass, failures = (k.item).failures,
                 counters = COALESCE((k.item).counters, r.counters), finished_at = v_now,
-                updated_at = v_now
+                started_at = COALESCE(r.started_at, (k.item).a_started_at), updated_at = v_now
             FROM (SELECT i AS item FROM unnest(v_recording) i ORDER BY i.run_id) k
             WHERE r.id = (k.item).run_id
               AND CASE WHEN r.status = 'running'

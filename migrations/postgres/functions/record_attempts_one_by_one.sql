@@ -71,7 +71,8 @@ BEGIN
         IF v.kind = 'finish' THEN
             UPDATE jobhost_runs r SET status = v.status, last_code = v.code,
                 last_error = v.error, cursor = v.cursor, pass = v.pass, failures = v.failures,
-                counters = COALESCE(v.counters, r.counters), finished_at = v_now, updated_at = v_now
+                counters = COALESCE(v.counters, r.counters), finished_at = v_now,
+                started_at = COALESCE(r.started_at, v.a_started_at), updated_at = v_now
             WHERE r.id = v.run_id;
             UPDATE jobhost_leases l SET holder = NULL, pending = 0, deadline_at = v_now,
                 expires_at = v_now, updated_at = v_now
@@ -101,7 +102,8 @@ BEGIN
             IF v.kind = 'requeue' THEN
                 UPDATE jobhost_runs r SET status = 'queued', next_attempt_at = v_now + v.delay_ms,
                     pass = v.pass, cursor = v.cursor, failures = v.failures, defers = v.defers,
-                    counters = COALESCE(v.counters, r.counters), last_code = v.code, last_error = v.error, updated_at = v_now
+                    counters = COALESCE(v.counters, r.counters), last_code = v.code, last_error = v.error,
+                    started_at = COALESCE(r.started_at, v.a_started_at), updated_at = v_now
                 WHERE r.id = v.run_id;
             ELSE
                 UPDATE jobhost_runs r SET status = 'queued', attempts = r.attempts - 1,

@@ -5,7 +5,10 @@ use crate::counting_proxy::CountingProxy;
 use crate::guests;
 use crate::postgres::PgDatabase;
 use crate::procs::{Proc, postgres_cpu, total_cpu, usage_since, wait_drained};
-use crate::report::{Drain, Fanout, Kick, LIMIT_KEYS, Limit, Record, Shape, Trips};
+use crate::report::{
+    Drain, Fanout, Kick, LIMIT_KEYS, Limit, RATE_MEASURED, RateDrain, RateFigures, Record, Shape,
+    Trips,
+};
 use crate::settings::{
     BACKLOG_WORKERS, BATCH_WORKERS, CHECK_EVERY, DRAIN_TIMEOUT, FANOUT_CHILD, FANOUT_PARENT,
     FANOUT_WARM_UP, FANOUT_WARM_UP_JOB, JOB, KICK_POLL, KICK_WARM_UP, PARKED_MS,
@@ -52,6 +55,21 @@ pub const QUEUE_SQLITE: &str = "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELEC
     SELECT $2 || printf('%012x', i), $3, 'b' || i, $4, 'kick', $5, 'queued', \
     t.at - $1 + i, t.at - $1 + i, t.at - $1 + i \
     FROM n, (SELECT CAST(unixepoch('subsec') * 1000 AS BIGINT) AS at) AS t";
+/// Keeps each start a claim enters in a job's rate window (the claim deletes the window's
+/// old rows as it goes) in `bench_starts`, for the rate drain.
+pub const KEEP_STARTS_POSTGRES: &str = "CREATE TABLE IF NOT EXISTS bench_starts (at BIGINT NOT NULL); \
+    TRUNCATE bench_starts; \
+    CREATE OR REPLACE FUNCTION bench_keep_start() RETURNS trigger LANGUAGE plpgsql AS \
+    $$ BEGIN INSERT INTO bench_starts (at) VALUES (NEW.at); RETURN NULL; END $$; \
+    CREATE OR REPLACE TRIGGER bench_keep_start AFTER INSERT ON jobhost_rate_starts \
+    FOR EACH ROW WHEN (NEW.scope = 0) EXECUTE FUNCTION bench_keep_start()";
+pub const KEEP_STARTS_SQLITE: &str = "CREATE TABLE IF NOT EXISTS bench_starts (at BIGINT NOT NULL); \
+    DELETE FROM bench_starts; \
+    CREATE TRIGGER IF NOT EXISTS bench_keep_start AFTER INSERT ON jobhost_rate_starts \
+    WHEN NEW.scope = 0 BEGIN INSERT INTO bench_starts (at) VALUES (NEW.at); END";
+pub const CLAIMED_AT: &str = "SELECT at FROM bench_starts ORDER BY at";
+pub const STARTED_AT: &str =
+    "SELECT started_at FROM jobhost_runs WHERE started_at IS NOT NULL ORDER BY started_at";
 /// `$1` copies of the one queued run, as a plain `INSERT` of an operator's would make them:
 /// random v4 ids, its times, instances `b0`….
 pub const COPY_POSTGRES: &str = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, \
@@ -525,6 +543,41 @@ impl Jobhost {
             db_cpu,
             peak_rss_kib: Some(peak_rss_kib),
             to_first_claim: Some(first.duration_since(spawned).unwrap_or_default()),
+        }
+    }
+
+    /// Queues `runs` runs of the rated job (`Limit::Rate`), starts one host, lets it run
+    /// `RATE_MEASURED` from the first start (and two seconds more), stops it, and reads
+    /// the starts: as the claims entered them in the rate's window, and as the runs show
+    /// them.
+    pub async fn drain_rated(&self, runs: usize, record: &Record) -> RateDrain {
+        self.queue_backlog(runs).await;
+        match self.store.pool() {
+            Pool::Postgres(p) => sqlx::raw_sql(KEEP_STARTS_POSTGRES)
+                .execute(p)
+                .await
+                .map(drop),
+            Pool::Sqlite(p) => sqlx::raw_sql(KEEP_STARTS_SQLITE).execute(p).await.map(drop),
+        }
+        .expect("keep the starts");
+        let host = self.spawn_host(BACKLOG_WORKERS, &self.db_url);
+        let claimed_at = || async {
+            on_pool!(self.store, p => sqlx::query_scalar::<_, i64>(CLAIMED_AT).fetch_all(p).await)
+                .expect("read the starts")
+        };
+        let waiting = Instant::now();
+        while claimed_at().await.is_empty() {
+            assert!(waiting.elapsed() < START_TIMEOUT, "no run started");
+            tokio::time::sleep(CHECK_EVERY).await;
+        }
+        tokio::time::sleep(RATE_MEASURED + Duration::from_secs(2)).await;
+        host.stop(record).await;
+        let started: Vec<i64> =
+            on_pool!(self.store, p => sqlx::query_scalar(STARTED_AT).fetch_all(p).await)
+                .expect("read the runs' starts");
+        RateDrain {
+            claimed: RateFigures::of(&claimed_at().await),
+            started: RateFigures::of(&started),
         }
     }
 

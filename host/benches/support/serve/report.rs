@@ -146,6 +146,9 @@ pub enum Limit {
     None,
     Concurrency,
     KeyConcurrency,
+    /// `rate = "20/s"`: not a cost drain (`Limit::ALL`), the rate's accuracy
+    /// (`Jobhost::drain_rated`).
+    Rate,
 }
 
 /// The keys the backlog of a `key_concurrency` drain is spread over.
@@ -153,6 +156,11 @@ pub const LIMIT_KEYS: usize = 1_000;
 
 /// The job-wide `concurrency` of a limits drain: half the host's workers.
 pub const LIMIT_CONCURRENCY: usize = 12;
+
+/// The rate of the rate drain, starts a second, and how long it is measured: the issue's
+/// goal is this rate within 5 % over a minute.
+pub const RATE_PER_S: usize = 20;
+pub const RATE_MEASURED: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Limit {
     pub const ALL: [Limit; 3] = [Limit::None, Limit::Concurrency, Limit::KeyConcurrency];
@@ -163,6 +171,7 @@ impl Limit {
             Limit::None => String::new(),
             Limit::Concurrency => format!("concurrency = {LIMIT_CONCURRENCY}\n"),
             Limit::KeyConcurrency => "key = \"/k\"\nkey_concurrency = 1\n".to_string(),
+            Limit::Rate => format!("rate = \"{RATE_PER_S}/s\"\n"),
         }
     }
 }
@@ -173,6 +182,7 @@ impl fmt::Display for Limit {
             Limit::None => "none".to_string(),
             Limit::Concurrency => format!("concurrency={LIMIT_CONCURRENCY}"),
             Limit::KeyConcurrency => format!("key_concurrency=1/{LIMIT_KEYS}keys"),
+            Limit::Rate => format!("rate={RATE_PER_S}/s"),
         })
     }
 }
@@ -243,6 +253,63 @@ pub struct Fanout {
     pub db_cpu: Duration,
 }
 
+/// A rate drain: the starts of a job with `rate = "RATE_PER_S/s"` over its first
+/// `RATE_MEASURED`, as its claims entered them in the rate's window (the database's clock
+/// at the claim) and as its runs show them (`started_at`, when each guest started).
+#[derive(Debug, Clone, Copy)]
+pub struct RateDrain {
+    pub claimed: RateFigures,
+    pub started: RateFigures,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RateFigures {
+    /// Starts within `RATE_MEASURED` of the first.
+    pub starts: usize,
+    /// Those a second.
+    pub per_s: f64,
+    /// The most in any one second (`[t, t + 1 s)`, `t` a start).
+    pub most_in_1s: usize,
+}
+
+impl RateFigures {
+    /// The figures of `times` (ms, the database's clock, sorted).
+    pub fn of(times: &[i64]) -> RateFigures {
+        let Some(&first) = times.first() else {
+            return RateFigures::default();
+        };
+        let measured = RATE_MEASURED.as_millis() as i64;
+        let within: Vec<i64> = times
+            .iter()
+            .copied()
+            .take_while(|&t| t < first + measured)
+            .collect();
+        let mut most = 0;
+        let mut end = 0;
+        for (i, &t) in within.iter().enumerate() {
+            while end < within.len() && within[end] < t + 1_000 {
+                end += 1;
+            }
+            most = most.max(end - i);
+        }
+        RateFigures {
+            starts: within.len(),
+            per_s: within.len() as f64 / RATE_MEASURED.as_secs_f64(),
+            most_in_1s: most,
+        }
+    }
+
+    pub fn line(&self) -> String {
+        format!(
+            "{} starts, {:.2}/s ({:+.1} %), at most {} in any second",
+            self.starts,
+            self.per_s,
+            (self.per_s / RATE_PER_S as f64 - 1.0) * 100.0,
+            self.most_in_1s
+        )
+    }
+}
+
 /// Everything measured, for the summary.
 #[derive(Default)]
 pub struct Record {
@@ -251,6 +318,8 @@ pub struct Record {
     pub trips: Mutex<Option<Trips>>,
     pub floor: Mutex<Vec<FloorDrains>>,
     pub fanouts: Mutex<BTreeMap<System, Vec<Fanout>>>,
+    /// The rate drains, by backend.
+    pub rated: Mutex<BTreeMap<Db, RateDrain>>,
     /// What runs now (a criterion benchmark, a backlog drain...), for the log lines.
     pub phase: Mutex<String>,
     /// WARN and ERROR lines of the processes' logs, by system: how many in each phase, and
@@ -487,6 +556,18 @@ impl Record {
             "x none: CPU per run of the host and the database server against the unlimited \
              drain's (the goal: at most 1.2)"
         );
+        let rated = self.rated.lock().unwrap();
+        if !rated.is_empty() {
+            println!(
+                "rate = \"{RATE_PER_S}/s\" over {} s of a backlog (the goal: {RATE_PER_S}/s \
+                 within 5 %, never more than {RATE_PER_S} in a second):",
+                RATE_MEASURED.as_secs()
+            );
+        }
+        for (db, drain) in rated.iter() {
+            println!("{db:<9} claimed: {}", drain.claimed.line());
+            println!("{db:<9} started: {}", drain.started.line());
+        }
     }
 
     pub fn print_curve(&self, s: &Settings) {

@@ -12,6 +12,7 @@ pub mod backoff;
 mod finisher;
 mod interrupts;
 pub mod live;
+mod starts;
 
 use crate::queue::lease::LeaseTerms;
 use crate::queue::pause::Pauses;
@@ -35,12 +36,13 @@ use crate::sandbox::journal::{
 use crate::sandbox::links::Links;
 use crate::store::guest::GuestDb;
 use crate::store::{
-    AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Lease, NewReport, Origin, Recording,
-    ReportKind, RunChange, RunRecord, RunStatus, Store, StoreError,
+    AttemptEnding, AttemptTerms, ClaimRequest, Claimed, GuestStart, Lease, NewReport, Origin,
+    Recording, ReportKind, RunChange, RunRecord, RunStatus, Store, StoreError,
 };
 pub use finisher::Concluding;
 use finisher::{Finisher, Handover};
 pub use interrupts::Interrupts;
+use starts::Starts;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,6 +102,11 @@ pub enum Step {
     Abandoned,
 }
 
+/// A claimed run that waited this long for a worker is read again before its guest
+/// starts (`Runner::still_claimed`); one that waited less starts as claimed: reading each
+/// would cost a drain of short runs a round trip per run.
+const RECHECK_AFTER: Duration = Duration::from_millis(100);
+
 pub struct Runner {
     store: Store,
     engine: Arc<Engine>,
@@ -109,6 +116,8 @@ pub struct Runner {
     /// What every attempt's capabilities share (`Capabilities::for_attempt`).
     services: HostServices,
     finisher: Finisher,
+    /// Writes when each guest started (`starts`).
+    starts: Starts,
     quotas: QuotaBook,
     interrupts: Interrupts,
     pauses: Pauses,
@@ -143,6 +152,7 @@ impl Runner {
             wake,
             settings.finisher_backlog,
         );
+        let starts = Starts::start(store.clone());
         Runner {
             quotas: QuotaBook::new(settings.quotas.clone(), store.clone()),
             interrupts: Interrupts::default(),
@@ -160,6 +170,7 @@ impl Runner {
             settings,
             metrics,
             finisher,
+            starts,
             seal_key: tokio::sync::OnceCell::new(),
         }
     }
@@ -274,8 +285,12 @@ impl Runner {
             run,
             lease,
             stamped_after,
+            answered_at,
         } = claimed;
         let lease = lease.expect("resolved to a leased claim");
+        if answered_at.elapsed() >= RECHECK_AFTER && !self.still_claimed(&run, &lease).await {
+            return Ok(Concluding::ready(Ok(Step::Abandoned)));
+        }
         if self.pauses.current().await?.tenant_disabled(&run.tenant) {
             return self
                 .not_started(run, spec, lease, FailureCode::TenantDisabled)
@@ -303,11 +318,22 @@ impl Runner {
             attempt,
             &spec.lane,
         );
+        // The guest starts now: the run was claimed (its `updated_at`, the database's
+        // clock) when the claim answered, and has waited for a worker since.
+        let waited = Instant::now().saturating_duration_since(answered_at);
+        let started_at = run.updated_at + i64::try_from(waited.as_millis()).unwrap_or(0);
         let mut report = if run.work_done == 1 {
             // The last pass committed `done` with its writes before its host stopped:
             // only the run's end is left to record, and the guest is not run again.
             AttemptReport::committed_done()
         } else {
+            self.starts
+                .started(GuestStart {
+                    run_id: run.id.clone(),
+                    generation: lease.generation,
+                    at: started_at,
+                })
+                .await;
             let (_registered, stop) = self.interrupts.register(&run.id, &spec.lane);
             let log = AttemptLog::new(MAX_LOG_BYTES);
             let attempt_run = self
@@ -340,7 +366,8 @@ impl Runner {
             .await;
         let waits = report.waits_for_children;
         let signal_wait = report.waits_for_signal;
-        let (ending, result) = span.in_scope(|| self.attempt_ending(&run, attempt, report));
+        let (ending, result) =
+            span.in_scope(|| self.attempt_ending(&run, attempt, started_at, report));
         let decided = decide(&run, spec, result, counters);
         let decided = match (waits, signal_wait) {
             (true, _) => sleep_until_woken(&run, decided, CHILDREN_WAIT),
@@ -352,6 +379,28 @@ impl Runner {
         let change = self.change(&run, spec, decided, true);
         self.hand_over(run, spec, lease, Some(ending), change, until)
             .await
+    }
+
+    /// Whether a run claimed a while ago is still running the attempt it was claimed for:
+    /// an operator's cancel, its family's end or surveillance may have ended it while it
+    /// waited for a worker, and its guest must then not start (its lease has moved on, so
+    /// nothing it did would commit, but it would run until told). A run that cannot be
+    /// read is started: its lease still fences it.
+    async fn still_claimed(&self, run: &RunRecord, lease: &Lease) -> bool {
+        let now = match self.store.get_run(&run.id).await {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!(run_id = %run.id, code = "driver_failed", error = %e, "could not read a claimed run again before its start");
+                return true;
+            }
+        };
+        let running = now.is_some_and(|now| {
+            now.status() == Some(RunStatus::Running) && now.generation == Some(lease.generation)
+        });
+        if !running {
+            tracing::info!(job = %run.job, run_id = %run.id, "a claimed run ended while it waited for a worker: not started");
+        }
+        running
     }
 
     /// Keeps the attempt's journal when its job's `record` says so: a failed attempt's
@@ -547,6 +596,7 @@ impl Runner {
     /// Waits until every ending handed over is recorded (or given up on), then stops the
     /// finisher: the last thing a host does before it exits.
     pub async fn flush(&self) {
+        self.starts.close().await;
         self.finisher.close().await;
     }
 
@@ -622,6 +672,7 @@ impl Runner {
         &self,
         run: &RunRecord,
         attempt: i64,
+        started_at: i64,
         report: AttemptReport,
     ) -> (AttemptEnding, Result<Outcome, AttemptFailure>) {
         let (status, outcome, code) = ending_names(&report.result);
@@ -652,7 +703,7 @@ impl Runner {
             duration_ms: report.duration.as_millis() as i64,
             log: report.log,
             log_truncated: report.log_truncated,
-            started_at: run.updated_at,
+            started_at,
         };
         (ending, report.result)
     }

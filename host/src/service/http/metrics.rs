@@ -114,7 +114,7 @@ async fn pause_gauges(s: &Shared, gauges: &mut Vec<Gauge>) -> Result<(), ApiErro
 fn run_gauges(counts: &[(String, String, i64)]) -> Vec<Gauge> {
     let mut gauges = Vec::new();
     let statuses = RunStatus::ALL.iter().map(|s| s.as_str());
-    for status in statuses.chain([crate::store::WAITING]) {
+    for status in statuses.chain([crate::store::WAITING, crate::store::CLAIMED]) {
         let mut seen = false;
         for (_, code, n) in counts.iter().filter(|(s, _, _)| s == status) {
             seen = true;
@@ -141,7 +141,7 @@ fn run_gauges(counts: &[(String, String, i64)]) -> Vec<Gauge> {
 fn runs_gauge(status: &str, code: &str, n: i64) -> Gauge {
     Gauge {
         name: "jobhost_runs",
-        help: "Runs in the database, by status (`waiting`: queued, sleeping until its children ended) and failure code.",
+        help: "Runs in the database, by status (`waiting`: queued, sleeping until its children ended; `claimed`: running, its guest not started) and failure code.",
         labels: vec![("status", status.to_string()), ("code", code.to_string())],
         value: n as f64,
     }

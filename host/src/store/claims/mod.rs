@@ -106,6 +106,9 @@ pub struct Claimed {
     /// An instant before the database stamped the lease's deadline: counted from here,
     /// the host stops an attempt no later than the database stops its writes.
     pub stamped_after: Instant,
+    /// When the claim's answer came back, after the database stamped the run's
+    /// `updated_at`: how long the run waited for a worker counts from here.
+    pub answered_at: Instant,
 }
 
 /// A claimed run as the database returns it: the run's columns, and its lease's.
@@ -132,7 +135,7 @@ where
 }
 
 impl ClaimedRow {
-    pub(crate) fn into_claimed(self, stamped_after: Instant) -> Claimed {
+    pub(crate) fn into_claimed(self, stamped_after: Instant, answered_at: Instant) -> Claimed {
         let lease = match (
             self.lease_deadline_at,
             self.lease_expires_at,
@@ -152,6 +155,7 @@ impl ClaimedRow {
             run: self.run,
             lease,
             stamped_after,
+            answered_at,
         }
     }
 }
@@ -172,7 +176,7 @@ pub struct AttemptEnding {
     pub duration_ms: i64,
     pub log: String,
     pub log_truncated: bool,
-    /// When the claim started it (database clock).
+    /// When its guest started (the database's clock, reckoned from the claim's).
     pub started_at: i64,
 }
 
@@ -259,9 +263,10 @@ impl Store {
             Pool::Postgres(pool) => PostgresClaims { store: self, pool }.claim(request).await?,
             Pool::Sqlite(_) => self.writer().claim(request).await?,
         };
+        let answered_at = Instant::now();
         Ok(rows
             .into_iter()
-            .map(|row| row.into_claimed(stamped_after))
+            .map(|row| row.into_claimed(stamped_after, answered_at))
             .collect())
     }
 

@@ -672,6 +672,9 @@ fn record(
     if running == 0 || (!finishing && pending.is_none()) {
         return Ok(Recorded::NotRunning);
     }
+    // A run whose guest start is not written yet (`runs::runner::starts`) takes its start
+    // from its attempt.
+    let guest_started_at = item.attempt.as_ref().map(|a| a.started_at);
     match &item.change {
         RunChange::Finish {
             status,
@@ -698,6 +701,7 @@ fn record(
                     pass,
                     failures,
                     counters,
+                    &guest_started_at,
                 ],
             )?;
             execute(
@@ -746,6 +750,7 @@ fn record(
                     error,
                     counters,
                     defers,
+                    &guest_started_at,
                 ],
             )?;
             Ok(Recorded::Requeued)
@@ -844,6 +849,7 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         result: row.get("result")?,
         signal_name: row.get("signal_name")?,
         signal_pass: row.get("signal_pass")?,
+        guest_started_at: row.get("guest_started_at")?,
     })
 }
 

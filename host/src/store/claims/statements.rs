@@ -77,7 +77,7 @@ statements! {
         generation = COALESCE($3, generation), \
         attempts = attempts + CASE WHEN $3 IS NULL THEN 0 ELSE 1 END, \
         component_digest = CASE WHEN $3 IS NULL THEN component_digest ELSE $4 END, \
-        started_at = COALESCE(started_at, {now}), updated_at = {now} \
+        guest_started_at = NULL, updated_at = {now} \
         WHERE id = $1 RETURNING {run_columns}";
     renew_lease = "UPDATE jobhost_leases SET generation = generation + 1, \
         deadline_at = {now} + $5, expires_at = {now} + $6, updated_at = {now} \
@@ -105,11 +105,12 @@ statements! {
         updated_at = {now} WHERE id = $1 AND status = 'running' AND generation = $2";
     requeue_run = "UPDATE jobhost_runs SET status = 'queued', next_attempt_at = {now} + $3, \
         pass = $4, cursor = $5, failures = $6, last_code = $7, last_error = $8, \
-        counters = COALESCE($9, counters), defers = $10, updated_at = {now} \
+        counters = COALESCE($9, counters), defers = $10, \
+        started_at = COALESCE(started_at, $11), updated_at = {now} \
         WHERE id = $1 AND status = 'running' AND generation = $2";
     finish_run = "UPDATE jobhost_runs SET status = $3, last_code = $4, last_error = $5, \
         cursor = $6, pass = $7, failures = $8, counters = COALESCE($9, counters), \
-        finished_at = {now}, updated_at = {now} \
+        started_at = COALESCE(started_at, $10), finished_at = {now}, updated_at = {now} \
         WHERE id = $1 AND status = 'running' AND generation = $2";
     release_lease = "UPDATE jobhost_leases SET holder = NULL, pending = 0, deadline_at = {now}, \
         expires_at = {now}, updated_at = {now} \

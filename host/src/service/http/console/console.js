@@ -140,9 +140,10 @@
     succeeded: "var(--st-succeeded)", failed: "var(--st-failed)", crashed: "var(--st-crashed)",
     cancelled: "var(--st-cancelled)", skipped: "var(--st-skipped)", dropped: "var(--st-skipped)",
     running: "var(--st-running)", queued: "var(--st-queued)", waiting: "var(--st-queued)",
+    claimed: "var(--st-queued)",
   };
   const colorOf = (s) => OUTCOME_COLORS[s] || "var(--muted)";
-  const canCancel = (s) => s === "queued" || s === "waiting" || s === "running";
+  const canCancel = (s) => s === "queued" || s === "waiting" || s === "claimed" || s === "running";
   const canRetry = (s) => s === "failed" || s === "crashed" || s === "cancelled";
 
   // ---------------------------------------------------------------- token and API
@@ -1168,6 +1169,7 @@
         label: `attempt ${a.seq} (pass ${a.pass}, try ${a.attempt}, generation ${a.generation})${a.code ? " " + a.code : ""}`,
       }));
       const la = r.live_attempt || null;
+      // A claimed run waits in its host for a worker: its guest has not started.
       if (r.status === "running" && !attempts.some((a) => !a.finished_at)) {
         const lastEnd = attempts.length ? attempts[attempts.length - 1].finished_at : null;
         const from = (la && la.started_at) || [r.started_at, lastEnd].filter(Boolean).sort().pop() || r.created_at;
@@ -1176,7 +1178,7 @@
       const ticks = [{ at: r.created_at, label: "queued (run created)", short: "queued" }];
       if (r.scheduled_for && r.scheduled_for !== r.created_at) ticks.push({ at: r.scheduled_for, label: "scheduled for", short: "due" });
       for (const a of attempts) {
-        ticks.push({ at: a.started_at, label: `attempt ${a.seq} claimed${a.host ? " by " + a.host : ""} (generation ${a.generation})`, short: `claim #${a.seq}` });
+        ticks.push({ at: a.started_at, label: `attempt ${a.seq} started${a.host ? " on " + a.host : ""} (generation ${a.generation})`, short: `start #${a.seq}` });
         if (a.finished_at) ticks.push({ at: a.finished_at, label: `attempt ${a.seq} ended: ${a.status}${a.code ? " " + a.code : ""}`, short: false });
         for (const c of Array.isArray(a.calls) ? a.calls : []) {
           const t0 = Date.parse(a.started_at);
@@ -1223,10 +1225,10 @@
         const lines = String(la.log || "").replace(/\n$/, "").split("\n");
         return h("details", { class: "attempt live", id: "live-attempt", "data-seq": la.seq, open: firstRender || openSeqs.has(String(la.seq)) },
           h("summary", {},
-            h("span", { class: "att-seq" }, "#" + la.seq), badge("running"),
+            h("span", { class: "att-seq" }, "#" + la.seq), badge(la.status),
             h("span", { class: "att-meta" }, `pass ${la.pass} · try ${la.attempt} · gen ${la.generation}`),
             h("span", { class: "fill" }),
-            h("span", { class: "att-meta", id: "live-running" }, isNil(la.running_ms) ? "just started" : "running for " + dur(la.running_ms), la.host ? " · " + la.host : ""),
+            h("span", { class: "att-meta", id: "live-running" }, la.status === "claimed" ? "claimed, waiting for a worker" : isNil(la.running_ms) ? "just started" : "running for " + dur(la.running_ms), la.host ? " · " + la.host : ""),
             h("span", { class: "att-meta" }, when(la.started_at))),
           lines.length === 1 && !lines[0] ? h("p", { class: "muted pad" }, "no log output yet")
             : h("ol", { class: "log", id: "live-log" }, lines.map((line) => h("li", { "data-text": line }, line))),
