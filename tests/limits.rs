@@ -266,8 +266,10 @@ on_every_backend! {
             .collect();
         assert_eq!(starts.len(), 70);
         // Each guest started once claimed: no run shows a start before its claim's first.
+        // The guest's start is the host's clock, the claim's the database's statement
+        // clock, read apart: a few milliseconds of slack (seen: 2 ms on SQLite).
         let first_guest = home.scalar("SELECT MIN(started_at) FROM jobhost_runs WHERE job = 'paced'").await;
-        assert!(first_guest >= starts[0], "a guest started at {first_guest}, before the first claim at {}", starts[0]);
+        assert!(first_guest + 25 >= starts[0], "a guest started at {first_guest}, before the first claim at {}", starts[0]);
         // The window rule: a start at T counts the starts in (T - 1 s, T]. The claims'
         // times are read by a statement of their own, so 2 ms of slack.
         for (i, &t) in starts.iter().enumerate() {
