@@ -100,7 +100,8 @@ async fn waiting(server: &Server, id: &str) -> Value {
 
 async fn ended(server: &Server, id: &str) -> Value {
     wait_run(server, id, "the run's end", |r| {
-        !["queued", "running", "waiting"].contains(&r["status"].as_str().unwrap_or_default())
+        !["queued", "claimed", "running", "waiting"]
+            .contains(&r["status"].as_str().unwrap_or_default())
     })
     .await
 }
