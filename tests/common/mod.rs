@@ -426,6 +426,7 @@ impl Home {
     ) -> Option<Server> {
         use std::io::BufRead;
         let token = self.operator_token();
+        let log_path = self.next_log();
         let mut child = self
             .host()
             .envs(env.iter().copied())
@@ -434,7 +435,7 @@ impl Home {
             .args(args)
             .env("JOBHOST_LOG", log)
             .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(self.next_log()).expect("log file"))
+            .stderr(std::fs::File::create(&log_path).expect("log file"))
             .spawn()
             .expect("spawn host serve");
         let stdout = child.stdout.take().expect("stdout");
@@ -450,6 +451,11 @@ impl Home {
         let Some(addr) = line.trim().strip_prefix("listening on ") else {
             let _ = child.kill();
             let _ = child.wait();
+            // Why it did not start is in its log, which goes with the home.
+            eprintln!(
+                "host serve did not start; its log:\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
             return None;
         };
         Some(Server {
