@@ -74,28 +74,6 @@ async fn pause(server: &Server, what: &str) {
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
-async fn run(server: &Server, id: &str) -> Value {
-    let (status, run) = server.get(&format!("/runs/{id}")).await;
-    assert_eq!(status, 200, "{run}");
-    run
-}
-
-async fn wait_run(server: &Server, id: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
-    let start = Instant::now();
-    loop {
-        let run = run(server, id).await;
-        if ok(&run) {
-            return run;
-        }
-        // A first run waits for its component's compile: a liveness bound, not a timing.
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "timed out waiting for {what}: {run}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn ledger_rows(home: &Home, run: &str) -> i64 {
     home.scalar(&format!(
         "SELECT COUNT(*) FROM ledger WHERE run_id = '{run}'"
@@ -105,7 +83,9 @@ async fn ledger_rows(home: &Home, run: &str) -> i64 {
 
 /// Asserts the run ended cancelled by an operator, with one report, and stays so.
 async fn assert_cancelled(home: &Home, server: &Server, id: &str) {
-    let run = wait_run(server, id, "the cancel", |r| r["status"] == "cancelled").await;
+    let run = server
+        .wait_run(id, "the cancel", |r| r["status"] == "cancelled")
+        .await;
     assert_eq!(run["code"], "cancelled_by_operator", "{run}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let reports = home
@@ -133,7 +113,9 @@ fn now_ms() -> i64 {
 async fn race_cancels_against(home: &Home, server: &Server, job: &str, rounds: u64) {
     for round in 0..rounds {
         let id = kick(server, job).await;
-        wait_run(server, &id, "the attempt", |r| r["status"] == "running").await;
+        server
+            .wait_run(&id, "the attempt", |r| r["status"] == "running")
+            .await;
         let start = Instant::now();
         while ledger_rows(home, &id).await == 0 && job == "writer" {
             assert!(
@@ -168,10 +150,11 @@ async fn race_cancels_against(home: &Home, server: &Server, job: &str, rounds: u
             "the cancel returned in {took:?}"
         );
         assert_cancelled(home, server, &id).await;
-        wait_run(server, &id, "the stopped attempt", |r| {
-            r["attempt_records"][0]["finished_at"].is_string()
-        })
-        .await;
+        server
+            .wait_run(&id, "the stopped attempt", |r| {
+                r["attempt_records"][0]["finished_at"].is_string()
+            })
+            .await;
         let late = home
             .scalar(&format!(
                 "SELECT COUNT(*) FROM ledger WHERE run_id = '{id}' AND n > {returned}"
@@ -185,7 +168,7 @@ async fn race_cancels_against(home: &Home, server: &Server, job: &str, rounds: u
 }
 
 async fn run_status(server: &Server, id: &str) -> String {
-    run(server, id).await["status"]
+    server.run_view(id).await["status"]
         .as_str()
         .unwrap_or_default()
         .to_string()
@@ -203,7 +186,7 @@ on_every_backend! {
         let resumed = server.delete("/pauses/job/hello").await;
         assert_eq!(resumed.0, 200, "{}", resumed.1);
         assert_cancelled(&home, &server, &id).await;
-        let run = run(&server, &id).await;
+        let run = server.run_view(&id).await;
         assert_eq!(run["attempts"], 0, "{run}");
         assert_eq!(run["attempt_records"].as_array().map(Vec::len), Some(0), "{run}");
         // Cancelling again, or a run that ended, is refused and changes nothing.
@@ -217,14 +200,14 @@ on_every_backend! {
         let m = manifest(&home, "commit");
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
         let id = kick(&server, "ledger").await;
-        wait_run(&server, &id, "the attempt", |r| r["status"] == "running").await;
+        server.wait_run(&id, "the attempt", |r| r["status"] == "running").await;
         // Inside its transaction: the rows are inserted, the commit waits.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let asked = Instant::now();
         let (status, cancelled) = server.post(&format!("/runs/{id}/cancel")).await;
         assert_eq!(status, 200, "{cancelled}");
         assert_cancelled(&home, &server, &id).await;
-        let run = wait_run(&server, &id, "the attempt's record", |r| {
+        let run = server.wait_run(&id, "the attempt's record", |r| {
             r["attempt_records"][0]["finished_at"].is_string()
         })
         .await;
@@ -244,7 +227,7 @@ on_every_backend! {
         // cancel answers, recorded, and the attempt it stops lets the cancel be written.
         race_cancels_against(&home, &server, "holder", 3).await;
         let next = kick(&server, "hello").await;
-        wait_run(&server, &next, "another run", |r| r["status"] == "succeeded").await;
+        server.wait_run(&next, "another run", |r| r["status"] == "succeeded").await;
     }
 
     async fn a_cancel_answers_at_once_though_a_host_run_holds_the_write_lock_for_seconds(home) {
@@ -313,12 +296,12 @@ on_every_backend! {
         let m = manifest(&home, "commit");
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
         let id = kick(&server, "spin").await;
-        wait_run(&server, &id, "the attempt", |r| r["status"] == "running").await;
+        server.wait_run(&id, "the attempt", |r| r["status"] == "running").await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let asked = Instant::now();
         let out = home.run(&["runs", "cancel", &id]);
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let run = wait_run(&server, &id, "the stopped attempt", |r| {
+        let run = server.wait_run(&id, "the stopped attempt", |r| {
             r["attempt_records"][0]["finished_at"].is_string()
         })
         .await;
@@ -326,7 +309,7 @@ on_every_backend! {
         assert_eq!(run["status"], "cancelled", "{run}");
         assert_eq!(run["attempt_records"][0]["code"], "cancelled_by_operator", "{run}");
         let next = kick(&server, "hello").await;
-        wait_run(&server, &next, "another run", |r| r["status"] == "succeeded").await;
+        server.wait_run(&next, "another run", |r| r["status"] == "succeeded").await;
     }
 
     async fn a_cancel_from_another_process_fences_an_attempt_whose_host_is_frozen(home) {
@@ -340,7 +323,7 @@ on_every_backend! {
         let m = manifest(&home, wait_at);
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
         let id = kick(&server, "ledger").await;
-        wait_run(&server, &id, "the attempt", |r| r["status"] == "running").await;
+        server.wait_run(&id, "the attempt", |r| r["status"] == "running").await;
         tokio::time::sleep(Duration::from_millis(1500)).await;
         server.signal("STOP");
         let out = home.run(&["runs", "cancel", &id]);
@@ -360,12 +343,12 @@ on_every_backend! {
         // The guest woke and tried to commit (at most the rest of its wait): refused.
         tokio::time::sleep(Duration::from_secs(9)).await;
         assert_eq!(ledger_rows(&home, &id).await, 0, "no row of a cancelled attempt commits");
-        let run = run(&server, &id).await;
+        let run = server.run_view(&id).await;
         assert_eq!(run["status"], "cancelled", "{run}");
         assert_eq!(run["attempt_records"][0]["code"], "cancelled_by_operator", "{run}");
         // The host serves on.
         let next = kick(&server, "hello").await;
-        wait_run(&server, &next, "another run", |r| r["status"] == "succeeded").await;
+        server.wait_run(&next, "another run", |r| r["status"] == "succeeded").await;
     }
 
     async fn a_cancelled_stepped_run_keeps_its_passes_and_a_retry_resumes_them(home) {
@@ -373,7 +356,7 @@ on_every_backend! {
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
         let id = kick(&server, "pager").await;
         // Pass 1 continues, pass 2 defers for a minute: the run waits, deferred.
-        let waiting = wait_run(&server, &id, "a deferred pass", |r| {
+        let waiting = server.wait_run(&id, "a deferred pass", |r| {
             r["status"] == "queued" && r["passes"].as_i64() >= Some(2)
         })
         .await;
@@ -381,7 +364,7 @@ on_every_backend! {
         // the cancel queues it, as any end of the run would.
         let (status, pending) = server.post("/jobs/pager/kick").await;
         assert_eq!((status, pending["result"].as_str()), (202, Some("pending")), "{pending}");
-        assert_eq!(run(&server, &id).await["kicks_pending"], 1, "the run shows the kick it holds");
+        assert_eq!(server.run_view(&id).await["kicks_pending"], 1, "the run shows the kick it holds");
         let (status, _) = server.post(&format!("/runs/{id}/cancel")).await;
         assert_eq!(status, 200);
         assert_cancelled(&home, &server, &id).await;
@@ -400,7 +383,7 @@ on_every_backend! {
         }
         let (status, done) = server.post_as(Some(&server.token), "/runs/cancel", Some(body)).await;
         assert_eq!((status, &done["done"]), (200, &Value::from(1)), "{done}");
-        let cancelled = run(&server, &id).await;
+        let cancelled = server.run_view(&id).await;
         assert_eq!(cancelled["passes"], waiting["passes"], "committed passes stay");
         assert_eq!(cancelled["cursor"], waiting["cursor"]);
 
@@ -411,11 +394,11 @@ on_every_backend! {
         assert_eq!(retried["run"]["origin"], "retry");
         assert_eq!(retried["run"]["passes"], waiting["passes"], "resumes the last committed pass");
         assert_eq!(retried["run"]["cursor"], waiting["cursor"]);
-        assert_eq!(run(&server, &id).await["retried_by"], retry.as_str());
+        assert_eq!(server.run_view(&id).await["retried_by"], retry.as_str());
         // Retried once: asking again answers the same retry.
         let (status, again) = server.post(&format!("/runs/{id}/retry")).await;
         assert_eq!((status, &again["run"]["run_id"], &again["already"]), (200, &Value::from(retry.as_str()), &Value::Bool(true)));
-        wait_run(&server, &retry, "the retry's next pass", |r| {
+        server.wait_run(&retry, "the retry's next pass", |r| {
             r["passes"].as_i64() > waiting["passes"].as_i64()
         })
         .await;
@@ -471,13 +454,13 @@ on_every_backend! {
         let m = manifest(&home, "commit");
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
         let first = kick(&server, "flaky").await;
-        wait_run(&server, &first, "the failure", |r| r["status"] == "failed").await;
+        server.wait_run(&first, "the failure", |r| r["status"] == "failed").await;
         let (status, refused) = server.post(&format!("/runs/{first}/cancel")).await;
         assert_eq!(status, 409, "{refused}");
         let (status, retried) = server.post(&format!("/runs/{first}/retry")).await;
         assert_eq!(status, 201, "{retried}");
         let retry = retried["run"]["run_id"].as_str().unwrap().to_string();
-        let retry_run = wait_run(&server, &retry, "the retry", |r| r["status"] == "failed").await;
+        let retry_run = server.wait_run(&retry, "the retry", |r| r["status"] == "failed").await;
         assert_eq!(retry_run["retry_of"], first.as_str());
         assert_eq!(retry_run["payload"], serde_json::json!({"fail_times": 1000}));
 
@@ -536,7 +519,7 @@ on_every_backend! {
         let (status, _) = server.delete("/pauses/lane/bulk").await;
         assert_eq!(status, 200);
         for id in &held {
-            wait_run(&server, id, "the resumed run", |r| r["status"] == "succeeded").await;
+            server.wait_run(id, "the resumed run", |r| r["status"] == "succeeded").await;
         }
         let listed = String::from_utf8_lossy(&home.run(&["pauses"]).stdout).to_string();
         assert!(listed.contains("nothing is paused"), "{listed}");
@@ -566,7 +549,7 @@ on_every_backend! {
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
         let acme = home.create_token(Some("acme"));
         let id = kick(&server, "acme-flaky").await;
-        wait_run(&server, &id, "a retry waiting", |r| {
+        server.wait_run(&id, "a retry waiting", |r| {
             r["status"] == "queued" && r["code"] == "handler_failed"
         })
         .await;
@@ -584,7 +567,7 @@ on_every_backend! {
 
         let (status, _) = server.post("/tenants/acme/disable").await;
         assert_eq!(status, 200);
-        let ended = wait_run(&server, &id, "the retry's claim", |r| r["status"] == "skipped").await;
+        let ended = server.wait_run(&id, "the retry's claim", |r| r["status"] == "skipped").await;
         assert_eq!(ended["code"], "tenant_disabled", "{ended}");
         let ran = ended["attempt_records"].as_array().map(Vec::len);
         assert_eq!(ran, Some(1), "no attempt ran after the disable: {ended}");

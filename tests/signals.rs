@@ -10,7 +10,7 @@ use crate::common;
 
 use common::{Home, Server};
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Jobs of the `waiter` guest, each with its payload.
 fn manifest(home: &Home) -> std::path::PathBuf {
@@ -71,39 +71,19 @@ async fn kick(server: &Server, job: &str) -> String {
     kicked["run_id"].as_str().expect("queued").to_string()
 }
 
-async fn run_view(server: &Server, id: &str) -> Value {
-    let (status, run) = server.get(&format!("/runs/{id}")).await;
-    assert_eq!(status, 200, "{run}");
-    run
-}
-
-/// Run `id` once `ok` holds of its view; a generous liveness bound (a first run may wait
-/// for its component's compile under load).
-async fn wait_run(server: &Server, id: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
-    let start = Instant::now();
-    loop {
-        let run = run_view(server, id).await;
-        if ok(&run) {
-            return run;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "timed out waiting for {what}: {run}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn waiting(server: &Server, id: &str) -> Value {
-    wait_run(server, id, "the wait", |r| r["status"] == "waiting").await
+    server
+        .wait_run(id, "the wait", |r| r["status"] == "waiting")
+        .await
 }
 
 async fn ended(server: &Server, id: &str) -> Value {
-    wait_run(server, id, "the run's end", |r| {
-        !["queued", "claimed", "running", "waiting"]
-            .contains(&r["status"].as_str().unwrap_or_default())
-    })
-    .await
+    server
+        .wait_run(id, "the run's end", |r| {
+            !["queued", "claimed", "running", "waiting"]
+                .contains(&r["status"].as_str().unwrap_or_default())
+        })
+        .await
 }
 
 /// A signal sent over the API as `token`: the status and the answer.
@@ -149,12 +129,12 @@ on_every_backend! {
             .await;
         assert_eq!(holder, 1, "the waiting run keeps its lease parked");
         tokio::time::sleep(Duration::from_millis(1500)).await;
-        assert_eq!(run_view(&server, &id).await["attempts"], 1, "a wait uses no attempt");
+        assert_eq!(server.run_view(&id).await["attempts"], 1, "a wait uses no attempt");
 
         // A signal of another name is kept, and wakes nothing.
         let (status, other) = signal(&server, &token, &id, "other", None).await;
         assert_eq!((status, other["woke"].as_bool()), (201, Some(false)), "{other}");
-        assert_eq!(run_view(&server, &id).await["status"], "waiting");
+        assert_eq!(server.run_view(&id).await["status"], "waiting");
 
         let body = r#"{"payload": {"ok": true, "by": "ann"}, "id": "sig-1"}"#;
         let (status, sent) = signal(&server, &token, &id, "approval", Some(body)).await;
@@ -231,7 +211,7 @@ on_every_backend! {
         let (status, answer) = signal(&server, &acme, &id, "approval", Some(&huge)).await;
         assert_eq!(status, 413, "{answer}");
         assert_eq!(stored_signals(&home).await, 0, "a refused send writes nothing");
-        assert_eq!(run_view(&server, &id).await["status"], "waiting");
+        assert_eq!(server.run_view(&id).await["status"], "waiting");
 
         // Its own tenant's signal wakes it.
         let (status, sent) = signal(&server, &acme, &id, "approval", Some(r#"{"payload": 7}"#)).await;
@@ -248,7 +228,7 @@ on_every_backend! {
 
         // Sent from the command line while the pass that will wait still runs: the send
         // wakes nothing, and the wait, committed after it, finds it (its timeout is an hour).
-        wait_run(&server, &early, "the first pass", |r| r["status"] == "running").await;
+        server.wait_run(&early, "the first pass", |r| r["status"] == "running").await;
         let out = home.run(&[
             "runs", "signal", &early, "approval", "--payload", r#"{"n": 1}"#, "--id", "early-1",
             "--json",
@@ -256,7 +236,7 @@ on_every_backend! {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         let sent: Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(sent["woke"], false, "{sent}");
-        assert_eq!(run_view(&server, &early).await["status"], "running", "sent while it ran");
+        assert_eq!(server.run_view(&early).await["status"], "running", "sent while it ran");
         let run = ended(&server, &early).await;
         assert_eq!(run["status"], "succeeded", "{run}");
         assert_eq!(

@@ -492,6 +492,36 @@ impl Home {
 }
 
 impl Server {
+    /// `GET /runs/{id}`, which must answer.
+    pub async fn run_view(&self, id: &str) -> serde_json::Value {
+        let (status, run) = self.get(&format!("/runs/{id}")).await;
+        assert_eq!(status, 200, "{run}");
+        run
+    }
+
+    /// Run `id`'s view once `ok` holds of it (`what` names the wait in its failure). The
+    /// bound is for liveness, not timing: a first run may wait for its component's
+    /// compile under load.
+    pub async fn wait_run(
+        &self,
+        id: &str,
+        what: &str,
+        ok: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let start = Instant::now();
+        loop {
+            let run = self.run_view(id).await;
+            if ok(&run) {
+                return run;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "timed out waiting for {what}: {run}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
         self.get_as(Some(&self.token), path).await
     }
