@@ -3,6 +3,7 @@
 //! (componentize-py, componentize-js) and run by the real binary on SQLite and Postgres;
 //! their failed attempts replay from their journals as a Rust guest's do.
 
+use crate::common::service::Service;
 use crate::common::{self, Backend, Home, migrations, polyglot, polyglot_build, shared_cache};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -504,6 +505,106 @@ async fn python_and_js_jobs_call_links_and_run_in_passes() {
         let id = paged["run_id"].as_str().unwrap();
         assert_eq!(rows_of(&home, id).await, 3, "{lang}");
     }
+}
+
+/// `iam`: each language's `invite` example issues a membership link through an IAM mount
+/// with its own per-attempt credential, revokes one when asked, and fails with the Rust
+/// SDK's `iam: unauthorized` when the IAM refuses its tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_and_js_jobs_issue_and_revoke_membership_links_through_iam() {
+    let home = Home::new(Backend::Sqlite).await;
+    let service = Service::start().await;
+    let mut jobs = String::new();
+    for lang in LANGS {
+        let component = polyglot(&format!("{lang}/invite"));
+        for (name, tenant, role, revoke) in [
+            ("invite", "acme", "viewer", false),
+            ("revoker", "acme", "editor", true),
+            ("evil", "evil", "owner", false),
+        ] {
+            jobs.push_str(&format!(
+                "[jobs.{job}]\ncomponent = \"{component}\"\ntenant = \"{tenant}\"\n\
+                 actions = [\"membership.issue\", \"membership.revoke\"]\n\
+                 payload = {{ mount = \"iam\", dimension = \"workspace\", container = \"acme-ws\", \
+                 role = \"{role}\", revoke = {revoke} }}\ngrants.links = [\"iam\"]\n\n",
+                job = job(lang, name),
+                component = component.display(),
+            ));
+        }
+    }
+    let manifest = home.manifest(
+        "",
+        &format!(
+            "[links.iam]\nurl = \"{url}/iam/\"\nmethods = [\"POST\", \"DELETE\"]\n\
+             credential = {{ header = \"Authorization\", prefix = \"Bearer \", token = \"attempt\", \
+             audience = \"iam\" }}\n\n{jobs}",
+            url = service.url
+        ),
+    );
+    let server = home
+        .serve(&["--manifest", manifest.to_str().unwrap()])
+        .await;
+    service.trust(&format!("{}/.well-known/jwks.json", server.url));
+    service.refuse_tenant("evil");
+    for lang in LANGS {
+        let ended = |name: &str| {
+            let (server, name) = (&server, job(lang, name));
+            async move {
+                assert_eq!(
+                    server.post(&format!("/jobs/{name}/kick")).await.0,
+                    202,
+                    "{name}"
+                );
+                server
+                    .wait_runs(&name, Duration::from_secs(120), |runs| {
+                        runs.iter()
+                            .any(|r| r["status"] == "succeeded" || r["status"] == "failed")
+                    })
+                    .await[0]
+                    .clone()
+            }
+        };
+        // The link issued is valid, and says whom it admits.
+        let invited = ended("invite").await;
+        assert_eq!(invited["status"], "succeeded", "{lang}: {invited}");
+        let log = log_of(&home, invited["run_id"].as_str().unwrap());
+        let issued = log
+            .split("issued ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{lang}: no link in the log: {log}"))
+            .to_string();
+        assert!(
+            log.contains(&format!("/join/{issued}?role=viewer&tenant=acme")),
+            "{lang}: {log}"
+        );
+        assert!(service.link_valid(&issued).await, "{lang}: {issued}");
+        // The one revoked is not.
+        let revoker = ended("revoker").await;
+        assert_eq!(revoker["status"], "succeeded", "{lang}: {revoker}");
+        let log = log_of(&home, revoker["run_id"].as_str().unwrap());
+        let revoked = log
+            .split("revoked ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{lang}: no revocation in the log: {log}"))
+            .to_string();
+        assert_ne!(revoked, issued, "{lang}");
+        assert!(!service.link_valid(&revoked).await, "{lang}: {revoked}");
+        // Refused by the IAM: the Rust SDK's error, word for word.
+        let evil = ended("evil").await;
+        assert_eq!(
+            (evil["status"].as_str(), evil["error"].as_str()),
+            (Some("failed"), Some("iam: unauthorized")),
+            "{lang}: {evil}"
+        );
+    }
+    let deletes = service
+        .seen()
+        .iter()
+        .filter(|s| s.method == "DELETE")
+        .count();
+    assert_eq!(deletes, LANGS.len(), "one revocation per language");
 }
 
 /// `host new --lang python|js`, then `host build` and `host test` as an author runs them:

@@ -36,7 +36,8 @@
  * `attach`, `attachIn`; and `scan`: `pending`, `read`, `mark`); `links`
  * (`call(mount, method, path, {headers, body, json, step, action})` and `send`, alike but
  * for the mount's limits, giving a `Response`: `status`, `headers`, `body`, `ok`,
- * `json()`, `text()`); `steps` (`step(name, fn)`, `stepIn(tx, name, fn)`,
+ * `json()`, `text()`); `iam` (`issueMembership`, `revokeMembership` through a mount);
+ * `steps` (`step(name, fn)`, `stepIn(tx, name, fn)`,
  * `stepWith(name, Retry(attempts, backoff), fn)`, `counterAdd(name, delta)`); `jobs`
  * (`enqueue`, `enqueueAll`, `kick`, `emit`, each with its `...In(tx, ...)` form inside a
  * transaction, and `waitForChildren`); and `run` (`info`, `children`, `setResult`: as the
@@ -761,6 +762,73 @@ export const links = Object.freeze({
       if (payload.tag === 'rate-limited') throw new HostError('rate-limited');
       throw hostError(payload.val);
     }
+  },
+});
+
+// ---- iam -----------------------------------------------------------------------------
+
+/**
+ * Why IAM did not issue or revoke a link, as a fixed `code`: `unauthorized` (IAM refused the
+ * job's credential or its action: 401, 403), `unavailable` (IAM or the way to it is down:
+ * 5xx, unreachable) or `refused` (any other answer; `status` says which). Uncaught, it fails
+ * the attempt with `iam: CODE`, as the Rust SDK's does; a host refusal is thrown as the
+ * `HostError` it is.
+ */
+export class IamError extends Failed {
+  constructor(code, status) {
+    super(`iam: ${code}`);
+    this.code = code;
+    this.status = status;
+  }
+}
+
+function iamAnswer(mount, method, path, expected, options) {
+  let response;
+  try {
+    response = links.call(mount, method, path, options);
+  } catch (e) {
+    if (e instanceof HostError && e.code === 'unavailable') throw new IamError('unavailable');
+    throw e;
+  }
+  if (response.status === expected) return response;
+  if (response.status === 401 || response.status === 403) throw new IamError('unauthorized', response.status);
+  if (response.status >= 500) throw new IamError('unavailable', response.status);
+  throw new IamError('refused', response.status);
+}
+
+/**
+ * Membership links issued by an IAM service through a mount, with the job's own workload
+ * credential (the host's per-attempt token): an expiring, revocable link that grants a role
+ * in one container of a dimension. The service answers `POST memberships` with
+ * `{dimension, container, role, expires_in_s}` by `201 {id, url, expires_at}` and
+ * `DELETE memberships/{id}` by `204`; the calls name the actions `membership.issue` and
+ * `membership.revoke`, which the job must declare.
+ */
+export const iam = Object.freeze({
+  /**
+   * Issues a link granting `role` in `container` of `dimension` for `expiresInS` seconds
+   * (an hour unless given); `step` names the call within the pass. Gives `{id, url,
+   * expiresAt}` (seconds since the Unix epoch).
+   */
+  issueMembership(mount, { dimension, container, role, expiresInS = 3600 }, step = 'issue') {
+    const json = { dimension, container, role, expires_in_s: expiresInS };
+    const response = iamAnswer(mount, 'POST', 'memberships', 201, { json, step, action: 'membership.issue' });
+    let link;
+    try {
+      link = response.json();
+    } catch {
+      throw new IamError('refused', response.status);
+    }
+    if (link === null || typeof link !== 'object' || typeof link.id !== 'string' || typeof link.url !== 'string'
+        || !Number.isSafeInteger(link.expires_at)) {
+      throw new IamError('refused', response.status);
+    }
+    return { id: link.id, url: link.url, expiresAt: link.expires_at };
+  },
+
+  /** Revokes the link `id`. */
+  revokeMembership(mount, id, step = 'revoke') {
+    iamAnswer(mount, 'DELETE', `memberships/${id}`, 204, { step, action: 'membership.revoke' });
   },
 });
 

@@ -21,7 +21,8 @@ innermost frame of the job's own code it passed through; its traceback (and an u
 traps, and the host reports ``memory_limit`` when the job's memory cap was the cause.
 
 The SDK has the Rust SDK's capabilities under the same names: ``log``, ``db``, ``files``,
-``links`` (``call`` and ``send``), ``steps``, ``jobs`` (``enqueue``, ``enqueue_all``,
+``links`` (``call`` and ``send``), ``iam`` (``issue_membership``, ``revoke_membership``
+through a mount), ``steps``, ``jobs`` (``enqueue``, ``enqueue_all``,
 ``kick``, ``emit``, each with its ``_in`` form inside a transaction, and
 ``wait_for_children``) and ``run`` (``info``, ``children``, ``set_result``). As the job's
 own function is ``run``, reach the last as ``jobhost.run``.
@@ -68,7 +69,8 @@ except ImportError:
 
 __all__ = [
     "Context", "Continue", "Defer", "DONE", "Failed", "Unrecoverable", "HostError",
-    "LeaseLost", "Retry", "db", "files", "jobs", "links", "log", "run", "steps",
+    "LeaseLost", "Retry", "IamError", "MembershipLink", "db", "files", "iam", "jobs", "links",
+    "log", "run", "steps",
 ]
 
 # Most lines of a traceback put in the attempt's log (its innermost ones).
@@ -587,6 +589,79 @@ class _Links:
 
 
 links = _Links()
+
+
+# ---- iam -----------------------------------------------------------------------------
+
+class IamError(Failed):
+    """Why IAM did not issue or revoke a link, as a fixed ``code``: ``unauthorized`` (IAM
+    refused the job's credential or its action: 401, 403), ``unavailable`` (IAM or the way
+    to it is down: 5xx, unreachable) or ``refused`` (any other answer; ``status`` says
+    which). Uncaught, it fails the attempt with ``iam: CODE``, as the Rust SDK's does; a
+    host refusal is raised as the ``HostError`` it is."""
+
+    def __init__(self, code, status=None):
+        super().__init__(f"iam: {code}")
+        self.code = code
+        self.status = status
+
+
+class MembershipLink:
+    """An issued link: ``id``, ``url`` and ``expires_at`` (seconds since the Unix epoch)."""
+
+    def __init__(self, id, url, expires_at):
+        self.id = id
+        self.url = url
+        self.expires_at = expires_at
+
+    def __repr__(self):
+        return f"MembershipLink(id={self.id!r}, url={self.url!r}, expires_at={self.expires_at})"
+
+
+class _Iam:
+    """Membership links issued by an IAM service through a mount, with the job's own
+    workload credential (the host's per-attempt token): an expiring, revocable link that
+    grants a role in one container of a dimension. The service answers ``POST
+    memberships`` with ``{dimension, container, role, expires_in_s}`` by ``201 {id, url,
+    expires_at}`` and ``DELETE memberships/{id}`` by ``204``; the calls name the actions
+    ``membership.issue`` and ``membership.revoke``, which the job must declare."""
+
+    @staticmethod
+    def _answer(mount, method, path, expected, step, action, json=None):
+        try:
+            response = links.call(mount, method, path, json=json, step=step, action=action)
+        except HostError as e:
+            if e.code == "unavailable":
+                raise IamError("unavailable") from None
+            raise
+        if response.status == expected:
+            return response
+        if response.status in (401, 403):
+            raise IamError("unauthorized", response.status)
+        if response.status >= 500:
+            raise IamError("unavailable", response.status)
+        raise IamError("refused", response.status)
+
+    def issue_membership(self, mount, dimension, container, role, expires_in_s=3600,
+                         step="issue"):
+        """Issues a link granting ``role`` in ``container`` of ``dimension`` for
+        ``expires_in_s`` seconds; ``step`` names the call within the pass."""
+        request = {"dimension": dimension, "container": container, "role": role,
+                   "expires_in_s": expires_in_s}
+        response = self._answer(mount, "POST", "memberships", 201, step, "membership.issue",
+                                json=request)
+        try:
+            link = response.json()
+            return MembershipLink(str(link["id"]), str(link["url"]), int(link["expires_at"]))
+        except (ValueError, KeyError, TypeError):
+            raise IamError("refused", response.status) from None
+
+    def revoke_membership(self, mount, id, step="revoke"):
+        """Revokes the link ``id``."""
+        self._answer(mount, "DELETE", f"memberships/{id}", 204, step, "membership.revoke")
+
+
+iam = _Iam()
 
 
 # ---- steps ---------------------------------------------------------------------------
