@@ -1,5 +1,5 @@
 //! Live runs, end to end on both backends: while an attempt runs, the log lines it wrote
-//! so far are seen through the API, `host runs show` and `host runs tail` (another process
+//! and the fuel it burnt so far are seen through the API, `host runs show` and `host runs tail` (another process
 //! than the host that runs it, reading the database), and `tail` ends with the run's
 //! ending and its exit code.
 
@@ -161,5 +161,56 @@ on_every_backend! {
         let unknown = home.run(&["runs", "tail", "00000000-0000-0000-0000-000000000000"]);
         assert_eq!(unknown.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&unknown.stderr).contains("no run with id"));
+    }
+
+    async fn a_running_runs_fuel_so_far_is_seen_growing_and_never_past_its_attempts(home) {
+        let m = home.manifest(
+            "",
+            r#"
+            [jobs.spin]
+            component = "{guest:spin}"
+            timeout = "6s"
+            retries = 0
+        "#,
+        );
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let id = kick(&server, "spin").await;
+        // A guest that computes without a host call: its fuel so far grows while it runs.
+        let fuel_so_far = || async {
+            let run = server.run_view(&id).await;
+            (run["live_attempt"]["fuel_used"].as_u64(), run)
+        };
+        let start = Instant::now();
+        let first = loop {
+            if let (Some(fuel), _) = fuel_so_far().await
+                && fuel > 0
+            {
+                break fuel;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "no fuel so far");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let grown = loop {
+            let (fuel, run) = fuel_so_far().await;
+            assert_eq!(run["status"], "running", "ended before its fuel was seen growing: {run:#}");
+            if let Some(fuel) = fuel.filter(|&f| f > first) {
+                break fuel;
+            }
+            assert!(start.elapsed() < Duration::from_secs(60), "the fuel never grew: {run:#}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let shown = home.run(&["runs", "show", &id]);
+        let text = String::from_utf8_lossy(&shown.stdout);
+        if text.contains(": running on ") {
+            assert!(text.contains(", fuel so far "), "{text}");
+        }
+        // It ends at its deadline; what it burnt in all is at least what was seen.
+        let ended = server
+            .wait_run(&id, "the spin's ending", |r| r["status"] == "failed")
+            .await;
+        assert_eq!(ended["code"], "timeout", "{ended:#}");
+        let recorded = ended["attempt_records"][0]["fuel_used"].as_u64().expect("fuel recorded");
+        assert!(recorded >= grown, "recorded {recorded} < seen {grown}");
+        assert!(ended["live_attempt"].is_null(), "{ended:#}");
     }
 }

@@ -246,6 +246,7 @@ async fn guest_call(
             deadline,
             capabilities: Capabilities::none(),
             log: AttemptLog::new(MAX_LOG_BYTES),
+            fuel_gauge: Default::default(),
         })
         .await
 }

@@ -6,7 +6,7 @@
 use super::failure::Failure;
 use super::output;
 use crate::rules::guest_text::{for_storage_cut, for_terminal};
-use crate::rules::units::readable_ms;
+use crate::rules::units::{readable_count, readable_ms};
 use crate::service::views;
 use crate::store::{AttemptRecord, RunRecord, RunStatus, Store};
 use serde_json::{Value, json};
@@ -55,8 +55,12 @@ pub fn live_header(live: &Value) -> String {
         Some(host) => format!(" on {host}"),
         None => String::new(),
     };
+    let fuel = match live["fuel_used"].as_u64() {
+        Some(fuel) => format!(", fuel so far {}", readable_count(fuel)),
+        None => String::new(),
+    };
     format!(
-        "attempt {} (pass {}, try {}, generation {}): running{host}{running}",
+        "attempt {} (pass {}, try {}, generation {}): running{host}{running}{fuel}",
         live["seq"], live["pass"], live["attempt"], live["generation"]
     )
 }

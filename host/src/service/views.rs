@@ -199,7 +199,8 @@ pub fn delivery_attempt(a: &DeliveryAttemptRecord) -> Value {
 /// The attempt a running run is in, as the database knows it: its number, pass and try
 /// and the host holding it (the run's row); since when and the log lines it wrote so far
 /// (its live log, which its host writes every `runner::live::FLUSH_EVERY` once it has run
-/// that long: until then `started_at` is null and the log empty). Null when the run is
+/// that long: until then `started_at` is null and the log empty), and the fuel it burnt
+/// so far (null until written, and where its host does not meter fuel). Null when the run is
 /// not in an attempt, or its current attempt is recorded already (`attempts`, the last
 /// ones); a live log another attempt left (its host crashed) is not this one's.
 pub fn live_attempt(
@@ -223,6 +224,7 @@ pub fn live_attempt(
         "running_ms": live.map(|l| l.running_ms.max(0)),
         "log": live.map_or("", |l| l.log.as_str()),
         "log_truncated": live.is_some_and(|l| l.log_truncated != 0),
+        "fuel_used": live.and_then(|l| l.fuel_used),
     })
 }
 

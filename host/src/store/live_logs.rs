@@ -7,7 +7,8 @@ use super::handle::Store;
 
 crate::record! {
     /// A running attempt's log so far. `running_ms` is the database's clock less
-    /// `started_at`, read with the row.
+    /// `started_at`, read with the row; `fuel_used`, the fuel burnt so far, is null where
+    /// the host does not meter fuel.
     #[derive(Debug, Clone, Default)]
     pub struct LiveLogRecord {
         pub run_id: String,
@@ -17,12 +18,13 @@ crate::record! {
         pub started_at: i64,
         pub updated_at: i64,
         pub running_ms: i64,
+        pub fuel_used: Option<i64>,
     }
 }
 
 impl Store {
     /// Starts the live log of attempt `seq` of run `run_id`, which started `elapsed_ms`
-    /// ago, with `log` (replacing another attempt's).
+    /// ago, with `log` and the fuel burnt so far (replacing another attempt's).
     pub async fn put_live_log(
         &self,
         run_id: &str,
@@ -30,6 +32,7 @@ impl Store {
         log: &str,
         truncated: bool,
         elapsed_ms: i64,
+        fuel_used: Option<i64>,
     ) -> Result<()> {
         let q = &self.q.put_live_log;
         with_pool!(self.pool, p => {
@@ -39,15 +42,17 @@ impl Store {
                 .bind(log)
                 .bind(i64::from(truncated))
                 .bind(elapsed_ms)
+                .bind(fuel_used)
                 .execute(p)
                 .await?;
         });
         Ok(())
     }
 
-    /// Appends `lines` to the live log of attempt `seq` of run `run_id` if it holds
-    /// `written_chars` characters, what its host last wrote; `false` if it did not (a
-    /// write whose outcome was lost, another attempt's row), for the host to put it whole.
+    /// Appends `lines` (none, to update only the fuel) to the live log of attempt `seq` of
+    /// run `run_id` if it holds `written_chars` characters, what its host last wrote, and
+    /// sets the fuel burnt so far; `false` if it did not (a write whose outcome was lost,
+    /// another attempt's row), for the host to put it whole.
     pub async fn append_live_log(
         &self,
         run_id: &str,
@@ -55,6 +60,7 @@ impl Store {
         lines: &str,
         truncated: bool,
         written_chars: i64,
+        fuel_used: Option<i64>,
     ) -> Result<bool> {
         let q = &self.q.append_live_log;
         let changed = with_pool!(self.pool, p => sqlx::query(q.as_str())
@@ -63,6 +69,7 @@ impl Store {
             .bind(lines)
             .bind(i64::from(truncated))
             .bind(written_chars)
+            .bind(fuel_used)
             .execute(p)
             .await?
             .rows_affected());

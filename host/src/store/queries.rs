@@ -770,17 +770,18 @@ statements! {
         attempts = jobhost_step_failures.attempts + 1, last_code = excluded.last_code, \
         last_error = excluded.last_error, failed_at = excluded.failed_at";
     // Live logs (`store::live_logs`): attempt `$2` of run `$1` started `$5` ms ago, its
-    // lines so far `$3` (replacing any other attempt's); or `$3` appended to its lines so
-    // far, only while they are `$6` characters long (what the host last wrote).
+    // lines so far `$3` and its fuel so far `$6` (replacing any other attempt's); or `$3`
+    // appended to its lines so far, only while they are `$5` characters long (what the
+    // host last wrote), with its fuel so far `$6`.
     put_live_log = "INSERT INTO jobhost_live_logs (run_id, seq, log, log_truncated, \
-        started_at, updated_at) VALUES ($1, $2, $3, $4, {now} - $5, {now}) \
+        started_at, updated_at, fuel_used) VALUES ($1, $2, $3, $4, {now} - $5, {now}, $6) \
         ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, log = excluded.log, \
         log_truncated = excluded.log_truncated, started_at = excluded.started_at, \
-        updated_at = excluded.updated_at";
+        updated_at = excluded.updated_at, fuel_used = excluded.fuel_used";
     append_live_log = "UPDATE jobhost_live_logs SET log = log || $3, log_truncated = $4, \
-        updated_at = {now} WHERE run_id = $1 AND seq = $2 AND length(log) = $5";
+        updated_at = {now}, fuel_used = $6 WHERE run_id = $1 AND seq = $2 AND length(log) = $5";
     live_log = "SELECT run_id, seq, log, log_truncated, started_at, updated_at, \
-        {now} - started_at AS running_ms FROM jobhost_live_logs WHERE run_id = $1";
+        {now} - started_at AS running_ms, fuel_used FROM jobhost_live_logs WHERE run_id = $1";
     drop_live_log = "DELETE FROM jobhost_live_logs WHERE run_id = $1 AND seq = $2";
     // The flight recorder: an attempt's journal (a seq reused by an attempt whose ending
     // was not recorded replaces the one before), and what a run has.

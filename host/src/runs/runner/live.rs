@@ -1,14 +1,16 @@
-//! Live logs: while an attempt runs, the log lines it wrote so far reach the database
-//! every [`FLUSH_EVERY`], so `host runs show` and `tail`, the API and the console of any
-//! host of the fleet see a running run as it goes.
+//! Live logs: while an attempt runs, the log lines it wrote so far and the fuel it burnt
+//! reach the database every [`FLUSH_EVERY`], so `host runs show` and `tail`, the API and
+//! the console of any host of the fleet see a running run as it goes.
 //!
 //! What it costs the hot path is bounded: an attempt that ends within its first
 //! [`FLUSH_EVERY`] writes nothing (it only raced a timer). A longer one gets a task that
-//! writes the run's row once (when it started), then at most once per [`FLUSH_EVERY`], only
-//! when complete lines were added, appending only those; the whole is bounded as the
-//! attempt's log is (`engine::MAX_LOG_BYTES`). The task deletes the row when the attempt
-//! ends; the runner does not wait for it.
+//! writes the run's row once (when it started), then at most once per [`FLUSH_EVERY`] when
+//! complete lines were added, appending only those, and at most once per [`FUEL_EVERY`]
+//! when only its fuel moved; the whole is bounded as the attempt's log is
+//! (`engine::MAX_LOG_BYTES`). The task deletes the row when the attempt ends; the runner
+//! does not wait for it.
 
+use crate::sandbox::engine::limits::FuelGauge;
 use crate::sandbox::engine::output::AttemptLog;
 use crate::store::Store;
 use std::future::Future;
@@ -18,12 +20,21 @@ use tokio::time::Instant;
 
 /// How often a running attempt's new lines are written.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(250);
+/// How often a running attempt's fuel so far is written when it logged nothing new: a
+/// busy guest that logs nothing costs the database a write a second, not four.
+pub const FUEL_EVERY: Duration = Duration::from_secs(1);
 
-/// Runs `attempt` (attempt `seq` of run `run_id`, which writes to `log`) and, if it is
-/// still running after [`FLUSH_EVERY`], keeps its live log until it ends.
+/// What a running attempt shows as it goes: its log and the fuel it burnt so far.
+pub(super) struct Watched<'a> {
+    pub log: &'a AttemptLog,
+    pub fuel: &'a FuelGauge,
+}
+
+/// Runs `attempt` (attempt `seq` of run `run_id`, which writes to `watched`) and, if it
+/// is still running after [`FLUSH_EVERY`], keeps its live log until it ends.
 pub(super) async fn while_running<F: Future>(
     store: &Store,
-    log: &AttemptLog,
+    watched: Watched<'_>,
     run_id: &str,
     seq: i64,
     attempt: F,
@@ -36,7 +47,8 @@ pub(super) async fn while_running<F: Future>(
             let (stop, stopped) = oneshot::channel();
             let writer = Writer {
                 store: store.clone(),
-                log: log.clone(),
+                log: watched.log.clone(),
+                fuel: watched.fuel.clone(),
                 run_id: run_id.to_string(),
                 seq,
                 started,
@@ -54,13 +66,13 @@ pub(super) async fn while_running<F: Future>(
 struct Writer {
     store: Store,
     log: AttemptLog,
+    fuel: FuelGauge,
     run_id: String,
     seq: i64,
     started: Instant,
 }
 
 /// What the database holds of the live log, as far as this host knows.
-#[derive(Default)]
 struct Written {
     /// Bytes of the attempt's log read at the last write.
     raw: usize,
@@ -68,6 +80,9 @@ struct Written {
     bytes: usize,
     chars: i64,
     truncated: bool,
+    /// The fuel written, and when.
+    fuel: Option<u64>,
+    at: Instant,
 }
 
 impl Writer {
@@ -92,25 +107,44 @@ impl Writer {
     }
 
     /// Puts the row (the first time, or after a write whose outcome is unknown), or
-    /// appends the lines completed since the last write, if any.
+    /// appends the lines completed since the last write, if any, with the fuel so far.
     async fn write(&self, written: &mut Option<Written>) -> Result<(), crate::store::StoreError> {
         let raw = self.log.written();
-        if written.as_ref().is_some_and(|w| w.raw == raw) {
+        let fuel = self.fuel.used();
+        let fuel_due = |w: &Written| w.fuel != fuel && w.at.elapsed() >= FUEL_EVERY;
+        if written
+            .as_ref()
+            .is_some_and(|w| w.raw == raw && !fuel_due(w))
+        {
             return Ok(());
         }
         let (text, truncated) = self.log.complete_lines();
-        let now = Written {
+        let fuel_column = fuel.map(|f| i64::try_from(f).unwrap_or(i64::MAX));
+        let mut now = Written {
             raw,
             bytes: text.len(),
             chars: text.chars().count() as i64,
             truncated,
+            fuel,
+            at: Instant::now(),
         };
         let appended = match written.as_ref() {
-            Some(w) if w.bytes == now.bytes && w.truncated == now.truncated => true,
+            Some(w) if w.bytes == now.bytes && w.truncated == now.truncated && !fuel_due(w) => {
+                // No complete line yet, and the fuel can wait: the row stands as written.
+                (now.fuel, now.at) = (w.fuel, w.at);
+                true
+            }
             Some(w) => match text.get(w.bytes..) {
                 Some(lines) => {
                     self.store
-                        .append_live_log(&self.run_id, self.seq, lines, truncated, w.chars)
+                        .append_live_log(
+                            &self.run_id,
+                            self.seq,
+                            lines,
+                            truncated,
+                            w.chars,
+                            fuel_column,
+                        )
                         .await?
                 }
                 None => false,
@@ -120,7 +154,14 @@ impl Writer {
         if !appended {
             let elapsed = self.started.elapsed().as_millis() as i64;
             self.store
-                .put_live_log(&self.run_id, self.seq, &text, truncated, elapsed)
+                .put_live_log(
+                    &self.run_id,
+                    self.seq,
+                    &text,
+                    truncated,
+                    elapsed,
+                    fuel_column,
+                )
                 .await?;
         }
         *written = Some(now);

@@ -26,6 +26,7 @@ use crate::sandbox::capability::steps::MAX_STEP_ERROR_BYTES;
 use crate::sandbox::engine::attempt::{
     AttemptFailure, AttemptReport, AttemptSpec, CancelToken, Outcome, PassContext,
 };
+use crate::sandbox::engine::limits::FuelGauge;
 use crate::sandbox::engine::output::AttemptLog;
 use crate::sandbox::engine::{Engine, Loaded, MAX_LOG_BYTES};
 use crate::sandbox::files::Files;
@@ -336,6 +337,7 @@ impl Runner {
                 .await;
             let (_registered, stop) = self.interrupts.register(&run.id, &spec.lane);
             let log = AttemptLog::new(MAX_LOG_BYTES);
+            let fuel_gauge = FuelGauge::default();
             let attempt_run = self
                 .engine
                 .run_attempt(AttemptSpec {
@@ -356,9 +358,14 @@ impl Runner {
                         host: &self.services,
                     }),
                     log: log.clone(),
+                    fuel_gauge: fuel_gauge.clone(),
                 })
                 .instrument(span.clone());
-            live::while_running(&self.store, &log, &run.id, run.attempts, attempt_run).await
+            let watched = live::Watched {
+                log: &log,
+                fuel: &fuel_gauge,
+            };
+            live::while_running(&self.store, watched, &run.id, run.attempts, attempt_run).await
         };
         let counters = report.counters.clone();
         self.note_failed_steps(&run, &report).await;

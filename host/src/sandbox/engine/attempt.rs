@@ -2,7 +2,7 @@
 //! deadline, fuel budget and memory cap, and classify what happened.
 
 use super::bindings::exports::jobhost::job::handler::{self, Counter};
-use super::limits::hostcall_bytes;
+use super::limits::{FuelGauge, hostcall_bytes};
 use super::output::AttemptLog;
 use super::state::GuestState;
 use super::{Engine, Loaded, MAX_LOG_BYTES};
@@ -45,6 +45,8 @@ pub struct AttemptSpec<'a> {
     /// Where the attempt's log goes: the caller keeps a clone to read it while it runs
     /// (`runs::runner::live`).
     pub log: AttemptLog,
+    /// The fuel burnt so far, which the caller reads likewise.
+    pub fuel_gauge: FuelGauge,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +165,8 @@ pub(crate) struct Execution<'a> {
     pub stop: StopToken,
     pub context: PassContext,
     pub replaying: bool,
+    /// Where the fuel burnt so far is published while the guest runs, if anywhere.
+    pub fuel_gauge: Option<FuelGauge>,
 }
 
 /// How the call ended, and the store it ran in (what the host calls noted, the log).
@@ -211,6 +215,7 @@ impl Engine {
                 stop: spec.stop,
                 context: spec.context,
                 replaying: false,
+                fuel_gauge: Some(spec.fuel_gauge),
             })
             .await;
         let state = executed.store.data();
@@ -235,7 +240,14 @@ impl Engine {
     pub(crate) async fn execute(&self, run: Execution<'_>) -> Executed {
         let fuel = run.fuel.unwrap_or(u64::MAX);
         let hostcall = hostcall_bytes(run.state.limiter.cap());
-        let mut store = self.attempt_store(run.state, fuel, run.deadline, hostcall, run.replaying);
+        let mut store = self.attempt_store(
+            run.state,
+            fuel,
+            run.deadline,
+            hostcall,
+            run.replaying,
+            run.fuel_gauge,
+        );
         let context = to_wit(run.context);
         // A host call in flight at the deadline (or at cancellation) is cancelled by
         // dropping the call.
@@ -279,16 +291,23 @@ impl Engine {
         deadline: Instant,
     ) -> wasmtime::Result<()> {
         let state = GuestState::new(memory, AttemptLog::new(MAX_LOG_BYTES), Capabilities::none());
-        let mut store =
-            self.attempt_store(state, u64::MAX, deadline, hostcall_bytes(memory), false);
+        let mut store = self.attempt_store(
+            state,
+            u64::MAX,
+            deadline,
+            hostcall_bytes(memory),
+            false,
+            None,
+        );
         loaded.pre.instantiate_async(&mut store).await?;
         Ok(())
     }
 
     /// A store for one attempt: the memory limiter, the bound on what one host call lifts,
     /// the fuel (if metered), and an epoch deadline callback that yields to the runtime
-    /// every tick and traps at `deadline` — or, `replaying`, once the replay stopped
-    /// (the guest was answered a placeholder it must not go on with).
+    /// every tick, publishes the fuel burnt so far to `fuel_gauge`, and traps at
+    /// `deadline` — or, `replaying`, once the replay stopped (the guest was answered a
+    /// placeholder it must not go on with).
     fn attempt_store(
         &self,
         state: GuestState,
@@ -296,6 +315,7 @@ impl Engine {
         deadline: Instant,
         hostcall_bytes: usize,
         replaying: bool,
+        fuel_gauge: Option<FuelGauge>,
     ) -> wasmtime::Store<GuestState> {
         let mut store = wasmtime::Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -307,8 +327,12 @@ impl Engine {
             store.set_fuel(fuel).expect("fuel is enabled on the engine");
         }
         let deadline = deadline.into_std();
+        let fuel_gauge = fuel_gauge.filter(|_| self.profile.fuel);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |store| {
+            if let Some(gauge) = &fuel_gauge {
+                gauge.set(fuel.saturating_sub(store.get_fuel().unwrap_or(fuel)));
+            }
             if std::time::Instant::now() >= deadline {
                 Err(wasmtime::Error::new(DeadlineReached))
             } else if replaying && store.data().attempt.journal.stopped().is_some() {

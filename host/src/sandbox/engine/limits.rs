@@ -1,5 +1,8 @@
-//! The memory cap of one attempt, and the peak it reached; and what the pooling allocator
-//! reserves for the attempts it runs at once.
+//! The memory cap of one attempt, and the peak it reached; what the pooling allocator
+//! reserves for the attempts it runs at once; and the fuel an attempt has burnt so far.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The largest memory cap a job may set (`JobSpec::validate`), and so what one linear
 /// memory of the pooling allocator may grow to: no job's cap is above what the pool
@@ -239,5 +242,33 @@ mod tests {
         assert_eq!(spec.validate(), Ok(()));
         spec.limits.memory = MAX_JOB_MEMORY + 1;
         assert!(spec.validate().is_err(), "a cap above the pool's memory");
+    }
+}
+
+/// The fuel a running attempt has burnt so far, for its live view (`runs::runner::live`):
+/// its store's count as the epoch callback last read it, every `EPOCH_TICK` while the guest
+/// runs. Compiled code keeps the count in a register and saves it only at calls, returns
+/// and every `FUEL_SAVE_INTERVAL` units, so the figure may trail by that much; the
+/// attempt's recorded `fuel_used` is exact. Unset (`None`) until read, and always when
+/// the engine does not meter fuel.
+#[derive(Debug, Clone)]
+pub struct FuelGauge(Arc<AtomicU64>);
+
+impl FuelGauge {
+    const UNSET: u64 = u64::MAX;
+
+    pub fn used(&self) -> Option<u64> {
+        let used = self.0.load(Ordering::Relaxed);
+        (used != Self::UNSET).then_some(used)
+    }
+
+    pub(crate) fn set(&self, used: u64) {
+        self.0.store(used.min(Self::UNSET - 1), Ordering::Relaxed);
+    }
+}
+
+impl Default for FuelGauge {
+    fn default() -> Self {
+        FuelGauge(Arc::new(AtomicU64::new(Self::UNSET)))
     }
 }

@@ -273,6 +273,7 @@ impl Engine {
                 stop,
                 context: journal.context.clone(),
                 replaying: true,
+                fuel_gauge: None,
             })
             .await;
         let (log_text, _) = log.contents();

@@ -1228,7 +1228,7 @@
             h("span", { class: "att-seq" }, "#" + la.seq), badge(la.status),
             h("span", { class: "att-meta" }, `pass ${la.pass} · try ${la.attempt} · gen ${la.generation}`),
             h("span", { class: "fill" }),
-            h("span", { class: "att-meta", id: "live-running" }, la.status === "claimed" ? "claimed, waiting for a worker" : isNil(la.running_ms) ? "just started" : "running for " + dur(la.running_ms), la.host ? " · " + la.host : ""),
+            h("span", { class: "att-meta", id: "live-running" }, la.status === "claimed" ? "claimed, waiting for a worker" : isNil(la.running_ms) ? "just started" : "running for " + dur(la.running_ms), isNil(la.fuel_used) ? "" : " · fuel so far " + num(la.fuel_used), la.host ? " · " + la.host : ""),
             h("span", { class: "att-meta" }, when(la.started_at))),
           lines.length === 1 && !lines[0] ? h("p", { class: "muted pad" }, "no log output yet")
             : h("ol", { class: "log", id: "live-log" }, lines.map((line) => h("li", { "data-text": line }, line))),
