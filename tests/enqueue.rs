@@ -298,15 +298,19 @@ async fn max_attempts_end_to_end(home: &common::Home) {
                 .await
         }
     };
-    let (status, api) = post("/jobs/flaky/runs", json!({"instance": "api", "max_attempts": 2})).await;
+    let (status, api) = post(
+        "/jobs/flaky/runs",
+        json!({"instance": "api", "max_attempts": 2}),
+    )
+    .await;
     assert_eq!(status, 201, "{api}");
     let cli = |instance: &str, asked: Option<&str>| {
         let mut args = vec!["start", "flaky", "--instance", instance, "--json"];
         args.extend(asked.map(|n| ["--max-attempts", n]).into_iter().flatten());
-        let out = home.run(&args);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let said: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        said["run_id"].as_str().unwrap().to_string()
+        home.answer_json(&args)["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
     };
     let runs = [
         (api["run_id"].as_str().unwrap().to_string(), 2, json!(2)),
@@ -332,7 +336,10 @@ async fn max_attempts_end_to_end(home: &common::Home) {
         assert_eq!(status, 400, "{body}: {refused}");
         assert_eq!(refused["error"]["code"], "invalid_parameter");
         let message = refused["error"]["message"].as_str().unwrap();
-        assert!(message.starts_with("max_attempts: an integer from 1 to the job's attempts a pass"), "{message}");
+        assert!(
+            message.starts_with("max_attempts: an integer from 1 to the job's attempts a pass"),
+            "{message}"
+        );
     }
     let (status, refused) = post(
         "/jobs/flaky/runs:batch",
@@ -345,7 +352,11 @@ async fn max_attempts_end_to_end(home: &common::Home) {
     let out = home.run(&["start", "flaky", "--instance", "c", "--max-attempts", "5"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-attempts:"));
-    assert_eq!(server.runs(Some("flaky")).await.len(), before, "nothing written");
+    assert_eq!(
+        server.runs(Some("flaky")).await.len(),
+        before,
+        "nothing written"
+    );
 }
 
 /// The API and `host start` against a serving host whose job is paused, so what they

@@ -125,7 +125,10 @@ impl Host for View<'_, RunCapability> {
                 // and the attempts its start allowed.
                 (Some(session), Ok(row)) => Info {
                     started_by: started_by(&row),
-                    ..info(&session.run, attempts_allowed(session.retries, row.max_attempts))
+                    ..info(
+                        &session.run,
+                        attempts_allowed(session.retries, row.max_attempts),
+                    )
                 },
                 (Some(session), Err(_)) => {
                     info(&session.run, attempts_allowed(session.retries, None))
