@@ -1,7 +1,7 @@
 //! Starts with options (issue 41): the unique rule on both backends under concurrent
 //! callers, each on a store of its own as separate hosts would be, counting exactly the
-//! documented outcome; priority in the claim's order; and the API's and `host start`'s
-//! answers and refusals, end to end.
+//! documented outcome; priority in the claim's order; a start's `max_attempts` in its
+//! run's retries; and the API's and `host start`'s answers and refusals, end to end.
 
 use crate::common;
 
@@ -267,6 +267,96 @@ on_every_backend! {
         assert_eq!(order, ["high", "plain", "low"]);
         store.close().await;
     }
+
+    async fn a_starts_max_attempts_bounds_its_retries_from_the_api_and_the_cli(home) {
+        max_attempts_end_to_end(&home).await;
+    }
+}
+
+/// A job of 4 attempts a pass (`retries = 3`) whose guest always fails: a start through
+/// the API asking 2 and one through `host start` asking 1 end `failed` after exactly that
+/// many attempts, one asking nothing after the job's 4; a `max_attempts` over the job's
+/// bound, zero or not a number is refused naming the field (a batch's item too, and the
+/// CLI's flag), writing nothing.
+async fn max_attempts_end_to_end(home: &common::Home) {
+    let m = home.manifest(
+        "",
+        r#"
+        [jobs.flaky]
+        component = "{guest:flaky}"
+        retries = 3
+        backoff = "10ms"
+        payload = { fail_times = 1000 }
+    "#,
+    );
+    let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+    let post = |path: &'static str, body: serde_json::Value| {
+        let server = &server;
+        async move {
+            server
+                .post_as(Some(&server.token), path, Some(&body.to_string()))
+                .await
+        }
+    };
+    let (status, api) = post(
+        "/jobs/flaky/runs",
+        json!({"instance": "api", "max_attempts": 2}),
+    )
+    .await;
+    assert_eq!(status, 201, "{api}");
+    let cli = |instance: &str, asked: Option<&str>| {
+        let mut args = vec!["start", "flaky", "--instance", instance, "--json"];
+        args.extend(asked.map(|n| ["--max-attempts", n]).into_iter().flatten());
+        home.answer_json(&args)["run_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let runs = [
+        (api["run_id"].as_str().unwrap().to_string(), 2, json!(2)),
+        (cli("cli", Some("1")), 1, json!(1)),
+        (cli("job", None), 4, serde_json::Value::Null),
+    ];
+    for (run, attempts, asked) in runs {
+        let ended = server
+            .wait_run(&run, "its ending", |r| r["status"] == "failed")
+            .await;
+        assert_eq!(ended["code"], "handler_failed", "{ended}");
+        assert_eq!(ended["attempts"], attempts, "{ended}");
+        assert_eq!(ended["max_attempts"], asked, "{ended}");
+    }
+
+    let before = server.runs(Some("flaky")).await.len();
+    for body in [
+        json!({"max_attempts": 5}),
+        json!({"max_attempts": 0}),
+        json!({"max_attempts": "2"}),
+    ] {
+        let (status, refused) = post("/jobs/flaky/runs", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {refused}");
+        assert_eq!(refused["error"]["code"], "invalid_parameter");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("max_attempts: an integer from 1 to the job's attempts a pass"),
+            "{message}"
+        );
+    }
+    let (status, refused) = post(
+        "/jobs/flaky/runs:batch",
+        json!({"runs": [{"instance": "b1", "max_attempts": 4}, {"instance": "b2", "max_attempts": 5}]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("runs[1].max_attempts:"), "{message}");
+    let out = home.run(&["start", "flaky", "--instance", "c", "--max-attempts", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-attempts:"));
+    assert_eq!(
+        server.runs(Some("flaky")).await.len(),
+        before,
+        "nothing written"
+    );
 }
 
 /// The API and `host start` against a serving host whose job is paused, so what they

@@ -242,14 +242,21 @@ impl Home {
     pub fn create_token(&self, tenant: Option<&str>) -> String {
         let mut args = vec!["tokens", "create", "--json"];
         args.extend(tenant.map(|t| ["--tenant", t]).into_iter().flatten());
-        let out = self.run(&args);
+        self.answer_json(&args)["token"]
+            .as_str()
+            .expect("a token")
+            .to_string()
+    }
+
+    /// `host ARGS`, which must succeed, its output read as JSON.
+    pub fn answer_json(&self, args: &[&str]) -> serde_json::Value {
+        let out = self.run(args);
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let created: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        created["token"].as_str().expect("a token").to_string()
+        serde_json::from_slice(&out.stdout).expect("JSON")
     }
 
     pub fn path(&self) -> &Path {

@@ -457,6 +457,7 @@ async fn refused(store: &Store, job: &str, error: KickError) -> Failure {
             exit: super::failure::EXIT_QUEUE_FULL,
         },
         KickError::Payload(e) => Failure::usage(e),
+        KickError::Option { error, .. } => Failure::usage(option_refused(&error)),
         KickError::Store(e) => e.into(),
     }
 }
@@ -473,6 +474,9 @@ pub struct StartOptions {
     /// Seconds of precedence among the tenant's due runs, -3600 to 3600.
     #[arg(long, allow_negative_numbers = true)]
     priority: Option<i64>,
+    /// Attempts a pass of the run may use: 1 up to the job's own (its retries + 1).
+    #[arg(long, allow_negative_numbers = true)]
+    max_attempts: Option<i64>,
     /// A unique key: the run it names answers while `--while` holds.
     #[arg(long)]
     unique: Option<String>,
@@ -506,6 +510,7 @@ impl StartOptions {
         set("run_at", self.run_at.clone().map(Value::from));
         set("delay", self.delay.clone().map(Value::from));
         set("priority", self.priority.map(Value::from));
+        set("max_attempts", self.max_attempts.map(Value::from));
         set(
             "unique",
             self.unique.as_ref().map(|key| {
@@ -523,12 +528,18 @@ impl StartOptions {
     }
 }
 
+/// A refused option, named by its flag.
+fn option_refused(e: &crate::rules::enqueue::OptionError) -> String {
+    format!("{}: {}", flag_of(e.field), e.reason)
+}
+
 /// The flag of an option's field.
 fn flag_of(field: &str) -> &'static str {
     match field {
         "run_at" => "--run-at",
         "delay" => "--delay",
         "priority" => "--priority",
+        "max_attempts" => "--max-attempts",
         "unique.while" => "--while",
         "unique.on_conflict" => "--on-conflict",
         _ => "--unique",
@@ -559,7 +570,7 @@ pub async fn start_cmd(
     let result = async {
         let now = store.now().await?;
         let options = crate::rules::enqueue::from_json(&start.options.as_json(), now)
-            .map_err(|e| Failure::usage(format!("{}: {}", flag_of(e.field), e.reason)))?;
+            .map_err(|e| Failure::usage(option_refused(&e)))?;
         let request = kick::StartRequest {
             instance: instance.to_string(),
             payload,

@@ -87,6 +87,12 @@ pub enum KickError {
     QueueFull(crate::queue::backlog::Full),
     #[error(transparent)]
     Payload(crate::rules::job::JobError),
+    /// An option of the start `item` (its place in a batch) its job does not allow.
+    #[error("{error}")]
+    Option {
+        item: usize,
+        error: crate::rules::enqueue::OptionError,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -194,7 +200,12 @@ pub async fn start_all(
     let now = store.now().await?;
     let mut items = Vec::with_capacity(requests.len());
     let mut adding: std::collections::BTreeMap<String, u64> = Default::default();
-    for request in requests {
+    let retries = job_retries(record);
+    for (item, request) in requests.into_iter().enumerate() {
+        request
+            .options
+            .within_job(retries)
+            .map_err(|error| KickError::Option { item, error })?;
         let tenant = match record.per_tenant {
             0 => record.tenant.clone(),
             _ => child_tenant(store, &request.instance).await?,
@@ -211,7 +222,11 @@ pub async fn start_all(
         if unique.is_some() || store.live_run(&run.job, &run.instance).await?.is_none() {
             *adding.entry(tenant).or_default() += 1;
         }
-        items.push(Enqueueing { run, unique });
+        items.push(Enqueueing {
+            run,
+            unique,
+            max_attempts: request.options.max_attempts,
+        });
     }
     for (tenant, count) in adding {
         let caps = crate::queue::backlog::caps_of(record, &tenant);
@@ -275,6 +290,12 @@ fn new_kick_run(record: &JobRecord, instance: &str, tenant: &str, trace: TracePa
         job_payload(record),
         Some(trace),
     )
+}
+
+/// The job's `retries` as registered; an unreadable definition allows none (a start
+/// then may not ask for more than one attempt).
+fn job_retries(record: &JobRecord) -> u32 {
+    serde_json::from_str::<JobSpec>(&record.spec).map_or(0, |spec| spec.retry.retries)
 }
 
 /// The payload a kick of the job queues its run with: its definition's.

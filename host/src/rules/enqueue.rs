@@ -1,5 +1,6 @@
 //! What an enqueue may ask besides its job and payload — when it is due (`run_at` or
-//! `delay`), its `priority`, and `unique` — read and checked before anything is written,
+//! `delay`), its `priority`, its `max_attempts`, and `unique` — read and checked before
+//! anything is written,
 //! each refusal a fixed sentence naming the field; and the one rule of unique runs
 //! ([`decide`]), which the store applies under the key's lock. The API, `host start` and
 //! a guest's `jobs` calls all read their options here.
@@ -68,6 +69,8 @@ pub struct Options {
     pub due: Due,
     /// Seconds of precedence, -3600 to 3600 (see [`Options::claim_delay_ms`]).
     pub priority: i32,
+    /// Attempts a pass of the run may use, fewer than its job's (see [`attempts_allowed`]).
+    pub max_attempts: Option<u32>,
     pub unique: Option<Unique>,
 }
 
@@ -85,6 +88,18 @@ impl Options {
         };
         due - i64::from(self.priority) * 1000
     }
+
+    /// Refuses a `max_attempts` over the job's own bound: a start may ask for fewer
+    /// attempts than its job allows, never more (the job's `retries` is the operator's
+    /// word on what a failure may cost).
+    pub fn within_job(&self, job_retries: u32) -> Result<(), OptionError> {
+        match self.max_attempts {
+            Some(n) if n > job_retries.saturating_add(1) => {
+                refuse("max_attempts", MAX_ATTEMPTS_BOUND)
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A refusal of one option, naming the field.
@@ -100,7 +115,11 @@ fn refuse<T>(field: &'static str, reason: &'static str) -> Result<T, OptionError
 }
 
 /// The option fields an enqueue body may carry beside `instance` and `payload`.
-pub const FIELDS: [&str; 4] = ["run_at", "delay", "priority", "unique"];
+pub const FIELDS: [&str; 5] = ["run_at", "delay", "priority", "max_attempts", "unique"];
+
+/// The refusal of a `max_attempts` outside its bound: at least 1, at most the job's own
+/// attempts a pass (its `retries` + 1).
+const MAX_ATTEMPTS_BOUND: &str = "an integer from 1 to the job's attempts a pass (its retries + 1)";
 
 /// Reads the options of an enqueue body (an API request's, a `host start`'s), with the
 /// database's clock `now` (milliseconds): fields outside [`FIELDS`] are the caller's.
@@ -122,12 +141,33 @@ pub fn from_json(body: &Map<String, Value>, now: i64) -> Result<Options, OptionE
                 Ok,
             )?,
     };
+    let max_attempts = match body.get("max_attempts") {
+        None => None,
+        Some(n) => Some(
+            n.as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .filter(|n| *n >= 1)
+                .map_or_else(|| refuse("max_attempts", MAX_ATTEMPTS_BOUND), Ok)?,
+        ),
+    };
     let unique = body.get("unique").map(unique).transpose()?;
     Ok(Options {
         due,
         priority,
+        max_attempts,
         unique,
     })
+}
+
+/// How many attempts a pass of a run may use: its job's `retries` + 1, or the run's own
+/// `max_attempts` (stored with the run) when that is fewer. The runner's retries and a
+/// guest's `run.info` both count by it.
+pub fn attempts_allowed(job_retries: u32, max_attempts: Option<i64>) -> u32 {
+    let job = job_retries.saturating_add(1);
+    match max_attempts.and_then(|n| u32::try_from(n).ok()) {
+        Some(n) if (1..job).contains(&n) => n,
+        _ => job,
+    }
 }
 
 fn run_at(value: &Value, now: i64) -> Result<i64, OptionError> {
@@ -309,6 +349,10 @@ mod tests {
                 on_conflict: OnConflict::Debounce
             })
         );
+        let attempts = options(json!({"max_attempts": 2})).unwrap();
+        assert_eq!(attempts.max_attempts, Some(2));
+        assert_eq!(attempts.within_job(1), Ok(()));
+        assert_eq!(attempts.within_job(0).unwrap_err().field, "max_attempts");
         let at = options(json!({"run_at": "2027-01-15T08:00:00Z"})).unwrap();
         assert_eq!(at.due, Due::At(NOW));
         assert_eq!(
@@ -340,6 +384,10 @@ mod tests {
         assert_eq!(field_of(json!({"delay": "400d"})), "delay");
         assert_eq!(field_of(json!({"priority": 3601})), "priority");
         assert_eq!(field_of(json!({"priority": "high"})), "priority");
+        assert_eq!(field_of(json!({"max_attempts": 0})), "max_attempts");
+        assert_eq!(field_of(json!({"max_attempts": -1})), "max_attempts");
+        assert_eq!(field_of(json!({"max_attempts": "2"})), "max_attempts");
+        assert_eq!(field_of(json!({"max_attempts": 1.5})), "max_attempts");
         assert_eq!(field_of(json!({"unique": "k"})), "unique");
         assert_eq!(field_of(json!({"unique": {"key": "k", "x": 1}})), "unique");
         assert_eq!(
@@ -359,6 +407,16 @@ mod tests {
             field_of(json!({"unique": {"key": "k", "on_conflict": "merge"}})),
             "unique.on_conflict"
         );
+    }
+
+    #[test]
+    fn a_runs_max_attempts_only_lowers_its_jobs_bound() {
+        assert_eq!(attempts_allowed(3, None), 4);
+        assert_eq!(attempts_allowed(3, Some(2)), 2);
+        assert_eq!(attempts_allowed(3, Some(1)), 1);
+        assert_eq!(attempts_allowed(3, Some(9)), 4, "never more than the job's");
+        assert_eq!(attempts_allowed(3, Some(0)), 4, "a bad row counts as none");
+        assert_eq!(attempts_allowed(u32::MAX, None), u32::MAX);
     }
 
     fn holder(status: &str, started: bool, age_ms: i64) -> Holder {

@@ -91,6 +91,8 @@ fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
         "origin": run.origin,
         "status": run.shown_status(),
         "attempts": run.attempts,
+        // The attempts a pass may use that its start asked for (none: its job's).
+        "max_attempts": run.max_attempts,
         "passes": run.pass,
         "defers": run.defers,
         "code": run.last_code,

@@ -17,6 +17,8 @@ use sqlx::Connection;
 pub struct Enqueueing {
     pub run: NewRun,
     pub unique: Option<Unique>,
+    /// The attempts a pass of the run it creates may use, if fewer than its job's.
+    pub max_attempts: Option<u32>,
 }
 
 /// What an enqueue did, and the run it names.
@@ -45,7 +47,7 @@ impl Store {
             let mut tx = conn.begin_with(self.dialect.begin_write).await?;
             let mut answers: Vec<Option<EnqueueAnswer>> = vec![None; items.len()];
             for index in order {
-                let Enqueueing { run, unique } = &items[index];
+                let Enqueueing { run, unique, max_attempts } = &items[index];
                 // The run that answers, or `None`: queue `run`.
                 let answered = match unique {
                     Some(unique) => {
@@ -133,6 +135,13 @@ impl Store {
                             super::runs::queue(&mut tx, q, q.queue_run.as_str(), run)
                                 .await?
                                 .ok_or(StoreError::Unreadable)?;
+                        if let Some(n) = max_attempts {
+                            sqlx::query(q.set_max_attempts.as_str())
+                                .bind(&queued.id)
+                                .bind(i64::from(*n))
+                                .execute(&mut *tx)
+                                .await?;
+                        }
                         EnqueueAnswer {
                             outcome: Outcome::Created,
                             dropped: queued.dropped_by_limit(),

@@ -105,6 +105,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     33 => "0033_signals",
     34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
+    36 => "0036_max_attempts",
     40 => "0040_live_fuel",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
@@ -143,6 +144,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     33 => "0033_signals",
     34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
+    36 => "0036_max_attempts",
     40 => "0040_live_fuel",
 );
 

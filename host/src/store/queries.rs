@@ -110,7 +110,7 @@ const RUN_COLUMNS: &str = "id, job, instance, tenant, origin, payload, status, p
     scheduled_for, rerun_of, next_attempt_at, created_at, started_at, finished_at, updated_at, \
     work_done, defers, trace_parent, resumed_by, retry_of, retried_by, parent_run, \
     parent_attempt, event, detached, wait_pass, wait_policy, result, signal_name, signal_pass, \
-    guest_started_at";
+    guest_started_at, max_attempts";
 
 const JOB_COLUMNS: &str = "name, tenant, component_path, component_digest, spec, schedule, \
     next_fire_at, registered_at, updated_at, last_success_at, missed_reported_at, per_tenant, \
@@ -741,6 +741,10 @@ statements! {
         WHERE id = $1 AND status = 'queued' AND started_at IS NULL";
     debounce_waiting = "UPDATE jobhost_runs SET next_attempt_at = {now} + $2, updated_at = {now} \
         WHERE id = $1 AND status = 'queued' AND started_at IS NULL";
+    // A start's own bound on its attempts a pass (`rules::enqueue::attempts_allowed`),
+    // written with the run it created; and read by the runner when an attempt failed.
+    set_max_attempts = "UPDATE jobhost_runs SET max_attempts = $2 WHERE id = $1";
+    max_attempts = "SELECT max_attempts FROM jobhost_runs WHERE id = $1";
     // A rerun resumes where its crashed run was: the same pass, counters and ledger. The
     // ledger moves (the steps of the crashed run's pass, the only ones it has): it is kept
     // once, by the newest run, and the crashed run names its rerun (`resumed_by`).

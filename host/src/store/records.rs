@@ -154,9 +154,13 @@ crate::record! {
         /// When the current attempt's guest started (migration 0032); none while the run
         /// is claimed and waits for a worker. Not read by claims, which clear it.
         pub guest_started_at: Option<i64>,
+        /// The attempts a pass may use that its start asked for, fewer than its job's
+        /// (migration 0036). Not read by claims: the runner reads it when an attempt fails.
+        pub max_attempts: Option<i64>,
     }
     missing_as_default: resumed_by, retry_of, retried_by, parent_run, parent_attempt, event,
-        detached, wait_pass, wait_policy, result, signal_name, signal_pass, guest_started_at
+        detached, wait_pass, wait_policy, result, signal_name, signal_pass, guest_started_at,
+        max_attempts
 }
 
 impl RunRecord {

@@ -60,6 +60,18 @@ impl Store {
         )
     }
 
+    /// The attempts a pass of run `id` may use that its start asked for, if any.
+    pub async fn run_max_attempts(&self, id: &str) -> Result<Option<i64>> {
+        let q = &self.q.max_attempts;
+        let read: Option<Option<i64>> = self
+            .retrying(|| async {
+                Ok(with_pool!(self.reader, p => sqlx::query_scalar(q.as_str())
+                    .bind(id).fetch_optional(p).await?))
+            })
+            .await?;
+        Ok(read.flatten())
+    }
+
     /// The status of each of `ids` that exists, in one statement: the runs clients wait
     /// for, however many clients wait.
     pub async fn run_states(&self, ids: &[String]) -> Result<Vec<(String, String)>> {

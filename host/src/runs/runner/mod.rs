@@ -375,7 +375,8 @@ impl Runner {
         let signal_wait = report.waits_for_signal;
         let (ending, result) =
             span.in_scope(|| self.attempt_ending(&run, attempt, started_at, report));
-        let decided = decide(&run, spec, result, counters);
+        let allowed = self.attempts_allowed(&run, spec, &result).await;
+        let decided = decide(&run, spec, allowed, result, counters);
         let decided = match (waits, signal_wait) {
             (true, _) => sleep_until_woken(&run, decided, CHILDREN_WAIT),
             (false, Some(timeout_ms)) => {
@@ -386,6 +387,29 @@ impl Runner {
         let change = self.change(&run, spec, decided, true);
         self.hand_over(run, spec, lease, Some(ending), change, until)
             .await
+    }
+
+    /// The attempts a pass of `run` may use, read only when its attempt failed: its job's,
+    /// or fewer if its start asked (`rules::enqueue::attempts_allowed`). A run whose bound
+    /// cannot be read takes its job's, and the log says so.
+    async fn attempts_allowed(
+        &self,
+        run: &RunRecord,
+        spec: &JobSpec,
+        result: &Result<Outcome, AttemptFailure>,
+    ) -> u32 {
+        let retries = spec.retry.retries;
+        if result.is_ok() {
+            return crate::rules::enqueue::attempts_allowed(retries, None);
+        }
+        let asked = match self.store.run_max_attempts(&run.id).await {
+            Ok(asked) => asked,
+            Err(e) => {
+                tracing::warn!(run_id = %run.id, code = "driver_failed", error = %e, "could not read a failed run's max_attempts: its job's retries apply");
+                None
+            }
+        };
+        crate::rules::enqueue::attempts_allowed(retries, asked)
     }
 
     /// Whether a run claimed a while ago is still running the attempt it was claimed for:
@@ -889,13 +913,15 @@ enum Decided {
 /// start again from none, as after any pass), counted on the run, and the one past the
 /// job's `max_defers` (by default `job::DEFAULT_MAX_DEFERS`) ends the run
 /// `too_many_defers` with the pass's counters dropped; a
-/// failure is retried after backoff while retries remain and its code allows — unless a
+/// failure is retried after backoff while `allowed` attempts remain (its job's, or fewer
+/// its start asked) and its code allows — unless a
 /// refusal every attempt would meet alike caused it (a statement outside the grant) —,
 /// and its counter changes are dropped with the rest of the attempt; a cancelled attempt (host
 /// shutdown) is requeued without counting against the job.
 fn decide(
     run: &RunRecord,
     spec: &JobSpec,
+    allowed: u32,
     result: Result<Outcome, AttemptFailure>,
     counters: Option<String>,
 ) -> Decided {
@@ -954,8 +980,7 @@ fn decide(
                 message: f.message,
                 reason: f.reason,
             };
-            let allowed = i64::from(spec.retry.retries) + 1;
-            if f.code.is_retryable() && !f.deterministic && failures < allowed {
+            if f.code.is_retryable() && !f.deterministic && failures < i64::from(allowed) {
                 let delay = backoff::delay(&spec.retry, failures as u32, &mut rand::rng());
                 requeue(delay, run.pass, run.cursor.clone(), None, failures, failure)
             } else {
@@ -1096,7 +1121,8 @@ mod tests {
         spec: &JobSpec,
         result: Result<Outcome, AttemptFailure>,
     ) -> Decided {
-        decide(run, spec, result, Some(COUNTERS.into()))
+        let allowed = crate::rules::enqueue::attempts_allowed(spec.retry.retries, None);
+        decide(run, spec, allowed, result, Some(COUNTERS.into()))
     }
 
     /// The run ended with `code`, after `failures` failures, its pass's counters dropped.
@@ -1187,6 +1213,22 @@ mod tests {
         assert_eq!(
             final_status(Some(FailureCode::HandlerFailed)),
             RunStatus::Failed
+        );
+    }
+
+    #[test]
+    fn a_runs_own_max_attempts_ends_it_before_its_jobs_retries_are_used() {
+        let allowed = crate::rules::enqueue::attempts_allowed(2, Some(2));
+        let failed_twice = decide(
+            &run(1, 0),
+            &spec(2, None),
+            allowed,
+            failed(FailureCode::HandlerFailed),
+            None,
+        );
+        assert_eq!(
+            failed_twice,
+            finished_with(FailureCode::HandlerFailed, 2, Some("it broke"))
         );
     }
 

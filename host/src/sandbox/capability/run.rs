@@ -3,6 +3,7 @@
 //! waiting parent, and the signals it waits for and reads (0.1.6). No grant: it reaches
 //! only the run's own row, its children and its signals.
 
+use crate::rules::enqueue::attempts_allowed;
 use crate::rules::json_rule::JsonLimits;
 use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::capability::view::View;
@@ -78,10 +79,11 @@ pub fn started_by(run: &RunRecord) -> StartedBy {
 }
 
 /// This attempt's place in its run: attempts are counted per pass (`failures` of this
-/// pass before it), and the last one allowed is final.
-pub fn info(run: &RunRecord, retries: u32) -> Info {
+/// pass before it), `attempts` are allowed (`rules::enqueue::attempts_allowed`), and the
+/// last one is final.
+pub fn info(run: &RunRecord, attempts: u32) -> Info {
     let failures = u32::try_from(run.failures.max(0)).unwrap_or(u32::MAX);
-    let retries_left = retries.saturating_sub(failures);
+    let retries_left = attempts.saturating_sub(1).saturating_sub(failures);
     Info {
         final_attempt: retries_left == 0,
         retries_left,
@@ -119,12 +121,18 @@ impl Host for View<'_, RunCapability> {
         crate::journaled!(self.attempt, "run.info", (), async {
             let row = self.run_row().await;
             match (&self.own.session, row) {
-                // The claim's counts are the attempt's; the row adds what started the run.
+                // The claim's counts are the attempt's; the row adds what started the run
+                // and the attempts its start allowed.
                 (Some(session), Ok(row)) => Info {
                     started_by: started_by(&row),
-                    ..info(&session.run, session.retries)
+                    ..info(
+                        &session.run,
+                        attempts_allowed(session.retries, row.max_attempts),
+                    )
                 },
-                (Some(session), Err(_)) => info(&session.run, session.retries),
+                (Some(session), Err(_)) => {
+                    info(&session.run, attempts_allowed(session.retries, None))
+                }
                 (None, _) => Info {
                     final_attempt: true,
                     retries_left: 0,
@@ -312,6 +320,18 @@ impl crate::sandbox::journal::Placeholder for Info {
 mod tests {
     use super::*;
     use crate::sandbox::capability::fixture::{self, reason};
+
+    #[test]
+    fn a_runs_own_max_attempts_makes_an_earlier_attempt_final() {
+        let once_failed = RunRecord {
+            failures: 1,
+            ..RunRecord::default()
+        };
+        let job_only = info(&once_failed, attempts_allowed(3, None));
+        assert_eq!((job_only.retries_left, job_only.final_attempt), (2, false));
+        let asked = info(&once_failed, attempts_allowed(3, Some(2)));
+        assert_eq!((asked.retries_left, asked.final_attempt), (0, true));
+    }
 
     #[tokio::test]
     async fn a_hostile_result_or_page_is_refused_before_anything_is_read_or_written() {

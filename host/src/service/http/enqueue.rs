@@ -1,5 +1,6 @@
 //! `POST /jobs/{job}/kick`, and `POST /jobs/{job}/runs` and `POST /jobs/{job}/runs:batch`:
-//! runs started from outside with options (`run_at` or `delay`, `priority`, `unique`; `rules::enqueue`). Every
+//! runs started from outside with options (`run_at` or `delay`, `priority`, `max_attempts`,
+//! `unique`; `rules::enqueue`). Every
 //! item is read and checked before anything is written; a batch is one transaction, and
 //! a refused item refuses it whole, naming the item and the field.
 
@@ -26,7 +27,7 @@ use std::sync::Arc;
 type Item = BTreeMap<String, Box<RawValue>>;
 
 const ITEM_SHAPE: &str = "a start is a JSON object of instance, payload, run_at or delay, \
-    priority and unique";
+    priority, max_attempts and unique";
 
 /// Starts one run, or joins (replaces, debounces) the one its unique key names: 201 with
 /// `result: created`, else 200.
@@ -107,6 +108,9 @@ pub(super) async fn start_batch(
         .collect::<Result<Vec<_>, _>>()?;
     let started = match kick::start_all(&s.app.store, &job, requests, trace_of(&headers)).await {
         Ok(started) => started,
+        Err(KickError::Option { item, error }) => {
+            return Err(ApiError::invalid(format!("runs[{item}].{error}")));
+        }
         Err(e) => return Err(kick_refused(&s, &who, &name, e).await),
     };
     s.app.wake.notify_one();
@@ -249,6 +253,7 @@ async fn kick_refused(s: &Shared, who: &Principal, name: &str, error: KickError)
             error.to_string(),
         ),
         KickError::Payload(e) => ApiError::invalid(e.to_string()),
+        KickError::Option { error, .. } => ApiError::invalid(error.to_string()),
         KickError::Store(e) => e.into(),
     }
 }

@@ -850,6 +850,7 @@ fn run_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         signal_name: row.get("signal_name")?,
         signal_pass: row.get("signal_pass")?,
         guest_started_at: row.get("guest_started_at")?,
+        max_attempts: row.get("max_attempts")?,
     })
 }
 
