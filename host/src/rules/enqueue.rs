@@ -1,8 +1,10 @@
 //! What an enqueue may ask besides its job and payload — when it is due (`run_at` or
 //! `delay`), its `priority`, and `unique` — read and checked before anything is written,
 //! each refusal a fixed sentence naming the field; and the one rule of unique runs
-//! ([`decide`]), which the store applies under the key's lock. The API, `host start` and
-//! a guest's `jobs` calls all read their options here.
+//! ([`decide`]), which the SQLite store applies under the key's lock. The API, `host start`
+//! and a guest's `jobs` calls all read their options here. On Postgres the rule is
+//! `jobhost_enqueue_run` (`store::enqueue`), so an application's `jobhost.enqueue` in its
+//! own transaction follows it too; the conformance tests hold both to the same outcomes.
 
 use serde_json::{Map, Value};
 

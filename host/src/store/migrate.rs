@@ -105,6 +105,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     33 => "0033_signals",
     34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
+    37 => "0037_app_enqueue",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -142,6 +143,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     33 => "0033_signals",
     34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
+    37 => "0037_app_enqueue",
 );
 
 /// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);
