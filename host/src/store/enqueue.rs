@@ -20,7 +20,8 @@ use serde_json::json;
 use sqlx::Connection;
 
 /// One item on Postgres: its outcome, the run it names, and whether the cap dropped it.
-const ENQUEUE_RUN: &str = "SELECT outcome, run_id, dropped FROM jobhost_enqueue_run(CAST($1 AS jsonb), CAST($2 AS jsonb))";
+const ENQUEUE_RUN: &str = "SELECT outcome, run_id, dropped \
+    FROM jobhost_enqueue_run(CAST($1 AS jsonb), CAST($2 AS jsonb))";
 
 /// A run to queue, and its unique key if it has one.
 #[derive(Debug, Clone)]
@@ -86,31 +87,17 @@ impl Store {
                     let changed = match decide(unique, holder.as_ref(), now) {
                         Outcome::Created => None,
                         Outcome::Joined => Some(Outcome::Joined),
-                        Outcome::Replaced => {
-                            let done = sqlx::query(q.replace_waiting.as_str())
-                                .bind(&named)
-                                .bind(&run.payload)
-                                .execute(&mut *tx)
-                                .await?
-                                .rows_affected();
-                            Some(if done == 1 {
-                                Outcome::Replaced
-                            } else {
-                                Outcome::Joined
-                            })
-                        }
-                        Outcome::Debounced => {
-                            let done = sqlx::query(q.debounce_waiting.as_str())
-                                .bind(&named)
-                                .bind(run.delay_ms)
-                                .execute(&mut *tx)
-                                .await?
-                                .rows_affected();
-                            Some(if done == 1 {
-                                Outcome::Debounced
-                            } else {
-                                Outcome::Joined
-                            })
+                        held @ (Outcome::Replaced | Outcome::Debounced) => {
+                            let update = match held {
+                                Outcome::Replaced => sqlx::query(q.replace_waiting.as_str())
+                                    .bind(&named)
+                                    .bind(&run.payload),
+                                _ => sqlx::query(q.debounce_waiting.as_str())
+                                    .bind(&named)
+                                    .bind(run.delay_ms),
+                            };
+                            let done = update.execute(&mut *tx).await?.rows_affected();
+                            Some(if done == 1 { held } else { Outcome::Joined })
                         }
                     };
                     match changed {
