@@ -261,11 +261,12 @@ on_every_backend! {
         }
         leaves.sort();
         const READS: &[&str] = &[
-            "audit", "audit-write", "build", "check", "codes", "compile-component", "deliveries show", "drive", "files get", "files ls", "inspect", "jobs",
+            "apps list", "audit", "audit-write", "build", "check", "codes", "compile-component", "deliveries show", "drive", "files get", "files ls", "inspect", "jobs",
             "migrate", "new", "pauses", "replay", "run", "runs export", "runs list", "runs show",
             "runs tail", "runs wait", "sdk", "serve", "tenants list", "test", "tokens list", "wit",
         ];
         leaves.retain(|leaf| leaf != "help" && !leaf.ends_with(" help"));
+        let mut app_roles = Vec::new();
         for leaf in &leaves {
             if READS.contains(&leaf.as_str()) {
                 continue;
@@ -296,6 +297,24 @@ on_every_backend! {
                     let file = home.path().join("put.txt");
                     std::fs::write(&file, "put by the CLI").unwrap();
                     ("file.put", vec!["files".into(), "put".into(), "docs".into(), "put.txt".into(), file.display().to_string()])
+                }
+                "apps grant" | "apps revoke" => {
+                    let verb = leaf.split(' ').nth(1).unwrap();
+                    let action = if verb == "grant" { "app.grant" } else { "app.revoke" };
+                    if home.backend == common::Backend::Sqlite {
+                        // SQLite has no roles: refused, and audited as refused.
+                        let (code, _, stderr) = cli(&home, &["apps", verb, "app_reader"]);
+                        assert_eq!(code, 2, "host {leaf}: {stderr}");
+                        assert!(stderr.contains("SQLite has no roles"), "{stderr}");
+                        let rows = audit_rows(&server).await;
+                        assert_eq!(rows.len(), before + 1, "host {leaf}: one audit row");
+                        assert_eq!((rows[0]["action"].as_str(), rows[0]["result"].as_str()),
+                            (Some(action), Some("refused")), "host {leaf}: {}", rows[0]);
+                        continue;
+                    }
+                    app_roles.push(common::PgRole::create(&home.db_url).await);
+                    let role = app_roles.last().unwrap().name.clone();
+                    (action, vec!["apps".into(), verb.into(), role])
                 }
                 "tokens revoke" => {
                     let out = cli_ok(&home, &["tokens", "create", "--json"]);

@@ -10,6 +10,7 @@ mod common;
 mod adversary;
 mod api_fuzz;
 mod api_limits;
+mod apps;
 mod audit;
 mod authors;
 mod chaos;

@@ -10,14 +10,15 @@ use sha2::{Digest, Sha256};
 use sqlx::Connection;
 use std::collections::BTreeSet;
 
-/// Every function and trigger of the schema as the database prints it, with its rights.
+/// Every function and trigger of the host's schema and of `jobhost` (an application's
+/// `jobhost.enqueue`) as the database prints it, with its rights.
 async fn definitions(home: &Home) -> Vec<String> {
     let mut conn = sqlx::PgConnection::connect(&home.db_url).await.unwrap();
     let functions: Vec<String> = sqlx::query_scalar(
         "SELECT p.oid::regprocedure::text || E'\\n' || pg_get_functiondef(p.oid) \
          || E'\\n' || COALESCE(p.proacl::text, '') \
          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-         WHERE n.nspname = current_schema() ORDER BY 1",
+         WHERE n.nspname IN (current_schema(), 'jobhost') ORDER BY 1",
     )
     .fetch_all(&mut conn)
     .await
@@ -122,7 +123,8 @@ async fn every_function_in_force_has_its_file() {
     let mut conn = sqlx::PgConnection::connect(&home.db_url).await.unwrap();
     let in_force: BTreeSet<String> = sqlx::query_scalar(
         "SELECT p.oid::regprocedure::text FROM pg_proc p \
-         JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = current_schema()",
+         JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname IN (current_schema(), 'jobhost')",
     )
     .fetch_all(&mut conn)
     .await

@@ -2,6 +2,7 @@
 //! `examples/`, and a fresh database per test on either backend.
 #![allow(dead_code)]
 
+pub mod app_role;
 pub mod postgres;
 pub mod proxy;
 pub mod service;
@@ -143,6 +144,7 @@ pub enum Backend {
     Postgres,
 }
 
+pub use app_role::PgRole;
 /// The Postgres server the Postgres variants use (a fresh database per test).
 pub use postgres::admin_url as postgres_admin_url;
 

@@ -3,6 +3,7 @@
 //! writes once it has run, with `cli` and the OS user as who; and `host audit`, the log.
 
 use super::Command;
+use super::apps::AppsCommand;
 use super::failure::{EXIT_LOCKED, EXIT_QUEUE_FULL, Failure};
 use super::files::FilesCommand;
 use super::global::Global;
@@ -90,6 +91,12 @@ pub fn change_of(command: &Command) -> Option<Change> {
         Command::Tokens(TokensCommand::Revoke { id }) => {
             Change::new(Action::TokenRevoke, format!("token {id}"))
         }
+        Command::Apps(AppsCommand::Grant { role }) => {
+            Change::new(Action::AppGrant, format!("role {role}"))
+        }
+        Command::Apps(AppsCommand::Revoke { role }) => {
+            Change::new(Action::AppRevoke, format!("role {role}"))
+        }
         Command::Deliveries(args) => args
             .retried()
             .and_then(|id| Change::new(Action::DeliveryRetry, format!("delivery {id}"))),
@@ -105,6 +112,7 @@ pub fn change_of(command: &Command) -> Option<Change> {
         )
         | Command::Tenants(TenantsCommand::List { .. })
         | Command::Tokens(TokensCommand::List { .. })
+        | Command::Apps(AppsCommand::List { .. })
         | Command::Files(FilesCommand::Get { .. } | FilesCommand::Ls { .. })
         | Command::Pauses { .. }
         | Command::Jobs { .. }

@@ -4,6 +4,7 @@
 //! Exit codes: 0 success, 1 the run failed, 2 usage or load error, 3 the run was skipped,
 //! 4 another process held SQLite's write lock for longer than the busy timeout.
 
+mod apps;
 mod audit;
 mod author;
 mod cases;
@@ -143,6 +144,10 @@ pub enum Command {
     /// Create, list and revoke the HTTP API's bearer tokens.
     #[command(subcommand)]
     Tokens(tenants::TokensCommand),
+    /// Grant, revoke and list the Postgres roles that may queue runs in their own
+    /// transactions (`jobhost.enqueue`).
+    #[command(subcommand)]
+    Apps(apps::AppsCommand),
     /// Put, get and list objects of a collection, as the jobs granted it see them.
     #[command(subcommand)]
     Files(files::FilesCommand),
@@ -340,6 +345,7 @@ async fn dispatch(
         } => run::migrate(global, migrations, manifest).await,
         Command::Tenants(cmd) => tenants::tenants(global, cmd).await,
         Command::Tokens(cmd) => tenants::tokens(global, cmd, &mut noted.object).await,
+        Command::Apps(cmd) => apps::apps(global, cmd).await,
         Command::Files(cmd) => files::files(global, cmd).await,
         Command::Codes { json } => Ok(output::codes(json)),
         Command::Wit { out } => author::wit(out),

@@ -23,10 +23,12 @@ pub enum Action {
     FilePut,
     DeliveryRetry,
     RunSignal,
+    AppGrant,
+    AppRevoke,
 }
 
 impl Action {
-    pub const ALL: [Action; 18] = [
+    pub const ALL: [Action; 20] = [
         Action::RunKick,
         Action::RunStart,
         Action::RunStartBatch,
@@ -45,6 +47,8 @@ impl Action {
         Action::FilePut,
         Action::DeliveryRetry,
         Action::RunSignal,
+        Action::AppGrant,
+        Action::AppRevoke,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +71,8 @@ impl Action {
             Action::FilePut => "file.put",
             Action::DeliveryRetry => "delivery.retry",
             Action::RunSignal => "run.signal",
+            Action::AppGrant => "app.grant",
+            Action::AppRevoke => "app.revoke",
         }
     }
 

@@ -2,8 +2,10 @@
 //! `delay`), its `priority`, its `max_attempts`, and `unique` — read and checked before
 //! anything is written,
 //! each refusal a fixed sentence naming the field; and the one rule of unique runs
-//! ([`decide`]), which the store applies under the key's lock. The API, `host start` and
-//! a guest's `jobs` calls all read their options here.
+//! ([`decide`]), which the SQLite store applies under the key's lock. The API, `host start`
+//! and a guest's `jobs` calls all read their options here. On Postgres the rule is
+//! `jobhost_enqueue_run` (`store::enqueue`), so an application's `jobhost.enqueue` in its
+//! own transaction follows it too; the conformance tests hold both to the same outcomes.
 
 use serde_json::{Map, Value};
 

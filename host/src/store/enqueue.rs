@@ -1,16 +1,27 @@
 //! Queueing runs with options from outside (the API, `host start`), one or a batch in one
 //! transaction: a run with a unique key under the key's row lock (migration 0030), one
-//! without under its job and instance's lease row lock (it joins their live run). What a
-//! held key leads to is `rules::enqueue::decide`'s; this module only takes the locks,
-//! reads the holder and writes what the rule answered, so two enqueues of one key, on
-//! any hosts, are ordered and leave exactly the runs the rule allows.
+//! without under its job and instance's lease row lock (it joins their live run), so two
+//! enqueues of one key, on any hosts, are ordered and leave exactly the runs the rule
+//! allows.
+//!
+//! On Postgres each item is `jobhost_enqueue_run`, the function an application's
+//! `jobhost.enqueue` calls too (migration 0037): the rule is written once there, whoever
+//! enqueues. On SQLite, where no application shares the transaction, what a held key
+//! leads to is `rules::enqueue::decide`'s, and this module takes the locks, reads the
+//! holder and writes what the rule answered; the store conformance tests hold the two
+//! backends to the same outcomes.
 
 use super::error::{Result, StoreError};
 use super::handle::Store;
-use super::pool::Exclusive;
+use super::pool::{Exclusive, Pool};
 use super::records::{NewRun, RunRecord};
-use crate::rules::enqueue::{Holder, Outcome, Unique, decide};
+use crate::rules::enqueue::{Holder, OnConflict, Outcome, Unique, While, decide};
+use serde_json::json;
 use sqlx::Connection;
+
+/// One item on Postgres: its outcome, the run it names, and whether the cap dropped it.
+const ENQUEUE_RUN: &str = "SELECT outcome, run_id, dropped \
+    FROM jobhost_enqueue_run(CAST($1 AS jsonb), CAST($2 AS jsonb))";
 
 /// A run to queue, and its unique key if it has one.
 #[derive(Debug, Clone)]
@@ -42,119 +53,199 @@ impl Store {
         // batches over the same keys wait for each other instead of deadlocking.
         let mut order: Vec<usize> = (0..items.len()).collect();
         order.sort_by(|&a, &b| lock_of(&items[a]).cmp(&lock_of(&items[b])));
-        with_pool!(self.pool, p => {
-            let mut conn = Exclusive::acquire(p).await?;
-            let mut tx = conn.begin_with(self.dialect.begin_write).await?;
-            let mut answers: Vec<Option<EnqueueAnswer>> = vec![None; items.len()];
-            for index in order {
-                let Enqueueing { run, unique, max_attempts } = &items[index];
-                // The run that answers, or `None`: queue `run`.
-                let answered = match unique {
-                    Some(unique) => {
-                        let named: String = sqlx::query_scalar(q.take_unique_key.as_str())
-                            .bind(&run.job)
-                            .bind(&run.tenant)
-                            .bind(&unique.key)
-                            .bind(&run.id)
-                            .fetch_one(&mut *tx)
-                            .await?;
-                        let holder: Option<(String, Option<i64>, i64, i64)> = if named == run.id {
-                            None
-                        } else {
-                            sqlx::query_as(q.unique_holder.as_str())
-                                .bind(&named)
-                                .fetch_optional(&mut *tx)
-                                .await?
-                        };
-                        let now = holder.as_ref().map_or(0, |h| h.3);
-                        let holder = holder.map(|(status, started_at, created_at, _)| Holder {
-                            status,
-                            started: started_at.is_some(),
-                            created_at,
-                        });
-                        let changed = match decide(unique, holder.as_ref(), now) {
-                            Outcome::Created => None,
-                            Outcome::Joined => Some(Outcome::Joined),
-                            Outcome::Replaced => {
-                                let done = sqlx::query(q.replace_waiting.as_str())
+        let p = match &self.pool {
+            Pool::Postgres(p) => return enqueue_on_postgres(p, items, &order).await,
+            Pool::Sqlite(p) => p,
+        };
+        let mut conn = Exclusive::acquire(p).await?;
+        let mut tx = conn.begin_with(self.dialect.begin_write).await?;
+        let mut answers: Vec<Option<EnqueueAnswer>> = vec![None; items.len()];
+        for index in order {
+            let Enqueueing {
+                run,
+                unique,
+                max_attempts,
+            } = &items[index];
+            // The run that answers, or `None`: queue `run`.
+            let answered = match unique {
+                Some(unique) => {
+                    let named: String = sqlx::query_scalar(q.take_unique_key.as_str())
+                        .bind(&run.job)
+                        .bind(&run.tenant)
+                        .bind(&unique.key)
+                        .bind(&run.id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    let holder: Option<(String, Option<i64>, i64, i64)> = if named == run.id {
+                        None
+                    } else {
+                        sqlx::query_as(q.unique_holder.as_str())
+                            .bind(&named)
+                            .fetch_optional(&mut *tx)
+                            .await?
+                    };
+                    let now = holder.as_ref().map_or(0, |h| h.3);
+                    let holder = holder.map(|(status, started_at, created_at, _)| Holder {
+                        status,
+                        started: started_at.is_some(),
+                        created_at,
+                    });
+                    let changed = match decide(unique, holder.as_ref(), now) {
+                        Outcome::Created => None,
+                        Outcome::Joined => Some(Outcome::Joined),
+                        held @ (Outcome::Replaced | Outcome::Debounced) => {
+                            let update = match held {
+                                Outcome::Replaced => sqlx::query(q.replace_waiting.as_str())
                                     .bind(&named)
-                                    .bind(&run.payload)
-                                    .execute(&mut *tx)
-                                    .await?
-                                    .rows_affected();
-                                Some(if done == 1 { Outcome::Replaced } else { Outcome::Joined })
-                            }
-                            Outcome::Debounced => {
-                                let done = sqlx::query(q.debounce_waiting.as_str())
+                                    .bind(&run.payload),
+                                _ => sqlx::query(q.debounce_waiting.as_str())
                                     .bind(&named)
-                                    .bind(run.delay_ms)
-                                    .execute(&mut *tx)
-                                    .await?
-                                    .rows_affected();
-                                Some(if done == 1 { Outcome::Debounced } else { Outcome::Joined })
-                            }
-                        };
-                        match changed {
-                            Some(outcome) => Some((outcome, named)),
-                            None => {
-                                sqlx::query(q.name_unique_key.as_str())
-                                    .bind(&run.job)
-                                    .bind(&run.tenant)
-                                    .bind(&unique.key)
-                                    .bind(&run.id)
-                                    .execute(&mut *tx)
-                                    .await?;
-                                None
-                            }
+                                    .bind(run.delay_ms),
+                            };
+                            let done = update.execute(&mut *tx).await?.rows_affected();
+                            Some(if done == 1 { held } else { Outcome::Joined })
                         }
-                    }
-                    None => {
-                        for sql in [&q.ensure_lease, &q.lock_lease] {
-                            sqlx::query(sql.as_str())
+                    };
+                    match changed {
+                        Some(outcome) => Some((outcome, named)),
+                        None => {
+                            sqlx::query(q.name_unique_key.as_str())
                                 .bind(&run.job)
-                                .bind(&run.instance)
+                                .bind(&run.tenant)
+                                .bind(&unique.key)
+                                .bind(&run.id)
                                 .execute(&mut *tx)
                                 .await?;
+                            None
                         }
-                        let live: Option<String> = sqlx::query_scalar(q.live_run.as_str())
+                    }
+                }
+                None => {
+                    for sql in [&q.ensure_lease, &q.lock_lease] {
+                        sqlx::query(sql.as_str())
                             .bind(&run.job)
                             .bind(&run.instance)
-                            .fetch_optional(&mut *tx)
+                            .execute(&mut *tx)
                             .await?;
-                        live.map(|id| (Outcome::Joined, id))
                     }
-                };
-                answers[index] = Some(match answered {
-                    Some((outcome, run_id)) => EnqueueAnswer {
-                        outcome,
-                        run_id,
-                        dropped: false,
-                    },
-                    None => {
-                        let queued: RunRecord =
-                            super::runs::queue(&mut tx, q, q.queue_run.as_str(), run)
-                                .await?
-                                .ok_or(StoreError::Unreadable)?;
-                        if let Some(n) = max_attempts {
-                            sqlx::query(q.set_max_attempts.as_str())
-                                .bind(&queued.id)
-                                .bind(i64::from(*n))
-                                .execute(&mut *tx)
-                                .await?;
-                        }
-                        EnqueueAnswer {
-                            outcome: Outcome::Created,
-                            dropped: queued.dropped_by_limit(),
-                            run_id: queued.id,
-                        }
+                    let live: Option<String> = sqlx::query_scalar(q.live_run.as_str())
+                        .bind(&run.job)
+                        .bind(&run.instance)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    live.map(|id| (Outcome::Joined, id))
+                }
+            };
+            answers[index] = Some(match answered {
+                Some((outcome, run_id)) => EnqueueAnswer {
+                    outcome,
+                    run_id,
+                    dropped: false,
+                },
+                None => {
+                    let queued: RunRecord =
+                        super::runs::queue(&mut tx, q, q.queue_run.as_str(), run)
+                            .await?
+                            .ok_or(StoreError::Unreadable)?;
+                    if let Some(n) = max_attempts {
+                        sqlx::query(q.set_max_attempts.as_str())
+                            .bind(&queued.id)
+                            .bind(i64::from(*n))
+                            .execute(&mut *tx)
+                            .await?;
                     }
-                });
-            }
-            tx.commit().await?;
-            conn.release();
-            Ok(answers.into_iter().map(|a| a.expect("every item answered")).collect())
-        })
+                    EnqueueAnswer {
+                        outcome: Outcome::Created,
+                        dropped: queued.dropped_by_limit(),
+                        run_id: queued.id,
+                    }
+                }
+            });
+        }
+        tx.commit().await?;
+        conn.release();
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every item answered"))
+            .collect())
     }
+}
+
+/// The Postgres enqueue: each item through `jobhost_enqueue_run`, in lock order, in one
+/// transaction.
+async fn enqueue_on_postgres(
+    p: &sqlx::PgPool,
+    items: &[Enqueueing],
+    order: &[usize],
+) -> Result<Vec<EnqueueAnswer>> {
+    let mut conn = Exclusive::acquire(p).await?;
+    let mut tx = conn.begin().await?;
+    let mut answers: Vec<Option<EnqueueAnswer>> = vec![None; items.len()];
+    for &index in order {
+        let Enqueueing {
+            run,
+            unique,
+            max_attempts,
+        } = &items[index];
+        let (outcome, run_id, dropped): (String, String, bool) = sqlx::query_as(ENQUEUE_RUN)
+            .bind(run_json(run, *max_attempts).to_string())
+            .bind(unique.as_ref().map(|u| unique_json(u).to_string()))
+            .fetch_one(&mut *tx)
+            .await?;
+        let outcome = match outcome.as_str() {
+            "created" => Outcome::Created,
+            "joined" => Outcome::Joined,
+            "replaced" => Outcome::Replaced,
+            "debounced" => Outcome::Debounced,
+            _ => return Err(StoreError::Unreadable),
+        };
+        answers[index] = Some(EnqueueAnswer {
+            outcome,
+            run_id,
+            dropped,
+        });
+    }
+    tx.commit().await?;
+    conn.release();
+    Ok(answers
+        .into_iter()
+        .map(|a| a.expect("every item answered"))
+        .collect())
+}
+
+/// A run as `jobhost_enqueue_run` reads it.
+fn run_json(run: &NewRun, max_attempts: Option<u32>) -> serde_json::Value {
+    json!({
+        "id": run.id,
+        "job": run.job,
+        "instance": run.instance,
+        "tenant": run.tenant,
+        "origin": run.origin.as_str(),
+        "payload": run.payload,
+        "delay_ms": run.delay_ms,
+        "trace_parent": run.trace_parent.map(|t| t.to_string()),
+        "max_attempts": max_attempts,
+    })
+}
+
+/// A unique key as `jobhost_enqueue_run` reads it.
+fn unique_json(unique: &Unique) -> serde_json::Value {
+    let (hold, period_ms) = match unique.hold {
+        While::Queued => ("queued", None),
+        While::Active => ("active", None),
+        While::UntilFinished => ("until-finished", None),
+        While::Period(ms) => ("period", Some(ms)),
+    };
+    json!({
+        "key": unique.key,
+        "while": hold,
+        "period_ms": period_ms,
+        "on_conflict": match unique.on_conflict {
+            OnConflict::Keep => "keep",
+            OnConflict::Replace => "replace",
+            OnConflict::Debounce => "debounce",
+        },
+    })
 }
 
 /// The row an item locks first: its unique key's, or its job and instance's lease.

@@ -106,6 +106,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
     36 => "0036_max_attempts",
+    37 => "0037_app_enqueue",
     40 => "0040_live_fuel",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
@@ -145,6 +146,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
     36 => "0036_max_attempts",
+    37 => "0037_app_enqueue",
     40 => "0040_live_fuel",
 );
 

@@ -12,6 +12,7 @@
 
 #[macro_use]
 mod pool;
+mod apps;
 mod audit;
 #[macro_use]
 mod controls;
@@ -49,6 +50,7 @@ pub mod signals;
 pub mod sqlite_guest;
 mod tenants;
 
+pub use apps::AppGrant;
 pub use cancel_book::CancelMark;
 pub use claims::{
     AttemptEnding, AttemptTerms, ClaimRequest, Claimed, Recorded, Recording, RunChange,

@@ -52,10 +52,12 @@ macro_rules! functions {
 /// the files' bookkeeping, the fence, the triggers'), by file name.
 pub(crate) const POSTGRES_FUNCTIONS: &[(&str, &str)] = functions!(
     "active_runs",
+    "app_enqueue",
     "attach_file",
     "attempt_logs_kept",
     "claim_runs",
     "end_pass",
+    "enqueue_run",
     "enqueue_runs",
     "fence",
     "file_garbage_usage",
