@@ -13,6 +13,7 @@ mod api_limits;
 mod audit;
 mod authors;
 mod chaos;
+mod console;
 mod controls;
 mod deliveries;
 mod enqueue;

@@ -23,10 +23,11 @@ pub enum Action {
     FilePut,
     DeliveryRetry,
     RunSignal,
+    RunsPurge,
 }
 
 impl Action {
-    pub const ALL: [Action; 18] = [
+    pub const ALL: [Action; 19] = [
         Action::RunKick,
         Action::RunStart,
         Action::RunStartBatch,
@@ -45,6 +46,7 @@ impl Action {
         Action::FilePut,
         Action::DeliveryRetry,
         Action::RunSignal,
+        Action::RunsPurge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +69,7 @@ impl Action {
             Action::FilePut => "file.put",
             Action::DeliveryRetry => "delivery.retry",
             Action::RunSignal => "run.signal",
+            Action::RunsPurge => "runs.purge",
         }
     }
 

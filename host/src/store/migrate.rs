@@ -105,6 +105,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     33 => "0033_signals",
     34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
+    38 => "0038_hosts_and_payload_search",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -142,6 +143,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     33 => "0033_signals",
     34 => "0034_deliveries",
     35 => "0035_tokens_and_audit",
+    38 => "0038_hosts_and_payload_search",
 );
 
 /// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);
