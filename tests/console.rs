@@ -88,6 +88,19 @@ async fn found(
         .collect()
 }
 
+/// Starts a run of `job` for each of `instances` (a start joins the live run of its job
+/// and instance: each its own).
+async fn start_each(server: &common::Server, job: &str, instances: &[&str]) {
+    for instance in instances {
+        let body = format!(r#"{{"instance": "{instance}"}}"#);
+        let path = format!("/jobs/{job}/runs");
+        let (status, run) = server
+            .post_as(Some(&server.token), &path, Some(&body))
+            .await;
+        assert_eq!(status, 201, "{run}");
+    }
+}
+
 fn tenants_add(home: &Home, name: &str) {
     let out = home.run(&["tenants", "add", name]);
     assert!(
@@ -239,22 +252,22 @@ on_every_backend! {
         let listed = start("hello", "[1, 2]").await;
 
         // Newest first; containment as Postgres' jsonb decides it, on both backends.
-        assert_eq!(found(&server, None, r#"{"customer": 42}"#, "").await, [tenants.clone(), rich.clone()]);
-        assert_eq!(found(&server, None, r#"{"customer": 42.0}"#, "").await, [tenants.clone(), rich.clone()]);
-        assert_eq!(found(&server, None, r#"{"customer": "42"}"#, "").await, [text.clone()]);
-        assert_eq!(found(&server, None, r#"{"tags": ["b"]}"#, "").await, [rich.clone()]);
-        assert_eq!(found(&server, None, r#"{"nested": {"n": null}}"#, "").await, [rich.clone()]);
+        assert_eq!(found(&server, None, r#"{"customer": 42}"#, "").await, [tenants.as_str(), rich.as_str()]);
+        assert_eq!(found(&server, None, r#"{"customer": 42.0}"#, "").await, [tenants.as_str(), rich.as_str()]);
+        assert_eq!(found(&server, None, r#"{"customer": "42"}"#, "").await, [text.as_str()]);
+        assert_eq!(found(&server, None, r#"{"tags": ["b"]}"#, "").await, [rich.as_str()]);
+        assert_eq!(found(&server, None, r#"{"nested": {"n": null}}"#, "").await, [rich.as_str()]);
         assert!(found(&server, None, r#"{"tags": "a"}"#, "").await.is_empty());
         assert!(found(&server, None, r#"{"customer": 44}"#, "").await.is_empty());
         let every = found(&server, None, "{}", "").await;
         assert!(every.contains(&other) && !every.contains(&listed), "an object contains {{}}; an array does not: {every:?}");
-        assert_eq!(found(&server, None, r#"{"customer": 42}"#, "&job=hello").await, [rich.clone()]);
-        assert_eq!(found(&server, None, r#"{"customer": 42}"#, "&tenant=acme").await, [tenants.clone()]);
-        assert_eq!(found(&server, None, r#"{"customer": 42}"#, "&limit=1").await, [tenants.clone()]);
+        assert_eq!(found(&server, None, r#"{"customer": 42}"#, "&job=hello").await, [rich.as_str()]);
+        assert_eq!(found(&server, None, r#"{"customer": 42}"#, "&tenant=acme").await, [tenants.as_str()]);
+        assert_eq!(found(&server, None, r#"{"customer": 42}"#, "&limit=1").await, [tenants.as_str()]);
 
         // A tenant searches its own runs, whatever it asks.
         let acme = home.create_token(Some("acme"));
-        assert_eq!(found(&server, Some(&acme), r#"{"customer": 42}"#, "&tenant=default").await, [tenants.clone()]);
+        assert_eq!(found(&server, Some(&acme), r#"{"customer": 42}"#, "&tenant=default").await, [tenants.as_str()]);
 
         // A bad search term is refused in words and reads nothing.
         let deep = format!("{}1{}", "{\"a\":".repeat(9), "}".repeat(9));
@@ -287,11 +300,7 @@ on_every_backend! {
             tenant = "acme"
         "#);
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
-        for instance in ["a", "b", "c"] {
-            let body = format!(r#"{{"instance": "{instance}"}}"#);
-            let (status, run) = server.post_as(Some(&server.token), "/jobs/broken/runs", Some(&body)).await;
-            assert_eq!(status, 201, "{run}");
-        }
+        start_each(&server, "broken", &["a", "b", "c"]).await;
         let runs = server
             .wait_runs("broken", Duration::from_secs(120), |runs| {
                 runs.len() == 3 && runs.iter().all(|r| r["status"] == "failed")
@@ -329,11 +338,7 @@ on_every_backend! {
             tenant = "acme"
         "#);
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
-        for instance in ["a", "b", "c"] {
-            let body = format!(r#"{{"instance": "{instance}"}}"#);
-            let (status, run) = server.post_as(Some(&server.token), "/jobs/hello/runs", Some(&body)).await;
-            assert_eq!(status, 201, "{run}");
-        }
+        start_each(&server, "hello", &["a", "b", "c"]).await;
         let (status, _) = server.post_as(Some(&server.token), "/jobs/report/runs", Some("{}")).await;
         assert_eq!(status, 201);
         let ended = server
