@@ -257,16 +257,7 @@ async fn read_overview(
             *count += n;
         }
     }
-    let buckets: Vec<Value> = buckets
-        .into_iter()
-        .map(|(t, counts)| {
-            let mut value = json!({ "t": views::time(t) });
-            for (outcome, n) in counts {
-                value[outcome] = n.into();
-            }
-            value
-        })
-        .collect();
+    let buckets = bucket_rows(buckets);
     let failures: Vec<Value> = store
         .failures_by_job(now - HOUR_MS, tenant)
         .await?
@@ -335,6 +326,20 @@ async fn read_overview(
         "pauses": shown_pauses,
         "queue_full": full,
     }))
+}
+
+/// Buckets as the charts read them: `{"t", <series>: count, ...}` each, in time order.
+pub(super) fn bucket_rows<K: AsRef<str>>(buckets: BTreeMap<i64, BTreeMap<K, i64>>) -> Vec<Value> {
+    buckets
+        .into_iter()
+        .map(|(t, counts)| {
+            let mut value = json!({ "t": views::time(t) });
+            for (series, n) in counts {
+                value[series.as_ref()] = n.into();
+            }
+            value
+        })
+        .collect()
 }
 
 /// The value at quantile `q` of sorted `values`.

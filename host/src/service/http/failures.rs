@@ -2,15 +2,14 @@
 //! overview's buckets — the codes with most failures each a series of its own, the rest
 //! summed as `other`, so the chart stays readable. A tenant's token: its own runs.
 
-use super::dashboard::{WindowQuery, window};
+use super::dashboard::{WindowQuery, bucket_rows, window};
 use super::error::ApiResult;
 use super::params::ApiQuery;
 use super::state::Shared;
 use crate::rules::tenant::Principal;
-use crate::service::views;
 use axum::Json;
 use axum::extract::{Extension, State};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -66,16 +65,7 @@ pub(super) async fn by_code(
             *counts.entry(series(code)).or_default() += n;
         }
     }
-    let buckets: Vec<Value> = buckets
-        .into_iter()
-        .map(|(t, counts)| {
-            let mut value = json!({ "t": views::time(t) });
-            for (code, n) in counts {
-                value[code] = n.into();
-            }
-            value
-        })
-        .collect();
+    let buckets = bucket_rows(buckets);
     Ok(Json(json!({
         "window": name,
         "bucket_ms": bucket,
