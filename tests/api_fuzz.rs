@@ -97,7 +97,7 @@ fn corpus() -> Vec<String> {
 
 /// Requests with a hostile value in each place a client's text goes, as (method, path,
 /// body). `{}` is the value.
-const ROUTES: [(&str, &str, Option<&str>); 34] = [
+const ROUTES: [(&str, &str, Option<&str>); 37] = [
     ("GET", "/jobs/{}", None),
     ("POST", "/jobs/{}/kick", None),
     ("POST", "/jobs/greeter/kick?instance={}", None),
@@ -132,6 +132,9 @@ const ROUTES: [(&str, &str, Option<&str>); 34] = [
     ("DELETE", "/pauses/{}/x", None),
     ("GET", "/jobs/{}/stats", None),
     ("GET", "/overview?window={}", None),
+    ("GET", "/runs/search?payload={}", None),
+    ("GET", "/runs/search?payload=%7B%7D&job={}", None),
+    ("GET", "/upcoming?limit={}", None),
 ];
 
 /// One HTTP/1.1 answer: status, content type and body.

@@ -98,6 +98,10 @@ async fn perform(
             "/runs/retry",
             Some(r#"{"filter": {"job": "hello", "status": "cancelled"}, "confirm": true}"#),
         ),
+        ("POST", "/runs/purge") => made(
+            "/runs/purge",
+            Some(r#"{"filter": {"job": "hello", "status": "succeeded"}, "confirm": true}"#),
+        ),
         ("POST", "/runs/{id}/cancel") => {
             server.post("/jobs/hello/kick").await;
             made(

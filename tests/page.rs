@@ -152,13 +152,25 @@ async fn the_console_works_in_a_real_browser() {
         payload = { mode = "markup" }
         grants.db = { write = ["ledger"] }
         retries = 0
+        [jobs.nightly]
+        component = "{guest:hello}"
+        schedule = "0 0 3 * * *"
+        [jobs.chatty]
+        component = "{guest:ledger}"
+        payload = { rows = 2400 }
+        grants.db = { write = ["ledger"] }
+        record = "always"
+        [jobs.held]
+        component = "{guest:hello}"
         [jobs.sleeper]
         component = "{guest:hello}"
         timeout = "60s"
         payload = { name = "live", sleep_ms = 30000 }
     "#,
     );
-    let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+    let server = home
+        .serve(&["--manifest", m.to_str().unwrap(), "--workers", "4"])
+        .await;
     for job in [
         "greeter",
         "broken",
@@ -170,6 +182,11 @@ async fn the_console_works_in_a_real_browser() {
         let (status, body) = server.post(&format!("/jobs/{job}/kick")).await;
         assert_eq!(status, 202, "kick {job}: {body}");
     }
+    // `held` is paused with a run due: the overview shows it apart from the lag.
+    let (status, body) = server.post("/pauses/job/held").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = server.post("/jobs/held/kick").await;
+    assert_eq!(status, 202, "{body}");
     let within = Duration::from_secs(30);
     let failed = server
         .wait_runs("broken", within, |runs| {
@@ -195,6 +212,16 @@ async fn the_console_works_in_a_real_browser() {
         })
         .await;
     let sleeping = id_of(&sleeping[0]);
+    let chatty = {
+        let (status, body) = server.post("/jobs/chatty/kick").await;
+        assert_eq!(status, 202, "{body}");
+        let ended = server
+            .wait_runs("chatty", Duration::from_secs(120), |runs| {
+                runs.iter().any(|r| r["status"] == "succeeded")
+            })
+            .await;
+        id_of(&ended[0])
+    };
     for job in ["greeter", "acme-report"] {
         server
             .wait_runs(job, within, |runs| {
@@ -219,6 +246,14 @@ async fn the_console_works_in_a_real_browser() {
             "live_run": sleeping,
             "tenant_job": "acme-report",
             "hidden_from_tenant": "greeter",
+            "start_job": "greeter",
+            "scheduled_job": "nightly",
+            "workers": 4,
+            "settings_job": "slow",
+            "tenant": "acme",
+            "purge_job": "hostile",
+            "paused_job": "held",
+            "chatty_run": chatty,
         },
     });
     let scenario_path = home.path().join("scenario.json");
@@ -262,6 +297,15 @@ async fn the_console_works_in_a_real_browser() {
             "jobs-read-only.png",
             "tokens.png",
             "audit.png",
+            "start.png",
+            "search.png",
+            "tenants.png",
+            "settings.png",
+            "reports.png",
+            "not-found-tenant.png",
+            "many-calls.png",
+            "hosts.png",
+            "upcoming.png",
         ]
         .map(String::from),
     );
@@ -274,6 +318,20 @@ async fn the_console_works_in_a_real_browser() {
             path.display()
         );
     }
+
+    // The run the page started two hours ahead waits for its time.
+    let later: Vec<Value> = server
+        .runs(Some("greeter"))
+        .await
+        .into_iter()
+        .filter(|r| r["status"] == "queued" && r["origin"] == "start")
+        .collect();
+    assert_eq!(later.len(), 1, "{later:#?}");
+    let due = later[0]["next_attempt_at"].as_str().expect("due");
+    let created = later[0]["created_at"].as_str().expect("created");
+    let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).expect("a time");
+    let ahead = at(due) - at(created);
+    assert!((7_190..=7_210).contains(&ahead.num_seconds()), "{ahead:?}");
 
     // The page's Cancel stopped the running run: cancelled by the operator, its attempt
     // ended long before the guest would have written its rows, and none were written.
@@ -326,10 +384,45 @@ async fn the_console_works_in_a_real_browser() {
         rows.iter()
             .any(|r| r["action"] == action && r["result"] == result && r["actor"] == "token")
     };
-    for action in ["run.cancel", "run.retry", "token.create", "token.revoke"] {
+    for action in [
+        "runs.purge",
+        "run.cancel",
+        "run.retry",
+        "token.create",
+        "token.revoke",
+        "tenant.add",
+        "tenant.disable",
+        "tenant.enable",
+    ] {
         assert!(made(action, "ok"), "no {action} row: {audit:#}");
     }
     assert!(made("run.kick", "read_only"), "{audit:#}");
+
+    // The page's starts made one run each, carrying the payload typed, under the
+    // operator's and the tenant's token; the refused payloads made none.
+    for (job, name) in [
+        ("greeter", "operator-start"),
+        ("acme-report", "tenant-start"),
+    ] {
+        let started: Vec<Value> = server
+            .runs(Some(job))
+            .await
+            .into_iter()
+            .filter(|r| r["origin"] == "start")
+            .collect();
+        let mut carrying = Vec::new();
+        for run in &started {
+            let (_, view) = server.get(&format!("/runs/{}", id_of(run))).await;
+            if view["payload"] == json!({ "name": name }) {
+                carrying.push(id_of(run));
+            }
+        }
+        assert_eq!(carrying.len(), 1, "{job}: {started:#?}");
+        let audited = rows.iter().any(|r| {
+            r["action"] == "run.start" && r["result"] == "ok" && r["run_id"] == carrying[0].as_str()
+        });
+        assert!(audited, "no run.start row for {job}: {audit:#}");
+    }
     let actions = original["actions"].as_array().expect("actions");
     assert!(
         actions.iter().any(|a| a["action"] == "run.retry"),

@@ -452,6 +452,389 @@ async function actionChecks(browser) {
   }
 }
 
+// Start a run with a payload from a job's page: the payload rule's refusal is shown under
+// the box and starts nothing; a good payload starts a run that carries it, for an
+// operator and for a tenant on its own job.
+async function startChecks(browser) {
+  if (!expect.start_job) return;
+  const starts = [[scenario.token, expect.start_job, "operator"], [scenario.tenant_token, expect.tenant_job, "tenant"]];
+  for (const [tokenValue, job, who] of starts) {
+    const { context, page } = await newPage(browser, VIEWPORTS.desktop, "start-" + who);
+    try {
+      await signIn(page, tokenValue);
+      const runsOf = async () => {
+        const r = await apiFromPage(page, "GET", `/runs?job=${enc(job)}&limit=200`);
+        assert(r.status === 200, "listing runs answered " + r.status);
+        return r.data.runs.length;
+      };
+      await check(`start (${who}): a payload the rule refuses is shown inline and starts nothing`, async () => {
+        await go(page, `#/jobs/${enc(job)}`, "job");
+        const before = await runsOf();
+        await page.fill("#start-payload", '{"name": "a", "name": "b"}');
+        await page.click("#start-submit");
+        await page.waitForFunction(() => /a key given twice/.test(document.getElementById("start-error").textContent));
+        const said = await page.textContent("#start-error");
+        await page.fill("#start-payload", "{not json");
+        await page.click("#start-submit");
+        await page.waitForFunction(() => /not JSON/.test(document.getElementById("start-error").textContent));
+        await page.waitForTimeout(300);
+        const after = await runsOf();
+        assert(after === before, `runs of ${job} went from ${before} to ${after}`);
+        assert(await page.evaluate(() => location.hash.startsWith("#/jobs/")), "the page left the job");
+        return said;
+      });
+      await check(`start (${who}): a good payload starts a run that carries it`, async () => {
+        const name = `${who}-start`;
+        await page.fill("#start-payload", JSON.stringify({ name }));
+        await page.click("#start-submit");
+        await page.waitForFunction(() => location.hash.startsWith("#/runs/") && document.querySelector("main[data-view=run]"));
+        const id = decodeURIComponent((await page.evaluate(() => location.hash)).slice("#/runs/".length));
+        const r = await apiFromPage(page, "GET", `/runs/${enc(id)}`);
+        assert(r.status === 200 && r.data.job === job, `GET /runs/${id}: ${r.status} ${r.data && r.data.job}`);
+        assert(r.data.payload && r.data.payload.name === name, "the run's payload is " + JSON.stringify(r.data.payload));
+        await page.waitForFunction((n) => document.querySelector("#run-payload").textContent.includes(n), name);
+        if (who === "operator") await page.screenshot({ path: path.join(out, "start.png"), fullPage: true });
+        page.startedRun = id;
+        return `run ${id} with ${JSON.stringify(r.data.payload)}`;
+      });
+      await check(`payload search (${who}): finds the run it started, not another's; a bad term is refused in words`, async () => {
+        const search = async (term) => {
+          await go(page, "#/runs", "runs");
+          await page.fill("#runs-payload", term);
+          await page.click("main form.filters button[type=submit]");
+          // The search's own count line, not the list that was there before it.
+          await page.waitForFunction(() => location.hash.includes("payload=") && document.querySelector("main[data-view=runs]") &&
+            (/with this payload/.test(document.getElementById("runs-count").textContent) || document.getElementById("error").textContent));
+          return page.$$eval("tr[data-run]", (r) => r.map((x) => x.dataset.run));
+        };
+        const own = await search(JSON.stringify({ name: `${who}-start` }));
+        assert(own.length === 1 && own[0] === page.startedRun, `found ${own.join(",")}, expected ${page.startedRun}`);
+        assert(!(await page.$("#bulk-cancel")), "a bulk control is shown for a payload search");
+        // The operator's start came first: the tenant's search must not find it.
+        const theirs = who === "tenant" ? await search(JSON.stringify({ name: "operator-start" })) : [];
+        assert(theirs.length === 0, `the tenant found ${theirs.join(",")}`);
+        await search("[1]");
+        await page.waitForFunction(() => /a JSON object/.test(document.getElementById("error").textContent));
+        if (who === "operator") await page.screenshot({ path: path.join(out, "search.png"), fullPage: true });
+        return `own ${own[0]}`;
+      });
+      await check(`start (${who}): no console errors`, async () => {
+        assert(page.problems.length === 0, page.problems.slice(0, 3).join(" | "));
+        return "none";
+      });
+    } finally {
+      await context.close();
+    }
+  }
+}
+
+// The hosts view: this host alive with its lanes and workers; a tenant has no such view.
+// The upcoming view: a run started for later and a schedule's next fires, soonest first.
+async function fleetChecks(browser) {
+  if (!expect.scheduled_job) return;
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "fleet");
+  try {
+    await signIn(page, scenario.token);
+    await check("hosts: this host is alive with its lanes, workers and version", async () => {
+      await go(page, "#/hosts", "hosts");
+      await page.waitForSelector('tr[data-host][data-state="alive"]');
+      const rows = await page.$$eval("tr[data-host]", (r) => r.map((x) => ({ host: x.dataset.host, state: x.dataset.state, text: x.textContent })));
+      assert(rows.length === 1, `${rows.length} hosts listed`);
+      const api = await apiFromPage(page, "GET", "/hosts");
+      const host = api.data.hosts[0];
+      assert(host.host === rows[0].host && host.this_host && /^\d+\.\d+\.\d+/.test(host.version), JSON.stringify(host));
+      for (const l of host.lanes) assert(rows[0].text.includes(`${l.lane} ${l.busy}/${l.workers}`), `lane ${l.lane} not shown: ${rows[0].text}`);
+      assert(host.workers.total === expect.workers, `workers ${JSON.stringify(host.workers)}, expected ${expect.workers}`);
+      assert(rows[0].text.includes(host.version), "no version shown: " + rows[0].text);
+      await page.screenshot({ path: path.join(out, "hosts.png"), fullPage: true });
+      return rows[0].text;
+    });
+    await check("upcoming: a run started for later and the schedule's fires, soonest first", async () => {
+      await go(page, `#/jobs/${enc(expect.start_job)}`, "job");
+      await page.fill("#start-payload", JSON.stringify({ name: "later" }));
+      await page.fill("#start-delay", "2h");
+      await page.click("#start-submit");
+      await page.waitForFunction(() => location.hash.startsWith("#/runs/") && document.querySelector("main[data-view=run]"));
+      const id = decodeURIComponent((await page.evaluate(() => location.hash)).slice("#/runs/".length));
+      await go(page, "#/upcoming", "upcoming");
+      await page.waitForSelector(`tr[data-upcoming="run"][data-run="${id}"]`);
+      const rows = await page.$$eval("tr[data-upcoming]", (r) => r.map((x) => ({ kind: x.dataset.upcoming, job: x.dataset.job, at: x.querySelector("time").getAttribute("datetime") })));
+      const fires = rows.filter((r) => r.kind === "fire" && r.job === expect.scheduled_job);
+      assert(fires.length >= 2, `${fires.length} fires of ${expect.scheduled_job}`);
+      const times = rows.map((r) => Date.parse(r.at));
+      assert(times.every((t, i) => i === 0 || times[i - 1] <= t), "not in time order: " + rows.map((r) => r.at).join(","));
+      const text = await page.textContent(`tr[data-run="${id}"]`);
+      assert(text.includes("scheduled"), "the run's row says " + text);
+      await page.screenshot({ path: path.join(out, "upcoming.png"), fullPage: true });
+      page.laterRun = id;
+      return `${rows.length} rows; run ${id}; ${fires.length} fires`;
+    });
+    await check("hosts and upcoming: no console errors", async () => {
+      assert(page.problems.length === 0, page.problems.slice(0, 3).join(" | "));
+      return "none";
+    });
+  } finally {
+    await context.close();
+  }
+  if (!scenario.tenant_token) return;
+  const tenant = await newPage(browser, VIEWPORTS.desktop, "fleet-tenant");
+  try {
+    await signIn(tenant.page, scenario.tenant_token);
+    await check("tenant: no hosts view, and only its own upcoming runs and schedules", async () => {
+      const page = tenant.page;
+      for (const nav of ["hosts", "tenants", "tokens"]) assert(await page.$eval(`[data-nav="${nav}"]`, (a) => a.hidden), `the ${nav} link is shown to a tenant`);
+      const api = await apiFromPage(page, "GET", "/hosts");
+      assert(api.status === 404, "GET /hosts answered " + api.status);
+      await go(page, "#/upcoming", "upcoming");
+      await page.waitForSelector("main table");
+      const jobs = await page.$$eval("tr[data-upcoming]", (r) => r.map((x) => x.dataset.job));
+      assert(!jobs.includes(expect.start_job) && !jobs.includes(expect.scheduled_job), "another's shown: " + jobs.join(","));
+      const e = await errorText(page);
+      assert(e === "", "#error says: " + e);
+      return `${jobs.length} rows`;
+    });
+  } finally {
+    await tenant.context.close();
+  }
+}
+
+// The tenants view (add with the name rule's refusal inline, disable after a confirmation,
+// enable, quota use) and a job's settings from its manifest entry.
+async function tenantsAndSettingsChecks(browser) {
+  if (!expect.settings_job) return;
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "tenants");
+  try {
+    await signIn(page, scenario.token);
+    await check("tenants: a bad name is refused inline; add, disable and enable one", async () => {
+      await go(page, "#/tenants", "tenants");
+      await page.waitForSelector(`tr[data-tenant="${expect.tenant}"]`);
+      const before = await page.$$eval("tr[data-tenant]", (r) => r.length);
+      await page.fill("#tenant-name", "Not A Name");
+      await page.click("#tenant-form button[type=submit]");
+      await page.waitForFunction(() => document.getElementById("tenant-error").textContent.trim() !== "");
+      const said = await page.textContent("#tenant-error");
+      assert((await page.$$eval("tr[data-tenant]", (r) => r.length)) === before, "a row was added for a bad name");
+      await page.fill("#tenant-name", "initech");
+      await page.click("#tenant-form button[type=submit]");
+      await page.waitForSelector('tr[data-tenant="initech"][data-active="true"]');
+      await page.click('button[data-key="disable:initech"]');
+      await page.waitForSelector("#confirm[open]");
+      await page.click("#confirm-yes");
+      await page.waitForSelector('tr[data-tenant="initech"][data-active="false"]');
+      await page.click('button[data-key="enable:initech"]');
+      await page.waitForSelector('tr[data-tenant="initech"][data-active="true"]');
+      const attempts = await page.$eval(`tr[data-tenant="${expect.tenant}"] td:nth-child(3)`, (c) => Number(c.textContent.replace(/\D/g, "")));
+      assert(attempts >= 1, `${expect.tenant}'s attempts in the last hour: ${attempts}`);
+      await page.screenshot({ path: path.join(out, "tenants.png"), fullPage: true });
+      return `refused: ${said}; ${expect.tenant} used ${attempts} attempts`;
+    });
+    await check("job settings: the manifest's timeout, retries, grants and lane, read-only", async () => {
+      await go(page, `#/jobs/${enc(expect.settings_job)}`, "job");
+      await page.waitForSelector("[data-setting=timeout]");
+      const setting = (k) => page.textContent(`[data-setting=${k}]`);
+      const api = await apiFromPage(page, "GET", `/jobs/${enc(expect.settings_job)}`);
+      // The manifest says 60s; the definition keeps it in its largest exact unit.
+      assert(api.data.settings.limits.timeout === "1m", "the API's timeout: " + JSON.stringify(api.data.settings));
+      assert((await setting("timeout")).trim() === "1m", "timeout: " + (await setting("timeout")));
+      const retries = String(api.data.settings.retry.retries);
+      assert((await setting("retries")).trim().startsWith(retries), `retries: ${await setting("retries")}, the API says ${retries}`);
+      assert((await setting("grants")).includes("ledger"), "grants: " + (await setting("grants")));
+      assert((await setting("lane")).trim() === "default", "lane: " + (await setting("lane")));
+      assert(!(await page.$("#job-settings input, #job-settings button")), "a setting can be changed");
+      await page.screenshot({ path: path.join(out, "settings.png"), fullPage: true });
+      return `timeout 1m, retries ${retries}, grants ledger, lane default`;
+    });
+    await check("tenants and settings: no console errors", async () => {
+      assert(page.problems.length === 0, page.problems.slice(0, 3).join(" | "));
+      return "none";
+    });
+  } finally {
+    await context.close();
+  }
+}
+
+// Reports: failures over time by code (drawn) and the reports the host wrote, filtered by
+// kind; a tenant sees none of the operator's.
+async function reportChecks(browser) {
+  if (!expect.failed_run) return;
+  for (const [tokenValue, who] of [[scenario.token, "operator"], [scenario.tenant_token, "tenant"]]) {
+    const { context, page } = await newPage(browser, VIEWPORTS.desktop, "reports-" + who);
+    try {
+      await signIn(page, tokenValue);
+      await check(`reports (${who}): failures by code are drawn; reports filter by kind`, async () => {
+        await go(page, "#/reports", "reports");
+        await page.waitForSelector("#failures-chart svg.chart, #failures-chart .chart-empty, #failures-chart svg");
+        const codes = await page.getAttribute("#failures-chart", "data-codes");
+        const api = await apiFromPage(page, "GET", "/failures?window=day");
+        assert(api.status === 200 && codes === api.data.codes.join(","), `chart codes ${codes}, API ${JSON.stringify(api.data && api.data.codes)}`);
+        const rows = await page.$$eval("tr[data-report]", (r) => r.map((x) => ({ kind: x.dataset.kind, text: x.textContent })));
+        if (who === "tenant") {
+          assert(codes === "", "the tenant's chart shows codes " + codes);
+          assert(!rows.some((x) => x.text.includes(expect.job)), "the tenant sees the operator's reports");
+          return `${rows.length} reports`;
+        }
+        const failed = await apiFromPage(page, "GET", `/runs/${enc(expect.failed_run)}`);
+        assert(codes.split(",").includes(failed.data.code), `the failed run's code ${failed.data.code} is not in ${codes}`);
+        assert(rows.some((x) => x.text.includes(expect.job)), "no report of " + expect.job + ": " + rows.map((x) => x.kind).join(","));
+        const kind = rows.find((x) => x.text.includes(expect.job)).kind;
+        await go(page, `#/reports?kind=${kind}`, "reports");
+        const kinds = await page.$$eval("tr[data-report]", (r) => [...new Set(r.map((x) => x.dataset.kind))]);
+        assert(kinds.length === 1 && kinds[0] === kind, "filtered kinds: " + kinds.join(","));
+        await page.screenshot({ path: path.join(out, "reports.png"), fullPage: true });
+        return `codes ${codes}; ${rows.length} reports; kind ${kind}`;
+      });
+      await check(`reports (${who}): no error shown, no console errors`, async () => {
+        const e = await errorText(page);
+        assert(e === "", "#error says: " + e);
+        assert(page.problems.length === 0, page.problems.slice(0, 3).join(" | "));
+        return "none";
+      });
+    } finally {
+      await context.close();
+    }
+  }
+}
+
+// Purge by filter: the preview says how many, Escape deletes nothing, confirming deletes
+// them (the run is gone); a tenant is shown no purge and the API does not have it for it.
+async function purgeChecks(browser) {
+  if (!expect.purge_job) return;
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "purge");
+  try {
+    await signIn(page, scenario.token);
+    await check("purge: the preview counts the ended runs; Escape keeps them, confirming deletes them", async () => {
+      const filter = { job: expect.purge_job };
+      const runsNow = async () => (await apiFromPage(page, "GET", `/runs?job=${enc(expect.purge_job)}`)).data.runs.map((r) => r.run_id);
+      const before = await runsNow();
+      assert(before.includes(expect.hostile_run), `${expect.hostile_run} is not among ${before.join(",")}`);
+      await go(page, `#/runs?job=${enc(expect.purge_job)}`, "runs");
+      await page.click("#bulk-purge");
+      await page.waitForSelector("dialog#confirm[open] #confirm-count");
+      const count = Number(await page.getAttribute("#confirm-count", "data-count"));
+      const preview = await apiFromPage(page, "POST", "/runs/purge", { filter, confirm: false });
+      assert(preview.status === 200 && preview.data.count === count && count === before.length, `dialog ${count}, preview ${JSON.stringify(preview.data)}, runs ${before.length}`);
+      await page.keyboard.press("Escape");
+      await page.waitForFunction(() => !document.getElementById("confirm").open);
+      await page.waitForTimeout(300);
+      assert((await runsNow()).length === before.length, "runs went before the purge was confirmed");
+      await page.click("#bulk-purge");
+      await page.waitForSelector("dialog#confirm[open] #confirm-count");
+      await page.click("#confirm-yes");
+      await page.waitForFunction(() => /purged \d+ runs/.test(document.getElementById("notice").textContent));
+      const after = await runsNow();
+      assert(after.length === 0, "left: " + after.join(","));
+      const gone = await apiFromPage(page, "GET", `/runs/${enc(expect.hostile_run)}`);
+      assert(gone.status === 404, `the purged run answers ${gone.status}`);
+      return `${count} purged`;
+    });
+    await check("purge: no console errors", async () => {
+      assert(page.problems.length === 0, page.problems.slice(0, 3).join(" | "));
+      return "none";
+    });
+  } finally {
+    await context.close();
+  }
+  if (!scenario.tenant_token) return;
+  const tenant = await newPage(browser, VIEWPORTS.desktop, "purge-tenant");
+  try {
+    await signIn(tenant.page, scenario.tenant_token);
+    await check("purge (tenant): no purge shown; the API answers 404", async () => {
+      await go(tenant.page, "#/runs", "runs");
+      assert(!(await tenant.page.$("#bulk-purge")), "a purge control is shown to a tenant");
+      const r = await apiFromPage(tenant.page, "POST", "/runs/purge", { filter: {}, confirm: false });
+      assert(r.status === 404, "POST /runs/purge answered " + r.status);
+      return "404";
+    });
+  } finally {
+    await tenant.context.close();
+  }
+}
+
+// Another tenant's job or run is, to a tenant, a plain not-found page: no skeleton, no
+// buttons, no lane. Paused runs are not lag: the overview shows them apart.
+async function notFoundAndLagChecks(browser) {
+  if (!expect.paused_job) return;
+  const tenant = await newPage(browser, VIEWPORTS.desktop, "not-found");
+  try {
+    await signIn(tenant.page, scenario.tenant_token);
+    for (const [hash, what] of [[`#/jobs/${enc(expect.hidden_from_tenant)}`, "job"], [`#/runs/${enc(expect.failed_run)}`, "run"]]) {
+      await check(`tenant: another tenant's ${what} is a plain not-found page`, async () => {
+        const page = tenant.page;
+        await go(page, hash, "notfound");
+        const text = await page.textContent("main");
+        assert(/Not found/.test(text) && (await page.$("#not-found")), "no not-found page: " + text);
+        const buttons = await page.$$eval("main button", (b) => b.map((x) => x.textContent.trim()));
+        assert(buttons.length === 0, "buttons shown: " + buttons.join(","));
+        assert(!(await page.$("main .card, main table, main svg")), "a skeleton of the view is shown");
+        assert(!/\blane\b|Kick|Cancel/i.test(text), "the page says: " + text);
+        const e = await errorText(page);
+        assert(e === "", "#error says: " + e);
+        if (what === "job") await page.screenshot({ path: path.join(out, "not-found-tenant.png"), fullPage: true });
+        return text.trim().slice(0, 120);
+      });
+    }
+  } finally {
+    await tenant.context.close();
+  }
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "lag");
+  try {
+    await signIn(page, scenario.token);
+    await check("overview: a paused job's due run is shown apart, not as lag", async () => {
+      const ov = await apiFromPage(page, "GET", "/overview?window=hour");
+      const lane = ov.data.lanes.find((l) => l.lane === "default");
+      assert(lane && lane.paused_depth >= 1 && lane.paused_lag_ms > 0, "lane: " + JSON.stringify(lane));
+      assert(lane.lag_ms < lane.paused_lag_ms, `lag ${lane.lag_ms} counts the paused run (${lane.paused_lag_ms})`);
+      await go(page, "#/", "overview");
+      await page.waitForSelector('[data-paused="default"]');
+      const shown = await page.textContent('[data-paused="default"]');
+      assert(/paused/.test(shown), "the lane says " + shown);
+      return `lag ${lane.lag_ms} ms; paused ${lane.paused_depth} (${lane.paused_lag_ms} ms)`;
+    });
+  } finally {
+    await context.close();
+  }
+}
+
+// A run whose attempt journaled thousands of host calls: its page stays short, the calls
+// grouped by capability and paged.
+async function manyCallsChecks(browser) {
+  if (!expect.chatty_run) return;
+  const { context, page } = await newPage(browser, VIEWPORTS.desktop, "many-calls");
+  try {
+    await signIn(page, scenario.token);
+    await check("a run with thousands of journaled calls stays readable: grouped and paged", async () => {
+      await go(page, `#/runs/${enc(expect.chatty_run)}`, "run");
+      await page.waitForSelector("[data-calls] tr[data-kind]");
+      const api = await apiFromPage(page, "GET", `/runs/${enc(expect.chatty_run)}/attempts/1/calls`);
+      assert(api.status === 200 && api.data.calls.length >= 2000, `the journal lists ${api.data && api.data.calls.length} calls`);
+      const db = await page.$eval('[data-calls] tr[data-kind="db"] td:nth-child(2)', (c) => Number(c.textContent.replace(/\D/g, "")));
+      const dbCalls = api.data.calls.filter((c) => String(c.call).startsWith("db.")).length;
+      assert(db === dbCalls, `the summary says ${db} db calls, the journal ${dbCalls}`);
+      const rows = await page.$$eval("[data-calls] tr[data-call]", (r) => r.length);
+      assert(rows === 50, `${rows} calls on the first page`);
+      const height = await page.evaluate(() => document.documentElement.scrollHeight);
+      assert(height < 5000, `the page is ${height}px tall`);
+      const first = await page.textContent("[data-calls] .calls-page");
+      await page.click("[data-calls] button[data-key^=calls-next]");
+      await page.waitForFunction((f) => document.querySelector("[data-calls] .calls-page").textContent !== f, first);
+      const second = await page.textContent("[data-calls] .calls-page");
+      assert(/^calls 51–100 of/.test(second), "the second page says " + second);
+      await page.click('[data-calls] tr[data-kind="db"] button');
+      await page.waitForFunction(() => / db$/.test(document.querySelector("[data-calls] .calls-page").textContent));
+      const kinds = await page.$$eval("[data-calls] tr[data-call] td:nth-child(2)", (c) => [...new Set(c.map((x) => x.textContent))]);
+      assert(kinds.length === 1 && kinds[0] === "db", "kinds shown: " + kinds.join(","));
+      await page.screenshot({ path: path.join(out, "many-calls.png"), fullPage: true });
+      return `${api.data.calls.length} calls; page ${height}px; ${first} → ${second}`;
+    });
+    await check("many calls: no console errors", async () => {
+      assert(page.problems.length === 0, page.problems.slice(0, 3).join(" | "));
+      return "none";
+    });
+  } finally {
+    await context.close();
+  }
+}
+
 async function tenantChecks(browser) {
   if (!scenario.tenant_token) return;
   const { context, page } = await newPage(browser, VIEWPORTS.desktop, "tenant");
@@ -547,16 +930,18 @@ async function readOnlyChecks(browser) {
   if (!scenario.read_only_token) return;
   const { context, page } = await newPage(browser, VIEWPORTS.desktop, "read-only");
   const changing = (p) => p.$$eval("main button, main form#token-form", (b) =>
-    b.filter((x) => x.tagName === "FORM" || /^(Kick|Pause|Resume|Cancel|Retry|Revoke|Create token)\b/.test(x.textContent.trim())).map((x) => x.textContent.trim() || x.id));
+    b.filter((x) => x.tagName === "FORM" || /^(Kick|Pause|Resume|Cancel|Retry|Revoke|Create token|Start run|Add tenant|Disable|Enable|Purge)\b/.test(x.textContent.trim())).map((x) => x.textContent.trim() || x.id));
   try {
     await signIn(page, scenario.read_only_token);
     for (const [hash, view] of [["#/", "overview"], ["#/jobs", "jobs"], [`#/jobs/${enc(expect.job)}`, "job"], ["#/runs", "runs"],
-      [`#/runs/${enc(expect.failed_run)}`, "run"], ["#/tokens", "tokens"], ["#/audit", "audit"]]) {
+      [`#/runs/${enc(expect.failed_run)}`, "run"], ["#/tokens", "tokens"], ["#/audit", "audit"], ["#/hosts", "hosts"],
+      ["#/upcoming", "upcoming"], ["#/tenants", "tenants"], ["#/reports", "reports"]]) {
       await check(`read-only: ${view} shows no control that changes anything`, async () => {
         await go(page, hash, view);
         const shown = await changing(page);
         assert(shown.length === 0, "shown: " + shown.join(", "));
         assert(!(await page.$("#bulk-cancel")) && !(await page.$("#run-retry")), "a bulk or retry control is shown");
+        assert(!(await page.$("#start-form")), "the start form is shown");
         const e = await errorText(page);
         assert(e === "", "#error says: " + e);
         if (view === "jobs") await page.screenshot({ path: path.join(out, "jobs-read-only.png"), fullPage: true });
@@ -615,6 +1000,13 @@ try {
   await liveChecks(browser);
   await actionChecks(browser);
   await tenantChecks(browser);
+  await startChecks(browser);
+  await fleetChecks(browser);
+  await tenantsAndSettingsChecks(browser);
+  await reportChecks(browser);
+  await purgeChecks(browser);
+  await notFoundAndLagChecks(browser);
+  await manyCallsChecks(browser);
   await tokenAndAuditChecks(browser);
   await readOnlyChecks(browser);
   await signedOutChecks(browser);

@@ -25,10 +25,11 @@ pub enum Action {
     RunSignal,
     AppGrant,
     AppRevoke,
+    RunsPurge,
 }
 
 impl Action {
-    pub const ALL: [Action; 20] = [
+    pub const ALL: [Action; 21] = [
         Action::RunKick,
         Action::RunStart,
         Action::RunStartBatch,
@@ -49,6 +50,7 @@ impl Action {
         Action::RunSignal,
         Action::AppGrant,
         Action::AppRevoke,
+        Action::RunsPurge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -73,6 +75,7 @@ impl Action {
             Action::RunSignal => "run.signal",
             Action::AppGrant => "app.grant",
             Action::AppRevoke => "app.revoke",
+            Action::RunsPurge => "runs.purge",
         }
     }
 

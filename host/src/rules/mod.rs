@@ -16,6 +16,7 @@ pub mod guest_text;
 pub mod job;
 pub mod json_rule;
 pub mod name_rule;
+pub mod payload_match;
 pub mod queue_caps;
 pub mod record;
 pub mod signal;

@@ -143,6 +143,10 @@ pub async fn serve(
         shared.clone(),
         stop.clone(),
     ));
+    loops.spawn(crate::service::http::heartbeat_loop(
+        shared.clone(),
+        stop.clone(),
+    ));
     loops.spawn(crate::service::http::pulse_loop(
         shared.clone(),
         stop.clone(),

@@ -326,6 +326,31 @@ pub fn job(job: &JobRecord, lease: Option<&LeaseRecord>, now: i64) -> Value {
     })
 }
 
+/// What a job's definition says, as registered (its manifest entry), read-only: lane,
+/// limits, retries, grants, flow, recorder, events. Not its component's path (the host's)
+/// nor its webhooks (the operator's routing). Null for a definition that does not parse.
+pub fn job_settings(spec: &str) -> Value {
+    const SHOWN: [&str; 10] = [
+        "lane",
+        "limits",
+        "retry",
+        "grants",
+        "actions",
+        "flow",
+        "recorder",
+        "on",
+        "on_where",
+        "run_on_boot",
+    ];
+    match serde_json::from_str::<Value>(spec) {
+        Ok(Value::Object(mut all)) => {
+            all.retain(|k, _| SHOWN.contains(&k.as_str()));
+            Value::Object(all)
+        }
+        _ => Value::Null,
+    }
+}
+
 /// Every job with the lease of its default instance.
 pub fn jobs(jobs: &[JobRecord], leases: &[LeaseRecord], now: i64) -> Vec<Value> {
     jobs.iter()

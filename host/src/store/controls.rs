@@ -122,6 +122,19 @@ impl Store {
             .bind(since).bind(bucket_ms).bind(tenant).fetch_all(p).await?))
     }
 
+    /// Failed and crashed runs created since `since`, as (bucket start, code, count), the
+    /// buckets `bucket_ms` wide by when the runs ended.
+    pub async fn failures_by_bucket(
+        &self,
+        since: i64,
+        bucket_ms: i64,
+        tenant: Option<&str>,
+    ) -> Result<Vec<(i64, String, i64)>> {
+        let q = &self.q.failures_by_bucket;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(since).bind(bucket_ms).bind(tenant).fetch_all(p).await?))
+    }
+
     /// Failed and crashed runs created since `since`, as (job, code, count, last ended).
     pub async fn failures_by_job(
         &self,

@@ -40,6 +40,9 @@ pub enum StoreError {
     Unreachable,
     #[error("database error: an answer the host cannot read")]
     Unreadable,
+    /// A bounded read (payload search) ran past its bound and was stopped.
+    #[error("the search ran past its time bound")]
+    TimedOut,
 }
 
 impl StoreError {

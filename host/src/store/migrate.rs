@@ -107,6 +107,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     35 => "0035_tokens_and_audit",
     36 => "0036_max_attempts",
     37 => "0037_app_enqueue",
+    38 => "0038_hosts_and_payload_search",
     40 => "0040_live_fuel",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
@@ -147,6 +148,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     35 => "0035_tokens_and_audit",
     36 => "0036_max_attempts",
     37 => "0037_app_enqueue",
+    38 => "0038_hosts_and_payload_search",
     40 => "0040_live_fuel",
 );
 

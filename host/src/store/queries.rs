@@ -260,6 +260,11 @@ const PARKED: &str = "EXISTS (SELECT 1 FROM jobhost_runs h WHERE h.id = jobhost_
 /// by its position, not `LIKE '%text%'`: Postgres guesses such a `LIKE` rare and read and
 /// sorted every run (123 ms at a million) instead of reading the creation index in order
 /// until a page matched (6 ms; `cargo bench -p jobhost --bench console`).
+/// Of a run the run filter matched: it ended, and every ending it delivers was delivered.
+const PURGEABLE: &str = "AND status NOT IN ('queued', 'running') \
+    AND NOT EXISTS (SELECT 1 FROM jobhost_deliveries d \
+        WHERE d.run_id = jobhost_runs.id AND d.state = 'pending')";
+
 const RUN_FILTER: &str = "($1 IS NULL OR job = $1) AND ($2 IS NULL OR status IN {json_strings_2}) \
     AND ($3 IS NULL OR created_at >= $3) AND ($4 IS NULL OR created_at < $4) \
     AND ($5 IS NULL OR tenant = $5) AND ($6 IS NULL OR last_code = $6) \
@@ -272,6 +277,7 @@ impl Dialect {
         self.render_unmarked(
             template
                 .replace("{run_filter}", RUN_FILTER)
+                .replace("{purgeable}", PURGEABLE)
                 .replace("{text_position}", self.text_position)
                 .replace("{shown_status}", SHOWN_STATUS)
                 .replace("{signal_sleeper}", SIGNAL_SLEEPER)
@@ -596,6 +602,12 @@ statements! {
         status, COUNT(*) FROM jobhost_runs WHERE created_at >= $1 \
         AND status NOT IN ('queued', 'running') AND ($3 IS NULL OR tenant = $3) \
         GROUP BY 1, 2 ORDER BY 1, 2";
+    // Failed and crashed runs created since `$1`, by code and by when they ended, in
+    // buckets of `$2` ms; of tenant `$3` (any, if null). The same index as `ended_by_bucket`.
+    failures_by_bucket = "SELECT CAST(COALESCE(finished_at, created_at) / $2 AS BIGINT) * $2 AS t, \
+        COALESCE(last_code, ''), COUNT(*) FROM jobhost_runs WHERE created_at >= $1 \
+        AND status IN ('failed', 'crashed') AND ($3 IS NULL OR tenant = $3) \
+        GROUP BY 1, 2 ORDER BY 1, 2";
     // Failed and crashed runs created since `$1`, by job and code, most first.
     failures_by_job = "SELECT job, COALESCE(last_code, ''), COUNT(*), MAX(COALESCE(finished_at, \
         created_at)) FROM jobhost_runs WHERE created_at >= $1 AND status IN ('failed', 'crashed') \
@@ -679,6 +691,12 @@ statements! {
         AND NOT EXISTS (SELECT 1 FROM jobhost_deliveries d \
             WHERE d.run_id = jobhost_runs.id AND d.state = 'pending') \
         ORDER BY created_at LIMIT $2";
+    // What a purge by filter (`$1`..`$9`) deletes, `$10` at most: ended runs whose
+    // endings were delivered (as retention deletes), oldest first.
+    purgeable_runs = "SELECT id FROM jobhost_runs WHERE {run_filter} {purgeable} \
+        ORDER BY created_at, id LIMIT $10";
+    count_purgeable = "SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_runs WHERE {run_filter} \
+        {purgeable} LIMIT $10) c";
     prune_attempts = "DELETE FROM jobhost_attempts WHERE run_id IN {json_ids}";
     prune_steps = "DELETE FROM jobhost_steps WHERE run_id IN {json_ids}";
     prune_step_failures = "DELETE FROM jobhost_step_failures WHERE run_id IN {json_ids}";
@@ -967,6 +985,34 @@ statements! {
         ORDER BY at DESC, id DESC LIMIT $5";
     prune_audit = "DELETE FROM jobhost_audit WHERE id IN (SELECT id FROM jobhost_audit \
         WHERE at < {now} - $1 ORDER BY at, id LIMIT $2)";
+    // Hosts' heartbeats (`store::hosts`, migration 0038). `$4` is 1 on a host's first
+    // beat: a process that reuses an id (a container's pid 1) starts afresh.
+    beat_host = "INSERT INTO jobhost_hosts (host_id, version, lanes, started_at, seen_at, stopped_at) \
+        VALUES ($1, $2, $3, {now}, {now}, NULL) \
+        ON CONFLICT (host_id) DO UPDATE SET version = excluded.version, lanes = excluded.lanes, \
+        seen_at = excluded.seen_at, stopped_at = NULL, \
+        started_at = CASE WHEN $4 = 1 THEN excluded.started_at ELSE jobhost_hosts.started_at END";
+    host_stopped = "UPDATE jobhost_hosts SET stopped_at = {now}, seen_at = {now} WHERE host_id = $1";
+    prune_hosts = "DELETE FROM jobhost_hosts WHERE seen_at < {now} - $1";
+    list_hosts = "SELECT host_id, version, lanes, started_at, seen_at, stopped_at \
+        FROM jobhost_hosts ORDER BY host_id LIMIT $1";
+    // Queued runs due after now (a start's `run_at` or `delay`, a retry's backoff, a
+    // signal's timeout), soonest first, of tenant `$1` (any, if null), `$2` of them: a
+    // range of the queued runs' index by due time.
+    future_runs = "SELECT {run_columns} FROM jobhost_runs WHERE status = 'queued' \
+        AND next_attempt_at > {now} AND ($1 IS NULL OR tenant = $1) \
+        ORDER BY next_attempt_at, id LIMIT $2";
+    // Payload search (`store::payload_search`): on Postgres, containment served by the GIN
+    // index of migration 0038, whose predicate (the payload is an object; chr(123) is the
+    // brace these statements cannot spell) this repeats so the planner may use it.
+    search_payloads = "SELECT {run_columns} FROM jobhost_runs \
+        WHERE substr(payload, 1, 1) = chr(123) AND CAST(payload AS jsonb) @> CAST($1 AS jsonb) \
+        AND ($2 IS NULL OR job = $2) AND ($3 IS NULL OR tenant = $3) \
+        ORDER BY created_at DESC, id DESC LIMIT $4";
+    // On SQLite: a page of payloads, newest first, after the run created at `$3` with id `$4`.
+    scan_payloads = "SELECT id, payload, created_at FROM jobhost_runs \
+        WHERE ($1 IS NULL OR job = $1) AND ($2 IS NULL OR tenant = $2) \
+        AND (created_at, id) < ($3, $4) ORDER BY created_at DESC, id DESC LIMIT $5";
     // Signals (`store::signals`, migration 0033). A send locks its run's row (`$2`: the
     // sending tenant, NULL for the operator), so it is ordered with the waiting pass's
     // ending; it wakes the run only if the pass that waits for `$2` has ended.

@@ -420,6 +420,20 @@ crate::record! {
     }
 }
 
+crate::record! {
+    /// A serving host's last heartbeat (`jobhost_hosts`).
+    #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+    pub struct HostRecord {
+        pub host_id: String,
+        pub version: String,
+        /// JSON `[{"lane", "workers", "busy"}]`, as the host wrote it.
+        pub lanes: String,
+        pub started_at: i64,
+        pub seen_at: i64,
+        pub stopped_at: Option<i64>,
+    }
+}
+
 /// A token's row as written: never its secret, only the secret's hash.
 pub struct NewTokenRow<'a> {
     pub id: &'a str,

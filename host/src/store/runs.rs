@@ -53,6 +53,16 @@ impl Store {
         Ok(row.map(|(waiting, held)| (waiting != 0, held)))
     }
 
+    /// Queued runs due after now, soonest first: a tenant's only, if given.
+    pub async fn future_runs(&self, tenant: Option<&str>, limit: i64) -> Result<Vec<RunRecord>> {
+        let q = &self.q.future_runs;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str())
+            .bind(tenant)
+            .bind(limit)
+            .fetch_all(p)
+            .await?))
+    }
+
     pub async fn get_run(&self, id: &str) -> Result<Option<RunRecord>> {
         let q = &self.q.get_run;
         Ok(

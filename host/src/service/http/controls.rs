@@ -8,7 +8,7 @@ use super::error::{ApiError, ApiResult};
 use super::params::{self, ApiPath, ApiQuery};
 use super::run_filter::{RunsQuery, run_filter};
 use super::state::Shared;
-use super::visible::present;
+use super::visible::{operator_only, present};
 use crate::rules::tenant::Principal;
 use crate::runs::controls::{Action, Actor, ControlError, Controls};
 use crate::service::views;
@@ -144,17 +144,7 @@ async fn by_filter(
     action: Action,
     body: &[u8],
 ) -> Result<(Extension<AuditNote>, Json<serde_json::Value>), ApiError> {
-    let body: BulkBody = serde_json::from_slice(body).map_err(|_| {
-        ApiError::invalid(
-            "the body must be a JSON object: `filter` (job, status, code, tenant, instance, q, \
-             since, until) and `confirm`",
-        )
-    })?;
-    if body.filter.limit.is_some() || body.filter.before.is_some() {
-        return Err(ApiError::invalid(
-            "filter: an action by filter takes every run it matches; leave out limit and before",
-        ));
-    }
+    let body = bulk_body(body)?;
     let filter = run_filter(&s, &who, body.filter).await?;
     let controls = controls(&s);
     if !body.confirm {
@@ -184,12 +174,58 @@ async fn by_filter(
     ))
 }
 
-/// Pauses belong to the operator: for a tenant's token they do not exist.
-fn operator_only(who: &Principal) -> Result<(), ApiError> {
-    match who {
-        Principal::Operator => Ok(()),
-        Principal::Tenant(_) => Err(params::not_found()),
+/// Most runs one confirmed purge deletes; `more` says to call again.
+const PURGE_BATCH: i64 = 1_000;
+
+/// `POST /runs/purge` `{"filter", "confirm"}`: deletes the ended runs a filter matches
+/// (their endings delivered), with their attempts, logs, journals and steps, beyond
+/// retention; without `confirm`, only how many it would. The operator's only: to a
+/// tenant's token the path does not exist.
+pub(super) async fn purge_matching(
+    State(s): State<Arc<Shared>>,
+    Extension(who): Extension<Principal>,
+    body: axum::body::Bytes,
+) -> Result<(Extension<AuditNote>, Json<serde_json::Value>), ApiError> {
+    operator_only(&who)?;
+    let body = bulk_body(&body)?;
+    let filter = run_filter(&s, &who, body.filter).await?;
+    if !body.confirm {
+        let count = s.app.store.count_purgeable(&filter, PREVIEW_CAP).await?;
+        let preview = AuditNote {
+            preview: true,
+            ..AuditNote::default()
+        };
+        return Ok((
+            Extension(preview),
+            Json(json!({ "count": count, "capped": count >= PREVIEW_CAP, "confirmed": false })),
+        ));
     }
+    let done = s.app.store.purge_runs(&filter, PURGE_BATCH).await?;
+    tracing::info!(runs = done, "runs purged by filter");
+    let note = AuditNote {
+        object: Some(format!("runs: {done} purged by filter")),
+        ..AuditNote::default()
+    };
+    Ok((
+        Extension(note),
+        Json(json!({ "done": done, "more": done as i64 == PURGE_BATCH })),
+    ))
+}
+
+/// A bulk action's body, read and checked: every run the filter matches, so no page.
+fn bulk_body(body: &[u8]) -> Result<BulkBody, ApiError> {
+    let body: BulkBody = serde_json::from_slice(body).map_err(|_| {
+        ApiError::invalid(
+            "the body must be a JSON object: `filter` (job, status, code, tenant, instance, q, \
+             since, until) and `confirm`",
+        )
+    })?;
+    if body.filter.limit.is_some() || body.filter.before.is_some() {
+        return Err(ApiError::invalid(
+            "filter: an action by filter takes every run it matches; leave out limit and before",
+        ));
+    }
+    Ok(body)
 }
 
 pub(super) async fn list_pauses(

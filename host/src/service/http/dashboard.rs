@@ -35,22 +35,42 @@ const SAMPLES_KEPT: usize = 8640;
 const STATS_ROWS: i64 = 20_000;
 const HOUR_MS: i64 = 3_600_000;
 
+/// A lane's due runs and how long the oldest has waited: those a pause holds (of their
+/// job, tenant or lane) apart, so a deliberate pause does not read as a lagging queue.
+#[derive(Debug, Clone, Copy, Default)]
+struct LaneQueue {
+    depth: i64,
+    lag_ms: i64,
+    paused_depth: i64,
+    paused_lag_ms: i64,
+}
+
 /// Each lane's due runs and the oldest one's wait, summed over its jobs (a tenant's
 /// token: that tenant's runs).
 async fn lane_queues(
     s: &Shared,
     tenant: Option<&str>,
-) -> Result<BTreeMap<String, (i64, i64)>, crate::store::StoreError> {
-    let mut lanes: BTreeMap<String, (i64, i64)> =
-        s.lanes.keys().map(|lane| (lane.clone(), (0, 0))).collect();
+) -> Result<BTreeMap<String, LaneQueue>, crate::store::StoreError> {
+    let mut lanes: BTreeMap<String, LaneQueue> = s
+        .lanes
+        .keys()
+        .map(|lane| (lane.clone(), LaneQueue::default()))
+        .collect();
+    let pauses = s.app.runner.pauses().current().await?;
     for (run_tenant, job, due, lag_ms) in s.app.store.queue_lag_by_tenant_and_job().await? {
         if tenant.is_some_and(|own| own != run_tenant) {
             continue;
         }
         let lane = s.catalog.lane_of(&job);
+        let held = !pauses.holding(&job, &run_tenant, &lane).is_empty();
         let entry = lanes.entry(lane).or_default();
-        entry.0 += due;
-        entry.1 = entry.1.max(lag_ms);
+        if held {
+            entry.paused_depth += due;
+            entry.paused_lag_ms = entry.paused_lag_ms.max(lag_ms);
+        } else {
+            entry.depth += due;
+            entry.lag_ms = entry.lag_ms.max(lag_ms);
+        }
     }
     Ok(lanes)
 }
@@ -76,13 +96,13 @@ async fn sample(s: &Shared) -> Result<(), crate::store::StoreError> {
     let queues = lane_queues(s, None).await?;
     let busy = s.app.runner.interrupts().busy_by_lane();
     let mut samples = s.console.samples();
-    for (lane, (depth, lag_ms)) in queues {
+    for (lane, queue) in queues {
         samples.push_back(LaneSample {
             at,
             busy: busy.get(&lane).copied().unwrap_or(0),
             lane,
-            depth,
-            lag_ms,
+            depth: queue.depth,
+            lag_ms: queue.lag_ms,
         });
     }
     let lanes = s.lanes.len().max(1);
@@ -178,11 +198,11 @@ pub(super) async fn stream(
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct WindowQuery {
-    window: Option<String>,
+    pub(super) window: Option<String>,
 }
 
 /// A window's length and its buckets' width.
-fn window(asked: Option<&str>) -> Result<(&'static str, i64, i64), ApiError> {
+pub(super) fn window(asked: Option<&str>) -> Result<(&'static str, i64, i64), ApiError> {
     match asked.unwrap_or("hour") {
         "hour" => Ok(("hour", HOUR_MS, 60_000)),
         "day" => Ok(("day", 24 * HOUR_MS, 30 * 60_000)),
@@ -237,16 +257,7 @@ async fn read_overview(
             *count += n;
         }
     }
-    let buckets: Vec<Value> = buckets
-        .into_iter()
-        .map(|(t, counts)| {
-            let mut value = json!({ "t": views::time(t) });
-            for (outcome, n) in counts {
-                value[outcome] = n.into();
-            }
-            value
-        })
-        .collect();
+    let buckets = bucket_rows(buckets);
     let failures: Vec<Value> = store
         .failures_by_job(now - HOUR_MS, tenant)
         .await?
@@ -263,7 +274,7 @@ async fn read_overview(
         let samples = s.console.samples();
         queues
             .iter()
-            .map(|(lane, (depth, lag_ms))| {
+            .map(|(lane, queue)| {
                 let step = usize::try_from(bucket / SAMPLE_EVERY.as_millis() as i64)
                     .unwrap_or(1)
                     .max(1)
@@ -280,8 +291,10 @@ async fn read_overview(
                     "lane": lane,
                     "workers": fleet(s.lanes.get(lane).copied().unwrap_or(0)),
                     "busy": fleet(busy.get(lane).copied().unwrap_or(0)),
-                    "depth": depth,
-                    "lag_ms": lag_ms,
+                    "depth": queue.depth,
+                    "lag_ms": queue.lag_ms,
+                    "paused_depth": queue.paused_depth,
+                    "paused_lag_ms": queue.paused_lag_ms,
                     "paused": pauses.lane(lane),
                     "history": history,
                 })
@@ -313,6 +326,20 @@ async fn read_overview(
         "pauses": shown_pauses,
         "queue_full": full,
     }))
+}
+
+/// Buckets as the charts read them: `{"t", <series>: count, ...}` each, in time order.
+pub(super) fn bucket_rows<K: AsRef<str>>(buckets: BTreeMap<i64, BTreeMap<K, i64>>) -> Vec<Value> {
+    buckets
+        .into_iter()
+        .map(|(t, counts)| {
+            let mut value = json!({ "t": views::time(t) });
+            for (series, n) in counts {
+                value[series.as_ref()] = n.into();
+            }
+            value
+        })
+        .collect()
 }
 
 /// The value at quantile `q` of sorted `values`.

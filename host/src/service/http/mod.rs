@@ -6,7 +6,7 @@
 //! `unknown_journal`, `unreadable_journal`, `invalid_parameter`, `queue_full` (429: a cap on
 //! queued runs, `backlog`), `too_many_waiters` (503: `run_wait`), `shutting_down`, `unavailable`, `request_timeout`, `body_too_large`,
 //! `too_many_connections` (`server`), `token_expired` (401, `auth`), `read_only` (403),
-//! `unknown_token`; one type, `error::ApiError`.
+//! `unknown_token`, `search_timeout` (503, `payload_search`); one type, `error::ApiError`.
 //! Every path and query parameter is read and checked before any query (`params`): an id
 //! that no job, run or tenant could have answers 404 as an unknown one does.
 //!
@@ -26,9 +26,12 @@ mod deliveries;
 mod enqueue;
 mod error;
 mod events;
+mod failures;
+mod hosts;
 mod journals;
 mod metrics;
 mod params;
+mod payload_search;
 mod run_filter;
 mod run_wait;
 mod server;
@@ -36,6 +39,7 @@ mod signals;
 mod state;
 mod tenants;
 mod tokens;
+mod upcoming;
 mod usage;
 mod visible;
 
@@ -61,6 +65,7 @@ use visible::{present, sees_job, visible_job};
 
 pub use audit::ApiRoute;
 pub use dashboard::{pulse_loop, sample_loop};
+pub use hosts::heartbeat_loop;
 pub use run_wait::watch_loop;
 pub use server::{ConnectionLimits, serve_api};
 pub use state::RunWatch;
@@ -120,6 +125,7 @@ fn api(routes: Routes) -> Routes {
         )
         .read("/runs", list_runs)
         .read("/runs/count", controls::count_runs)
+        .read("/runs/search", payload_search::search)
         .change(
             Method::POST,
             "/runs/cancel",
@@ -133,6 +139,13 @@ fn api(routes: Routes) -> Routes {
             RunsRetry,
             "runs",
             controls::retry_matching,
+        )
+        .change(
+            Method::POST,
+            "/runs/purge",
+            RunsPurge,
+            "runs",
+            controls::purge_matching,
         )
         .read("/runs/{id}", get_run)
         .read("/runs/{id}/events", run_wait::events)
@@ -178,6 +191,7 @@ fn api(routes: Routes) -> Routes {
         .read("/jobs/{name}/stats", dashboard::job_stats)
         .read("/stream", dashboard::stream)
         .read("/reports", list_reports)
+        .read("/failures", failures::by_code)
         .read("/deliveries", deliveries::list)
         .read("/deliveries/{id}", deliveries::show)
         .change(
@@ -228,6 +242,8 @@ fn api(routes: Routes) -> Routes {
         .read("/whoami", tokens::whoami)
         .read("/audit", audit::list)
         .read("/usage", usage::usage)
+        .read("/hosts", hosts::list)
+        .read("/upcoming", upcoming::list)
 }
 
 /// The console's files, served by the host itself: no fonts, scripts or styles from
@@ -348,6 +364,7 @@ async fn get_job(
     let pauses = s.app.runner.pauses().current().await?;
     let mut view = views::job(&job, lease.as_ref(), now);
     paused_view(&s, &pauses, &mut view);
+    view["settings"] = views::job_settings(&job.spec);
     Ok(Json(present(&who, view)))
 }
 

@@ -5,6 +5,7 @@ use super::audit::AuditNote;
 use super::error::{ApiError, ApiResult};
 use super::params::{self, ApiPath};
 use super::state::Shared;
+use super::visible::operator_only;
 use crate::rules::tenant::{self, Principal};
 use crate::service::views;
 use axum::Json;
@@ -13,17 +14,6 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
-
-fn operator_only(who: &Principal) -> Result<(), ApiError> {
-    match who {
-        Principal::Operator => Ok(()),
-        Principal::Tenant(_) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "no such resource",
-        )),
-    }
-}
 
 pub(super) async fn list(
     State(s): State<Arc<Shared>>,

@@ -6,6 +6,7 @@ use super::audit::{AuditNote, Caller};
 use super::error::{ApiError, ApiResult};
 use super::params::{self, ApiPath};
 use super::state::Shared;
+use super::visible::operator_only;
 use crate::rules::tenant::{self, NewToken, Principal};
 use crate::service::views;
 use crate::store::NewTokenRow;
@@ -15,13 +16,6 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
-
-fn operator_only(who: &Principal) -> Result<(), ApiError> {
-    match who {
-        Principal::Operator => Ok(()),
-        Principal::Tenant(_) => Err(params::not_found()),
-    }
-}
 
 pub(super) async fn whoami(
     Extension(who): Extension<Principal>,

@@ -11,6 +11,15 @@ use crate::store::JobRecord;
 use axum::http::StatusCode;
 use serde_json::Value;
 
+/// What only an operator's token may see or do (pauses, tenants, tokens, hosts, purges):
+/// to a tenant's token it does not exist.
+pub(super) fn operator_only(who: &Principal) -> Result<(), ApiError> {
+    match who {
+        Principal::Operator => Ok(()),
+        Principal::Tenant(_) => Err(params::not_found()),
+    }
+}
+
 /// A view as `who` may see it.
 pub(super) fn present(who: &Principal, view: Value) -> Value {
     match who {

@@ -1,7 +1,7 @@
 // jobhost operator console: plain ES2020, no build step, no framework.
 //
-// Hash routes: #/ (overview), #/jobs, #/jobs/NAME, #/runs?filters, #/runs/ID, #/tokens,
-// #/audit.
+// Hash routes: #/ (overview), #/jobs, #/jobs/NAME, #/runs?filters, #/runs/ID, #/upcoming,
+// #/reports, #/hosts, #/tenants, #/tokens, #/audit.
 // Each view builds its skeleton once (controls the operator types into stay put) and
 // registers a `load` that fetches and fills its data regions; live updates from /stream
 // call that `load` again. Server text is only ever inserted with textContent (logs and
@@ -162,13 +162,13 @@
   async function api(path, options) {
     const opts = options || {};
     const headers = { Authorization: "Bearer " + token(), Accept: "application/json" };
-    if (opts.body !== undefined) headers["Content-Type"] = "application/json";
+    // `raw`: a body already in JSON text, sent as typed (the host, not the browser, judges
+    // a payload: JSON.parse would quietly drop a key given twice).
+    const sent = opts.raw !== undefined ? opts.raw : opts.body === undefined ? undefined : JSON.stringify(opts.body);
+    if (sent !== undefined) headers["Content-Type"] = "application/json";
     let response;
     try {
-      response = await fetch(path, {
-        method: opts.method || "GET", headers, cache: "no-store",
-        body: opts.body === undefined ? undefined : JSON.stringify(opts.body),
-      });
+      response = await fetch(path, { method: opts.method || "GET", headers, cache: "no-store", body: sent });
     } catch (_) {
       throw new ApiError(0, "network", "cannot reach the host");
     }
@@ -264,8 +264,10 @@
     } catch (e) {
       if (errs) errs.push(describe(e, "/whoami"));
     }
-    const tokensNav = document.querySelector('[data-nav="tokens"]');
-    if (tokensNav) tokensNav.hidden = !isOperator();
+    for (const view of ["tokens", "hosts", "tenants"]) {
+      const nav = document.querySelector(`[data-nav="${view}"]`);
+      if (nav) nav.hidden = !isOperator();
+    }
   }
 
   const readOnly = () => !me || me.kind === "read_only";
@@ -376,10 +378,17 @@
     return parts.length ? parts.join(", ") : "no filter: every run";
   }
 
+  // What each action by filter is called, and what its preview says it touches.
+  const BULK = {
+    cancel: { verb: "Cancel", doing: "cancelling", done: "cancelled", note: "Only queued and running runs are cancelled; the count is of those." },
+    retry: { verb: "Retry", doing: "retrying", done: "retried", note: "Only failed, crashed and cancelled runs are retried, each once; the count is of those." },
+    purge: { verb: "Purge", doing: "purging", done: "purged", note: "Only ended runs whose endings were delivered are deleted, with their attempts, logs, journals and steps; the count is of those. This cannot be undone." },
+  };
+
   // Bulk by filter: preview the count, confirm, then repeat the confirmed call while the
   // host says there is more (it does at most 1 000 runs per call).
   async function bulkByFilter(action, filter) {
-    const verb = action === "cancel" ? "Cancel" : "Retry";
+    const { verb, doing, done: doneWord, note } = BULK[action];
     let preview;
     try {
       preview = await api(`/runs/${action}`, { method: "POST", body: { filter, confirm: false } });
@@ -393,9 +402,7 @@
       h("p", {}, `${verb} `, h("strong", { id: "confirm-count", "data-count": count }, countText),
         count === 1 ? " run" : " runs", " matching:"),
       h("p", { class: "filter-text mono" }, filterText(filter)),
-      h("p", { class: "muted" }, action === "cancel"
-        ? "Only queued and running runs are cancelled; the count is of those."
-        : "Only failed, crashed and cancelled runs are retried, each once; the count is of those."),
+      h("p", { class: "muted" }, note),
     ];
     const waiting = confirmDialog({ title: `${verb} all matching runs?`, body, yes: `${verb} ${countText}` });
     if (count === 0) disableConfirm();
@@ -403,12 +410,12 @@
     let done = 0;
     try {
       for (let round = 0; round < 10000; round++) {
-        notice(`${action === "cancel" ? "cancelling" : "retrying"}… ${done.toLocaleString()} so far`);
+        notice(`${doing}… ${done.toLocaleString()} so far`);
         const r = await api(`/runs/${action}`, { method: "POST", body: { filter, confirm: true } });
         done += Number(r.done) || 0;
         if (!r.more) break;
       }
-      notice(`${action === "cancel" ? "cancelled" : "retried"} ${done.toLocaleString()} runs`);
+      notice(`${doneWord} ${done.toLocaleString()} runs`);
     } catch (e) {
       fail(e, `${action} (after ${done})`);
     }
@@ -521,6 +528,10 @@
     if (parts[0] === "jobs") return parts.length > 1 ? { view: "job", name: parts.slice(1).join("/"), params } : { view: "jobs", params };
     if (parts[0] === "tokens" && parts.length === 1) return { view: "tokens", params };
     if (parts[0] === "audit" && parts.length === 1) return { view: "audit", params };
+    if (parts[0] === "hosts" && parts.length === 1) return { view: "hosts", params };
+    if (parts[0] === "tenants" && parts.length === 1) return { view: "tenants", params };
+    if (parts[0] === "reports" && parts.length === 1) return { view: "reports", params };
+    if (parts[0] === "upcoming" && parts.length === 1) return { view: "upcoming", params };
     if (parts[0] === "runs") return parts.length > 1 ? { view: "run", id: parts.slice(1).join("/"), params } : { view: "runs", params };
     return { view: "notfound", params };
   }
@@ -647,6 +658,7 @@
       const operator = canPause !== false;
       const depth = lanesData.reduce((s, l) => s + (Number(l.depth) || 0), 0);
       const lag = lanesData.reduce((s, l) => Math.max(s, Number(l.lag_ms) || 0), 0);
+      const heldDepth = lanesData.reduce((s, l) => s + (Number(l.paused_depth) || 0), 0);
       const winText = ovWindow === "day" ? "last day" : "last hour";
       runsTitle.textContent = `Runs finished per ${bucketName(o.bucket_ms)}`;
       fill(stats,
@@ -654,7 +666,8 @@
         stat("Finished", ov ? num(finished) : dash, winText),
         stat("Failed", ov ? num(bad) : dash, ov && finished ? pct(bad / finished) + " of finished" : winText, bad ? "stat-bad" : ""),
         stat("Queued", ov ? num(depth) : dash, `${lanesData.length} lane${lanesData.length === 1 ? "" : "s"}`),
-        stat("Max lag", ov ? dur(lag) : dash, "oldest due run waiting", lag > 60e3 ? "stat-warn" : ""),
+        stat("Max lag", ov ? dur(lag) : dash, "oldest due run waiting, paused ones apart", lag > 60e3 ? "stat-warn" : ""),
+        !heldDepth ? null : stat("Held by pauses", num(heldDepth), "due runs a pause holds (not lag)", "stat-warn"),
         !full.length ? null : stat("Queue full", num(full.length), full.map((f) => `${f.tenant} ${num(f.queued)}/${num(f.max_queued)}`).slice(0, 2).join(", ") + " — new runs refused", "stat-bad"),
         !operator ? null : stat("Paused", num(ps.length), ps.length ? ps.map((p) => `${p.scope} ${p.name}`).slice(0, 2).join(", ") : "nothing paused", ps.length ? "stat-warn" : ""));
       const colors = {};
@@ -673,7 +686,9 @@
             !fleet ? null : h("span", { class: "lane-fig", title: "workers busy / workers" }, h("b", {}, `${num(l.busy)}/${num(l.workers)}`), " busy"),
             !fleet ? null : meter(Number(l.busy) || 0, Number(l.workers) || 0),
             h("span", { class: "lane-fig", title: "queued runs that are due" }, h("b", {}, num(l.depth)), " queued"),
-            h("span", { class: "lane-fig", title: "how long the oldest due run has waited" }, h("b", {}, dur(l.lag_ms)), " lag")),
+            h("span", { class: "lane-fig", title: "how long the oldest due run has waited (paused ones apart)", "data-lag": l.lane }, h("b", {}, dur(l.lag_ms)), " lag"),
+            Number(l.paused_depth) ? h("span", { class: "lane-fig", title: "due runs a pause holds, and how long the oldest has waited", "data-paused": l.lane },
+              h("b", {}, num(l.paused_depth)), " paused · ", dur(l.paused_lag_ms)) : null),
           fleet ? chart : null);
         return card;
       }) : [h("p", { class: "muted pad" }, ov ? "No lanes reported." : "Lanes are not available.")]));
@@ -795,6 +810,36 @@
 
   let jobWindow = "day";
 
+  // Start a run with a payload (POST /jobs/{job}/runs): the payload goes as typed, so the
+  // host's payload rule judges it, and its refusal is shown under the box.
+  function startForm(name) {
+    const payload = h("textarea", { id: "start-payload", name: "payload", rows: 4, spellcheck: "false", placeholder: '{"key": "value"} (empty: the manifest\'s payload)' });
+    const delay = h("input", { id: "start-delay", name: "delay", placeholder: "now (or 30s, 10m, 2h)", autocomplete: "off", maxlength: 16 });
+    const error = h("p", { id: "start-error", class: "field-error", role: "alert" });
+    const submit = h("button", { type: "submit", class: "primary", id: "start-submit" }, "Start run");
+    const form = h("form", { class: "start-form", id: "start-form", onsubmit: async (e) => {
+      e.preventDefault();
+      error.textContent = "";
+      const parts = [];
+      if (payload.value.trim()) parts.push(`"payload": ${payload.value}`);
+      if (delay.value.trim()) parts.push(`"delay": ${JSON.stringify(delay.value.trim())}`);
+      submit.disabled = true;
+      try {
+        const r = await api(`/jobs/${encodeURIComponent(name)}/runs`, { method: "POST", raw: `{${parts.join(", ")}}` });
+        notice(`started ${name}: ${r.result || "created"} (${shortId(r.run_id)})`);
+        if (r.run_id) location.hash = runHref(r.run_id);
+      } catch (err) {
+        error.textContent = err.message;
+      } finally {
+        submit.disabled = false;
+      }
+    } },
+    h("label", { class: "field" }, h("span", {}, "Payload (JSON)"), payload),
+    h("div", { class: "start-row" }, h("label", { class: "field" }, h("span", {}, "Delay"), delay), submit),
+    error);
+    return section("Start a run", { id: "job-start", class: "span-2", sub: "with a payload of your own" }, form);
+  }
+
   function jobView(ctx) {
     const name = ctx.route.name;
     const badges = h("span", { class: "badges" });
@@ -804,6 +849,7 @@
     const schedule = h("div");
     const lease = h("div");
     const details = h("div");
+    const settings = h("div");
     const runs = h("div");
     const chartSub = h("span", { class: "card-sub" });
     const durCard = h("section", { class: "card span-2", "aria-labelledby": "job-dur-h" },
@@ -821,17 +867,24 @@
         durCard,
         section("Schedule", { id: "job-schedule" }, schedule),
         section("Lease", { id: "job-lease" }, lease),
+        changes(startForm(name)),
         section("Recent runs", { id: "job-runs", class: "span-2", tools: h("a", { href: runsHref({ job: name }) }, "All runs of this job →") }, runs),
-        section("Details", { id: "job-details", class: "span-2" }, details)));
+        section("Details", { id: "job-details", class: "span-2" }, details),
+        section("Settings", { id: "job-settings", class: "span-2", sub: "from the manifest, read-only" }, settings)));
 
     ctx.load = async (errs) => {
       const enc = encodeURIComponent(name);
       const [job, st, rs] = await Promise.all([
-        tryGet(errs, `/jobs/${enc}`),
+        getOrMissing(errs, `/jobs/${enc}`),
         tryGet(errs, `/jobs/${enc}/stats?window=${jobWindow}`),
         tryGet(errs, `/runs?job=${enc}&limit=20`),
         loadPauses(errs)]);
       if (!ctx.alive()) return;
+      if (job && job.missing) {
+        errs.length = 0;
+        showNotFound(ctx, root, job.missing);
+        return;
+      }
       const j = job || { name };
       const s = st || {};
       fill(badges, 
@@ -889,13 +942,34 @@
         ["Registered", whenAbs(j.registered_at)],
       ].filter((p) => p[1] !== null)));
       fill(runs, runsTable(rs && Array.isArray(rs.runs) ? rs.runs : [], { select: false, job: false, empty: rs ? "No runs yet." : "Runs are not available." }));
+      fill(settings, settingsList(j.settings));
     };
     return root;
   }
 
+  // A job's definition as registered: each setting in words, structured ones as JSON.
+  function settingsList(st) {
+    if (!st) return h("p", { class: "muted pad" }, "No settings are known for this job.");
+    const limits = st.limits || {};
+    const retry = st.retry || {};
+    const structured = (v) => (isNil(v) || (typeof v === "object" && !Object.keys(v).length) ? h("span", { class: "muted" }, "none") : h("pre", { class: "json" }, json(v)));
+    return dl([
+      ["Lane", h("span", { class: "mono", "data-setting": "lane" }, st.lane || "default")],
+      ["Timeout", h("span", { "data-setting": "timeout" }, limits.timeout || dash)],
+      ["Memory", h("span", { "data-setting": "memory" }, limits.memory || dash)],
+      ["Fuel", h("span", { "data-setting": "fuel" }, isNil(limits.fuel) ? "unbounded (the timeout bounds it)" : num(limits.fuel))],
+      ["Retries", h("span", { "data-setting": "retries" }, `${num(retry.retries)}`, retry.retries ? ` (backoff ${retry.backoff_base} up to ${retry.backoff_max})` : "")],
+      ["Grants", h("div", { "data-setting": "grants" }, structured(st.grants))],
+      ["Flow", h("div", { "data-setting": "flow" }, structured(st.flow))],
+      ["Journal", h("span", { "data-setting": "recorder" }, isNil(st.recorder) ? dash : typeof st.recorder === "object" ? json(st.recorder) : String(st.recorder))],
+      st.on && st.on.length ? ["Events", h("span", { class: "mono" }, st.on.join(", "))] : null,
+      ["Run on boot", st.run_on_boot ? "yes" : "no"],
+    ]);
+  }
+
   // ---------------------------------------------------------------- runs
 
-  const FILTER_KEYS = ["job", "status", "code", "tenant", "instance", "since", "until", "q"];
+  const FILTER_KEYS = ["job", "status", "code", "tenant", "instance", "since", "until", "q", "payload"];
   const runsState = { key: null, stack: [], before: null, selected: new Set() };
 
   function runsTable(runs, opts) {
@@ -958,6 +1032,7 @@
       since: h("input", { name: "since", value: filter.since || "", placeholder: "1h or RFC 3339", autocomplete: "off" }),
       until: h("input", { name: "until", value: filter.until || "", placeholder: "now", autocomplete: "off" }),
       q: h("input", { name: "q", id: "runs-q", type: "search", value: filter.q || "", maxlength: 200, placeholder: "text in the last error   ( / )", autocomplete: "off", "aria-keyshortcuts": "/" }),
+      payload: h("input", { name: "payload", id: "runs-payload", value: filter.payload || "", maxlength: 4096, placeholder: 'payload contains, e.g. {"customer": 42} (with job and tenant only)', autocomplete: "off", spellcheck: "false" }),
     };
     inputs.status.value = filter.status || "";
     const datalist = h("datalist", { id: "jobs-list" });
@@ -965,6 +1040,7 @@
       field("q", "Search", inputs.q),
       field("job", "Job", inputs.job), field("status", "Status", inputs.status), field("code", "Code", inputs.code),
       field("tenant", "Tenant", inputs.tenant), field("since", "Since", inputs.since), field("until", "Until", inputs.until),
+      field("payload", "Payload contains", inputs.payload),
       h("div", { class: "filter-buttons" },
         h("button", { type: "submit", class: "primary" }, "Apply"),
         Object.keys(filter).length ? h("a", { href: "#/runs", class: "btn" }, "Clear") : null),
@@ -1021,16 +1097,41 @@
     });
 
     const root = h("div", { class: "view view-runs" },
-      pageHead("Runs", { tools: changes(h("div", { class: "tools" },
+      pageHead("Runs", { tools: filter.payload ? null : changes(h("div", { class: "tools" },
         h("button", { type: "button", class: "danger-ghost", id: "bulk-cancel", onclick: () => bulkByFilter("cancel", filter) }, "Cancel all matching…"),
-        h("button", { type: "button", class: "ghost", id: "bulk-retry", onclick: () => bulkByFilter("retry", filter) }, "Retry all matching…"))) }),
+        h("button", { type: "button", class: "ghost", id: "bulk-retry", onclick: () => bulkByFilter("retry", filter) }, "Retry all matching…"),
+        isOperator() ? h("button", { type: "button", class: "danger-ghost", id: "bulk-purge", onclick: () => bulkByFilter("purge", filter) }, "Purge ended matching…") : null)) }),
       h("section", { class: "card", "aria-label": "Filters" }, form),
       h("section", { class: "card flush", "aria-label": "Runs" },
         h("div", { class: "card-head toolbar" }, countEl, selInfo, h("span", { class: "fill" }), changes(cancelSel), changes(retrySel)),
         tableBox,
         h("div", { class: "pager" }, newer, pageInfo, older)));
 
+    // A payload search (GET /runs/search): bounded, newest first, one page; it takes the
+    // job and tenant filters only.
+    async function loadSearch(errs) {
+      const q = new URLSearchParams({ payload: filter.payload, limit: "50" });
+      for (const k of ["job", "tenant"]) if (filter[k]) q.set(k, filter[k]);
+      let found = null;
+      try {
+        found = await api("/runs/search?" + q);
+      } catch (e) {
+        errs.push(describe(e, "/runs/search"));
+      }
+      if (!ctx.alive()) return;
+      pageRuns = found && Array.isArray(found.runs) ? found.runs : [];
+      next = null;
+      countEl.textContent = !found ? "" : `${pageRuns.length}${pageRuns.length === found.limit ? " newest" : ""} with this payload` +
+        (found.complete ? "" : ` (of the newest ${num(found.scan_limit)} runs read)`);
+      fill(tableBox, runsTable(pageRuns, { select: !readOnly(), selectAll: h("th", { class: "check", scope: "col" }, selectAll), onSelect: syncSelection, empty: found ? "No run's payload contains this." : "The search failed." }));
+      newer.disabled = true;
+      older.disabled = true;
+      pageInfo.textContent = "";
+      syncSelection();
+    }
+
     ctx.load = async (errs) => {
+      if (filter.payload) return loadSearch(errs);
       const q = new URLSearchParams(filter);
       q.set("limit", "50");
       if (runsState.before) q.set("before", runsState.before);
@@ -1073,6 +1174,8 @@
     return out;
   }
 
+  const TICKS_PER_ATTEMPT = 200;
+
   function runView(ctx) {
     const id = ctx.route.id;
     const headBox = h("div");
@@ -1114,8 +1217,12 @@
       below);
 
     ctx.load = async (errs) => {
-      const r = await tryGet(errs, "/runs/" + encodeURIComponent(id));
+      const r = await getOrMissing(errs, "/runs/" + encodeURIComponent(id));
       if (!ctx.alive()) return;
+      if (r && r.missing) {
+        showNotFound(ctx, root, r.missing);
+        return;
+      }
       if (!r) {
         fill(headBox, pageHead("Run " + shortId(id), { crumbs: [h("a", { href: "#/runs" }, "Runs"), " / "] }));
         return;
@@ -1180,7 +1287,8 @@
       for (const a of attempts) {
         ticks.push({ at: a.started_at, label: `attempt ${a.seq} started${a.host ? " on " + a.host : ""} (generation ${a.generation})`, short: `start #${a.seq}` });
         if (a.finished_at) ticks.push({ at: a.finished_at, label: `attempt ${a.seq} ended: ${a.status}${a.code ? " " + a.code : ""}`, short: false });
-        for (const c of Array.isArray(a.calls) ? a.calls : []) {
+        // At most TICKS_PER_ATTEMPT calls are drawn: the rest are in the calls' pages.
+        for (const c of (Array.isArray(a.calls) ? a.calls : []).slice(0, TICKS_PER_ATTEMPT)) {
           const t0 = Date.parse(a.started_at);
           if (isNaN(t0)) continue;
           ticks.push({
@@ -1210,10 +1318,7 @@
             h("span", { class: "att-meta" }, when(a.started_at))),
           lines.length === 1 && !lines[0] ? h("p", { class: "muted pad" }, "no log output")
             : h("ol", { class: "log" }, lines.map((line) => h("li", { "data-text": line }, line))),
-          calls.length ? table(["At", "Kind", "Name", "Took", "Result", "Detail"], calls.map((c) => h("tr", {},
-            h("td", { class: "num" }, "+" + dur(c.at_ms)), h("td", {}, h("span", { class: "tag" }, c.kind)), h("td", { class: "mono" }, c.name || ""),
-            h("td", { class: "num" }, dur(c.ms)), h("td", {}, c.result === "ok" ? h("span", { class: "ok" }, "ok") : code(c.result)),
-            h("td", { class: "err" }, c.detail || ""))), { class: "calls" }) : null,
+          calls.length ? callsPanel(r.run_id, a.seq, calls) : null,
           a.log_truncated ? h("p", { class: "muted pad" }, "the log was truncated") : null,
           a.journal ? h("p", { class: "muted pad journal" },
             `journal: ${num(a.journal.total)} host calls${a.journal.shown < a.journal.total ? ` (first ${num(a.journal.shown)} shown)` : ""}${a.journal.replayable ? "" : ", truncated at its cap"} · `,
@@ -1271,7 +1376,7 @@
 
       const steps = Array.isArray(r.steps) ? r.steps : [];
       const files = Array.isArray(r.files) ? r.files : [];
-      const links = attempts.flatMap((a) => (Array.isArray(a.calls) ? a.calls : []).filter((c) => c.kind === "links").map((c) => ({ a, c })));
+      const links = attempts.flatMap((a) => (Array.isArray(a.calls) ? a.calls : []).filter((c) => c.kind === "links").map((c) => ({ a, c }))).slice(0, CALLS_PAGE);
       fill(below, h("div", { class: "cols" },
         section("Steps", { id: "run-steps", sub: steps.length ? `${steps.length} recorded` : "" }, table(["Pass", "Name", "Result", "Gen", "Recorded"], steps.map((s) => h("tr", {},
           h("td", { class: "num" }, num(s.pass)), h("td", { class: "mono" }, s.name),
@@ -1290,6 +1395,51 @@
     return root;
   }
 
+  // Host calls shown a page at a time, so an attempt that journaled thousands of calls
+  // keeps its page short: a summary by capability, then one capability's calls (or all),
+  // CALLS_PAGE at a time. Which page is open survives the view's live reloads.
+  const CALLS_PAGE = 50;
+  const callsState = new Map();
+
+  function callsPanel(runId, seq, calls) {
+    const key = runId + "/" + seq;
+    const st = callsState.get(key) || { kind: "", page: 0 };
+    callsState.set(key, st);
+    const byKind = new Map();
+    for (const c of calls) {
+      const g = byKind.get(c.kind) || { n: 0, errors: 0, ms: 0 };
+      g.n++;
+      g.ms += Number(c.ms) || 0;
+      if (c.result && c.result !== "ok") g.errors++;
+      byKind.set(c.kind, g);
+    }
+    const box = h("div", { class: "calls-panel", "data-calls": key });
+    const render = () => {
+      const shown = st.kind ? calls.filter((c) => c.kind === st.kind) : calls;
+      const pages = Math.max(1, Math.ceil(shown.length / CALLS_PAGE));
+      st.page = Math.min(st.page, pages - 1);
+      const slice = shown.slice(st.page * CALLS_PAGE, (st.page + 1) * CALLS_PAGE);
+      const pick = (kind) => () => { st.kind = kind; st.page = 0; render(); };
+      const turn = (by) => () => { st.page += by; render(); };
+      fill(box,
+        table(["Capability", "Calls", "Failed", "Time", ""], [...byKind.entries()].map(([kind, g]) => h("tr", { "data-kind": kind, class: st.kind === kind ? "selected" : null },
+          h("td", {}, h("span", { class: "tag" }, kind)), h("td", { class: "num" }, num(g.n)), h("td", { class: "num" }, g.errors ? h("span", { class: "err" }, num(g.errors)) : "0"),
+          h("td", { class: "num" }, dur(g.ms)),
+          h("td", { class: "actions" }, h("button", { type: "button", class: "btn-sm", "data-key": `calls-kind:${key}:${kind}`, "aria-pressed": String(st.kind === kind), onclick: pick(st.kind === kind ? "" : kind) }, st.kind === kind ? "All calls" : "Show")))),
+        { class: "calls-summary" }),
+        table(["At", "Kind", "Name", "Took", "Result", "Detail"], slice.map((c) => h("tr", { "data-call": "" },
+          h("td", { class: "num" }, "+" + dur(c.at_ms)), h("td", {}, h("span", { class: "tag" }, c.kind)), h("td", { class: "mono" }, c.name || ""),
+          h("td", { class: "num" }, dur(c.ms)), h("td", {}, c.result === "ok" ? h("span", { class: "ok" }, "ok") : code(c.result)),
+          h("td", { class: "err" }, c.detail || ""))), { class: "calls" }),
+        pages > 1 ? h("div", { class: "pager" },
+          h("button", { type: "button", "data-key": `calls-prev:${key}`, disabled: st.page === 0, onclick: turn(-1) }, "← Earlier"),
+          h("span", { class: "muted calls-page" }, `calls ${num(st.page * CALLS_PAGE + 1)}–${num(st.page * CALLS_PAGE + slice.length)} of ${num(shown.length)}${st.kind ? " " + st.kind : ""}`),
+          h("button", { type: "button", "data-key": `calls-next:${key}`, disabled: st.page >= pages - 1, onclick: turn(1) }, "Later →")) : null);
+    };
+    render();
+    return box;
+  }
+
   // The journal as a file: fetched with the token (a plain link would carry none).
   async function exportJournal(runId, seq) {
     const path = `/runs/${encodeURIComponent(runId)}/attempts/${seq}/journal`;
@@ -1304,6 +1454,28 @@
     } catch (e) {
       fail(e, "export the journal");
     }
+  }
+
+  // A GET whose 404 is an answer, not a failure: `{missing: message}` (another tenant's
+  // job or run is, to a tenant's token, no job or run at all).
+  async function getOrMissing(errs, path) {
+    try {
+      return await api(path);
+    } catch (e) {
+      if (e.status === 404) return { missing: e.message };
+      errs.push(describe(e, path));
+      return null;
+    }
+  }
+
+  // Replaces a view with a plain not-found page: no skeleton, no controls, nothing of the
+  // view it replaced; live updates leave it as it is.
+  function showNotFound(ctx, root, message) {
+    ctx.view = "notfound";
+    ctx.load = async () => {};
+    ctx.after = null;
+    root.className = "view view-notfound";
+    fill(root, pageHead("Not found"), h("p", { id: "not-found" }, message), h("p", {}, h("a", { href: "#/" }, "Go to the overview.")));
   }
 
   function notFoundView(ctx) {
@@ -1420,9 +1592,179 @@
     return root;
   }
 
+  // ---------------------------------------------------------------- tenants
+
+  async function setTenant(name, active) {
+    if (!active) {
+      const ok = await confirmDialog({
+        title: "Disable this tenant?",
+        body: [h("p", {}, "Tenant ", h("code", {}, name), "'s tokens are refused and its queued runs end skipped (", h("code", {}, "tenant_disabled"), ") until it is enabled again.")],
+        yes: "Disable",
+      });
+      if (!ok) return;
+    }
+    try {
+      await api(`/tenants/${encodeURIComponent(name)}/${active ? "enable" : "disable"}`, { method: "POST" });
+      notice(`${active ? "enabled" : "disabled"} tenant ${name}`);
+      refreshSoon(0);
+    } catch (e) {
+      fail(e, `${active ? "enable" : "disable"} tenant ${name}`);
+    }
+  }
+
+  // The registry (operators): add, disable and enable, and each tenant's use of its quota
+  // in the last hour.
+  function tenantsView(ctx) {
+    const body = h("div");
+    const name = h("input", { id: "tenant-name", name: "name", placeholder: "lowercase name", autocomplete: "off", maxlength: 64 });
+    const error = h("p", { id: "tenant-error", class: "field-error pad", role: "alert" });
+    const form = h("form", { class: "start-row pad", id: "tenant-form", onsubmit: async (e) => {
+      e.preventDefault();
+      error.textContent = "";
+      try {
+        await api("/tenants", { method: "POST", body: { name: name.value.trim() } });
+        notice("added tenant " + name.value.trim());
+        name.value = "";
+        refreshSoon(0);
+      } catch (err) {
+        error.textContent = err.message;
+      }
+    } }, h("label", { class: "field" }, h("span", {}, "Name"), name), h("button", { type: "submit", class: "primary" }, "Add tenant"));
+    const root = h("div", { class: "view view-tenants" }, pageHead("Tenants"),
+      changes(section("New tenant", { id: "tenant-new" }, form, error)),
+      section("Tenants", { id: "tenant-list", class: "flush", sub: "quota use over the last hour" }, body));
+    const used = (n, of, fmt) => isNil(of) ? fmt(n) : [fmt(n), " of ", fmt(of), " ", meter(Number(n) || 0, Number(of) || 0)];
+    ctx.load = async (errs) => {
+      const [got, usage] = await Promise.all([tryGet(errs, "/tenants"), tryGet(errs, "/usage")]);
+      if (!ctx.alive()) return;
+      const tenants = got && Array.isArray(got.tenants) ? got.tenants : [];
+      const use = new Map((usage && Array.isArray(usage.tenants) ? usage.tenants : []).map((u) => [u.tenant, u]));
+      fill(body, table(["Tenant", "State", "Attempts", "Fuel", "Wall time", "Added", ""], tenants.map((t) => {
+        const u = use.get(t.name) || {};
+        const q = u.quota || {};
+        return h("tr", { "data-tenant": t.name, "data-active": String(!!t.active) },
+          h("td", {}, h("a", { href: runsHref({ tenant: t.name }) }, t.name)),
+          h("td", {}, t.active ? "active" : h("span", { class: "tag tag-bad" }, "disabled"), u.over ? h("span", { class: "tag tag-bad" }, "over quota") : null),
+          h("td", { class: "num" }, num(u.attempts || 0)),
+          h("td", { class: "num", "data-use": "fuel" }, used(u.fuel_used || 0, q.fuel_per_hour, num)),
+          h("td", { class: "num", "data-use": "wall" }, used(u.wall_ms || 0, q.time_per_hour_ms, dur)),
+          h("td", {}, when(t.created_at)),
+          h("td", { class: "actions" }, changes(t.active
+            ? h("button", { type: "button", class: "btn-sm danger-ghost", "data-key": "disable:" + t.name, onclick: () => setTenant(t.name, false) }, "Disable")
+            : h("button", { type: "button", class: "btn-sm", "data-key": "enable:" + t.name, onclick: () => setTenant(t.name, true) }, "Enable"))));
+      }), { empty: got ? "No tenants registered." : "Tenants are an operator's." }));
+    };
+    return root;
+  }
+
+  // ---------------------------------------------------------------- reports
+
+  const REPORT_KINDS = [["", "All"], ["run_failed", "Failed"], ["crashed", "Crashed"], ["missed", "Missed"],
+    ["dropped", "Dropped"], ["path_refused", "Refused"], ["lease_lost", "Lease lost"], ["cancelled", "Cancelled"]];
+  const CODE_COLORS = ["var(--st-failed)", "var(--st-crashed)", "var(--st-queued)", "var(--st-cancelled)",
+    "var(--accent)", "var(--st-running)", "var(--st-skipped)"];
+  let failWindow = "day";
+
+  // Failures over time by code (a stacked bar chart of the overview's buckets) and the
+  // reports the host wrote: failed, crashed, missed, dropped, refused.
+  function reportsView(ctx) {
+    const kind = ctx.route.params.get("kind") || "";
+    const chart = h("div", { class: "chart-box", id: "failures-chart" });
+    const body = h("div");
+    const chartCard = h("section", { class: "card", "aria-labelledby": "failures-h" },
+      h("header", { class: "card-head" }, h("h2", { id: "failures-h" }, "Failures by code"), h("span", { class: "fill" }),
+        segmented("Failures window", [["hour", "Hour"], ["day", "Day"], ["week", "Week"]], failWindow, (w) => {
+          failWindow = w;
+          for (const b of chartCard.querySelectorAll(".seg button")) b.setAttribute("aria-pressed", String(b.dataset.key.endsWith(":" + w)));
+          runLoad(ctx);
+        })),
+      chart);
+    const kinds = segmented("Report kind", REPORT_KINDS, kind, (k) => { location.hash = "#/reports" + (k ? "?kind=" + k : ""); });
+    const root = h("div", { class: "view view-reports" }, pageHead("Reports"), chartCard,
+      section("Reports", { id: "report-list", class: "flush", sub: "the newest 200", tools: kinds }, body));
+    ctx.load = async (errs) => {
+      const [f, r] = await Promise.all([tryGet(errs, "/failures?window=" + failWindow), tryGet(errs, "/reports?limit=200")]);
+      if (!ctx.alive()) return;
+      const codes = f && Array.isArray(f.codes) ? f.codes : [];
+      const colors = {};
+      codes.forEach((c, i) => { colors[c] = CODE_COLORS[i % CODE_COLORS.length]; });
+      const buckets = f && Array.isArray(f.buckets) ? f.buckets : [];
+      ctx.after = () => window.Charts.stackedBars(chart, { buckets, keys: codes, colors, bucketMs: f && f.bucket_ms, height: 190, empty: "no failures in this window" });
+      if (main().contains(root)) ctx.after();
+      chart.dataset.codes = codes.join(",");
+      const all = r && Array.isArray(r.reports) ? r.reports : [];
+      const shown = kind ? all.filter((x) => x.kind === kind) : all;
+      fill(body, table(["At", "Kind", "Job", "Run", "Code", "Detail"], shown.map((x) => h("tr", { "data-report": x.id, "data-kind": x.kind },
+        h("td", {}, whenAbs(x.at)),
+        h("td", {}, h("span", { class: "tag" }, x.kind)),
+        h("td", {}, x.job ? h("a", { href: jobHref(x.job) }, x.job) : dash),
+        h("td", {}, x.run_id ? runLink(x.run_id, "rep:" + x.id) : h("span", { class: "muted" }, dash)),
+        h("td", {}, code(x.code)),
+        h("td", { class: "err" }, x.reason || x.error || x.message || ""))),
+      { empty: r ? "No reports of this kind." : "Reports are not available." }));
+    };
+    return root;
+  }
+
+  // ---------------------------------------------------------------- hosts
+
+  // The fleet from its heartbeats (operators): who is alive, its lanes, workers, version.
+  function hostsView(ctx) {
+    const body = h("div");
+    const sub = h("span", { class: "card-sub" });
+    const root = h("div", { class: "view view-hosts" }, pageHead("Hosts"),
+      section(null, { class: "flush" }, h("div", { class: "card-head" }, sub), body));
+    ctx.load = async (errs) => {
+      const got = await tryGet(errs, "/hosts");
+      if (!ctx.alive()) return;
+      const hosts = got && Array.isArray(got.hosts) ? got.hosts : [];
+      const alive = hosts.filter((x) => x.alive).length;
+      sub.textContent = got ? `${alive} of ${hosts.length} alive · a heartbeat every ${dur(got.heartbeat_ms)}` : "";
+      fill(body, table(["Host", "State", "Version", "Lanes", "Workers busy", "Started", "Last seen"], hosts.map((x) => {
+        const w = x.workers || {};
+        return h("tr", { "data-host": x.host, "data-state": x.state },
+          h("td", { class: "mono" }, x.host, x.this_host ? h("span", { class: "tag", title: "the host this page talks to" }, "this host") : null),
+          h("td", {}, x.state === "alive" ? h("span", { class: "ok" }, "alive") : h("span", { class: "tag tag-bad" }, x.state)),
+          h("td", { class: "mono" }, x.version),
+          h("td", {}, (Array.isArray(x.lanes) ? x.lanes : []).map((l) =>
+            h("span", { class: "tag", "data-lane": l.lane, title: `${l.busy} of ${l.workers} workers busy` }, `${l.lane} ${num(l.busy)}/${num(l.workers)}`))),
+          h("td", { class: "num" }, `${num(w.busy)} / ${num(w.total)}`, meter(Number(w.busy) || 0, Number(w.total) || 0)),
+          h("td", {}, when(x.started_at)),
+          h("td", {}, when(x.seen_at)));
+      }), { empty: got ? "No host has sent a heartbeat." : "Hosts are an operator's." }));
+    };
+    return root;
+  }
+
+  // ---------------------------------------------------------------- upcoming
+
+  // Runs due later and the schedules' next fires, soonest first.
+  function upcomingView(ctx) {
+    const body = h("div");
+    const root = h("div", { class: "view view-upcoming" }, pageHead("Upcoming"),
+      section("Due later", { id: "upcoming-list", class: "flush", sub: "runs due later and the next fires of schedules" }, body));
+    ctx.load = async (errs) => {
+      const got = await tryGet(errs, "/upcoming?limit=200");
+      if (!ctx.alive()) return;
+      const due = got && Array.isArray(got.upcoming) ? got.upcoming : [];
+      fill(body, table(["Due", "In", "Job", "What", "Run"], due.map((d) => {
+        const r = d.run || {};
+        const job = d.kind === "run" ? r.job : d.job;
+        return h("tr", { "data-upcoming": d.kind, "data-job": job, "data-run": d.kind === "run" ? r.run_id : null },
+          h("td", {}, whenAbs(d.at)),
+          h("td", {}, when(d.at)),
+          h("td", {}, h("a", { href: jobHref(job) }, job)),
+          h("td", {}, d.kind === "run" ? r.why : ["schedule ", h("code", {}, d.schedule)]),
+          h("td", {}, d.kind === "run" ? runLink(r.run_id, "up:" + r.run_id) : h("span", { class: "muted" }, "fires then")));
+      }), { empty: got ? "Nothing is due later." : "Upcoming runs are not available." }));
+    };
+    return root;
+  }
+
   const VIEWS = {
     overview: overviewView, jobs: jobsView, job: jobView, runs: runsView, run: runView,
-    tokens: tokensView, audit: auditView, notfound: notFoundView,
+    tokens: tokensView, audit: auditView, hosts: hostsView, upcoming: upcomingView, tenants: tenantsView, reports: reportsView,
+    notfound: notFoundView,
   };
 
   // ---------------------------------------------------------------- live updates
