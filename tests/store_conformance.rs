@@ -234,6 +234,66 @@ on_every_backend! {
         assert_eq!(ids(&claim(&store, 10).await), ["r3"]);
     }
 
+    async fn a_batch_of_many_runs_of_one_job_and_key_starts_exactly_their_free_slots(home) {
+        let limits = ClaimLimits {
+            concurrency: NonZeroU32::new(4),
+            key: Some(LimitKey::parse("/c/id").unwrap()),
+            key_concurrency: NonZeroU32::new(2),
+            ..Default::default()
+        };
+        let store = store_with_limits(&home, &limits).await;
+        let runs = [
+            ("r1", "x"), ("r2", "x"), ("r3", "x"), ("r4", "x"), ("r5", "x"),
+            ("r6", "y"), ("r7", "z"), ("r8", "z"), ("r9", "z"),
+        ];
+        for (id, customer) in runs {
+            store.insert_run(&keyed_run(id, &format!("i-{id}"), customer)).await.unwrap();
+        }
+        assert_eq!(ids(&claim(&store, 1).await), ["r1"]);
+        // One claim holds every run: x has one of its two slots left, y two, z two, so
+        // r2, r6, r7, r8 pass their keys; the job has three of its four left, taken in
+        // queue order.
+        assert_eq!(ids(&claim(&store, 20).await), ["r2", "r6", "r7"]);
+        let running = async |key: &str| {
+            home.scalar(&format!(
+                "SELECT COUNT(*) FROM jobhost_runs WHERE status = 'running' AND limit_key = '{key}'"
+            ))
+            .await
+        };
+        assert_eq!((running("x").await, running("y").await, running("z").await), (2, 1, 1));
+        assert!(claim(&store, 20).await.is_empty(), "the job is full");
+        for held in ["r3", "r4", "r5", "r8", "r9"] {
+            let run = run(&store, held).await;
+            assert_eq!((run.status.as_str(), run.attempts, run.generation), ("queued", 0, None), "{held}");
+        }
+        assert_eq!(store.run_hold("r8").await.unwrap(), Some((false, Some("concurrency".into()))));
+    }
+
+    async fn a_batch_under_rates_enters_exactly_the_windows_free_starts(home) {
+        let limits = ClaimLimits {
+            rate: Some(Rate::parse("3/min").unwrap()),
+            key: Some(LimitKey::parse("/c/id").unwrap()),
+            key_rate: Some(Rate::parse("1/min").unwrap()),
+            ..Default::default()
+        };
+        let store = store_with_limits(&home, &limits).await;
+        let runs = [("r1", "x"), ("r2", "x"), ("r3", "y"), ("r4", "y"), ("r5", "z"), ("r6", "w")];
+        for (id, customer) in runs {
+            store.insert_run(&keyed_run(id, &format!("i-{id}"), customer)).await.unwrap();
+        }
+        // One start per key (r2 and r4 wait for theirs), three for the job: w's r6 waits
+        // for the job's window.
+        assert_eq!(ids(&claim(&store, 20).await), ["r1", "r3", "r5"]);
+        assert!(claim(&store, 20).await.is_empty());
+        let window = async |scope: i64| {
+            home.scalar(&format!("SELECT COUNT(*) FROM jobhost_rate_starts WHERE scope = {scope}"))
+                .await
+        };
+        assert_eq!((window(0).await, window(1).await), (3, 3), "each start in both windows");
+        assert_eq!(store.run_hold("r6").await.unwrap(), Some((false, Some("rate".into()))));
+        assert_eq!(store.run_hold("r2").await.unwrap(), Some((false, Some("rate".into()))));
+    }
+
     async fn a_claimed_run_is_shown_claimed_until_its_guest_start_is_written(home) {
         let store = store_with_job(&home).await;
         for (id, instance) in [("r1", "a"), ("r2", "b")] {

@@ -44,31 +44,58 @@ DECLARE
     v_c_instances TEXT[];
     v_c_generations BIGINT[];
     v_c_waiting BIGINT[];
+    v_fifo TEXT[];
+    v_batch INTEGER;
+    v_l_ids TEXT[];
+    v_l_jobs TEXT[];
+    v_l_instances TEXT[];
+    v_l_generations BIGINT[];
+    v_l_keys TEXT[];
+    v_l_created BIGINT[];
+    v_l_key_held BOOLEAN[];
+    v_lock_jobs TEXT[];
+    v_window_jobs TEXT[];
+    v_window_keys TEXT[];
 BEGIN
     -- The jobs with a claim limit (`v_limited`): those limited as a whole (`sequential`,
-    -- `concurrency`, `rate`: `v_job_wide`), per key (`v_keyed`), with a rate (`v_rated`),
-    -- and those a limit of the whole job holds back now (`v_busy`), read once for the
-    -- whole claim instead of for each candidate. Passing over held runs in the choice is
-    -- only an optimisation (see below): the one-by-one loop checks each under its job's
-    -- and its key's locks.
-    v_limited := ARRAY(SELECT j.name FROM jobhost_jobs j
-        WHERE j.sequential = 1 OR j.concurrency IS NOT NULL OR j.rate_starts IS NOT NULL
-           OR j.key_by IS NOT NULL);
-    IF cardinality(v_limited) > 0 THEN
-        v_job_wide := ARRAY(SELECT j.name FROM jobhost_jobs j WHERE j.name = ANY (v_limited)
-            AND (j.sequential = 1 OR j.concurrency IS NOT NULL OR j.rate_starts IS NOT NULL));
-        v_keyed := ARRAY(SELECT j.name FROM jobhost_jobs j WHERE j.name = ANY (v_limited)
-            AND j.key_by IS NOT NULL
-            AND (j.fifo = 1 OR j.key_concurrency IS NOT NULL OR j.key_rate_starts IS NOT NULL));
-        v_rated := ARRAY(SELECT j.name FROM jobhost_jobs j WHERE j.name = ANY (v_limited)
-            AND (j.rate_starts IS NOT NULL OR j.key_rate_starts IS NOT NULL));
+    -- `concurrency`, `rate`: `v_job_wide`), per key (`v_keyed`, `v_fifo` in queue order),
+    -- with a rate (`v_rated`), and those a limit of the whole job holds back now
+    -- (`v_busy`), read once for the whole claim instead of for each candidate. Passing
+    -- over held runs in the choice is only an optimisation (see below): the runs chosen
+    -- are checked again under their job's and their key's locks.
+    SELECT COALESCE(array_agg(j.name), '{}'),
+        COALESCE(array_agg(j.name) FILTER (WHERE j.sequential = 1
+            OR j.concurrency IS NOT NULL OR j.rate_starts IS NOT NULL), '{}'),
+        COALESCE(array_agg(j.name) FILTER (WHERE j.key_by IS NOT NULL AND (j.fifo = 1
+            OR j.key_concurrency IS NOT NULL OR j.key_rate_starts IS NOT NULL)), '{}'),
+        COALESCE(array_agg(j.name) FILTER (WHERE j.key_by IS NOT NULL AND j.fifo = 1), '{}'),
+        COALESCE(array_agg(j.name) FILTER (WHERE j.rate_starts IS NOT NULL
+            OR j.key_rate_starts IS NOT NULL), '{}')
+    INTO v_limited, v_job_wide, v_keyed, v_fifo, v_rated
+    FROM jobhost_jobs j
+    WHERE j.sequential = 1 OR j.concurrency IS NOT NULL OR j.rate_starts IS NOT NULL
+       OR j.key_by IS NOT NULL;
+    v_busy := '{}';
+    v_batch := p_limit;
+    IF cardinality(v_job_wide) > 0 THEN
         v_busy := ARRAY(SELECT j FROM unnest(v_job_wide) AS j
             WHERE jobhost_held_back(j, NULL, NULL, NULL) IS NOT NULL);
-    ELSE
-        v_job_wide := '{}';
-        v_keyed := '{}';
-        v_rated := '{}';
-        v_busy := '{}';
+        -- When the host claims for one job limited as a whole and not per key (the others
+        -- it claims for, if any, held now), no claim can start more of it than its limit
+        -- (`concurrency`, 1 for `sequential`, `rate`), so it chooses no more: a host with
+        -- many idle workers otherwise locked and read hundreds of runs to start the few a
+        -- `concurrency` lets start. (With two such jobs, a cap of the sum could fill the
+        -- batch with one's runs; with a key, with runs of a key that is full.)
+        SELECT LEAST(p_limit, CASE WHEN bool_and(j.name = ANY (v_job_wide))
+            AND NOT bool_or(j.name = ANY (v_keyed))
+            AND count(*) FILTER (WHERE NOT (j.name = ANY (v_busy))) <= 1 THEN
+            sum(CASE WHEN j.name = ANY (v_busy) THEN 0 ELSE LEAST(
+                CASE WHEN j.sequential = 1 OR j.concurrency IS NOT NULL
+                    THEN COALESCE(j.concurrency, 1) END,
+                j.rate_starts) END) END)
+        INTO v_batch
+        FROM jsonb_object_keys(p_terms) AS t(name) LEFT JOIN jobhost_jobs j ON j.name = t.name;
+        v_batch := COALESCE(v_batch, p_limit);
     END IF;
     IF p_run IS NULL THEN
         -- The due runs in claim order straight from an index, whatever the statistics
@@ -85,7 +112,7 @@ BEGIN
         v_tenants := ARRAY(SELECT unnest(p_tenants) EXCEPT SELECT unnest(p_paused));
         v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
         IF cardinality(v_tenants) > 1 THEN
-            v_share := GREATEST(1, CEIL(p_limit::NUMERIC / cardinality(v_tenants)))::INTEGER;
+            v_share := GREATEST(1, CEIL(v_batch::NUMERIC / cardinality(v_tenants)))::INTEGER;
             SELECT array_agg(f.id), array_agg(f.job), array_agg(f.instance),
                 array_agg(f.generation), array_agg(f.waiting)
             INTO v_ids, v_c_jobs, v_c_instances, v_c_generations, v_c_waiting FROM (
@@ -112,12 +139,12 @@ BEGIN
                     ) c
                 ) d
                 ORDER BY d.turn, d.next_attempt_at, d.id
-                LIMIT p_limit
+                LIMIT v_batch
             ) f;
         END IF;
         -- The rest of the batch (all of it for one tenant): the most overdue runs of any
         -- tenant not held, so a tenant the host has not seen yet is served too.
-        IF COALESCE(cardinality(v_ids), 0) < p_limit THEN
+        IF COALESCE(cardinality(v_ids), 0) < v_batch THEN
             SELECT COALESCE(v_ids, '{}') || COALESCE(array_agg(d.id), '{}'),
                 COALESCE(v_c_jobs, '{}') || COALESCE(array_agg(d.job), '{}'),
                 COALESCE(v_c_instances, '{}') || COALESCE(array_agg(d.instance), '{}'),
@@ -134,7 +161,7 @@ BEGIN
                   AND (NOT (r.job = ANY (v_keyed))
                        OR jobhost_held_back(r.job, r.id, r.limit_key, r.created_at) IS NULL)
                 ORDER BY r.next_attempt_at, r.id
-                LIMIT p_limit - COALESCE(cardinality(v_ids), 0)
+                LIMIT v_batch - COALESCE(cardinality(v_ids), 0)
                 FOR UPDATE SKIP LOCKED
             ) d;
             IF cardinality(v_ids) = 0 THEN
@@ -163,21 +190,23 @@ BEGIN
         RETURN;
     END IF;
     -- Each claimed run's job, instance and generation, as the choice read them from the
-    -- rows it locked, and which start one by one (the loop below): the runs of jobs with a
-    -- claim limit, the runs waiting for a slot, and the runs sharing their lease with another run
-    -- of the batch. The rest start together.
-    SELECT COALESCE(array_agg(s.id ORDER BY s.id) FILTER (WHERE s.together), '{}'),
-        COALESCE(array_agg(s.job ORDER BY s.id) FILTER (WHERE s.together), '{}'),
-        COALESCE(array_agg(s.instance ORDER BY s.id) FILTER (WHERE s.together), '{}'),
-        COALESCE(array_agg(s.generation ORDER BY s.id) FILTER (WHERE s.together), '{}'),
-        COALESCE(array_agg(s.id) FILTER (WHERE NOT s.together), '{}'),
+    -- rows it locked, and how it starts: the runs waiting for a slot and the runs sharing
+    -- their lease with another run of the batch one by one (the loop below); the runs of
+    -- jobs with a claim limit together with the rest once the limits let them (below).
+    SELECT COALESCE(array_agg(s.id ORDER BY s.id) FILTER (WHERE s.way = 0), '{}'),
+        COALESCE(array_agg(s.job ORDER BY s.id) FILTER (WHERE s.way = 0), '{}'),
+        COALESCE(array_agg(s.instance ORDER BY s.id) FILTER (WHERE s.way = 0), '{}'),
+        COALESCE(array_agg(s.generation ORDER BY s.id) FILTER (WHERE s.way = 0), '{}'),
+        COALESCE(array_agg(s.id) FILTER (WHERE s.way = 1), '{}'),
+        COALESCE(array_agg(s.id) FILTER (WHERE s.way = 2), '{}'),
         array_agg(s.job), array_agg(s.instance)
-    INTO v_together, v_jobs, v_instances, v_generations, v_one_by_one, v_all_jobs,
+    INTO v_together, v_jobs, v_instances, v_generations, v_l_ids, v_one_by_one, v_all_jobs,
         v_all_instances
     FROM (
-        SELECT k.id, k.job, k.instance, k.generation, k.waiting = 0
-            AND NOT (k.job = ANY (v_limited))
-            AND count(*) OVER (PARTITION BY k.job, k.instance) = 1 AS together
+        SELECT k.id, k.job, k.instance, k.generation, CASE
+            WHEN k.waiting <> 0 OR count(*) OVER (PARTITION BY k.job, k.instance) > 1 THEN 2
+            WHEN k.job = ANY (v_limited) THEN 1
+            ELSE 0 END AS way
         FROM unnest(v_ids, v_c_jobs, v_c_instances, v_c_generations, v_c_waiting)
             AS k(id, job, instance, generation, waiting)
     ) s;
@@ -188,6 +217,129 @@ BEGIN
         JOIN jobhost_leases l ON l.job = k.job AND l.instance = k.instance
     ORDER BY l.job, l.instance
     FOR UPDATE OF l;
+    -- The runs of jobs with a claim limit, decided for the whole batch at once (the rule of
+    -- `jobhost_held_back`, per job and key instead of per run). Under transaction-scoped
+    -- advisory locks — one per job limited as a whole, one per key, each taken once, in
+    -- name order — a statement after the locks (so its snapshot sees every claim that held
+    -- them before) counts each job's and key's free slots once: `concurrency` (or 1 for
+    -- `sequential`) less its running runs, a rate less the starts in its window, per key
+    -- likewise, and with `fifo` only the key's oldest queued run. Of each key's candidates
+    -- the first ones in due order take its free slots, then of each job's survivors the
+    -- first ones take the job's: the runs a one-by-one check in due order would start.
+    -- They start with the rest, and enter their starts into the windows, before the locks
+    -- are released at commit, so two claims of one job or key, on any hosts, are ordered.
+    -- A lock another claim holds is never waited for: its job's or key's runs are passed
+    -- over, so the locks close no lock cycle.
+    IF cardinality(v_l_ids) > 0 THEN
+        SELECT array_agg(r.id ORDER BY r.next_attempt_at, r.id),
+            array_agg(r.job ORDER BY r.next_attempt_at, r.id),
+            array_agg(r.instance ORDER BY r.next_attempt_at, r.id),
+            array_agg(r.generation ORDER BY r.next_attempt_at, r.id),
+            array_agg(r.limit_key ORDER BY r.next_attempt_at, r.id),
+            array_agg(r.created_at ORDER BY r.next_attempt_at, r.id)
+        INTO v_l_ids, v_l_jobs, v_l_instances, v_l_generations, v_l_keys, v_l_created
+        FROM unnest(v_l_ids) AS u(id) JOIN jobhost_runs r ON r.id = u.id;
+        v_lock_jobs := '{}';
+        IF v_l_jobs && v_job_wide THEN
+            v_lock_jobs := ARRAY(SELECT t.job FROM (
+                SELECT DISTINCT u.job FROM unnest(v_l_jobs) AS u(job)
+                WHERE u.job = ANY (v_job_wide) AND NOT (u.job = ANY (v_busy))
+                ORDER BY u.job) t
+                WHERE pg_try_advisory_xact_lock(724341, hashtext(t.job)));
+        END IF;
+        -- Per candidate, in due order: whether its key's lock is held (true when it needs
+        -- none), taken once per key on the key's first candidate.
+        v_l_key_held := '{}';
+        IF v_l_jobs && v_keyed THEN
+            SELECT array_agg(COALESCE(g.held, true) ORDER BY g.ord) INTO v_l_key_held FROM (
+                SELECT y.ord, bool_or(y.took) OVER (PARTITION BY y.job, y.key) AS held FROM (
+                    SELECT x.ord, x.job, x.key, CASE WHEN x.first
+                        THEN pg_try_advisory_xact_lock(724343, hashtext(x.job || '/' || x.key))
+                        END AS took
+                    FROM (
+                        SELECT u.ord, u.job, u.key, u.key IS NOT NULL AND u.job = ANY (v_keyed)
+                            AND NOT (u.job = ANY (v_busy))
+                            AND (NOT (u.job = ANY (v_job_wide)) OR u.job = ANY (v_lock_jobs))
+                            AND row_number() OVER (PARTITION BY u.job, u.key ORDER BY u.ord) = 1
+                            AS first
+                        FROM unnest(v_l_jobs, v_l_keys) WITH ORDINALITY AS u(job, key, ord)
+                        ORDER BY u.job, u.key, u.ord
+                    ) x
+                ) y
+            ) g;
+        END IF;
+        v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
+        WITH c AS (
+            SELECT u.ord, u.id, u.job, u.instance, u.generation, u.key
+            FROM unnest(v_l_ids, v_l_jobs, v_l_instances, v_l_generations, v_l_keys,
+                v_l_created, v_l_key_held)
+                WITH ORDINALITY AS u(id, job, instance, generation, key, created, held, ord)
+            WHERE COALESCE(u.held, true) AND NOT (u.job = ANY (v_busy))
+              AND (NOT (u.job = ANY (v_job_wide)) OR u.job = ANY (v_lock_jobs))
+              -- `fifo`: only the key's oldest queued run may start.
+              AND NOT (u.key IS NOT NULL AND u.job = ANY (v_fifo) AND EXISTS (
+                  SELECT 1 FROM jobhost_runs o
+                  WHERE o.job = u.job AND o.limit_key = u.key AND o.status = 'queued'
+                    AND (o.created_at < u.created OR (o.created_at = u.created AND o.id < u.id))))
+        ), by_key AS (
+            SELECT c.*, row_number() OVER (PARTITION BY c.job, c.key ORDER BY c.ord) AS rank
+            FROM c
+        ), key_free AS (
+            -- The key's free slots, counted on its first candidate only.
+            SELECT b.*, max(CASE WHEN b.rank = 1 AND b.key IS NOT NULL AND b.job = ANY (v_keyed)
+                THEN (SELECT LEAST(
+                    CASE WHEN j.fifo = 1 OR j.key_concurrency IS NOT NULL THEN
+                        CASE WHEN j.fifo = 1 THEN 1 ELSE j.key_concurrency END
+                        - (SELECT COUNT(*) FROM jobhost_runs o
+                           WHERE o.job = b.job AND o.limit_key = b.key AND o.status = 'running'
+                             AND o.id IS DISTINCT FROM p_run) END,
+                    CASE WHEN j.key_rate_starts IS NOT NULL THEN j.key_rate_starts
+                        - (SELECT COUNT(*) FROM jobhost_rate_starts s
+                           WHERE s.job = b.job AND s.scope = 1 AND s.key = b.key
+                             AND s.at > v_now - j.key_rate_period_ms) END)
+                    FROM jobhost_jobs j WHERE j.name = b.job) END)
+                OVER (PARTITION BY b.job, b.key) AS key_slots
+            FROM by_key b
+        ), by_job AS (
+            SELECT k.*, row_number() OVER (PARTITION BY k.job ORDER BY k.ord) AS job_rank
+            FROM key_free k WHERE k.key_slots IS NULL OR k.rank <= k.key_slots
+        ), job_free AS (
+            -- The job's free slots, counted on its first candidate only.
+            SELECT b.*, max(CASE WHEN b.job_rank = 1 AND b.job = ANY (v_job_wide)
+                THEN (SELECT LEAST(
+                    CASE WHEN j.sequential = 1 OR j.concurrency IS NOT NULL THEN
+                        COALESCE(j.concurrency, 1)
+                        - (SELECT COUNT(*) FROM jobhost_runs o
+                           WHERE o.job = b.job AND o.status = 'running'
+                             AND o.id IS DISTINCT FROM p_run) END,
+                    CASE WHEN j.rate_starts IS NOT NULL THEN j.rate_starts
+                        - (SELECT COUNT(*) FROM jobhost_rate_starts s
+                           WHERE s.job = b.job AND s.scope = 0 AND s.key = ''
+                             AND s.at > v_now - j.rate_period_ms) END)
+                    FROM jobhost_jobs j WHERE j.name = b.job) END)
+                OVER (PARTITION BY b.job) AS job_slots
+            FROM by_job b
+        )
+        SELECT COALESCE(array_agg(a.id ORDER BY a.id), '{}'),
+            COALESCE(array_agg(a.job ORDER BY a.id), '{}'),
+            COALESCE(array_agg(a.instance ORDER BY a.id), '{}'),
+            COALESCE(array_agg(a.generation ORDER BY a.id), '{}'),
+            COALESCE(array_agg(a.key ORDER BY a.id) FILTER (WHERE a.job = ANY (v_rated)), '{}'),
+            COALESCE(array_agg(a.job ORDER BY a.id) FILTER (WHERE a.job = ANY (v_rated)), '{}')
+        INTO v_l_ids, v_l_jobs, v_l_instances, v_l_generations, v_window_keys, v_window_jobs
+        FROM (
+            SELECT t.id, t.job, t.instance, t.generation, NULL AS key
+            FROM unnest(v_together, v_jobs, v_instances, v_generations)
+                AS t(id, job, instance, generation)
+            UNION ALL
+            SELECT f.id, f.job, f.instance, f.generation, f.key FROM job_free f
+            WHERE f.job_slots IS NULL OR f.job_rank <= f.job_slots
+        ) a;
+        v_together := v_l_ids;
+        v_jobs := v_l_jobs;
+        v_instances := v_l_instances;
+        v_generations := v_l_generations;
+    END IF;
     IF cardinality(v_together) > 0 THEN
         v_now := CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT);
         -- A first attempt takes its lease if it is free, or expired and not parked for a
@@ -251,6 +403,27 @@ BEGIN
                 r.work_done, r.defers, r.trace_parent, x.deadline_at, x.expires_at
         )
         SELECT * FROM started s ORDER BY s.next_attempt_at, s.id;
+        -- The starts of rated jobs enter their windows (under the locks above); the rows no
+        -- window holds any more go, those another claim has locked skipped.
+        IF cardinality(v_window_jobs) > 0 THEN
+            INSERT INTO jobhost_rate_starts (job, scope, key, at)
+            SELECT j.name, 0, '', v_now
+            FROM unnest(v_window_jobs) AS w(job) JOIN jobhost_jobs j ON j.name = w.job
+            WHERE j.rate_starts IS NOT NULL
+            UNION ALL
+            SELECT j.name, 1, w.key, v_now
+            FROM unnest(v_window_jobs, v_window_keys) AS w(job, key)
+                JOIN jobhost_jobs j ON j.name = w.job
+            WHERE j.key_rate_starts IS NOT NULL AND w.key IS NOT NULL;
+            DELETE FROM jobhost_rate_starts d WHERE d.ctid = ANY (ARRAY(
+                SELECT s.ctid FROM jobhost_rate_starts s JOIN jobhost_jobs j ON j.name = s.job
+                WHERE s.job = ANY (v_window_jobs)
+                  AND s.at <= v_now - LEAST(j.rate_period_ms, j.key_rate_period_ms)
+                  AND s.at <= v_now - CASE WHEN s.scope = 0 THEN j.rate_period_ms
+                      ELSE j.key_rate_period_ms END
+                LIMIT 64 * cardinality(v_window_jobs)
+                FOR UPDATE OF s SKIP LOCKED));
+        END IF;
     END IF;
     IF cardinality(v_one_by_one) = 0 THEN
         RETURN;
@@ -261,18 +434,12 @@ BEGIN
         FROM jobhost_runs r
         WHERE r.id = ANY (v_one_by_one) ORDER BY r.next_attempt_at, r.id
     LOOP
-        -- A run of a job with a claim limit starts only while no limit holds it back
-        -- (`jobhost_held_back`: `concurrency` or `sequential`, the `rate`'s window, the
-        -- key's). The check is made under transaction-scoped advisory locks, of the job if
-        -- it is limited as a whole and of its key if it has one, by a statement after the
-        -- locks are taken (so its snapshot sees every claim that held them before), and the
-        -- run is set running (and its start entered in the rates' windows) before the locks
-        -- are released at commit: two claims of one job or key, on any hosts, are ordered,
-        -- and the second sees the first's running run and starts. A claim that cannot take a
-        -- lock at once passes the run over (another claim is starting a run of the job or
-        -- key), so it never waits and closes no lock cycle. A running run stops counting
-        -- when it ends, is requeued, given back, or marked crashed by surveillance once its
-        -- lease expired.
+        -- A run of a job with a claim limit that starts one by one (waiting for a slot, or
+        -- sharing its lease) is checked on its own by the same rule (`jobhost_held_back`)
+        -- under the same locks (taken again, or first, here; a lock the claim holds is
+        -- taken again at once), by a statement after them, so it sees the batch's starts
+        -- above and the loop's before it. A running run stops counting when it ends, is
+        -- requeued, given back, or marked crashed by surveillance once its lease expired.
         IF v_run.job = ANY (v_limited) THEN
             -- Once the whole job is held, its other candidates are passed over unchecked.
             IF v_run.job = ANY (v_busy) THEN

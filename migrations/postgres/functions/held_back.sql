@@ -4,9 +4,10 @@
 -- `key_rate`, or `order = "fifo"`: a run of the key running, or an older one queued). With
 -- `p_key` NULL only the job's own limits are read. Counted from the runs' status and the
 -- windows' rows, never from counters, so a cancel, crash or lease loss frees a slot. The
--- claim calls it under the job's and the key's locks (`claim_runs.sql`); reads (`host runs
--- show`, the next due run) call it without. The SQLite twin is `HELD_BACK` in
--- `host/src/store/queries.rs`.
+-- claim applies this rule to a whole batch at once, counting per job and key under their
+-- locks (`claim_runs.sql`: a change here is a change there), and calls it for a run that
+-- starts on its own and to pass over held runs; reads (`host runs show`, the next due run)
+-- call it without locks. The SQLite twin is `HELD_BACK` in `host/src/store/queries.rs`.
 CREATE OR REPLACE FUNCTION jobhost_held_back(p_job text, p_run text, p_key text, p_created bigint)
  RETURNS text
  LANGUAGE sql
