@@ -18,8 +18,11 @@ CREATE TABLE jobhost_hosts (
 
 -- Payload search (`GET /runs/search`): `payload::jsonb @> needle`, served by this index over
 -- the runs whose payload is a JSON object (every payload is JSON, canonical, by the payload
--- rule; the predicate keeps a hand-edited row that is not an object out of the cast). The
--- cost is a jsonb parse and a GIN entry per run written. SQLite has neither: its search
--- is a bounded scan (`store::payload_search`).
+-- rule; the predicate keeps a hand-edited row that is not an object out of the cast) that
+-- jsonb can hold: a payload with the escape `\u0000` is valid JSON that jsonb refuses, and
+-- without the second condition such a run could not be inserted at all. The cost is a jsonb
+-- parse and a GIN entry per run written. SQLite has neither: its search is a bounded scan
+-- (`store::payload_search`).
 CREATE INDEX jobhost_runs_payload ON jobhost_runs
-    USING GIN ((CAST(payload AS jsonb)) jsonb_path_ops) WHERE substr(payload, 1, 1) = chr(123);
+    USING GIN ((CAST(payload AS jsonb)) jsonb_path_ops)
+    WHERE substr(payload, 1, 1) = chr(123) AND strpos(payload, '\u0000') = 0;

@@ -1003,10 +1003,12 @@ statements! {
         AND next_attempt_at > {now} AND ($1 IS NULL OR tenant = $1) \
         ORDER BY next_attempt_at, id LIMIT $2";
     // Payload search (`store::payload_search`): on Postgres, containment served by the GIN
-    // index of migration 0038, whose predicate (the payload is an object; chr(123) is the
-    // brace these statements cannot spell) this repeats so the planner may use it.
+    // index of migration 0038, whose predicate (the payload is an object — chr(123) is the
+    // brace these statements cannot spell — without the escape jsonb refuses) this repeats
+    // so the planner may use it.
     search_payloads = "SELECT {run_columns} FROM jobhost_runs \
-        WHERE substr(payload, 1, 1) = chr(123) AND CAST(payload AS jsonb) @> CAST($1 AS jsonb) \
+        WHERE substr(payload, 1, 1) = chr(123) AND strpos(payload, '\\u0000') = 0 \
+        AND CAST(payload AS jsonb) @> CAST($1 AS jsonb) \
         AND ($2 IS NULL OR job = $2) AND ($3 IS NULL OR tenant = $3) \
         ORDER BY created_at DESC, id DESC LIMIT $4";
     // On SQLite: a page of payloads, newest first, after the run created at `$3` with id `$4`.
