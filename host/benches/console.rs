@@ -12,7 +12,7 @@
 //!
 //! Then, on both backends: what clients waiting for runs cost the database. A real `host
 //! serve` holds 1 000 runs due in an hour; N clients (0, then 1 000) each long-poll one of
-//! them (`GET /runs/{id}?wait=30s`, again whenever it answers). Over 20 s: the database's
+//! them (`GET /runs/{id}?wait=30s`, again whenever it answers). Over 30 s: the database's
 //! CPU and its transactions a second (Postgres: its processes' CPU from `/proc` and
 //! `pg_stat_database`), or the host process's CPU (SQLite runs inside it).
 //!
@@ -393,22 +393,23 @@ fn process_cpu_ms(path: &std::path::Path) -> f64 {
     ticks / ticks_per_ms
 }
 
-/// What 0 and then 10 open overview pages cost the database of a busy host (see the
-/// module's doc).
-async fn pages(db: &Database, dir: &std::path::Path) {
+/// A real `host serve` of the `noop` job in home `dir` on database `url` (with `extra`
+/// arguments), an operator's token for it, and its address; `None` if the guest cannot
+/// be built.
+fn serve_noop(
+    dir: &std::path::Path,
+    url: &str,
+    extra: &[&str],
+) -> Option<(std::process::Child, String, String)> {
     use std::io::BufRead;
-    let Some(database) = &db.pg else {
-        return;
-    };
-    let (name, url) = (database.name.clone(), database.url.clone());
     let noop = match guests::locate_or_build(&["noop"]) {
         Ok(mut found) => found.remove(0),
         Err(e) => {
-            eprintln!("pages: {e}");
-            return;
+            eprintln!("the noop guest: {e}");
+            return None;
         }
     };
-    let manifest = dir.join("pages.toml");
+    let manifest = dir.join("noop.toml");
     std::fs::write(
         &manifest,
         format!("[jobs.noop]\ncomponent = \"{}\"\n", noop.display()),
@@ -419,7 +420,7 @@ async fn pages(db: &Database, dir: &std::path::Path) {
         command
             .args(args)
             .env("JOBHOST_HOME", dir)
-            .env("JOBHOST_DB", &url)
+            .env("JOBHOST_DB", url)
             .env("JOBHOST_LOG", "warn");
         command
     };
@@ -428,22 +429,32 @@ async fn pages(db: &Database, dir: &std::path::Path) {
         .expect("host tokens create");
     let token: serde_json::Value = serde_json::from_slice(&created.stdout).expect("token JSON");
     let token = token["token"].as_str().expect("a token").to_string();
-    let mut serve = host(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--manifest",
-        manifest.to_str().expect("utf-8"),
-    ])
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .expect("host serve");
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    args.extend(["--manifest", manifest.to_str().expect("utf-8")]);
+    let mut serve = host(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("host serve");
     let mut line = String::new();
     std::io::BufReader::new(serve.stdout.take().expect("stdout"))
         .read_line(&mut line)
         .expect("listening line");
     let base = format!("http://{}", line.trim().trim_start_matches("listening on "));
+    Some((serve, base, token))
+}
+
+/// What 0 and then 10 open overview pages cost the database of a busy host (see the
+/// module's doc).
+async fn pages(db: &Database, dir: &std::path::Path) {
+    let Some(database) = &db.pg else {
+        return;
+    };
+    let (name, url) = (database.name.clone(), database.url.clone());
+    let Some((mut serve, base, token)) = serve_noop(dir, &url, &[]) else {
+        return;
+    };
     let client = reqwest::Client::new();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let kicker = {
@@ -535,13 +546,13 @@ async fn pages(db: &Database, dir: &std::path::Path) {
 
 /// Runs held and clients long-polling them in the `waiters` part.
 const WAITED_RUNS: usize = 1000;
-/// How long each load is measured.
-const WAIT_MEASURE: Duration = Duration::from_secs(20);
+/// How long each load is measured: one whole wait, so each client's answer (and its
+/// reads) falls in it once.
+const WAIT_MEASURE: Duration = Duration::from_secs(30);
 
 /// What `WAITED_RUNS` long-polling clients cost the database, against none (see the
 /// module's doc).
 async fn waiters(backend: &'static str, dir: &std::path::Path) {
-    use std::io::BufRead;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let pg = match backend {
@@ -552,53 +563,12 @@ async fn waiters(backend: &'static str, dir: &std::path::Path) {
         None => format!("sqlite://{}/waiters.db", dir.display()),
         Some(database) => database.url.clone(),
     };
-    let noop = match guests::locate_or_build(&["noop"]) {
-        Ok(mut found) => found.remove(0),
-        Err(e) => {
-            eprintln!("waiters: {e}");
-            return;
-        }
-    };
     let home = dir.join(backend);
     std::fs::create_dir_all(&home).expect("home");
-    let manifest = home.join("waiters.toml");
-    std::fs::write(
-        &manifest,
-        format!("[jobs.noop]\ncomponent = \"{}\"\n", noop.display()),
-    )
-    .expect("manifest");
-    let host = |args: &[&str]| {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_host"));
-        command
-            .args(args)
-            .env("JOBHOST_HOME", &home)
-            .env("JOBHOST_DB", &url)
-            .env("JOBHOST_LOG", "warn");
-        command
+    let Some((mut serve, base, token)) = serve_noop(&home, &url, &["--max-connections", "4000"])
+    else {
+        return;
     };
-    let created = host(&["tokens", "create", "--json"])
-        .output()
-        .expect("host tokens create");
-    let token: serde_json::Value = serde_json::from_slice(&created.stdout).expect("token JSON");
-    let token = token["token"].as_str().expect("a token").to_string();
-    let mut serve = host(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--max-connections",
-        "4000",
-        "--manifest",
-        manifest.to_str().expect("utf-8"),
-    ])
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .expect("host serve");
-    let mut line = String::new();
-    std::io::BufReader::new(serve.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("listening line");
-    let base = format!("http://{}", line.trim().trim_start_matches("listening on "));
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(2 * WAITED_RUNS)
         .build()
@@ -659,7 +629,7 @@ async fn waiters(backend: &'static str, dir: &std::path::Path) {
             .join(" ")
     };
     println!("\nlong-polling clients ({backend}, {WAITED_RUNS} runs held):");
-    let mut idle = (0.0, 0.0);
+    let mut idle = (0.0, None);
     for clients in [0usize, WAITED_RUNS] {
         let stop = Arc::new(AtomicBool::new(false));
         let answers = Arc::new(AtomicU64::new(0));
@@ -699,9 +669,10 @@ async fn waiters(backend: &'static str, dir: &std::path::Path) {
         let seconds = at.elapsed().as_secs_f64();
         let ms_per_s = (cpu_ms() - cpu) / seconds;
         let xacts_per_s = match (xacts, transactions(admin.clone(), pg_name.clone()).await) {
-            (Some(before), Some(after)) => (after - before) as f64 / seconds,
-            _ => f64::NAN,
+            (Some(before), Some(after)) => Some((after - before) as f64 / seconds),
+            _ => None,
         };
+        let said = |n: Option<f64>| n.map_or("-".to_string(), |n| format!("{n:.1}"));
         let answers_per_s = (answers.load(Ordering::Relaxed) - answered) as f64 / seconds;
         stop.store(true, Ordering::Relaxed);
         for poller in pollers {
@@ -715,14 +686,16 @@ async fn waiters(backend: &'static str, dir: &std::path::Path) {
         if clients == 0 {
             idle = (ms_per_s, xacts_per_s);
             println!(
-                "  no client:    {what} used {ms_per_s:.1} ms of CPU a second; {xacts_per_s:.1} transactions a second (load {})",
+                "  no client:    {what} used {ms_per_s:.1} ms of CPU a second; {} transactions a second (load {})",
+                said(xacts_per_s),
                 load()
             );
         } else {
             println!(
-                "  {clients} clients: {ms_per_s:.1} ms of CPU a second ({:.2}x); {xacts_per_s:.1} transactions a second (+{:.1}); {answers_per_s:.1} answers a second (load {})",
+                "  {clients} clients: {ms_per_s:.1} ms of CPU a second ({:.2}x); {} transactions a second ({} more); {answers_per_s:.1} answers a second (load {})",
                 ms_per_s / idle.0.max(0.1),
-                xacts_per_s - idle.1,
+                said(xacts_per_s),
+                said(xacts_per_s.zip(idle.1).map(|(busy, quiet)| busy - quiet)),
                 load()
             );
         }
