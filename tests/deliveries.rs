@@ -191,6 +191,14 @@ fn deliveries_cli(home: &Home, args: &[&str]) -> (String, serde_json::Value) {
     )
 }
 
+/// The value of the series `name` (its labels included, as rendered) in a scrape.
+fn series(scrape: &str, name: &str) -> Option<f64> {
+    scrape.lines().find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        (series == name).then(|| value.parse().expect("a number"))
+    })
+}
+
 /// A token of tenant `acme`, registered first.
 fn tenant_token(home: &Home) -> String {
     let added = home.run(&["tenants", "add", "acme"]);
@@ -329,6 +337,21 @@ on_every_backend! {
             Duration::from_secs(120),
         )
         .await;
+        // The metrics show the backlog, by webhook to the operator only, and the failures.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let scrape = server.text("/metrics").await;
+        assert_eq!(series(&scrape, "jobhost_deliveries_pending"), Some(2.0), "{scrape}");
+        assert_eq!(series(&scrape, r#"jobhost_webhook_deliveries_pending{webhook="ops"}"#), Some(2.0), "{scrape}");
+        let oldest = series(&scrape, "jobhost_deliveries_oldest_pending_seconds").unwrap();
+        assert!(oldest >= 1.0, "waited since the endings were written: {oldest}");
+        assert_eq!(series(&scrape, r#"jobhost_webhook_oldest_pending_seconds{webhook="ops"}"#), Some(oldest));
+        let retries = series(&scrape, r#"jobhost_delivery_attempts_total{webhook="ops",result="retry"}"#).unwrap();
+        assert!(retries >= 2.0, "{scrape}");
+        assert_eq!(series(&scrape, r#"jobhost_delivery_attempts_total{webhook="ops",result="delivered"}"#), None);
+        let (_, open) = server.get_as(None, "/metrics").await;
+        let open = open.as_str().unwrap().to_string();
+        assert_eq!(series(&open, "jobhost_deliveries_pending"), Some(2.0), "{open}");
+        assert!(!open.contains("webhook="), "no webhook named without a token: {open}");
         server.child.kill().unwrap();
         server.child.wait().unwrap();
         assert_eq!(
@@ -355,6 +378,16 @@ on_every_backend! {
             assert!(d["attempts"].as_i64().unwrap() >= 2, "tried while down, then delivered: {d}");
             assert_eq!(d["last_error"], serde_json::Value::Null);
         }
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let scrape = server.text("/metrics").await;
+        assert_eq!(series(&scrape, "jobhost_deliveries_pending"), Some(0.0), "{scrape}");
+        assert_eq!(series(&scrape, "jobhost_deliveries_oldest_pending_seconds"), Some(0.0));
+        assert_eq!(series(&scrape, r#"jobhost_webhook_deliveries_pending{webhook="ops"}"#), None);
+        assert_eq!(
+            series(&scrape, r#"jobhost_delivery_attempts_total{webhook="ops",result="delivered"}"#),
+            Some(2.0),
+            "this host's counters: {scrape}"
+        );
         drop(server);
     }
 
@@ -372,7 +405,16 @@ on_every_backend! {
         let (_, given_up) = deliveries_cli(&home, &["--status", "failed"]);
         let given_up = given_up.as_array().unwrap();
         assert_eq!(given_up.len(), 1);
-        assert!(given_up[0]["attempts"].as_i64().unwrap() >= 2, "{given_up:?}");
+        let tries = given_up[0]["attempts"].as_i64().unwrap();
+        assert!(tries >= 2, "{given_up:?}");
+        // Each attempt counted once, by what followed it: the receiver saw them all.
+        let scrape = server.text("/metrics").await;
+        let counted = |result: &str| {
+            series(&scrape, &format!(r#"jobhost_delivery_attempts_total{{webhook="ops",result="{result}"}}"#))
+        };
+        assert_eq!(counted("given_up"), Some(1.0), "{scrape}");
+        assert_eq!(counted("retry"), Some((tries - 1) as f64), "{scrape}");
+        assert_eq!(receiver.seen.lock().unwrap().requests as i64, tries);
         assert!(given_up[0]["last_error"].as_str().unwrap().starts_with("HTTP 503"));
         let id = given_up[0]["id"].to_string();
         // A delivered or pending one is not retried; a tenant cannot; an unknown one is 404.
@@ -391,6 +433,12 @@ on_every_backend! {
             Duration::from_secs(30),
         )
         .await;
+        let scrape = server.text("/metrics").await;
+        assert_eq!(
+            series(&scrape, r#"jobhost_delivery_attempts_total{webhook="ops",result="delivered"}"#),
+            Some(1.0),
+            "{scrape}"
+        );
         let (code, again) = server.post(&format!("/deliveries/{id}/retry")).await;
         assert_eq!((code, again["error"]["code"].as_str()), (409, Some("not_retryable")));
         let out = home.run(&["deliveries", "retry", &id]);

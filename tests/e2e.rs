@@ -36,6 +36,7 @@ mod limits;
 mod links;
 mod live;
 mod mount_limits;
+mod openapi;
 mod page;
 mod polyglot;
 mod replay;

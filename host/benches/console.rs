@@ -10,8 +10,15 @@
 //! `/pauses` on every pulse whose version changed. The database's CPU is the CPU time of
 //! the Postgres processes serving the database (from `/proc`) over 30 s.
 //!
+//! Then, on both backends: what clients waiting for runs cost the database. A real `host
+//! serve` holds 1 000 runs due in an hour; N clients (0, then 1 000) each long-poll one of
+//! them (`GET /runs/{id}?wait=30s`, again whenever it answers). Over 30 s: the database's
+//! CPU and its transactions a second (Postgres: its processes' CPU from `/proc` and
+//! `pg_stat_database`), or the host process's CPU (SQLite runs inside it).
+//!
 //! Run with `cargo bench -p jobhost --bench console` (about 8 minutes on 2 cores, most of
-//! it filling the two databases). `JOBHOST_BENCH_RUNS` sets the number of runs (default
+//! it filling the two databases). `JOBHOST_BENCH_PARTS` picks parts, comma-separated from
+//! `lists` (the million runs and the open pages) and `waiters` (default both). `JOBHOST_BENCH_RUNS` sets the number of runs (default
 //! 1 000 000); `JOBHOST_TEST_POSTGRES` the Postgres server (default
 //! `postgres://postgres@127.0.0.1:5432/test`), where a database of its own is made and
 //! dropped. Every run is created in the last 7 days, 1 in 20 failed (with an error text),
@@ -153,12 +160,31 @@ async fn offset_page(store: &Store, offset: i64) -> usize {
     .expect("offset page")
 }
 
+/// Whether `JOBHOST_BENCH_PARTS` asks for `part` (every part if unset).
+fn part(name: &str) -> bool {
+    std::env::var("JOBHOST_BENCH_PARTS")
+        .map_or(true, |parts| parts.split(',').any(|p| p.trim() == name))
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
+    if part("lists") {
+        lists(&rt);
+    }
+    if part("waiters") {
+        let dir = tempfile::tempdir().expect("temp dir");
+        for backend in ["sqlite", "postgres"] {
+            rt.block_on(waiters(backend, dir.path()));
+        }
+    }
+}
+
+/// The million runs' lists, counts and console reads, then the open pages.
+fn lists(rt: &tokio::runtime::Runtime) {
     let n = runs();
     let dir = tempfile::tempdir().expect("temp dir");
     let databases: Vec<Database> = ["sqlite", "postgres"]
@@ -229,12 +255,12 @@ fn main() {
         ];
         for (name, filter) in &cases {
             group.bench_function(BenchmarkId::from_parameter(name), |b| {
-                b.to_async(&rt)
+                b.to_async(rt)
                     .iter(|| async { db.store.list_runs(filter).await.expect("list") })
             });
         }
         group.bench_function(BenchmarkId::from_parameter("offset_deep_page"), |b| {
-            b.to_async(&rt)
+            b.to_async(rt)
                 .iter(|| async { offset_page(&db.store, n / 2).await })
         });
         group.bench_function(BenchmarkId::from_parameter("count_failed_capped"), |b| {
@@ -242,7 +268,7 @@ fn main() {
                 statuses: vec![RunStatus::Failed],
                 ..Default::default()
             };
-            b.to_async(&rt).iter(|| async {
+            b.to_async(rt).iter(|| async {
                 db.store
                     .count_matching_runs(&filter, 100_000)
                     .await
@@ -250,7 +276,7 @@ fn main() {
             })
         });
         group.bench_function(BenchmarkId::from_parameter("overview_hour"), |b| {
-            b.to_async(&rt).iter(|| async {
+            b.to_async(rt).iter(|| async {
                 let since = now - 3_600_000;
                 db.store
                     .ended_by_bucket(since, 60_000, None)
@@ -264,7 +290,7 @@ fn main() {
             })
         });
         group.bench_function(BenchmarkId::from_parameter("overview_day"), |b| {
-            b.to_async(&rt).iter(|| async {
+            b.to_async(rt).iter(|| async {
                 let since = now - 24 * 3_600_000;
                 db.store
                     .ended_by_bucket(since, 30 * 60_000, None)
@@ -277,7 +303,7 @@ fn main() {
             })
         });
         group.bench_function(BenchmarkId::from_parameter("job_stats_day"), |b| {
-            b.to_async(&rt).iter(|| async {
+            b.to_async(rt).iter(|| async {
                 db.store
                     .job_endings("job-3", now - 24 * 3_600_000, None, 20_000)
                     .await
@@ -285,7 +311,7 @@ fn main() {
             })
         });
         group.bench_function(BenchmarkId::from_parameter("pulse"), |b| {
-            b.to_async(&rt)
+            b.to_async(rt)
                 .iter(|| async { db.store.live_counts().await.expect("pulse") })
         });
         group.finish();
@@ -334,51 +360,56 @@ fn main() {
 
 /// CPU time (ms) used so far by the Postgres processes serving database `name`.
 fn postgres_cpu_ms(name: &str) -> f64 {
-    let ticks_per_ms = 100.0 / 1000.0;
-    let mut total = 0.0;
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return 0.0;
     };
+    let mut total = 0.0;
     for entry in procs.flatten() {
         let path = entry.path();
         let title = std::fs::read(path.join("cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&title).contains(name) {
-            continue;
+        if String::from_utf8_lossy(&title).contains(name) {
+            total += process_cpu_ms(&path);
         }
-        let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
-            continue;
-        };
-        // Fields after the command's closing parenthesis: utime and stime are the 12th and
-        // 13th.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: f64 = [11, 12]
-            .iter()
-            .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
-            .sum();
-        total += ticks / ticks_per_ms;
     }
     total
 }
 
-/// What 0 and then 10 open overview pages cost the database of a busy host (see the
-/// module's doc).
-async fn pages(db: &Database, dir: &std::path::Path) {
-    use std::io::BufRead;
-    let Some(database) = &db.pg else {
-        return;
+/// CPU time (ms) the process at `/proc/PID` used so far.
+fn process_cpu_ms(path: &std::path::Path) -> f64 {
+    let ticks_per_ms = 100.0 / 1000.0;
+    let Ok(stat) = std::fs::read_to_string(path.join("stat")) else {
+        return 0.0;
     };
-    let (name, url) = (database.name.clone(), database.url.clone());
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and
+    // 13th.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+        .sum();
+    ticks / ticks_per_ms
+}
+
+/// A real `host serve` of the `noop` job in home `dir` on database `url` (with `extra`
+/// arguments), an operator's token for it, and its address; `None` if the guest cannot
+/// be built.
+fn serve_noop(
+    dir: &std::path::Path,
+    url: &str,
+    extra: &[&str],
+) -> Option<(std::process::Child, String, String)> {
+    use std::io::BufRead;
     let noop = match guests::locate_or_build(&["noop"]) {
         Ok(mut found) => found.remove(0),
         Err(e) => {
-            eprintln!("pages: {e}");
-            return;
+            eprintln!("the noop guest: {e}");
+            return None;
         }
     };
-    let manifest = dir.join("pages.toml");
+    let manifest = dir.join("noop.toml");
     std::fs::write(
         &manifest,
         format!("[jobs.noop]\ncomponent = \"{}\"\n", noop.display()),
@@ -389,7 +420,7 @@ async fn pages(db: &Database, dir: &std::path::Path) {
         command
             .args(args)
             .env("JOBHOST_HOME", dir)
-            .env("JOBHOST_DB", &url)
+            .env("JOBHOST_DB", url)
             .env("JOBHOST_LOG", "warn");
         command
     };
@@ -398,22 +429,32 @@ async fn pages(db: &Database, dir: &std::path::Path) {
         .expect("host tokens create");
     let token: serde_json::Value = serde_json::from_slice(&created.stdout).expect("token JSON");
     let token = token["token"].as_str().expect("a token").to_string();
-    let mut serve = host(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--manifest",
-        manifest.to_str().expect("utf-8"),
-    ])
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .expect("host serve");
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    args.extend(["--manifest", manifest.to_str().expect("utf-8")]);
+    let mut serve = host(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("host serve");
     let mut line = String::new();
     std::io::BufReader::new(serve.stdout.take().expect("stdout"))
         .read_line(&mut line)
         .expect("listening line");
     let base = format!("http://{}", line.trim().trim_start_matches("listening on "));
+    Some((serve, base, token))
+}
+
+/// What 0 and then 10 open overview pages cost the database of a busy host (see the
+/// module's doc).
+async fn pages(db: &Database, dir: &std::path::Path) {
+    let Some(database) = &db.pg else {
+        return;
+    };
+    let (name, url) = (database.name.clone(), database.url.clone());
+    let Some((mut serve, base, token)) = serve_noop(dir, &url, &[]) else {
+        return;
+    };
     let client = reqwest::Client::new();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let kicker = {
@@ -501,4 +542,170 @@ async fn pages(db: &Database, dir: &std::path::Path) {
     let _ = kicker.await;
     let _ = serve.kill();
     let _ = serve.wait();
+}
+
+/// Runs held and clients long-polling them in the `waiters` part.
+const WAITED_RUNS: usize = 1000;
+/// How long each load is measured: one whole wait, so each client's answer (and its
+/// reads) falls in it once.
+const WAIT_MEASURE: Duration = Duration::from_secs(30);
+
+/// What `WAITED_RUNS` long-polling clients cost the database, against none (see the
+/// module's doc).
+async fn waiters(backend: &'static str, dir: &std::path::Path) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let pg = match backend {
+        "sqlite" => None,
+        _ => Some(postgres::PgDatabase::create("jobhost_bench_waiters_").await),
+    };
+    let url = match &pg {
+        None => format!("sqlite://{}/waiters.db", dir.display()),
+        Some(database) => database.url.clone(),
+    };
+    let home = dir.join(backend);
+    std::fs::create_dir_all(&home).expect("home");
+    let Some((mut serve, base, token)) = serve_noop(&home, &url, &["--max-connections", "4000"])
+    else {
+        return;
+    };
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(2 * WAITED_RUNS)
+        .build()
+        .expect("client");
+    let items: Vec<serde_json::Value> = (0..WAITED_RUNS)
+        .map(|i| serde_json::json!({"instance": format!("w{i}"), "delay": "1h"}))
+        .collect();
+    let started: serde_json::Value = client
+        .post(format!("{base}/jobs/noop/runs:batch"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({ "runs": items }))
+        .send()
+        .await
+        .expect("batch")
+        .json()
+        .await
+        .expect("batch answer");
+    let ids: Vec<String> = started["runs"]
+        .as_array()
+        .expect("runs started")
+        .iter()
+        .map(|r| r["run_id"].as_str().expect("an id").to_string())
+        .collect();
+    let host_proc = std::path::PathBuf::from(format!("/proc/{}", serve.id()));
+    let pg_name = pg.as_ref().map(|p| p.name.clone());
+    let cpu_ms = || match &pg_name {
+        Some(name) => postgres_cpu_ms(name),
+        None => process_cpu_ms(&host_proc),
+    };
+    let admin = match &pg {
+        Some(_) => Some(
+            Store::open(&url)
+                .await
+                .expect("a second connection to count transactions"),
+        ),
+        None => None,
+    };
+    let transactions = |admin: Option<Store>, name: Option<String>| async move {
+        let (Some(admin), Some(name)) = (admin, name) else {
+            return None;
+        };
+        let jobhost::store::Pool::Postgres(p) = admin.pool() else {
+            return None;
+        };
+        sqlx::query_scalar::<_, i64>(
+            "SELECT CAST(xact_commit + xact_rollback AS BIGINT) FROM pg_stat_database WHERE datname = $1",
+        )
+        .bind(name)
+        .fetch_one(p)
+        .await
+        .ok()
+    };
+    let load = || {
+        let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        text.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("\nlong-polling clients ({backend}, {WAITED_RUNS} runs held):");
+    let mut idle = (0.0, None);
+    for clients in [0usize, WAITED_RUNS] {
+        let stop = Arc::new(AtomicBool::new(false));
+        let answers = Arc::new(AtomicU64::new(0));
+        let pollers: Vec<_> = ids
+            .iter()
+            .take(clients)
+            .map(|id| {
+                let (client, url, token, stop, answers) = (
+                    client.clone(),
+                    format!("{base}/runs/{id}?wait=30s"),
+                    token.clone(),
+                    stop.clone(),
+                    answers.clone(),
+                );
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        match client.get(&url).bearer_auth(&token).send().await {
+                            Ok(answer) => {
+                                let _ = answer.bytes().await;
+                                answers.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        }
+                    }
+                })
+            })
+            .collect();
+        // Every client connected and waiting, the first answers' reads done.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (cpu, xacts, at, answered) = (
+            cpu_ms(),
+            transactions(admin.clone(), pg_name.clone()).await,
+            std::time::Instant::now(),
+            answers.load(Ordering::Relaxed),
+        );
+        tokio::time::sleep(WAIT_MEASURE).await;
+        let seconds = at.elapsed().as_secs_f64();
+        let ms_per_s = (cpu_ms() - cpu) / seconds;
+        let xacts_per_s = match (xacts, transactions(admin.clone(), pg_name.clone()).await) {
+            (Some(before), Some(after)) => Some((after - before) as f64 / seconds),
+            _ => None,
+        };
+        let said = |n: Option<f64>| n.map_or("-".to_string(), |n| format!("{n:.1}"));
+        let answers_per_s = (answers.load(Ordering::Relaxed) - answered) as f64 / seconds;
+        stop.store(true, Ordering::Relaxed);
+        for poller in pollers {
+            poller.abort();
+        }
+        let what = if pg_name.is_some() {
+            "Postgres"
+        } else {
+            "the host process (SQLite inside)"
+        };
+        if clients == 0 {
+            idle = (ms_per_s, xacts_per_s);
+            println!(
+                "  no client:    {what} used {ms_per_s:.1} ms of CPU a second; {} transactions a second (load {})",
+                said(xacts_per_s),
+                load()
+            );
+        } else {
+            println!(
+                "  {clients} clients: {ms_per_s:.1} ms of CPU a second ({:.2}x); {} transactions a second ({} more); {answers_per_s:.1} answers a second (load {})",
+                ms_per_s / idle.0.max(0.1),
+                said(xacts_per_s),
+                said(xacts_per_s.zip(idle.1).map(|(busy, quiet)| busy - quiet)),
+                load()
+            );
+        }
+    }
+    let _ = serve.kill();
+    let _ = serve.wait();
+    if let Some(admin) = admin {
+        admin.close().await;
+    }
+    if let Some(database) = pg {
+        database.drop_now().await;
+    }
 }

@@ -40,7 +40,7 @@ pub enum EmitError {
 }
 
 /// One run an event queued, or had queued before (`duplicate`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct EventRun {
     pub job: String,
     pub tenant: String,

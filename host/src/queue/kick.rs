@@ -23,7 +23,7 @@ use crate::store::{JobRecord, NewRun, Origin, RunRecord, Store, StoreError};
 
 pub const DEFAULT_INSTANCE: &str = "default";
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Kicked {
     /// A run held the lease: it will run once more when it ends.
@@ -37,13 +37,17 @@ pub enum Kicked {
         code: crate::rules::failure::FailureCode,
     },
     /// A per-tenant job's kick: what it did for each active tenant's child.
-    FannedOut { children: Vec<ChildKick> },
+    FannedOut {
+        // A child's kick is never fanned out again: the description stops here.
+        #[schema(no_recursion)]
+        children: Vec<ChildKick>,
+    },
     /// A child of a per-tenant job's kick whose tenant is at a cap on queued runs
     /// (`backlog`): nothing was queued for it.
     QueueFull,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct ChildKick {
     pub tenant: String,
     #[serde(flatten)]
@@ -54,7 +58,7 @@ pub struct ChildKick {
 /// debounced (`rules::enqueue::Outcome`); `joined` is whether it queued nothing new. A
 /// created run over its job's `max_per_tenant` with policy `skip` is recorded skipped
 /// and reported (`dropped`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Started {
     pub run_id: String,
     pub result: Outcome,

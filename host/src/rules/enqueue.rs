@@ -269,7 +269,7 @@ pub fn parse_on_conflict(text: &str) -> Option<OnConflict> {
 }
 
 /// What happened to an enqueue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// A new run was queued.

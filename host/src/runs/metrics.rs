@@ -12,10 +12,10 @@ use std::time::Duration;
 
 type Labels = Vec<(&'static str, String)>;
 
-/// The labels whose values name what tenants own, or the operator's mounts. Every series
-/// that names a job also names its tenant, so a tenant's view can pick its own; a mount's
-/// series name no tenant, so only the operator sees them.
-const NAME_LABELS: [&str; 3] = ["job", "tenant", "mount"];
+/// The labels whose values name what tenants own, or the operator's mounts and webhooks.
+/// Every series that names a job also names its tenant, so a tenant's view can pick its
+/// own; a mount's or webhook's series name no tenant, so only the operator sees them.
+const NAME_LABELS: [&str; 4] = ["job", "tenant", "mount", "webhook"];
 
 /// Who a scrape is for, and so which names its series may carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,6 +283,21 @@ impl Metrics {
             "Calls of a mount refused rate-limited: its limits held them past max_wait.",
             labels(),
             refused as f64,
+        );
+    }
+
+    /// An attempt at delivering an ending to `webhook` through this host, by what followed
+    /// it: `delivered`, `retry` (it failed and is tried again later) or `given_up` (it
+    /// failed past the webhook's `retry_for`).
+    pub fn delivery_attempt(&self, webhook: &str, result: &'static str) {
+        self.add(
+            "jobhost_delivery_attempts_total",
+            "Attempts at delivering endings to webhooks through this host, by webhook and result: `delivered`, `retry` (failed, tried again later), `given_up` (failed past retry_for).",
+            vec![
+                ("webhook", webhook.to_string()),
+                ("result", result.to_string()),
+            ],
+            1.0,
         );
     }
 
@@ -555,6 +570,34 @@ mod tests {
         let open = m.render(&[], View::Open);
         assert!(
             open.contains("jobhost_mount_calls_waited_total 3\n") && !open.contains("billing"),
+            "{open}"
+        );
+    }
+
+    #[test]
+    fn deliveries_are_counted_by_webhook_and_named_only_to_the_operator() {
+        let m = Metrics::default();
+        m.delivery_attempt("ops", "retry");
+        m.delivery_attempt("ops", "retry");
+        m.delivery_attempt("ops", "delivered");
+        m.delivery_attempt("billing", "given_up");
+        let operator = m.render(&[], View::Operator);
+        for line in [
+            "jobhost_delivery_attempts_total{webhook=\"ops\",result=\"retry\"} 2\n",
+            "jobhost_delivery_attempts_total{webhook=\"ops\",result=\"delivered\"} 1\n",
+            "jobhost_delivery_attempts_total{webhook=\"billing\",result=\"given_up\"} 1\n",
+        ] {
+            assert!(operator.contains(line), "{line} in {operator}");
+        }
+        assert!(
+            !m.render(&[], View::Tenant("acme"))
+                .contains("jobhost_delivery")
+        );
+        let open = m.render(&[], View::Open);
+        assert!(
+            open.contains("jobhost_delivery_attempts_total{result=\"retry\"} 2\n")
+                && !open.contains("ops")
+                && !open.contains("billing"),
             "{open}"
         );
     }

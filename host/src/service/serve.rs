@@ -133,6 +133,7 @@ pub async fn serve(
             shared.app.store.clone(),
             shared.app.runner.host_id(),
             config.webhooks.clone(),
+            shared.app.metrics.clone(),
         );
         loops.spawn(crate::service::webhooks::delivery_loop(
             deliverer,

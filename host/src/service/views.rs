@@ -5,7 +5,9 @@ use crate::store::{
     LeaseRecord, LiveLogRecord, PauseRecord, RunRecord, RunStatus, StepFailureRecord, StepRecord,
     TenantRecord, TokenRecord,
 };
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 /// Runs (or reports) one listing returns unless asked for another number: `host runs
 /// list` and the API's `GET /runs` and `GET /reports` alike.
@@ -41,12 +43,8 @@ fn decoded(text: Option<&str>, field: &str, problems: &mut Vec<String>) -> Value
     }
 }
 
-fn decode_error(problems: Vec<String>) -> Value {
-    if problems.is_empty() {
-        Value::Null
-    } else {
-        Value::String(problems.join("; "))
-    }
+fn decode_error(problems: Vec<String>) -> Option<String> {
+    (!problems.is_empty()).then(|| problems.join("; "))
 }
 
 /// The largest cursor a list shows. A cursor may be 64 KiB of JSON, which parses to many
@@ -62,11 +60,73 @@ fn is_json(text: &str) -> bool {
 /// a cursor over `LISTED_CURSOR_BYTES`; here they are only checked, so a page of runs stays
 /// small.
 pub fn run(run: &RunRecord) -> Value {
-    run_view(run, LISTED_CURSOR_BYTES)
+    shown(run_view(run, LISTED_CURSOR_BYTES))
+}
+
+/// A view as JSON: each view is a type, so `GET /openapi.json` describes what is sent.
+fn shown(view: impl Serialize) -> Value {
+    serde_json::to_value(view).expect("a view serialises")
+}
+
+/// A run as the API, the CLI and the console show it (`GET /runs`, `GET /runs/{id}`).
+/// Times are RFC 3339 in UTC; JSON the run stored that does not decode is null, and
+/// named in `decode_error`.
+#[derive(Serialize, ToSchema)]
+pub struct RunView {
+    pub run_id: String,
+    pub job: String,
+    pub instance: String,
+    pub tenant: String,
+    /// What queued it: `schedule`, `kick`, `start`, `event`, `retry`, ...
+    pub origin: String,
+    /// `queued`, `waiting`, `claimed`, `running`, `succeeded`, `failed`, `crashed`,
+    /// `cancelled`, `skipped` (a tenant is told `dropped` for `skipped` and `failed` for
+    /// `crashed`).
+    pub status: String,
+    pub attempts: i64,
+    /// The attempts a pass may use that its start asked for (null: its job's).
+    pub max_attempts: Option<i64>,
+    pub passes: i64,
+    pub defers: i64,
+    /// The last failure's fixed code (`docs/failure-codes.md`).
+    pub code: Option<String>,
+    pub error: Option<String>,
+    /// The run's resumable cursor: any JSON.
+    pub cursor: Value,
+    pub cursor_omitted: bool,
+    /// Any JSON the guest counted.
+    pub counters: Value,
+    pub decode_error: Option<String>,
+    pub scheduled_for: Option<String>,
+    pub rerun_of: Option<String>,
+    pub resumed_by: Option<String>,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub next_attempt_at: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub component_digest: Option<String>,
+    /// The host running it (the operator's view only).
+    #[schema(required = false)]
+    pub host: Option<String>,
+    pub trace_id: String,
+    pub retry_of: Option<String>,
+    pub retried_by: Option<String>,
+    pub parent_run: Option<String>,
+    pub parent_attempt: Option<i64>,
+    pub detached: bool,
+    pub event: Option<String>,
+    /// While its pass waits for its children: the policy it waits by.
+    pub waits_for: Option<String>,
+    /// While it waits for a signal: the signal's name.
+    pub waits_for_signal: Option<String>,
+    pub signal_timeout_at: Option<String>,
+    /// What the run's last pass returned: any JSON.
+    pub result: Value,
 }
 
 /// A run with its cursor if that is at most `cursor_bytes` long.
-fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
+fn run_view(run: &RunRecord, cursor_bytes: usize) -> RunView {
     let mut problems = Vec::new();
     if !is_json(&run.payload) {
         problems.push("payload: not JSON".to_string());
@@ -83,119 +143,221 @@ fn run_view(run: &RunRecord, cursor_bytes: usize) -> Value {
     };
     let counters = decoded(Some(&run.counters), "counters", &mut problems);
     let result = decoded(run.result.as_deref(), "result", &mut problems);
-    json!({
-        "run_id": run.id,
-        "job": run.job,
-        "instance": run.instance,
-        "tenant": run.tenant,
-        "origin": run.origin,
-        "status": run.shown_status(),
-        "attempts": run.attempts,
-        // The attempts a pass may use that its start asked for (none: its job's).
-        "max_attempts": run.max_attempts,
-        "passes": run.pass,
-        "defers": run.defers,
-        "code": run.last_code,
-        "error": run.last_error,
-        "cursor": cursor,
-        "cursor_omitted": omitted.is_some(),
-        "counters": counters,
-        "decode_error": decode_error(problems),
-        "scheduled_for": run.scheduled_for.map(time),
-        "rerun_of": run.rerun_of,
-        "resumed_by": run.resumed_by,
-        "created_at": time(run.created_at),
-        "started_at": run.started_at.map(time),
-        "finished_at": run.finished_at.map(time),
+    RunView {
+        run_id: run.id.clone(),
+        job: run.job.clone(),
+        instance: run.instance.clone(),
+        tenant: run.tenant.clone(),
+        origin: run.origin.clone(),
+        status: run.shown_status().to_string(),
+        attempts: run.attempts,
+        max_attempts: run.max_attempts,
+        passes: run.pass,
+        defers: run.defers,
+        code: run.last_code.clone(),
+        error: run.last_error.clone(),
+        cursor,
+        cursor_omitted: omitted.is_some(),
+        counters,
+        decode_error: decode_error(problems),
+        scheduled_for: run.scheduled_for.map(time),
+        rerun_of: run.rerun_of.clone(),
+        resumed_by: run.resumed_by.clone(),
+        created_at: time(run.created_at),
+        started_at: run.started_at.map(time),
+        finished_at: run.finished_at.map(time),
         // A waiting run is due when its children ended, not at the time its row holds.
-        "next_attempt_at": (run.shown_status() == "queued").then(|| time(run.next_attempt_at)),
-        "duration_ms": duration_ms(run),
-        "component_digest": run.component_digest,
-        "host": run.host,
-        "trace_id": run.trace().trace_id(),
-        "retry_of": run.retry_of,
-        "retried_by": run.retried_by,
-        "parent_run": run.parent_run,
-        "parent_attempt": run.parent_attempt,
-        "detached": run.detached == 1,
-        "event": run.event,
-        "waits_for": run.waiting_pass().map(|_| run.wait_policy.as_deref()),
+        next_attempt_at: (run.shown_status() == "queued").then(|| time(run.next_attempt_at)),
+        duration_ms: duration_ms(run),
+        component_digest: run.component_digest.clone(),
+        host: run.host.clone(),
+        trace_id: run.trace().trace_id(),
+        retry_of: run.retry_of.clone(),
+        retried_by: run.retried_by.clone(),
+        parent_run: run.parent_run.clone(),
+        parent_attempt: run.parent_attempt,
+        detached: run.detached == 1,
+        event: run.event.clone(),
+        waits_for: run.waiting_pass().and_then(|_| run.wait_policy.clone()),
         // A run asleep until a signal comes, or its timeout (then due).
-        "waits_for_signal": run.waiting_signal(),
-        "signal_timeout_at": run.waiting_signal().map(|_| time(run.next_attempt_at)),
-        "result": result,
-    })
+        waits_for_signal: run.waiting_signal().map(str::to_string),
+        signal_timeout_at: run.waiting_signal().map(|_| time(run.next_attempt_at)),
+        result,
+    }
 }
 
 /// A pause of a job, a tenant or a lane.
+#[derive(Serialize, ToSchema)]
+pub struct PauseView {
+    /// `job`, `tenant` or `lane`.
+    pub scope: String,
+    pub name: String,
+    pub paused_at: String,
+}
+
 pub fn pause(p: &PauseRecord) -> Value {
-    json!({"scope": p.scope, "name": p.name, "paused_at": time(p.paused_at)})
+    shown(PauseView {
+        scope: p.scope.clone(),
+        name: p.name.clone(),
+        paused_at: time(p.paused_at),
+    })
 }
 
 /// The most attached objects a run's detail lists.
 pub const FILES_SHOWN: i64 = 100;
 
 /// An object a run attached.
+#[derive(Serialize, ToSchema)]
+pub struct FileView {
+    pub collection: String,
+    pub name: String,
+    pub size: i64,
+    pub digest: String,
+    pub status: String,
+    pub attached_at: String,
+}
+
 pub fn file(f: &FileRecord) -> Value {
-    json!({
-        "collection": f.collection,
-        "name": f.name,
-        "size": f.size,
-        "digest": f.digest,
-        "status": f.status,
-        "attached_at": time(f.created_at),
+    shown(FileView {
+        collection: f.collection.clone(),
+        name: f.name.clone(),
+        size: f.size,
+        digest: f.digest.clone(),
+        status: f.status.clone(),
+        attached_at: time(f.created_at),
     })
 }
 
+/// An attempt of a run, recorded when it ended, with its bounded log.
+#[derive(Serialize, ToSchema)]
+pub struct AttemptView {
+    pub seq: i64,
+    pub pass: i64,
+    pub attempt: i64,
+    pub generation: i64,
+    /// The host it ran on (the operator's view only).
+    #[schema(required = false)]
+    pub host: String,
+    pub status: String,
+    pub outcome: Option<String>,
+    pub code: Option<String>,
+    pub fuel_used: Option<i64>,
+    pub peak_memory: Option<i64>,
+    pub duration_ms: Option<i64>,
+    pub started_at: String,
+    pub finished_at: Option<String>,
+    pub log: String,
+    pub log_truncated: bool,
+    /// The run's trace (in a run's detail).
+    #[schema(required = false)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+}
+
+fn attempt_view(a: &AttemptRecord) -> AttemptView {
+    AttemptView {
+        seq: a.seq,
+        pass: a.pass,
+        attempt: a.attempt,
+        generation: a.generation,
+        host: a.host.clone(),
+        status: a.status.clone(),
+        outcome: a.outcome.clone(),
+        code: a.code.clone(),
+        fuel_used: a.fuel_used,
+        peak_memory: a.peak_memory,
+        duration_ms: a.duration_ms,
+        started_at: time(a.started_at),
+        finished_at: a.finished_at.map(time),
+        log: a.log.clone(),
+        log_truncated: a.log_truncated != 0,
+        trace_id: None,
+    }
+}
+
 pub fn attempt(a: &AttemptRecord) -> Value {
-    json!({
-        "seq": a.seq,
-        "pass": a.pass,
-        "attempt": a.attempt,
-        "generation": a.generation,
-        "host": a.host,
-        "status": a.status,
-        "outcome": a.outcome,
-        "code": a.code,
-        "fuel_used": a.fuel_used,
-        "peak_memory": a.peak_memory,
-        "duration_ms": a.duration_ms,
-        "started_at": time(a.started_at),
-        "finished_at": a.finished_at.map(time),
-        "log": a.log,
-        "log_truncated": a.log_truncated != 0,
-    })
+    shown(attempt_view(a))
 }
 
 /// A delivery of a run's ending to a webhook (never its secret or URL): its state, tries
 /// and the last answer, the receiver's text bounded and escaped when it was stored.
+#[derive(Serialize, ToSchema)]
+pub struct DeliveryView {
+    pub id: i64,
+    pub run_id: String,
+    pub job: String,
+    pub tenant: String,
+    pub webhook: String,
+    /// The run's ending: `succeeded`, `failed`, `cancelled`, `crashed` or `skipped`.
+    pub ending: String,
+    /// `pending`, `delivered` or `failed` (given up).
+    pub state: String,
+    pub attempts: i64,
+    pub next_try_at: Option<String>,
+    pub last_status: Option<i64>,
+    pub last_error: Option<String>,
+    pub after_run: Option<String>,
+    pub created_at: String,
+    pub delivered_at: Option<String>,
+}
+
 pub fn delivery(d: &DeliveryRecord) -> Value {
-    json!({
-        "id": d.id,
-        "run_id": d.run_id,
-        "job": d.job,
-        "tenant": d.tenant,
-        "webhook": d.webhook,
-        "ending": d.ending,
-        "state": d.state,
-        "attempts": d.attempts,
-        "next_try_at": (d.state == "pending").then(|| time(d.next_try_at)),
-        "last_status": d.last_status,
-        "last_error": d.last_error,
-        "after_run": d.after_run,
-        "created_at": time(d.created_at),
-        "delivered_at": d.delivered_at.map(time),
+    shown(DeliveryView {
+        id: d.id,
+        run_id: d.run_id.clone(),
+        job: d.job.clone(),
+        tenant: d.tenant.clone(),
+        webhook: d.webhook.clone(),
+        ending: d.ending.clone(),
+        state: d.state.clone(),
+        attempts: d.attempts,
+        next_try_at: (d.state == "pending").then(|| time(d.next_try_at)),
+        last_status: d.last_status,
+        last_error: d.last_error.clone(),
+        after_run: d.after_run.clone(),
+        created_at: time(d.created_at),
+        delivered_at: d.delivered_at.map(time),
     })
 }
 
+/// One attempt at a delivery: the receiver's HTTP status, if it answered.
+#[derive(Serialize, ToSchema)]
+pub struct DeliveryAttemptView {
+    pub host: String,
+    pub status_code: Option<i64>,
+    pub error: Option<String>,
+    pub duration_ms: i64,
+    pub at: String,
+}
+
 pub fn delivery_attempt(a: &DeliveryAttemptRecord) -> Value {
-    json!({
-        "host": a.host,
-        "status_code": a.status_code,
-        "error": a.error,
-        "duration_ms": a.duration_ms,
-        "at": time(a.at),
+    shown(DeliveryAttemptView {
+        host: a.host.clone(),
+        status_code: a.status_code,
+        error: a.error.clone(),
+        duration_ms: a.duration_ms,
+        at: time(a.at),
     })
+}
+
+/// The attempt a running run is in, before it is recorded.
+#[derive(Serialize, ToSchema)]
+pub struct LiveAttemptView {
+    pub seq: i64,
+    pub pass: i64,
+    pub attempt: i64,
+    pub generation: Option<i64>,
+    /// The host running it (the operator's view only).
+    #[schema(required = false)]
+    pub host: Option<String>,
+    /// `claimed` until its guest starts, then `running`.
+    pub status: String,
+    pub started_at: Option<String>,
+    pub running_ms: Option<i64>,
+    pub log: String,
+    pub log_truncated: bool,
+    /// The fuel it burnt so far: null until written, and where its host does not meter fuel.
+    pub fuel_used: Option<i64>,
 }
 
 /// The attempt a running run is in, as the database knows it: its number, pass and try
@@ -210,43 +372,82 @@ pub fn live_attempt(
     attempts: &[AttemptRecord],
     live: Option<&LiveLogRecord>,
 ) -> Value {
+    shown(live_attempt_view(run, attempts, live))
+}
+
+fn live_attempt_view(
+    run: &RunRecord,
+    attempts: &[AttemptRecord],
+    live: Option<&LiveLogRecord>,
+) -> Option<LiveAttemptView> {
     let in_attempt = run.status() == Some(RunStatus::Running) && run.generation.is_some();
     if !in_attempt || attempts.iter().any(|a| a.seq == run.attempts) {
-        return Value::Null;
+        return None;
     }
     let live = live.filter(|l| l.seq == run.attempts);
-    json!({
-        "seq": run.attempts,
-        "pass": run.pass,
-        "attempt": run.current_try(),
-        "generation": run.generation,
-        "host": run.host,
-        "status": if run.claimed() { crate::store::CLAIMED } else { "running" },
-        "started_at": live.map(|l| time(l.started_at)),
-        "running_ms": live.map(|l| l.running_ms.max(0)),
-        "log": live.map_or("", |l| l.log.as_str()),
-        "log_truncated": live.is_some_and(|l| l.log_truncated != 0),
-        "fuel_used": live.and_then(|l| l.fuel_used),
+    let status = if run.claimed() {
+        crate::store::CLAIMED
+    } else {
+        "running"
+    };
+    Some(LiveAttemptView {
+        seq: run.attempts,
+        pass: run.pass,
+        attempt: run.current_try(),
+        generation: run.generation,
+        host: run.host.clone(),
+        status: status.to_string(),
+        started_at: live.map(|l| time(l.started_at)),
+        running_ms: live.map(|l| l.running_ms.max(0)),
+        log: live.map_or("", |l| l.log.as_str()).to_string(),
+        log_truncated: live.is_some_and(|l| l.log_truncated != 0),
+        fuel_used: live.and_then(|l| l.fuel_used),
     })
 }
 
 /// A recorded step of a run's ledger.
-pub fn step(s: &StepRecord) -> Value {
+#[derive(Serialize, ToSchema)]
+pub struct StepView {
+    pub pass: i64,
+    pub name: String,
+    /// What the step returned: any JSON.
+    pub result: Value,
+    pub generation: i64,
+    pub recorded_at: String,
+    pub decode_error: Option<String>,
+}
+
+fn step_view(s: &StepRecord) -> StepView {
     let mut problems = Vec::new();
     let result = decoded(Some(&s.result), "result", &mut problems);
-    json!({
-        "pass": s.pass,
-        "name": s.name,
-        "result": result,
-        "generation": s.generation,
-        "recorded_at": time(s.recorded_at),
-        "decode_error": decode_error(problems),
-    })
+    StepView {
+        pass: s.pass,
+        name: s.name.clone(),
+        result,
+        generation: s.generation,
+        recorded_at: time(s.recorded_at),
+        decode_error: decode_error(problems),
+    }
 }
 
 /// The most attempts a run's detail shows: its last ones (a run that continues pass after
 /// pass may have any number).
 pub const ATTEMPTS_SHOWN: i64 = 100;
+
+/// A run in detail: its view with its payload, last attempts, live attempt, ledger and
+/// what `GET /runs/{id}` adds (`service::http`).
+#[derive(Serialize, ToSchema)]
+pub struct RunDetail {
+    #[serde(flatten)]
+    pub run: RunView,
+    /// Any JSON: the run's payload.
+    pub payload: Value,
+    pub attempt_records: Vec<AttemptView>,
+    pub live_attempt: Option<LiveAttemptView>,
+    pub earlier_attempts_omitted: bool,
+    pub steps: Vec<StepView>,
+    pub failed_steps: Vec<FailedStepView>,
+}
 
 /// A run with its last attempts (`ATTEMPTS_SHOWN` of them; `earlier_attempts_omitted` says
 /// whether it had more) and its ledger (the steps its current pass recorded; after a
@@ -260,21 +461,35 @@ pub fn run_detail(
     steps: &[StepRecord],
     failed_steps: &[StepFailureRecord],
 ) -> Value {
-    let mut value = run_view(r, usize::MAX);
-    value["payload"] = decoded(Some(&r.payload), "payload", &mut Vec::new());
+    shown(run_detail_view(r, attempts, live, steps, failed_steps))
+}
+
+/// [`run_detail`] as its type.
+pub fn run_detail_view(
+    r: &RunRecord,
+    attempts: &[AttemptRecord],
+    live: Option<&LiveLogRecord>,
+    steps: &[StepRecord],
+    failed_steps: &[StepFailureRecord],
+) -> RunDetail {
     let trace_id = r.trace().trace_id();
-    let views = attempts.iter().map(|a| {
-        let mut view = attempt(a);
-        view["trace_id"] = trace_id.clone().into();
-        view
-    });
-    value["attempt_records"] = Value::Array(views.collect());
-    value["live_attempt"] = live_attempt(r, attempts, live);
-    // Attempts are numbered from 1 without gaps: a first one shown past 1 had others before.
-    value["earlier_attempts_omitted"] = attempts.first().is_some_and(|a| a.seq > 1).into();
-    value["steps"] = Value::Array(steps.iter().map(step).collect());
-    value["failed_steps"] = Value::Array(failed_steps.iter().map(failed_step).collect());
-    value
+    let attempt_records = attempts
+        .iter()
+        .map(|a| AttemptView {
+            trace_id: Some(trace_id.clone()),
+            ..attempt_view(a)
+        })
+        .collect();
+    RunDetail {
+        run: run_view(r, usize::MAX),
+        payload: decoded(Some(&r.payload), "payload", &mut Vec::new()),
+        attempt_records,
+        live_attempt: live_attempt_view(r, attempts, live),
+        // Attempts are numbered from 1 without gaps: a first one shown past 1 had others before.
+        earlier_attempts_omitted: attempts.first().is_some_and(|a| a.seq > 1),
+        steps: steps.iter().map(step_view).collect(),
+        failed_steps: failed_steps.iter().map(failed_step_view).collect(),
+    }
 }
 
 /// The kicks folded into `run` while it holds its instance's lease (running, or parked
@@ -288,42 +503,116 @@ pub fn kicks_pending(run: &RunRecord, lease: Option<&LeaseRecord>) -> i64 {
 
 /// A step attempts failed in without recording it (every pass's; a step recorded later
 /// is in `steps` too): how many, and the last one's failure.
-pub fn failed_step(s: &StepFailureRecord) -> Value {
-    json!({
-        "pass": s.pass,
-        "name": s.name,
-        "failed_attempts": s.attempts,
-        "last_code": s.last_code,
-        "last_error": s.last_error,
-        "last_failed_at": time(s.failed_at),
-    })
+#[derive(Serialize, ToSchema)]
+pub struct FailedStepView {
+    pub pass: i64,
+    pub name: String,
+    pub failed_attempts: i64,
+    pub last_code: String,
+    pub last_error: Option<String>,
+    pub last_failed_at: String,
 }
 
-pub fn job(job: &JobRecord, lease: Option<&LeaseRecord>, now: i64) -> Value {
+fn failed_step_view(s: &StepFailureRecord) -> FailedStepView {
+    FailedStepView {
+        pass: s.pass,
+        name: s.name.clone(),
+        failed_attempts: s.attempts,
+        last_code: s.last_code.clone(),
+        last_error: s.last_error.clone(),
+        last_failed_at: time(s.failed_at),
+    }
+}
+
+/// A job's default instance's lease.
+#[derive(Serialize, ToSchema)]
+pub struct LeaseView {
+    pub held: bool,
+    /// The host holding it (the operator's view only).
+    #[schema(required = false)]
+    pub holder: Option<String>,
+    pub generation: i64,
+    pub expires_at: Option<String>,
+    /// A kick folded into the running run: it runs once more when it ends.
+    pub pending: bool,
+}
+
+/// A job as registered, with its schedule and lease (`GET /jobs`, `GET /jobs/{name}`).
+#[derive(Serialize, ToSchema)]
+pub struct JobView {
+    pub name: String,
+    pub tenant: String,
+    pub per_tenant: bool,
+    pub orphaned: bool,
+    pub orphaned_at: Option<String>,
+    pub schedule: Option<String>,
+    pub next_fire_at: Option<String>,
+    /// Not told to a tenant of a per-tenant job (it is every tenant's children's).
+    #[schema(required = false)]
+    pub last_success_at: Option<String>,
+    pub registered_at: String,
+    /// The component's path (the operator's view only).
+    #[schema(required = false)]
+    pub component: String,
+    pub component_digest: String,
+    /// Not told to a tenant of a per-tenant job.
+    #[schema(required = false)]
+    pub lease: Option<LeaseView>,
+    /// Whether a pause holds its runs (`GET /jobs`, `GET /jobs/{name}`).
+    #[schema(required = false)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+    /// The pauses that hold it (the operator's view only).
+    #[schema(required = false)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pauses: Option<Vec<PauseScope>>,
+    #[schema(required = false)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lane: Option<String>,
+    /// What its definition says (`job_settings`; `GET /jobs/{name}` only): any JSON object,
+    /// or null for a definition that does not parse.
+    #[schema(required = false, value_type = Option<Object>)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<Value>,
+}
+
+/// What a pause names: `job`, `tenant` or `lane`, and its name.
+#[derive(Serialize, ToSchema)]
+pub struct PauseScope {
+    pub scope: String,
+    pub name: String,
+}
+
+/// A job with its default instance's lease, as of the database's time `now`.
+pub fn job_view(job: &JobRecord, lease: Option<&LeaseRecord>, now: i64) -> JobView {
     let lease = lease.map(|l| {
         let held = l.holder.is_some() && l.expires_at > now;
-        json!({
-            "held": held,
-            "holder": if held { l.holder.clone() } else { None },
-            "generation": l.generation,
-            "expires_at": held.then(|| time(l.expires_at)),
-            "pending": l.pending != 0,
-        })
+        LeaseView {
+            held,
+            holder: if held { l.holder.clone() } else { None },
+            generation: l.generation,
+            expires_at: held.then(|| time(l.expires_at)),
+            pending: l.pending != 0,
+        }
     });
-    json!({
-        "name": job.name,
-        "tenant": job.tenant,
-        "per_tenant": job.per_tenant != 0,
-        "orphaned": job.orphaned_at.is_some(),
-        "orphaned_at": job.orphaned_at.map(time),
-        "schedule": job.schedule,
-        "next_fire_at": job.next_fire_at.map(time),
-        "last_success_at": job.last_success_at.map(time),
-        "registered_at": time(job.registered_at),
-        "component": job.component_path,
-        "component_digest": job.component_digest,
-        "lease": lease,
-    })
+    JobView {
+        name: job.name.clone(),
+        tenant: job.tenant.clone(),
+        per_tenant: job.per_tenant != 0,
+        orphaned: job.orphaned_at.is_some(),
+        orphaned_at: job.orphaned_at.map(time),
+        schedule: job.schedule.clone(),
+        next_fire_at: job.next_fire_at.map(time),
+        last_success_at: job.last_success_at.map(time),
+        registered_at: time(job.registered_at),
+        component: job.component_path.clone(),
+        component_digest: job.component_digest.clone(),
+        lease,
+        paused: None,
+        pauses: None,
+        lane: None,
+        settings: None,
+    }
 }
 
 /// What a job's definition says, as registered (its manifest entry), read-only: lane,
@@ -351,38 +640,74 @@ pub fn job_settings(spec: &str) -> Value {
     }
 }
 
-/// Every job with the lease of its default instance.
+/// Every job with the lease of its default instance (`job_view`).
 pub fn jobs(jobs: &[JobRecord], leases: &[LeaseRecord], now: i64) -> Vec<Value> {
+    job_views(jobs, leases, now)
+        .into_iter()
+        .map(shown)
+        .collect()
+}
+
+/// [`jobs`] as their type.
+pub fn job_views(jobs: &[JobRecord], leases: &[LeaseRecord], now: i64) -> Vec<JobView> {
     jobs.iter()
         .map(|j| {
             let lease = leases
                 .iter()
                 .find(|l| l.job == j.name && l.instance == crate::queue::kick::DEFAULT_INSTANCE);
-            job(j, lease, now)
+            job_view(j, lease, now)
         })
         .collect()
 }
 
+/// A registered tenant.
+#[derive(Serialize, ToSchema)]
+pub struct TenantView {
+    pub name: String,
+    pub active: bool,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
 pub fn tenant(t: &TenantRecord) -> Value {
-    json!({
-        "name": t.name,
-        "active": t.active != 0,
-        "created_at": time(t.created_at),
-        "updated_at": time(t.updated_at),
+    shown(TenantView {
+        name: t.name.clone(),
+        active: t.active != 0,
+        created_at: time(t.created_at),
+        updated_at: time(t.updated_at),
     })
 }
 
+/// A token of the API (never its secret, which only its creation's answer shows).
+#[derive(Serialize, ToSchema)]
+pub struct TokenView {
+    pub id: String,
+    pub tenant: Option<String>,
+    pub label: String,
+    pub created_at: String,
+    pub revoked_at: Option<String>,
+    /// `operator`, `read_only` or `tenant`.
+    pub kind: String,
+    pub expires_at: Option<String>,
+    pub expired: bool,
+}
+
 pub fn token(t: &TokenRecord) -> Value {
-    json!({
-        "id": t.id,
-        "tenant": t.tenant,
-        "label": t.label,
-        "created_at": time(t.created_at),
-        "revoked_at": t.revoked_at.map(time),
-        "kind": token_kind(t.tenant.as_deref(), t.read_only != 0),
-        "expires_at": t.expires_at.map(time),
-        "expired": t.expired != 0,
-    })
+    shown(token_view(t))
+}
+
+/// [`token`] as its type.
+pub fn token_view(t: &TokenRecord) -> TokenView {
+    TokenView {
+        id: t.id.clone(),
+        tenant: t.tenant.clone(),
+        label: t.label.clone(),
+        created_at: time(t.created_at),
+        revoked_at: t.revoked_at.map(time),
+        kind: token_kind(t.tenant.as_deref(), t.read_only != 0).to_string(),
+        expires_at: t.expires_at.map(time),
+        expired: t.expired != 0,
+    }
 }
 
 /// What a token may do, in one word: `operator`, `read_only` or `tenant`.
@@ -406,6 +731,15 @@ pub fn who(a: &AuditRecord) -> String {
     }
 }
 
+/// A change made to a run, as its detail shows it.
+#[derive(Serialize, ToSchema)]
+pub struct RunActionView {
+    pub at: String,
+    pub action: String,
+    pub who: String,
+    pub result: String,
+}
+
 /// A change made to a run, as its detail shows it. A tenant is told that an operator
 /// acted, not which token.
 pub fn run_action(a: &AuditRecord, to_tenant: bool) -> Value {
@@ -414,22 +748,46 @@ pub fn run_action(a: &AuditRecord, to_tenant: bool) -> Value {
     } else {
         who(a)
     };
-    json!({"at": time(a.at), "action": a.action, "who": who, "result": a.result})
+    shown(RunActionView {
+        at: time(a.at),
+        action: a.action.clone(),
+        who,
+        result: a.result.clone(),
+    })
+}
+
+/// A row of the audit log.
+#[derive(Serialize, ToSchema)]
+pub struct AuditView {
+    pub id: i64,
+    pub at: String,
+    /// `token` or `cli`.
+    pub actor: String,
+    pub token_id: Option<String>,
+    pub label: String,
+    pub tenant: Option<String>,
+    pub who: String,
+    /// The fixed action, e.g. `run.cancel`.
+    pub action: String,
+    pub object: String,
+    pub run_id: Option<String>,
+    /// `ok`, or the answer's fixed error code.
+    pub result: String,
 }
 
 pub fn audit(a: &AuditRecord) -> Value {
-    json!({
-        "id": a.id,
-        "at": time(a.at),
-        "actor": a.actor,
-        "token_id": a.token_id,
-        "label": a.label,
-        "tenant": a.tenant,
-        "who": who(a),
-        "action": a.action,
-        "object": a.object,
-        "run_id": a.run_id,
-        "result": a.result,
+    shown(AuditView {
+        id: a.id,
+        at: time(a.at),
+        actor: a.actor.clone(),
+        token_id: a.token_id.clone(),
+        label: a.label.clone(),
+        tenant: a.tenant.clone(),
+        who: who(a),
+        action: a.action.clone(),
+        object: a.object.clone(),
+        run_id: a.run_id.clone(),
+        result: a.result.clone(),
     })
 }
 
@@ -500,6 +858,7 @@ pub fn tenant_statuses(told: &str) -> Option<Vec<RunStatus>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_kick_is_pending_on_the_run_that_holds_the_lease_until_it_ends() {

@@ -17,11 +17,13 @@ use crate::rules::delivery::{SIGNATURE_HEADER, signature};
 use crate::rules::guest_text::{for_storage, for_terminal};
 use crate::rules::job::RetryPolicy;
 use crate::rules::trace::TraceParent;
+use crate::runs::metrics::Metrics;
 use crate::runs::runner::backoff;
 use crate::service::views::time;
 use crate::store::{DeliveryNext, DeliveryRecord, DeliveryTry, RunRecord, Store, StoreError};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -143,10 +145,11 @@ pub struct Deliverer {
     names: Vec<String>,
     client: reqwest::Client,
     hold: Duration,
+    metrics: Arc<Metrics>,
 }
 
 impl Deliverer {
-    pub fn new(store: Store, host: &str, webhooks: Webhooks) -> Deliverer {
+    pub fn new(store: Store, host: &str, webhooks: Webhooks, metrics: Arc<Metrics>) -> Deliverer {
         let longest = webhooks
             .by_name
             .values()
@@ -166,6 +169,7 @@ impl Deliverer {
                 .build()
                 .expect("a plain HTTP client builds"),
             hold: longest + CLAIM_SLACK,
+            metrics,
         }
     }
 
@@ -223,6 +227,12 @@ impl Deliverer {
                 }
             }
         };
+        let result = match next {
+            DeliveryNext::Delivered => "delivered",
+            DeliveryNext::RetryIn(_) => "retry",
+            DeliveryNext::GiveUp => "given_up",
+        };
+        self.metrics.delivery_attempt(&delivery.webhook, result);
         match next {
             DeliveryNext::Delivered => {
                 tracing::info!(delivery_id = delivery.id, run_id = %delivery.run_id, webhook = %delivery.webhook, ending = %delivery.ending, tries, "delivered")

@@ -75,6 +75,10 @@ statements! {
         delivery_columns!(),
         " FROM jobhost_deliveries WHERE id = $1"
     );
+    // Pending deliveries by webhook, and how long ago the oldest was written or retried
+    // by an operator (its `retry_from`).
+    backlog = "SELECT webhook, COUNT(*), {now} - MIN(retry_from) FROM jobhost_deliveries \
+        WHERE state = 'pending' GROUP BY webhook ORDER BY webhook";
 }
 
 crate::record! {
@@ -302,6 +306,13 @@ impl Store {
             .bind(limit)
             .fetch_all(p)
             .await?))
+    }
+
+    /// Pending deliveries by webhook: how many, and the oldest one's wait in ms since it
+    /// was written (or retried by an operator).
+    pub async fn delivery_backlog(&self) -> Result<Vec<(String, i64, i64)>> {
+        let q = &self.delivery_statements().backlog;
+        Ok(with_pool!(self.reader, p => sqlx::query_as(q.as_str()).fetch_all(p).await?))
     }
 
     /// Makes given-up delivery `id` pending again, its retry window anew; `None` if it is

@@ -6,7 +6,7 @@
 //! reads the log: operators' tokens (read-only ones too) all of it, a tenant's token the
 //! rows of its own tenant's tokens.
 
-use super::error::{ApiError, ApiResult, ErrorCode};
+use super::error::{ApiError, ErrorCode};
 use super::params::ApiQuery;
 use super::run_filter::parse_time;
 use super::state::Shared;
@@ -23,7 +23,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
 use serde::Deserialize;
-use serde_json::json;
 use std::sync::Arc;
 
 /// Who a request's token is, beyond its [`Principal`]: what its audit rows name.
@@ -213,23 +212,36 @@ async fn write(s: &Shared, row: &NewAudit) {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(super) struct AuditQuery {
     /// RFC 3339 time, or a duration back from now (`1h`).
     since: Option<String>,
+    /// A fixed action, e.g. `run.cancel`.
     action: Option<String>,
     /// Only the rows of this run.
     run: Option<String>,
     limit: Option<i64>,
 }
 
+/// `GET /audit`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(super) struct AuditList {
+    #[schema(value_type = Vec<views::AuditView>)]
+    audit: Vec<serde_json::Value>,
+}
+
 /// `GET /audit`: newest first.
+#[utoipa::path(get, path = "/audit", tag = "audit", params(AuditQuery),
+    responses(
+        (status = 200, description = "The audit log, newest first (a tenant's token: its own tokens' rows)", body = AuditList),
+        (status = 400, description = "`invalid_parameter`", body = super::error::ErrorBody)))]
 pub(super) async fn list(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiQuery(q): ApiQuery<AuditQuery>,
-) -> ApiResult {
+) -> Result<Json<AuditList>, ApiError> {
     let since = match q.since.as_deref() {
         Some(text) => Some(parse_time(text, s.app.store.now().await?, "since")?),
         None => None,
@@ -256,7 +268,7 @@ pub(super) async fn list(
         limit: views::page_size(q.limit),
     };
     let rows = s.app.store.list_audit(&filter).await?;
-    Ok(Json(
-        json!({ "audit": rows.iter().map(views::audit).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(AuditList {
+        audit: rows.iter().map(views::audit).collect(),
+    }))
 }

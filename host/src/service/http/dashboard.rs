@@ -159,6 +159,8 @@ async fn pulse(s: &Shared) -> Result<Value, crate::store::StoreError> {
 
 /// `GET /stream`: a pulse now and whenever it changes (server-sent events). A tenant's
 /// token is told only when to look again, not the fleet's counts.
+#[utoipa::path(get, path = "/stream", tag = "console",
+    responses((status = 200, description = "Server-sent `pulse` events: the console's live counts", body = String, content_type = "text/event-stream")))]
 pub(super) async fn stream(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
@@ -195,9 +197,11 @@ pub(super) async fn stream(
     Sse::new(events).keep_alive(KeepAlive::default())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(super) struct WindowQuery {
+    /// `hour` (the default), `day` or `week` (a job's stats only).
     pub(super) window: Option<String>,
 }
 
@@ -220,6 +224,10 @@ const OUTCOMES: [RunStatus; 5] = [
 ];
 
 /// `GET /overview?window=hour|day`.
+#[utoipa::path(get, path = "/overview", tag = "console", params(WindowQuery),
+    responses(
+        (status = 200, description = "What the console's overview draws: runs ended by outcome, lanes' depth and lag, failures by job and code. Its shape follows the console's needs", body = Object),
+        (status = 400, description = "`invalid_parameter`", body = super::error::ErrorBody)))]
 pub(super) async fn overview(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
@@ -362,6 +370,12 @@ fn percentiles(mut durations: Vec<i64>) -> Value {
 }
 
 /// `GET /jobs/{name}/stats?window=hour|day|week`.
+#[utoipa::path(get, path = "/jobs/{name}/stats", tag = "console",
+    params(("name" = String, Path, description = "The job's name"), WindowQuery),
+    responses(
+        (status = 200, description = "What the console's job page draws: success rate, duration percentiles, next fires. Its shape follows the console's needs", body = Object),
+        (status = 400, description = "`invalid_parameter`", body = super::error::ErrorBody),
+        (status = 404, description = "`unknown_job`", body = super::error::ErrorBody)))]
 pub(super) async fn job_stats(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,

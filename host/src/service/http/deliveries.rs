@@ -3,7 +3,7 @@
 //! given up. Deliveries go to the operator's webhooks, so they are the operator's: for a
 //! tenant's token they do not exist.
 
-use super::error::{ApiError, ApiResult};
+use super::error::{ApiError, ErrorBody};
 use super::params::{self, ApiPath, ApiQuery};
 use super::state::Shared;
 use crate::rules::tenant::Principal;
@@ -12,9 +12,10 @@ use crate::store::{DeliveryFilter, DeliveryState};
 use axum::Json;
 use axum::extract::{Extension, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::sync::Arc;
+use utoipa::ToSchema;
 
 /// Attempts a delivery's view shows, the newest.
 pub const ATTEMPTS_SHOWN: i64 = 50;
@@ -26,9 +27,12 @@ fn operator_only(who: &Principal) -> Result<(), ApiError> {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct DeliveriesQuery {
+    /// Only this run's.
     run: Option<String>,
+    /// `pending`, `delivered` or `failed` (given up).
     status: Option<String>,
     limit: Option<i64>,
     /// The `next` of the page before.
@@ -45,11 +49,25 @@ fn state_filter(status: Option<&str>) -> Result<Option<DeliveryState>, String> {
         .transpose()
 }
 
+/// A page of deliveries, newest first; `next` is the `before` of the next page.
+#[derive(Serialize, ToSchema)]
+pub(super) struct DeliveryPage {
+    #[schema(value_type = Vec<views::DeliveryView>)]
+    deliveries: Vec<Value>,
+    limit: i64,
+    next: Option<i64>,
+}
+
+#[utoipa::path(get, path = "/deliveries", tag = "deliveries", params(DeliveriesQuery),
+    responses(
+        (status = 200, description = "Deliveries of endings to webhooks, newest first", body = DeliveryPage),
+        (status = 400, description = "`invalid_parameter`", body = ErrorBody),
+        (status = 404, description = "`not_found`: a tenant's token", body = ErrorBody)))]
 pub(super) async fn list(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiQuery(q): ApiQuery<DeliveriesQuery>,
-) -> ApiResult {
+) -> Result<Json<DeliveryPage>, ApiError> {
     operator_only(&who)?;
     if let Some(run) = &q.run
         && !params::is_run_id(run)
@@ -72,18 +90,33 @@ pub(super) async fn list(
     let next = (found.len() as i64 == limit)
         .then(|| found.last().map(|d| d.id))
         .flatten();
-    Ok(Json(json!({
-        "deliveries": found.iter().map(views::delivery).collect::<Vec<Value>>(),
-        "limit": limit,
-        "next": next,
-    })))
+    Ok(Json(DeliveryPage {
+        deliveries: found.iter().map(views::delivery).collect(),
+        limit,
+        next,
+    }))
 }
 
+/// A delivery with its newest attempts.
+#[derive(Serialize, ToSchema)]
+pub(super) struct DeliveryDetail {
+    #[serde(flatten)]
+    #[schema(inline, value_type = views::DeliveryView)]
+    delivery: Value,
+    #[schema(value_type = Vec<views::DeliveryAttemptView>)]
+    attempt_records: Vec<Value>,
+}
+
+#[utoipa::path(get, path = "/deliveries/{id}", tag = "deliveries",
+    params(("id" = i64, Path, description = "The delivery's id")),
+    responses(
+        (status = 200, description = "The delivery and its last 50 attempts", body = DeliveryDetail),
+        (status = 404, description = "`unknown_delivery`; `not_found`: a tenant's token", body = ErrorBody)))]
 pub(super) async fn show(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiPath(id): ApiPath<i64>,
-) -> ApiResult {
+) -> Result<Json<DeliveryDetail>, ApiError> {
     operator_only(&who)?;
     let delivery = s
         .app
@@ -92,16 +125,23 @@ pub(super) async fn show(
         .await?
         .ok_or_else(unknown_delivery)?;
     let attempts = s.app.store.delivery_attempts(id, ATTEMPTS_SHOWN).await?;
-    let mut view = views::delivery(&delivery);
-    view["attempt_records"] = attempts.iter().map(views::delivery_attempt).collect();
-    Ok(Json(view))
+    Ok(Json(DeliveryDetail {
+        delivery: views::delivery(&delivery),
+        attempt_records: attempts.iter().map(views::delivery_attempt).collect(),
+    }))
 }
 
+#[utoipa::path(post, path = "/deliveries/{id}/retry", tag = "deliveries",
+    params(("id" = i64, Path, description = "The delivery's id")),
+    responses(
+        (status = 200, description = "Pending again, with a new retry window", body = views::DeliveryView),
+        (status = 404, description = "`unknown_delivery`; `not_found`: a tenant's token", body = ErrorBody),
+        (status = 409, description = "`not_retryable`: not given up", body = ErrorBody)))]
 pub(super) async fn retry(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiPath(id): ApiPath<i64>,
-) -> ApiResult {
+) -> Result<Json<Value>, ApiError> {
     operator_only(&who)?;
     if let Some(retried) = s.app.store.retry_delivery(id).await? {
         tracing::info!(delivery_id = id, run_id = %retried.run_id, webhook = %retried.webhook, "delivery retried by the operator");

@@ -5,7 +5,7 @@
 //! a refused item refuses it whole, naming the item and the field.
 
 use super::audit::AuditNote;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::params::{ApiPath, ApiQuery, trace_of};
 use super::state::{Shared, refuse_if_draining};
 use super::visible::{unknown_job, visible_job};
@@ -19,7 +19,7 @@ use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -29,15 +29,91 @@ type Item = BTreeMap<String, Box<RawValue>>;
 const ITEM_SHAPE: &str = "a start is a JSON object of instance, payload, run_at or delay, \
     priority, max_attempts and unique";
 
+/// One start's body, as `POST /jobs/{job}/runs` takes it. The handler reads it field by
+/// field (`start_request`), so that a refusal names the field; this is its shape for
+/// `GET /openapi.json`, and a test keeps its fields the ones `start_request` takes.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[expect(
+    dead_code,
+    reason = "the body's shape for the description: read field by field"
+)]
+pub(super) struct StartItem {
+    /// The instance to start (`default` if none). A tenant's start of a per-tenant job is
+    /// its own child.
+    pub(super) instance: Option<String>,
+    /// Any JSON of at most 256 KiB; the job's own payload if left out.
+    pub(super) payload: Option<Value>,
+    /// When it is due, RFC 3339 (at most a day in the past). Not with `delay`.
+    pub(super) run_at: Option<String>,
+    /// Due this long from now (`10m`, `1h`). Not with `run_at`.
+    pub(super) delay: Option<String>,
+    /// Seconds of precedence, -3600 to 3600.
+    pub(super) priority: Option<i32>,
+    /// The attempts a pass may use: 1 to the job's own (its `retries` + 1); the job's if
+    /// left out.
+    #[schema(minimum = 1)]
+    pub(super) max_attempts: Option<u32>,
+    pub(super) unique: Option<UniqueItem>,
+}
+
+/// One run per key: what another start of the key does while the key holds its run.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[expect(
+    dead_code,
+    reason = "the shape of `unique` for the description: `rules::enqueue` reads it"
+)]
+pub(super) struct UniqueItem {
+    /// 1-200 characters.
+    pub(super) key: String,
+    /// How long the key holds its run: `queued` (the default), `active`,
+    /// `until-finished`, or a period after it was queued (`1h`).
+    #[serde(rename = "while")]
+    pub(super) hold: Option<String>,
+    /// `keep` (the default: answer with the run, `joined`), `replace` (a waiting run takes
+    /// the new payload) or `debounce` (a waiting run takes the new due time).
+    pub(super) on_conflict: Option<String>,
+}
+
+/// `POST /jobs/{job}/runs:batch`: its shape for the description (read as [`Item`]s).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[expect(
+    dead_code,
+    reason = "the batch's shape for the description: read as items"
+)]
+pub(super) struct StartBatch {
+    /// 1 to 1 000 starts, each as `POST /jobs/{job}/runs` takes it.
+    pub(super) runs: Vec<StartItem>,
+}
+
+/// The answers of a batch, in the order of its starts.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(super) struct StartedBatch {
+    runs: Vec<kick::Started>,
+}
+
 /// Starts one run, or joins (replaces, debounces) the one its unique key names: 201 with
 /// `result: created`, else 200.
+#[utoipa::path(post, path = "/jobs/{name}/runs", tag = "jobs",
+    params(("name" = String, Path, description = "The job's name"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context to join")),
+    request_body(content = Option<StartItem>, description = "Empty: the default instance, now, the job's payload"),
+    responses(
+        (status = 201, description = "`result: created`", body = kick::Started),
+        (status = 200, description = "`joined`, `replaced` or `debounced`: the run the key names", body = kick::Started),
+        (status = 400, description = "`invalid_parameter`, naming the field", body = ErrorBody),
+        (status = 404, description = "`unknown_job`, `unknown_tenant`", body = ErrorBody),
+        (status = 409, description = "`job_orphaned`, `tenant_disabled`", body = ErrorBody),
+        (status = 429, description = "`queue_full`: the tenant's `max_queued`", body = ErrorBody)))]
 pub(super) async fn start_run(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiPath(name): ApiPath<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, Extension<AuditNote>, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Extension<AuditNote>, Json<kick::Started>), ApiError> {
     refuse_if_draining(&s, "start on another")?;
     let job = visible_job(&s, &who, &name).await?;
     let item: Item = if body.is_empty() {
@@ -62,22 +138,28 @@ pub(super) async fn start_run(
         run_id: Some(started.run_id.clone()),
         ..AuditNote::default()
     };
-    Ok((
-        status,
-        Extension(note),
-        Json(serde_json::to_value(started).expect("serialisable")),
-    ))
+    Ok((status, Extension(note), Json(started)))
 }
 
 /// Starts up to [`MAX_BATCH`] runs of one job in one transaction: `{"runs": [...]}`, each
 /// item as `POST /jobs/{job}/runs` takes it; the answers in their order.
+#[utoipa::path(post, path = "/jobs/{name}/runs:batch", tag = "jobs",
+    params(("name" = String, Path, description = "The job's name"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context to join")),
+    request_body = StartBatch,
+    responses(
+        (status = 200, description = "Each start's answer, in order", body = StartedBatch),
+        (status = 400, description = "`invalid_parameter`, naming `runs[i].field`: nothing was written", body = ErrorBody),
+        (status = 404, description = "`unknown_job`, `unknown_tenant`", body = ErrorBody),
+        (status = 409, description = "`job_orphaned`, `tenant_disabled`", body = ErrorBody),
+        (status = 429, description = "`queue_full`", body = ErrorBody)))]
 pub(super) async fn start_batch(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiPath(name): ApiPath<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<StartedBatch>, ApiError> {
     refuse_if_draining(&s, "start on another")?;
     let job = visible_job(&s, &who, &name).await?;
     let limits = JsonLimits {
@@ -114,7 +196,7 @@ pub(super) async fn start_batch(
         Err(e) => return Err(kick_refused(&s, &who, &name, e).await),
     };
     s.app.wake.notify_one();
-    Ok(Json(json!({ "runs": started })))
+    Ok(Json(StartedBatch { runs: started }))
 }
 
 /// One start read from its body: the instance `who` may start, the payload as given, the
@@ -160,18 +242,29 @@ fn start_request(
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct KickQuery {
+    /// The instance to kick (`default` if none); of a per-tenant job, a tenant's child.
     instance: Option<String>,
 }
 
+#[utoipa::path(post, path = "/jobs/{name}/kick", tag = "jobs",
+    params(("name" = String, Path, description = "The job's name"), KickQuery,
+        ("traceparent" = Option<String>, Header, description = "W3C trace context to join")),
+    responses(
+        (status = 202, description = "What the kick did (`result`)", body = kick::Kicked),
+        (status = 400, description = "`invalid_parameter`", body = ErrorBody),
+        (status = 404, description = "`unknown_job`, `unknown_tenant`", body = ErrorBody),
+        (status = 409, description = "`job_orphaned`, `tenant_disabled`", body = ErrorBody),
+        (status = 429, description = "`queue_full`", body = ErrorBody)))]
 pub(super) async fn kick_job(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<KickQuery>,
     headers: HeaderMap,
-) -> Result<(StatusCode, Extension<AuditNote>, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Extension<AuditNote>, Json<kick::Kicked>), ApiError> {
     refuse_if_draining(&s, "kick another")?;
     let job = visible_job(&s, &who, &name).await?;
     let instance = instance_for(&who, &job, q.instance.as_deref())?;
@@ -197,11 +290,7 @@ pub(super) async fn kick_job(
                 },
                 ..AuditNote::default()
             };
-            Ok((
-                StatusCode::ACCEPTED,
-                Extension(note),
-                Json(serde_json::to_value(kicked).expect("serialisable")),
-            ))
+            Ok((StatusCode::ACCEPTED, Extension(note), Json(kicked)))
         }
         Err(e) => Err(kick_refused(&s, &who, &name, e).await),
     }

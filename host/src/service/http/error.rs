@@ -6,7 +6,9 @@ use crate::store::{ErrorClass, StoreError};
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 /// The fixed code of an error answer, kept in its response for its audit row.
 #[derive(Debug, Clone, Copy)]
@@ -50,9 +52,29 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// Every error answer's body: what a client matches on is `error.code`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// The fixed code (`docs/failure-codes.md`), e.g. `unknown_run`, `invalid_parameter`.
+    #[schema(example = "invalid_parameter")]
+    pub code: String,
+    /// Words for a person, naming the field or object; may change between versions.
+    pub message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_string(),
+                message: self.message,
+            },
+        };
         let mut response = (self.status, Json(body)).into_response();
         response.extensions_mut().insert(ErrorCode(self.code));
         response

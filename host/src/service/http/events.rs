@@ -1,7 +1,7 @@
 //! `POST /events/{name}` `{"key", "payload", "tenant"}`: queues a run of each subscriber
 //! (`crate::queue::events`). A tenant's token emits its own tenant's events only.
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::params::{self, ApiPath};
 use super::params::{json_body, trace_of};
 use super::state::Shared;
@@ -11,25 +11,43 @@ use crate::rules::tenant::Principal;
 use axum::Json;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct EmitBody {
+pub(super) struct EmitBody {
+    /// The event's key: the same event and key again queues nothing more.
     key: String,
+    /// Any JSON: each subscriber's run's payload.
+    #[schema(value_type = Option<serde_json::Value>)]
     payload: Option<Box<serde_json::value::RawValue>>,
+    /// Only this tenant's subscribers (a tenant's token: its own, always).
     tenant: Option<String>,
 }
 
+/// The runs an event queued, or queued before for the same key (`duplicate`).
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct Emitted {
+    event: String,
+    key: String,
+    runs: Vec<crate::queue::events::EventRun>,
+}
+
+#[utoipa::path(post, path = "/events/{name}", tag = "events",
+    params(("name" = String, Path, description = "The event's name, e.g. `invoice.created`"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context to join")),
+    request_body = EmitBody,
+    responses(
+        (status = 202, description = "A run of each subscriber, once per key", body = Emitted),
+        (status = 400, description = "`invalid_parameter`", body = ErrorBody)))]
 pub(super) async fn emit(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiPath(name): ApiPath<String>,
     headers: HeaderMap,
     body: axum::body::Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Emitted>), ApiError> {
     refuse_if_draining(&s, "emit on another")?;
     let body: EmitBody = json_body(
         &body,
@@ -70,7 +88,11 @@ pub(super) async fn emit(
             }
             Ok((
                 StatusCode::ACCEPTED,
-                Json(json!({ "event": name, "key": body.key, "runs": runs })),
+                Json(Emitted {
+                    event: name,
+                    key: body.key,
+                    runs,
+                }),
             ))
         }
         Err(EmitError::Store(e)) => Err(e.into()),

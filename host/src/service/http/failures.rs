@@ -3,15 +3,17 @@
 //! summed as `other`, so the chart stays readable. A tenant's token: its own runs.
 
 use super::dashboard::{WindowQuery, bucket_rows, window};
-use super::error::ApiResult;
+use super::error::{ApiError, ErrorBody};
 use super::params::ApiQuery;
 use super::state::Shared;
 use crate::rules::tenant::Principal;
 use axum::Json;
 use axum::extract::{Extension, State};
-use serde_json::json;
+use serde::Serialize;
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use utoipa::ToSchema;
 
 /// Codes drawn as series of their own.
 const CODES_SHOWN: usize = 6;
@@ -20,11 +22,37 @@ const OTHER: &str = "other";
 /// A failure with no code recorded.
 const NO_CODE: &str = "no_code";
 
+/// Failures in a window by code.
+#[derive(Serialize, ToSchema)]
+pub(super) struct FailuresByCode {
+    /// `hour`, `day` or `week`.
+    window: &'static str,
+    bucket_ms: i64,
+    /// The series, most failures first; `other` last when more codes failed.
+    codes: Vec<String>,
+    /// Every code's failures in the window, most first.
+    totals: Vec<CodeCount>,
+    /// `{"t": time, <series>: count, ...}` each, in time order.
+    #[schema(value_type = Vec<Object>)]
+    buckets: Vec<Value>,
+}
+
+/// A code's failures (`no_code`: none recorded).
+#[derive(Serialize, ToSchema)]
+pub(super) struct CodeCount {
+    code: String,
+    count: i64,
+}
+
+#[utoipa::path(get, path = "/failures", tag = "console", params(WindowQuery),
+    responses(
+        (status = 200, description = "Failed and crashed runs over time, by code", body = FailuresByCode),
+        (status = 400, description = "`invalid_parameter`", body = ErrorBody)))]
 pub(super) async fn by_code(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiQuery(q): ApiQuery<WindowQuery>,
-) -> ApiResult {
+) -> Result<Json<FailuresByCode>, ApiError> {
     let (name, length, bucket) = window(q.window.as_deref())?;
     let store = &s.app.store;
     let now = store.now().await?;
@@ -65,12 +93,14 @@ pub(super) async fn by_code(
             *counts.entry(series(code)).or_default() += n;
         }
     }
-    let buckets = bucket_rows(buckets);
-    Ok(Json(json!({
-        "window": name,
-        "bucket_ms": bucket,
-        "codes": shown,
-        "totals": codes.iter().map(|(c, n)| json!({"code": c, "count": n})).collect::<Vec<_>>(),
-        "buckets": buckets,
-    })))
+    Ok(Json(FailuresByCode {
+        window: name,
+        bucket_ms: bucket,
+        codes: shown,
+        totals: codes
+            .into_iter()
+            .map(|(code, count)| CodeCount { code, count })
+            .collect(),
+        buckets: bucket_rows(buckets),
+    }))
 }

@@ -3,17 +3,19 @@
 //! alive — seen within [`ALIVE_BEATS`] beats — to operators; to a tenant's token the path
 //! does not exist.
 
-use super::error::ApiResult;
+use super::error::{ApiError, ErrorBody};
 use super::state::Shared;
 use super::visible::operator_only;
 use crate::rules::tenant::Principal;
 use crate::service::views;
 use axum::Json;
 use axum::extract::{Extension, State};
+use serde::Serialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use utoipa::ToSchema;
 
 /// How often a serving host writes its heartbeat.
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
@@ -60,15 +62,54 @@ pub async fn heartbeat_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>
     }
 }
 
+/// `GET /hosts`.
+#[derive(Serialize, ToSchema)]
+pub(super) struct HostList {
+    hosts: Vec<HostView>,
+    heartbeat_ms: i64,
+    /// The database's time, which `seen_at` is compared with.
+    now: String,
+}
+
+/// A host as its heartbeats tell it.
+#[derive(Serialize, ToSchema)]
+pub(super) struct HostView {
+    host: String,
+    /// `alive` (seen within 3 beats), `silent` or `stopped`.
+    state: &'static str,
+    alive: bool,
+    version: String,
+    /// Its lanes as it wrote them: `lane`, `workers`, `busy` each.
+    #[schema(value_type = Vec<Object>)]
+    lanes: Vec<Value>,
+    workers: Workers,
+    started_at: String,
+    seen_at: String,
+    stopped_at: Option<String>,
+    /// It is the host that answers.
+    this_host: bool,
+}
+
+/// A host's workers over all its lanes.
+#[derive(Serialize, ToSchema)]
+pub(super) struct Workers {
+    busy: u64,
+    total: u64,
+}
+
 /// `GET /hosts`: every host seen in the last day, by id, with whether it is alive.
+#[utoipa::path(get, path = "/hosts", tag = "console",
+    responses(
+        (status = 200, description = "Every host seen in the last day", body = HostList),
+        (status = 404, description = "`not_found`: a tenant's token", body = ErrorBody)))]
 pub(super) async fn list(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-) -> ApiResult {
+) -> Result<Json<HostList>, ApiError> {
     operator_only(&who)?;
     let now = s.app.store.now().await?;
     let alive_after = now - ALIVE_BEATS * HEARTBEAT.as_millis() as i64;
-    let hosts: Vec<Value> = s
+    let hosts = s
         .app
         .store
         .list_hosts(HOSTS_SHOWN)
@@ -82,23 +123,26 @@ pub(super) async fn list(
                 None if h.seen_at >= alive_after => "alive",
                 None => "silent",
             };
-            json!({
-                "host": h.host_id,
-                "state": state,
-                "alive": state == "alive",
-                "version": h.version,
-                "lanes": lanes,
-                "workers": {"busy": sum("busy"), "total": sum("workers")},
-                "started_at": views::time(h.started_at),
-                "seen_at": views::time(h.seen_at),
-                "stopped_at": h.stopped_at.map(views::time),
-                "this_host": h.host_id == s.app.runner.host_id(),
-            })
+            HostView {
+                host: h.host_id.clone(),
+                state,
+                alive: state == "alive",
+                version: h.version.clone(),
+                workers: Workers {
+                    busy: sum("busy"),
+                    total: sum("workers"),
+                },
+                lanes,
+                started_at: views::time(h.started_at),
+                seen_at: views::time(h.seen_at),
+                stopped_at: h.stopped_at.map(views::time),
+                this_host: h.host_id == s.app.runner.host_id(),
+            }
         })
         .collect();
-    Ok(Json(json!({
-        "hosts": hosts,
-        "heartbeat_ms": HEARTBEAT.as_millis() as i64,
-        "now": views::time(now),
-    })))
+    Ok(Json(HostList {
+        hosts,
+        heartbeat_ms: HEARTBEAT.as_millis() as i64,
+        now: views::time(now),
+    }))
 }

@@ -19,6 +19,13 @@ pub const TIMELINE_CALLS: usize = 2000;
 
 /// `GET /runs/{id}/attempts/{seq}/calls`: the host calls in order, each with its short
 /// arguments, duration and result code (never what it answered).
+#[utoipa::path(get, path = "/runs/{id}/attempts/{seq}/calls", tag = "runs",
+    params(("id" = String, Path, description = "The run's id"),
+        ("seq" = i64, Path, description = "The attempt's number, from 1")),
+    responses(
+        (status = 200, description = "The attempt's host calls in order (the first 2 000): import, short arguments, start, duration, result code", body = Object),
+        (status = 404, description = "`unknown_journal`", body = super::error::ErrorBody),
+        (status = 500, description = "`unreadable_journal`: written by a host version this one cannot read", body = super::error::ErrorBody)))]
 pub(super) async fn calls(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
@@ -42,6 +49,12 @@ pub(super) async fn calls(
 
 /// `GET /runs/{id}/attempts/{seq}/journal`: the journal as `host runs export` prints it,
 /// as a download.
+#[utoipa::path(get, path = "/runs/{id}/attempts/{seq}/journal", tag = "runs",
+    params(("id" = String, Path, description = "The run's id"),
+        ("seq" = i64, Path, description = "The attempt's number, from 1")),
+    responses(
+        (status = 200, description = "The journal, as `host runs export` prints it and `host replay --from` reads it", body = Object),
+        (status = 404, description = "`unknown_journal`", body = super::error::ErrorBody)))]
 pub(super) async fn export(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,

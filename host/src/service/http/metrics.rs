@@ -2,8 +2,9 @@
 //! scraped (off the runs' path): runs by status and code, the queue by tenant and by lane,
 //! runs dropped and put off by reason, each tenant's use of the last hour, each tenant's
 //! queued runs against its cap (`backlog`), and due runs a claim limit holds, by job; and
-//! this host's calls held by each mount's limits (the operator's view only: they name the
-//! mount).
+//! this host's calls held by each mount's limits and its attempts at webhook deliveries,
+//! and the deliveries pending by webhook (the operator's view only: they name the mount or
+//! webhook).
 //!
 //! Open to anyone who reaches the port, it names no job, run, file or tenant: without a
 //! token the series are summed over their job and tenant labels, and gauges by tenant are
@@ -29,6 +30,10 @@ use tokio::time::Instant;
 /// scraped, they run at most once per this on each host.
 const GAUGES_FRESH: Duration = Duration::from_secs(1);
 
+#[utoipa::path(get, path = "/metrics", tag = "open", security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Prometheus text: without a token no job, tenant, mount or webhook is named; a tenant's token sees its own", body = String, content_type = "text/plain"),
+        (status = 401, description = "`unauthenticated` or `token_expired`: a token was given and is not valid", body = super::error::ErrorBody)))]
 pub(super) async fn metrics(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -74,6 +79,7 @@ async fn fleet_gauges(s: &Shared) -> Result<Arc<Vec<Gauge>>, ApiError> {
     backlog_gauges(store, &mut gauges).await?;
     pause_gauges(s, &mut gauges).await?;
     held_gauges(store, &mut gauges).await?;
+    delivery_gauges(store, &mut gauges).await?;
     let gauges = Arc::new(gauges);
     *cached = Some((Instant::now(), gauges.clone()));
     Ok(gauges)
@@ -87,6 +93,43 @@ async fn held_gauges(store: &Store, gauges: &mut Vec<Gauge>) -> Result<(), ApiEr
             help: "Due runs a claim limit holds queued, by job and limit (`concurrency`, `rate`, `key`), among the 10 000 oldest due runs of jobs with limits.",
             labels: vec![("job", job), ("limit", limit)],
             value: n as f64,
+        });
+    }
+    Ok(())
+}
+
+/// Endings waiting to be delivered, fleet-wide and by webhook (the operator's view only:
+/// webhooks are its own), and how long the oldest has waited since it was written or
+/// retried by an operator.
+async fn delivery_gauges(store: &Store, gauges: &mut Vec<Gauge>) -> Result<(), ApiError> {
+    let backlog = store.delivery_backlog().await?;
+    let pending: i64 = backlog.iter().map(|(_, n, _)| n).sum();
+    let oldest_ms = backlog.iter().map(|(_, _, ms)| *ms).max().unwrap_or(0);
+    gauges.push(Gauge {
+        name: "jobhost_deliveries_pending",
+        help: "Endings waiting to be delivered to a webhook (being tried or retried).",
+        labels: Vec::new(),
+        value: pending as f64,
+    });
+    gauges.push(Gauge {
+        name: "jobhost_deliveries_oldest_pending_seconds",
+        help: "How long the oldest pending delivery has waited since it was written (or retried by an operator).",
+        labels: Vec::new(),
+        value: oldest_ms as f64 / 1000.0,
+    });
+    for (webhook, n, ms) in backlog {
+        let labels = vec![("webhook", webhook)];
+        gauges.push(Gauge {
+            name: "jobhost_webhook_deliveries_pending",
+            help: "Endings waiting to be delivered, by webhook.",
+            labels: labels.clone(),
+            value: n as f64,
+        });
+        gauges.push(Gauge {
+            name: "jobhost_webhook_oldest_pending_seconds",
+            help: "How long each webhook's oldest pending delivery has waited since it was written (or retried by an operator).",
+            labels,
+            value: ms as f64 / 1000.0,
         });
     }
     Ok(())

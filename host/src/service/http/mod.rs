@@ -30,6 +30,7 @@ mod failures;
 mod hosts;
 mod journals;
 mod metrics;
+mod openapi;
 mod params;
 mod payload_search;
 mod run_filter;
@@ -54,11 +55,11 @@ use axum::extract::{Extension, State};
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use error::ApiResult;
+use error::{ApiError, ApiResult, ErrorBody};
 use params::{ApiPath, ApiQuery};
 use run_filter::{RunsQuery, run_filter};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use visible::{present, sees_job, visible_job};
@@ -66,6 +67,7 @@ use visible::{present, sees_job, visible_job};
 pub use audit::ApiRoute;
 pub use dashboard::{pulse_loop, sample_loop};
 pub use hosts::heartbeat_loop;
+pub use openapi::document as openapi_document;
 pub use run_wait::watch_loop;
 pub use server::{ConnectionLimits, serve_api};
 pub use state::RunWatch;
@@ -82,6 +84,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))
+        .route("/openapi.json", get(openapi::serve))
         .route("/.well-known/jwks.json", get(jwks))
         .merge(api)
         .fallback(|| async { params::not_found() })
@@ -294,14 +297,22 @@ async fn console_file(ApiPath(file): ApiPath<String>) -> Response {
 }
 
 /// The public keys of per-attempt tokens, for the services `links` calls.
+#[utoipa::path(get, path = "/.well-known/jwks.json", tag = "open", security(()),
+    responses((status = 200, description = "A JSON Web Key Set (RFC 7517)", body = Object)))]
 async fn jwks(State(s): State<Arc<Shared>>) -> Json<Value> {
     Json(s.app.links.signer().jwks())
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "open", security(()),
+    responses((status = 200, description = "The process answers: `ok`", body = String, content_type = "text/plain")))]
 async fn healthz() -> &'static str {
     "ok"
 }
 
+#[utoipa::path(get, path = "/readyz", tag = "open", security(()),
+    responses(
+        (status = 200, description = "`ready`: the database answers and the host is not draining", body = String, content_type = "text/plain"),
+        (status = 503, description = "`draining` or `database unavailable`", body = String, content_type = "text/plain")))]
 async fn readyz(State(s): State<Arc<Shared>>) -> Response {
     if s.draining.load(Ordering::Acquire) {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response();
@@ -312,16 +323,25 @@ async fn readyz(State(s): State<Arc<Shared>>) -> Response {
     }
 }
 
+/// `GET /jobs`.
+#[derive(Serialize, utoipa::ToSchema)]
+struct JobList {
+    #[schema(value_type = Vec<views::JobView>)]
+    jobs: Vec<Value>,
+}
+
+#[utoipa::path(get, path = "/jobs", tag = "jobs",
+    responses((status = 200, description = "Every job the token sees", body = JobList)))]
 async fn list_jobs(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-) -> ApiResult {
+) -> Result<Json<JobList>, ApiError> {
     let store = &s.app.store;
     let now = store.now().await?;
     let pauses = s.app.runner.pauses().current().await?;
     let mut jobs = store.list_jobs().await?;
     jobs.retain(|job| sees_job(&who, job));
-    let jobs: Vec<Value> = views::jobs(
+    let jobs = views::job_views(
         &jobs,
         &store
             .instance_leases(crate::queue::kick::DEFAULT_INSTANCE)
@@ -331,28 +351,37 @@ async fn list_jobs(
     .into_iter()
     .map(|mut view| {
         paused_view(&s, &pauses, &mut view);
-        present(&who, view)
+        present(
+            &who,
+            serde_json::to_value(view).expect("a job's view serialises"),
+        )
     })
     .collect();
-    Ok(Json(json!({ "jobs": jobs })))
+    Ok(Json(JobList { jobs }))
 }
 
 /// Adds a job view's lane and the pauses that hold its runs (a tenant is told whether
 /// its job is paused, not by whom: `pauses` names the operator's lanes and tenants).
-fn paused_view(s: &Shared, pauses: &crate::queue::pause::PauseSet, view: &mut Value) {
-    let name = view["name"].as_str().unwrap_or_default().to_string();
-    let tenant = view["tenant"].as_str().unwrap_or_default().to_string();
-    let lane = s.catalog.lane_of(&name);
-    let holding: Vec<Value> = pauses
-        .holding(&name, &tenant, &lane)
+fn paused_view(s: &Shared, pauses: &crate::queue::pause::PauseSet, view: &mut views::JobView) {
+    let lane = s.catalog.lane_of(&view.name);
+    let holding = pauses
+        .holding(&view.name, &view.tenant, &lane)
         .into_iter()
-        .map(|(scope, name)| json!({"scope": scope.as_str(), "name": name}))
-        .collect();
-    view["paused"] = (!holding.is_empty()).into();
-    view["pauses"] = holding.into();
-    view["lane"] = lane.into();
+        .map(|(scope, name)| views::PauseScope {
+            scope: scope.as_str().to_string(),
+            name,
+        })
+        .collect::<Vec<_>>();
+    view.paused = Some(!holding.is_empty());
+    view.pauses = Some(holding);
+    view.lane = Some(lane);
 }
 
+#[utoipa::path(get, path = "/jobs/{name}", tag = "jobs",
+    params(("name" = String, Path, description = "The job's name")),
+    responses(
+        (status = 200, description = "The job", body = views::JobView),
+        (status = 404, description = "`unknown_job`", body = ErrorBody)))]
 async fn get_job(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
@@ -362,43 +391,89 @@ async fn get_job(
     let now = s.app.store.now().await?;
     let lease = s.app.store.get_lease(&name, kick::DEFAULT_INSTANCE).await?;
     let pauses = s.app.runner.pauses().current().await?;
-    let mut view = views::job(&job, lease.as_ref(), now);
+    let mut view = views::job_view(&job, lease.as_ref(), now);
     paused_view(&s, &pauses, &mut view);
-    view["settings"] = views::job_settings(&job.spec);
+    view.settings = Some(views::job_settings(&job.spec));
+    let view = serde_json::to_value(view).expect("a job's view serialises");
     Ok(Json(present(&who, view)))
 }
 
+/// A page of runs, newest first; `next` is the `before` of the next page.
+#[derive(Serialize, utoipa::ToSchema)]
+struct RunsPage {
+    #[schema(value_type = Vec<views::RunView>)]
+    runs: Vec<Value>,
+    limit: i64,
+    next: Option<String>,
+}
+
+#[utoipa::path(get, path = "/runs", tag = "runs", params(RunsQuery),
+    responses(
+        (status = 200, description = "Runs the filter takes, newest first", body = RunsPage),
+        (status = 400, description = "`invalid_parameter`, naming the field", body = ErrorBody)))]
 async fn list_runs(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiQuery(q): ApiQuery<RunsQuery>,
-) -> ApiResult {
+) -> Result<Json<RunsPage>, ApiError> {
     let filter = run_filter(&s, &who, q).await?;
     let limit = filter.limit;
     let runs = s.app.store.list_runs(&filter).await?;
     let next = (runs.len() as i64 == limit)
         .then(|| runs.last().map(|r| format!("{}_{}", r.created_at, r.id)))
         .flatten();
-    Ok(Json(json!({
-        "runs": runs.iter().map(|r| present(&who, views::run(r))).collect::<Vec<_>>(),
-        "limit": limit,
-        "next": next,
-    })))
+    Ok(Json(RunsPage {
+        runs: runs.iter().map(|r| present(&who, views::run(r))).collect(),
+        limit,
+        next,
+    }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct RunQuery {
-    /// Wait up to this long for the run to end (`run_wait`).
+    /// Wait up to this long for the run to end (`30s`; at most `60s`).
     wait: Option<String>,
 }
 
+/// `GET /runs/{id}`: a run in detail, with what holds it and what was done to it.
+#[derive(Serialize, utoipa::ToSchema)]
+struct RunAnswer {
+    #[serde(flatten)]
+    detail: views::RunDetail,
+    /// Kicks folded into it while it holds its lease (0 or 1).
+    kicks_pending: i64,
+    /// What keeps a queued run waiting (a pause, a quota, a limit), if anything.
+    held_by: Option<String>,
+    #[schema(value_type = Vec<views::FileView>)]
+    files: Vec<Value>,
+    /// Its attempts' kept journals: `seq`, `calls`, `bytes`, `replayable`, `recorded_at`.
+    #[schema(value_type = Vec<Object>)]
+    journals: Vec<crate::store::JournalRecord>,
+    #[schema(value_type = Vec<views::RunActionView>)]
+    actions: Vec<Value>,
+    /// Its trace in the operator's tracing UI (`--trace-url`).
+    trace_url: Option<String>,
+    /// Its ending's deliveries to webhooks (operators' tokens only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<views::DeliveryView>>, required = false)]
+    deliveries: Option<Vec<Value>>,
+}
+
 /// A run in detail; with `wait`, once it ended or the wait is over.
+#[utoipa::path(get, path = "/runs/{id}", tag = "runs",
+    params(("id" = String, Path, description = "The run's id"), RunQuery),
+    responses(
+        (status = 200, description = "The run (with `wait`: once it ended, or its state when the wait is over)", body = RunAnswer),
+        (status = 400, description = "`invalid_parameter`: a `wait` that is not a duration of at most 60s", body = ErrorBody),
+        (status = 404, description = "`unknown_run`, also another tenant's", body = ErrorBody),
+        (status = 503, description = "`too_many_waiters`: the host waits for 10 000 runs already", body = ErrorBody)))]
 async fn get_run(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<RunQuery>,
-) -> ApiResult {
+) -> Result<Json<Value>, ApiError> {
     let wait = run_wait::wait_of(q.wait.as_deref())?;
     let mut run = visible::visible_run(&s, &who, &id).await?;
     if let Some(wait) = wait {
@@ -425,11 +500,7 @@ async fn get_run(
         .await?;
     let held_by =
         crate::queue::waits::why_waiting(&s.app.store, &pauses, &over_quota, &run).await?;
-    let mut detail = views::run_detail(&run, &attempts, live.as_ref(), &steps, &failed_steps);
-    detail["kicks_pending"] = views::kicks_pending(&run, lease.as_ref()).into();
-    detail["held_by"] = json!(held_by);
-    detail["files"] = files.iter().map(views::file).collect();
-    detail["journals"] = json!(journals);
+    let detail = views::run_detail_view(&run, &attempts, live.as_ref(), &steps, &failed_steps);
     let actions = s
         .app
         .store
@@ -439,41 +510,69 @@ async fn get_run(
             ..Default::default()
         })
         .await?;
-    detail["actions"] = actions
-        .iter()
-        .map(|a| views::run_action(a, who.tenant().is_some()))
-        .collect();
-    detail["trace_url"] = match (&s.trace_url, detail["trace_id"].as_str()) {
-        (Some(template), Some(id)) => template.replace("{trace_id}", id).into(),
-        _ => Value::Null,
-    };
-    if who.tenant().is_none() {
+    let deliveries = match who.tenant() {
         // The operator's webhooks' deliveries of its ending: none for a tenant's token.
-        let deliveries = s
-            .app
-            .store
-            .list_deliveries(&crate::store::DeliveryFilter {
-                run_id: Some(&id),
-                limit: views::MAX_PAGE,
-                ..Default::default()
-            })
-            .await?;
-        detail["deliveries"] = deliveries.iter().map(views::delivery).collect();
-    }
-    Ok(Json(present(&who, detail)))
+        Some(_) => None,
+        None => {
+            let deliveries = s
+                .app
+                .store
+                .list_deliveries(&crate::store::DeliveryFilter {
+                    run_id: Some(&id),
+                    limit: views::MAX_PAGE,
+                    ..Default::default()
+                })
+                .await?;
+            Some(deliveries.iter().map(views::delivery).collect())
+        }
+    };
+    let trace_url = s
+        .trace_url
+        .as_ref()
+        .map(|template| template.replace("{trace_id}", &detail.run.trace_id));
+    let answer = RunAnswer {
+        kicks_pending: views::kicks_pending(&run, lease.as_ref()),
+        held_by,
+        files: files.iter().map(views::file).collect(),
+        journals,
+        actions: actions
+            .iter()
+            .map(|a| views::run_action(a, who.tenant().is_some()))
+            .collect(),
+        trace_url,
+        deliveries,
+        detail,
+    };
+    let answer = serde_json::to_value(answer).expect("a run's answer serialises");
+    Ok(Json(present(&who, answer)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ReportsQuery {
+    /// Only this job's.
     job: Option<String>,
     limit: Option<i64>,
 }
 
+/// `GET /reports`.
+#[derive(Serialize, utoipa::ToSchema)]
+struct ReportList {
+    /// Each a report as its sinks get it: `kind` (`crashed`, `missed`, `failed`), the job,
+    /// the run and what happened.
+    #[schema(value_type = Vec<Object>)]
+    reports: Vec<Value>,
+}
+
+#[utoipa::path(get, path = "/reports", tag = "runs", params(ReportsQuery),
+    responses(
+        (status = 200, description = "Crashed, missed and failed reports, newest first", body = ReportList),
+        (status = 400, description = "`invalid_parameter`", body = ErrorBody)))]
 async fn list_reports(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
     ApiQuery(q): ApiQuery<ReportsQuery>,
-) -> ApiResult {
+) -> Result<Json<ReportList>, ApiError> {
     let job = params::job_filter(q.job)?;
     let limit = views::page_size(q.limit);
     let reports = s
@@ -485,5 +584,5 @@ async fn list_reports(
         .iter()
         .map(crate::service::report::payload)
         .collect();
-    Ok(Json(json!({ "reports": reports })))
+    Ok(Json(ReportList { reports }))
 }

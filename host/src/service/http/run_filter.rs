@@ -11,10 +11,12 @@ use serde::Deserialize;
 
 /// A run filter as the API takes it: the query string of `GET /runs` and `/runs/count`,
 /// and the `filter` of an action by filter.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::ToSchema, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(super) struct RunsQuery {
     pub(super) job: Option<String>,
+    /// A run's status (a tenant's token: a status it is told, `dropped` for `skipped`).
     pub(super) status: Option<String>,
     /// A failure code.
     pub(super) code: Option<String>,

@@ -105,6 +105,11 @@ fn status_data(run: &crate::store::RunRecord) -> serde_json::Value {
 /// (`{"id", "status"}`); the last, once it ended, also has its `code` and `result`. A
 /// stream with no change for [`MAX_WAIT`] ends (the client connects again).
 /// Another tenant's run, or none, answers 404.
+#[utoipa::path(get, path = "/runs/{id}/events", tag = "runs",
+    params(("id" = String, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "Server-sent `status` events, `{\"id\", \"status\"}`; the last, once it ended, with `code` and `result`", body = String, content_type = "text/event-stream"),
+        (status = 404, description = "`unknown_run`, also another tenant's", body = super::error::ErrorBody)))]
 pub(super) async fn events(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,

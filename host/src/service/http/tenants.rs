@@ -2,7 +2,7 @@
 //! exist (404 `not_found`), like anything else that is not its own.
 
 use super::audit::AuditNote;
-use super::error::{ApiError, ApiResult};
+use super::error::{ApiError, ApiResult, ErrorBody};
 use super::params::{self, ApiPath};
 use super::state::Shared;
 use super::visible::operator_only;
@@ -11,14 +11,25 @@ use crate::service::views;
 use axum::Json;
 use axum::extract::{Extension, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::sync::Arc;
 
+/// `GET /tenants`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct TenantList {
+    #[schema(value_type = Vec<views::TenantView>)]
+    tenants: Vec<Value>,
+}
+
+#[utoipa::path(get, path = "/tenants", tag = "tenants",
+    responses(
+        (status = 200, description = "The registry", body = TenantList),
+        (status = 404, description = "`not_found`: a tenant's token", body = ErrorBody)))]
 pub(super) async fn list(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
-) -> ApiResult {
+) -> Result<Json<TenantList>, ApiError> {
     operator_only(&who)?;
     let tenants: Vec<Value> = s
         .app
@@ -28,15 +39,21 @@ pub(super) async fn list(
         .iter()
         .map(views::tenant)
         .collect();
-    Ok(Json(json!({ "tenants": tenants })))
+    Ok(Json(TenantList { tenants }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct NewTenant {
     name: String,
 }
 
+#[utoipa::path(post, path = "/tenants", tag = "tenants", request_body = NewTenant,
+    responses(
+        (status = 201, description = "Registered", body = views::TenantView),
+        (status = 400, description = "`invalid_parameter`", body = ErrorBody),
+        (status = 404, description = "`not_found`: a tenant's token", body = ErrorBody),
+        (status = 409, description = "`tenant_exists`", body = ErrorBody)))]
 pub(super) async fn add(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
@@ -64,6 +81,11 @@ pub(super) async fn add(
     ))
 }
 
+#[utoipa::path(post, path = "/tenants/{name}/disable", tag = "tenants",
+    params(("name" = String, Path, description = "The tenant's name")),
+    responses(
+        (status = 200, description = "Disabled: its jobs take no new runs, its tokens stop working", body = views::TenantView),
+        (status = 404, description = "`unknown_tenant`; `not_found`: a tenant's token", body = ErrorBody)))]
 pub(super) async fn disable(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
@@ -72,6 +94,11 @@ pub(super) async fn disable(
     set_active(&s, &who, &name, false).await
 }
 
+#[utoipa::path(post, path = "/tenants/{name}/enable", tag = "tenants",
+    params(("name" = String, Path, description = "The tenant's name")),
+    responses(
+        (status = 200, description = "Enabled", body = views::TenantView),
+        (status = 404, description = "`unknown_tenant`; `not_found`: a tenant's token", body = ErrorBody)))]
 pub(super) async fn enable(
     State(s): State<Arc<Shared>>,
     Extension(who): Extension<Principal>,
