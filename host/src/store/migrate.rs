@@ -108,7 +108,7 @@ const SQLITE: &[(i64, &str, &str)] = embedded!("sqlite":
     36 => "0036_max_attempts",
     37 => "0037_app_enqueue",
     38 => "0038_hosts_and_payload_search",
-    40 => "0040_live_fuel",
+    39 => "0039_live_fuel",
 );
 const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     1 => "0001_init",
@@ -149,7 +149,7 @@ const POSTGRES: &[(i64, &str, &str)] = embedded!("postgres":
     36 => "0036_max_attempts",
     37 => "0037_app_enqueue",
     38 => "0038_hosts_and_payload_search",
-    40 => "0040_live_fuel",
+    39 => "0039_live_fuel",
 );
 
 /// The host's repeatable migrations: Postgres's functions (`claims::POSTGRES_FUNCTIONS`);
