@@ -221,18 +221,8 @@ async fn by_filter(
     let filter = run_filter(&s, &who, body.filter).await?;
     let controls = controls(&s);
     if !body.confirm {
-        let count = controls.preview(action, &filter, PREVIEW_CAP).await?;
-        let preview = AuditNote {
-            preview: true,
-            ..AuditNote::default()
-        };
-        return Ok((
-            Extension(preview),
-            Json(BulkAnswer::Preview {
-                count,
-                capped: count >= PREVIEW_CAP,
-                confirmed: false,
-            }),
+        return Ok(preview(
+            controls.preview(action, &filter, PREVIEW_CAP).await?,
         ));
     }
     let bulk = controls.apply(actor(&who), action, &filter).await?;
@@ -248,6 +238,23 @@ async fn by_filter(
             more: bulk.more,
         }),
     ))
+}
+
+/// What an action by filter answers without `confirm`: how many runs it would take
+/// (counted up to [`PREVIEW_CAP`]), audited as a preview.
+fn preview(count: i64) -> (Extension<AuditNote>, Json<BulkAnswer>) {
+    let note = AuditNote {
+        preview: true,
+        ..AuditNote::default()
+    };
+    (
+        Extension(note),
+        Json(BulkAnswer::Preview {
+            count,
+            capped: count >= PREVIEW_CAP,
+            confirmed: false,
+        }),
+    )
 }
 
 /// Most runs one confirmed purge deletes; `more` says to call again.
@@ -271,18 +278,8 @@ pub(super) async fn purge_matching(
     let body = bulk_body(&body)?;
     let filter = run_filter(&s, &who, body.filter).await?;
     if !body.confirm {
-        let count = s.app.store.count_purgeable(&filter, PREVIEW_CAP).await?;
-        let preview = AuditNote {
-            preview: true,
-            ..AuditNote::default()
-        };
-        return Ok((
-            Extension(preview),
-            Json(BulkAnswer::Preview {
-                count,
-                capped: count >= PREVIEW_CAP,
-                confirmed: false,
-            }),
+        return Ok(preview(
+            s.app.store.count_purgeable(&filter, PREVIEW_CAP).await?,
         ));
     }
     // At most `PURGE_BATCH` rows, so the count fits.
