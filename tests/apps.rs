@@ -254,7 +254,7 @@ async fn every_bad_input_is_refused_in_the_apis_words_and_writes_nothing() {
             json!({"when": "now"}),
             "JH400",
             "jobhost: when: not an option of jobhost.enqueue \
-             (instance, tenant, run_at, delay, priority, unique)"
+             (instance, tenant, run_at, delay, priority, max_attempts, unique)"
                 .into(),
         ),
     ];
@@ -285,6 +285,123 @@ async fn every_bad_input_is_refused_in_the_apis_words_and_writes_nothing() {
     .await;
     assert!(ok.is_ok(), "{ok:?}");
     store.close().await;
+}
+
+/// `max_attempts` within the job's retries, and the queue caps (`max_queued` of the job
+/// and of its tenant) counted as the API counts them: each refusal in the API's words,
+/// writing nothing, and a start that joins its job's live run taking no room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_attempts_and_the_queue_caps_hold_as_through_the_api() {
+    let home = Home::new(Backend::Postgres).await;
+    let manifest = home.manifest(
+        "",
+        "[tenant_defaults]\nmax_queued = 3\n\
+         [jobs.capped]\ncomponent = \"{guest:hello}\"\nretries = 2\nmax_queued = 2\n\
+         [jobs.other]\ncomponent = \"{guest:hello}\"\n",
+    );
+    let server = home
+        .serve(&["--manifest", manifest.to_str().unwrap()])
+        .await;
+    let app = PgRole::create(&home.db_url).await;
+    apps(&home, &["grant", &app.name]);
+    let mut conn = app.connect().await;
+    let later = |more: Value| {
+        let mut options = json!({"delay": "10m"});
+        options
+            .as_object_mut()
+            .unwrap()
+            .extend(more.as_object().unwrap().clone());
+        options
+    };
+
+    // Fewer attempts than the job's 3 are kept with the run; more, or none, are refused.
+    let two = enqueue(
+        &mut conn,
+        "capped",
+        None,
+        &later(json!({"max_attempts": 2})),
+    )
+    .await
+    .unwrap();
+    let kept = format!("SELECT max_attempts FROM jobhost_runs WHERE id = '{two}'");
+    assert_eq!(home.scalar(&kept).await, 2);
+    let over = Options {
+        max_attempts: Some(4),
+        ..Options::default()
+    }
+    .within_job(2)
+    .unwrap_err();
+    for bad in [json!(4), json!(0), json!(-1), json!(1.5), json!("2")] {
+        let refused = enqueue(
+            &mut conn,
+            "capped",
+            None,
+            &later(json!({"max_attempts": bad})),
+        )
+        .await;
+        assert_eq!(
+            refused,
+            Err(("JH400".to_string(), format!("jobhost: {over}"))),
+            "max_attempts {bad}"
+        );
+    }
+    // The job's own bound is allowed.
+    enqueue(
+        &mut conn,
+        "capped",
+        None,
+        &later(json!({"max_attempts": 3, "unique": {"key": "k"}})),
+    )
+    .await
+    .unwrap();
+
+    // The job's cap of 2 queued runs is reached: refused in the API's words, with its
+    // status; a start that joins the live run of the job's instance takes no room.
+    let (status, api) = server
+        .post_as(
+            Some(&server.token),
+            "/jobs/capped/runs",
+            Some(r#"{"unique": {"key": "k2"}}"#),
+        )
+        .await;
+    assert_eq!(status, 429, "{api}");
+    let full =
+        |e: jobhost::queue::backlog::Full| format!("jobhost: {}", kick::KickError::QueueFull(e));
+    let job_full = full(jobhost::queue::backlog::Full::Job {
+        job: "capped".into(),
+        tenant: "default".into(),
+        cap: 2,
+    });
+    assert_eq!(
+        format!("jobhost: {}", api["error"]["message"].as_str().unwrap()),
+        job_full
+    );
+    let refused = enqueue(&mut conn, "capped", None, &json!({"unique": {"key": "k2"}})).await;
+    assert_eq!(refused, Err(("JH429".to_string(), job_full)));
+    let joined = enqueue(&mut conn, "capped", None, &json!({})).await;
+    assert_eq!(
+        joined,
+        Ok(two.clone()),
+        "joins the live run of the instance"
+    );
+
+    // The tenant's cap of 3 counts every job's queued runs.
+    enqueue(&mut conn, "other", None, &later(json!({})))
+        .await
+        .unwrap();
+    let refused = enqueue(&mut conn, "other", None, &json!({"unique": {"key": "o"}})).await;
+    let tenant_full = full(jobhost::queue::backlog::Full::Tenant {
+        tenant: "default".into(),
+        cap: 3,
+    });
+    assert_eq!(refused, Err(("JH429".to_string(), tenant_full)));
+    assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs").await, 3);
+    assert_eq!(
+        home.scalar("SELECT COUNT(*) FROM jobhost_unique_keys WHERE key <> 'k'")
+            .await,
+        0,
+        "a refused start holds no key"
+    );
 }
 
 /// Callers racing one key, half through the API's path (`kick::start`, each on a store

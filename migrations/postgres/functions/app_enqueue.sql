@@ -8,8 +8,9 @@
 -- It checks what the API checks, with the API's words after `jobhost: `, raised with
 -- SQLSTATE `JH400` (bad input), `JH404` (no such job or tenant) or `JH409` (the job takes
 -- no runs now), before anything is written; what follows the checks is
--- `jobhost_enqueue_run`, the rule the API's Postgres enqueue runs too. Not checked here:
--- the queue caps (`max_queued`), which the host reads from the job's definition in Rust.
+-- `jobhost_enqueue_run`, the rule the API's Postgres enqueue runs too. The queue caps
+-- (`max_queued`, `queue::backlog`) are read from the job's stored definition as the host
+-- reads them, and counted as the host counts them: just before the write, under no lock.
 --
 -- `SECURITY DEFINER`, owned by the host's role, so an application role needs only
 -- `host apps grant` (usage of schema `jobhost` and execute of this function), no table.
@@ -88,6 +89,9 @@ DECLARE
     v_while TEXT := 'until-finished';
     v_period NUMERIC;
     v_conflict TEXT := 'keep';
+    v_attempts NUMERIC;
+    v_flow JSONB;
+    v_cap NUMERIC;
     v_answer RECORD;
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
@@ -104,13 +108,15 @@ BEGIN
     END IF;
     IF jsonb_typeof(v_options) <> 'object' THEN
         RAISE EXCEPTION USING ERRCODE = 'JH400', MESSAGE = 'jobhost: options: a JSON object '
-            'of instance, tenant, run_at or delay, priority and unique';
+            'of instance, tenant, run_at or delay, priority, max_attempts and unique';
     END IF;
     FOR v_field IN SELECT jsonb_object_keys(v_options) LOOP
-        IF v_field <> ALL (ARRAY['instance', 'tenant', 'run_at', 'delay', 'priority', 'unique'])
+        IF v_field <> ALL (ARRAY['instance', 'tenant', 'run_at', 'delay', 'priority',
+                'max_attempts', 'unique'])
         THEN
             RAISE EXCEPTION USING ERRCODE = 'JH400', MESSAGE = format('jobhost: %s: not an '
-                'option of jobhost.enqueue (instance, tenant, run_at, delay, priority, unique)',
+                'option of jobhost.enqueue (instance, tenant, run_at, delay, priority, '
+                'max_attempts, unique)',
                 left(v_field, 200));
         END IF;
     END LOOP;
@@ -158,6 +164,18 @@ BEGIN
                 MESSAGE = 'jobhost: priority: an integer of seconds from -3600 to 3600';
         END IF;
         v_priority := CAST(v_options ->> 'priority' AS numeric);
+    END IF;
+    -- Fewer attempts than the job's, never more (`Options::within_job`).
+    IF v_options ? 'max_attempts' THEN
+        IF jsonb_typeof(v_options -> 'max_attempts') = 'number'
+           AND v_options ->> 'max_attempts' ~ '^[0-9]{1,10}$' THEN
+            v_attempts := CAST(v_options ->> 'max_attempts' AS numeric);
+        END IF;
+        IF v_attempts IS NULL OR v_attempts < 1 OR v_attempts > 1 + COALESCE(CAST(
+                CAST(v_job.spec AS jsonb) -> 'retry' ->> 'retries' AS numeric), 0) THEN
+            RAISE EXCEPTION USING ERRCODE = 'JH400', MESSAGE = 'jobhost: max_attempts: an '
+                'integer from 1 to the job''s attempts a pass (its retries + 1)';
+        END IF;
     END IF;
 
     IF v_options ? 'unique' THEN
@@ -261,6 +279,29 @@ BEGIN
         END IF;
     END IF;
 
+    -- The queue caps (`queue::backlog::room`), from the job's stored definition. A start
+    -- that would join its job's live run queues nothing, so it takes no room.
+    IF v_unique IS NOT NULL OR NOT EXISTS (SELECT 1 FROM jobhost_runs r
+            WHERE r.job = v_name AND r.instance = v_instance
+              AND r.status IN ('queued', 'running')) THEN
+        v_flow := COALESCE(CAST(v_job.spec AS jsonb) -> 'flow', '{}');
+        v_cap := COALESCE(CAST(v_flow -> 'tenant_queued' -> 'tenants' ->> v_tenant AS numeric),
+            CAST(v_flow -> 'tenant_queued' ->> 'default' AS numeric), 100000);
+        IF (SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_runs r WHERE r.tenant = v_tenant
+                AND r.status = 'queued' LIMIT v_cap) t) + 1 > v_cap THEN
+            RAISE EXCEPTION USING ERRCODE = 'JH429', MESSAGE = format('jobhost: tenant "%s" '
+                'has %s runs queued, its max_queued: nothing was queued; try again once runs '
+                'have left the queue', v_tenant, v_cap);
+        END IF;
+        v_cap := COALESCE(CAST(v_flow ->> 'max_queued' AS numeric), 20000);
+        IF (SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_runs r WHERE r.job = v_name
+                AND r.tenant = v_tenant AND r.status = 'queued' LIMIT v_cap) t) + 1 > v_cap THEN
+            RAISE EXCEPTION USING ERRCODE = 'JH429', MESSAGE = format('jobhost: job "%s" has %s '
+                'runs queued for tenant "%s", its max_queued: nothing was queued; try again '
+                'once runs have left the queue', v_name, v_cap, v_tenant);
+        END IF;
+    END IF;
+
     SELECT * INTO v_answer FROM jobhost_enqueue_run(jsonb_build_object(
         -- A UUID v7, as `store::new_run_id` makes: the time in its first 48 bits.
         'id', CAST(CAST(encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
@@ -268,6 +309,7 @@ BEGIN
             AS uuid) AS text),
         'job', v_name, 'instance', v_instance, 'tenant', v_tenant, 'origin', 'start',
         'payload', v_payload, 'delay_ms', v_due - v_priority * 1000,
+        'max_attempts', v_attempts,
         'trace_parent', '00-' || replace(CAST(gen_random_uuid() AS text), '-', '') || '-'
             || left(replace(CAST(gen_random_uuid() AS text), '-', ''), 16) || '-01'),
         v_unique);
