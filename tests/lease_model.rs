@@ -973,14 +973,22 @@ async fn sim_host(home: &Home, id: String) -> SimHost {
     }
 }
 
-/// Claims due runs for `host` outside the model (no world to record violations in).
+/// Claims due runs for `host` outside the model (no world to record violations in), with
+/// leases that outlast the test: these checks are about what one claim and one ending do,
+/// and the model's 100 ms start window can pass between two statements on a loaded
+/// machine, which would read as a lease lost the test never meant.
 async fn claim_due(host: &SimHost) -> Vec<Claimed> {
+    let lease = LeaseTerms { grace: GRACE };
+    let terms = BTreeMap::from([(
+        JOB.to_string(),
+        lease.attempt(Duration::from_secs(60), Duration::from_secs(60), "model"),
+    )]);
     host.store
         .claim_runs(&ClaimRequest {
             host: &host.id,
             limit: 10,
             run_id: None,
-            terms: &terms(),
+            terms: &terms,
             paused: &[],
         })
         .await
