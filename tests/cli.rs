@@ -207,14 +207,14 @@ on_every_backend! {
             assert_eq!(found["complete"], true, "{found}");
             found["runs"].as_array().expect("runs").iter().map(|r| r["run_id"].as_str().unwrap().to_string()).collect()
         };
-        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"customer": 42}"#, "--json"])), [elsewhere.clone(), rich.clone()]);
-        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"customer": 42}"#, "--job", "hello", "--json"])), [rich.clone()]);
-        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"tags": ["b"]}"#, "--json"])), [rich.clone()]);
-        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"customer": 42}"#, "--limit", "1", "--json"])), [elsewhere.clone()]);
+        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"customer": 42}"#, "--json"])), [elsewhere.as_str(), rich.as_str()]);
+        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"customer": 42}"#, "--job", "hello", "--json"])), [rich.as_str()]);
+        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"tags": ["b"]}"#, "--json"])), [rich.as_str()]);
+        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"customer": 42}"#, "--limit", "1", "--json"])), [elsewhere.as_str()]);
         // The API finds the same runs.
         let (status, api) = server.get("/runs/search?payload=%7B%22customer%22%3A42%7D").await;
         assert_eq!(status, 200, "{api}");
-        assert_eq!(ids(&api), [elsewhere.clone(), rich.clone()]);
+        assert_eq!(ids(&api), [elsewhere.as_str(), rich.as_str()]);
 
         let table = cli_ok(&home, &["runs", "search", r#"{"customer": 42}"#, "--job", "hello"]);
         assert!(table.starts_with("RUN ") && table.contains(&rich) && !table.contains(&elsewhere), "{table}");
