@@ -265,8 +265,8 @@ on_every_backend! {
         }
         leaves.sort();
         const READS: &[&str] = &[
-            "apps list", "audit", "audit-write", "build", "check", "codes", "compile-component", "deliveries show", "drive", "files get", "files ls", "inspect", "jobs",
-            "migrate", "new", "pauses", "replay", "run", "runs export", "runs list", "runs show",
+            "apps list", "audit", "audit-write", "build", "check", "codes", "compile-component", "deliveries show", "drive", "files get", "files ls", "hosts", "inspect", "jobs",
+            "migrate", "new", "pauses", "replay", "run", "runs export", "runs list", "runs search", "runs show",
             "runs tail", "runs wait", "sdk", "serve", "tenants list", "test", "tokens list", "wit",
         ];
         leaves.retain(|leaf| leaf != "help" && !leaf.ends_with(" help"));
@@ -282,6 +282,7 @@ on_every_backend! {
                 "emit" => ("event.emit", vec!["emit".into(), "order.paid".into(), "--key".into(), "k2".into()]),
                 "runs cancel" => ("run.cancel", vec!["runs".into(), "cancel".into(), a_run(&server, "queued").await]),
                 "runs retry" => ("run.retry", vec!["runs".into(), "retry".into(), a_run(&server, "cancelled").await]),
+                "runs purge" => ("runs.purge", vec!["runs".into(), "purge".into(), "--job".into(), "hello".into(), "--status".into(), "succeeded".into(), "--yes".into()]),
                 "runs signal" => {
                     server.post("/jobs/hello/kick").await;
                     ("run.signal", vec!["runs".into(), "signal".into(), a_run(&server, "queued").await, "go".into()])
@@ -342,7 +343,7 @@ on_every_backend! {
                 (Some(action), Some("ok"), Some("cli")), "host {leaf}: {row}");
             assert_eq!(row["label"], user.as_str());
         }
-        assert!(leaves.iter().filter(|l| !READS.contains(&l.as_str())).count() >= 19, "{leaves:?}");
+        assert!(leaves.iter().filter(|l| !READS.contains(&l.as_str())).count() >= 20, "{leaves:?}");
 
         // A refused command is audited as refused; a preview by filter writes nothing.
         let before = audit_rows(&server).await.len();

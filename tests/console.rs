@@ -223,6 +223,72 @@ on_every_backend! {
         assert_eq!(due[0]["run"]["run_id"], tenants.as_str(), "{body:#}");
     }
 
+    async fn upcoming_says_a_run_waits_out_its_retry_backoff_or_its_signal_timeout_and_when(home) {
+        // A retry's delay is the backoff, half of it jittered: between 30 and 60 minutes
+        // after the failure. A wait for a signal is due at its timeout if nothing comes.
+        let m = home.manifest("", r#"
+            [jobs.flaky]
+            component = "{guest:flaky}"
+            payload = { fail_times = 9 }
+            retries = 2
+            backoff = "1h"
+            backoff_max = "2h"
+            [jobs.approve]
+            component = "{guest:waiter}"
+            payload = { signal = "approval", timeout_ms = 3600000 }
+            retries = 0
+        "#);
+        let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+        let before = chrono::Utc::now();
+        let kick = |job: &'static str| {
+            let server = &server;
+            async move {
+                let (status, kicked) = server.post(&format!("/jobs/{job}/kick")).await;
+                assert_eq!(status, 202, "{kicked}");
+                kicked["run_id"].as_str().expect("queued").to_string()
+            }
+        };
+        let flaky = kick("flaky").await;
+        let approve = kick("approve").await;
+        let retrying = server
+            .wait_run(&flaky, "the first failure", |r| r["status"] == "queued" && r["attempts"] == 1)
+            .await;
+        let waiting = server
+            .wait_run(&approve, "the wait", |r| r["signal_timeout_at"].is_string())
+            .await;
+        let after = chrono::Utc::now();
+
+        let (status, body) = server.get("/upcoming").await;
+        assert_eq!(status, 200, "{body}");
+        let due = |id: &str| {
+            body["upcoming"]
+                .as_array()
+                .expect("upcoming")
+                .iter()
+                .find(|d| d["kind"] == "run" && d["run"]["run_id"] == id)
+                .unwrap_or_else(|| panic!("{id} is not upcoming: {body:#}"))
+                .clone()
+        };
+        let at = |d: &Value| chrono::DateTime::parse_from_rfc3339(d["at"].as_str().unwrap()).unwrap().to_utc();
+        let minutes = |m: i64| chrono::Duration::minutes(m);
+
+        let retry = due(&flaky);
+        assert_eq!(retry["run"]["why"], "retry", "{retry:#}");
+        assert_eq!(retry["at"], retrying["next_attempt_at"], "{retry:#} {retrying:#}");
+        assert!(at(&retry) >= before + minutes(30) && at(&retry) <= after + minutes(60), "{retry:#}");
+
+        let timeout = due(&approve);
+        assert_eq!(timeout["run"]["why"], "signal timeout", "{timeout:#}");
+        assert_eq!(timeout["at"], waiting["signal_timeout_at"], "{timeout:#} {waiting:#}");
+        assert!(at(&timeout) >= before + minutes(60) && at(&timeout) <= after + minutes(60), "{timeout:#}");
+
+        // Once the signal comes, the run is due now, not upcoming.
+        let (status, sent) = server.post_as(Some(&server.token), &format!("/runs/{approve}/signals/approval"), Some("{}")).await;
+        assert_eq!(status, 201, "{sent}");
+        let (_, body) = server.get("/upcoming").await;
+        assert!(body["upcoming"].as_array().unwrap().iter().all(|d| d["run"]["run_id"] != approve.as_str()), "{body:#}");
+    }
+
     async fn payload_search_finds_runs_whose_payload_contains_an_object_bounded_and_scoped(home) {
         tenants_add(&home, "acme");
         let m = home.manifest("", r#"

@@ -14,6 +14,7 @@ mod apps;
 mod audit;
 mod authors;
 mod chaos;
+mod cli;
 mod console;
 mod controls;
 mod deliveries;

@@ -59,7 +59,7 @@ impl Change {
 }
 
 /// The change `command` asks for, if it asks for one. A preview (an action by filter
-/// without `--yes`) changes nothing.
+/// or a purge without `--yes`) changes nothing.
 pub fn change_of(command: &Command) -> Option<Change> {
     match command {
         Command::Kick { job, .. } => Change::new(Action::RunKick, format!("job {job}")),
@@ -71,6 +71,10 @@ pub fn change_of(command: &Command) -> Option<Change> {
         Command::Runs(RunsCommand::Retry(args)) => {
             on_runs(args, Action::RunRetry, Action::RunsRetry)
         }
+        Command::Runs(RunsCommand::Purge(args)) => match args.yes {
+            true => Change::new(Action::RunsPurge, "runs by filter"),
+            false => None,
+        },
         Command::Runs(RunsCommand::Signal { id, name, .. }) => Some(Change {
             action: Action::RunSignal,
             object: format!("run {id} signal {name}"),
@@ -108,7 +112,8 @@ pub fn change_of(command: &Command) -> Option<Change> {
             | RunsCommand::Show { .. }
             | RunsCommand::Wait { .. }
             | RunsCommand::Tail { .. }
-            | RunsCommand::Export { .. },
+            | RunsCommand::Export { .. }
+            | RunsCommand::Search { .. },
         )
         | Command::Tenants(TenantsCommand::List { .. })
         | Command::Tokens(TokensCommand::List { .. })
@@ -116,6 +121,7 @@ pub fn change_of(command: &Command) -> Option<Change> {
         | Command::Files(FilesCommand::Get { .. } | FilesCommand::Ls { .. })
         | Command::Pauses { .. }
         | Command::Jobs { .. }
+        | Command::Hosts { .. }
         | Command::Audit(_)
         | Command::Codes { .. }
         | Command::Check { .. }
@@ -143,7 +149,7 @@ pub fn change_of(command: &Command) -> Option<Change> {
 /// matches (`by_filter`, only with `--yes`: without it, a count).
 fn on_runs(args: &ActionArgs, one: Action, by_filter: Action) -> Option<Change> {
     let (action, object) = match args.ids.as_slice() {
-        [] if !args.yes => return None,
+        [] if !args.filter.yes => return None,
         [] => (by_filter, "runs by filter".to_string()),
         [id] => (one, format!("run {id}")),
         ids => (one, format!("runs {}", ids.join(" "))),

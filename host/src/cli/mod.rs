@@ -24,7 +24,7 @@ mod tenants;
 mod watch;
 
 use crate::rules::trace::TraceParent;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -54,7 +54,7 @@ pub enum Command {
     /// Re-execute a recorded attempt from its journal, touching nothing: its log, its
     /// outcome, a trap's frames; with --job, where a rebuilt component's calls diverge.
     Replay(Box<replay::ReplayArgs>),
-    /// Read run history; cancel and retry runs.
+    /// Read and search run history; cancel, retry and purge runs.
     #[command(subcommand)]
     Runs(runs::RunsCommand),
     /// Delivered endings (`[webhooks]`): newest first, by run or state; one with its
@@ -69,6 +69,12 @@ pub enum Command {
     Resume(runs::PauseScope),
     /// What is paused.
     Pauses {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The fleet's hosts, from their heartbeats: alive, silent or stopped, their lanes,
+    /// workers busy of total, version, when each started and was last seen.
+    Hosts {
         #[arg(long)]
         json: bool,
     },
@@ -209,6 +215,40 @@ pub enum Command {
     },
 }
 
+/// The command line as `host` parses it: the global options (`Global`) are taken before
+/// or after any command, and shown once, in `host --help`; each command's help shows its
+/// own options and points there for the rest.
+pub fn command() -> clap::Command {
+    let top = Cli::command();
+    let globals: Vec<clap::Arg> = top
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .cloned()
+        .collect();
+    let names: Vec<String> = globals
+        .iter()
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    let pointer = format!(
+        "Global options ({}) may be given before or after the command: see `host --help`.",
+        names.join(", ")
+    );
+    quiet_globals(top, &globals, &pointer)
+}
+
+/// Gives each subcommand of `command`, at every depth, a hidden copy of each global
+/// option: clap then propagates nothing there (the option is there already), so the help
+/// of a command lists only its own, while the copy still takes the option's value.
+fn quiet_globals(command: clap::Command, globals: &[clap::Arg], pointer: &str) -> clap::Command {
+    command.mut_subcommands(|sub| {
+        let sub = globals
+            .iter()
+            .fold(sub, |sub, arg| sub.arg(arg.clone().hide(true)))
+            .after_help(pointer.to_string());
+        quiet_globals(sub, globals, pointer)
+    })
+}
+
 /// A panic's location, never its message: the message may quote a value (an error that
 /// names a database URL, a guest's bytes) that has no place in the operator's log.
 fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
@@ -220,7 +260,10 @@ fn log_panic(info: &std::panic::PanicHookInfo<'_>) {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::from_arg_matches(&command().get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.format(&mut command()).exit(),
+    };
     if let Command::CompileComponent {
         fuel,
         epochs,
@@ -278,13 +321,14 @@ async fn dispatch(
     match command {
         Command::Run(args) => run::run(global, *args).await,
         Command::Serve(args) => serve::run_serve(global, *args).await,
-        Command::Runs(cmd) => runs::runs(global, cmd).await,
+        Command::Runs(cmd) => runs::runs(global, cmd, &mut noted.object).await,
         Command::Deliveries(args) => deliveries::deliveries(global, args).await,
         Command::Replay(args) => replay::replay(global, *args).await,
         Command::Pause(scope) => runs::pause(global, scope, true).await,
         Command::Resume(scope) => runs::pause(global, scope, false).await,
         Command::Pauses { json } => runs::pauses(global, json).await,
         Command::Jobs { json } => serve::jobs(global, json).await,
+        Command::Hosts { json } => serve::hosts(global, json).await,
         Command::Kick {
             job,
             instance,

@@ -72,6 +72,24 @@ pub enum RunsCommand {
     /// Retry failed, crashed or cancelled runs now: by id, or every one a filter matches
     /// (each run is retried once).
     Retry(ActionArgs),
+    /// Delete the ended runs a filter matches (their endings delivered), with their
+    /// attempts, logs, journals and steps, whatever the retention; without `--yes`, only
+    /// say how many, as `POST /runs/purge` does.
+    Purge(FilterArgs),
+    /// The newest runs whose payload contains a JSON object, e.g. '{"customer": 42}', as
+    /// `GET /runs/search` finds them (on SQLite within the newest 10 000 runs).
+    Search {
+        payload: String,
+        #[arg(long)]
+        job: Option<String>,
+        #[arg(long)]
+        tenant: Option<String>,
+        /// How many, newest first (at most 500).
+        #[arg(long, default_value_t = views::DEFAULT_PAGE)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Send a run the signal NAME, which a pass waits for (`run.wait-for-signal`) and
     /// reads (`run.signal`), as `POST /runs/{id}/signals/{name}` does. Exit 0 sent (or
     /// sent before with the same id), 1 the run has ended, 2 refused.
@@ -94,7 +112,16 @@ pub enum RunsCommand {
 pub struct ActionArgs {
     /// The runs, by id.
     pub(super) ids: Vec<String>,
-    /// Instead of ids: every run of this job...
+    /// Instead of ids, a filter.
+    #[command(flatten)]
+    pub(super) filter: FilterArgs,
+}
+
+/// The runs an action by filter takes: every one that matches, previewed as a count
+/// unless `--yes`.
+#[derive(clap::Args, Debug)]
+pub struct FilterArgs {
+    /// Every run of this job...
     #[arg(long)]
     job: Option<String>,
     /// ... with this status ...
@@ -106,14 +133,51 @@ pub struct ActionArgs {
     /// ... of this tenant ...
     #[arg(long)]
     tenant: Option<String>,
-    /// ... created within this long, e.g. 1h.
+    /// ... created within this long, e.g. 1h ...
     #[arg(long, value_parser = parse_duration)]
     since: Option<Duration>,
+    /// ... created longer ago than this, e.g. 30d.
+    #[arg(long, value_parser = parse_duration)]
+    until: Option<Duration>,
     /// Act on what the filter matches; without it, only say how many runs that is.
     #[arg(long)]
     pub(super) yes: bool,
     #[arg(long)]
     json: bool,
+}
+
+impl FilterArgs {
+    fn given(&self) -> bool {
+        self.job.is_some()
+            || self.status.is_some()
+            || self.code.is_some()
+            || self.tenant.is_some()
+            || self.since.is_some()
+            || self.until.is_some()
+    }
+
+    /// The filter, every part checked before any query.
+    async fn run_filter(&self, store: &Store) -> Result<RunFilter, Failure> {
+        if let Some(code) = &self.code
+            && crate::rules::failure::FailureCode::parse(code).is_none()
+        {
+            return Err(Failure::usage(format!(
+                "{code:?} is not a failure code (`host codes` lists them)"
+            )));
+        }
+        let now = store.now().await?;
+        let back =
+            |d: Duration| now.saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Ok(RunFilter {
+            job: self.job.clone(),
+            statuses: self.status.into_iter().collect(),
+            tenant: self.tenant.clone(),
+            code: self.code.clone(),
+            since: self.since.map(back),
+            until: self.until.map(back),
+            ..Default::default()
+        })
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -149,7 +213,12 @@ fn parse_status(text: &str) -> Result<RunStatus, String> {
     })
 }
 
-pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
+/// `host runs ...`; what a purge deleted goes to `noted` (its audit row's object).
+pub async fn runs(
+    global: &Global,
+    cmd: RunsCommand,
+    noted: &mut Option<String>,
+) -> Result<u8, Failure> {
     let store = Store::open(&global.db_url(None)).await?;
     let code = match cmd {
         RunsCommand::List {
@@ -177,33 +246,30 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
                     ..Default::default()
                 })
                 .await?;
-            if json {
-                let all: Vec<_> = runs.iter().map(views::run).collect();
-                println!("{}", serde_json::Value::Array(all));
-            } else if runs.is_empty() {
-                println!("no runs");
-            } else {
-                println!(
-                    "{:<36}  {:<20}  {:<9}  {:>8}  {:<18}  CREATED",
-                    "RUN", "JOB", "STATUS", "ATTEMPTS", "CODE"
-                );
-                for r in &runs {
-                    println!(
-                        "{:<36}  {:<20}  {:<9}  {:>8}  {:<18}  {}",
-                        r.id,
-                        r.job,
-                        r.shown_status(),
-                        r.attempts,
-                        r.last_code.as_deref().unwrap_or("-"),
-                        time(r.created_at)
-                    );
-                }
-            }
+            print_runs(&runs, json);
             0
         }
         RunsCommand::Wait { id, timeout, json } => wait(&store, &id, timeout, json).await?,
         RunsCommand::Cancel(args) => act(&store, Action::Cancel, args).await?,
         RunsCommand::Retry(args) => act(&store, Action::Retry, args).await?,
+        RunsCommand::Purge(args) => purge(&store, args, noted).await?,
+        RunsCommand::Search {
+            payload,
+            job,
+            tenant,
+            limit,
+            json,
+        } => {
+            search(
+                &store,
+                &payload,
+                job.as_deref(),
+                tenant.as_deref(),
+                limit,
+                json,
+            )
+            .await?
+        }
         RunsCommand::Show { id, json } => {
             let Some(run) = store.get_run(&id).await? else {
                 return Err(Failure::usage(format!("no run with id {id:?}")));
@@ -336,6 +402,118 @@ pub async fn runs(global: &Global, cmd: RunsCommand) -> Result<u8, Failure> {
     Ok(code)
 }
 
+/// Runs as a table (newest first, as given), or as a JSON array of their views.
+fn print_runs(runs: &[crate::store::RunRecord], json: bool) {
+    if json {
+        let all: Vec<_> = runs.iter().map(views::run).collect();
+        println!("{}", serde_json::Value::Array(all));
+        return;
+    }
+    if runs.is_empty() {
+        println!("no runs");
+        return;
+    }
+    println!(
+        "{:<36}  {:<20}  {:<9}  {:>8}  {:<18}  CREATED",
+        "RUN", "JOB", "STATUS", "ATTEMPTS", "CODE"
+    );
+    for r in runs {
+        println!(
+            "{:<36}  {:<20}  {:<9}  {:>8}  {:<18}  {}",
+            r.id,
+            r.job,
+            r.shown_status(),
+            r.attempts,
+            r.last_code.as_deref().unwrap_or("-"),
+            time(r.created_at)
+        );
+    }
+}
+
+/// `host runs purge`: the count and the deletes `POST /runs/purge` makes, in batches
+/// until none is left.
+async fn purge(store: &Store, args: FilterArgs, noted: &mut Option<String>) -> Result<u8, Failure> {
+    use crate::service::retention::PURGE_BATCH;
+    if !args.given() {
+        return Err(Failure::usage(
+            "name the runs to purge by a filter (--job, --status, --code, --tenant, --since, --until)",
+        ));
+    }
+    let filter = args.run_filter(store).await?;
+    if !args.yes {
+        let count = store.count_purgeable(&filter, i64::MAX).await?;
+        if args.json {
+            println!(
+                "{}",
+                serde_json::json!({"count": count, "confirmed": false})
+            );
+        } else {
+            println!(
+                "{count} ended runs match; add --yes to delete them with their attempts, logs, journals and steps"
+            );
+        }
+        return Ok(0);
+    }
+    let mut total = 0;
+    loop {
+        let done = store.purge_runs(&filter, PURGE_BATCH).await?;
+        total += done;
+        if done < PURGE_BATCH as u64 {
+            break;
+        }
+    }
+    *noted = Some(format!("runs: {total} purged by filter"));
+    if args.json {
+        println!("{}", serde_json::json!({"done": total}));
+    } else {
+        println!("{total} runs purged");
+    }
+    Ok(0)
+}
+
+/// `host runs search`: the search `GET /runs/search` makes, as the operator.
+async fn search(
+    store: &Store,
+    payload: &str,
+    job: Option<&str>,
+    tenant: Option<&str>,
+    limit: i64,
+    json: bool,
+) -> Result<u8, Failure> {
+    use crate::rules::payload_match;
+    use crate::store::payload_search::{SCAN_ROWS, SEARCH_BOUND};
+    let needle = payload_match::needle(payload).map_err(Failure::usage)?;
+    let found = store
+        .search_payloads(&needle, job, tenant, views::page_size(Some(limit)))
+        .await
+        .map_err(|e| match e {
+            crate::store::StoreError::TimedOut => Failure {
+                exit: 1,
+                message: payload_match::timed_out(SEARCH_BOUND),
+            },
+            other => other.into(),
+        })?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "runs": found.runs.iter().map(views::run).collect::<Vec<_>>(),
+                "complete": found.complete,
+                "scan_limit": SCAN_ROWS,
+            })
+        );
+        return Ok(0);
+    }
+    print_runs(&found.runs, false);
+    if !found.complete {
+        println!(
+            "(only the newest {} runs were read: narrow it by --job or --tenant)",
+            readable_count(SCAN_ROWS as u64)
+        );
+    }
+    Ok(0)
+}
+
 /// `host runs signal`: the checks and the write `POST /runs/{id}/signals/{name}` makes, as
 /// the operator.
 async fn signal(
@@ -420,14 +598,9 @@ async fn act(store: &Store, action: Action, args: ActionArgs) -> Result<u8, Fail
         Action::Cancel => "cancelled",
         Action::Retry => "retried",
     };
-    let filtered = args.job.is_some()
-        || args.status.is_some()
-        || args.code.is_some()
-        || args.tenant.is_some()
-        || args.since.is_some();
-    if args.ids.is_empty() != filtered {
+    if args.ids.is_empty() != args.filter.given() {
         return Err(Failure::usage(
-            "name the runs by id, or by a filter (--job, --status, --code, --tenant, --since): one of the two",
+            "name the runs by id, or by a filter (--job, --status, --code, --tenant, --since, --until): one of the two",
         ));
     }
     if !args.ids.is_empty() {
@@ -443,7 +616,7 @@ async fn act(store: &Store, action: Action, args: ActionArgs) -> Result<u8, Fail
             };
             match done {
                 Ok((run, retry_of)) => {
-                    if args.json {
+                    if args.filter.json {
                         results.push(
                             serde_json::json!({"run": views::run(&run), "retry_of": retry_of}),
                         );
@@ -456,7 +629,7 @@ async fn act(store: &Store, action: Action, args: ActionArgs) -> Result<u8, Fail
                 Err(ControlError::Store(e)) => return Err(e.into()),
                 Err(e) => {
                     refused += 1;
-                    if args.json {
+                    if args.filter.json {
                         results.push(serde_json::json!({"id": id, "error": e.to_string()}));
                     } else {
                         eprintln!("{e}");
@@ -464,33 +637,15 @@ async fn act(store: &Store, action: Action, args: ActionArgs) -> Result<u8, Fail
                 }
             }
         }
-        if args.json {
+        if args.filter.json {
             println!("{}", serde_json::Value::Array(results));
         }
         return Ok(u8::from(refused > 0));
     }
-    if let Some(code) = &args.code
-        && crate::rules::failure::FailureCode::parse(code).is_none()
-    {
-        return Err(Failure::usage(format!(
-            "{code:?} is not a failure code (`host codes` lists them)"
-        )));
-    }
-    let since = match args.since {
-        Some(d) => Some(store.now().await? - d.as_millis() as i64),
-        None => None,
-    };
-    let filter = RunFilter {
-        job: args.job,
-        statuses: args.status.into_iter().collect(),
-        tenant: args.tenant,
-        code: args.code,
-        since,
-        ..Default::default()
-    };
-    if !args.yes {
+    let filter = args.filter.run_filter(store).await?;
+    if !args.filter.yes {
         let count = controls.preview(action, &filter, i64::MAX).await?;
-        if args.json {
+        if args.filter.json {
             println!(
                 "{}",
                 serde_json::json!({"count": count, "confirmed": false})
@@ -508,7 +663,7 @@ async fn act(store: &Store, action: Action, args: ActionArgs) -> Result<u8, Fail
             break;
         }
     }
-    if args.json {
+    if args.filter.json {
         println!("{}", serde_json::json!({"done": total}));
     } else {
         println!("{total} runs {verb}");

@@ -1,4 +1,4 @@
-//! `host serve`, `host jobs`, `host kick` and `host check`.
+//! `host serve`, `host jobs`, `host hosts`, `host kick` and `host check`.
 
 use super::failure::Failure;
 use super::global::Global;
@@ -334,6 +334,60 @@ pub(super) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             _ = interrupt.recv() => {}
         }
     }
+}
+
+/// `host hosts`: the fleet as `GET /hosts` shows it.
+pub async fn hosts(global: &Global, json: bool) -> Result<u8, Failure> {
+    let store = Store::open(&global.db_url(None)).await?;
+    let read = async {
+        Ok::<_, crate::store::StoreError>((
+            store.now().await?,
+            store.list_hosts(views::HOSTS_SHOWN).await?,
+        ))
+    }
+    .await;
+    store.close().await;
+    let (now, records) = read?;
+    let list = views::hosts(&records, now, None);
+    if json {
+        println!("{}", serde_json::to_value(&list).expect("serialisable"));
+        return Ok(0);
+    }
+    if list.hosts.is_empty() {
+        println!("no host has served in the last day");
+        return Ok(0);
+    }
+    println!(
+        "{:<32}  {:<7}  {:<10}  {:>7}  {:<28}  {:<25}  LAST SEEN",
+        "HOST", "STATE", "VERSION", "BUSY", "LANES (BUSY/WORKERS)", "STARTED"
+    );
+    for h in &list.hosts {
+        let lanes: Vec<String> = h
+            .lanes
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} {}/{}",
+                    l["lane"].as_str().unwrap_or("?"),
+                    l["busy"].as_u64().unwrap_or(0),
+                    l["workers"].as_u64().unwrap_or(0)
+                )
+            })
+            .collect();
+        let ago = u64::try_from(list.now_ms - h.seen_ms).unwrap_or(0);
+        let line = format!(
+            "{:<32}  {:<7}  {:<10}  {:>7}  {:<28}  {:<25}  {} ago",
+            h.host,
+            h.state,
+            h.version,
+            format!("{}/{}", h.workers.busy, h.workers.total),
+            lanes.join(", "),
+            h.started_at,
+            crate::rules::units::readable_ms(ago)
+        );
+        println!("{}", crate::rules::guest_text::for_terminal(&line));
+    }
+    Ok(0)
 }
 
 pub async fn jobs(global: &Global, json: bool) -> Result<u8, Failure> {

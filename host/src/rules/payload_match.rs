@@ -20,6 +20,14 @@ pub enum NeedleError {
     NotObject,
 }
 
+/// What a search that ran past its bound tells the person who asked.
+pub fn timed_out(bound: std::time::Duration) -> String {
+    format!(
+        "the search ran past {} s: narrow it by job or tenant, or search for more of the payload",
+        bound.as_secs()
+    )
+}
+
 /// The search term `text`, checked: a JSON object within [`NEEDLE`].
 pub fn needle(text: &str) -> Result<Value, NeedleError> {
     let value = json_rule::check(text.as_bytes(), NEEDLE)?;

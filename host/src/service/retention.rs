@@ -13,6 +13,9 @@ use crate::store::{Pruned, Store, StoreError};
 use std::time::Duration;
 
 const CHORE: &str = "jobhost:retention";
+/// Most runs one purge by filter (`POST /runs/purge`, `host runs purge`) deletes in one
+/// transaction: a large purge is a loop of these.
+pub const PURGE_BATCH: i64 = 1_000;
 /// Rows of each kind deleted per transaction.
 const BATCH: i64 = 500;
 /// Most batches per period (the rest wait for the next).

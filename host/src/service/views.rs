@@ -1,9 +1,9 @@
 //! The JSON shapes of runs, attempts and jobs, shared by the CLI and the HTTP API.
 
 use crate::store::{
-    AttemptRecord, AuditRecord, DeliveryAttemptRecord, DeliveryRecord, FileRecord, JobRecord,
-    LeaseRecord, LiveLogRecord, PauseRecord, RunRecord, RunStatus, StepFailureRecord, StepRecord,
-    TenantRecord, TokenRecord,
+    AttemptRecord, AuditRecord, DeliveryAttemptRecord, DeliveryRecord, FileRecord, HostRecord,
+    JobRecord, LeaseRecord, LiveLogRecord, PauseRecord, RunRecord, RunStatus, StepFailureRecord,
+    StepRecord, TenantRecord, TokenRecord,
 };
 use serde::Serialize;
 use serde_json::Value;
@@ -853,6 +853,94 @@ pub fn tenant_statuses(told: &str) -> Option<Vec<RunStatus>> {
         "cancelled" => vec![RunStatus::Cancelled],
         _ => return None,
     })
+}
+
+/// How often a serving host writes its heartbeat (`jobhost_hosts`).
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
+/// A host missing this many beats in a row is not alive: one slow write is not a death.
+const ALIVE_BEATS: i64 = 3;
+/// Most hosts listed (`GET /hosts`, `host hosts`): a fleet, not a crowd.
+pub const HOSTS_SHOWN: i64 = 200;
+
+/// The fleet as its heartbeats tell it.
+#[derive(Serialize, ToSchema)]
+pub struct HostList {
+    pub hosts: Vec<HostView>,
+    pub heartbeat_ms: i64,
+    /// The database's time, which `seen_at` is compared with.
+    pub now: String,
+    /// `now` in ms, for the CLI's "seen 2s ago".
+    #[serde(skip)]
+    pub now_ms: i64,
+}
+
+/// A host as its heartbeats tell it.
+#[derive(Serialize, ToSchema)]
+pub struct HostView {
+    pub host: String,
+    /// `alive` (seen within 3 beats), `silent` or `stopped`.
+    pub state: &'static str,
+    pub alive: bool,
+    pub version: String,
+    /// Its lanes as it wrote them: `lane`, `workers`, `busy` each.
+    #[schema(value_type = Vec<Object>)]
+    pub lanes: Vec<Value>,
+    pub workers: Workers,
+    pub started_at: String,
+    pub seen_at: String,
+    /// `seen_at` in ms.
+    #[serde(skip)]
+    pub seen_ms: i64,
+    pub stopped_at: Option<String>,
+    /// It is the host that answers.
+    pub this_host: bool,
+}
+
+/// A host's workers over all its lanes.
+#[derive(Serialize, ToSchema)]
+pub struct Workers {
+    pub busy: u64,
+    pub total: u64,
+}
+
+/// The hosts `store::list_hosts` read, at the database's time `now`, each alive if seen
+/// within [`ALIVE_BEATS`] beats; `this_host` is the id of the host that asks, if it is one.
+pub fn hosts(records: &[HostRecord], now: i64, this_host: Option<&str>) -> HostList {
+    let alive_after = now - ALIVE_BEATS * HEARTBEAT.as_millis() as i64;
+    let hosts = records
+        .iter()
+        .map(|h| {
+            let lanes: Vec<Value> = serde_json::from_str(&h.lanes).unwrap_or_default();
+            let sum = |key: &str| lanes.iter().filter_map(|l| l[key].as_u64()).sum::<u64>();
+            let state = match h.stopped_at {
+                Some(_) => "stopped",
+                None if h.seen_at >= alive_after => "alive",
+                None => "silent",
+            };
+            HostView {
+                host: h.host_id.clone(),
+                state,
+                alive: state == "alive",
+                version: h.version.clone(),
+                workers: Workers {
+                    busy: sum("busy"),
+                    total: sum("workers"),
+                },
+                lanes,
+                started_at: time(h.started_at),
+                seen_at: time(h.seen_at),
+                seen_ms: h.seen_at,
+                stopped_at: h.stopped_at.map(time),
+                this_host: Some(h.host_id.as_str()) == this_host,
+            }
+        })
+        .collect();
+    HostList {
+        hosts,
+        heartbeat_ms: HEARTBEAT.as_millis() as i64,
+        now: time(now),
+        now_ms: now,
+    }
 }
 
 #[cfg(test)]

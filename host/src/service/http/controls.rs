@@ -11,6 +11,7 @@ use super::state::Shared;
 use super::visible::{operator_only, present};
 use crate::rules::tenant::Principal;
 use crate::runs::controls::{Action, Actor, ControlError, Controls};
+use crate::service::retention::PURGE_BATCH;
 use crate::service::views;
 use axum::Json;
 use axum::extract::{Extension, State};
@@ -256,9 +257,6 @@ fn preview(count: i64) -> (Extension<AuditNote>, Json<BulkAnswer>) {
         }),
     )
 }
-
-/// Most runs one confirmed purge deletes; `more` says to call again.
-const PURGE_BATCH: i64 = 1_000;
 
 /// `POST /runs/purge` `{"filter", "confirm"}`: deletes the ended runs a filter matches
 /// (their endings delivered), with their attempts, logs, journals and steps, beyond

@@ -72,10 +72,7 @@ pub(super) async fn search(
             StoreError::TimedOut => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "search_timeout",
-                format!(
-                    "the search ran past {} s: narrow it by job or tenant, or search for more of the payload",
-                    SEARCH_BOUND.as_secs()
-                ),
+                payload_match::timed_out(SEARCH_BOUND),
             ),
             other => other.into(),
         })?;
