@@ -15,6 +15,7 @@ pub enum AppsCommand {
     Revoke { role: String },
     /// The roles that may call `jobhost.enqueue`.
     List {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },

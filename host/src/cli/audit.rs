@@ -27,6 +27,7 @@ pub struct AuditArgs {
     /// How many, newest first (at most 500).
     #[arg(long, default_value_t = views::DEFAULT_PAGE)]
     limit: i64,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }

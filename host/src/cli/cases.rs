@@ -50,6 +50,7 @@ pub struct TestArgs {
     pub only: Option<String>,
     #[command(flatten)]
     pub attempts: AttemptArgs,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
     /// Run the cases again each time the cases file, the manifest or a component changes.

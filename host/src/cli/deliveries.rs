@@ -25,6 +25,7 @@ pub struct DeliveriesArgs {
     /// How many, newest first (at most 500).
     #[arg(long, default_value_t = views::DEFAULT_PAGE)]
     limit: i64,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }
@@ -34,12 +35,14 @@ pub enum DeliveriesAction {
     /// One delivery with its attempts.
     Show {
         id: i64,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Send a delivery that was given up (failed) again, with a new retry window.
     Retry {
         id: i64,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },

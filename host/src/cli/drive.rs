@@ -39,6 +39,7 @@ pub struct DriveArgs {
     /// Reruns a crashed run gets.
     #[arg(long, default_value_t = 3)]
     pub max_reruns: i64,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
 }

@@ -45,6 +45,7 @@ pub enum FilesCommand {
         at: Where,
         name: String,
         file: PathBuf,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -53,6 +54,7 @@ pub enum FilesCommand {
         #[command(flatten)]
         at: Where,
         name: String,
+        /// The file to write the bytes to (default: stdout).
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -63,6 +65,7 @@ pub enum FilesCommand {
         /// Only names starting with this.
         #[arg(long, default_value = "")]
         prefix: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },

@@ -69,17 +69,20 @@ pub enum Command {
     Resume(runs::PauseScope),
     /// What is paused.
     Pauses {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// The fleet's hosts, from their heartbeats: alive, silent or stopped, their lanes,
     /// workers busy of total, version, when each started and was last seen.
     Hosts {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// List the registered jobs: schedule, next fire time, last success, lease.
     Jobs {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -91,6 +94,7 @@ pub enum Command {
         /// Queue the run in this W3C trace (`00-<trace id>-<parent id>-<flags>`).
         #[arg(long, value_parser = traceparent)]
         traceparent: Option<TraceParent>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -108,6 +112,7 @@ pub enum Command {
         /// Queue a new run in this W3C trace (`00-<trace id>-<parent id>-<flags>`).
         #[arg(long, value_parser = traceparent)]
         traceparent: Option<TraceParent>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -126,6 +131,7 @@ pub enum Command {
         /// Queue the runs in this W3C trace (`00-<trace id>-<parent id>-<flags>`).
         #[arg(long, value_parser = traceparent)]
         traceparent: Option<TraceParent>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -133,6 +139,7 @@ pub enum Command {
     Drive(Box<drive::DriveArgs>),
     /// Check a manifest: schedules, time zone, components and grants.
     Check {
+        /// The manifest to check.
         #[arg(long)]
         manifest: PathBuf,
     },
@@ -141,6 +148,7 @@ pub enum Command {
         /// Directory of NNNN_name.sql files.
         #[arg(long)]
         migrations: Option<PathBuf>,
+        /// The manifest whose database and `migrations` directory to use.
         #[arg(long)]
         manifest: Option<PathBuf>,
     },
@@ -167,11 +175,13 @@ pub enum Command {
     AuditWrite,
     /// List the failure codes and what each means.
     Codes {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Print the WIT package this host speaks (or write it to DIR/jobhost.wit).
     Wit {
+        /// The directory to write `jobhost.wit` into (default: print it).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
@@ -182,6 +192,7 @@ pub enum Command {
     Build {
         #[arg(default_value = ".")]
         dir: PathBuf,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -197,6 +208,7 @@ pub enum Command {
     /// host loads it.
     Inspect {
         file: PathBuf,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },

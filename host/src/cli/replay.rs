@@ -39,6 +39,7 @@ pub struct ReplayArgs {
     /// is unverified.
     #[arg(long, requires = "from")]
     verify: bool,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }

@@ -27,6 +27,8 @@ pub struct RunArgs {
     /// The job's component (.wasm) for an ad-hoc run.
     #[arg(long, value_name = "PATH", required_unless_present = "manifest_job")]
     pub job: Option<PathBuf>,
+    /// The manifest whose job JOB is; with --job, whose host settings (database,
+    /// migrations, collections) the run uses.
     #[arg(long)]
     pub manifest: Option<PathBuf>,
     /// The job's name (default: the component's file name).

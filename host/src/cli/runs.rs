@@ -16,11 +16,14 @@ use std::time::Duration;
 pub enum RunsCommand {
     /// The most recent runs, newest first.
     List {
+        /// Only the runs of this job.
         #[arg(long)]
         job: Option<String>,
         /// Only the runs of this instance (a per-tenant job's: its tenant).
         #[arg(long)]
         instance: Option<String>,
+        /// Only the runs in this state: queued, running, succeeded, failed, cancelled,
+        /// crashed or skipped.
         #[arg(long, value_parser = parse_status)]
         status: Option<RunStatus>,
         /// Only runs created within this long, e.g. 1h.
@@ -29,12 +32,14 @@ pub enum RunsCommand {
         /// How many, newest first (at most 500, as the API's `GET /runs`).
         #[arg(long, default_value_t = views::DEFAULT_PAGE)]
         limit: i64,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// One run with its attempts and their logs.
     Show {
         id: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -45,6 +50,7 @@ pub enum RunsCommand {
         /// How long to wait (e.g. 30s, 10m).
         #[arg(long, default_value = "60s", value_parser = parse_duration)]
         timeout: Duration,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -80,13 +86,16 @@ pub enum RunsCommand {
     /// `GET /runs/search` finds them (on SQLite within the newest 10 000 runs).
     Search {
         payload: String,
+        /// Only the runs of this job.
         #[arg(long)]
         job: Option<String>,
+        /// Only the runs of this tenant.
         #[arg(long)]
         tenant: Option<String>,
         /// How many, newest first (at most 500).
         #[arg(long, default_value_t = views::DEFAULT_PAGE)]
         limit: i64,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -103,6 +112,7 @@ pub enum RunsCommand {
         /// the host's if not given.
         #[arg(long = "id", value_name = "SIGNAL_ID")]
         signal_id: Option<String>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -142,6 +152,7 @@ pub struct FilterArgs {
     /// Act on what the filter matches; without it, only say how many runs that is.
     #[arg(long)]
     pub(super) yes: bool,
+    /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
 }

@@ -14,6 +14,7 @@ pub enum TenantsCommand {
     Add { name: String },
     /// The registered tenants.
     List {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -42,11 +43,13 @@ pub enum TokensCommand {
         /// A note to tell tokens apart in `host tokens list` and the audit log.
         #[arg(long, default_value = "")]
         label: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// The tokens (never their secrets).
     List {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
