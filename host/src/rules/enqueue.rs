@@ -194,9 +194,9 @@ pub fn from_guest(asked: &Asked, now: i64) -> Result<Options, OptionError> {
         Some(u) => Some(Unique {
             key: unique_key(Some(u.key.as_str()))?.to_string(),
             hold: match u.hold {
-                While::Period(ms) => While::Period(
-                    period_ms(u64::try_from(ms).ok()).map_or_else(|| refuse_while(), Ok)?,
-                ),
+                While::Period(ms) => {
+                    While::Period(period_ms(u64::try_from(ms).ok()).map_or_else(refuse_while, Ok)?)
+                }
                 hold => hold,
             },
             on_conflict: u.on_conflict,
@@ -291,7 +291,7 @@ fn unique(value: &Value) -> Result<Unique, OptionError> {
         Some(w) => w
             .as_str()
             .and_then(parse_while)
-            .map_or_else(|| refuse_while(), Ok)?,
+            .map_or_else(refuse_while, Ok)?,
     };
     let on_conflict = match fields.get("on_conflict") {
         None => OnConflict::Keep,
