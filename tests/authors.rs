@@ -101,7 +101,7 @@ async fn a_new_job_builds_and_runs_outside_the_repository() {
     let shown: Value = serde_json::from_slice(&built.stdout).expect("JSON");
     let component = project.join("target/wasm32-wasip2/release/demo.wasm");
     assert_eq!(shown["path"], component.display().to_string(), "{shown}");
-    assert_eq!(shown["wit_version"], "0.1.6");
+    assert_eq!(shown["wit_version"], "0.1.7");
     assert_eq!(shown["loadable"], true);
     assert_eq!(
         shown["function_names"], true,
@@ -406,14 +406,14 @@ async fn inspect_says_which_contract_each_side_speaks() {
     let (code, earlier) = inspect("earlier");
     assert_eq!(code, Some(0), "{earlier}");
     assert!(
-        earlier.contains("jobhost:job@0.1.2 (this host speaks jobhost:job@0.1.6)"),
+        earlier.contains("jobhost:job@0.1.2 (this host speaks jobhost:job@0.1.7)"),
         "{earlier}"
     );
     // Built against a newer one: refused, and both versions named.
     let (code, future) = inspect("future");
     assert_eq!(code, Some(1), "{future}");
     assert!(
-        future.contains("jobhost:job@0.2.0 (this host speaks jobhost:job@0.1.6)"),
+        future.contains("jobhost:job@0.2.0 (this host speaks jobhost:job@0.1.7)"),
         "{future}"
     );
     assert!(

@@ -590,3 +590,316 @@ async fn a_caller_waits_for_a_runs_end_by_cli_long_poll_and_event_stream() {
     assert!(streamed.starts_with("event: status\ndata: {"), "{streamed}");
     assert!(streamed.contains("\"queued\""), "{streamed}");
 }
+
+/// Starts with options from a guest (WIT 0.1.7's `jobs.start`, the `starter` guest), on
+/// both backends: each unique mode answers as an API start and the rows are so; a time,
+/// a priority and `max_attempts` reach the run; `max_per_tenant` drops or holds it as an
+/// API start; bad options are refused with their fixed code and write nothing; a key
+/// raced by a guest and the API names one run; a superseded attempt's start leaves no
+/// run; and an earlier guest's `dedup-key` answers as it always did.
+mod guest_starts {
+    use super::*;
+    use crate::common::{Home, Server};
+    use serde_json::Value;
+    use std::path::PathBuf;
+
+    const HOUR_MS: u64 = 3_600_000;
+
+    /// One component for every job: each is granted what it imports.
+    fn manifest(home: &Home) -> PathBuf {
+        let job = |name: &str, extra: &str| {
+            format!(
+                "[jobs.{name}]\ncomponent = \"{{guest:starter}}\"\n\
+                 grants.db = {{ write = [\"ledger\"] }}\n\
+                 grants.jobs = [\"target\", \"failing\", \"capped\", \"paced\"]\n\
+                 timeout = \"60s\"\n{extra}\n"
+            )
+        };
+        let jobs = [
+            job("starter", "retries = 0"),
+            job("target", "retries = 0"),
+            job("failing", "retries = 3"),
+            job("capped", "max_per_tenant = 1"),
+            job("paced", "max_per_tenant = 1\nover_limit = \"defer\""),
+        ];
+        home.manifest("", &jobs.concat())
+    }
+
+    fn now_ms() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    }
+
+    /// Runs `starter` once (`host run`) making `call` with `starts`; what it answered.
+    fn starts(home: &Home, m: &std::path::Path, call: &str, starts: Value) -> Value {
+        let payload = json!({ "call": call, "starts": starts }).to_string();
+        let (code, run) = home.run_json(&[
+            "starter",
+            "--manifest",
+            m.to_str().unwrap(),
+            "--payload",
+            &payload,
+        ]);
+        assert_eq!(
+            (code, run["status"].as_str()),
+            (0, Some("succeeded")),
+            "{run}"
+        );
+        run["result"].clone()
+    }
+
+    fn outcomes(answers: &Value) -> Vec<&str> {
+        answers
+            .as_array()
+            .unwrap_or_else(|| panic!("answers: {answers}"))
+            .iter()
+            .map(|a| a["outcome"].as_str().unwrap())
+            .collect()
+    }
+
+    async fn count(home: &Home, condition: &str) -> i64 {
+        home.scalar(&format!(
+            "SELECT COUNT(*) FROM jobhost_runs WHERE {condition}"
+        ))
+        .await
+    }
+
+    async fn column(home: &Home, id: &str, column: &str) -> i64 {
+        home.scalar(&format!(
+            "SELECT {column} FROM jobhost_runs WHERE id = '{id}'"
+        ))
+        .await
+    }
+
+    async fn start_over_api(server: &Server, job: &str, body: Value) -> String {
+        let body = body.to_string();
+        let (status, started) = server
+            .post_as(
+                Some(&server.token),
+                &format!("/jobs/{job}/runs"),
+                Some(&body),
+            )
+            .await;
+        assert!(status == 201 || status == 200, "{started}");
+        started["run_id"].as_str().unwrap().to_string()
+    }
+
+    on_every_backend! {
+        async fn a_guests_start_answers_each_unique_outcome_and_the_rows_are_so(home) {
+            let m = manifest(&home);
+            let keyed = |payload: Value, delay_ms: u64, hold: Value, on_conflict: &str| {
+                json!([{ "job": "target", "payload": payload, "delay_ms": delay_ms,
+                         "key": "order-7", "hold": hold, "on_conflict": on_conflict }])
+            };
+            // Created, then joined (in the guest's transaction): the waiting run holds.
+            let first = starts(&home, &m, "start", keyed(json!({"n": 1}), HOUR_MS, json!("queued"), "keep"));
+            assert_eq!(outcomes(&first), ["created"]);
+            let run = first[0]["run_id"].as_str().unwrap().to_string();
+            let joined = starts(&home, &m, "start-in", keyed(json!({"n": 9}), HOUR_MS, json!("queued"), "keep"));
+            assert_eq!(outcomes(&joined), ["joined"]);
+            assert_eq!(joined[0]["run_id"], run.as_str());
+            // Replaced: the waiting run took the new payload.
+            let replaced = starts(&home, &m, "start-all", keyed(json!({"n": 2}), HOUR_MS, json!("queued"), "replace"));
+            assert_eq!((outcomes(&replaced), replaced[0]["run_id"].as_str()), (vec!["replaced"], Some(run.as_str())));
+            let payload = home.scalar(&format!(
+                "SELECT COUNT(*) FROM jobhost_runs WHERE id = '{run}' AND payload = '{{\"n\":2}}'"
+            )).await;
+            assert_eq!(payload, 1, "the payload replaced");
+            // Debounced: the waiting run took the new due time, two hours from now.
+            let debounced = starts(&home, &m, "start-all-in", keyed(json!({"n": 3}), 2 * HOUR_MS, json!("queued"), "debounce"));
+            assert_eq!((outcomes(&debounced), debounced[0]["run_id"].as_str()), (vec!["debounced"], Some(run.as_str())));
+            let due_in = column(&home, &run, "next_attempt_at").await - now_ms() as i64;
+            assert!((2 * HOUR_MS as i64 - 60_000..=2 * HOUR_MS as i64).contains(&due_in), "{due_in}");
+            assert_eq!(count(&home, "job = 'target'").await, 1, "one run for the key");
+            assert_eq!(
+                count(&home, &format!("id = '{run}' AND parent_run IS NOT NULL AND detached = 0")).await,
+                1,
+                "the created run is its starter's child"
+            );
+            // A period holds whatever the state; two starts of one batch: created, joined.
+            let period = json!([
+                { "job": "target", "key": "p", "hold": HOUR_MS, "delay_ms": HOUR_MS },
+                { "job": "target", "key": "p", "hold": HOUR_MS },
+            ]);
+            let answered = starts(&home, &m, "start-all", period);
+            assert_eq!(outcomes(&answered), ["created", "joined"]);
+            assert_eq!(answered[0]["run_id"], answered[1]["run_id"]);
+            // Until finished: a run that ended frees its key; active: a run between
+            // attempts does too (here: ended as well).
+            let held = json!([{ "job": "target", "key": "u", "hold": "until-finished", "delay_ms": HOUR_MS }]);
+            let u = starts(&home, &m, "start", held.clone());
+            let u = u[0]["run_id"].as_str().unwrap().to_string();
+            assert_eq!(outcomes(&starts(&home, &m, "start", held.clone())), ["joined"]);
+            home.exec(&format!("UPDATE jobhost_runs SET status = 'succeeded', started_at = created_at, finished_at = created_at WHERE id = '{u}'")).await;
+            let again = starts(&home, &m, "start", held);
+            assert_eq!(outcomes(&again), ["created"]);
+            assert_ne!(again[0]["run_id"], u.as_str());
+            let active = json!([{ "job": "target", "key": "u", "hold": "active" }]);
+            assert_eq!(outcomes(&starts(&home, &m, "start", active)), ["joined"], "a waiting run holds while active");
+            assert_eq!(count(&home, "job = 'target'").await, 4);
+        }
+
+        async fn a_guests_bad_options_are_refused_with_fixed_codes_and_write_nothing(home) {
+            let m = manifest(&home);
+            let later = now_ms() + HOUR_MS;
+            for (bad, code) in [
+                (json!({ "job": "target", "max_attempts": 2 }), "invalid-max-attempts"),
+                (json!({ "job": "target", "max_attempts": 0 }), "invalid-max-attempts"),
+                (json!({ "job": "target", "priority": 3601 }), "invalid-priority"),
+                (json!({ "job": "target", "run_at_ms": 1_000 }), "invalid-run-at"),
+                (json!({ "job": "target", "run_at_ms": later + 400 * 24 * HOUR_MS }), "invalid-run-at"),
+                (json!({ "job": "target", "run_at_ms": later, "delay_ms": 1 }), "invalid-run-at"),
+                (json!({ "job": "target", "delay_ms": 400 * 24 * HOUR_MS }), "invalid-delay"),
+                (json!({ "job": "target", "key": "" }), "invalid-key"),
+                (json!({ "job": "target", "key": "a\u{202e}b" }), "invalid-key"),
+                (json!({ "job": "target", "key": "k", "hold": 0 }), "invalid-hold"),
+                (json!({ "job": "target", "key": "k", "hold": 400 * 24 * HOUR_MS }), "invalid-hold"),
+            ] {
+                // A good start before the bad one: the batch writes neither.
+                let batch = json!([{ "job": "target", "delay_ms": HOUR_MS }, bad]);
+                let answered = starts(&home, &m, "start-all", batch);
+                assert_eq!(answered["error"], format!("invalid call: {code}"), "{bad}");
+            }
+            assert_eq!(count(&home, "job = 'target'").await, 0, "nothing written");
+            assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_unique_keys").await, 0);
+        }
+
+        async fn a_guests_start_over_max_per_tenant_is_dropped_or_waits_as_an_api_start(home) {
+            let m = manifest(&home);
+            let two = |job: &str| json!([
+                { "job": job, "delay_ms": HOUR_MS, "detached": true },
+                { "job": job, "delay_ms": HOUR_MS, "detached": true },
+            ]);
+            let capped = starts(&home, &m, "start-all", two("capped"));
+            assert_eq!(outcomes(&capped), ["created", "dropped"]);
+            let dropped = capped[1]["run_id"].as_str().unwrap();
+            assert_eq!(
+                count(&home, &format!("id = '{dropped}' AND status = 'skipped' AND last_code = 'tenant_limit'")).await,
+                1
+            );
+            assert_eq!(
+                home.scalar(&format!("SELECT COUNT(*) FROM jobhost_reports WHERE kind = 'dropped' AND run_id = '{dropped}'")).await,
+                1
+            );
+            let paced = starts(&home, &m, "start-in", two("paced"));
+            assert_eq!(outcomes(&paced), ["created", "created"]);
+            assert_eq!(count(&home, "job = 'paced' AND status = 'queued' AND waiting = 0").await, 1);
+            assert_eq!(count(&home, "job = 'paced' AND status = 'queued' AND waiting = 1").await, 1);
+            // A start from the command line meets the cap alike.
+            let kicked = home.run(&["kick", "capped", "--instance", "x", "--json"]);
+            let kicked: Value = serde_json::from_slice(&kicked.stdout).unwrap();
+            assert_eq!(kicked["result"], "dropped", "{kicked}");
+        }
+
+        async fn an_earlier_guests_dedup_key_answers_as_before_through_the_unique_rule(home) {
+            let m = manifest(&home);
+            let keyed = json!([
+                { "job": "target", "key": "d1", "delay_ms": HOUR_MS },
+                { "job": "target", "key": "d1", "payload": {"other": true} },
+                { "job": "target" },
+            ]);
+            let first = starts(&home, &m, "enqueue", keyed.clone());
+            assert_eq!(outcomes(&first), ["new", "duplicate", "new"]);
+            assert_eq!(first[0]["run_id"], first[1]["run_id"]);
+            let run = first[0]["run_id"].as_str().unwrap().to_string();
+            // Ended, the key still names its run: for good, as before.
+            home.exec(&format!("UPDATE jobhost_runs SET status = 'succeeded', started_at = created_at, finished_at = created_at WHERE id = '{run}'")).await;
+            let again = starts(&home, &m, "enqueue", keyed);
+            assert_eq!(outcomes(&again), ["duplicate", "duplicate", "new"]);
+            assert_eq!(again[0]["run_id"], run.as_str());
+            assert_eq!(count(&home, "job = 'target'").await, 3);
+            // The key is the unique rule's: a start that holds while queued takes it from
+            // the ended run; the dedup key still answers the run it always named.
+            let taken = starts(&home, &m, "start", json!([{ "job": "target", "key": "d1", "hold": "queued" }]));
+            assert_eq!(outcomes(&taken), ["created"], "a queued hold: the ended run holds no longer");
+            let kept = starts(&home, &m, "enqueue", json!([{ "job": "target", "key": "d1" }]));
+            assert_eq!((outcomes(&kept), kept[0]["run_id"].as_str()), (vec!["duplicate"], Some(run.as_str())));
+            assert_eq!(count(&home, "job = 'target'").await, 4);
+        }
+
+        async fn a_key_raced_by_guests_and_the_api_names_one_run(home) {
+            let m = manifest(&home);
+            let keyed = json!([{ "job": "target", "key": "raced", "hold": "until-finished", "delay_ms": HOUR_MS }]);
+            let payload = json!({ "call": "start", "starts": keyed }).to_string();
+            // Registers the jobs first.
+            assert_eq!(outcomes(&starts(&home, &m, "start", json!([]))), Vec::<&str>::new());
+            let guests: Vec<_> = (0..3)
+                .map(|i| {
+                    let mut host = home.host();
+                    let instance = format!("g{i}");
+                    host.args(["run", "--json", "starter", "--manifest", m.to_str().unwrap(), "--instance", &instance, "--payload", &payload]);
+                    std::thread::spawn(move || host.output().unwrap())
+                })
+                .collect();
+            let options = unique(While::UntilFinished, OnConflict::Keep);
+            let mut api = Vec::new();
+            for i in 0..RACERS {
+                let store = home.store().await;
+                let mut options = options.clone();
+                options.unique.as_mut().unwrap().key = "raced".into();
+                options.due = Due::Delay(HOUR_MS as i64);
+                api.push(tokio::spawn(async move {
+                    let started = kick::start(&store, "target", request(&format!("i{i}"), "{}", options), None).await.unwrap();
+                    store.close().await;
+                    started.run_id
+                }));
+            }
+            let mut named = std::collections::BTreeSet::new();
+            for caller in api {
+                named.insert(caller.await.unwrap());
+            }
+            for guest in guests {
+                let out = guest.join().unwrap();
+                let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(run["status"], "succeeded", "{run}");
+                named.insert(run["result"][0]["run_id"].as_str().unwrap().to_string());
+            }
+            assert_eq!(named.len(), 1, "every start names one run: {named:?}");
+            assert_eq!(count(&home, "job = 'target'").await, 1);
+        }
+
+        async fn a_guests_started_runs_keep_their_time_priority_and_attempts(home) {
+            let m = manifest(&home);
+            let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+            let at = now_ms() + HOUR_MS;
+            let body = json!({ "payload": { "call": "start-all", "starts": [
+                { "job": "target", "run_at_ms": at },
+                { "job": "target", "delay_ms": HOUR_MS, "priority": 600 },
+                { "job": "failing", "payload": { "fail": true }, "max_attempts": 2 },
+            ]}});
+            let id = start_over_api(&server, "starter", body).await;
+            let done = server.wait_run(&id, "the starter's end", |r| r["status"] == "succeeded" || r["status"] == "failed").await;
+            assert_eq!(outcomes(&done["result"]), ["created", "created", "created"], "{done}");
+            let ids: Vec<String> = done["result"].as_array().unwrap().iter().map(|a| a["run_id"].as_str().unwrap().to_string()).collect();
+            let off = column(&home, &ids[0], "next_attempt_at").await - at as i64;
+            assert!(off.abs() < 5_000, "due at its run_at, by the database's clock: {off} ms off");
+            let early = column(&home, &ids[1], "next_attempt_at").await - column(&home, &ids[1], "created_at").await;
+            assert_eq!(early, HOUR_MS as i64 - 600_000, "due ten minutes earlier for its priority");
+            let failed = server.wait_run(&ids[2], "the failing run's end", |r| r["status"] == "failed").await;
+            assert_eq!(failed["attempts"], 2, "its own max_attempts, under its job's four: {failed}");
+        }
+
+        async fn a_superseded_attempts_start_leaves_no_run(home) {
+            let m = manifest(&home);
+            let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
+            for call in ["start", "start-in"] {
+                // An instance each: the superseded attempt's lease is left to expire.
+                let body = json!({ "instance": call, "payload": { "call": call, "linger_ms": 3000, "starts": [
+                    { "job": "target", "key": format!("gone-{call}"), "delay_ms": HOUR_MS },
+                ]}});
+                let id = start_over_api(&server, "starter", body).await;
+                server.wait_run(&id, "the attempt", |r| r["status"] == "running").await;
+                let moved = home
+                    .exec(&format!("UPDATE jobhost_leases SET generation = generation + 1 WHERE holder = '{id}'"))
+                    .await;
+                assert_eq!(moved, 1);
+                let ended = server.wait_run(&id, "the run's end", |r| r["status"] != "running" && r["status"] != "queued").await;
+                assert_eq!(ended["code"], "lease_lost", "{ended}");
+            }
+            assert_eq!(count(&home, "job = 'target'").await, 0, "a superseded attempt's runs appeared");
+            assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_unique_keys").await, 0);
+        }
+    }
+}

@@ -290,6 +290,12 @@ fn three_languages_manifest(home: &Home) -> std::path::PathBuf {
             ),
             r#", "event:nudge""#,
         );
+        jobs += &job(
+            &format!("starts-{x}"),
+            0,
+            &format!(r#"{{ children = 0, start_key = "key-{x}", job = "{x}-child" }}"#),
+            "",
+        );
         jobs += &job(&format!("{x}-child"), 0, "{}", "");
     }
     home.manifest("", &jobs)
@@ -398,6 +404,18 @@ on_every_backend! {
             for call in ["enqueue", "kick", "emit", "result"] {
                 assert!(said.contains(&format!("beside {call}: invalid call: transaction-open")), "{lang} {call}: {said}");
             }
+
+            // Starts with options (WIT 0.1.7): a unique key held until finished, the
+            // second start joining the first's run, which keeps its one attempt.
+            let starts = kick(&server, &format!("starts-{x}")).await;
+            assert_eq!(ended(&server, &starts).await["status"], "succeeded", "{lang}");
+            let said = attempt_logs(&server, &starts).await.concat();
+            assert!(said.contains(&format!("started key-{x}: created then joined, one run: true")), "{lang}: {said}");
+            let started = home.scalar(&format!(
+                "SELECT COUNT(*) FROM jobhost_runs WHERE job = '{x}-child' AND parent_run = '{starts}' \
+                 AND max_attempts = 1 AND detached = 1 AND status = 'queued'"
+            )).await;
+            assert_eq!(started, 1, "{lang}");
             assert_eq!(children(&home, &beside, "").await, 2, "{lang}");
         }
     }

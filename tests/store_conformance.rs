@@ -7,6 +7,7 @@ use crate::common;
 
 use jobhost::queue::lease::LeaseTerms;
 use jobhost::rules::claim_limits::{ClaimLimits, LimitKey, Order, Rate};
+use jobhost::rules::enqueue::{OnConflict, Outcome, Unique, While};
 use jobhost::rules::grants::DbGrant;
 use jobhost::store::family::{ChildRun, Enqueue, ParentLink};
 use jobhost::store::guest::{Access, Fence, GuestDb, GuestDbError, SqlValue};
@@ -585,6 +586,8 @@ on_every_backend! {
                 parent_attempt: claimed.attempts,
                 detached: 0,
                 event: None,
+                max_attempts: None,
+                unique: None,
             }],
         };
         let refused = store
@@ -595,8 +598,33 @@ on_every_backend! {
 
         // Under the current lease the child is queued, once.
         let write = child("r-child", &second, &current);
-        assert_eq!(store.enqueue_fenced(&fence_of(&current), &write).await.unwrap(), [true]);
-        assert_eq!(store.enqueue_fenced(&fence_of(&current), &write).await.unwrap(), [false]);
+        // Made again (a retried pass), it answers the same run: `joined`.
+        for outcome in [Outcome::Created, Outcome::Joined] {
+            let answered = store.enqueue_fenced(&fence_of(&current), &write).await.unwrap();
+            let answered: Vec<_> = answered.iter().map(|a| (a.outcome, a.run_id.as_str())).collect();
+            assert_eq!(answered, [(outcome, "r-child")]);
+        }
+        // With a unique key, the same write made again is its own run; another run's
+        // write of the key joins it (the one unique rule, before any insert).
+        let keyed = |id: &str| {
+            let mut write = child(id, &second, &current);
+            write.runs[0].unique = Some(Unique {
+                key: "k".into(),
+                hold: While::UntilFinished,
+                on_conflict: OnConflict::Keep,
+            });
+            write
+        };
+        for (id, outcome) in [
+            ("r-keyed", Outcome::Created),
+            ("r-keyed", Outcome::Joined),
+            ("r-keyed-2", Outcome::Joined),
+        ] {
+            let answered = store.enqueue_fenced(&fence_of(&current), &keyed(id)).await.unwrap();
+            let answered: Vec<_> = answered.iter().map(|a| (a.outcome, a.run_id.as_str())).collect();
+            assert_eq!(answered, [(outcome, "r-keyed")], "{id}");
+        }
+        assert!(store.get_run("r-keyed-2").await.unwrap().is_none());
         let queued = run(&store, "r-child").await;
         assert_eq!((queued.status.as_str(), queued.origin.as_str()), ("queued", "child"));
         assert_eq!((queued.attempts, queued.parent_run.as_deref()), (0, Some("r-fence")));

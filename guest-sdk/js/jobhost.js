@@ -1001,6 +1001,65 @@ function rawOptions({ instance, delay = 0, priority = 0, dedupKey, detached = fa
 
 const enqueued = (e) => ({ runId: e.runId, duplicate: e.duplicate });
 
+/** Seconds (at least 0) as the host's milliseconds. */
+function millis(seconds, what) {
+  if (typeof seconds !== 'number' || !Number.isFinite(seconds) || seconds < 0) {
+    throw new RangeError(`${what} is seconds, at least 0, not ${text(seconds)}`);
+  }
+  return BigInt(Math.round(seconds * 1000));
+}
+
+const HOLDS = ['queued', 'active', 'until-finished'];
+const ON_CONFLICT = ['keep', 'replace', 'debounce'];
+
+/**
+ * The bindings' options for a start (WIT 0.1.7): `{ instance, runAt (a Date, or
+ * milliseconds since the epoch), delay (seconds; not with runAt), priority, maxAttempts,
+ * unique: { key, hold ('queued', 'active', 'until-finished' or a period in seconds),
+ * onConflict ('keep', 'replace' or 'debounce') }, detached }`.
+ */
+function rawStartOptions({ instance, runAt, delay = 0, priority = 0, maxAttempts, unique, detached = false } = {}) {
+  let at;
+  if (runAt !== undefined && runAt !== null) {
+    const ms = runAt instanceof Date ? runAt.getTime() : runAt;
+    if (typeof ms !== 'number' || !Number.isFinite(ms)) {
+      throw new RangeError(`runAt is a Date or milliseconds since the epoch, not ${text(runAt)}`);
+    }
+    at = BigInt(Math.max(0, Math.round(ms)));
+  }
+  let rawUnique;
+  if (unique !== undefined && unique !== null) {
+    const { key, hold = 'until-finished', onConflict = 'keep' } = unique;
+    if (!HOLDS.includes(hold) && (typeof hold !== 'number' || !(hold > 0))) {
+      throw new RangeError(`unique.hold is ${HOLDS.join(', ')} or seconds over 0, not ${text(hold)}`);
+    }
+    if (!ON_CONFLICT.includes(onConflict)) {
+      throw new RangeError(`unique.onConflict is ${ON_CONFLICT.join(', ')}, not ${text(onConflict)}`);
+    }
+    rawUnique = {
+      key: String(key),
+      hold: typeof hold === 'number' ? { tag: 'period', val: millis(hold, 'unique.hold') } : { tag: hold },
+      onConflict,
+    };
+  }
+  return {
+    instance: instance === undefined || instance === null ? undefined : String(instance),
+    runAt: at,
+    delayMs: millis(delay, "a run's delay"),
+    priority,
+    maxAttempts: maxAttempts === undefined || maxAttempts === null ? undefined : maxAttempts,
+    unique: rawUnique,
+    detached: Boolean(detached),
+  };
+}
+
+/** What a start did: `{ runId, outcome }`, `outcome` one of `created`, `joined`, `replaced`, `debounced`, `dropped`. */
+const started = (s) => ({ runId: s.runId, outcome: s.outcome });
+
+function rawStarts(runs) {
+  return Array.from(runs, ({ job, payload, options }) => ({ job, payload: payloadText(payload), options: rawStartOptions(options) }));
+}
+
 function rawRuns(runs) {
   return Array.from(runs, ({ job, payload, options }) => ({ job, payload: payloadText(payload), options: rawOptions(options) }));
 }
@@ -1036,6 +1095,32 @@ export const jobs = Object.freeze({
     const raw = granted(rawJobs, 'jobs');
     const [rawTx, batch] = [openTransaction(tx), rawRuns(runs)];
     return Array.from(call(() => raw.enqueueAllIn(rawTx, batch)), enqueued);
+  },
+
+  /** Starts a run of `job` with `payload` and start options (WIT 0.1.7): `{ runId, outcome }`. */
+  start(job, payload, options) {
+    const raw = granted(rawJobs, 'jobs');
+    const [json, opts] = [payloadText(payload), rawStartOptions(options)];
+    return started(call(() => raw.start(job, json, opts)));
+  },
+
+  startIn(tx, job, payload, options) {
+    const raw = granted(rawJobs, 'jobs');
+    const [rawTx, json, opts] = [openTransaction(tx), payloadText(payload), rawStartOptions(options)];
+    return started(call(() => raw.startIn(rawTx, job, json, opts)));
+  },
+
+  /** Starts up to 1000 runs (`{ job, payload, options }`) in one fenced write: all, or none. */
+  startAll(runs) {
+    const raw = granted(rawJobs, 'jobs');
+    const batch = rawStarts(runs);
+    return Array.from(call(() => raw.startAll(batch)), started);
+  },
+
+  startAllIn(tx, runs) {
+    const raw = granted(rawJobs, 'jobs');
+    const [rawTx, batch] = [openTransaction(tx), rawStarts(runs)];
+    return Array.from(call(() => raw.startAllIn(rawTx, batch)), started);
   },
 
   /** Kicks `job`; the id of the run it queued. */

@@ -826,6 +826,99 @@ def _raw_runs(runs):
     ]
 
 
+_HOLDS = ("queued", "active", "until-finished")
+_ON_CONFLICT = ("keep", "replace", "debounce")
+
+
+def _millis(seconds, what):
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not _math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"{what} is seconds, at least 0, not {seconds!r}")
+    return round(seconds * 1000)
+
+
+class Unique:
+    """One run per job, tenant and ``key`` while the key holds (WIT 0.1.7): ``hold`` is
+    ``"queued"``, ``"active"``, ``"until-finished"`` or a period in seconds (at most a
+    year); a start whose key is held does as ``on_conflict`` says: ``"keep"`` (joins the
+    run), ``"replace"`` (its payload) or ``"debounce"`` (its due time), the last two only
+    while the run has not started."""
+
+    def __init__(self, key, hold="until-finished", on_conflict="keep"):
+        if hold not in _HOLDS and (isinstance(hold, str) or _millis(hold, "Unique(hold)") <= 0):
+            raise ValueError(f"Unique(hold) is one of {_HOLDS} or seconds over 0, not {hold!r}")
+        if on_conflict not in _ON_CONFLICT:
+            raise ValueError(f"Unique(on_conflict) is one of {_ON_CONFLICT}, not {on_conflict!r}")
+        self.key = key
+        self.hold = hold
+        self.on_conflict = on_conflict
+
+    def _raw(self):
+        hold = {
+            "queued": _jobs.Hold_Queued,
+            "active": _jobs.Hold_Active,
+            "until-finished": _jobs.Hold_UntilFinished,
+        }.get(self.hold) if isinstance(self.hold, str) else None
+        raw_hold = hold() if hold else _jobs.Hold_Period(_millis(self.hold, "Unique(hold)"))
+        on_conflict = getattr(_jobs.OnConflict, self.on_conflict.upper())
+        return _jobs.Unique(str(self.key), raw_hold, on_conflict)
+
+
+class StartOptions:
+    """How a run is started (WIT 0.1.7), checked as an API start's options are; the
+    default: due now, an instance of its own, its job's attempts, attached to its
+    parent. ``run_at``: due at this time, seconds since the epoch (``time.time()``'s);
+    not with a ``delay`` (seconds from now); ``priority``: -3600 to 3600;
+    ``max_attempts``: 1 to the job's ``retries`` + 1; ``unique``: a ``Unique``;
+    ``instance`` and ``detached`` as ``Options``'."""
+
+    def __init__(self, instance=None, run_at=None, delay=0, priority=0, max_attempts=None,
+                 unique=None, detached=False):
+        self.instance = instance
+        self.run_at = None if run_at is None else _millis(run_at, "StartOptions(run_at)")
+        self.delay = _millis(delay, "StartOptions(delay)")
+        self.priority = priority
+        self.max_attempts = max_attempts
+        self.unique = unique
+        self.detached = detached
+
+    def _raw(self):
+        return _jobs.StartOptions(
+            self.instance, self.run_at, self.delay, self.priority, self.max_attempts,
+            None if self.unique is None else self.unique._raw(), bool(self.detached),
+        )
+
+
+class NewStart:
+    """One run of a batch for ``jobs.start_all``: its job, payload and ``StartOptions``."""
+
+    def __init__(self, job, payload, options=None):
+        self.job = job
+        self.payload = payload
+        self.options = options
+
+
+class Started:
+    """What a start did: ``run_id`` names the run, ``outcome`` is ``"created"``,
+    ``"joined"``, ``"replaced"``, ``"debounced"`` or ``"dropped"`` (its job's
+    ``max_per_tenant`` skipped it at once)."""
+
+    def __init__(self, raw):
+        self.run_id = raw.run_id
+        self.outcome = raw.outcome.name.lower()
+
+    def __repr__(self):
+        return f"Started(run_id={self.run_id!r}, outcome={self.outcome!r})"
+
+
+def _raw_starts(runs):
+    return [
+        _jobs.NewStart(run.job, _payload_text(run.payload),
+                       (run.options or StartOptions())._raw())
+        for run in runs
+    ]
+
+
 _WAIT_POLICIES = ("fail", "continue")
 
 
@@ -833,11 +926,14 @@ class _Jobs:
     """Starting the jobs the manifest granted (``grants.jobs``), and waiting for them.
     Each call queues in a fenced write of its own; its ``_in`` form queues inside ``tx``,
     so the runs exist once ``tx`` commits, and never otherwise. Each returns an
-    ``Enqueued`` (``run_id``, ``duplicate``), a list of them, a run id (``kick``) or a
-    count of runs (``emit``)."""
+    ``Enqueued`` (``run_id``, ``duplicate``), a ``Started`` (``start``: ``run_id``,
+    ``outcome``), a list of them, a run id (``kick``) or a count of runs (``emit``)."""
 
     Options = Options
     NewRun = NewRun
+    StartOptions = StartOptions
+    Unique = Unique
+    NewStart = NewStart
 
     def _granted(self):
         if _jobs is None:
@@ -862,6 +958,27 @@ class _Jobs:
     def enqueue_all_in(self, tx, runs):
         jobs = self._granted()
         return list(_call(jobs.enqueue_all_in, tx._open(), _raw_runs(runs)))
+
+    def start(self, job, payload, options=None):
+        """Starts a run of ``job`` with ``payload`` and ``StartOptions`` (WIT 0.1.7); a
+        ``Started``."""
+        jobs = self._granted()
+        payload, raw = _payload_text(payload), (options or StartOptions())._raw()
+        return Started(_call(jobs.start, job, payload, raw))
+
+    def start_in(self, tx, job, payload, options=None):
+        jobs = self._granted()
+        payload, raw = _payload_text(payload), (options or StartOptions())._raw()
+        return Started(_call(jobs.start_in, tx._open(), job, payload, raw))
+
+    def start_all(self, runs):
+        """Starts up to 1000 runs (``NewStart``s) in one fenced write: all, or none."""
+        jobs = self._granted()
+        return [Started(s) for s in _call(jobs.start_all, _raw_starts(runs))]
+
+    def start_all_in(self, tx, runs):
+        jobs = self._granted()
+        return [Started(s) for s in _call(jobs.start_all_in, tx._open(), _raw_starts(runs))]
 
     def kick(self, job):
         """Kicks ``job``; the id of the run it queued."""

@@ -2,7 +2,10 @@
 //!
 //! [`enqueue`] queues a run of a job the manifest granted (`grants.jobs`); [`enqueue_in`]
 //! does it inside the job's database transaction, so the rows and the runs commit
-//! together, fenced by the attempt's lease, or not at all. [`kick`] and [`emit`] start
+//! together, fenced by the attempt's lease, or not at all. [`start`] (WIT 0.1.7) does the
+//! same with the options of a start from the API — a time ([`StartOptions::run_at`]),
+//! [`StartOptions::max_attempts`], a [`Unique`] key — and answers what it did
+//! ([`Outcome`]). [`kick`] and [`emit`] start
 //! runs as `host kick` and an event do. A pass that started children can
 //! [`wait_for_children`]: when it returns [`crate::Outcome::Continue`], the run sleeps
 //! until every child it started ended, and its next pass reads how with
@@ -35,9 +38,9 @@ use crate::HostError;
 use crate::bindings::jobhost::job::jobs as raw;
 use crate::db::Transaction;
 use serde::Serialize;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use raw::{Enqueued, WaitPolicy};
+pub use raw::{Enqueued, OnConflict, Outcome, Started, WaitPolicy};
 
 /// How a run is queued; the default: due now, an instance of its own, attached to its
 /// parent (waited for, and cancelled with it).
@@ -48,7 +51,8 @@ pub struct Options {
     pub delay: Duration,
     /// Claimed as though due this many seconds earlier (-3600 to 3600).
     pub priority: i32,
-    /// One run per job, tenant and key.
+    /// One run per job, tenant and key, for good (a [`Unique`] key that never stops
+    /// holding: [`start`] chooses how long).
     pub dedup_key: Option<String>,
     /// Neither waited for nor cancelled with its parent.
     pub detached: bool,
@@ -119,6 +123,132 @@ pub fn enqueue_all_in<P: Serialize>(
     runs: &[NewRun<'_, P>],
 ) -> Result<Vec<Enqueued>, HostError> {
     raw::enqueue_all_in(tx.raw(), &raw_runs(runs)?)
+}
+
+/// How long a unique key holds the run it names against another start of the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Until the run starts its first attempt.
+    Queued,
+    /// Until it starts, and while an attempt of it runs.
+    Active,
+    /// Until it ended, however it ends.
+    UntilFinished,
+    /// For this long after the run was queued (up to a year), whatever its state.
+    Period(Duration),
+}
+
+/// One run per job, tenant and key while the key holds; a start whose key is held does
+/// as `on_conflict` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unique {
+    /// 1 to 200 bytes of characters that show as themselves.
+    pub key: String,
+    pub hold: Hold,
+    pub on_conflict: OnConflict,
+}
+
+/// How a run is started (WIT 0.1.7); the default: due now, an instance of its own, its
+/// job's attempts, attached to its parent. Checked as an API start's options are.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StartOptions {
+    /// Runs of one job and instance never overlap.
+    pub instance: Option<String>,
+    /// Due at this time (at most a day past, a year ahead); not with a `delay`.
+    pub run_at: Option<SystemTime>,
+    /// Due this long from now (at most a year).
+    pub delay: Duration,
+    /// Claimed as though due this many seconds earlier (-3600 to 3600).
+    pub priority: i32,
+    /// Attempts a pass may use: 1 to its job's (`retries` + 1).
+    pub max_attempts: Option<u32>,
+    pub unique: Option<Unique>,
+    /// Neither waited for nor cancelled with its parent.
+    pub detached: bool,
+}
+
+fn millis(d: Duration) -> u64 {
+    d.as_millis().try_into().unwrap_or(u64::MAX)
+}
+
+impl StartOptions {
+    fn raw(&self) -> raw::StartOptions {
+        raw::StartOptions {
+            instance: self.instance.clone(),
+            // A time before the epoch is as far past as the host refuses.
+            run_at: self
+                .run_at
+                .map(|at| at.duration_since(UNIX_EPOCH).map_or(0, millis)),
+            delay_ms: millis(self.delay),
+            priority: self.priority,
+            max_attempts: self.max_attempts,
+            unique: self.unique.as_ref().map(|u| raw::Unique {
+                key: u.key.clone(),
+                hold: match u.hold {
+                    Hold::Queued => raw::Hold::Queued,
+                    Hold::Active => raw::Hold::Active,
+                    Hold::UntilFinished => raw::Hold::UntilFinished,
+                    Hold::Period(d) => raw::Hold::Period(millis(d)),
+                },
+                on_conflict: u.on_conflict,
+            }),
+            detached: self.detached,
+        }
+    }
+}
+
+/// Starts a run of `job` with `payload`, in a fenced write of its own; answers the run
+/// and what happened (`Created`, `Joined`, `Replaced`, `Debounced`, or `Dropped` by its
+/// job's `max_per_tenant`).
+pub fn start<P: Serialize>(
+    job: &str,
+    payload: &P,
+    options: &StartOptions,
+) -> Result<Started, HostError> {
+    raw::start(job, &payload_text(payload)?, &options.raw())
+}
+
+/// Starts a run of `job` inside `tx`: it (or its change to a held run) exists once `tx`
+/// commits, and never otherwise.
+pub fn start_in<P: Serialize>(
+    tx: &Transaction,
+    job: &str,
+    payload: &P,
+    options: &StartOptions,
+) -> Result<Started, HostError> {
+    raw::start_in(tx.raw(), job, &payload_text(payload)?, &options.raw())
+}
+
+/// One run of a batch of starts.
+pub struct NewStart<'a, P> {
+    pub job: &'a str,
+    pub payload: P,
+    pub options: StartOptions,
+}
+
+fn raw_starts<P: Serialize>(runs: &[NewStart<'_, P>]) -> Result<Vec<raw::NewStart>, HostError> {
+    runs.iter()
+        .map(|run| {
+            Ok(raw::NewStart {
+                job: run.job.to_string(),
+                payload: payload_text(&run.payload)?,
+                options: run.options.raw(),
+            })
+        })
+        .collect()
+}
+
+/// Starts up to 1000 runs in one fenced write: all of them, or none.
+pub fn start_all<P: Serialize>(runs: &[NewStart<'_, P>]) -> Result<Vec<Started>, HostError> {
+    raw::start_all(&raw_starts(runs)?)
+}
+
+/// Starts up to 1000 runs inside `tx`.
+pub fn start_all_in<P: Serialize>(
+    tx: &Transaction,
+    runs: &[NewStart<'_, P>],
+) -> Result<Vec<Started>, HostError> {
+    raw::start_all_in(tx.raw(), &raw_starts(runs)?)
 }
 
 /// Kicks `job`; returns the id of the run it queued.

@@ -21,6 +21,10 @@
 //! its first attempt then fails, so the next attempt gets the recorded value: the two lines
 //! are the same, as a step's value reads the same on the first run and on a resume.
 //!
+//! With `start_key` it then starts two runs of `job` (WIT 0.1.7's `jobs.start`: an hour
+//! later, one attempt, detached) under that unique key, held until finished, and logs what
+//! each start answered (`started KEY: created then joined, one run: true`).
+//!
 //! With `forks`, each run of `job` it queues gets the payload it has itself, so each
 //! queues `children` more in turn: with a `job` of its own, one child makes a chain, two a
 //! fork bomb (for the host's bounds on queued runs and on a family's depth).
@@ -33,7 +37,9 @@
 //! The Python and JavaScript examples `examples/python/family` and `examples/js/family` do
 //! exactly this, so one test body checks all three languages (`tests/polyglot.rs`).
 
-use jobhost_guest::jobs::{self, NewRun, Options, WaitPolicy};
+use jobhost_guest::jobs::{
+    self, Hold, NewRun, OnConflict, Options, StartOptions, Unique, WaitPolicy,
+};
 use jobhost_guest::{Context, Job, JobError, Outcome, db, describe, log, run, steps};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -88,6 +94,9 @@ struct Payload {
     /// Reach the step `sample` in the first pass, failing its first attempt after it.
     #[serde(default)]
     step: bool,
+    /// Start two runs of `job` under this unique key.
+    #[serde(default)]
+    start_key: Option<String>,
 }
 
 fn child_job() -> String {
@@ -128,6 +137,9 @@ impl Job for Family {
             }
         }
         start_children(&ctx)?;
+        if let Some(key) = &ctx.payload.start_key {
+            start_twice(key, &ctx.payload.job)?;
+        }
         match ctx.payload.wait.as_deref() {
             Some(policy) => {
                 let policy = if policy == "fail" {
@@ -236,6 +248,37 @@ fn start_children(ctx: &Context<Payload>) -> Result<(), JobError> {
         }
     }
     log::info(&format!("started {} runs of {}", p.children, p.job));
+    Ok(())
+}
+
+/// Starts two runs of `job` under unique `key` and logs what each start answered.
+fn start_twice(key: &str, job: &str) -> Result<(), JobError> {
+    let options = StartOptions {
+        delay: Duration::from_secs(3600),
+        max_attempts: Some(1),
+        detached: true,
+        unique: Some(Unique {
+            key: key.to_string(),
+            hold: Hold::UntilFinished,
+            on_conflict: OnConflict::Keep,
+        }),
+        ..StartOptions::default()
+    };
+    let first = jobs::start(job, &json!({ "n": 0 }), &options)?;
+    let again = jobs::start(job, &json!({ "n": 1 }), &options)?;
+    let word = |outcome| match outcome {
+        jobs::Outcome::Created => "created",
+        jobs::Outcome::Joined => "joined",
+        jobs::Outcome::Replaced => "replaced",
+        jobs::Outcome::Debounced => "debounced",
+        jobs::Outcome::Dropped => "dropped",
+    };
+    log::info(&format!(
+        "started {key}: {} then {}, one run: {}",
+        word(first.outcome),
+        word(again.outcome),
+        first.run_id == again.run_id
+    ));
     Ok(())
 }
 

@@ -15,7 +15,8 @@
 // `ledger` row (`in_tx`) or in writes of their own; with `fail_after` it then fails. With
 // `beside` it makes those calls (`enqueue`, `kick`, `emit`, `result`) outside its open
 // transaction and logs how each was answered. With `wait` the pass continues, waiting for its
-// children; the next pass sums their results.
+// children; the next pass sums their results. With `start_key` it starts two runs of `job`
+// under that unique key (`jobs.start`) and logs what each start answered.
 //
 // A child writes `writes` transactions of one `ledger` row each (held open `wait_ms`), takes
 // `busy_ms`, then hands back {"n": n}, or, with `fail`, fails for good. Needs
@@ -44,6 +45,7 @@ export async function run(ctx) {
     if (ctx.attempt === 1) throw new Failed('failing after the step');
   }
   await startChildren(ctx, p);
+  if (p.start_key != null) startTwice(p.start_key, p.job ?? 'family-child');
   const policy = p.wait ?? null;
   if (policy === null) return DONE;
   jobs.waitForChildren(policy === 'fail' ? 'fail' : 'continue');
@@ -120,6 +122,14 @@ async function startChildren(ctx, p) {
     }
   }
   log.info(`started ${children} runs of ${job}`);
+}
+
+/** Starts two runs of `job` under unique `key` (an hour later, one attempt, detached) and logs what each start answered. */
+function startTwice(key, job) {
+  const options = { delay: 3600, maxAttempts: 1, detached: true, unique: { key, hold: 'until-finished' } };
+  const first = jobs.start(job, { n: 0 }, options);
+  const again = jobs.start(job, { n: 1 }, options);
+  log.info(`started ${key}: ${first.outcome} then ${again.outcome}, one run: ${first.runId === again.runId}`);
 }
 
 /** Makes `call` outside the open transaction and logs its answer. */

@@ -16,6 +16,8 @@ transaction that also writes a ``ledger`` row (``in_tx``) or in writes of their 
 ``fail_after`` it then fails. With ``beside`` it makes those calls (``enqueue``, ``kick``,
 ``emit``, ``result``) outside its open transaction and logs how each was answered. With
 ``wait`` the pass continues, waiting for its children; the next pass sums their results.
+With ``start_key`` it starts two runs of ``job`` under that unique key (``jobs.start``) and
+logs what each start answered.
 
 A child writes ``writes`` transactions of one ``ledger`` row each (held open ``wait_ms``),
 takes ``busy_ms``, then hands back ``{"n": n}``, or, with ``fail``, fails for good. Needs
@@ -50,6 +52,8 @@ def run(ctx):
         if ctx.attempt == 1:
             raise jobhost.Failed("failing after the step")
     start_children(ctx, p)
+    if p.get("start_key") is not None:
+        start_twice(p["start_key"], p.get("job", "family-child"))
     policy = p.get("wait")
     if policy is None:
         return jobhost.DONE
@@ -123,6 +127,17 @@ def start_children(ctx, p):
             time.sleep(p.get("linger_ms", 0) / 1000)
             raise jobhost.Failed("failing after queueing")
     log.info(f"started {children} runs of {job}")
+
+
+def start_twice(key, job):
+    """Starts two runs of ``job`` under unique ``key`` (an hour later, one attempt,
+    detached) and logs what each start answered."""
+    options = jobs.StartOptions(delay=3600, max_attempts=1, detached=True,
+                                unique=jobs.Unique(key, hold="until-finished"))
+    first = jobs.start(job, {"n": 0}, options)
+    again = jobs.start(job, {"n": 1}, options)
+    same = str(first.run_id == again.run_id).lower()
+    log.info(f"started {key}: {first.outcome} then {again.outcome}, one run: {same}")
 
 
 def beside(call, job):

@@ -298,7 +298,7 @@ fn new_kick_run(record: &JobRecord, instance: &str, tenant: &str, trace: TracePa
 
 /// The job's `retries` as registered; an unreadable definition allows none (a start
 /// then may not ask for more than one attempt).
-fn job_retries(record: &JobRecord) -> u32 {
+pub fn job_retries(record: &JobRecord) -> u32 {
     serde_json::from_str::<JobSpec>(&record.spec).map_or(0, |spec| spec.retry.retries)
 }
 

@@ -44,6 +44,9 @@ pub enum While {
     UntilFinished,
     /// For this many milliseconds after the run was queued, whatever its state.
     Period(i64),
+    /// For good, whatever the run's state: a guest's `dedup-key` (WIT `options`), one run
+    /// per key as long as the run is kept. No start asks for it by name.
+    Forever,
 }
 
 /// What an enqueue whose key is held does.
@@ -112,6 +115,22 @@ pub struct OptionError {
     pub reason: &'static str,
 }
 
+impl OptionError {
+    /// The fixed reason a guest's `jobs` call is refused with (`invalid(...)`, listed in
+    /// docs/failure-codes.md): the field, never the sentence.
+    pub fn guest_reason(&self) -> &'static str {
+        match self.field {
+            "run_at" => "invalid-run-at",
+            "delay" => "invalid-delay",
+            "priority" => "invalid-priority",
+            "max_attempts" => "invalid-max-attempts",
+            "unique.key" => "invalid-key",
+            "unique.while" => "invalid-hold",
+            _ => "invalid-options",
+        }
+    }
+}
+
 fn refuse<T>(field: &'static str, reason: &'static str) -> Result<T, OptionError> {
     Err(OptionError { field, reason })
 }
@@ -134,23 +153,11 @@ pub fn from_json(body: &Map<String, Value>, now: i64) -> Result<Options, OptionE
     };
     let priority = match body.get("priority") {
         None => 0,
-        Some(p) => p
-            .as_i64()
-            .filter(|p| (-i64::from(MAX_PRIORITY_S)..=i64::from(MAX_PRIORITY_S)).contains(p))
-            .map(|p| p as i32)
-            .map_or_else(
-                || refuse("priority", "an integer of seconds from -3600 to 3600"),
-                Ok,
-            )?,
+        Some(p) => priority(p.as_i64())?,
     };
     let max_attempts = match body.get("max_attempts") {
         None => None,
-        Some(n) => Some(
-            n.as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .filter(|n| *n >= 1)
-                .map_or_else(|| refuse("max_attempts", MAX_ATTEMPTS_BOUND), Ok)?,
-        ),
+        Some(n) => Some(max_attempts(n.as_u64())?),
     };
     let unique = body.get("unique").map(unique).transpose()?;
     Ok(Options {
@@ -159,6 +166,66 @@ pub fn from_json(body: &Map<String, Value>, now: i64) -> Result<Options, OptionE
         max_attempts,
         unique,
     })
+}
+
+/// A guest's options as its `jobs` call gives them (WIT `start-options`, or an earlier
+/// `options` whose `dedup-key` is a [`While::Forever`] key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Asked {
+    /// Milliseconds since the Unix epoch.
+    pub run_at: Option<u64>,
+    pub delay_ms: u64,
+    pub priority: i32,
+    pub max_attempts: Option<u32>,
+    pub unique: Option<Unique>,
+}
+
+/// Checks a guest's options by the same bounds as [`from_json`], with the host's clock
+/// `now` (milliseconds): a refusal names the field ([`OptionError::guest_reason`]).
+pub fn from_guest(asked: &Asked, now: i64) -> Result<Options, OptionError> {
+    let due = match (asked.run_at, asked.delay_ms) {
+        (Some(_), 1..) => return refuse("run_at", "give run_at or delay, not both"),
+        (Some(at), 0) => Due::At(run_at_ms(i64::try_from(at).unwrap_or(i64::MAX), now)?),
+        (None, 0) => Due::Now,
+        (None, ms) => Due::Delay(bounded_delay(i64::try_from(ms).ok())?),
+    };
+    let unique = match &asked.unique {
+        None => None,
+        Some(u) => Some(Unique {
+            key: unique_key(Some(u.key.as_str()))?.to_string(),
+            hold: match u.hold {
+                While::Period(ms) => {
+                    While::Period(period_ms(u64::try_from(ms).ok()).map_or_else(refuse_while, Ok)?)
+                }
+                hold => hold,
+            },
+            on_conflict: u.on_conflict,
+        }),
+    };
+    Ok(Options {
+        due,
+        priority: priority(Some(i64::from(asked.priority)))?,
+        max_attempts: asked
+            .max_attempts
+            .map(|n| max_attempts(Some(u64::from(n))))
+            .transpose()?,
+        unique,
+    })
+}
+
+fn priority(p: Option<i64>) -> Result<i32, OptionError> {
+    p.filter(|p| (-i64::from(MAX_PRIORITY_S)..=i64::from(MAX_PRIORITY_S)).contains(p))
+        .map(|p| p as i32)
+        .map_or_else(
+            || refuse("priority", "an integer of seconds from -3600 to 3600"),
+            Ok,
+        )
+}
+
+fn max_attempts(n: Option<u64>) -> Result<u32, OptionError> {
+    n.and_then(|n| u32::try_from(n).ok())
+        .filter(|n| *n >= 1)
+        .map_or_else(|| refuse("max_attempts", MAX_ATTEMPTS_BOUND), Ok)
 }
 
 /// How many attempts a pass of a run may use: its job's `retries` + 1, or the run's own
@@ -179,7 +246,10 @@ fn run_at(value: &Value, now: i64) -> Result<i64, OptionError> {
     else {
         return refuse("run_at", "an RFC 3339 time, e.g. 2026-12-06T12:00:00Z");
     };
-    let at = at.timestamp_millis();
+    run_at_ms(at.timestamp_millis(), now)
+}
+
+fn run_at_ms(at: i64, now: i64) -> Result<i64, OptionError> {
     if at < now - MAX_PAST_MS {
         return refuse("run_at", "more than a day in the past");
     }
@@ -190,15 +260,19 @@ fn run_at(value: &Value, now: i64) -> Result<i64, OptionError> {
 }
 
 fn delay_ms(value: &Value) -> Result<i64, OptionError> {
-    value
-        .as_str()
-        .and_then(|t| super::units::parse_duration(t).ok())
-        .and_then(|d| i64::try_from(d.as_millis()).ok())
-        .filter(|ms| *ms <= MAX_DELAY_MS)
-        .map_or_else(
-            || refuse("delay", "a duration of at most a year, e.g. 30s, 10m, 2h"),
-            Ok,
-        )
+    bounded_delay(
+        value
+            .as_str()
+            .and_then(|t| super::units::parse_duration(t).ok())
+            .and_then(|d| i64::try_from(d.as_millis()).ok()),
+    )
+}
+
+fn bounded_delay(ms: Option<i64>) -> Result<i64, OptionError> {
+    ms.filter(|ms| *ms <= MAX_DELAY_MS).map_or_else(
+        || refuse("delay", "a duration of at most a year, e.g. 30s, 10m, 2h"),
+        Ok,
+    )
 }
 
 fn unique(value: &Value) -> Result<Unique, OptionError> {
@@ -211,24 +285,13 @@ fn unique(value: &Value) -> Result<Unique, OptionError> {
     {
         return refuse("unique", "only key, while and on_conflict");
     }
-    let key = fields.get("key").and_then(Value::as_str);
-    let Some(key) = key.filter(|k| super::name_rule::is_name(k, MAX_KEY_BYTES)) else {
-        return refuse(
-            "unique.key",
-            "1-200 bytes of characters that show as themselves: no controls or invisible marks",
-        );
-    };
+    let key = unique_key(fields.get("key").and_then(Value::as_str))?;
     let hold = match fields.get("while") {
         None => While::UntilFinished,
-        Some(w) => w.as_str().and_then(parse_while).map_or_else(
-            || {
-                refuse(
-                    "unique.while",
-                    "queued, active, until-finished, or a period such as 1h",
-                )
-            },
-            Ok,
-        )?,
+        Some(w) => w
+            .as_str()
+            .and_then(parse_while)
+            .map_or_else(refuse_while, Ok)?,
     };
     let on_conflict = match fields.get("on_conflict") {
         None => OnConflict::Keep,
@@ -244,19 +307,44 @@ fn unique(value: &Value) -> Result<Unique, OptionError> {
     })
 }
 
+fn unique_key(key: Option<&str>) -> Result<&str, OptionError> {
+    key.filter(|k| super::name_rule::is_name(k, MAX_KEY_BYTES))
+        .map_or_else(
+            || {
+                refuse(
+                    "unique.key",
+                    "1-200 bytes of characters that show as themselves: no controls or invisible marks",
+                )
+            },
+            Ok,
+        )
+}
+
+fn refuse_while<T>() -> Result<T, OptionError> {
+    refuse(
+        "unique.while",
+        "queued, active, until-finished, or a period such as 1h",
+    )
+}
+
 /// A `while` as written: a state, or a period over zero of at most a year.
 pub fn parse_while(text: &str) -> Option<While> {
     Some(match text {
         "queued" => While::Queued,
         "active" => While::Active,
         "until-finished" => While::UntilFinished,
-        period => While::Period(
+        period => While::Period(period_ms(
             super::units::parse_positive_duration(period)
                 .ok()
-                .and_then(|d| i64::try_from(d.as_millis()).ok())
-                .filter(|ms| *ms <= MAX_DELAY_MS)?,
-        ),
+                .and_then(|d| u64::try_from(d.as_millis()).ok()),
+        )?),
     })
+}
+
+/// A period of a `while`: over zero, at most a year.
+fn period_ms(ms: Option<u64>) -> Option<i64> {
+    ms.and_then(|ms| i64::try_from(ms).ok())
+        .filter(|ms| (1..=MAX_DELAY_MS).contains(ms))
 }
 
 pub fn parse_on_conflict(text: &str) -> Option<OnConflict> {
@@ -310,6 +398,7 @@ pub fn decide(unique: &Unique, holder: Option<&Holder>, now: i64) -> Outcome {
         While::Active => holder.waiting() || holder.status == "running",
         While::UntilFinished => matches!(holder.status.as_str(), "queued" | "running"),
         While::Period(ms) => holder.created_at > now - ms,
+        While::Forever => true,
     };
     match (holds, unique.on_conflict) {
         (false, _) => Outcome::Created,
@@ -411,6 +500,107 @@ mod tests {
         );
     }
 
+    fn guest(asked: Asked) -> Result<Options, &'static str> {
+        from_guest(&asked, NOW).map_err(|e| e.guest_reason())
+    }
+
+    fn asked() -> Asked {
+        Asked {
+            run_at: None,
+            delay_ms: 0,
+            priority: 0,
+            max_attempts: None,
+            unique: None,
+        }
+    }
+
+    #[test]
+    fn a_guests_options_are_checked_by_the_same_bounds_each_refusal_a_fixed_reason() {
+        let at = (NOW + 60_000) as u64;
+        let read = guest(Asked {
+            run_at: Some(at),
+            priority: -10,
+            max_attempts: Some(2),
+            unique: Some(Unique {
+                key: "k".into(),
+                hold: While::Period(1),
+                on_conflict: OnConflict::Replace,
+            }),
+            ..asked()
+        })
+        .unwrap();
+        assert_eq!(read.due, Due::At(NOW + 60_000));
+        assert_eq!(read.claim_delay_ms(NOW), 70_000);
+        assert_eq!(read.max_attempts, Some(2));
+        let key = |key: &str, hold| Asked {
+            unique: Some(Unique {
+                key: key.into(),
+                hold,
+                on_conflict: OnConflict::Keep,
+            }),
+            ..asked()
+        };
+        let year = MAX_DELAY_MS as u64;
+        for (bad, reason) in [
+            (
+                Asked {
+                    run_at: Some(1),
+                    ..asked()
+                },
+                "invalid-run-at",
+            ),
+            (
+                Asked {
+                    run_at: Some(at + year),
+                    ..asked()
+                },
+                "invalid-run-at",
+            ),
+            (
+                Asked {
+                    run_at: Some(at),
+                    delay_ms: 1,
+                    ..asked()
+                },
+                "invalid-run-at",
+            ),
+            (
+                Asked {
+                    delay_ms: year + 1,
+                    ..asked()
+                },
+                "invalid-delay",
+            ),
+            (
+                Asked {
+                    priority: 3601,
+                    ..asked()
+                },
+                "invalid-priority",
+            ),
+            (
+                Asked {
+                    max_attempts: Some(0),
+                    ..asked()
+                },
+                "invalid-max-attempts",
+            ),
+            (key("", While::Queued), "invalid-key"),
+            (key("k", While::Period(0)), "invalid-hold"),
+            (key("k", While::Period(MAX_DELAY_MS + 1)), "invalid-hold"),
+        ] {
+            assert_eq!(guest(bad.clone()), Err(reason), "{bad:?}");
+        }
+        assert_eq!(
+            guest(key("k", While::Forever))
+                .unwrap()
+                .unique
+                .unwrap()
+                .hold,
+            While::Forever
+        );
+    }
+
     #[test]
     fn a_runs_max_attempts_only_lowers_its_jobs_bound() {
         assert_eq!(attempts_allowed(3, None), 4);
@@ -456,6 +646,12 @@ mod tests {
                 .map(|h| decided(hold, OnConflict::Keep, Some(h)));
             assert_eq!(got, expected, "{hold:?}");
         }
+        let ended_long_ago = holder("succeeded", true, 10 * 24 * 3_600_000);
+        assert_eq!(
+            decided(While::Forever, OnConflict::Keep, Some(&ended_long_ago)),
+            Joined,
+            "a dedup key holds for good"
+        );
         let old = holder("succeeded", true, 61_000);
         assert_eq!(
             decided(While::Period(60_000), OnConflict::Keep, Some(&old)),

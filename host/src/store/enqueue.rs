@@ -14,10 +14,11 @@
 use super::error::{Result, StoreError};
 use super::handle::Store;
 use super::pool::{Exclusive, Pool};
+use super::queries::Queries;
 use super::records::{NewRun, RunRecord};
 use crate::rules::enqueue::{Holder, OnConflict, Outcome, Unique, While, decide};
 use serde_json::json;
-use sqlx::Connection;
+use sqlx::{Connection, SqliteConnection};
 
 /// One item on Postgres: its outcome, the run it names, and whether the cap dropped it.
 const ENQUEUE_RUN: &str = "SELECT outcome, run_id, dropped \
@@ -69,56 +70,15 @@ impl Store {
             // The run that answers, or `None`: queue `run`.
             let answered = match unique {
                 Some(unique) => {
-                    let named: String = sqlx::query_scalar(q.take_unique_key.as_str())
-                        .bind(&run.job)
-                        .bind(&run.tenant)
-                        .bind(&unique.key)
-                        .bind(&run.id)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    let holder: Option<(String, Option<i64>, i64, i64)> = if named == run.id {
-                        None
-                    } else {
-                        sqlx::query_as(q.unique_holder.as_str())
-                            .bind(&named)
-                            .fetch_optional(&mut *tx)
-                            .await?
-                    };
-                    let now = holder.as_ref().map_or(0, |h| h.3);
-                    let holder = holder.map(|(status, started_at, created_at, _)| Holder {
-                        status,
-                        started: started_at.is_some(),
-                        created_at,
-                    });
-                    let changed = match decide(unique, holder.as_ref(), now) {
-                        Outcome::Created => None,
-                        Outcome::Joined => Some(Outcome::Joined),
-                        held @ (Outcome::Replaced | Outcome::Debounced) => {
-                            let update = match held {
-                                Outcome::Replaced => sqlx::query(q.replace_waiting.as_str())
-                                    .bind(&named)
-                                    .bind(&run.payload),
-                                _ => sqlx::query(q.debounce_waiting.as_str())
-                                    .bind(&named)
-                                    .bind(run.delay_ms),
-                            };
-                            let done = update.execute(&mut *tx).await?.rows_affected();
-                            Some(if done == 1 { held } else { Outcome::Joined })
-                        }
-                    };
-                    match changed {
-                        Some(outcome) => Some((outcome, named)),
-                        None => {
-                            sqlx::query(q.name_unique_key.as_str())
-                                .bind(&run.job)
-                                .bind(&run.tenant)
-                                .bind(&unique.key)
-                                .bind(&run.id)
-                                .execute(&mut *tx)
-                                .await?;
-                            None
-                        }
-                    }
+                    held_on_sqlite(
+                        &mut tx,
+                        q,
+                        (&run.job, &run.tenant, &run.id),
+                        unique,
+                        &run.payload,
+                        run.delay_ms,
+                    )
+                    .await?
                 }
                 None => {
                     for sql in [&q.ensure_lease, &q.lock_lease] {
@@ -169,6 +129,67 @@ impl Store {
             .map(|a| a.expect("every item answered"))
             .collect())
     }
+}
+
+/// The unique rule on SQLite (`decide`), inside the caller's write transaction, for run
+/// `id` of `job` and `tenant`: takes the key, and answers the run that holds it (joined,
+/// or the waiting run it replaced or debounced), or `None` when the key now names `id`,
+/// which the caller queues. A guest's `jobs` starts (`store::family`) apply it too.
+pub(super) async fn held_on_sqlite(
+    conn: &mut SqliteConnection,
+    q: &'static Queries,
+    (job, tenant, id): (&str, &str, &str),
+    unique: &Unique,
+    payload: &str,
+    delay_ms: i64,
+) -> std::result::Result<Option<(Outcome, String)>, sqlx::Error> {
+    let named: String = sqlx::query_scalar(q.take_unique_key.as_str())
+        .bind(job)
+        .bind(tenant)
+        .bind(&unique.key)
+        .bind(id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let holder: Option<(String, Option<i64>, i64, i64)> = if named == id {
+        None
+    } else {
+        sqlx::query_as(q.unique_holder.as_str())
+            .bind(&named)
+            .fetch_optional(&mut *conn)
+            .await?
+    };
+    let now = holder.as_ref().map_or(0, |h| h.3);
+    let holder = holder.map(|(status, started_at, created_at, _)| Holder {
+        status,
+        started: started_at.is_some(),
+        created_at,
+    });
+    let outcome = match decide(unique, holder.as_ref(), now) {
+        Outcome::Created => None,
+        Outcome::Joined => Some(Outcome::Joined),
+        held @ (Outcome::Replaced | Outcome::Debounced) => {
+            let update = match held {
+                Outcome::Replaced => sqlx::query(q.replace_waiting.as_str())
+                    .bind(&named)
+                    .bind(payload),
+                _ => sqlx::query(q.debounce_waiting.as_str())
+                    .bind(&named)
+                    .bind(delay_ms),
+            };
+            let done = update.execute(&mut *conn).await?.rows_affected();
+            Some(if done == 1 { held } else { Outcome::Joined })
+        }
+    };
+    if outcome.is_none() {
+        sqlx::query(q.name_unique_key.as_str())
+            .bind(job)
+            .bind(tenant)
+            .bind(&unique.key)
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(outcome.map(|outcome| (outcome, named)))
 }
 
 /// The Postgres enqueue: each item through `jobhost_enqueue_run`, in lock order, in one
@@ -229,12 +250,13 @@ fn run_json(run: &NewRun, max_attempts: Option<u32>) -> serde_json::Value {
 }
 
 /// A unique key as `jobhost_enqueue_run` reads it.
-fn unique_json(unique: &Unique) -> serde_json::Value {
+pub(super) fn unique_json(unique: &Unique) -> serde_json::Value {
     let (hold, period_ms) = match unique.hold {
         While::Queued => ("queued", None),
         While::Active => ("active", None),
         While::UntilFinished => ("until-finished", None),
         While::Period(ms) => ("period", Some(ms)),
+        While::Forever => ("forever", None),
     };
     json!({
         "key": unique.key,

@@ -5,9 +5,13 @@
 //! and writes.
 //!
 //! Inside a guest's transaction the runs are inserted by the statements here (SQLite) or
-//! by `jobhost_enqueue_runs` (Postgres, migration 0023), which the job's role may call:
-//! they commit with the guest's rows, fenced, or not at all.
+//! by `jobhost_start_runs` (Postgres), which the job's role may call: they commit with the
+//! guest's rows, fenced, or not at all. A run with a unique key (a start's `unique`, or
+//! an earlier guest's `dedup-key`) follows the one unique rule of every start: on
+//! SQLite `store::enqueue`'s, on Postgres `jobhost_enqueue_run`, which `jobhost_start_runs`
+//! calls for each run after its parent's check.
 
+use super::enqueue::EnqueueAnswer;
 use super::error::Result;
 use super::guest::GuestDbError;
 use super::handle::Store;
@@ -16,6 +20,7 @@ use super::queries::Queries;
 use super::records::Fence;
 use super::records::RunRecord;
 use super::reports::report_if_dropped;
+use crate::rules::enqueue::{Outcome, Unique};
 use serde::Serialize;
 use sqlx::{Connection, SqliteConnection};
 
@@ -47,6 +52,11 @@ pub struct ChildRun {
     pub detached: i64,
     /// The event, for a run an `emit` queued.
     pub event: Option<String>,
+    /// Attempts a pass of the run may use, when fewer than its job's.
+    pub max_attempts: Option<u32>,
+    /// Its unique key, by which it may join (or change) the run that holds the key.
+    #[serde(skip)]
+    pub unique: Option<Unique>,
 }
 
 /// Runs to queue for one parent, in one write.
@@ -57,8 +67,22 @@ pub struct Enqueue {
 }
 
 impl Enqueue {
+    /// The runs as `jobhost_start_runs` reads them, each with its `unique` as
+    /// `jobhost_enqueue_run` does.
     fn json(&self) -> String {
-        serde_json::to_string(&self.runs).expect("runs serialise")
+        let runs: Vec<serde_json::Value> = self
+            .runs
+            .iter()
+            .map(|run| {
+                let mut value = serde_json::to_value(run).expect("a run serialises");
+                value["unique"] = run
+                    .unique
+                    .as_ref()
+                    .map_or(serde_json::Value::Null, super::enqueue::unique_json);
+                value
+            })
+            .collect();
+        serde_json::Value::Array(runs).to_string()
     }
 
     fn any_attached(&self) -> bool {
@@ -92,13 +116,14 @@ crate::record! {
 }
 
 /// Applies `write` on a SQLite connection inside an open write transaction (a guest's,
-/// fenced as it commits, or the host's own). Per run, whether it was inserted; `None`
-/// when the parent no longer runs its pass (nothing inserted).
+/// fenced as it commits, or the host's own). Per run, what happened (a run whose id
+/// exists already, queued by an earlier attempt of the pass, is `joined`); `None` when
+/// the parent no longer runs its pass (nothing inserted).
 pub(crate) async fn apply_sqlite(
     conn: &mut SqliteConnection,
     q: &'static Queries,
     write: &Enqueue,
-) -> std::result::Result<Option<Vec<bool>>, sqlx::Error> {
+) -> std::result::Result<Option<Vec<EnqueueAnswer>>, sqlx::Error> {
     let parent = &write.parent;
     let running: Option<i64> = sqlx::query_scalar(q.parent_running.as_str())
         .persistent(false)
@@ -110,8 +135,35 @@ pub(crate) async fn apply_sqlite(
     if running.is_none() {
         return Ok(None);
     }
-    let mut inserted = Vec::with_capacity(write.runs.len());
+    let mut answers = Vec::with_capacity(write.runs.len());
     for run in &write.runs {
+        let earlier: Option<i64> = sqlx::query_scalar(q.run_exists.as_str())
+            .bind(&run.id)
+            .fetch_optional(&mut *conn)
+            .await?;
+        let held = match (&run.unique, earlier) {
+            (_, Some(_)) => Some((Outcome::Joined, run.id.clone())),
+            (Some(unique), None) => {
+                super::enqueue::held_on_sqlite(
+                    conn,
+                    q,
+                    (&run.job, &run.tenant, &run.id),
+                    unique,
+                    &run.payload,
+                    run.delay_ms,
+                )
+                .await?
+            }
+            (None, None) => None,
+        };
+        if let Some((outcome, run_id)) = held {
+            answers.push(EnqueueAnswer {
+                outcome,
+                run_id,
+                dropped: false,
+            });
+            continue;
+        }
         let row: Option<RunRecord> = sqlx::query_as(q.insert_child_run.as_str())
             .bind(&run.id)
             .bind(&run.job)
@@ -130,7 +182,21 @@ pub(crate) async fn apply_sqlite(
             .await?;
         // Dropped by its job's `max_per_tenant`: reported as an API start's would be.
         report_if_dropped::<sqlx::Sqlite>(&mut *conn, q, row.as_ref()).await?;
-        inserted.push(row.is_some());
+        if let (Some(n), Some(_)) = (run.max_attempts, &row) {
+            sqlx::query(q.set_max_attempts.as_str())
+                .bind(&run.id)
+                .bind(i64::from(n))
+                .execute(&mut *conn)
+                .await?;
+        }
+        answers.push(EnqueueAnswer {
+            outcome: match row {
+                Some(_) => Outcome::Created,
+                None => Outcome::Joined,
+            },
+            dropped: row.as_ref().is_some_and(RunRecord::dropped_by_limit),
+            run_id: run.id.clone(),
+        });
     }
     if write.any_attached() {
         sqlx::query(q.mark_family.as_str())
@@ -139,19 +205,45 @@ pub(crate) async fn apply_sqlite(
             .execute(&mut *conn)
             .await?;
     }
-    Ok(Some(inserted))
+    Ok(Some(answers))
 }
 
 /// The call that applies `write` on Postgres, in the calling transaction, and its
-/// arguments: the parent, its generation and pass, the runs as JSON.
+/// arguments: the parent, its generation and pass, the runs as JSON. It answers, as
+/// JSON text, an array of `[outcome, run_id, dropped]` in the runs' order, or NULL.
 pub(crate) const POSTGRES_ENQUEUE: &str =
-    "SELECT jobhost_enqueue_runs($1, $2, $3, CAST($4 AS jsonb))";
+    "SELECT CAST(jobhost_start_runs($1, $2, $3, CAST($4 AS jsonb)) AS text)";
 
-/// Per run of `write`, whether it is among the ids Postgres inserted; `None` when the
-/// parent no longer ran its pass.
-pub(crate) fn inserted_of(write: &Enqueue, ids: Option<Vec<String>>) -> Option<Vec<bool>> {
-    let ids: std::collections::HashSet<String> = ids?.into_iter().collect();
-    Some(write.runs.iter().map(|r| ids.contains(&r.id)).collect())
+/// What Postgres answered per run of `write` (`None`: the parent no longer ran its pass),
+/// or `Err` for an answer that does not read as one per run.
+pub(crate) fn answers_of(
+    write: &Enqueue,
+    answered: Option<String>,
+) -> std::result::Result<Option<Vec<EnqueueAnswer>>, ()> {
+    let Some(text) = answered else {
+        return Ok(None);
+    };
+    let rows: Vec<(String, String, bool)> = serde_json::from_str(&text).map_err(|_| ())?;
+    if rows.len() != write.runs.len() {
+        return Err(());
+    }
+    rows.into_iter()
+        .map(|(outcome, run_id, dropped)| {
+            let outcome = match outcome.as_str() {
+                "created" => Outcome::Created,
+                "joined" => Outcome::Joined,
+                "replaced" => Outcome::Replaced,
+                "debounced" => Outcome::Debounced,
+                _ => return Err(()),
+            };
+            Ok(EnqueueAnswer {
+                outcome,
+                run_id,
+                dropped,
+            })
+        })
+        .collect::<std::result::Result<Vec<_>, ()>>()
+        .map(Some)
 }
 
 /// The arguments of [`POSTGRES_ENQUEUE`].
@@ -173,7 +265,7 @@ impl Store {
         &self,
         fence: &Fence,
         write: &Enqueue,
-    ) -> std::result::Result<Vec<bool>, GuestDbError> {
+    ) -> std::result::Result<Vec<EnqueueAnswer>, GuestDbError> {
         let queued = self
             .retrying(|| self.enqueue_fenced_once(fence, write))
             .await
@@ -185,7 +277,7 @@ impl Store {
         &self,
         fence: &Fence,
         write: &Enqueue,
-    ) -> Result<Option<Vec<bool>>> {
+    ) -> Result<Option<Vec<EnqueueAnswer>>> {
         let q = self.q;
         match &self.pool {
             super::pool::Pool::Sqlite(p) => {
@@ -207,9 +299,9 @@ impl Store {
             }
             super::pool::Pool::Postgres(p) => {
                 let (parent, generation, pass, runs) = postgres_arguments(write);
-                let ids = self
+                let answered = self
                     .fenced_postgres(p, fence, async |conn| {
-                        sqlx::query_scalar::<_, Option<Vec<String>>>(POSTGRES_ENQUEUE)
+                        sqlx::query_scalar::<_, Option<String>>(POSTGRES_ENQUEUE)
                             .bind(&parent)
                             .bind(generation)
                             .bind(pass)
@@ -218,7 +310,12 @@ impl Store {
                             .await
                     })
                     .await?;
-                Ok(ids.and_then(|ids| inserted_of(write, ids)))
+                match answered {
+                    None => Ok(None),
+                    Some(answered) => {
+                        answers_of(write, answered).map_err(|()| super::StoreError::Unreadable)
+                    }
+                }
             }
         }
     }

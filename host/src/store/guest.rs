@@ -199,7 +199,7 @@ pub enum Applied {
     /// Whether the progress write changed a row.
     Progress(bool),
     /// Per run, whether it was inserted.
-    Enqueued(Vec<bool>),
+    Enqueued(Vec<super::enqueue::EnqueueAnswer>),
 }
 
 impl Applied {
@@ -220,7 +220,7 @@ impl Applied {
     }
 
     /// The answer to a `TxEffect::Enqueue`.
-    pub fn enqueued(self) -> Result<Vec<bool>, GuestDbError> {
+    pub fn enqueued(self) -> Result<Vec<super::enqueue::EnqueueAnswer>, GuestDbError> {
         match self {
             Applied::Enqueued(inserted) => Ok(inserted),
             _ => Err(GuestDbError::Refused(Refusal::Failed)),

@@ -15,6 +15,7 @@
 //! attempt to another is reset (`DISCARD ALL`) first, so no setting, lock or temporary
 //! object outlives an attempt.
 
+use super::enqueue::EnqueueAnswer;
 use super::family::Enqueue;
 use super::guest::{
     Access, Applied, Fence, GuestDbError, MAX_RESULT_BYTES, MAX_VALUE_BYTES, Refusal, SqlRows,
@@ -312,7 +313,7 @@ fn role_name(database: &str, job: &str) -> String {
 
 /// Which host functions a role is granted: a role provisioned by a host that granted
 /// fewer is granted again (the fingerprint changes with it).
-const HOST_FUNCTIONS: &str = "0023";
+const HOST_FUNCTIONS: &str = "0041";
 
 fn grant_fingerprint(grant: &DbGrant) -> String {
     let text = serde_json::to_string(grant).expect("a grant serialises");
@@ -424,7 +425,7 @@ async fn provision_on(
         "jobhost_mark_file(text, text, text)",
         "jobhost_record_step(text, bigint, text, text, bigint)",
         "jobhost_end_pass(text, bigint, bigint, text, text, boolean)",
-        "jobhost_enqueue_runs(text, bigint, bigint, jsonb)",
+        "jobhost_start_runs(text, bigint, bigint, jsonb)",
     ] {
         ddl.push(format!(
             "GRANT EXECUTE ON FUNCTION {function} TO \"{role}\""
@@ -742,7 +743,7 @@ impl Session {
             .ok_or(GuestDbError::Refused(Refusal::Failed))
     }
 
-    async fn enqueue(&mut self, write: &Enqueue) -> Result<Vec<bool>, GuestDbError> {
+    async fn enqueue(&mut self, write: &Enqueue) -> Result<Vec<EnqueueAnswer>, GuestDbError> {
         self.host_rows = true;
         let (parent, generation, pass, runs) = super::family::postgres_arguments(write);
         let client = &self.conn().client;
@@ -759,12 +760,14 @@ impl Session {
             Ok(rows) => rows,
             Err(e) => return Err(self.classify(&e)),
         };
-        let ids: Option<Vec<String>> = rows
+        let answered: Option<String> = rows
             .first()
             .ok_or(GuestDbError::Refused(Refusal::Failed))?
             .try_get(0)
             .map_err(|_| GuestDbError::Refused(Refusal::Failed))?;
-        super::family::inserted_of(write, ids).ok_or(GuestDbError::LeaseLost)
+        super::family::answers_of(write, answered)
+            .map_err(|()| GuestDbError::Refused(Refusal::Failed))?
+            .ok_or(GuestDbError::LeaseLost)
     }
 }
 

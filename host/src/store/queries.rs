@@ -638,7 +638,7 @@ statements! {
         AND generation = $2 AND pass = $3";
     // A run a guest's call queues; one whose id exists already is left alone. Under its
     // job's `max_per_tenant` as new work is (`{over_limit}`, `queue_run`): skipped or
-    // waiting for a slot over it. Postgres' `jobhost_enqueue_runs` is its twin.
+    // waiting for a slot over it. Postgres' `jobhost_enqueue_run` is its twin.
     insert_child_run = "INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, \
         status, next_attempt_at, created_at, updated_at, trace_parent, parent_run, \
         parent_attempt, parent_pass, detached, event, waiting, last_code, finished_at) \
@@ -648,6 +648,8 @@ statements! {
         CASE WHEN o.over = 'skip' THEN 'tenant_limit' END, \
         CASE WHEN o.over = 'skip' THEN {now} END \
         FROM {over_limit} o WHERE 1 = 1 ON CONFLICT (id) DO NOTHING RETURNING {run_columns}";
+    // A run a guest's call queued by an earlier attempt of its pass, named again.
+    run_exists = "SELECT 1 FROM jobhost_runs WHERE id = $1";
     mark_family = "UPDATE jobhost_runs SET family = 1 WHERE id = $1 AND family = 0";
     // Fenced by `$1`..`$4`: the running run `$5` of that generation.
     set_result = "UPDATE jobhost_runs SET result = $6, updated_at = {now} \

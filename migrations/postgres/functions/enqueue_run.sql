@@ -1,17 +1,21 @@
--- Postgres' one implementation of a start from outside (`store::enqueue`): both the
--- API's and `host start`'s enqueue (each item of a batch, in the caller's transaction)
--- and an application's `jobhost.enqueue` (migration 0037) call it, so the unique rule is
--- written once on this backend; `rules::enqueue::decide` is SQLite's, and the store
+-- Postgres' one implementation of a start: the API's and `host start`'s enqueue (each
+-- item of a batch, in the caller's transaction), an application's `jobhost.enqueue`
+-- (migration 0037) and a guest's `jobs` calls (`jobhost_start_runs`, after its parent's
+-- check) call it, so the unique rule is written once on this backend; `rules::enqueue::decide` is SQLite's, and the store
 -- conformance tests hold the two to the same outcomes case by case.
 --
 -- `p_run` is the run to queue: `id`, `job`, `instance`, `tenant`, `origin`, `payload`
 -- (its text), `delay_ms` (from now, priority counted), `trace_parent` and `max_attempts`
--- (the attempts a pass may use, when fewer than its job's; null otherwise). `p_unique`
--- is NULL, or `key`, `while` (`queued`, `active`, `until-finished` or `period`, with
--- `period_ms`) and `on_conflict` (`keep`, `replace` or `debounce`).
+-- (the attempts a pass may use, when fewer than its job's; null otherwise); a guest's run
+-- also `parent_run`, `parent_attempt`, `parent_pass`, `detached` and `event`. `p_unique`
+-- is NULL, or `key`, `while` (`queued`, `active`, `until-finished`, `forever` — an
+-- earlier guest's `dedup-key` — or `period`, with `period_ms`) and `on_conflict`
+-- (`keep`, `replace` or `debounce`).
 --
--- Without a key, the start joins the live run of its job and instance, under the lock
--- of their lease row. With one, the key's row is taken first (`INSERT ... ON CONFLICT DO
+-- A run whose id exists already (a guest's start made again by a later attempt of its
+-- pass) is `joined`, changing nothing. Without a key, a start from outside joins the
+-- live run of its job and instance, under the lock of their lease row; a guest's run is
+-- queued beside it. With one, the key's row is taken first (`INSERT ... ON CONFLICT DO
 -- UPDATE` locks it until the caller commits), so every enqueue of the key on any host is
 -- ordered behind the one before; the run it names holds the key or not by `while`, and
 -- a held key joins it, or replaces the payload / moves the due time of a run that has not
@@ -42,7 +46,11 @@ DECLARE
     v_holds BOOLEAN;
     v_over TEXT;
 BEGIN
-    IF p_unique IS NULL THEN
+    IF EXISTS (SELECT 1 FROM jobhost_runs WHERE id = v_id) THEN
+        RETURN QUERY SELECT 'joined'::text, v_id, false;
+        RETURN;
+    END IF;
+    IF p_unique IS NULL AND p_run ->> 'parent_run' IS NULL THEN
         INSERT INTO jobhost_leases (job, instance, generation, holder, deadline_at,
             expires_at, pending, updated_at)
         VALUES (v_job, v_instance, 0, NULL, 0, 0, 0, v_now)
@@ -55,7 +63,7 @@ BEGIN
             RETURN QUERY SELECT 'joined'::text, v_named, false;
             RETURN;
         END IF;
-    ELSE
+    ELSIF p_unique IS NOT NULL THEN
         INSERT INTO jobhost_unique_keys AS k (job, tenant, key, run_id)
         VALUES (v_job, v_tenant, v_key, v_id)
         ON CONFLICT (job, tenant, key) DO UPDATE SET run_id = k.run_id
@@ -69,6 +77,7 @@ BEGIN
                     WHEN 'queued' THEN v_waiting
                     WHEN 'active' THEN v_waiting OR v_status = 'running'
                     WHEN 'until-finished' THEN v_status IN ('queued', 'running')
+                    WHEN 'forever' THEN true
                     ELSE v_created > v_now - CAST(p_unique ->> 'period_ms' AS BIGINT)
                 END;
                 IF v_holds THEN
@@ -105,14 +114,16 @@ BEGIN
         INTO v_over FROM jobhost_jobs j WHERE j.name = v_job;
     INSERT INTO jobhost_runs (id, job, instance, tenant, origin, payload, status,
         next_attempt_at, created_at, updated_at, waiting, last_code, finished_at, trace_parent,
-        max_attempts)
+        max_attempts, parent_run, parent_attempt, parent_pass, detached, event)
     VALUES (v_id, v_job, v_instance, v_tenant, p_run ->> 'origin', p_run ->> 'payload',
         CASE WHEN v_over = 'skip' THEN 'skipped' ELSE 'queued' END,
         v_now + CAST(p_run ->> 'delay_ms' AS BIGINT), v_now, v_now,
         CASE WHEN v_over = 'defer' THEN 1 ELSE 0 END,
         CASE WHEN v_over = 'skip' THEN 'tenant_limit' END,
         CASE WHEN v_over = 'skip' THEN v_now END, p_run ->> 'trace_parent',
-        CAST(p_run ->> 'max_attempts' AS BIGINT));
+        CAST(p_run ->> 'max_attempts' AS BIGINT), p_run ->> 'parent_run',
+        CAST(p_run ->> 'parent_attempt' AS BIGINT), CAST(p_run ->> 'parent_pass' AS BIGINT),
+        COALESCE(CAST(p_run ->> 'detached' AS BIGINT), 0), p_run ->> 'event');
     IF v_over = 'skip' THEN
         -- The body `NewReport::about_run` writes for a run dropped by the cap.
         INSERT INTO jobhost_reports (kind, job, run_id, code, body, created_at, next_try_at)

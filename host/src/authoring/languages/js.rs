@@ -235,9 +235,9 @@ mod tests {
     fn a_capability_not_granted_is_not_imported() {
         let grants: Grants = toml::from_str("db = { write = [\"t\"] }").unwrap();
         let text = capabilities(&grants);
-        assert!(text.contains("import * as log from 'jobhost:job/log@0.1.6';"));
-        assert!(text.contains("import * as run from 'jobhost:job/run@0.1.6';"));
-        assert!(text.contains("import * as db from 'jobhost:job/db@0.1.6';"));
+        assert!(text.contains("import * as log from 'jobhost:job/log@0.1.7';"));
+        assert!(text.contains("import * as run from 'jobhost:job/run@0.1.7';"));
+        assert!(text.contains("import * as db from 'jobhost:job/db@0.1.7';"));
         assert!(text.contains("const links = undefined;"));
         assert!(!text.contains("jobhost:job/links"));
     }

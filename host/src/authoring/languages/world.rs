@@ -8,7 +8,7 @@ use crate::rules::grants::Grants;
 /// The WIT package the world is built from: the host's own.
 pub const JOBHOST_WIT: &str = include_str!("../../../../wit/jobhost.wit");
 
-/// The version of `jobhost:job` this host speaks (`0.1.6`).
+/// The version of `jobhost:job` this host speaks (`0.1.7`).
 pub(super) fn version() -> String {
     let (major, minor, patch) = crate::sandbox::engine::bindings::PACKAGE_VERSION;
     format!("{major}.{minor}.{patch}")
@@ -63,19 +63,19 @@ mod tests {
     fn the_world_imports_what_was_granted_and_nothing_more() {
         let nothing = world(&Grants::default());
         assert!(
-            nothing.contains("import jobhost:job/log@0.1.6;"),
+            nothing.contains("import jobhost:job/log@0.1.7;"),
             "{nothing}"
         );
         assert!(
-            nothing.contains("import jobhost:job/run@0.1.6;"),
+            nothing.contains("import jobhost:job/run@0.1.7;"),
             "{nothing}"
         );
-        assert!(nothing.contains("export jobhost:job/handler@0.1.6;"));
+        assert!(nothing.contains("export jobhost:job/handler@0.1.7;"));
         assert!(!nothing.contains("/db@"));
         let grants: Grants = toml::from_str("db = { write = [\"t\"] }\nlinks = [\"api\"]").unwrap();
         let some = world(&grants);
-        assert!(some.contains("import jobhost:job/db@0.1.6;"));
-        assert!(some.contains("import jobhost:job/links@0.1.6;"));
+        assert!(some.contains("import jobhost:job/db@0.1.7;"));
+        assert!(some.contains("import jobhost:job/links@0.1.7;"));
         assert!(!some.contains("/files@") && !some.contains("/steps@"));
     }
 }

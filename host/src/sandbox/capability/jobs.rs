@@ -1,18 +1,23 @@
-//! `jobhost:job/jobs`: a guest starts runs of other jobs (enqueue, kick, emit) and has a
-//! pass wait for them. This only translates and checks: the grant (checked at load, and
-//! here at each call), the target job's tenant, the payload rule, the per-attempt bounds,
-//! and the ids that make a retried pass start nothing twice. The rows are
+//! `jobhost:job/jobs`: a guest starts runs of other jobs (enqueue, start, kick, emit) and
+//! has a pass wait for them. This only translates and checks: the grant (checked at load,
+//! and here at each call), the target job's tenant, the payload rule, the options (by
+//! `rules::enqueue`, as an API start's), the per-attempt bounds, and the ids that make a
+//! retried pass start nothing twice. An earlier guest's `dedup-key` is a unique key that
+//! holds for good, so every key goes through the one unique rule. The rows are
 //! `store::family`'s; what a wait leads to is the runner's and `crate::runs::family`'s.
 
+use crate::rules::enqueue::{Asked, OnConflict, Outcome, Unique, While};
 use crate::rules::grants::Grants;
 use crate::sandbox::capability::context::AttemptContext;
 use crate::sandbox::capability::handles::TxHandle;
 use crate::sandbox::capability::view::View;
 use crate::sandbox::engine::bindings::jobhost::job::jobs::{
-    Enqueued, Host, NewRun as WitNewRun, Options, WaitPolicy,
+    Enqueued, Hold, Host, NewRun as WitNewRun, NewStart, OnConflict as WitOnConflict, Options,
+    Outcome as WitOutcome, StartOptions, Started, WaitPolicy,
 };
 use crate::sandbox::engine::bindings::jobhost::job::types::HostError;
 use crate::sandbox::refusal;
+use crate::store::enqueue::EnqueueAnswer;
 use crate::store::family::{ChildRun, Enqueue, ParentLink};
 use crate::store::guest::{Applied, Fence, GuestDbError, TxEffect};
 use crate::store::{JobRecord, Store};
@@ -95,14 +100,97 @@ fn checked_payload(text: &str) -> Result<String, HostError> {
         .map_err(|refusal| invalid(refusal.code()))
 }
 
+/// A run a `jobs` call asks for, whichever its function: an earlier `options` or a
+/// `start-options`.
+#[derive(Debug, Clone)]
+struct Asking {
+    job: String,
+    payload: String,
+    instance: Option<String>,
+    asked: Asked,
+    detached: bool,
+    /// An earlier guest's dedup key, which names the run's id.
+    dedup_key: Option<String>,
+}
+
+impl Asking {
+    fn of_enqueue(run: WitNewRun) -> Asking {
+        let Options {
+            instance,
+            delay_ms,
+            priority,
+            dedup_key,
+            detached,
+        } = run.options;
+        Asking {
+            job: run.job,
+            payload: run.payload,
+            instance,
+            asked: Asked {
+                run_at: None,
+                delay_ms,
+                priority,
+                max_attempts: None,
+                unique: dedup_key.clone().map(|key| Unique {
+                    key,
+                    hold: While::Forever,
+                    on_conflict: OnConflict::Keep,
+                }),
+            },
+            detached,
+            dedup_key,
+        }
+    }
+
+    fn of_start(run: NewStart) -> Asking {
+        let StartOptions {
+            instance,
+            run_at,
+            delay_ms,
+            priority,
+            max_attempts,
+            unique,
+            detached,
+        } = run.options;
+        Asking {
+            job: run.job,
+            payload: run.payload,
+            instance,
+            asked: Asked {
+                run_at,
+                delay_ms,
+                priority,
+                max_attempts,
+                unique: unique.map(|u| Unique {
+                    key: u.key,
+                    hold: match u.hold {
+                        Hold::Queued => While::Queued,
+                        Hold::Active => While::Active,
+                        Hold::UntilFinished => While::UntilFinished,
+                        // Out of `i64`'s range is past the bound, refused as such.
+                        Hold::Period(ms) => While::Period(i64::try_from(ms).unwrap_or(i64::MAX)),
+                    },
+                    on_conflict: match u.on_conflict {
+                        WitOnConflict::Keep => OnConflict::Keep,
+                        WitOnConflict::Replace => OnConflict::Replace,
+                        WitOnConflict::Debounce => OnConflict::Debounce,
+                    },
+                }),
+            },
+            detached,
+            dedup_key: None,
+        }
+    }
+}
+
 /// A child's id: from its dedup key (one run per job, tenant and key, for good), or from
 /// the parent's pass, the call's place in it, and what the call asked for.
-fn child_id(parent: &ParentLink, tenant: &str, call: u64, index: usize, run: &WitNewRun) -> String {
-    let occasion = match &run.options.dedup_key {
+fn child_id(parent: &ParentLink, tenant: &str, call: u64, index: usize, run: &Asking) -> String {
+    let occasion = match &run.dedup_key {
         Some(key) => format!("key:{key}"),
         None => {
             let asked = Sha256::digest(
-                format!("{}\0{}\0{:?}", run.job, run.payload, run.options.instance).as_bytes(),
+                format!("{}\0{}\0{:?}", run.job, run.payload, run.instance).as_bytes(),
             );
             format!(
                 "child:{}:{}:{call}:{index}:{}",
@@ -172,48 +260,56 @@ impl View<'_, JobsCapability> {
         }
     }
 
-    /// Checks a batch of runs against the grant and the bounds and builds what to queue.
-    async fn plan_enqueue(&mut self, runs: Vec<WitNewRun>) -> Result<Enqueue, HostError> {
+    /// Checks a batch of runs against the grant, the options' rule and the bounds, and
+    /// builds what to queue.
+    async fn plan_enqueue(&mut self, runs: Vec<Asking>) -> Result<Enqueue, HostError> {
         self.jobs_session()?;
         if runs.len() > MAX_BATCH {
             return Err(invalid("too-many-runs"));
         }
         let mut planned = Vec::with_capacity(runs.len());
         let mut bytes = 0;
+        // The database's clock, read once a call and only for a `run-at`.
+        let mut now = None;
         for (index, run) in runs.iter().enumerate() {
-            self.target(&run.job).await?;
+            let record = self.target(&run.job).await?;
             let payload = checked_payload(&run.payload)?;
-            let options = &run.options;
-            for text in [&options.dedup_key, &options.instance]
-                .into_iter()
-                .flatten()
+            if let Some(instance) = &run.instance
+                && !crate::rules::name_rule::is_name(instance, MAX_KEY_BYTES)
             {
-                if !crate::rules::name_rule::is_name(text, MAX_KEY_BYTES) {
-                    return Err(invalid("invalid-key"));
+                return Err(invalid("invalid-key"));
+            }
+            let now = match (now, run.asked.run_at) {
+                (Some(now), _) => now,
+                (None, None) => 0,
+                (None, Some(_)) => {
+                    let store = self.jobs_session()?.store.clone();
+                    *now.insert(self.available(store.now().await)?)
                 }
-            }
-            if !(-MAX_PRIORITY_S..=MAX_PRIORITY_S).contains(&options.priority) {
-                return Err(invalid("invalid-priority"));
-            }
-            let delay_ms = i64::try_from(options.delay_ms)
-                .ok()
-                .filter(|d| *d <= MAX_DELAY_MS)
-                .ok_or_else(|| invalid("invalid-delay"))?;
+            };
+            let options = crate::rules::enqueue::from_guest(&run.asked, now)
+                .and_then(|options| {
+                    options.within_job(crate::queue::kick::job_retries(&record))?;
+                    Ok(options)
+                })
+                .map_err(|refused| invalid(refused.guest_reason()))?;
             bytes += payload.len();
             let session = self.own.session.as_ref().expect("checked above");
             let id = child_id(&session.parent, &session.tenant, self.own.calls, index, run);
             planned.push(ChildRun {
-                instance: options.instance.clone().unwrap_or_else(|| id.clone()),
+                instance: run.instance.clone().unwrap_or_else(|| id.clone()),
                 id,
                 job: run.job.clone(),
                 tenant: session.tenant.clone(),
                 origin: crate::store::Origin::Child.as_str(),
                 payload,
-                delay_ms: delay_ms - i64::from(options.priority) * 1000,
+                delay_ms: options.claim_delay_ms(now),
                 trace_parent: Some(session.trace.clone()),
                 parent_attempt: session.parent.attempt,
-                detached: i64::from(options.detached),
+                detached: i64::from(run.detached),
                 event: None,
+                max_attempts: options.max_attempts,
+                unique: options.unique,
             });
         }
         self.reserve(planned.len(), bytes)?;
@@ -267,6 +363,8 @@ impl View<'_, JobsCapability> {
             parent_attempt: session.parent.attempt,
             detached: 1,
             event: None,
+            max_attempts: None,
+            unique: None,
         };
         let bytes = run.payload.len();
         self.reserve(1, bytes)?;
@@ -319,6 +417,8 @@ impl View<'_, JobsCapability> {
                 parent_attempt: session.parent.attempt,
                 detached: 1,
                 event: Some(event.to_string()),
+                max_attempts: None,
+                unique: None,
             })
             .collect();
         let bytes = runs.iter().map(|r| r.payload.len()).sum();
@@ -381,7 +481,7 @@ impl View<'_, JobsCapability> {
     }
 
     /// Queues `write` in a fenced write of the host's own.
-    async fn enqueue_own(&mut self, write: &Enqueue) -> Result<Vec<bool>, HostError> {
+    async fn enqueue_own(&mut self, write: &Enqueue) -> Result<Vec<EnqueueAnswer>, HostError> {
         self.attempt.own_write_allowed().await?;
         self.room_for(write).await?;
         let session = self.own.session.as_ref().expect("checked by the plan");
@@ -395,7 +495,7 @@ impl View<'_, JobsCapability> {
         &mut self,
         tx: &Resource<TxHandle>,
         write: &Enqueue,
-    ) -> Result<Vec<bool>, HostError> {
+    ) -> Result<Vec<EnqueueAnswer>, HostError> {
         self.attempt.guest_tx(tx)?;
         self.room_for(write).await?;
         let queued = self
@@ -408,32 +508,57 @@ impl View<'_, JobsCapability> {
     }
 }
 
-fn answers(write: &Enqueue, inserted: Vec<bool>) -> Vec<Enqueued> {
-    write
-        .runs
-        .iter()
-        .zip(inserted)
-        .map(|(run, inserted)| Enqueued {
-            run_id: run.id.clone(),
-            duplicate: !inserted,
+/// An earlier guest's answer: `duplicate` unless a new run was queued (one its job's cap
+/// dropped at once included, as before the unique rule).
+fn enqueued(answers: Vec<EnqueueAnswer>) -> Vec<Enqueued> {
+    answers
+        .into_iter()
+        .map(|a| Enqueued {
+            duplicate: a.outcome != Outcome::Created,
+            run_id: a.run_id,
         })
         .collect()
 }
 
-fn one(mut answers: Vec<Enqueued>) -> Result<Enqueued, HostError> {
+fn started(answers: Vec<EnqueueAnswer>) -> Vec<Started> {
+    answers
+        .into_iter()
+        .map(|a| Started {
+            outcome: match a.outcome {
+                Outcome::Created if a.dropped => WitOutcome::Dropped,
+                Outcome::Created => WitOutcome::Created,
+                Outcome::Joined => WitOutcome::Joined,
+                Outcome::Replaced => WitOutcome::Replaced,
+                Outcome::Debounced => WitOutcome::Debounced,
+            },
+            run_id: a.run_id,
+        })
+        .collect()
+}
+
+fn one<T>(mut answers: Vec<T>) -> Result<T, HostError> {
     answers.pop().ok_or_else(|| invalid("nothing-queued"))
 }
 
-fn new_run(job: String, payload: String, options: Options) -> WitNewRun {
-    WitNewRun {
+fn new_run(job: String, payload: String, options: Options) -> Asking {
+    Asking::of_enqueue(WitNewRun {
         job,
         payload,
         options,
-    }
+    })
 }
 
-fn queued(inserted: &[bool]) -> u32 {
-    u32::try_from(inserted.iter().filter(|i| **i).count()).unwrap_or(u32::MAX)
+fn new_start(job: String, payload: String, options: StartOptions) -> Asking {
+    Asking::of_start(NewStart {
+        job,
+        payload,
+        options,
+    })
+}
+
+fn queued(answers: &[EnqueueAnswer]) -> u32 {
+    let created = answers.iter().filter(|a| a.outcome == Outcome::Created);
+    u32::try_from(created.count()).unwrap_or(u32::MAX)
 }
 
 impl Host for View<'_, JobsCapability> {
@@ -451,8 +576,7 @@ impl Host for View<'_, JobsCapability> {
                 let write = self
                     .plan_enqueue(vec![new_run(job, payload, options)])
                     .await?;
-                let inserted = self.enqueue_own(&write).await?;
-                one(answers(&write, inserted))
+                one(enqueued(self.enqueue_own(&write).await?))
             }
         )
     }
@@ -472,17 +596,16 @@ impl Host for View<'_, JobsCapability> {
                 let write = self
                     .plan_enqueue(vec![new_run(job, payload, options)])
                     .await?;
-                let inserted = self.enqueue_in_tx(&tx, &write).await?;
-                one(answers(&write, inserted))
+                one(enqueued(self.enqueue_in_tx(&tx, &write).await?))
             }
         )
     }
 
     async fn enqueue_all(&mut self, runs: Vec<WitNewRun>) -> Result<Vec<Enqueued>, HostError> {
         crate::journaled!(self.attempt, "jobs.enqueue-all", (&runs,), async {
+            let runs = runs.into_iter().map(Asking::of_enqueue).collect();
             let write = self.plan_enqueue(runs).await?;
-            let inserted = self.enqueue_own(&write).await?;
-            Ok(answers(&write, inserted))
+            Ok(enqueued(self.enqueue_own(&write).await?))
         })
     }
 
@@ -492,9 +615,68 @@ impl Host for View<'_, JobsCapability> {
         runs: Vec<WitNewRun>,
     ) -> Result<Vec<Enqueued>, HostError> {
         crate::journaled!(self.attempt, "jobs.enqueue-all-in", (&runs,), async {
+            let runs = runs.into_iter().map(Asking::of_enqueue).collect();
             let write = self.plan_enqueue(runs).await?;
-            let inserted = self.enqueue_in_tx(&tx, &write).await?;
-            Ok(answers(&write, inserted))
+            Ok(enqueued(self.enqueue_in_tx(&tx, &write).await?))
+        })
+    }
+
+    async fn start(
+        &mut self,
+        job: String,
+        payload: String,
+        options: StartOptions,
+    ) -> Result<Started, HostError> {
+        crate::journaled!(
+            self.attempt,
+            "jobs.start",
+            (&job, &payload, &options),
+            async {
+                let write = self
+                    .plan_enqueue(vec![new_start(job, payload, options)])
+                    .await?;
+                one(started(self.enqueue_own(&write).await?))
+            }
+        )
+    }
+
+    async fn start_in(
+        &mut self,
+        tx: Resource<TxHandle>,
+        job: String,
+        payload: String,
+        options: StartOptions,
+    ) -> Result<Started, HostError> {
+        crate::journaled!(
+            self.attempt,
+            "jobs.start-in",
+            (&job, &payload, &options),
+            async {
+                let write = self
+                    .plan_enqueue(vec![new_start(job, payload, options)])
+                    .await?;
+                one(started(self.enqueue_in_tx(&tx, &write).await?))
+            }
+        )
+    }
+
+    async fn start_all(&mut self, runs: Vec<NewStart>) -> Result<Vec<Started>, HostError> {
+        crate::journaled!(self.attempt, "jobs.start-all", (&runs,), async {
+            let runs = runs.into_iter().map(Asking::of_start).collect();
+            let write = self.plan_enqueue(runs).await?;
+            Ok(started(self.enqueue_own(&write).await?))
+        })
+    }
+
+    async fn start_all_in(
+        &mut self,
+        tx: Resource<TxHandle>,
+        runs: Vec<NewStart>,
+    ) -> Result<Vec<Started>, HostError> {
+        crate::journaled!(self.attempt, "jobs.start-all-in", (&runs,), async {
+            let runs = runs.into_iter().map(Asking::of_start).collect();
+            let write = self.plan_enqueue(runs).await?;
+            Ok(started(self.enqueue_in_tx(&tx, &write).await?))
         })
     }
 
@@ -517,8 +699,7 @@ impl Host for View<'_, JobsCapability> {
     async fn emit(&mut self, event: String, payload: String) -> Result<u32, HostError> {
         crate::journaled!(self.attempt, "jobs.emit", (&event, &payload), async {
             let write = self.plan_emit(&event, &payload).await?;
-            let inserted = self.enqueue_own(&write).await?;
-            Ok(queued(&inserted))
+            Ok(queued(&self.enqueue_own(&write).await?))
         })
     }
 
@@ -530,8 +711,7 @@ impl Host for View<'_, JobsCapability> {
     ) -> Result<u32, HostError> {
         crate::journaled!(self.attempt, "jobs.emit-in", (&event, &payload), async {
             let write = self.plan_emit(&event, &payload).await?;
-            let inserted = self.enqueue_in_tx(&tx, &write).await?;
-            Ok(queued(&inserted))
+            Ok(queued(&self.enqueue_in_tx(&tx, &write).await?))
         })
     }
 
@@ -568,8 +748,8 @@ mod tests {
     use super::*;
     use crate::rules::failure::FailureCode;
 
-    fn asked(job: &str, payload: &str, key: Option<&str>) -> WitNewRun {
-        WitNewRun {
+    fn asked(job: &str, payload: &str, key: Option<&str>) -> Asking {
+        Asking::of_enqueue(WitNewRun {
             job: job.into(),
             payload: payload.into(),
             options: Options {
@@ -579,7 +759,7 @@ mod tests {
                 dedup_key: key.map(str::to_string),
                 detached: false,
             },
-        }
+        })
     }
 
     fn parent(run_id: &str, pass: i64) -> ParentLink {
@@ -594,8 +774,7 @@ mod tests {
     #[test]
     fn a_retried_pass_names_the_same_children_and_a_changed_call_new_ones() {
         let p = parent("p", 1);
-        let id =
-            |p: &ParentLink, call, index, run: &WitNewRun| child_id(p, "acme", call, index, run);
+        let id = |p: &ParentLink, call, index, run: &Asking| child_id(p, "acme", call, index, run);
         let a = asked("thumb", r#"{"n":1}"#, None);
         assert_eq!(id(&p, 0, 0, &a), id(&p, 0, 0, &a));
         assert_ne!(id(&p, 0, 0, &a), id(&p, 0, 1, &a));

@@ -10,7 +10,7 @@ use crate::rules::grants::Grants;
 
 /// The WIT package this host implements, as it appears in import and export names.
 pub const PACKAGE: &str = "jobhost:job";
-pub const PACKAGE_VERSION: (u64, u64, u64) = (0, 1, 6);
+pub const PACKAGE_VERSION: (u64, u64, u64) = (0, 1, 7);
 
 /// WASI interfaces a job may import (any 0.2.x version).
 const WASI_ALLOWED: [&str; 27] = [

@@ -58,7 +58,6 @@ pub(crate) const POSTGRES_FUNCTIONS: &[(&str, &str)] = functions!(
     "claim_runs",
     "end_pass",
     "enqueue_run",
-    "enqueue_runs",
     "fence",
     "file_garbage_usage",
     "files_bookkeeping",
@@ -72,6 +71,7 @@ pub(crate) const POSTGRES_FUNCTIONS: &[(&str, &str)] = functions!(
     "run_limit_key",
     "runs_changed",
     "runs_queued_ended",
+    "start_runs",
 );
 
 /// How an attempt of one job is started: its lease's deadline and expiry (from the moment
