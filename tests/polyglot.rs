@@ -121,6 +121,30 @@ on_every_backend! {
         }
     }
 
+    async fn python_and_js_compute_loops_finish_and_run_out_of_a_fuel_cap(home) {
+        // The sandbox benchmark's compute guests: a bounded loop succeeds, the same loop
+        // under a fuel cap below its work fails `out_of_fuel` (an interpreter's dispatch
+        // loop is metered like compiled code), and a payload that is not a count ends the
+        // run unrecoverable, with the job's own words.
+        for lang in LANGS {
+            let (code, done) = run(&home, lang, "spin", json!({"iterations": 1000}), &[]);
+            assert_eq!((code, done["status"].as_str()), (0, Some("succeeded")), "{lang}: {done}");
+            let (code, capped) = run(&home, lang, "spin", json!({"iterations": 1_000_000}), &["--fuel", "1000000"]);
+            assert_eq!((code, capped["code"].as_str()), (1, Some("out_of_fuel")), "{lang}: {capped}");
+            let (code, refused) = run(&home, lang, "spin", json!({"iterations": -1}), &[]);
+            assert_eq!((code, refused["code"].as_str()), (1, Some("unrecoverable")), "{lang}: {refused}");
+            assert_eq!(
+                refused["error"].as_str(),
+                Some(if lang == "python" {
+                    "the payload is {\"iterations\": n}, not {'iterations': -1}"
+                } else {
+                    "the payload is {\"iterations\": n}, not {\"iterations\":-1}"
+                }),
+                "{lang}: {refused}"
+            );
+        }
+    }
+
     async fn python_and_js_failures_end_with_the_codes_rust_ones_do(home) {
         home.run(&["migrate", "--migrations", migrations().to_str().unwrap()]);
         for lang in LANGS {

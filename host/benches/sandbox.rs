@@ -9,11 +9,12 @@
 //! - `instantiate`: a fresh store, the noop component instantiated and its handler called
 //!   (`on-demand`, `pooling`), and instantiation alone, not called (`alone/on-demand`,
 //!   `alone/pooling`), with each instance allocator.
-//! - `compute`: a bounded compute-bound guest call (`spin` looping a fixed number of
-//!   times) with the epoch deadline and fuel metering each on or off, on the same component
-//!   and host linker, in CPU time of the guest's thread: `epochs+fuel` is how jobs run by
-//!   default; against `fuel-only` (and `epochs-only` against `unmetered`) it shows the
-//!   epoch deadline's overhead, against `epochs-only` fuel metering's.
+//! - `compute`: a bounded compute-bound guest call (`spin`, and its Python and JavaScript
+//!   twins `examples/{python,js}/spin`, looping a fixed number of times) with the epoch
+//!   deadline and fuel metering each on or off, on the same component and host linker, in
+//!   CPU time of the guest's thread (`compute/<rust|python|js>/<setting>`): `epochs+fuel`
+//!   against `fuel-only` (and `epochs-only` against `unmetered`) shows the epoch
+//!   deadline's overhead, against `epochs-only` fuel metering's.
 //! - `load`: loading the noop component into an engine that has not loaded it yet, by
 //!   compiling it (`compile`) or from the on-disk compile cache (`compile-cache`, a second
 //!   `host run`), and from the engine's own map of loaded components (`in-memory`).
@@ -49,13 +50,29 @@
 //! alternating order, each variant alone (`-- '^db_write/fenced-capability$'`, then
 //! `-- '^db_write/fenced-capability-recorded$'`, and again the other way round).
 //!
+//! Last, with no filter or the filter `languages` (`cargo bench -p jobhost --bench sandbox
+//! -- languages` runs it alone), the benchmark prints the three languages side by side as
+//! a markdown table, each figure the median of several measurements
+//! ([`print_languages_table`]): component size, first compile on 1 thread and on every
+//! core, cached load, instantiate, a no-op attempt and a 1 000-row fenced write end to end
+//! on SQLite, and the compute loop unmetered and as the host meters a job by default.
+//! `JOBHOST_BENCH_QUICK=1` measures each figure at most three times (about two minutes on
+//! 2 cores, most of it the first compiles); the whole benchmark takes about fifteen.
+//!
 //! The `noop`, `ledger` and `spin` guests are taken from the workspace's target directory
-//! (`target/wasm32-wasip2/guest/`), and built there first if they are missing.
+//! (`target/wasm32-wasip2/guest/`), and built there first if they are missing; the Python
+//! and JavaScript examples (`examples/{python,js}/{spin,ledger}`) by `host build`'s own
+//! code, with the build tools `scripts/test` installs in the target directory
+//! (`polyglot-tools`) unless `JOBHOST_COMPONENTIZE_PY` / `JOBHOST_JS_TOOLS` name others.
+//! Compiled components are kept in `target/bench-component-cache`.
 
 #[path = "support/guests.rs"]
 mod guests;
+#[path = "support/languages.rs"]
+mod languages;
 
 use criterion::{BatchSize, Criterion, SamplingMode};
+use jobhost::authoring::languages::Lang;
 use jobhost::rules::failure::FailureCode;
 use jobhost::rules::grants::{DbGrant, Grants};
 use jobhost::rules::job::{JobSpec, Limits, RetryPolicy};
@@ -70,6 +87,7 @@ use jobhost::sandbox::engine::bindings::jobhost::job::db::{
     Host as DbHost, HostTransaction as DbTransaction, Value,
 };
 use jobhost::sandbox::engine::bindings::jobhost::job::steps::Host as StepsHost;
+use jobhost::sandbox::engine::compiler::{self, CompileLimits, Compiler};
 use jobhost::sandbox::engine::output::AttemptLog;
 use jobhost::sandbox::engine::state::GuestState;
 use jobhost::sandbox::engine::{Engine, EngineSettings, Loaded, MAX_LOG_BYTES};
@@ -93,11 +111,12 @@ const INSERT_LEDGER: &str = "INSERT INTO ledger (run_id, attempt, n) VALUES ($1,
 const GENEROUS: Duration = Duration::from_secs(30);
 /// How long a fenced write transaction may stay open (the runner's default bound).
 const TXN_BOUND: Duration = Duration::from_secs(5);
-/// The `compute` group's work: loop iterations of the `spin` guest per call (tens of
+/// The `compute` group's work: loop iterations of the Rust `spin` guest per call (tens of
 /// milliseconds, so an attempt's fixed costs are noise beside it).
 const SPIN_ITERATIONS: u64 = 20_000_000;
 
 fn main() {
+    languages::use_shared_tools();
     let guests = match Guests::locate_or_build() {
         Ok(guests) => guests,
         Err(message) => {
@@ -122,6 +141,9 @@ fn main() {
     bench_journal(&mut c);
 
     c.final_summary();
+    if table_wanted() {
+        print_languages_table(&rt, &guests);
+    }
 }
 
 // ---- guests -------------------------------------------------------------------------
@@ -130,16 +152,52 @@ fn main() {
 struct Guests {
     noop: PathBuf,
     ledger: PathBuf,
+    /// Rust, Python and JavaScript, side by side.
+    languages: Vec<Language>,
+}
+
+/// One language's guests: the same compute loop and the same ledger writer in each.
+struct Language {
+    name: &'static str,
+    /// `spin`'s twin: `{"iterations": n}` loops `n` times; `0` is a no-op attempt.
     spin: PathBuf,
+    /// `ledger`'s twin: `{"rows": n}` writes `n` rows in one fenced transaction.
+    ledger: PathBuf,
+    /// The compute loop's iterations per call: tens of milliseconds in each language
+    /// (an interpreter's iteration is a hundred times a compiled one's).
+    iterations: u64,
 }
 
 impl Guests {
     fn locate_or_build() -> Result<Guests, String> {
         let mut found = guests::locate_or_build(&["noop", "ledger", "spin"])?.into_iter();
+        let noop = found.next().expect("one path per name");
+        let ledger = found.next().expect("one path per name");
+        let spin = found.next().expect("one path per name");
+        let languages = vec![
+            Language {
+                name: "Rust",
+                spin,
+                ledger: ledger.clone(),
+                iterations: SPIN_ITERATIONS,
+            },
+            Language {
+                name: "Python",
+                spin: languages::polyglot("python/spin", Lang::Python)?,
+                ledger: languages::polyglot("python/ledger", Lang::Python)?,
+                iterations: 60_000,
+            },
+            Language {
+                name: "JS",
+                spin: languages::polyglot("js/spin", Lang::Js)?,
+                ledger: languages::polyglot("js/ledger", Lang::Js)?,
+                iterations: 300_000,
+            },
+        ];
         Ok(Guests {
-            noop: found.next().expect("one path per name"),
-            ledger: found.next().expect("one path per name"),
-            spin: found.next().expect("one path per name"),
+            noop,
+            ledger,
+            languages,
         })
     }
 }
@@ -253,11 +311,13 @@ async fn guest_call(
 
 // ---- compute ------------------------------------------------------------------------
 
-/// What metering costs a compute-bound guest: one attempt of `spin` looping
-/// [`SPIN_ITERATIONS`] times (a tight loop, so the worst case: a check per iteration)
-/// ([`spin_call`]), with the same component and host linker on four engines:
+/// What metering costs a compute-bound guest, in each language: one attempt of its `spin`
+/// looping [`Language::iterations`] times (a tight loop, so the worst case: a check per
+/// iteration; in Python and JavaScript the interpreter's own dispatch loop, which is where
+/// an interpreted job spends its attempt) ([`spin_call`]), with the same component and
+/// host linker on four engines, `compute/<language>/<engine>`:
 ///
-/// - `epochs+fuel`: the default engine, how every job runs today.
+/// - `epochs+fuel`: epochs and fuel, as a job whose fuel is accounted runs.
 /// - `fuel-only`: no epoch interruption (`Engine::without_epochs`; no deadline can stop
 ///   the guest, so never for jobs): against `epochs+fuel`, the epoch deadline's overhead.
 /// - `epochs-only`: `EngineSettings::fuel` off: against `epochs+fuel`, fuel metering's
@@ -267,65 +327,82 @@ async fn guest_call(
 /// On-demand allocation throughout: instantiation is the same small constant in each.
 /// Measured as CPU time of the thread the guest runs on ([`thread_cpu_time`]), not wall
 /// time: the comparison is of compute, and wall time on a shared machine is mostly noise
-/// at this length.
+/// at this length. The engines share a compile cache in the target directory, so a second
+/// run of the benchmark does not compile the Python and JavaScript guests four times again.
 fn bench_compute(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
-    let metered = EngineSettings::default();
-    let unfueled = EngineSettings {
-        fuel: false,
-        ..EngineSettings::default()
-    };
-    let engines = [
-        ("epochs+fuel", Engine::new(&metered)),
-        ("fuel-only", Engine::without_epochs(&metered)),
-        ("epochs-only", Engine::new(&unfueled)),
-        ("unmetered", Engine::without_epochs(&unfueled)),
-    ];
+    let engines = metering_engines();
     let mut group = c.benchmark_group("compute");
     // Each call takes tens of milliseconds: fewer samples of equal size, a longer
     // measurement.
     group
         .sampling_mode(SamplingMode::Flat)
         .sample_size(20)
-        .measurement_time(Duration::from_secs(10));
-    for (id, engine) in engines {
-        let engine = engine.expect("configure the engine");
-        let loaded = engine
-            .load(&guests.spin, &Grants::default())
-            .expect("load the spin guest");
-        if id == "epochs+fuel" {
-            // A guest built before `iterations` loops forever: stopped by the deadline
-            // here (this engine has epochs), rather than hanging an engine without them.
-            let report = rt.block_on(guest_call(
-                &engine,
-                &loaded,
-                &spin_payload(),
-                Instant::now() + Duration::from_secs(10),
-            ));
-            if report.result != Ok(Outcome::Done) {
-                eprintln!(
-                    "sandbox benchmarks: spin did not finish its bounded loop ({:?}); rebuild \
-                     it: cargo build --profile guest --target wasm32-wasip2 -p spin",
-                    report.result
-                );
-                std::process::exit(1);
+        .measurement_time(Duration::from_secs(8));
+    for language in &guests.languages {
+        let payload = spin_payload(language.iterations);
+        for (id, engine) in &engines {
+            let loaded = engine
+                .load(&language.spin, &Grants::default())
+                .expect("load the spin guest");
+            if *id == "epochs+fuel" {
+                // A guest built before `iterations` loops forever: stopped by the deadline
+                // here (this engine has epochs), rather than hanging an engine without them.
+                let report = rt.block_on(guest_call(
+                    engine,
+                    &loaded,
+                    &payload,
+                    Instant::now() + Duration::from_secs(10),
+                ));
+                if report.result != Ok(Outcome::Done) {
+                    eprintln!(
+                        "sandbox benchmarks: {}'s spin did not finish its bounded loop ({:?}); \
+                         rebuild it (Rust: cargo build --profile guest --target wasm32-wasip2 \
+                         -p spin; Python, JS: host build examples/<lang>/spin)",
+                        language.name, report.result
+                    );
+                    std::process::exit(1);
+                }
             }
-        }
-        let report = rt.block_on(spin_call(&engine, &loaded));
-        assert_eq!(report.result, Ok(Outcome::Done), "spin ({id}): {report:?}");
-        assert_eq!(report.fuel_used > 0, engine.meters_fuel(), "{report:?}");
-        group.bench_function(id, |b| {
-            b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let start = thread_cpu_time();
-                    for _ in 0..iters {
-                        spin_call(&engine, &loaded).await;
-                    }
-                    thread_cpu_time() - start
-                })
+            let report = rt.block_on(spin_call(engine, &loaded, &payload));
+            assert_eq!(report.result, Ok(Outcome::Done), "spin ({id}): {report:?}");
+            assert_eq!(report.fuel_used > 0, engine.meters_fuel(), "{report:?}");
+            let name = format!("{}/{id}", language.name.to_lowercase());
+            group.bench_function(name, |b| {
+                b.iter_custom(|iters| {
+                    rt.block_on(async {
+                        let start = thread_cpu_time();
+                        for _ in 0..iters {
+                            spin_call(engine, &loaded, &payload).await;
+                        }
+                        thread_cpu_time() - start
+                    })
+                });
             });
-        });
+        }
     }
     group.finish();
+}
+
+/// The four metering settings, each an engine of its own on one shared compile cache.
+fn metering_engines() -> [(&'static str, Engine); 4] {
+    let cache_dir = Some(guests::target_dir().join("bench-component-cache"));
+    let metered = EngineSettings {
+        cache_dir: cache_dir.clone(),
+        fuel: true,
+        ..EngineSettings::default()
+    };
+    let unfueled = EngineSettings {
+        cache_dir,
+        fuel: false,
+        ..EngineSettings::default()
+    };
+    let engine = |e: Result<Engine, _>| e.expect("configure the engine");
+    [
+        ("epochs+fuel", engine(Engine::new(&metered))),
+        ("fuel-only", engine(Engine::without_epochs(&metered))),
+        ("epochs-only", engine(Engine::new(&unfueled))),
+        ("unmetered", engine(Engine::without_epochs(&unfueled))),
+    ]
 }
 
 /// The calling thread's CPU time. A guest runs on the thread that polls its attempt
@@ -345,14 +422,14 @@ fn thread_cpu_time() -> Duration {
     )
 }
 
-/// The payload that bounds `spin` to [`SPIN_ITERATIONS`] iterations.
-fn spin_payload() -> String {
-    format!(r#"{{"iterations": {SPIN_ITERATIONS}}}"#)
+/// The payload that bounds a `spin` to `iterations` iterations.
+fn spin_payload(iterations: u64) -> String {
+    format!(r#"{{"iterations": {iterations}}}"#)
 }
 
-/// One attempt of `spin` looping [`SPIN_ITERATIONS`] times, then returning `done`.
-async fn spin_call(engine: &Engine, loaded: &Loaded) -> AttemptReport {
-    guest_call(engine, loaded, &spin_payload(), Instant::now() + GENEROUS).await
+/// One attempt of a `spin` with `payload`, then returning `done`.
+async fn spin_call(engine: &Engine, loaded: &Loaded, payload: &str) -> AttemptReport {
+    guest_call(engine, loaded, payload, Instant::now() + GENEROUS).await
 }
 
 // ---- load ---------------------------------------------------------------------------
@@ -414,15 +491,12 @@ struct Host {
 }
 
 impl Host {
-    async fn open(pooling: bool) -> Host {
+    async fn open(engine: EngineSettings) -> Host {
         let dir = tempfile::tempdir().expect("create a temporary directory");
         let app = App::open(AppConfig {
             db_url: format!("sqlite://{}/bench.db", dir.path().display()),
             operator_migrations: Some(operator_migrations()),
-            engine: EngineSettings {
-                pooling,
-                ..EngineSettings::default()
-            },
+            engine,
             runner: RunnerSettings::default(),
             home: dir.path().to_path_buf(),
             collections: Default::default(),
@@ -586,7 +660,10 @@ fn bench_attempt(c: &mut Criterion, rt: &Runtime, guests: &Guests) {
         .sample_size(40)
         .measurement_time(Duration::from_secs(8));
     for (id, pooling, spec) in variants {
-        let host = rt.block_on(Host::open(pooling));
+        let host = rt.block_on(Host::open(EngineSettings {
+            pooling,
+            ..EngineSettings::default()
+        }));
         let (spec, loaded) = rt.block_on(host.job(spec));
         let run_id = rt.block_on(host.run_once(&spec, &loaded));
         let kept = rt
@@ -965,4 +1042,213 @@ async fn direct_write(pool: &sqlx::SqlitePool, n: i64) {
         .await
         .expect("insert directly");
     tx.commit().await.expect("commit directly");
+}
+
+// ---- languages ----------------------------------------------------------------------
+
+/// Whether to print the three-language table: with no filter, or the filter `languages`.
+fn table_wanted() -> bool {
+    let filter = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-') && a != "bench");
+    filter.is_none_or(|f| "languages".contains(f.as_str()))
+}
+
+/// How many times each figure of the table is measured (its median is shown):
+/// `JOBHOST_BENCH_QUICK=1` for a check that it all works.
+fn table_repeats(full: usize) -> usize {
+    if std::env::var_os("JOBHOST_BENCH_QUICK").is_some() {
+        full.min(3)
+    } else {
+        full
+    }
+}
+
+/// The three languages side by side, measured after the groups above (one language after
+/// the other, each figure the median of several), printed as a markdown table:
+///
+/// - component size: the `spin` twin's file.
+/// - first compile: a fresh engine and no cache, compiled in the `host compile-component`
+///   child as `host serve` compiles, on 1 thread and on every core (`--compile-threads`).
+/// - cached load: from the on-disk compile cache into an engine that has not loaded it.
+/// - instantiate: a fresh store, the component instantiated, nothing called (pooling).
+/// - no-op attempt, 1 000-row write: a run end to end on SQLite (insert, claim, lease,
+///   attempt, ending; pooling, the recorder as by default): `spin` with no iterations, and
+///   the `ledger` twin writing 1 000 rows in one fenced transaction.
+/// - compute: the `compute` group's loop, in CPU time, unmetered and as the host meters a
+///   job by default, and the ratio of the two.
+fn print_languages_table(rt: &Runtime, guests: &Guests) {
+    let cache = tempfile::tempdir().expect("create a temporary directory");
+    let default_metering = EngineSettings::default();
+    let default_name = match default_metering.fuel {
+        true => "epochs+fuel",
+        false => "epochs only",
+    };
+    let rows = [
+        "component size",
+        "first compile, 1 thread",
+        "first compile, all threads",
+        "cached load",
+        "instantiate",
+        "no-op attempt",
+        "1 000-row fenced write",
+        "compute, unmetered",
+        "compute, default metering",
+        "default / unmetered",
+    ];
+    let mut columns = Vec::new();
+    for language in &guests.languages {
+        eprintln!("languages: measuring {}", language.name);
+        columns.push(language_column(rt, language, cache.path()));
+    }
+    let threads = compiler::default_threads();
+    println!();
+    println!(
+        "Three languages (median of each; compile on {threads} threads for `all threads`; \
+         default metering: {default_name})"
+    );
+    println!();
+    let names: Vec<&str> = guests.languages.iter().map(|l| l.name).collect();
+    println!("| | {} |", names.join(" | "));
+    println!("|---|{}", "---|".repeat(names.len()));
+    for (i, row) in rows.iter().enumerate() {
+        let cells: Vec<&str> = columns.iter().map(|c| c[i].as_str()).collect();
+        println!("| {row} | {} |", cells.join(" | "));
+    }
+}
+
+/// One language's figures, in the order of [`print_languages_table`]'s rows.
+fn language_column(rt: &Runtime, language: &Language, cache: &Path) -> Vec<String> {
+    let size = std::fs::metadata(&language.spin)
+        .expect("read the component's size")
+        .len();
+    let compiled = |threads: usize, cache_dir: Option<PathBuf>| {
+        let engine = Engine::new(&EngineSettings {
+            cache_dir,
+            compiler: Some(Compiler {
+                program: PathBuf::from(env!("CARGO_BIN_EXE_host")),
+                limits: CompileLimits::default(),
+                threads,
+            }),
+            ..EngineSettings::default()
+        })
+        .expect("configure the engine");
+        let start = std::time::Instant::now();
+        engine
+            .load(&language.spin, &Grants::default())
+            .expect("compile the spin guest");
+        (start.elapsed(), engine)
+    };
+    let (one_thread, _) = compiled(1, None);
+    let dir = cache.join(language.name);
+    let (all_threads, cached) = compiled(compiler::default_threads(), Some(dir));
+    let cached_load = median(table_repeats(20), || {
+        cached.forget_loaded();
+        let start = std::time::Instant::now();
+        cached
+            .load(&language.spin, &Grants::default())
+            .expect("load the spin guest from the cache");
+        start.elapsed()
+    });
+
+    let pooled = EngineSettings {
+        pooling: true,
+        cache_dir: Some(guests::target_dir().join("bench-component-cache")),
+        ..EngineSettings::default()
+    };
+    let host = rt.block_on(Host::open(pooled));
+    let noop = job_spec(
+        "noop",
+        &language.spin,
+        Grants::default(),
+        serde_json::json!({ "iterations": 0 }),
+    );
+    let mut grants = Grants::default();
+    grants.add_flag("db.write=ledger").expect("a valid grant");
+    let ledger = job_spec(
+        "ledger",
+        &language.ledger,
+        grants,
+        serde_json::json!({ "rows": 1000 }),
+    );
+    let (noop, noop_loaded) = rt.block_on(host.job(noop));
+    let (ledger, ledger_loaded) = rt.block_on(host.job(ledger));
+    let engine = &host.app.engine;
+    let memory = Limits::default().memory;
+    let instantiate = median(table_repeats(20), || {
+        let start = std::time::Instant::now();
+        rt.block_on(async {
+            engine
+                .instantiate_only(&noop_loaded, memory, Instant::now() + GENEROUS)
+                .await
+                .expect("instantiate the guest");
+        });
+        start.elapsed()
+    });
+    let timed_run = |spec: &JobSpec, loaded: &Loaded| {
+        let start = std::time::Instant::now();
+        rt.block_on(host.run_once(spec, loaded));
+        start.elapsed()
+    };
+    let noop_attempt = median(table_repeats(20), || timed_run(&noop, &noop_loaded));
+    let write = median(table_repeats(5), || timed_run(&ledger, &ledger_loaded));
+    rt.block_on(host.app.store.close());
+
+    let unmetered = Engine::without_epochs(&EngineSettings {
+        cache_dir: Some(guests::target_dir().join("bench-component-cache")),
+        fuel: false,
+        ..EngineSettings::default()
+    })
+    .expect("configure the engine");
+    let default = Engine::new(&EngineSettings {
+        cache_dir: Some(guests::target_dir().join("bench-component-cache")),
+        ..EngineSettings::default()
+    })
+    .expect("configure the engine");
+    let payload = spin_payload(language.iterations);
+    let compute = |engine: &Engine| {
+        let loaded = engine
+            .load(&language.spin, &Grants::default())
+            .expect("load the spin guest");
+        median(table_repeats(7), || {
+            rt.block_on(async {
+                let start = thread_cpu_time();
+                let report = spin_call(engine, &loaded, &payload).await;
+                assert_eq!(report.result, Ok(Outcome::Done), "{report:?}");
+                thread_cpu_time() - start
+            })
+        })
+    };
+    let floor = compute(&unmetered);
+    let metered = compute(&default);
+    vec![
+        format!("{:.1} MiB", size as f64 / f64::from(1 << 20)),
+        readable(one_thread),
+        readable(all_threads),
+        readable(cached_load),
+        readable(instantiate),
+        readable(noop_attempt),
+        readable(write),
+        readable(floor),
+        readable(metered),
+        format!("{:.2}×", metered.as_secs_f64() / floor.as_secs_f64()),
+    ]
+}
+
+/// The median of `n` measurements.
+fn median(n: usize, mut measure: impl FnMut() -> Duration) -> Duration {
+    let mut times: Vec<Duration> = (0..n.max(1)).map(|_| measure()).collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// `d` in ms below 10 s, with the digits that mean something.
+fn readable(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    match ms {
+        ms if ms >= 10_000.0 => format!("{:.1} s", ms / 1000.0),
+        ms if ms >= 100.0 => format!("{ms:.0} ms"),
+        ms if ms >= 10.0 => format!("{ms:.1} ms"),
+        ms => format!("{ms:.2} ms"),
+    }
 }

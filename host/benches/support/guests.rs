@@ -10,7 +10,7 @@ pub fn workspace_dir() -> PathBuf {
 
 /// Where cargo puts the guests: `CARGO_TARGET_DIR` if set (it is passed on unchanged to
 /// the guest build, which runs in the workspace root), else the workspace's `target`.
-fn target_dir() -> PathBuf {
+pub fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) => workspace_dir().join(dir),
         None => workspace_dir().join("target"),
