@@ -33,21 +33,6 @@ async fn audit_rows(server: &Server) -> Vec<Value> {
     body["audit"].as_array().cloned().expect("rows")
 }
 
-fn cli(home: &Home, args: &[&str]) -> (i32, String, String) {
-    let out = home.run(args);
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn cli_ok(home: &Home, args: &[&str]) -> String {
-    let (code, stdout, stderr) = cli(home, args);
-    assert_eq!(code, 0, "{args:?}: {stderr}");
-    stdout
-}
-
 /// A run of `hello` in `status` that no retry took yet: what a cancel or a retry acts on.
 async fn a_run(server: &Server, status: &str) -> String {
     let (_, body) = server
@@ -136,10 +121,7 @@ async fn perform(
             Some(r#"{"label": "made by the API", "expires": "1h"}"#),
         ),
         ("DELETE", "/tokens/{id}") => {
-            let made_now = cli_ok(
-                home,
-                &["tokens", "create", "--json", "--label", "to revoke"],
-            );
+            let made_now = home.run_ok(&["tokens", "create", "--json", "--label", "to revoke"]);
             let id = serde_json::from_str::<Value>(&made_now).unwrap()["id"]
                 .as_str()
                 .unwrap()
@@ -164,10 +146,10 @@ on_every_backend! {
     async fn every_change_through_the_api_is_audited_and_refused_to_a_read_only_token(home) {
         let m = manifest(&home);
         // `hello` stays paused, so the runs this test starts wait to be acted on.
-        cli_ok(&home, &["pause", "job", "hello"]);
+        home.run_ok(&["pause", "job", "hello"]);
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
         let read_only = {
-            let out = cli_ok(&home, &["tokens", "create", "--read-only", "--label", "on-call", "--json"]);
+            let out = home.run_ok(&["tokens", "create", "--read-only", "--label", "on-call", "--json"]);
             let made: Value = serde_json::from_str(&out).unwrap();
             assert_eq!(made["kind"], "read_only");
             made["token"].as_str().unwrap().to_string()
@@ -242,7 +224,7 @@ on_every_backend! {
 
     async fn every_change_through_the_cli_is_audited(home) {
         let m = manifest(&home);
-        cli_ok(&home, &["pause", "job", "hello"]);
+        home.run_ok(&["pause", "job", "hello"]);
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
         let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
 
@@ -308,7 +290,7 @@ on_every_backend! {
                     let action = if verb == "grant" { "app.grant" } else { "app.revoke" };
                     if home.backend == common::Backend::Sqlite {
                         // SQLite has no roles: refused, and audited as refused.
-                        let (code, _, stderr) = cli(&home, &["apps", verb, "app_reader"]);
+                        let (code, _, stderr) = home.run_text(&["apps", verb, "app_reader"]);
                         assert_eq!(code, 2, "host {leaf}: {stderr}");
                         assert!(stderr.contains("SQLite has no roles"), "{stderr}");
                         let rows = audit_rows(&server).await;
@@ -322,7 +304,7 @@ on_every_backend! {
                     (action, vec!["apps".into(), verb.into(), role])
                 }
                 "tokens revoke" => {
-                    let out = cli_ok(&home, &["tokens", "create", "--json"]);
+                    let out = home.run_ok(&["tokens", "create", "--json"]);
                     let id = serde_json::from_str::<Value>(&out).unwrap()["id"].as_str().unwrap().to_string();
                     ("token.revoke", vec!["tokens".into(), "revoke".into(), id])
                 }
@@ -335,7 +317,7 @@ on_every_backend! {
             // Each made one row of its own first: the token to revoke, the run to signal.
             let before = if leaf == "tokens revoke" || leaf == "runs signal" { before + 1 } else { before };
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            cli_ok(&home, &args);
+            home.run_ok(&args);
             let rows = audit_rows(&server).await;
             assert_eq!(rows.len(), before + 1, "host {leaf}: one audit row");
             let row = &rows[0];
@@ -347,37 +329,37 @@ on_every_backend! {
 
         // A refused command is audited as refused; a preview by filter writes nothing.
         let before = audit_rows(&server).await.len();
-        let (code, _, _) = cli(&home, &["tenants", "disable", "nobody"]);
+        let (code, _, _) = home.run_text(&["tenants", "disable", "nobody"]);
         assert_eq!(code, 2);
-        cli_ok(&home, &["runs", "cancel", "--job", "hello"]);
+        home.run_ok(&["runs", "cancel", "--job", "hello"]);
         let rows = audit_rows(&server).await;
         assert_eq!(rows.len(), before + 1);
         assert_eq!((rows[0]["action"].as_str(), rows[0]["result"].as_str()), (Some("tenant.disable"), Some("refused")));
 
         // `host audit`, filtered, and its refusal of an action no change has.
-        let listed = cli_ok(&home, &["audit", "--action", "tenant.disable", "--json"]);
+        let listed = home.run_ok(&["audit", "--action", "tenant.disable", "--json"]);
         let listed: Vec<Value> = serde_json::from_str(&listed).unwrap();
         assert_eq!(listed.len(), 2, "{listed:?}");
         assert!(listed.iter().all(|r| r["action"] == "tenant.disable"));
-        let text = cli_ok(&home, &["audit", "--since", "1h"]);
+        let text = home.run_ok(&["audit", "--since", "1h"]);
         assert!(text.contains("token.create") && text.contains(&format!("cli {user}")), "{text}");
-        let (code, _, stderr) = cli(&home, &["audit", "--action", "run.delete"]);
+        let (code, _, stderr) = home.run_text(&["audit", "--action", "run.delete"]);
         assert_eq!(code, 2);
         assert!(stderr.contains("unknown action \"run.delete\"") && stderr.contains("run.cancel"), "{stderr}");
     }
 
     async fn a_run_records_who_started_kicked_cancelled_and_retried_it(home) {
         let m = manifest(&home);
-        cli_ok(&home, &["pause", "job", "hello"]);
+        home.run_ok(&["pause", "job", "hello"]);
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
-        let out = cli_ok(&home, &["tokens", "create", "--label", "deploy bot", "--json"]);
+        let out = home.run_ok(&["tokens", "create", "--label", "deploy bot", "--json"]);
         let bot: Value = serde_json::from_str(&out).unwrap();
         let (status, kicked) = server
             .post_as(bot["token"].as_str(), "/jobs/hello/kick", None)
             .await;
         assert_eq!(status, 202, "{kicked}");
         let run = kicked["run_id"].as_str().unwrap().to_string();
-        cli_ok(&home, &["runs", "cancel", &run]);
+        home.run_ok(&["runs", "cancel", &run]);
         let (status, _) = server.post(&format!("/runs/{run}/retry")).await;
         assert_eq!(status, 201);
 
@@ -395,7 +377,7 @@ on_every_backend! {
         assert!(actions[1].1.starts_with("cli "), "{actions:?}");
         assert_eq!(actions[0].0, "run.retry");
 
-        let shown = cli_ok(&home, &["runs", "show", &run]);
+        let shown = home.run_ok(&["runs", "show", &run]);
         assert!(shown.contains(&format!("run.kick by token {bot_id} (deploy bot): ok")), "{shown}");
         assert!(shown.contains("run.cancel by cli "), "{shown}");
 
@@ -415,40 +397,40 @@ on_every_backend! {
     async fn an_expired_token_is_refused_and_listed_expired(home) {
         let m = manifest(&home);
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
-        let out = cli_ok(&home, &["tokens", "create", "--expires", "30d", "--label", "contractor", "--json"]);
+        let out = home.run_ok(&["tokens", "create", "--expires", "30d", "--label", "contractor", "--json"]);
         let made: Value = serde_json::from_str(&out).unwrap();
         let (token, id) = (made["token"].as_str().unwrap(), made["id"].as_str().unwrap());
         assert_eq!(server.get_as(Some(token), "/jobs").await.0, 200);
-        let listed = cli_ok(&home, &["tokens", "list"]);
+        let listed = home.run_ok(&["tokens", "list"]);
         assert!(listed.lines().any(|l| l.starts_with(id) && l.contains("live, expires")), "{listed}");
 
         // Thirty days later, as the database's clock sees it.
         home.exec(&format!("UPDATE jobhost_tokens SET expires_at = created_at - 1 WHERE id = '{id}'")).await;
         let (status, refused) = server.get_as(Some(token), "/jobs").await;
         assert_eq!((status, refused["error"]["code"].as_str()), (401, Some("token_expired")), "{refused}");
-        let listed = cli_ok(&home, &["tokens", "list"]);
+        let listed = home.run_ok(&["tokens", "list"]);
         assert!(listed.lines().any(|l| l.starts_with(id) && l.contains("expired")), "{listed}");
-        let json: Vec<Value> = serde_json::from_str(&cli_ok(&home, &["tokens", "list", "--json"])).unwrap();
+        let json: Vec<Value> = serde_json::from_str(&home.run_ok(&["tokens", "list", "--json"])).unwrap();
         let row = json.iter().find(|t| t["id"] == id).unwrap();
         assert_eq!((row["expired"].as_bool(), row["kind"].as_str()), (Some(true), Some("operator")));
 
         // Bad input: a fixed message naming the units, and no token written.
         let count = json.len();
         for bad in ["30", "30s", "0d", "forever", "3651d", "1\u{1b}[2Jd"] {
-            let (code, _, stderr) = cli(&home, &["tokens", "create", "--expires", bad]);
+            let (code, _, stderr) = home.run_text(&["tokens", "create", "--expires", bad]);
             assert_eq!(code, 2, "{bad:?}");
             assert!(stderr.contains("m (minutes), h (hours) or d (days)"), "{bad:?}: {stderr}");
             assert!(!stderr.contains('\u{1b}'), "{stderr}");
         }
-        let (code, _, stderr) = cli(&home, &["tokens", "create", "--read-only", "--tenant", "acme"]);
+        let (code, _, stderr) = home.run_text(&["tokens", "create", "--read-only", "--tenant", "acme"]);
         assert_eq!(code, 2, "{stderr}");
-        let (code, _, stderr) = cli(&home, &["tokens", "create", "--label", &"x".repeat(201)]);
+        let (code, _, stderr) = home.run_text(&["tokens", "create", "--label", &"x".repeat(201)]);
         assert_eq!(code, 2, "{stderr}");
         let (status, refused) = server
             .request_as("POST", Some(&server.token), "/tokens", Some(r#"{"expires": "2 weeks"}"#))
             .await;
         assert_eq!((status, refused["error"]["code"].as_str()), (400, Some("invalid_parameter")));
-        let after: Vec<Value> = serde_json::from_str(&cli_ok(&home, &["tokens", "list", "--json"])).unwrap();
+        let after: Vec<Value> = serde_json::from_str(&home.run_ok(&["tokens", "list", "--json"])).unwrap();
         assert_eq!(after.len(), count, "nothing half-written");
     }
 }

@@ -10,26 +10,6 @@ use common::{Home, Server};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-fn cli(home: &Home, args: &[&str]) -> (i32, String, String) {
-    let out = home.run(args);
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn cli_ok(home: &Home, args: &[&str]) -> String {
-    let (code, stdout, stderr) = cli(home, args);
-    assert_eq!(code, 0, "{args:?}: {stderr}");
-    stdout
-}
-
-fn cli_json(home: &Home, args: &[&str]) -> Value {
-    let out = cli_ok(home, args);
-    serde_json::from_str(&out).unwrap_or_else(|_| panic!("{args:?} printed no JSON: {out}"))
-}
-
 /// Starts a run of `job` for later (so it stays queued with its payload), as its own
 /// instance; its id.
 async fn later(server: &Server, job: &str, instance: &str, payload: &str) -> String {
@@ -50,7 +30,7 @@ const DB_HELP: &str = "Database URL: sqlite://PATH";
 
 on_every_backend! {
     async fn a_commands_help_shows_its_own_options_and_the_global_ones_work_on_either_side(home) {
-        let top = cli_ok(&home, &["--help"]);
+        let top = home.run_ok(&["--help"]);
         for global in ["--db", "--home", "--cache", "--log-format", "--compile-memory", "--compile-timeout", "--compile-threads"] {
             assert!(top.contains(&format!("{global} <")), "{global} is not in host --help: {top}");
         }
@@ -58,24 +38,24 @@ on_every_backend! {
         for command in [&["runs", "list"][..], &["runs"], &["pause", "job"], &["serve"], &["hosts"]] {
             let mut args = command.to_vec();
             args.push("--help");
-            let help = cli_ok(&home, &args);
+            let help = home.run_ok(&args);
             assert!(!help.contains(DB_HELP) && !help.contains("--compile-memory <"), "host {command:?} --help repeats the global options: {help}");
             assert!(help.contains("see `host --help`"), "{help}");
         }
-        let list = cli_ok(&home, &["runs", "list", "--help"]);
+        let list = home.run_ok(&["runs", "list", "--help"]);
         assert!(list.contains("--instance <INSTANCE>") && list.contains("--limit <LIMIT>"), "{list}");
 
         // `--db` before and after the command, at any depth: another database (where no
         // tenant is) is read instead of the one the environment names.
-        cli_ok(&home, &["tenants", "add", "acme"]);
-        assert!(cli_ok(&home, &["tenants", "list"]).contains("acme"));
+        home.run_ok(&["tenants", "add", "acme"]);
+        assert!(home.run_ok(&["tenants", "list"]).contains("acme"));
         let other = format!("sqlite://{}", home.path().join("other.db").display());
-        assert!(!cli_ok(&home, &["--db", &other, "tenants", "list"]).contains("acme"));
-        assert!(!cli_ok(&home, &["tenants", "list", "--db", &other]).contains("acme"));
-        assert!(!cli_ok(&home, &["tenants", "--db", &other, "list"]).contains("acme"));
+        assert!(!home.run_ok(&["--db", &other, "tenants", "list"]).contains("acme"));
+        assert!(!home.run_ok(&["tenants", "list", "--db", &other]).contains("acme"));
+        assert!(!home.run_ok(&["tenants", "--db", &other, "list"]).contains("acme"));
         // A value the option refuses is refused in either place.
         for args in [&["--compile-timeout", "soon", "codes"][..], &["codes", "--compile-timeout", "soon"]] {
-            let (code, _, stderr) = cli(&home, args);
+            let (code, _, stderr) = home.run_text(args);
             assert_eq!(code, 2, "{args:?}: {stderr}");
             assert!(stderr.contains("--compile-timeout"), "{stderr}");
         }
@@ -108,25 +88,25 @@ on_every_backend! {
             (&["runs", "purge", "--job", "hello", "--code", "nope", "--yes"], "not a failure code"),
             (&["runs", "purge", "--status", "gone", "--yes"], "unknown status"),
         ] {
-            let (code, _, stderr) = cli(&home, args);
+            let (code, _, stderr) = home.run_text(args);
             assert_eq!(code, 2, "{args:?}: {stderr}");
             assert!(stderr.contains(says), "{args:?}: {stderr}");
         }
 
         // The preview counts the ended runs only, and deletes and records nothing.
-        let text = cli_ok(&home, &["runs", "purge", "--job", "hello"]);
+        let text = home.run_ok(&["runs", "purge", "--job", "hello"]);
         assert!(text.starts_with("3 ended runs match; add --yes"), "{text}");
         // `--until`: created longer ago than that; none is.
-        assert_eq!(cli_json(&home, &["runs", "purge", "--job", "hello", "--until", "1h", "--json"])["count"], 0);
-        assert_eq!(cli_json(&home, &["runs", "purge", "--job", "hello", "--json"]), serde_json::json!({"count": 3, "confirmed": false}));
+        assert_eq!(home.answer_json(&["runs", "purge", "--job", "hello", "--until", "1h", "--json"])["count"], 0);
+        assert_eq!(home.answer_json(&["runs", "purge", "--job", "hello", "--json"]), serde_json::json!({"count": 3, "confirmed": false}));
         assert_eq!(server.runs(Some("hello")).await.len(), 4);
         // Only the refusal of a confirmed purge is audited (as refused).
-        let purges = |home: &Home| cli_json(home, &["audit", "--action", "runs.purge", "--json"]);
+        let purges = |home: &Home| home.answer_json(&["audit", "--action", "runs.purge", "--json"]);
         let refused = purges(&home);
         assert_eq!(refused.as_array().map(Vec::len), Some(1), "{refused:#}");
         assert_eq!((&refused[0]["result"], &refused[0]["object"]), (&Value::from("refused"), &Value::from("runs by filter")), "{refused:#}");
 
-        assert_eq!(cli_json(&home, &["runs", "purge", "--job", "hello", "--yes", "--json"]), serde_json::json!({"done": 3}));
+        assert_eq!(home.answer_json(&["runs", "purge", "--job", "hello", "--yes", "--json"]), serde_json::json!({"done": 3}));
         for run in &ended {
             let id = run["run_id"].as_str().unwrap();
             let (status, _) = server.get(&format!("/runs/{id}")).await;
@@ -138,7 +118,7 @@ on_every_backend! {
         assert_eq!(left.len(), 1, "{left:#?}");
         assert_eq!(left[0]["run_id"], queued.as_str());
         assert_eq!(server.runs(Some("other")).await.len(), 1, "another job's run was purged");
-        assert_eq!(cli_ok(&home, &["runs", "purge", "--job", "hello", "--yes"]).trim(), "0 runs purged");
+        assert_eq!(home.run_ok(&["runs", "purge", "--job", "hello", "--yes"]).trim(), "0 runs purged");
 
         let rows = purges(&home);
         let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_else(|_| "unknown".into());
@@ -150,7 +130,7 @@ on_every_backend! {
     }
 
     async fn hosts_lists_each_host_alive_or_stopped_with_its_lanes_and_workers(home) {
-        assert_eq!(cli_ok(&home, &["hosts"]).trim(), "no host has served in the last day");
+        assert_eq!(home.run_ok(&["hosts"]).trim(), "no host has served in the last day");
         let m = home.manifest("", r#"
             [lanes.bulk]
             workers = 2
@@ -160,7 +140,7 @@ on_every_backend! {
         let server = home.serve(&["--manifest", m.to_str().unwrap(), "--workers", "3"]).await;
         let start = Instant::now();
         let listed = loop {
-            let listed = cli_json(&home, &["hosts", "--json"]);
+            let listed = home.answer_json(&["hosts", "--json"]);
             if listed["hosts"].as_array().is_some_and(|h| h.len() == 1) {
                 break listed;
             }
@@ -176,7 +156,7 @@ on_every_backend! {
         assert_eq!((&host["this_host"], &api["hosts"][0]["this_host"]), (&Value::from(false), &Value::from(true)));
         let name = host["host"].as_str().unwrap().to_string();
 
-        let text = cli_ok(&home, &["hosts"]);
+        let text = home.run_ok(&["hosts"]);
         let line = text.lines().find(|l| l.starts_with(&name)).unwrap_or_else(|| panic!("{text}"));
         for shown in ["alive", "0/5", "bulk 0/2, default 0/3", " ago", env!("CARGO_PKG_VERSION")] {
             assert!(line.contains(shown), "{shown:?} is not in {line:?}");
@@ -186,9 +166,9 @@ on_every_backend! {
         server.signal("TERM");
         let (code, _) = server.wait_exit(Duration::from_secs(30)).await;
         assert_eq!(code, Some(0));
-        let listed = cli_json(&home, &["hosts", "--json"]);
+        let listed = home.answer_json(&["hosts", "--json"]);
         assert_eq!(listed["hosts"][0]["state"], "stopped", "{listed:#}");
-        assert!(cli_ok(&home, &["hosts"]).contains(" stopped "));
+        assert!(home.run_ok(&["hosts"]).contains(" stopped "));
     }
 
     async fn runs_search_finds_the_runs_whose_payload_contains_an_object(home) {
@@ -207,22 +187,22 @@ on_every_backend! {
             assert_eq!(found["complete"], true, "{found}");
             found["runs"].as_array().expect("runs").iter().map(|r| r["run_id"].as_str().unwrap().to_string()).collect()
         };
-        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"customer": 42}"#, "--json"])), [elsewhere.as_str(), rich.as_str()]);
-        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"customer": 42}"#, "--job", "hello", "--json"])), [rich.as_str()]);
-        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"tags": ["b"]}"#, "--json"])), [rich.as_str()]);
-        assert_eq!(ids(&cli_json(&home, &["runs", "search", r#"{"customer": 42}"#, "--limit", "1", "--json"])), [elsewhere.as_str()]);
+        assert_eq!(ids(&home.answer_json(&["runs", "search", r#"{"customer": 42}"#, "--json"])), [elsewhere.as_str(), rich.as_str()]);
+        assert_eq!(ids(&home.answer_json(&["runs", "search", r#"{"customer": 42}"#, "--job", "hello", "--json"])), [rich.as_str()]);
+        assert_eq!(ids(&home.answer_json(&["runs", "search", r#"{"tags": ["b"]}"#, "--json"])), [rich.as_str()]);
+        assert_eq!(ids(&home.answer_json(&["runs", "search", r#"{"customer": 42}"#, "--limit", "1", "--json"])), [elsewhere.as_str()]);
         // The API finds the same runs.
         let (status, api) = server.get("/runs/search?payload=%7B%22customer%22%3A42%7D").await;
         assert_eq!(status, 200, "{api}");
         assert_eq!(ids(&api), [elsewhere.as_str(), rich.as_str()]);
 
-        let table = cli_ok(&home, &["runs", "search", r#"{"customer": 42}"#, "--job", "hello"]);
+        let table = home.run_ok(&["runs", "search", r#"{"customer": 42}"#, "--job", "hello"]);
         assert!(table.starts_with("RUN ") && table.contains(&rich) && !table.contains(&elsewhere), "{table}");
-        assert_eq!(cli_ok(&home, &["runs", "search", r#"{"customer": 44}"#]).trim(), "no runs");
+        assert_eq!(home.run_ok(&["runs", "search", r#"{"customer": 44}"#]).trim(), "no runs");
 
         // A bad search term is refused in words.
         for (bad, says) in [("[1]", "a JSON object"), ("{nope", "not JSON"), (r#"{"a": 1, "a": 2}"#, "a key given twice")] {
-            let (code, _, stderr) = cli(&home, &["runs", "search", bad]);
+            let (code, _, stderr) = home.run_text(&["runs", "search", bad]);
             assert_eq!(code, 2, "{bad}: {stderr}");
             assert!(stderr.contains(says), "{bad}: {stderr}");
         }

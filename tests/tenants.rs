@@ -64,16 +64,6 @@ async fn call(server: &Server, token: Option<&str>, method: &str, path: &str) ->
     }
 }
 
-fn cli_ok(home: &Home, args: &[&str]) -> String {
-    let out = home.run(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8")
-}
-
 fn cli_refused(home: &Home, args: &[&str]) -> String {
     let out = home.run(args);
     assert_eq!(out.status.code(), Some(2), "{args:?} must be refused");
@@ -103,11 +93,11 @@ on_every_backend! {
         }
         // The token works until it is revoked, and then at once no more.
         assert_eq!(server.get_as(Some(&acme), "/jobs").await.0, 200);
-        let listed: Value = serde_json::from_str(&cli_ok(&home, &["tokens", "list", "--json"])).unwrap();
+        let listed: Value = serde_json::from_str(&home.run_ok(&["tokens", "list", "--json"])).unwrap();
         let row = listed.as_array().unwrap().iter().find(|t| t["id"] == id).expect("listed");
         assert_eq!(row["tenant"], "acme");
         assert!(!listed.to_string().contains(secret), "a listing never shows a secret");
-        cli_ok(&home, &["tokens", "revoke", id]);
+        home.run_ok(&["tokens", "revoke", id]);
         assert_eq!(server.get_as(Some(&acme), "/jobs").await.0, 401);
         cli_refused(&home, &["tokens", "revoke", id]);
         // Only a hash of the secret is stored.
@@ -297,10 +287,10 @@ on_every_backend! {
         tokio::time::sleep(Duration::from_millis(2500)).await;
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'ticker'").await, before, "no fires while disabled");
         assert_eq!(home.scalar("SELECT COUNT(*) FROM jobhost_runs WHERE job = 'greeter'").await, 0);
-        let listed: Value = serde_json::from_str(&cli_ok(&home, &["tenants", "list", "--json"])).unwrap();
+        let listed: Value = serde_json::from_str(&home.run_ok(&["tenants", "list", "--json"])).unwrap();
         assert_eq!(listed[0]["active"], false, "{listed}");
 
-        cli_ok(&home, &["tenants", "enable", "acme"]);
+        home.run_ok(&["tenants", "enable", "acme"]);
         assert_eq!(server.get_as(Some(&acme), "/jobs").await.0, 200);
         assert_eq!(server.post("/jobs/greeter/kick").await.0, 202);
         home.wait_for(&format!("SELECT COUNT(*) FROM (SELECT 1 FROM jobhost_runs WHERE job = 'ticker' LIMIT 1 OFFSET {before}) AS later"),
@@ -334,9 +324,9 @@ on_every_backend! {
 
     async fn a_per_tenant_schedule_fans_out_to_each_active_tenant_once_per_tick(home) {
         for tenant in ["acme", "globex", "initech", "umbrella"] {
-            cli_ok(&home, &["tenants", "add", tenant]);
+            home.run_ok(&["tenants", "add", tenant]);
         }
-        cli_ok(&home, &["tenants", "disable", "umbrella"]);
+        home.run_ok(&["tenants", "disable", "umbrella"]);
         let m = home.manifest("", r#"
             [jobs.nightly]
             component = "{guest:hello}"
@@ -386,7 +376,7 @@ on_every_backend! {
 
     async fn a_per_tenant_kick_reaches_each_active_tenant_and_a_tenant_kicks_its_own_child(home) {
         for tenant in ["acme", "globex"] {
-            cli_ok(&home, &["tenants", "add", tenant]);
+            home.run_ok(&["tenants", "add", tenant]);
         }
         let m = home.manifest("", "[jobs.fan]\ncomponent = \"{guest:hello}\"\nper_tenant = true\n");
         let server = home.serve(&["--manifest", m.to_str().unwrap()]).await;
@@ -426,7 +416,7 @@ on_every_backend! {
         assert_eq!((status, &one["result"]), (202, &"queued".into()), "{one}");
         assert_eq!(server.post("/jobs/fan/kick?instance=nobody").await.1["error"]["code"], "unknown_tenant");
         assert_eq!(server.post_as(Some(&server.token), "/jobs/fan/runs", Some("{}")).await.1["error"]["code"], "unknown_tenant");
-        cli_ok(&home, &["tenants", "disable", "globex"]);
+        home.run_ok(&["tenants", "disable", "globex"]);
         assert_eq!(server.post("/jobs/fan/kick?instance=globex").await.0, 409);
         let (_, kicked) = server.post("/jobs/fan/kick").await;
         assert_eq!(kicked["children"].as_array().unwrap().len(), 1, "only acme is active: {kicked}");
@@ -458,7 +448,7 @@ async fn on_postgres_a_child_reads_and_writes_only_its_tenants_rows() {
     )
     .await;
     for tenant in ["acme", "globex"] {
-        cli_ok(&home, &["tenants", "add", tenant]);
+        home.run_ok(&["tenants", "add", tenant]);
     }
     let m = home.manifest(
         "",

@@ -251,6 +251,28 @@ impl Home {
     }
 
     /// `host ARGS`, which must succeed, its output read as JSON.
+    /// `host ARGS`: its exit code (-1 if a signal ended it), and what it printed on stdout
+    /// and stderr.
+    pub fn run_text(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.run(args);
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// `host ARGS`, which must succeed: what it printed on stdout.
+    pub fn run_ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    }
+
     pub fn answer_json(&self, args: &[&str]) -> serde_json::Value {
         let out = self.run(args);
         assert!(
