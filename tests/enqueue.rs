@@ -756,6 +756,16 @@ mod guest_starts {
                 (json!({ "job": "target", "key": "a\u{202e}b" }), "invalid-key"),
                 (json!({ "job": "target", "key": "k", "hold": 0 }), "invalid-hold"),
                 (json!({ "job": "target", "key": "k", "hold": 400 * 24 * HOUR_MS }), "invalid-hold"),
+                // What a hostile guest may hand over: NUL, an escape sequence, a key past
+                // its 200 bytes, and every number at the end of its type.
+                (json!({ "job": "target", "key": "a\u{0}b" }), "invalid-key"),
+                (json!({ "job": "target", "key": "\u{1b}[31mred" }), "invalid-key"),
+                (json!({ "job": "target", "key": "k".repeat(201) }), "invalid-key"),
+                (json!({ "job": "target", "run_at_ms": u64::MAX }), "invalid-run-at"),
+                (json!({ "job": "target", "delay_ms": u64::MAX }), "invalid-delay"),
+                (json!({ "job": "target", "key": "k", "hold": u64::MAX }), "invalid-hold"),
+                (json!({ "job": "target", "priority": i32::MIN }), "invalid-priority"),
+                (json!({ "job": "target", "max_attempts": u32::MAX }), "invalid-max-attempts"),
             ] {
                 // A good start before the bad one: the batch writes neither.
                 let batch = json!([{ "job": "target", "delay_ms": HOUR_MS }, bad]);
