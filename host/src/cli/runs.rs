@@ -459,8 +459,12 @@ async fn purge(store: &Store, args: FilterArgs, noted: &mut Option<String>) -> R
                 serde_json::json!({"count": count, "confirmed": false})
             );
         } else {
+            let matching = match count {
+                1 => "1 ended run matches".to_string(),
+                n => format!("{n} ended runs match"),
+            };
             println!(
-                "{count} ended runs match; add --yes to delete them with their attempts, logs, journals and steps"
+                "{matching}; add --yes to delete them with their attempts, logs, journals and steps"
             );
         }
         return Ok(0);
@@ -477,7 +481,7 @@ async fn purge(store: &Store, args: FilterArgs, noted: &mut Option<String>) -> R
     if args.json {
         println!("{}", serde_json::json!({"done": total}));
     } else {
-        println!("{total} runs purged");
+        println!("{total} run{} purged", if total == 1 { "" } else { "s" });
     }
     Ok(0)
 }
