@@ -46,7 +46,10 @@ DECLARE
     v_holds BOOLEAN;
     v_over TEXT;
 BEGIN
-    IF EXISTS (SELECT 1 FROM jobhost_runs WHERE id = v_id) THEN
+    -- Only a guest's start reuses an id (its pass's, made again); a start from outside
+    -- has a fresh one and skips the read.
+    IF p_run ->> 'parent_run' IS NOT NULL
+       AND EXISTS (SELECT 1 FROM jobhost_runs WHERE id = v_id) THEN
         RETURN QUERY SELECT 'joined'::text, v_id, false;
         RETURN;
     END IF;
